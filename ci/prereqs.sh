@@ -1,0 +1,25 @@
+# Sourced by the ci/ scripts: makes sure a fresh machine has what the build and
+# the tests need (a C compiler, python3 with pip for the ABI test's header
+# download). The Rust toolchain comes with the machine.
+ensure_prereqs() {
+    local missing=()
+    command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+    command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+    if ((${#missing[@]})); then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            echo "installing: ${missing[*]}" >&2
+            apt-get update -qq >&2
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+        else
+            echo "missing: ${missing[*]} (install them, or run as root on Debian/Ubuntu)" >&2
+            return 1
+        fi
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "cargo not found: install a Rust toolchain (https://rustup.rs)" >&2
+        return 1
+    fi
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs every test: builds the workspace (the u3m library, the simulated CANN
+# runtime, the workload programs, the CLI) and runs the whole cargo test suite,
+# including the ABI conformance test against the real CANN headers (fetched
+# once from PyPI into ~/.cache/u3m). Installs what it needs on a fresh machine.
+# Ends with one summary line "total: N passed, N failed".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=ci/prereqs.sh
+source ci/prereqs.sh
+ensure_prereqs
+
+cargo build --release --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --workspace -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+echo
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "total: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

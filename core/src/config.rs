@@ -1,0 +1,1 @@
+//! U3M_* configuration (read once at start-up).

@@ -1,0 +1,10 @@
+//! u3m-core: everything of u3m that is plain, testable Rust with no `extern "C"`
+//! exports — the engine the interposer drives (`libu3m.so`, in `src/`) and the
+//! code the `u3m` CLI shares with it (the stats segment's layout, the trace
+//! format). Exports that interpose live only in the cdylib, so linking this
+//! crate into a test or a tool never interposes anything.
+
+pub mod config;
+
+/// Version of u3m, reported by the CLI and written into the stats segment.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,430 @@
+/* Runtime core: configuration, init/finalize, devices and contexts, the cost
+ * model, fault injection and the statistics file. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "rt/rt.h"
+
+sim_config g_cfg;
+sim_device g_dev[SIM_MAX_DEVICES];
+pthread_rwlock_t g_mm;
+pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_event_cv = PTHREAD_COND_INITIALIZER;
+atomic_ullong g_host_ns;
+atomic_ullong g_stat[ST_NCOUNTERS];
+__thread int t_dev = -1;
+
+static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
+static int g_cfg_err;               /* a bad ACLSIM_* value was reported */
+static atomic_int g_state;          /* 0 never initialised, 1 initialised, 2 finalised */
+static atomic_int g_stats_written;
+
+/* ---- logging ---- */
+SIM_API void aclsim_log(const char *fmt, ...) {
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "aclsim: ");
+    va_list ap;
+    va_start(ap, fmt);
+    n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+    va_end(ap);
+    if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
+    buf[n++] = '\n';
+    /* one write() so lines from several threads do not interleave */
+    ssize_t r = write(2, buf, (size_t)n);
+    (void)r;
+}
+
+/* ---- configuration ---- */
+static int parse_size(const char *name, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0 || !isfinite(v)) goto bad;
+    double mul = 1;
+    switch (*end) {
+    case 0: break;
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1048576.0; end++; break;
+    case 'g': case 'G': mul = 1073741824.0; end++; break;
+    case 't': case 'T': mul = 1099511627776.0; end++; break;
+    default: goto bad;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) goto bad;
+    *out = (uint64_t)(v * mul);
+    return 0;
+bad:
+    aclsim_log("invalid %s='%s': expected a byte size such as 34359738368, 512M or 32G", name, s);
+    return -1;
+}
+
+static int parse_double(const char *name, const char *s, double *out, double min) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < min) {
+        aclsim_log("invalid %s='%s': expected a number >= %g", name, s, min);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static void fault_parse(const char *spec);
+
+static void config_load(void) {
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    /* writers (map/unmap/alloc) must not starve behind a stream of kernels */
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&g_mm, &ra);
+
+    sim_config *c = &g_cfg;
+    const char *preset = getenv("ACLSIM_PRESET");
+    c->hbm_bytes = 32ULL << 30; c->hbm_gbps = 800; c->tflops = 280; c->soc_name = "Ascend910B4";
+    if (preset && *preset) {
+        if (!strcasecmp(preset, "910b4")) {
+            /* defaults above */
+        } else if (!strcasecmp(preset, "910b2")) {
+            c->hbm_bytes = 64ULL << 30; c->hbm_gbps = 1600; c->tflops = 320; c->soc_name = "Ascend910B2";
+        } else {
+            aclsim_log("invalid ACLSIM_PRESET='%s': expected 910b4 or 910b2", preset);
+            g_cfg_err = 1;
+        }
+    }
+    c->devices = 1;
+    c->link_gbps = 25;
+    c->launch_us = 5;
+    const char *v;
+    if ((v = getenv("ACLSIM_DEVICES")) && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > SIM_MAX_DEVICES) {
+            aclsim_log("invalid ACLSIM_DEVICES='%s': expected 1..%d", v, SIM_MAX_DEVICES);
+            g_cfg_err = 1;
+        } else {
+            c->devices = (int)n;
+        }
+    }
+    if ((v = getenv("ACLSIM_HBM_BYTES")) && *v) {
+        uint64_t b;
+        if (parse_size("ACLSIM_HBM_BYTES", v, &b)) g_cfg_err = 1;
+        else if (b < SIM_GRANULE || b > (1ULL << 44)) {
+            aclsim_log("invalid ACLSIM_HBM_BYTES='%s': expected 2M..16T", v);
+            g_cfg_err = 1;
+        } else c->hbm_bytes = b;
+    }
+    if ((v = getenv("ACLSIM_HBM_GBPS")) && *v && parse_double("ACLSIM_HBM_GBPS", v, &c->hbm_gbps, 1e-3)) g_cfg_err = 1;
+    if ((v = getenv("ACLSIM_LINK_GBPS")) && *v && parse_double("ACLSIM_LINK_GBPS", v, &c->link_gbps, 1e-3)) g_cfg_err = 1;
+    if ((v = getenv("ACLSIM_TFLOPS")) && *v && parse_double("ACLSIM_TFLOPS", v, &c->tflops, 1e-6)) g_cfg_err = 1;
+    if ((v = getenv("ACLSIM_LAUNCH_US")) && *v && parse_double("ACLSIM_LAUNCH_US", v, &c->launch_us, 0)) g_cfg_err = 1;
+    if ((v = getenv("ACLSIM_PHANTOM")) && *v) {
+        if (!strcmp(v, "1")) c->phantom = 1;
+        else if (strcmp(v, "0")) {
+            aclsim_log("invalid ACLSIM_PHANTOM='%s': expected 0 or 1", v);
+            g_cfg_err = 1;
+        }
+    }
+    if ((v = getenv("ACLSIM_STATS")) && *v) snprintf(c->stats_path, sizeof c->stats_path, "%s", v);
+    if ((v = getenv("ACLSIM_FAULTS")) && *v) fault_parse(v);
+    for (int i = 0; i < SIM_MAX_DEVICES; i++) g_dev[i].id = i;
+}
+
+void sim_ensure_config(void) { pthread_once(&g_cfg_once, config_load); }
+int sim_config_error(void) { sim_ensure_config(); return g_cfg_err; }
+SIM_API const sim_config *aclsim_config(void) { sim_ensure_config(); return &g_cfg; }
+int sim_initialized(void) { return atomic_load(&g_state) == 1; }
+
+/* ---- fault injection ---- */
+typedef struct fault_rule { int site; uint64_t n; int onward; } fault_rule;
+static fault_rule g_rules[64];
+static int g_nrules;
+static atomic_ullong g_site_calls[SIM_FAULT_NSITES];
+static struct { int dev; uint64_t n; } g_lose[SIM_MAX_DEVICES];
+static int g_nlose;
+static const char *const site_names[SIM_FAULT_NSITES] = {
+    "malloc", "phys", "map", "copy", "memset", "op", "host", "coll"};
+
+static void fault_parse(const char *spec) {
+    char *dup = strdup(spec), *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (isspace((unsigned char)*tok)) tok++;
+        char *colon = strchr(tok, ':');
+        if (!colon) goto bad;
+        *colon = 0;
+        char *arg = colon + 1, *end;
+        if (!strcmp(tok, "lose")) {
+            long dev = strtol(arg, &end, 10);
+            if (end == arg || *end != '@' || dev < 0 || dev >= SIM_MAX_DEVICES) goto bad;
+            char *ns = end + 1;
+            unsigned long long n = strtoull(ns, &end, 10);
+            if (end == ns || *end || n == 0 || g_nlose == SIM_MAX_DEVICES) goto bad;
+            g_lose[g_nlose].dev = (int)dev;
+            g_lose[g_nlose++].n = n;
+            continue;
+        }
+        int site = -1;
+        for (int s = 0; s < SIM_FAULT_NSITES; s++)
+            if (!strcmp(tok, site_names[s])) site = s;
+        if (site < 0) goto bad;
+        unsigned long long n = strtoull(arg, &end, 10);
+        if (end == arg || n == 0 || g_nrules == 64) goto bad;
+        int onward = 0;
+        if (*end == '+') { onward = 1; end++; }
+        if (*end) goto bad;
+        g_rules[g_nrules++] = (fault_rule){site, n, onward};
+        continue;
+    bad:
+        aclsim_log("invalid ACLSIM_FAULTS rule '%s%s%s' in '%s': expected SITE:N, SITE:N+ "
+                   "(sites malloc phys map copy memset op host coll) or lose:DEV@N",
+                   tok, colon ? ":" : "", colon ? colon + 1 : "", spec);
+        g_cfg_err = 1;
+        break;
+    }
+    free(dup);
+}
+
+SIM_API int aclsim_fault_hit(int site) {
+    if (site < 0 || site >= SIM_FAULT_NSITES || g_nrules == 0) return 0;
+    uint64_t n = atomic_fetch_add(&g_site_calls[site], 1) + 1;
+    for (int i = 0; i < g_nrules; i++) {
+        if (g_rules[i].site != site) continue;
+        if (n == g_rules[i].n || (g_rules[i].onward && n > g_rules[i].n)) {
+            atomic_fetch_add(&g_stat[ST_INJECTED], 1);
+            aclsim_log("injected fault: %s call #%llu fails (ACLSIM_FAULTS)", site_names[site],
+                       (unsigned long long)n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+SIM_API int aclsim_device_lost(int dev) {
+    if (dev < 0 || dev >= SIM_MAX_DEVICES) return 0;
+    return atomic_load(&g_dev[dev].lost);
+}
+
+/* Counts one work item on `dev`; the device disappears at the configured count. */
+static int sim_lose_tick(int dev) {
+    uint64_t n = atomic_fetch_add(&g_dev[dev].work_submitted, 1) + 1;
+    for (int i = 0; i < g_nlose; i++) {
+        if (g_lose[i].dev == dev && n >= g_lose[i].n && !atomic_exchange(&g_dev[dev].lost, 1)) {
+            atomic_fetch_add(&g_stat[ST_INJECTED], 1);
+            aclsim_log("injected fault: device %d disappeared at work item #%llu (ACLSIM_FAULTS)", dev,
+                       (unsigned long long)n);
+        }
+    }
+    return atomic_load(&g_dev[dev].lost);
+}
+
+aclError sim_device_check(int dev) {
+    if (dev < 0 || dev >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
+    if (atomic_load(&g_dev[dev].lost)) return ACL_ERROR_RT_DEVICE_TASK_ABORT;
+    return 0;
+}
+
+/* Every work item (async or sync) on a device passes here. */
+aclError sim_work_tick(int dev) {
+    if (sim_lose_tick(dev)) return ACL_ERROR_RT_DEVICE_TASK_ABORT;
+    return 0;
+}
+
+/* ---- readiness ---- */
+SIM_API aclError aclsim_check_ready(void) {
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
+    return sim_device_check(t_dev);
+}
+
+SIM_API int aclsim_current_device(void) { return t_dev; }
+
+/* ---- cost model ---- */
+SIM_API uint64_t aclsim_op_cost_ns(uint64_t flops, uint64_t bytes) {
+    sim_ensure_config();
+    double compute = (double)flops / (g_cfg.tflops * 1e12) * 1e9;
+    double memory = (double)bytes / (g_cfg.hbm_gbps * 1e9) * 1e9;
+    return (uint64_t)llround(fmax(compute, memory) + g_cfg.launch_us * 1e3);
+}
+
+SIM_API uint64_t aclsim_copy_cost_ns(int kind, uint64_t bytes, int host_pinned) {
+    sim_ensure_config();
+    double gbps;
+    switch (kind) {
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+    case ACL_MEMCPY_DEVICE_TO_HOST:
+        /* pageable host memory is staged through a bounce buffer: half speed */
+        gbps = host_pinned ? g_cfg.link_gbps : g_cfg.link_gbps / 2;
+        break;
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+        gbps = g_cfg.hbm_gbps;
+        break;
+    default:
+        return 0;   /* host to host: not device time */
+    }
+    return (uint64_t)llround((double)bytes / (gbps * 1e9) * 1e9);
+}
+
+void sim_note_host_time(uint64_t t) {
+    uint64_t cur = atomic_load(&g_host_ns);
+    while (t > cur && !atomic_compare_exchange_weak(&g_host_ns, &cur, t)) {}
+}
+
+uint64_t sim_host_advance(uint64_t cost) { return atomic_fetch_add(&g_host_ns, cost) + cost; }
+
+SIM_API void aclsim_stat_add(const char *counter, uint64_t v) {
+    if (!strcmp(counter, "ops")) atomic_fetch_add(&g_stat[ST_OPS], v);
+    else if (!strcmp(counter, "hccl_ops")) atomic_fetch_add(&g_stat[ST_HCCL_OPS], v);
+    else if (!strcmp(counter, "memsets")) atomic_fetch_add(&g_stat[ST_MEMSETS], v);
+}
+
+void sim_count_copy(int kind, uint64_t bytes) {
+    if (kind < 0 || kind > 3) return;
+    atomic_fetch_add(&g_stat[ST_COPY_BYTES_H2H + kind], bytes);
+    atomic_fetch_add(&g_stat[ST_COPIES_H2H + kind], 1);
+}
+
+/* ---- init, devices, contexts ---- */
+static void atexit_stats(void) { sim_write_stats(); }
+
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath) {
+    if (sim_config_error()) return ACL_ERROR_INVALID_PARAM;
+    if (configPath && *configPath && access(configPath, R_OK) != 0) {
+        aclsim_log("aclInit: config file '%s' cannot be read", configPath);
+        return ACL_ERROR_INVALID_FILE;
+    }
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&g_state, &expected, 1)) {
+        if (expected == 1) return ACL_ERROR_REPEAT_INITIALIZE;
+        /* re-initialising after aclFinalize is allowed, as on CANN */
+        atomic_store(&g_state, 1);
+        return ACL_SUCCESS;
+    }
+    atexit(atexit_stats);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclFinalize() {
+    int st = atomic_load(&g_state);
+    if (st == 0) return ACL_ERROR_UNINITIALIZE;
+    if (st == 2) return ACL_ERROR_REPEAT_FINALIZE;
+    sim_sync_all(-1);
+    sim_write_stats();
+    atomic_store(&g_state, 2);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count) {
+    if (!count) return ACL_ERROR_INVALID_PARAM;
+    if (sim_config_error()) return ACL_ERROR_INVALID_PARAM;
+    *count = (uint32_t)g_cfg.devices;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId) {
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
+    if (atomic_load(&g_dev[deviceId].lost)) return ACL_ERROR_RT_DEVICE_TASK_ABORT;
+    pthread_mutex_lock(&g_lock);
+    if (!g_dev[deviceId].opened) {
+        pthread_rwlock_wrlock(&g_mm);
+        sim_mem_init_device(&g_dev[deviceId]);
+        pthread_rwlock_unlock(&g_mm);
+        sim_streams_init_device(deviceId);
+        g_dev[deviceId].opened = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    t_dev = deviceId;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId) {
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
+    if (!g_dev[deviceId].opened) return ACL_SUCCESS;
+    aclError rc = sim_sync_all(deviceId);
+    if (t_dev == deviceId) t_dev = -1;
+    return rc == ACL_ERROR_RT_DEVICE_TASK_ABORT ? ACL_SUCCESS : ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId) {
+    if (!deviceId) return ACL_ERROR_INVALID_PARAM;
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
+    *deviceId = t_dev;
+    return ACL_SUCCESS;
+}
+
+/* A context is the device's (one primary context per device). */
+ACL_FUNC_VISIBILITY aclError aclrtGetCurrentContext(aclrtContext *context) {
+    if (!context) return ACL_ERROR_INVALID_PARAM;
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
+    *context = &g_dev[t_dev];
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSetCurrentContext(aclrtContext context) {
+    if (!context) return ACL_ERROR_INVALID_PARAM;
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    for (int i = 0; i < g_cfg.devices; i++) {
+        if (context == &g_dev[i] && g_dev[i].opened) {
+            t_dev = i;
+            return ACL_SUCCESS;
+        }
+    }
+    return ACL_ERROR_INVALID_PARAM;
+}
+
+ACL_FUNC_VISIBILITY const char *aclrtGetSocName() {
+    sim_ensure_config();
+    return g_cfg.soc_name;
+}
+
+/* ---- statistics file ---- */
+void sim_write_stats(void) {
+    if (!g_cfg.stats_path[0] || atomic_exchange(&g_stats_written, 1)) return;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", g_cfg.stats_path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        aclsim_log("cannot write ACLSIM_STATS file '%s': %s", g_cfg.stats_path, strerror(errno));
+        return;
+    }
+    uint64_t host = atomic_load(&g_host_ns), dev_max = sim_max_stream_clock();
+    fprintf(f, "{\n  \"version\": 1,\n  \"phantom\": %s,\n", g_cfg.phantom ? "true" : "false");
+    fprintf(f, "  \"sim_ns\": %llu,\n", (unsigned long long)(host > dev_max ? host : dev_max));
+    fprintf(f, "  \"host_sim_ns\": %llu,\n", (unsigned long long)host);
+    fprintf(f, "  \"ops\": %llu,\n  \"hccl_ops\": %llu,\n  \"memsets\": %llu,\n",
+            (unsigned long long)g_stat[ST_OPS], (unsigned long long)g_stat[ST_HCCL_OPS],
+            (unsigned long long)g_stat[ST_MEMSETS]);
+    fprintf(f, "  \"mmu_faults\": %llu,\n  \"failed_allocs\": %llu,\n  \"injected_faults\": %llu,\n",
+            (unsigned long long)g_stat[ST_MMU_FAULTS], (unsigned long long)g_stat[ST_FAILED_ALLOCS],
+            (unsigned long long)g_stat[ST_INJECTED]);
+    static const char *kinds[4] = {"H2H", "H2D", "D2H", "D2D"};
+    fprintf(f, "  \"copy_bytes\": {");
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "%s\"%s\": %llu", k ? ", " : "", kinds[k], (unsigned long long)g_stat[ST_COPY_BYTES_H2H + k]);
+    fprintf(f, "},\n  \"copies\": {");
+    for (int k = 0; k < 4; k++)
+        fprintf(f, "%s\"%s\": %llu", k ? ", " : "", kinds[k], (unsigned long long)g_stat[ST_COPIES_H2H + k]);
+    fprintf(f, "},\n  \"devices\": [");
+    for (int d = 0; d < g_cfg.devices; d++) {
+        uint64_t used = 0, peak = 0;
+        sim_mem_stats(d, &used, &peak);
+        fprintf(f, "%s\n    {\"id\": %d, \"hbm_bytes\": %llu, \"peak_bytes\": %llu, \"current_bytes\": %llu, "
+                "\"failed_allocs\": %llu, \"mmu_faults\": %llu, \"lost\": %s}",
+                d ? "," : "", d, (unsigned long long)g_cfg.hbm_bytes, (unsigned long long)peak,
+                (unsigned long long)used, (unsigned long long)g_dev[d].failed_allocs,
+                (unsigned long long)g_dev[d].mmu_faults, g_dev[d].lost ? "true" : "false");
+    }
+    fprintf(f, "\n  ],\n  \"streams\": [");
+    sim_stream_stats(f);
+    fprintf(f, "\n  ]\n}\n");
+    if (fclose(f) != 0 || rename(tmp, g_cfg.stats_path) != 0)
+        aclsim_log("cannot write ACLSIM_STATS file '%s': %s", g_cfg.stats_path, strerror(errno));
+}

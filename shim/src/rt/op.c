@@ -1,0 +1,571 @@
+/* Operator side of libascendcl.so: data buffers, tensor descriptions, op
+ * attributes, aclopExecute(V2), and the launch path every operator API
+ * (aclop, aclop compiler, aclnn) goes through: aclsim_launch_op validates,
+ * copies its arguments into a work item and queues it on the stream; the
+ * kernel runs on the stream worker after the core's range check.
+ * Conventions: docs/simulator-ops.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+#include "rt/kernels.h"
+
+#define OP_MAGIC_BUFFER 0x44425546u   /* "DBUF" */
+#define OP_MAGIC_DESC   0x54445343u   /* "TDSC" */
+#define OP_MAGIC_ATTR   0x4f415452u   /* "OATR" */
+#define OP_UNKNOWN_RANK (-2)          /* dims[0] == -2: rank unknown */
+
+/* Objects carry a magic tag, cleared on destroy, so a wrong or destroyed
+ * pointer handed back is usually recognised instead of being used. */
+struct aclDataBuffer {
+    uint32_t magic;
+    void *data;
+    size_t size;
+};
+
+struct aclTensorDesc {
+    uint32_t magic;
+    aclDataType dtype;
+    aclFormat format;
+    aclMemType placement;
+    int ndim;
+    int64_t dims[];
+};
+
+typedef struct op_attr_item {
+    char *name;
+    int type;               /* enum sim_attr_type */
+    int64_t i;
+    float f;
+} op_attr_item;
+
+struct aclopAttr {
+    uint32_t magic;
+    int n, cap;
+    op_attr_item *items;
+};
+
+/* ------------------------------------------------------------ data types */
+
+ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType)
+{
+    return kern_dtype_size(dataType);
+}
+
+ACL_FUNC_VISIBILITY float aclFloat16ToFloat(aclFloat16 value)
+{
+    return kern_f16_to_f32(value);
+}
+
+ACL_FUNC_VISIBILITY aclFloat16 aclFloatToFloat16(float value)
+{
+    return kern_f32_to_f16(value);
+}
+
+/* ---------------------------------------------------------- data buffers */
+
+ACL_FUNC_VISIBILITY aclDataBuffer *aclCreateDataBuffer(void *data, size_t size)
+{
+    aclDataBuffer *b = malloc(sizeof *b);
+    if (!b) return NULL;
+    b->magic = OP_MAGIC_BUFFER;
+    b->data = data;
+    b->size = size;
+    return b;
+}
+
+static int buffer_ok(const aclDataBuffer *b) { return b && b->magic == OP_MAGIC_BUFFER; }
+
+ACL_FUNC_VISIBILITY aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer)
+{
+    if (!dataBuffer) return ACL_ERROR_INVALID_PARAM;
+    if (!buffer_ok(dataBuffer)) {
+        aclsim_log("aclDestroyDataBuffer: %p is not a live data buffer", (const void *)dataBuffer);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    ((aclDataBuffer *)dataBuffer)->magic = 0;
+    free((void *)dataBuffer);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclUpdateDataBuffer(aclDataBuffer *dataBuffer, void *data, size_t size)
+{
+    if (!buffer_ok(dataBuffer)) return ACL_ERROR_INVALID_PARAM;
+    dataBuffer->data = data;
+    dataBuffer->size = size;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY void *aclGetDataBufferAddr(const aclDataBuffer *dataBuffer)
+{
+    return buffer_ok(dataBuffer) ? dataBuffer->data : NULL;
+}
+
+ACL_FUNC_VISIBILITY uint32_t aclGetDataBufferSize(const aclDataBuffer *dataBuffer)
+{
+    return buffer_ok(dataBuffer) ? (uint32_t)dataBuffer->size : 0;
+}
+
+ACL_FUNC_VISIBILITY size_t aclGetDataBufferSizeV2(const aclDataBuffer *dataBuffer)
+{
+    return buffer_ok(dataBuffer) ? dataBuffer->size : 0;
+}
+
+/* ---------------------------------------------------- tensor descriptions */
+
+ACL_FUNC_VISIBILITY aclTensorDesc *aclCreateTensorDesc(aclDataType dataType, int numDims, const int64_t *dims,
+    aclFormat format)
+{
+    if (numDims < 0 || (numDims > 0 && !dims)) {
+        aclsim_log("aclCreateTensorDesc: numDims %d with dims %p", numDims, (const void *)dims);
+        return NULL;
+    }
+    aclTensorDesc *d = malloc(sizeof *d + (size_t)numDims * sizeof(int64_t));
+    if (!d) return NULL;
+    d->magic = OP_MAGIC_DESC;
+    d->dtype = dataType;
+    d->format = format;
+    d->placement = ACL_MEMTYPE_DEVICE;
+    d->ndim = numDims;
+    if (numDims) memcpy(d->dims, dims, (size_t)numDims * sizeof(int64_t));
+    return d;
+}
+
+static int desc_ok(const aclTensorDesc *d) { return d && d->magic == OP_MAGIC_DESC; }
+
+ACL_FUNC_VISIBILITY void aclDestroyTensorDesc(const aclTensorDesc *desc)
+{
+    if (!desc) return;
+    if (!desc_ok(desc)) {
+        aclsim_log("aclDestroyTensorDesc: %p is not a live tensor description", (const void *)desc);
+        return;
+    }
+    ((aclTensorDesc *)desc)->magic = 0;
+    free((void *)desc);
+}
+
+ACL_FUNC_VISIBILITY aclDataType aclGetTensorDescType(const aclTensorDesc *desc)
+{
+    return desc_ok(desc) ? desc->dtype : ACL_DT_UNDEFINED;
+}
+
+ACL_FUNC_VISIBILITY aclFormat aclGetTensorDescFormat(const aclTensorDesc *desc)
+{
+    return desc_ok(desc) ? desc->format : ACL_FORMAT_UNDEFINED;
+}
+
+ACL_FUNC_VISIBILITY size_t aclGetTensorDescElementCount(const aclTensorDesc *desc)
+{
+    if (!desc_ok(desc)) return 0;
+    size_t n = 1;
+    for (int i = 0; i < desc->ndim; i++) {
+        if (desc->dims[i] < 0) return 0;          /* dynamic dim */
+        if (__builtin_mul_overflow(n, (size_t)desc->dims[i], &n)) return 0;
+    }
+    return n;
+}
+
+ACL_FUNC_VISIBILITY size_t aclGetTensorDescSize(const aclTensorDesc *desc)
+{
+    if (!desc_ok(desc)) return 0;
+    size_t n = aclGetTensorDescElementCount(desc), bytes;
+    if (__builtin_mul_overflow(n, kern_dtype_size(desc->dtype), &bytes)) return 0;
+    return bytes;
+}
+
+ACL_FUNC_VISIBILITY size_t aclGetTensorDescNumDims(const aclTensorDesc *desc)
+{
+    if (!desc_ok(desc)) return 0;
+    if (desc->ndim > 0 && desc->dims[0] == OP_UNKNOWN_RANK) return (size_t)0xFFFFFFFFFFFFFFFEull;
+    return (size_t)desc->ndim;
+}
+
+ACL_FUNC_VISIBILITY aclError aclGetTensorDescDimV2(const aclTensorDesc *desc, size_t index, int64_t *dimSize)
+{
+    if (!desc_ok(desc) || !dimSize || index >= (size_t)desc->ndim) return ACL_ERROR_INVALID_PARAM;
+    *dimSize = desc->dims[index];
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclSetTensorPlaceMent(aclTensorDesc *desc, aclMemType memType)
+{
+    if (!desc_ok(desc)) return ACL_ERROR_INVALID_PARAM;
+    desc->placement = memType;
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------ attributes */
+
+ACL_FUNC_VISIBILITY aclopAttr *aclopCreateAttr(void)
+{
+    aclopAttr *a = calloc(1, sizeof *a);
+    if (a) a->magic = OP_MAGIC_ATTR;
+    return a;
+}
+
+static int attr_ok(const aclopAttr *a) { return a && a->magic == OP_MAGIC_ATTR; }
+
+ACL_FUNC_VISIBILITY void aclopDestroyAttr(const aclopAttr *attr)
+{
+    if (!attr) return;
+    if (!attr_ok(attr)) {
+        aclsim_log("aclopDestroyAttr: %p is not a live op attribute set", (const void *)attr);
+        return;
+    }
+    aclopAttr *a = (aclopAttr *)attr;
+    for (int i = 0; i < a->n; i++) free(a->items[i].name);
+    free(a->items);
+    a->magic = 0;
+    free(a);
+}
+
+static aclError attr_set(aclopAttr *attr, const char *name, int type, int64_t i, float f)
+{
+    if (!attr_ok(attr) || !name) return ACL_ERROR_INVALID_PARAM;
+    op_attr_item *it = NULL;
+    for (int k = 0; k < attr->n; k++)
+        if (strcmp(attr->items[k].name, name) == 0) it = &attr->items[k];
+    if (!it) {
+        if (attr->n == attr->cap) {
+            int cap = attr->cap ? attr->cap * 2 : 8;
+            op_attr_item *ni = realloc(attr->items, (size_t)cap * sizeof *ni);
+            if (!ni) return ACL_ERROR_BAD_ALLOC;
+            attr->items = ni;
+            attr->cap = cap;
+        }
+        char *nm = strdup(name);
+        if (!nm) return ACL_ERROR_BAD_ALLOC;
+        it = &attr->items[attr->n++];
+        it->name = nm;
+    }
+    it->type = type;
+    it->i = i;
+    it->f = f;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrBool(aclopAttr *attr, const char *attrName, uint8_t attrValue)
+{
+    return attr_set(attr, attrName, SIM_ATTR_BOOL, attrValue != 0, 0.0f);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrInt(aclopAttr *attr, const char *attrName, int64_t attrValue)
+{
+    return attr_set(attr, attrName, SIM_ATTR_INT, attrValue, 0.0f);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrFloat(aclopAttr *attr, const char *attrName, float attrValue)
+{
+    return attr_set(attr, attrName, SIM_ATTR_FLOAT, 0, attrValue);
+}
+
+/* ------------------------------------------------------------ op launch */
+
+SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
+    int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
+{
+    if (!op_type || nin < 0 || nout < 0 || nattrs < 0 || (nin && !in) || (nout && !out) || (nattrs && !attrs)) {
+        aclsim_log("operator launch: invalid arguments (op %s, %d inputs, %d outputs, %d attrs)",
+            op_type ? op_type : "(null)", nin, nout, nattrs);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    char what[128];
+    aclError e;
+    for (int i = 0; i < nin; i++) {
+        snprintf(what, sizeof what, "%s input %d", op_type, i);
+        if ((e = kern_check_tensor(&in[i], what))) return e;
+    }
+    for (int j = 0; j < nout; j++) {
+        snprintf(what, sizeof what, "%s output %d", op_type, j);
+        if ((e = kern_check_tensor(&out[j], what))) return e;
+    }
+    sim_op_args a = { op_type, nin, nout, nattrs, in, out, attrs };
+    const sim_kernel_def *k = kern_is_byte_range_op(&a) ? NULL : kern_find(op_type);
+    uint64_t fl = 0;
+    if (k && (e = k->check(&a, &fl))) return e;
+    const sim_attr *fa = kern_attr(&a, "flops");
+    if (fa) {
+        int64_t v = kern_attr_int(&a, "flops", 0);
+        if (v < 0) {
+            aclsim_log("%s: attr flops = %lld is negative", op_type, (long long)v);
+            return ACL_ERROR_INVALID_PARAM;
+        }
+        fl = (uint64_t)v;
+    }
+    if (flops) *flops = fl;
+    return ACL_SUCCESS;
+}
+
+/* Everything a queued operator needs, in one allocation (plus snapshots of
+ * host-placed inputs). */
+typedef struct op_payload {
+    sim_op_args args;
+    const sim_kernel_def *k;
+    void **snap;             /* per input: host snapshot or NULL */
+    int nsnap;
+} op_payload;
+
+static aclError op_exec(sim_work *w)
+{
+    op_payload *p = w->payload;
+    return p->k ? p->k->run(&p->args) : kern_hash_run(&p->args);
+}
+
+static void op_destroy(sim_work *w)
+{
+    op_payload *p = w->payload;
+    if (!p) return;
+    for (int i = 0; i < p->nsnap; i++) free(p->snap[i]);
+    free(p);
+    w->payload = NULL;
+}
+
+/* host_in[i] != 0: input i is host memory (aclSetTensorPlaceMent HOST); its
+ * bytes are copied at launch, as the real runtime copies host inputs into the
+ * task, and it has no device range to check. */
+static aclError launch_common(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
+    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs, const unsigned char *host_in)
+{
+    uint64_t flops = 0;
+    aclError e = aclsim_op_check(op_type, in, nin, out, nout, attrs, nattrs, &flops);
+    if (e) return e;
+    sim_op_args probe = { op_type, nin, nout, nattrs, in, out, attrs };
+    const sim_kernel_def *k = kern_is_byte_range_op(&probe) ? NULL : kern_find(op_type);
+
+    uint64_t touched = 0;
+    int nranges = 0;
+    for (int i = 0; i < nin; i++) {
+        touched += kern_view_bytes(&in[i]);
+        if (in[i].bytes && !(host_in && host_in[i])) nranges++;
+    }
+    for (int j = 0; j < nout; j++) {
+        touched += kern_view_bytes(&out[j]);
+        if (out[j].bytes) nranges++;
+    }
+
+    size_t tlen = strlen(op_type) + 1;
+    size_t sz = sizeof(op_payload) + (size_t)(nin + nout) * sizeof(sim_tensor) + (size_t)nattrs * sizeof(sim_attr)
+        + (size_t)nin * sizeof(void *) + tlen;
+    op_payload *p = calloc(1, sz);
+    if (!p) return ACL_ERROR_BAD_ALLOC;
+    sim_tensor *t = (sim_tensor *)(p + 1);
+    sim_attr *at = (sim_attr *)(t + nin + nout);
+    void **snap = (void **)(at + nattrs);
+    char *name = (char *)(snap + nin);
+    if (nin) memcpy(t, in, (size_t)nin * sizeof(sim_tensor));
+    if (nout) memcpy(t + nin, out, (size_t)nout * sizeof(sim_tensor));
+    if (nattrs) memcpy(at, attrs, (size_t)nattrs * sizeof(sim_attr));
+    for (int i = 0; i < nattrs; i++) at[i].name[sizeof at[i].name - 1] = 0;
+    memcpy(name, op_type, tlen);
+    p->args = (sim_op_args){ name, nin, nout, nattrs, t, t + nin, at };
+    p->k = k;
+    p->snap = snap;
+    p->nsnap = nin;
+    for (int i = 0; i < nin; i++) {
+        if (!(host_in && host_in[i]) || !t[i].bytes) continue;
+        snap[i] = malloc(t[i].bytes);
+        if (!snap[i]) {
+            for (int q = 0; q < i; q++) free(snap[q]);
+            free(p);
+            return ACL_ERROR_BAD_ALLOC;
+        }
+        memcpy(snap[i], t[i].base, t[i].bytes);
+        t[i].data = (char *)snap[i] + ((char *)t[i].data - (char *)t[i].base);
+        t[i].base = snap[i];
+    }
+
+    sim_work *w = aclsim_work_new(nranges);
+    if (!w) {
+        for (int i = 0; i < nin; i++) free(snap[i]);
+        free(p);
+        return ACL_ERROR_BAD_ALLOC;
+    }
+    int r = 0;
+    for (int i = 0; i < nin; i++) {
+        if (!in[i].bytes || (host_in && host_in[i])) continue;
+        w->ranges[r++] = (sim_range){ (uintptr_t)in[i].base, in[i].bytes, k && ((k->writes_inputs >> i) & 1) };
+    }
+    for (int j = 0; j < nout; j++)
+        if (out[j].bytes) w->ranges[r++] = (sim_range){ (uintptr_t)out[j].base, out[j].bytes, 1 };
+    w->nranges = r;
+    snprintf(w->what, sizeof w->what, "%s(%s)", api ? api : "aclsim_launch_op", op_type);
+    w->kind = SIM_WORK_OP;
+    w->cost_ns = aclsim_op_cost_ns(flops, touched);
+    w->exec = op_exec;
+    w->destroy = op_destroy;
+    w->payload = p;
+    return aclsim_submit(stream, w);
+}
+
+SIM_API aclError aclsim_launch_op(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
+    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs)
+{
+    return launch_common(stream, api, op_type, in, nin, out, nout, attrs, nattrs, NULL);
+}
+
+/* ------------------------------------------------------------------ aclop */
+
+static aclError check_desc_array(const char *api, const char *role, int n, const aclTensorDesc *const d[])
+{
+    if (n == 0) return ACL_SUCCESS;
+    if (!d) {
+        aclsim_log("%s: %s description array is NULL with %d entries", api, role, n);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    for (int i = 0; i < n; i++)
+        if (!desc_ok(d[i])) {
+            aclsim_log("%s: %s description %d is %s", api, role, i, d[i] ? "not a live tensor description" : "NULL");
+            return ACL_ERROR_INVALID_PARAM;
+        }
+    return ACL_SUCCESS;
+}
+
+static aclError check_buffer_array(const char *api, const char *role, int n, const aclDataBuffer *const b[])
+{
+    if (n == 0) return ACL_SUCCESS;
+    if (!b) {
+        aclsim_log("%s: %s buffer array is NULL with %d entries", api, role, n);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!buffer_ok(b[i])) {
+            aclsim_log("%s: %s buffer %d is %s", api, role, i, b[i] ? "not a live data buffer" : "NULL");
+            return ACL_ERROR_INVALID_PARAM;
+        }
+        if (!b[i]->data && b[i]->size > 0) {
+            aclsim_log("%s: %s buffer %d has NULL data and size %zu", api, role, i, b[i]->size);
+            return ACL_ERROR_INVALID_PARAM;
+        }
+    }
+    return ACL_SUCCESS;
+}
+
+/* The real runtime returns success without launching when every output is
+ * empty (a zero dim in each output description). */
+static int all_outputs_empty(int n, const aclTensorDesc *const d[])
+{
+    if (n == 0) return 0;
+    for (int j = 0; j < n; j++) {
+        int empty = 0;
+        for (int k = 0; k < d[j]->ndim; k++)
+            if (d[j]->dims[k] == 0) empty = 1;
+        if (!empty) return 0;
+    }
+    return 1;
+}
+
+static aclError desc_to_tensor(const char *api, const char *op, const char *role, int idx, const aclTensorDesc *d,
+    const aclDataBuffer *b, sim_tensor *t)
+{
+    memset(t, 0, sizeof *t);
+    if (d->ndim > SIM_MAX_DIMS) {
+        aclsim_log("%s(%s): %s %d has %d dims (the simulator supports up to %d)", api, op, role, idx, d->ndim,
+            SIM_MAX_DIMS);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    t->dtype = d->dtype;
+    t->ndim = d->ndim;
+    int64_t stride = 1;
+    for (int k = d->ndim - 1; k >= 0; k--) {
+        if (d->dims[k] < 0) {
+            aclsim_log("%s(%s): %s %d has dynamic dim %d = %lld; execution needs static shapes", api, op, role, idx,
+                k, (long long)d->dims[k]);
+            return ACL_ERROR_INVALID_PARAM;
+        }
+        t->dims[k] = d->dims[k];
+        t->strides[k] = stride;
+        if (d->dims[k] > 1 && __builtin_mul_overflow(stride, d->dims[k], &stride)) return ACL_ERROR_INVALID_PARAM;
+    }
+    t->data = t->base = b->data;
+    t->bytes = b->size;
+    size_t need = aclGetTensorDescSize(d);
+    if (need == 0 && aclGetTensorDescElementCount(d) != 0 && kern_dtype_size(d->dtype) != 0) {
+        aclsim_log("%s(%s): %s %d description size overflows", api, op, role, idx);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    if (b->size < need) {
+        aclsim_log("%s(%s): %s %d buffer holds %zu bytes but its description needs %zu", api, op, role, idx,
+            b->size, need);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    return ACL_SUCCESS;
+}
+
+SIM_API aclError aclsim_op_execute(const char *api, const char *opType, int numInputs,
+    const aclTensorDesc *const inputDesc[], const aclDataBuffer *const inputs[], int numOutputs,
+    const aclTensorDesc *const outputDesc[], aclDataBuffer *const outputs[], const aclopAttr *attr,
+    aclrtStream stream)
+{
+    if (!api) api = "aclopExecuteV2";
+    if (!opType) {
+        aclsim_log("%s: opType is NULL", api);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    if (numInputs < 0 || numOutputs < 0) {
+        aclsim_log("%s(%s): negative count (%d inputs, %d outputs)", api, opType, numInputs, numOutputs);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    aclError e;
+    if ((e = check_desc_array(api, "input", numInputs, inputDesc)) ||
+        (e = check_desc_array(api, "output", numOutputs, outputDesc)))
+        return e;
+    if (all_outputs_empty(numOutputs, outputDesc)) return ACL_SUCCESS;
+    if ((e = check_buffer_array(api, "input", numInputs, inputs)) ||
+        (e = check_buffer_array(api, "output", numOutputs, (const aclDataBuffer *const *)outputs)))
+        return e;
+    if (attr && !attr_ok(attr)) {
+        aclsim_log("%s(%s): attr %p is not a live op attribute set", api, opType, (const void *)attr);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    if ((e = aclsim_check_ready())) return e;
+    if ((e = aclsim_stream_check(stream))) return e;
+    if (aclsim_fault_hit(SIM_FAULT_OP)) return ACL_ERROR_RT_AICORE_EXCEPTION;
+
+    int nt = numInputs + numOutputs;
+    int na = attr ? attr->n : 0;
+    sim_tensor *t = calloc((size_t)(nt ? nt : 1), sizeof *t);
+    sim_attr *sa = calloc((size_t)(na ? na : 1), sizeof *sa);
+    unsigned char *host = calloc((size_t)(numInputs ? numInputs : 1), 1);
+    if (!t || !sa || !host) { free(t); free(sa); free(host); return ACL_ERROR_BAD_ALLOC; }
+    for (int i = 0; i < numInputs && !e; i++) {
+        e = desc_to_tensor(api, opType, "input", i, inputDesc[i], inputs[i], &t[i]);
+        host[i] = inputDesc[i]->placement != ACL_MEMTYPE_DEVICE;
+    }
+    for (int j = 0; j < numOutputs && !e; j++) {
+        if (outputDesc[j]->placement != ACL_MEMTYPE_DEVICE) {
+            aclsim_log("%s(%s): output %d is placed in host memory (not supported)", api, opType, j);
+            e = ACL_ERROR_API_NOT_SUPPORT;
+            break;
+        }
+        e = desc_to_tensor(api, opType, "output", j, outputDesc[j], outputs[j], &t[numInputs + j]);
+    }
+    for (int k = 0; k < na; k++) {
+        const op_attr_item *it = &attr->items[k];
+        snprintf(sa[k].name, sizeof sa[k].name, "%s", it->name);
+        sa[k].type = it->type;
+        sa[k].i = it->i;
+        sa[k].f = it->f;
+    }
+    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, na, host);
+    free(t);
+    free(sa);
+    free(host);
+    return e;
+}
+
+ACL_FUNC_VISIBILITY aclError aclopExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
+    const aclDataBuffer *const inputs[], int numOutputs, const aclTensorDesc *const outputDesc[],
+    aclDataBuffer *const outputs[], const aclopAttr *attr, aclrtStream stream)
+{
+    return aclsim_op_execute("aclopExecute", opType, numInputs, inputDesc, inputs, numOutputs, outputDesc, outputs,
+        attr, stream);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopExecuteV2(const char *opType, int numInputs, aclTensorDesc *inputDesc[],
+    aclDataBuffer *inputs[], int numOutputs, aclTensorDesc *outputDesc[], aclDataBuffer *outputs[],
+    aclopAttr *attr, aclrtStream stream)
+{
+    return aclsim_op_execute("aclopExecuteV2", opType, numInputs, (const aclTensorDesc *const *)inputDesc,
+        (const aclDataBuffer *const *)inputs, numOutputs, (const aclTensorDesc *const *)outputDesc, outputs, attr,
+        stream);
+}

@@ -1,0 +1,545 @@
+/* Streams and events. Every stream (including each device's default stream) has
+ * a worker thread that runs its queued work in order, so work is genuinely
+ * asynchronous to the host: a program that forgets to synchronise sees the race.
+ * Simulated time: an item starts at max(stream clock, host time at enqueue)
+ * and ends start + cost; events carry the simulated time of their record; a
+ * stream waiting on an event cannot start before the event's time. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "rt/rt.h"
+
+typedef struct sim_node { sim_work *w; uint64_t host_ns; struct sim_node *next; } sim_node;
+
+/* Per-stream simulated time, kept after the stream is destroyed (stats). */
+typedef struct sim_stream_rec { int dev, id; atomic_ullong clock; struct sim_stream_rec *next; } sim_stream_rec;
+
+struct sim_stream {
+    uint32_t magic;
+    int dev, id;
+    int dead;
+    pthread_t thr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* work queued or stop */
+    pthread_cond_t idle_cv;      /* an item completed */
+    sim_node *head, *tail;
+    uint64_t enq, done;
+    uint64_t clock;              /* simulated end of the last item */
+    aclError err;                /* sticky until the next synchronize */
+    int stop;
+    sim_stream_rec *rec;
+    sim_stream *next_all;
+};
+
+typedef struct sim_event {
+    uint32_t magic;
+    uint32_t flags;
+    int refs;                    /* handle + queued items referring to it */
+    uint64_t rec_gen, done_gen;  /* records issued / completed */
+    uint64_t time_ns;            /* simulated time of the last completed record */
+} sim_event;
+
+enum { EV_RECORD = 1, EV_WAIT = 2 };
+typedef struct ev_item { int op; sim_event *ev; uint64_t gen; } ev_item;
+
+/* all under g_lock */
+static sim_ptrset g_streams, g_events;
+static sim_stream *g_all_streams;
+static sim_stream_rec *g_recs;
+static int g_next_stream_id[SIM_MAX_DEVICES];
+
+static void event_unref_locked(sim_event *ev) {
+    if (--ev->refs == 0) {
+        ev->magic = 0;
+        free(ev);
+    }
+}
+
+static void free_work(sim_work *w) {
+    if (w->destroy) w->destroy(w);
+    free(w);
+}
+
+SIM_API sim_work *aclsim_work_new(int nranges) {
+    if (nranges < 0) nranges = 0;
+    sim_work *w = calloc(1, sizeof(sim_work) + (size_t)nranges * sizeof(sim_range));
+    if (!w) abort();
+    w->nranges = nranges;
+    w->ranges = nranges ? (sim_range *)(w + 1) : NULL;
+    return w;
+}
+
+static void run_item(sim_stream *s, sim_node *n) {
+    sim_work *w = n->w;
+    uint64_t start = s->clock > n->host_ns ? s->clock : n->host_ns;
+    w->device = s->dev;
+    w->stream_id = s->id;
+    w->start_ns = start;
+    w->end_ns = start + w->cost_ns;
+    aclError rc = 0;
+    if (w->kind == SIM_WORK_EVENT) {
+        ev_item *e = w->payload;
+        pthread_mutex_lock(&g_lock);
+        if (e->op == EV_RECORD) {
+            e->ev->time_ns = start;
+            if (e->gen > e->ev->done_gen) e->ev->done_gen = e->gen;
+            pthread_cond_broadcast(&g_event_cv);
+        } else {
+            while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
+            if (e->ev->time_ns > w->end_ns) w->end_ns = e->ev->time_ns;
+        }
+        event_unref_locked(e->ev);
+        pthread_mutex_unlock(&g_lock);
+    } else if (w->kind == SIM_WORK_HOST_FUNC) {
+        if (w->exec) rc = w->exec(w);
+    } else if (w->flags & SIM_WF_SELF_CHECK) {
+        if (w->exec) rc = w->exec(w);
+    } else {
+        pthread_rwlock_rdlock(&g_mm);
+        rc = aclsim_check_ranges(w->ranges, w->nranges, w->what);
+        if (!rc && w->exec && !g_cfg.phantom) rc = w->exec(w);
+        pthread_rwlock_unlock(&g_mm);
+    }
+    if (!rc) {
+        switch (w->kind) {
+        case SIM_WORK_OP: atomic_fetch_add(&g_stat[ST_OPS], 1); break;
+        case SIM_WORK_COPY: sim_count_copy(w->copy_kind, w->bytes); break;
+        case SIM_WORK_MEMSET: atomic_fetch_add(&g_stat[ST_MEMSETS], 1); break;
+        default: break;
+        }
+    } else if (rc != ACL_ERROR_RT_DEVICE_MEM_ERROR) {
+        aclsim_log("stream %d.%d: %s failed with error %d", s->dev, s->id, w->what[0] ? w->what : "work", rc);
+    }
+    if (w->end_ns < start) w->end_ns = start;
+    s->clock = w->end_ns;
+    atomic_store(&s->rec->clock, s->clock);
+    free_work(w);
+    free(n);
+    pthread_mutex_lock(&s->mu);
+    if (rc && !s->err) s->err = rc;
+    s->done++;
+    pthread_cond_broadcast(&s->idle_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *worker(void *arg) {
+    sim_stream *s = arg;
+    char name[16];
+    snprintf(name, sizeof name, "aclsim-s%d.%d", s->dev, s->id);
+    pthread_setname_np(pthread_self(), name);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        sim_node *n = s->head;
+        if (!n) {
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        s->head = n->next;
+        if (!s->head) s->tail = NULL;
+        pthread_mutex_unlock(&s->mu);
+        run_item(s, n);
+    }
+}
+
+/* caller holds g_lock */
+static sim_stream *stream_new_locked(int dev) {
+    sim_stream *s = calloc(1, sizeof *s);
+    sim_stream_rec *r = calloc(1, sizeof *r);
+    if (!s || !r) abort();
+    s->magic = SIM_MAGIC_STREAM;
+    s->dev = dev;
+    s->id = g_next_stream_id[dev]++;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->idle_cv, NULL);
+    r->dev = dev;
+    r->id = s->id;
+    r->next = g_recs;
+    g_recs = r;
+    s->rec = r;
+    if (pthread_create(&s->thr, NULL, worker, s) != 0) {
+        aclsim_log("cannot start a stream worker thread");
+        abort();
+    }
+    s->next_all = g_all_streams;
+    g_all_streams = s;
+    ps_add(&g_streams, s);
+    return s;
+}
+
+void sim_streams_init_device(int dev) { g_dev[dev].default_stream = stream_new_locked(dev); }
+
+sim_stream *sim_stream_resolve(aclrtStream stream, aclError *err) {
+    *err = aclsim_check_ready();
+    if (*err) return NULL;
+    if (!stream) return g_dev[t_dev].default_stream;
+    pthread_mutex_lock(&g_lock);
+    int ok = ps_has(&g_streams, stream);
+    pthread_mutex_unlock(&g_lock);
+    sim_stream *s = stream;
+    if (!ok || s->dead) {
+        *err = ACL_ERROR_RT_PARAM_INVALID;
+        aclsim_log("stream %p is not a live stream", stream);
+        return NULL;
+    }
+    if (s->dev != t_dev) {
+        *err = ACL_ERROR_RT_STREAM_CONTEXT;
+        aclsim_log("stream %p belongs to device %d, but the current device is %d", stream, s->dev, t_dev);
+        return NULL;
+    }
+    return s;
+}
+
+SIM_API aclError aclsim_stream_check(aclrtStream stream) {
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    return s ? sim_device_check(s->dev) : rc;
+}
+
+SIM_API int aclsim_stream_device(aclrtStream stream) {
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    return s ? s->dev : -1;
+}
+
+static void enqueue(sim_stream *s, sim_work *w) {
+    sim_node *n = malloc(sizeof *n);
+    if (!n) abort();
+    n->w = w;
+    n->host_ns = atomic_load(&g_host_ns);
+    n->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail) s->tail->next = n; else s->head = n;
+    s->tail = n;
+    s->enq++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+SIM_API aclError aclsim_submit(aclrtStream stream, sim_work *w) {
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) {
+        free_work(w);
+        return rc;
+    }
+    if (w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC && (rc = sim_work_tick(s->dev))) {
+        free_work(w);
+        return rc;
+    }
+    enqueue(s, w);
+    return ACL_SUCCESS;
+}
+
+/* Waits until everything queued on `s` before the call has run; timeout_ms < 0
+ * waits forever. Returns and clears the stream's sticky error. */
+static aclError stream_sync(sim_stream *s, int32_t timeout_ms) {
+    struct timespec dl;
+    if (timeout_ms >= 0) {
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += timeout_ms / 1000;
+        dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+    }
+    pthread_mutex_lock(&s->mu);
+    uint64_t target = s->enq;
+    while (s->done < target) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&s->idle_cv, &s->mu);
+        } else if (pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl) == ETIMEDOUT) {
+            pthread_mutex_unlock(&s->mu);
+            return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+        }
+    }
+    aclError rc = s->err;
+    s->err = 0;
+    uint64_t clock = s->clock;
+    pthread_mutex_unlock(&s->mu);
+    sim_note_host_time(clock);
+    if (!rc && atomic_load(&g_dev[s->dev].lost)) rc = ACL_ERROR_RT_DEVICE_TASK_ABORT;
+    return rc;
+}
+
+aclError sim_stream_sync_handle(aclrtStream stream) {
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    return s ? stream_sync(s, -1) : rc;
+}
+
+aclError sim_sync_all(int dev) {
+    sim_stream *list[1024];
+    int n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (sim_stream *s = g_all_streams; s && n < 1024; s = s->next_all)
+        if (!s->dead && (dev < 0 || s->dev == dev)) list[n++] = s;
+    pthread_mutex_unlock(&g_lock);
+    aclError first = 0;
+    for (int i = 0; i < n; i++) {   /* streams are never freed, so this is safe */
+        aclError rc = stream_sync(list[i], -1);
+        if (rc && !first) first = rc;
+    }
+    return first;
+}
+
+uint64_t sim_max_stream_clock(void) {
+    uint64_t m = 0;
+    pthread_mutex_lock(&g_lock);
+    for (sim_stream_rec *r = g_recs; r; r = r->next) {
+        uint64_t c = atomic_load(&r->clock);
+        if (c > m) m = c;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return m;
+}
+
+void sim_stream_stats(FILE *f) {
+    pthread_mutex_lock(&g_lock);
+    int first = 1;
+    /* oldest first */
+    int n = 0;
+    for (sim_stream_rec *r = g_recs; r; r = r->next) n++;
+    sim_stream_rec **v = calloc((size_t)n + 1, sizeof *v);
+    int i = n;
+    for (sim_stream_rec *r = g_recs; r; r = r->next) v[--i] = r;
+    for (i = 0; i < n; i++) {
+        fprintf(f, "%s\n    {\"device\": %d, \"id\": %d, \"sim_ns\": %llu}", first ? "" : ",", v[i]->dev, v[i]->id,
+                (unsigned long long)atomic_load(&v[i]->clock));
+        first = 0;
+    }
+    free(v);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* ---- streams: public API ---- */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag) {
+    if (!stream) return ACL_ERROR_INVALID_PARAM;
+    aclError rc = aclsim_check_ready();
+    if (rc) return rc;
+    pthread_mutex_lock(&g_lock);
+    *stream = stream_new_locked(t_dev);
+    pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream) {
+    return aclrtCreateStreamWithConfig(stream, 0, 0);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
+    if (!stream) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    pthread_mutex_lock(&g_lock);
+    int ok = ps_has(&g_streams, stream);
+    sim_stream *s = stream;
+    if (ok) {
+        ps_del(&g_streams, s);
+        s->dead = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!ok) {
+        aclsim_log("aclrtDestroyStream(%p): not a live stream", stream);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    /* queued work still runs to completion, then the worker exits */
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thr, NULL);
+    sim_note_host_time(s->clock);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream) {
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    return s ? stream_sync(s, -1) : rc;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+    if (timeout < -1) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    return s ? stream_sync(s, timeout) : rc;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
+    if (!status) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    pthread_mutex_lock(&s->mu);
+    *status = s->done == s->enq ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    pthread_mutex_unlock(&s->mu);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void) {
+    aclError rc = aclsim_check_ready();
+    if (rc == ACL_ERROR_RT_DEVICE_TASK_ABORT) {
+        sim_sync_all(t_dev);
+        return rc;
+    }
+    if (rc) return rc;
+    return sim_sync_all(t_dev);
+}
+
+static aclError host_func_exec(sim_work *w) {
+    aclrtHostFunc fn = (aclrtHostFunc)(uintptr_t)w->bytes;
+    fn(w->payload);
+    return 0;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) {
+    if (!fn) return ACL_ERROR_INVALID_PARAM;
+    sim_work *w = aclsim_work_new(0);
+    snprintf(w->what, sizeof w->what, "aclrtLaunchHostFunc");
+    w->kind = SIM_WORK_HOST_FUNC;
+    w->exec = host_func_exec;
+    w->bytes = (uint64_t)(uintptr_t)fn;   /* the function travels in `bytes`: payload is the user's */
+    w->payload = args;
+    return aclsim_submit(stream, w);
+}
+
+/* ---- events ---- */
+static aclError event_create(aclrtEvent *event, uint32_t flags) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    aclError rc = aclsim_check_ready();
+    if (rc) return rc;
+    sim_event *ev = calloc(1, sizeof *ev);
+    if (!ev) return ACL_ERROR_BAD_ALLOC;
+    ev->magic = SIM_MAGIC_EVENT;
+    ev->flags = flags;
+    ev->refs = 1;
+    pthread_mutex_lock(&g_lock);
+    ps_add(&g_events, ev);
+    pthread_mutex_unlock(&g_lock);
+    *event = ev;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event) { return event_create(event, ACL_EVENT_SYNC); }
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag) {
+    return event_create(event, flag);
+}
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag) {
+    return event_create(event, flag);
+}
+
+/* Looks the event up and takes a reference (g_lock held on success). */
+static sim_event *event_get_locked(aclrtEvent event) {
+    pthread_mutex_lock(&g_lock);
+    if (event && ps_has(&g_events, event)) return event;
+    pthread_mutex_unlock(&g_lock);
+    aclsim_log("event %p is not a live event", event);
+    return NULL;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    sim_event *ev = event_get_locked(event);
+    if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
+    ps_del(&g_events, ev);
+    event_unref_locked(ev);
+    pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+static void free_payload(sim_work *w) { free(w->payload); }
+
+static aclError event_enqueue(aclrtEvent event, aclrtStream stream, int op) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    sim_event *ev = event_get_locked(event);
+    if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
+    uint64_t gen = op == EV_RECORD ? ++ev->rec_gen : ev->rec_gen;
+    if (op == EV_WAIT && gen == 0) {   /* never recorded: nothing to wait for */
+        pthread_mutex_unlock(&g_lock);
+        return ACL_SUCCESS;
+    }
+    ev->refs++;
+    pthread_mutex_unlock(&g_lock);
+    sim_work *w = aclsim_work_new(0);
+    ev_item *e = malloc(sizeof *e);
+    if (!e) abort();
+    *e = (ev_item){op, ev, gen};
+    snprintf(w->what, sizeof w->what, op == EV_RECORD ? "aclrtRecordEvent" : "aclrtStreamWaitEvent");
+    w->kind = SIM_WORK_EVENT;
+    w->payload = e;
+    w->destroy = free_payload;
+    enqueue(s, w);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+    return event_enqueue(event, stream, EV_RECORD);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+    return event_enqueue(event, stream, EV_WAIT);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    sim_event *ev = event_get_locked(event);
+    if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
+    pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
+    if (!event || !status) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    sim_event *ev = event_get_locked(event);
+    if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
+    *status = ev->done_gen >= ev->rec_gen ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status) {
+    if (!status) return ACL_ERROR_INVALID_PARAM;
+    aclrtEventRecordedStatus st;
+    aclError rc = aclrtQueryEventStatus(event, &st);
+    if (!rc) *status = st == ACL_EVENT_RECORDED_STATUS_COMPLETE ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+    return rc;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event) {
+    if (!event) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    sim_event *ev = event_get_locked(event);
+    if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
+    uint64_t gen = ev->rec_gen;
+    ev->refs++;   /* keep it alive if destroyed while we wait */
+    while (ev->done_gen < gen) pthread_cond_wait(&g_event_cv, &g_lock);
+    uint64_t t = ev->time_ns;
+    event_unref_locked(ev);
+    pthread_mutex_unlock(&g_lock);
+    sim_note_host_time(t);
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) {
+    if (!ms || !startEvent || !endEvent) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    pthread_mutex_lock(&g_lock);
+    sim_event *a = startEvent, *b = endEvent;
+    aclError rc = 0;
+    if (!ps_has(&g_events, a) || !ps_has(&g_events, b)) rc = ACL_ERROR_RT_PARAM_INVALID;
+    else if (!a->rec_gen || !b->rec_gen || a->done_gen < a->rec_gen || b->done_gen < b->rec_gen)
+        rc = ACL_ERROR_RT_EVENT_NOT_COMPLETE;
+    else
+        *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}

@@ -1,0 +1,4 @@
+/* Stand-in for libacl_tdt_channel.so: torch_npu lists it as NEEDED. The simulator implements
+ * none of its functions yet; the library exists so that loading succeeds, and a
+ * lookup of a missing function fails the way it would on a CANN install lacking it. */
+int aclsim_acl_tdt_channel_present __attribute__((visibility("default"))) = 1;

@@ -1,0 +1,112 @@
+//! Shared helpers for the integration tests: run a workload program on the
+//! simulated runtime (optionally under LD_PRELOAD=libu3m.so) and read what it
+//! printed and the simulator's statistics.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[allow(unused_imports)]
+pub use aclsim::{app, apps_dir, target_dir};
+
+/// What one run of a program produced.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// ACLSIM_STATS JSON written at exit (Null if the program wrote none).
+    pub stats: serde_json::Value,
+}
+
+impl Run {
+    /// Value of the last `key=value` or `key: value` fact on stdout.
+    pub fn fact(&self, key: &str) -> Option<String> {
+        facts(&self.stdout).remove(key)
+    }
+    pub fn must_succeed(self) -> Self {
+        assert_eq!(self.code, 0, "program failed ({}):\nstdout:\n{}\nstderr:\n{}", self.code, self.stdout, self.stderr);
+        self
+    }
+    pub fn stat_u64(&self, path: &[&str]) -> u64 {
+        let mut v = &self.stats;
+        for p in path {
+            v = match p.parse::<usize>() {
+                Ok(i) => &v[i],
+                Err(_) => &v[*p],
+            };
+        }
+        v.as_u64().unwrap_or_else(|| panic!("stats {path:?} missing in {}", self.stats))
+    }
+}
+
+/// Every `key=value` token and `key: value` line on stdout; later ones win.
+pub fn facts(stdout: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for line in stdout.lines() {
+        if let Some((k, v)) = line.split_once(": ") {
+            if !k.contains(' ') {
+                m.insert(k.trim().to_string(), v.trim().to_string());
+                continue;
+            }
+        }
+        for tok in line.split_whitespace() {
+            if let Some((k, v)) = tok.split_once('=') {
+                m.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    m
+}
+
+/// A unique scratch directory for one test (removed by the OS's tmp cleaning;
+/// tests keep their files small).
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("u3m-test-{}-{}", name, std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `program args...` with `env` on the simulator; collects output and the
+/// statistics file. ACLSIM_* variables from the caller's environment are
+/// removed so tests are hermetic.
+pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_path(&app(program), args, env)
+}
+
+pub fn run_path(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let dir = scratch("run");
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let stats = dir.join(format!("stats-{n}.json"));
+    let _ = std::fs::remove_file(&stats);
+    let mut cmd = Command::new(path);
+    cmd.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("ACLSIM_STATS", &stats);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    let stats_v = std::fs::read_to_string(&stats)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let _ = std::fs::remove_file(&stats);
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stats: stats_v,
+    }
+}
+
+/// Path of libu3m.so built alongside the simulator.
+pub fn libu3m() -> PathBuf {
+    target_dir().join("libu3m.so")
+}
