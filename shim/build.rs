@@ -13,7 +13,11 @@ use std::process::Command;
 
 /// (library file, source directory under shim/src, extra libraries it links)
 const LIBS: &[(&str, &str, &[&str])] = &[
-    ("libascendcl.so", "rt", &[]),
+    // rt* kernel launch and the Msprof* reporting interface: NEEDED by
+    // libascendcl.so, as on CANN, so that torch_npu's imports resolve
+    ("libruntime.so", "runtime", &[]),
+    ("libprofapi.so", "profapi", &[]),
+    ("libascendcl.so", "rt", &["runtime", "profapi"]),
     ("libnnopbase.so", "nnopbase", &["ascendcl"]),
     ("libopapi.so", "opapi", &["nnopbase", "ascendcl"]),
     ("libhccl.so", "hccl", &["ascendcl"]),
@@ -64,9 +68,13 @@ fn main() {
             // interposer sees each application call exactly once
             .arg("-Wl,-Bsymbolic-functions")
             .arg("-Wl,--no-undefined");
+        // NEEDED even when no symbol is used (libascendcl -> libruntime,
+        // libprofapi: the real dependency tree that torch_npu relies on)
+        cmd.arg("-Wl,--no-as-needed");
         for d in *deps {
             cmd.arg(format!("-l{d}"));
         }
+        cmd.arg("-Wl,--as-needed");
         cmd.args(["-lm", "-ldl"]);
         run(cmd, lib);
     }

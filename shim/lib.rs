@@ -22,6 +22,8 @@ pub fn app(name: &str) -> PathBuf {
 
 /// The stand-in libraries the build produces, in dependency order.
 pub const LIBRARIES: &[&str] = &[
+    "libruntime.so",
+    "libprofapi.so",
     "libascendcl.so",
     "libnnopbase.so",
     "libopapi.so",

@@ -1,4 +1,14 @@
-//! libu3m.so: the LD_PRELOAD interposer. Thin FFI shells (hooks) over the
-//! engine in `u3m-core`.
+//! libu3m.so: the LD_PRELOAD interposer. Thin FFI shells (`hooks/`) decode C
+//! arguments and tell the engine (in `u3m-core`, plain Rust with no exports)
+//! what was allocated and touched; `dl` overrides dlsym/dlvsym so lookups
+//! through library handles end at the same hooks.
+
+mod dl;
+mod elf;
+mod ffi;
+mod guard;
+pub mod hooks;
+pub mod init;
+mod real;
 
 pub use u3m_core::VERSION;

@@ -5,6 +5,12 @@
 //! crate into a test or a tool never interposes anything.
 
 pub mod config;
+pub mod engine;
+pub mod heat;
+pub mod opclass;
+pub mod monitor;
+pub mod shm;
+pub mod trace;
 
 /// Version of u3m, reported by the CLI and written into the stats segment.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

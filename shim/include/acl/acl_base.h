@@ -58,6 +58,7 @@ static const int ACL_ERROR_DRV_FAILURE = 500004;
 #define ACL_ERROR_RT_INVALID_MEMORY_TYPE    107016
 #define ACL_ERROR_RT_INVALID_HANDLE         107017
 #define ACL_ERROR_RT_INVALID_MALLOC_TYPE    107018
+#define ACL_ERROR_RT_THREAD_SUBSCRIBE       107012
 #define ACL_ERROR_RT_WAIT_TIMEOUT           107019
 #define ACL_ERROR_RT_TASK_TIMEOUT           107020
 #define ACL_ERROR_RT_DEVICE_TASK_ABORT      107022
@@ -142,6 +143,19 @@ typedef enum {
 } aclLogLevel;
 
 typedef enum {
+  ACL_OPT_DETERMINISTIC = 0,
+  ACL_OPT_ENABLE_DEBUG_KERNEL = 1,
+  ACL_OPT_STRONG_CONSISTENCY = 2
+} aclSysParamOpt;
+
+typedef enum {
+  ACL_DEVICE_INFO_UNDEFINED = -1,
+  ACL_DEVICE_INFO_AI_CORE_NUM = 0,
+  ACL_DEVICE_INFO_VECTOR_CORE_NUM = 1,
+  ACL_DEVICE_INFO_L2_SIZE = 2
+} aclDeviceInfo;
+
+typedef enum {
     ACL_MEMTYPE_DEVICE = 0,
     ACL_MEMTYPE_HOST = 1,
     ACL_MEMTYPE_HOST_COMPILE_INDEPENDENT = 2
@@ -160,6 +174,7 @@ ACL_FUNC_VISIBILITY size_t aclDataTypeSize(aclDataType dataType);
 ACL_FUNC_VISIBILITY void aclAppLog(aclLogLevel logLevel, const char *func, const char *file, uint32_t line,
     const char *fmt, ...);
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName();
+ACL_FUNC_VISIBILITY aclError aclGetDeviceCapability(uint32_t deviceId, aclDeviceInfo deviceInfo, int64_t *value);
 
 /* tensor descriptions (real header: acl/acl_base_mdl.h) */
 ACL_FUNC_VISIBILITY aclTensorDesc *aclCreateTensorDesc(aclDataType dataType, int numDims, const int64_t *dims,
@@ -172,6 +187,9 @@ ACL_FUNC_VISIBILITY size_t aclGetTensorDescElementCount(const aclTensorDesc *des
 ACL_FUNC_VISIBILITY size_t aclGetTensorDescNumDims(const aclTensorDesc *desc);
 ACL_FUNC_VISIBILITY aclError aclGetTensorDescDimV2(const aclTensorDesc *desc, size_t index, int64_t *dimSize);
 ACL_FUNC_VISIBILITY aclError aclSetTensorPlaceMent(aclTensorDesc *desc, aclMemType memType);
+ACL_FUNC_VISIBILITY aclError aclSetTensorFormat(aclTensorDesc *desc, aclFormat format);
+ACL_FUNC_VISIBILITY aclError aclSetTensorShape(aclTensorDesc *desc, int numDims, const int64_t *dims);
+ACL_FUNC_VISIBILITY void aclSetTensorDescName(aclTensorDesc *desc, const char *name);
 
 #ifdef __cplusplus
 }

@@ -48,3 +48,56 @@ ACL_FUNC_VISIBILITY aclError aclopCompileAndExecuteV2(const char *opType, int nu
         (const aclDataBuffer *const *)inputs, numOutputs, (const aclTensorDesc *const *)outputDesc, outputs, attr,
         stream);
 }
+
+/* ---- compile options (aclSetCompileopt / aclGetCompileopt) ----
+ * Process-wide settings of the (simulated) operator compiler. Nothing is
+ * compiled, so they change no result: the simulated kernels are always
+ * deterministic, compute f32 in f32 (no precision-mode downcast) and never
+ * JIT-compile. They are kept so that a reader gets back what was set, as on
+ * CANN; an option never set reads as the empty string. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_COMPILE_OPTS ((int)ACL_OP_DEBUG_OPTION + 1)
+static pthread_mutex_t g_opt_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *g_opt[N_COMPILE_OPTS];
+
+ACL_FUNC_VISIBILITY aclError aclSetCompileopt(aclCompileOpt opt, const char *value)
+{
+    if ((int)opt < 0 || (int)opt >= N_COMPILE_OPTS || !value) return ACL_ERROR_INVALID_PARAM;
+    if (strlen(value) >= 4096) {
+        aclsim_log("aclSetCompileopt(%d): value longer than 4095 bytes", (int)opt);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    char *v = strdup(value);
+    if (!v) return ACL_ERROR_BAD_ALLOC;
+    pthread_mutex_lock(&g_opt_mu);
+    free(g_opt[opt]);
+    g_opt[opt] = v;
+    pthread_mutex_unlock(&g_opt_mu);
+    return ACL_SUCCESS;
+}
+
+/* bytes needed for the value including its terminating NUL; 0 for a bad option */
+ACL_FUNC_VISIBILITY size_t aclGetCompileoptSize(aclCompileOpt opt)
+{
+    if ((int)opt < 0 || (int)opt >= N_COMPILE_OPTS) return 0;
+    pthread_mutex_lock(&g_opt_mu);
+    size_t n = (g_opt[opt] ? strlen(g_opt[opt]) : 0) + 1;
+    pthread_mutex_unlock(&g_opt_mu);
+    return n;
+}
+
+ACL_FUNC_VISIBILITY aclError aclGetCompileopt(aclCompileOpt opt, char *value, size_t length)
+{
+    if ((int)opt < 0 || (int)opt >= N_COMPILE_OPTS || !value || length == 0) return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&g_opt_mu);
+    const char *v = g_opt[opt] ? g_opt[opt] : "";
+    size_t n = strlen(v);
+    aclError rc = ACL_SUCCESS;
+    if (n + 1 > length) rc = ACL_ERROR_INVALID_PARAM;
+    else memcpy(value, v, n + 1);
+    pthread_mutex_unlock(&g_opt_mu);
+    return rc;
+}

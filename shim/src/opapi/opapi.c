@@ -27,8 +27,10 @@
 #include "aclnnop/aclnn_ops.h"
 #include "nnopbase/aclnn_objects.h"
 
-#define NN_MAX_TENSORS 64
-#define NN_MAX_ATTRS 16
+/* foreach operators pass whole parameter lists (op-plugin splits them at
+ * 48 tensors per list, up to 3 lists plus the outputs) */
+#define NN_MAX_TENSORS 256
+#define NN_MAX_ATTRS 80
 
 /* Arguments of one operator being prepared. The first error sticks: later
  * helper calls become no-ops and nn_finish returns it. */
@@ -178,6 +180,32 @@ static float nn_scalar_float(nn_call *c, const aclScalar *h, const char *name)
         nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has unsupported data type %d", name, s->dtype);
         return 0.0f;
     }
+}
+
+/* A host scalar as an attribute, keeping its kind: an integer (or bool)
+ * scalar becomes an int attribute (exact), a floating one a float attribute
+ * (the precision the float32 kernels compute with). */
+static void nn_attr_scalar(nn_call *c, const char *attr, const aclScalar *h, const char *name)
+{
+    if (c->err) return;
+    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return; }
+    const aclScalar *s = (const aclScalar *)aclsim_nn_lookup(h, NN_SCALAR);
+    if (!s) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclScalar", name, (const void *)h); return; }
+    int64_t iv;
+    switch (s->dtype) {
+    case ACL_INT8: iv = *(const int8_t *)s->value; break;
+    case ACL_UINT8: case ACL_BOOL: iv = s->value[0]; break;
+    case ACL_INT16: { int16_t v; memcpy(&v, s->value, 2); iv = v; break; }
+    case ACL_UINT16: { uint16_t v; memcpy(&v, s->value, 2); iv = v; break; }
+    case ACL_INT32: { int32_t v; memcpy(&v, s->value, 4); iv = v; break; }
+    case ACL_UINT32: { uint32_t v; memcpy(&v, s->value, 4); iv = v; break; }
+    case ACL_INT64: case ACL_UINT64: memcpy(&iv, s->value, 8); break;
+    default:
+        nn_attr_float(c, attr, nn_scalar_float(c, h, name));
+        return;
+    }
+    if (s->dtype == ACL_BOOL) iv = iv != 0;
+    nn_attr_int(c, attr, iv);
 }
 
 /* Validation errors of the core (shape, dtype, counts) are argument errors. */
@@ -332,3 +360,629 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnSoftmaxGetWorkspaceSize(const aclTensor *se
     return nn_finish(&c, workspaceSize, executor);
 }
 NN_LAUNCHER(aclnnSoftmax)
+
+/* ============================================================================
+ * The operators of a PyTorch training step, as torch_npu's op-plugin calls
+ * them (prototypes: the CANN aclnnop/aclnn_*.h headers; op-plugin passes
+ * at::Scalar as an aclScalar of DOUBLE, INT64 or BOOL). Kernels:
+ * rt/kernels_nn.c (and kernels.c for MatMul, Add/Sub/Mul, Relu, Fill).
+ * ========================================================================= */
+
+/* Binary tensor-tensor op; with_alpha: the required alpha scalar scales other. */
+static aclnnStatus nn_binary(const char *api, const char *op, const aclTensor *self, const aclTensor *other,
+    int with_alpha, const aclScalar *alpha, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, op);
+    nn_in(&c, self, "self");
+    nn_in(&c, other, "other");
+    nn_out(&c, out, "out");
+    if (with_alpha) nn_attr_scalar(&c, "alpha", alpha, "alpha");
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+/* Tensor-scalar op: out = self op value (alpha scales value for Adds/Subs). */
+static aclnnStatus nn_scalar_op(const char *api, const char *op, const aclTensor *self, const aclScalar *value,
+    const aclScalar *alpha, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, op);
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    nn_attr_scalar(&c, "value", value, "other");
+    if (alpha) nn_attr_scalar(&c, "alpha", alpha, "alpha");
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+/* Unary op: out = f(self). */
+static aclnnStatus nn_unary(const char *api, const char *op, const aclTensor *self, const aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, op);
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+/* ---- tensor-tensor arithmetic ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceAddGetWorkspaceSize(aclTensor *selfRef, const aclTensor *other,
+    const aclScalar *alpha, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnInplaceAdd", "Add", selfRef, other, 1, alpha, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceAdd)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnSubGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnSub", "Sub", self, other, 1, alpha, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnSub)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceSubGetWorkspaceSize(aclTensor *selfRef, const aclTensor *other,
+    const aclScalar *alpha, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnInplaceSub", "Sub", selfRef, other, 1, alpha, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceSub)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceMulGetWorkspaceSize(aclTensor *selfRef, const aclTensor *other,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnInplaceMul", "Mul", selfRef, other, 0, NULL, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceMul)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnDiv", "RealDiv", self, other, 0, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnDiv)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceDivGetWorkspaceSize(aclTensor *selfRef, const aclTensor *other,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnInplaceDiv", "RealDiv", selfRef, other, 0, NULL, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceDiv)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMaximumGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnMaximum", "Maximum", self, other, 0, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMaximum)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMinimumGetWorkspaceSize(const aclTensor *self, const aclTensor *other,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_binary("aclnnMinimum", "Minimum", self, other, 0, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMinimum)
+
+/* ---- tensor-scalar arithmetic ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnAdds", "Adds", self, other, alpha, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnAdds)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceAddsGetWorkspaceSize(aclTensor *selfRef, const aclScalar *other,
+    const aclScalar *alpha, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnInplaceAdds", "Adds", selfRef, other, alpha, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceAdds)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnSubsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    const aclScalar *alpha, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnSubs", "Subs", self, other, alpha, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnSubs)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceSubsGetWorkspaceSize(aclTensor *selfRef, const aclScalar *other,
+    const aclScalar *alpha, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnInplaceSubs", "Subs", selfRef, other, alpha, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceSubs)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMulsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnMuls", "Muls", self, other, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMuls)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceMulsGetWorkspaceSize(aclTensor *selfRef, const aclScalar *other,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnInplaceMuls", "Muls", selfRef, other, NULL, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceMuls)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnDivsGetWorkspaceSize(const aclTensor *self, const aclScalar *other,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnDivs", "Divs", self, other, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnDivs)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceDivsGetWorkspaceSize(aclTensor *selfRef, const aclScalar *other,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_scalar_op("aclnnInplaceDivs", "Divs", selfRef, other, NULL, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceDivs)
+
+/* ---- fills and copies ---- */
+
+static aclnnStatus nn_fill(const char *api, aclTensor *selfRef, const aclScalar *value, double constant,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, "Fill");
+    nn_out(&c, selfRef, "selfRef");
+    if (value) nn_attr_scalar(&c, "value", value, "value");
+    else nn_attr_int(&c, "value", (int64_t)constant);
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceZeroGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_fill("aclnnInplaceZero", selfRef, NULL, 0, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceZero)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceOneGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_fill("aclnnInplaceOne", selfRef, NULL, 1, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceOne)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceFillScalarGetWorkspaceSize(aclTensor *selfRef, const aclScalar *value,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!value) {
+        nn_call c;
+        nn_begin(&c, "aclnnInplaceFillScalar", "Fill");
+        nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "value is NULL");
+        return c.err;
+    }
+    return nn_fill("aclnnInplaceFillScalar", selfRef, value, 0, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceFillScalar)
+
+/* selfRef = src, converting the element type; src broadcasts to selfRef */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceCopyGetWorkspaceSize(aclTensor *selfRef, const aclTensor *src,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnInplaceCopy", "ViewCopy");
+    nn_in(&c, src, "src");
+    nn_out(&c, selfRef, "selfRef");
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceCopy)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, const aclDataType dtype,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnCast", "Cast");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    if (!c.err && c.out[0].dtype != (int)dtype)
+        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dtype %d differs from out's data type %d", (int)dtype, c.out[0].dtype);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnCast)
+
+/* ---- matrix products ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat2,
+    aclTensor *out, int8_t cubeMathType, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnMm", "MatMul");
+    nn_in(&c, self, "self");
+    nn_in(&c, mat2, "mat2");
+    nn_out(&c, out, "out");
+    if (!c.err && (cubeMathType < 0 || cubeMathType > 3))
+        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "cubeMathType %d is not one of 0..3", cubeMathType);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMm)
+
+/* out = beta * self + alpha * (mat1 @ mat2) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnAddmmGetWorkspaceSize(const aclTensor *self, const aclTensor *mat1,
+    const aclTensor *mat2, const aclScalar *beta, const aclScalar *alpha, aclTensor *out, int8_t cubeMathType,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnAddmm", "Addmm");
+    nn_in(&c, self, "self");
+    nn_in(&c, mat1, "mat1");
+    nn_in(&c, mat2, "mat2");
+    nn_out(&c, out, "out");
+    nn_attr_scalar(&c, "beta", beta, "beta");
+    nn_attr_scalar(&c, "alpha", alpha, "alpha");
+    if (!c.err && (cubeMathType < 0 || cubeMathType > 3))
+        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "cubeMathType %d is not one of 0..3", cubeMathType);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnAddmm)
+
+/* ---- activations ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnReluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_unary("aclnnRelu", "Relu", self, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnRelu)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceReluGetWorkspaceSize(aclTensor *selfRef, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_unary("aclnnInplaceRelu", "Relu", selfRef, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceRelu)
+
+/* gradInput = self > threshold ? gradOutput : 0 (ReLU backward) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnThresholdBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *self, const aclScalar *threshold, aclTensor *gradInput, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnThresholdBackward", "ThresholdGradV2D");
+    nn_in(&c, gradOutput, "gradOutput");
+    nn_in(&c, self, "self");
+    nn_out(&c, gradInput, "gradInput");
+    nn_attr_scalar(&c, "threshold", threshold, "threshold");
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnThresholdBackward)
+
+/* exact (erf) GELU */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_unary("aclnnGelu", "Gelu", self, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnGelu)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    aclTensor *gradInput, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnGeluBackward", "GeluGrad");
+    nn_in(&c, gradOutput, "gradOutput");
+    nn_in(&c, self, "self");
+    nn_out(&c, gradInput, "gradInput");
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnGeluBackward)
+
+/* GeluV2: approximate 0 = none (erf); 1 = tanh is not simulated */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *self, int64_t approximate,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnGeluV2", "Gelu");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    if (!c.err && approximate != 0)
+        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "approximate=%lld: only 0 (none) is simulated", (long long)approximate);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnGeluV2)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnSqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_unary("aclnnSqrt", "Sqrt", self, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnSqrt)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNegGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_unary("aclnnNeg", "Neg", self, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnNeg)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnExpGetWorkspaceSize(const aclTensor *self, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_unary("aclnnExp", "Exp", self, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnExp)
+
+/* ---- softmax family and loss ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnLogSoftmaxGetWorkspaceSize(const aclTensor *self, int64_t dim, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnLogSoftmax", "LogSoftmaxV2");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    nn_attr_int(&c, "axis", dim);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnLogSoftmax)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnLogSoftmaxBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *output, int64_t dim, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnLogSoftmaxBackward", "LogSoftmaxGrad");
+    nn_in(&c, gradOutput, "gradOutput");
+    nn_in(&c, output, "output");
+    nn_out(&c, out, "out");
+    nn_attr_int(&c, "axis", dim);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnLogSoftmaxBackward)
+
+/* reduction: 0 none, 1 mean, 2 sum */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+    const aclTensor *weight, int64_t reduction, int64_t ignoreIndex, aclTensor *out, aclTensor *totalWeightOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnNLLLoss", "NLLLoss");
+    nn_in(&c, self, "self");
+    nn_in(&c, target, "target");
+    nn_in(&c, weight, "weight");
+    nn_out(&c, out, "out");
+    nn_out(&c, totalWeightOut, "totalWeightOut");
+    nn_attr_int(&c, "reduction", reduction);
+    nn_attr_int(&c, "ignore_index", ignoreIndex);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnNLLLoss)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnNLLLossBackwardGetWorkspaceSize(const aclTensor *gradOutput,
+    const aclTensor *self, const aclTensor *target, const aclTensor *weight, int64_t reduction, int64_t ignoreIndex,
+    const aclTensor *totalWeight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnNLLLossBackward", "NLLLossGrad");
+    nn_in(&c, self, "self");
+    nn_in(&c, gradOutput, "gradOutput");
+    nn_in(&c, target, "target");
+    nn_in(&c, weight, "weight");
+    nn_in(&c, totalWeight, "totalWeight");
+    nn_out(&c, out, "out");
+    nn_attr_int(&c, "reduction", reduction);
+    nn_attr_int(&c, "ignore_index", ignoreIndex);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnNLLLossBackward)
+
+/* ---- reductions ---- */
+
+/* out = sum of self over dims (empty: every dim); dtype is out's type */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim,
+    bool keepDim, aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnReduceSum", "ReduceSumD");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    if (!c.err && !dim) nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "dim is NULL");
+    const aclIntArray *d = c.err ? NULL : (const aclIntArray *)aclsim_nn_lookup(dim, NN_INT_ARRAY);
+    if (!c.err && !d) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dim (%p) is not a live aclIntArray", (const void *)dim);
+    uint32_t mask = 0;
+    for (uint64_t i = 0; !c.err && i < d->n; i++) {
+        int nd = c.in[0].ndim;
+        int64_t ax = d->v[i] < 0 ? d->v[i] + nd : d->v[i];
+        if (ax < 0 || ax >= (nd ? nd : 1))
+            nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dim %lld is out of range for rank %d", (long long)d->v[i], nd);
+        else if (nd) mask |= 1u << ax;
+    }
+    if (!c.err && c.out[0].dtype != (int)dtype)
+        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dtype %d differs from out's data type %d", (int)dtype, c.out[0].dtype);
+    nn_attr_int(&c, "axes", mask);
+    nn_attr_int(&c, "keep_dims", keepDim);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnReduceSum)
+
+/* ---- foreach (torch.optim's multi-tensor path) ---- */
+
+/* A required pointer argument is NULL. */
+static aclnnStatus nn_null(const char *api, const char *what)
+{
+    nn_call c;
+    nn_begin(&c, api, "");
+    nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", what);
+    return c.err;
+}
+
+/* Adds every tensor of a list as an input (or output); returns its length,
+ * or -1 after recording the error. */
+static int64_t nn_list(nn_call *c, const aclTensorList *h, const char *name, int as_out)
+{
+    if (c->err) return -1;
+    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return -1; }
+    const aclTensorList *l = (const aclTensorList *)aclsim_nn_lookup(h, NN_TENSOR_LIST);
+    if (!l) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclTensorList", name, (const void *)h); return -1; }
+    if (l->n == 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s is empty", name); return -1; }
+    for (uint64_t i = 0; i < l->n; i++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s[%llu]", name, (unsigned long long)i);
+        if (as_out) nn_out(c, l->v[i], nm); else nn_in(c, l->v[i], nm);
+    }
+    return c->err ? -1 : (int64_t)l->n;
+}
+
+/* One foreach launch: up to three input lists, an optional scalar (host
+ * aclScalar, a scalar list, or a one-element device tensor), the out list. */
+static aclnnStatus nn_foreach(const char *api, const char *op, const aclTensorList *x1, const aclTensorList *x2,
+    const aclTensorList *x3, const aclScalar *scalar, const aclScalarList *scalars, const aclTensor *scalarTensor,
+    const aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, op);
+    int64_t n = nn_list(&c, x1, "x1", 0);
+    if (x2 && nn_list(&c, x2, "x2", 0) != n && !c.err) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "x1 and x2 differ in length");
+    if (x3 && nn_list(&c, x3, "x3", 0) != n && !c.err) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "x1 and x3 differ in length");
+    if (scalarTensor) {
+        nn_in(&c, scalarTensor, "scalar");
+        nn_attr_int(&c, "scalar_input", 1);
+    }
+    if (nn_list(&c, out, "out", 1) != n && !c.err) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "x1 and out differ in length");
+    nn_attr_int(&c, "n", n);
+    if (scalar) nn_attr_scalar(&c, "scalar", scalar, "scalar");
+    if (scalars && !c.err) {
+        const aclScalarList *sl = (const aclScalarList *)aclsim_nn_lookup(scalars, NN_SCALAR_LIST);
+        if (!sl) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "scalars (%p) is not a live aclScalarList", (const void *)scalars);
+        else if ((int64_t)sl->n != n) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "scalars has %llu elements, the lists %lld",
+            (unsigned long long)sl->n, (long long)n);
+        for (uint64_t i = 0; !c.err && i < sl->n; i++) {
+            char nm[32];
+            snprintf(nm, sizeof nm, "scalar%llu", (unsigned long long)i);
+            nn_attr_scalar(&c, nm, sl->v[i], "scalars[i]");
+        }
+    }
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+#define FOREACH_SCALAR(name, op)                                                                              \
+    ACL_FUNC_VISIBILITY aclnnStatus name##V2GetWorkspaceSize(const aclTensorList *x, const aclScalar *scalar,  \
+        aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)                               \
+    {                                                                                                         \
+        if (!scalar) return nn_null(#name "V2", "scalar"); \
+        return nn_foreach(#name "V2", op, x, NULL, NULL, scalar, NULL, NULL, out, workspaceSize, executor);   \
+    }                                                                                                         \
+    NN_LAUNCHER(name##V2)                                                                                     \
+    ACL_FUNC_VISIBILITY aclnnStatus name##GetWorkspaceSize(const aclTensorList *x, const aclTensor *scalar,    \
+        aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)                               \
+    {                                                                                                         \
+        if (!scalar) return nn_null(#name, "scalar"); \
+        return nn_foreach(#name, op, x, NULL, NULL, NULL, NULL, scalar, out, workspaceSize, executor);        \
+    }                                                                                                         \
+    NN_LAUNCHER(name)                                                                                         \
+    ACL_FUNC_VISIBILITY aclnnStatus name##ListGetWorkspaceSize(const aclTensorList *x,                         \
+        const aclScalarList *scalars, aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor) \
+    {                                                                                                         \
+        if (!scalars) return nn_null(#name "List", "scalars"); \
+        return nn_foreach(#name "List", op, x, NULL, NULL, NULL, scalars, NULL, out, workspaceSize, executor); \
+    }                                                                                                         \
+    NN_LAUNCHER(name##List)
+
+/* aclnnForeachXxxScalar (device scalar), ...ScalarV2 (host scalar), ...ScalarList */
+FOREACH_SCALAR(aclnnForeachAddScalar, "ForeachAddScalar")
+FOREACH_SCALAR(aclnnForeachSubScalar, "ForeachSubScalar")
+FOREACH_SCALAR(aclnnForeachMulScalar, "ForeachMulScalar")
+FOREACH_SCALAR(aclnnForeachDivScalar, "ForeachDivScalar")
+
+#define FOREACH_UNARY(name, op)                                                                               \
+    ACL_FUNC_VISIBILITY aclnnStatus name##GetWorkspaceSize(const aclTensorList *x, aclTensorList *out,         \
+        uint64_t *workspaceSize, aclOpExecutor **executor)                                                   \
+    {                                                                                                         \
+        return nn_foreach(#name, op, x, NULL, NULL, NULL, NULL, NULL, out, workspaceSize, executor);          \
+    }                                                                                                         \
+    NN_LAUNCHER(name)
+
+FOREACH_UNARY(aclnnForeachSqrt, "ForeachSqrt")
+FOREACH_UNARY(aclnnForeachNeg, "ForeachNeg")
+FOREACH_UNARY(aclnnForeachReciprocal, "ForeachReciprocal")
+FOREACH_UNARY(aclnnForeachExp, "ForeachExp")
+
+/* x1 op x2 elementwise; Add/Sub scale x2 by alpha */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachAddListGetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,
+    const aclTensor *alpha, aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!alpha) return nn_null("aclnnForeachAddList", "alpha");
+    return nn_foreach("aclnnForeachAddList", "ForeachAddList", x1, x2, NULL, NULL, NULL, alpha, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachAddList)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachAddListV2GetWorkspaceSize(const aclTensorList *x1,
+    const aclTensorList *x2, const aclScalar *alpha, aclTensorList *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    if (!alpha) return nn_null("aclnnForeachAddListV2", "alpha");
+    return nn_foreach("aclnnForeachAddListV2", "ForeachAddList", x1, x2, NULL, alpha, NULL, NULL, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachAddListV2)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachMulListGetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,
+    aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_foreach("aclnnForeachMulList", "ForeachMulList", x1, x2, NULL, NULL, NULL, NULL, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachMulList)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachDivListGetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,
+    aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_foreach("aclnnForeachDivList", "ForeachDivList", x1, x2, NULL, NULL, NULL, NULL, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachDivList)
+
+/* x1 + weight * (x2 - x1) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachLerpScalarGetWorkspaceSize(const aclTensorList *x1,
+    const aclTensorList *x2, const aclScalar *weight, aclTensorList *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    if (!weight) return nn_null("aclnnForeachLerpScalar", "weight");
+    return nn_foreach("aclnnForeachLerpScalar", "ForeachLerpScalar", x1, x2, NULL, weight, NULL, NULL, out,
+        workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnForeachLerpScalar)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachLerpListGetWorkspaceSize(const aclTensorList *x1,
+    const aclTensorList *x2, const aclTensorList *weight, aclTensorList *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_foreach("aclnnForeachLerpList", "ForeachLerpList", x1, x2, weight, NULL, NULL, NULL, out,
+        workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnForeachLerpList)
+
+/* x1 + scalar * x2 * x3 (Addcmul) or x1 + scalar * x2 / x3 (Addcdiv) */
+#define FOREACH_ADDC(name, op)                                                                                \
+    ACL_FUNC_VISIBILITY aclnnStatus name##V2GetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2, \
+        const aclTensorList *x3, const aclScalar *scalar, aclTensorList *out, uint64_t *workspaceSize,       \
+        aclOpExecutor **executor)                                                                            \
+    {                                                                                                         \
+        if (!scalar) return nn_null(#name "V2", "scalar"); \
+        return nn_foreach(#name "V2", op, x1, x2, x3, scalar, NULL, NULL, out, workspaceSize, executor);       \
+    }                                                                                                         \
+    NN_LAUNCHER(name##V2)                                                                                     \
+    ACL_FUNC_VISIBILITY aclnnStatus name##GetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,   \
+        const aclTensorList *x3, const aclTensor *scalar, aclTensorList *out, uint64_t *workspaceSize,       \
+        aclOpExecutor **executor)                                                                            \
+    {                                                                                                         \
+        if (!scalar) return nn_null(#name, "scalar"); \
+        return nn_foreach(#name, op, x1, x2, x3, NULL, NULL, scalar, out, workspaceSize, executor);            \
+    }                                                                                                         \
+    NN_LAUNCHER(name)                                                                                         \
+    ACL_FUNC_VISIBILITY aclnnStatus name##ListGetWorkspaceSize(const aclTensorList *x1,                        \
+        const aclTensorList *x2, const aclTensorList *x3, const aclScalarList *scalars, aclTensorList *out,  \
+        uint64_t *workspaceSize, aclOpExecutor **executor)                                                   \
+    {                                                                                                         \
+        if (!scalars) return nn_null(#name "List", "scalars"); \
+        return nn_foreach(#name "List", op, x1, x2, x3, NULL, scalars, NULL, out, workspaceSize, executor);    \
+    }                                                                                                         \
+    NN_LAUNCHER(name##List)
+
+FOREACH_ADDC(aclnnForeachAddcmulScalar, "ForeachAddcmulScalar")
+FOREACH_ADDC(aclnnForeachAddcdivScalar, "ForeachAddcdivScalar")

@@ -24,6 +24,11 @@ static atomic_int g_state;          /* 0 never initialised, 1 initialised, 2 fin
 static atomic_int g_stats_written;
 
 /* ---- logging ---- */
+/* The last diagnostic of this thread, for aclGetRecentErrMsg (torch_npu
+ * appends it to the error it raises for a failed call). */
+static __thread char t_recent_msg[1024];
+static __thread int t_recent_set;
+
 SIM_API void aclsim_log(const char *fmt, ...) {
     char buf[1024];
     int n = snprintf(buf, sizeof buf, "aclsim: ");
@@ -32,10 +37,21 @@ SIM_API void aclsim_log(const char *fmt, ...) {
     n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
     va_end(ap);
     if (n > (int)sizeof buf - 2) n = (int)sizeof buf - 2;
+    memcpy(t_recent_msg, buf, (size_t)n);
+    t_recent_msg[n] = 0;
+    t_recent_set = 1;
     buf[n++] = '\n';
     /* one write() so lines from several threads do not interleave */
     ssize_t r = write(2, buf, (size_t)n);
     (void)r;
+}
+
+/* The message of the most recent failure reported on this thread, once
+ * (the real runtime clears it when read); NULL when there is none. */
+ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg() {
+    if (!t_recent_set) return NULL;
+    t_recent_set = 0;
+    return t_recent_msg;
 }
 
 /* ---- configuration ---- */

@@ -471,7 +471,7 @@ static int broadcast_view(const sim_tensor *x, const sim_tensor *y, sim_tensor *
     return 1;
 }
 
-enum { BIN_ADD, BIN_SUB, BIN_MUL };
+enum { BIN_ADD, BIN_SUB, BIN_MUL };   /* also kern_int_binary_run's kinds */
 
 static int bin_kind(const char *t)
 {
@@ -480,10 +480,22 @@ static int bin_kind(const char *t)
     return BIN_ADD;
 }
 
+/* 1 if every input and output has an integer (or bool) element type: the
+ * integer path of kernels_nn.c computes it exactly in int64. */
+static int all_int(const sim_op_args *a)
+{
+    for (int i = 0; i < a->nin; i++)
+        if (!kern_int_dtype(a->in[i].dtype)) return 0;
+    for (int j = 0; j < a->nout; j++)
+        if (!kern_int_dtype(a->out[j].dtype)) return 0;
+    return a->nin + a->nout > 0;
+}
+
 static aclError binary_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 2, 2, 1, 1)) || (e = need_all_float(a, 2))) return e;
+    if ((e = need_counts(a, 2, 2, 1, 1))) return e;
+    if (!all_int(a) && (e = need_all_float(a, 2))) return e;
     const sim_tensor *y = &a->out[0];
     /* y must be exactly the broadcast shape of x1 and x2 */
     int nd = a->in[0].ndim > a->in[1].ndim ? a->in[0].ndim : a->in[1].ndim;
@@ -510,6 +522,7 @@ static aclError binary_check(const sim_op_args *a, uint64_t *flops)
 
 static aclError binary_run(const sim_op_args *a)
 {
+    if (all_int(a)) return kern_int_binary_run(a, bin_kind(a->op_type));
     const sim_tensor *y = &a->out[0];
     sim_tensor v1, v2;
     if (!broadcast_view(&a->in[0], y, &v1) || !broadcast_view(&a->in[1], y, &v2)) return ACL_ERROR_RT_AICORE_EXCEPTION;
@@ -690,13 +703,15 @@ static aclError reducesum_run(const sim_op_args *a)
 static aclError fill_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 0, 1 << 20, 1, 1)) || (e = need_float(a, &a->out[0], "y"))) return e;
+    if ((e = need_counts(a, 0, 1 << 20, 1, 1))) return e;
+    if (!kern_int_dtype(a->out[0].dtype) && (e = need_float(a, &a->out[0], "y"))) return e;
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
 
 static aclError fill_run(const sim_op_args *a)
 {
+    if (kern_int_dtype(a->out[0].dtype)) return kern_int_fill_run(a);
     float *oy;
     float *y = out_f32(&a->out[0], &oy);
     if (!y) return oom(a);
@@ -900,5 +915,14 @@ const sim_kernel_def *kern_find(const char *op_type)
 {
     for (size_t i = 0; i < sizeof g_kernels / sizeof g_kernels[0]; i++)
         if (strcmp(g_kernels[i].name, op_type) == 0) return &g_kernels[i];
-    return NULL;
+    return kern_find_nn(op_type);
 }
+
+/* ------------------------------------------------- shared with kernels_nn.c */
+
+void kern_for_each_row(const sim_tensor *t, kern_row_fn fn, void *ctx) { for_each_row(t, fn, ctx); }
+int kern_broadcast_view(const sim_tensor *x, const sim_tensor *y, sim_tensor *v) { return broadcast_view(x, y, v); }
+const float *kern_in_f32(const sim_op_args *a, const sim_tensor *t, float **owned) { return in_f32(a, t, owned); }
+float *kern_out_f32(const sim_tensor *t, float **owned) { return out_f32(t, owned); }
+void kern_out_f32_done(const sim_tensor *t, float *owned) { out_f32_done(t, owned); }
+void kern_gemm(const float *A, const float *B, float *C, int64_t m, int64_t k, int64_t n) { gemm(A, B, C, m, k, n); }

@@ -155,6 +155,32 @@ int kern_is_contiguous(const sim_tensor *t);
  * ACL_ERROR_INVALID_PARAM (with a message naming `what`). */
 aclError kern_check_tensor(const sim_tensor *t, const char *what);
 
+/* ---- helpers shared by kernels.c and kernels_nn.c ---- */
+
+/* Calls fn(ctx, elem_offset, n, stride, dst_index) for each innermost row of
+ * the view, in row-major order (dst_index: position of the row's first
+ * element in a contiguous row-major copy). */
+typedef void (*kern_row_fn)(void *ctx, int64_t off, int64_t n, int64_t stride, uint64_t idx);
+void kern_for_each_row(const sim_tensor *t, kern_row_fn fn, void *ctx);
+/* x viewed with y's shape (numpy broadcasting: stride 0 on broadcast dims);
+ * 0 if x does not broadcast to y. */
+int kern_broadcast_view(const sim_tensor *x, const sim_tensor *y, sim_tensor *v);
+/* Contiguous f32 copy of a float view (in place when safe; *owned to free). */
+const float *kern_in_f32(const sim_op_args *a, const sim_tensor *t, float **owned);
+float *kern_out_f32(const sim_tensor *t, float **owned);
+void kern_out_f32_done(const sim_tensor *t, float *owned);
+/* C[m,n] = A[m,k] * B[k,n], row-major f32. */
+void kern_gemm(const float *A, const float *B, float *C, int64_t m, int64_t k, int64_t n);
+
+/* kernels_nn.c: the operators torch_npu's training path needs (typed
+ * elementwise ops, casts, reductions, losses, optimizer updates). */
+const sim_kernel_def *kern_find_nn(const char *op_type);
+/* 1 for the integer element types (and bool) the typed kernels handle. */
+int kern_int_dtype(int dt);
+/* Integer paths of the float kernels in kernels.c (Add/Sub/Mul, Fill). */
+aclError kern_int_binary_run(const sim_op_args *a, int kind /* 0 add, 1 sub, 2 mul */);
+aclError kern_int_fill_run(const sim_op_args *a);
+
 /* aclsim_op_check (launch-time validation shared with libopapi) is declared
  * in sim.h. */
 

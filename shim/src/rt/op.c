@@ -4,6 +4,7 @@
  * copies its arguments into a work item and queues it on the stream; the
  * kernel runs on the stream worker after the core's range check.
  * Conventions: docs/simulator-ops.md. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,15 +29,21 @@ struct aclTensorDesc {
     aclDataType dtype;
     aclFormat format;
     aclMemType placement;
+    char *name;             /* aclSetTensorDescName (diagnostics only) */
     int ndim;
-    int64_t dims[];
+    int64_t *dims;          /* separate, so aclSetTensorShape can resize it */
 };
+
+/* Types beyond sim_attr's scalar ones: kept with the attribute set (and
+ * validated) but not passed to kernels, whose attributes are scalars. */
+enum { OP_ATTR_STRING = 100, OP_ATTR_LIST };
 
 typedef struct op_attr_item {
     char *name;
-    int type;               /* enum sim_attr_type */
+    int type;               /* enum sim_attr_type, OP_ATTR_STRING or OP_ATTR_LIST */
     int64_t i;
     float f;
+    void *blob;             /* string or list values (owned) */
 } op_attr_item;
 
 struct aclopAttr {
@@ -120,8 +127,11 @@ ACL_FUNC_VISIBILITY aclTensorDesc *aclCreateTensorDesc(aclDataType dataType, int
         aclsim_log("aclCreateTensorDesc: numDims %d with dims %p", numDims, (const void *)dims);
         return NULL;
     }
-    aclTensorDesc *d = malloc(sizeof *d + (size_t)numDims * sizeof(int64_t));
+    aclTensorDesc *d = malloc(sizeof *d);
     if (!d) return NULL;
+    d->dims = malloc((size_t)(numDims ? numDims : 1) * sizeof(int64_t));
+    if (!d->dims) { free(d); return NULL; }
+    d->name = NULL;
     d->magic = OP_MAGIC_DESC;
     d->dtype = dataType;
     d->format = format;
@@ -141,6 +151,8 @@ ACL_FUNC_VISIBILITY void aclDestroyTensorDesc(const aclTensorDesc *desc)
         return;
     }
     ((aclTensorDesc *)desc)->magic = 0;
+    free(desc->dims);
+    free(desc->name);
     free((void *)desc);
 }
 
@@ -194,6 +206,36 @@ ACL_FUNC_VISIBILITY aclError aclSetTensorPlaceMent(aclTensorDesc *desc, aclMemTy
     return ACL_SUCCESS;
 }
 
+ACL_FUNC_VISIBILITY aclError aclSetTensorFormat(aclTensorDesc *desc, aclFormat format)
+{
+    if (!desc_ok(desc)) return ACL_ERROR_INVALID_PARAM;
+    desc->format = format;
+    return ACL_SUCCESS;
+}
+
+/* Replaces the shape (torch_npu reuses descriptions across launches). */
+ACL_FUNC_VISIBILITY aclError aclSetTensorShape(aclTensorDesc *desc, int numDims, const int64_t *dims)
+{
+    if (!desc_ok(desc) || numDims < 0 || (numDims > 0 && !dims)) return ACL_ERROR_INVALID_PARAM;
+    int64_t *nd = malloc((size_t)(numDims ? numDims : 1) * sizeof(int64_t));
+    if (!nd) return ACL_ERROR_BAD_ALLOC;
+    if (numDims) memcpy(nd, dims, (size_t)numDims * sizeof(int64_t));
+    free(desc->dims);
+    desc->dims = nd;
+    desc->ndim = numDims;
+    return ACL_SUCCESS;
+}
+
+/* void, as in CANN: a bad description or NULL name is ignored. */
+ACL_FUNC_VISIBILITY void aclSetTensorDescName(aclTensorDesc *desc, const char *name)
+{
+    if (!desc_ok(desc) || !name) return;
+    char *n = strdup(name);
+    if (!n) return;
+    free(desc->name);
+    desc->name = n;
+}
+
 /* ------------------------------------------------------------ attributes */
 
 ACL_FUNC_VISIBILITY aclopAttr *aclopCreateAttr(void)
@@ -213,15 +255,19 @@ ACL_FUNC_VISIBILITY void aclopDestroyAttr(const aclopAttr *attr)
         return;
     }
     aclopAttr *a = (aclopAttr *)attr;
-    for (int i = 0; i < a->n; i++) free(a->items[i].name);
+    for (int i = 0; i < a->n; i++) {
+        free(a->items[i].name);
+        free(a->items[i].blob);
+    }
     free(a->items);
     a->magic = 0;
     free(a);
 }
 
-static aclError attr_set(aclopAttr *attr, const char *name, int type, int64_t i, float f)
+/* Sets (or replaces) attribute `name`; takes ownership of `blob`. */
+static aclError attr_set_blob(aclopAttr *attr, const char *name, int type, int64_t i, float f, void *blob)
 {
-    if (!attr_ok(attr) || !name) return ACL_ERROR_INVALID_PARAM;
+    if (!attr_ok(attr) || !name) { free(blob); return ACL_ERROR_INVALID_PARAM; }
     op_attr_item *it = NULL;
     for (int k = 0; k < attr->n; k++)
         if (strcmp(attr->items[k].name, name) == 0) it = &attr->items[k];
@@ -229,19 +275,38 @@ static aclError attr_set(aclopAttr *attr, const char *name, int type, int64_t i,
         if (attr->n == attr->cap) {
             int cap = attr->cap ? attr->cap * 2 : 8;
             op_attr_item *ni = realloc(attr->items, (size_t)cap * sizeof *ni);
-            if (!ni) return ACL_ERROR_BAD_ALLOC;
+            if (!ni) { free(blob); return ACL_ERROR_BAD_ALLOC; }
             attr->items = ni;
             attr->cap = cap;
         }
         char *nm = strdup(name);
-        if (!nm) return ACL_ERROR_BAD_ALLOC;
+        if (!nm) { free(blob); return ACL_ERROR_BAD_ALLOC; }
         it = &attr->items[attr->n++];
         it->name = nm;
+        it->blob = NULL;
     }
+    free(it->blob);
     it->type = type;
     it->i = i;
     it->f = f;
+    it->blob = blob;
     return ACL_SUCCESS;
+}
+
+static aclError attr_set(aclopAttr *attr, const char *name, int type, int64_t i, float f)
+{
+    return attr_set_blob(attr, name, type, i, f, NULL);
+}
+
+/* A copy of n elements of size es (list attributes); NULL values with n > 0
+ * is invalid. */
+static aclError attr_set_list(aclopAttr *attr, const char *name, int n, const void *values, size_t es)
+{
+    if (n < 0 || (n > 0 && !values)) return ACL_ERROR_INVALID_PARAM;
+    void *copy = malloc((size_t)(n ? n : 1) * es);
+    if (!copy) return ACL_ERROR_BAD_ALLOC;
+    if (n) memcpy(copy, values, (size_t)n * es);
+    return attr_set_blob(attr, name, OP_ATTR_LIST, n, 0.0f, copy);
 }
 
 ACL_FUNC_VISIBILITY aclError aclopSetAttrBool(aclopAttr *attr, const char *attrName, uint8_t attrValue)
@@ -259,7 +324,80 @@ ACL_FUNC_VISIBILITY aclError aclopSetAttrFloat(aclopAttr *attr, const char *attr
     return attr_set(attr, attrName, SIM_ATTR_FLOAT, 0, attrValue);
 }
 
+/* a data type is an enum value: an int attribute to the kernels */
+ACL_FUNC_VISIBILITY aclError aclopSetAttrDataType(aclopAttr *attr, const char *attrName, aclDataType attrValue)
+{
+    return attr_set(attr, attrName, SIM_ATTR_INT, attrValue, 0.0f);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrString(aclopAttr *attr, const char *attrName, const char *attrValue)
+{
+    if (!attrValue) return ACL_ERROR_INVALID_PARAM;
+    char *v = strdup(attrValue);
+    if (!v) return ACL_ERROR_BAD_ALLOC;
+    return attr_set_blob(attr, attrName, OP_ATTR_STRING, 0, 0.0f, v);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrListBool(aclopAttr *attr, const char *attrName, int numValues,
+    const uint8_t *values)
+{
+    return attr_set_list(attr, attrName, numValues, values, sizeof *values);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrListInt(aclopAttr *attr, const char *attrName, int numValues,
+    const int64_t *values)
+{
+    return attr_set_list(attr, attrName, numValues, values, sizeof *values);
+}
+
+ACL_FUNC_VISIBILITY aclError aclopSetAttrListFloat(aclopAttr *attr, const char *attrName, int numValues,
+    const float *values)
+{
+    return attr_set_list(attr, attrName, numValues, values, sizeof *values);
+}
+
+/* numLists lists; list k has numValues[k] values at values[k]: flattened */
+ACL_FUNC_VISIBILITY aclError aclopSetAttrListListInt(aclopAttr *attr, const char *attrName, int numLists,
+    const int *numValues, const int64_t *const values[])
+{
+    if (numLists < 0 || (numLists > 0 && (!numValues || !values))) return ACL_ERROR_INVALID_PARAM;
+    size_t total = 0;
+    for (int k = 0; k < numLists; k++) {
+        if (numValues[k] < 0 || (numValues[k] > 0 && !values[k])) return ACL_ERROR_INVALID_PARAM;
+        total += (size_t)numValues[k];
+    }
+    int64_t *flat = malloc((total + (size_t)numLists + 1) * sizeof(int64_t));
+    if (!flat) return ACL_ERROR_BAD_ALLOC;
+    size_t at = 0;
+    for (int k = 0; k < numLists; k++) {
+        flat[at++] = numValues[k];
+        if (numValues[k]) memcpy(flat + at, values[k], (size_t)numValues[k] * sizeof(int64_t));
+        at += (size_t)numValues[k];
+    }
+    return attr_set_blob(attr, attrName, OP_ATTR_LIST, numLists, 0.0f, flat);
+}
+
 /* ------------------------------------------------------------ op launch */
+
+/* ACLSIM_UNKNOWN_OPS=fail: an operator type without a simulated kernel is
+ * refused (ACL_ERROR_OP_NOT_FOUND) instead of running the hash kernel — for
+ * workloads that need real results everywhere, such as torch_npu training
+ * (the hash kernel would silently produce noise). Default: hash. */
+static int g_unknown_fail = -1;
+static pthread_once_t g_unknown_once = PTHREAD_ONCE_INIT;
+static void unknown_ops_load(void)
+{
+    const char *v = getenv("ACLSIM_UNKNOWN_OPS");
+    g_unknown_fail = 0;
+    if (!v || !*v || !strcmp(v, "hash")) return;
+    if (!strcmp(v, "fail")) g_unknown_fail = 1;
+    else aclsim_log("invalid ACLSIM_UNKNOWN_OPS='%s': expected hash or fail (using hash)", v);
+}
+static int unknown_ops_fail(void)
+{
+    pthread_once(&g_unknown_once, unknown_ops_load);
+    return g_unknown_fail;
+}
 
 SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
     int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
@@ -280,7 +418,13 @@ SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int 
         if ((e = kern_check_tensor(&out[j], what))) return e;
     }
     sim_op_args a = { op_type, nin, nout, nattrs, in, out, attrs };
-    const sim_kernel_def *k = kern_is_byte_range_op(&a) ? NULL : kern_find(op_type);
+    int byte_range = kern_is_byte_range_op(&a);
+    const sim_kernel_def *k = byte_range ? NULL : kern_find(op_type);
+    if (!k && !byte_range && unknown_ops_fail()) {
+        aclsim_log("operator type '%s' has no simulated kernel (ACLSIM_UNKNOWN_OPS=fail) -> %d", op_type,
+            ACL_ERROR_OP_NOT_FOUND);
+        return ACL_ERROR_OP_NOT_FOUND;
+    }
     uint64_t fl = 0;
     if (k && (e = k->check(&a, &fl))) return e;
     const sim_attr *fa = kern_attr(&a, "flops");
@@ -539,14 +683,17 @@ SIM_API aclError aclsim_op_execute(const char *api, const char *opType, int numI
         }
         e = desc_to_tensor(api, opType, "output", j, outputDesc[j], outputs[j], &t[numInputs + j]);
     }
+    int nsa = 0;
     for (int k = 0; k < na; k++) {
         const op_attr_item *it = &attr->items[k];
-        snprintf(sa[k].name, sizeof sa[k].name, "%s", it->name);
-        sa[k].type = it->type;
-        sa[k].i = it->i;
-        sa[k].f = it->f;
+        if (it->type != SIM_ATTR_BOOL && it->type != SIM_ATTR_INT && it->type != SIM_ATTR_FLOAT) continue;
+        snprintf(sa[nsa].name, sizeof sa[nsa].name, "%s", it->name);
+        sa[nsa].type = it->type;
+        sa[nsa].i = it->i;
+        sa[nsa].f = it->f;
+        nsa++;
     }
-    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, na, host);
+    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, nsa, host);
     free(t);
     free(sa);
     free(host);

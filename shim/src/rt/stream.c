@@ -28,6 +28,7 @@ struct sim_stream {
     uint64_t enq, done;
     uint64_t clock;              /* simulated end of the last item */
     aclError err;                /* sticky until the next synchronize */
+    int stop_on_failure;         /* aclrtSetStreamFailureMode(ACL_STOP_ON_FAILURE) */
     int stop;
     sim_stream_rec *rec;
     sim_stream *next_all;
@@ -79,7 +80,19 @@ static void run_item(sim_stream *s, sim_node *n) {
     w->start_ns = start;
     w->end_ns = start + w->cost_ns;
     aclError rc = 0;
-    if (w->kind == SIM_WORK_EVENT) {
+    int skip = 0;
+    if (w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
+        /* ACL_STOP_ON_FAILURE: once a task has failed, the stream's later
+         * work is discarded until the error is collected by a synchronize.
+         * Event records and host functions still run, so nothing waiting on
+         * them hangs. */
+        pthread_mutex_lock(&s->mu);
+        skip = s->stop_on_failure && s->err;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (skip) {
+        w->end_ns = start;
+    } else if (w->kind == SIM_WORK_EVENT) {
         ev_item *e = w->payload;
         pthread_mutex_lock(&g_lock);
         if (e->op == EV_RECORD) {
@@ -102,7 +115,9 @@ static void run_item(sim_stream *s, sim_node *n) {
         if (!rc && w->exec && !g_cfg.phantom) rc = w->exec(w);
         pthread_rwlock_unlock(&g_mm);
     }
-    if (!rc) {
+    if (skip) {
+        /* nothing ran: no statistics */
+    } else if (!rc) {
         switch (w->kind) {
         case SIM_WORK_OP: atomic_fetch_add(&g_stat[ST_OPS], 1); break;
         case SIM_WORK_COPY: sim_count_copy(w->copy_kind, w->bytes); break;
@@ -321,6 +336,20 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, ui
     pthread_mutex_lock(&g_lock);
     *stream = stream_new_locked(t_dev);
     pthread_mutex_unlock(&g_lock);
+    return ACL_SUCCESS;
+}
+
+/* ACL_CONTINUE_ON_FAILURE (the default): later tasks run after a failed one;
+ * ACL_STOP_ON_FAILURE: they are discarded until the next synchronize. The
+ * default stream cannot be configured (NULL is an invalid argument). */
+ACL_FUNC_VISIBILITY aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode) {
+    if (!stream || (mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE)) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    pthread_mutex_lock(&s->mu);
+    s->stop_on_failure = mode == ACL_STOP_ON_FAILURE;
+    pthread_mutex_unlock(&s->mu);
     return ACL_SUCCESS;
 }
 

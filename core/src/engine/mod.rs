@@ -1,0 +1,681 @@
+//! The engine the interposer drives: what was allocated, what was touched,
+//! reported live. Plain Rust with no exports: `libu3m.so`'s hooks decode C
+//! arguments and call these methods; the offline replayer will drive the same
+//! code. Observe mode (this module) moves nothing.
+//!
+//! Hot-path methods (`op`, `copy`, `memset`, `collective`, `count_call`) use
+//! atomics only: the heat table's lock-free `touch`, relaxed counters in the
+//! stats segment, the trace recorder's lock-free queue. Allocation-side methods
+//! are cold and may lock.
+
+mod ids;
+mod publish;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::config::{Config, LogLevel};
+use crate::heat::{Access, AllocKind, HeatTable};
+use crate::monitor::Monitor;
+use crate::opclass::{self, OpClass};
+use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
+use crate::trace::event::{CopyKind, Range as TraceRange};
+use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
+
+pub use crate::heat::PinReason;
+use ids::SmallIds;
+
+/// Most ranges one launch reports (more are cut and counted).
+pub const MAX_OP_RANGES: usize = 64;
+
+/// A device range an operation touches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Range {
+    pub addr: u64,
+    pub len: u64,
+    pub write: bool,
+}
+
+impl Range {
+    pub const ZERO: Range = Range { addr: 0, len: 0, write: false };
+}
+
+/// Which call allocated device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocApi {
+    Malloc,
+    MallocAlign32,
+    MallocCached,
+    MallocWithCfg,
+    MallocPhysical,
+}
+
+// stats-segment tiers and copy kinds
+const TIER_HBM: usize = 0;
+
+/// Per physical handle: device, size, and where it is mapped.
+struct Handle {
+    dev: u32,
+    size: u64,
+    maps: Vec<u64>,
+    exported: bool,
+}
+
+pub struct Engine {
+    cfg: Config,
+    heat: HeatTable,
+    seg: Option<StatsSegment>,
+    rec: Option<Recorder>,
+    seq: AtomicU64,
+    streams: SmallIds,
+    pid: u32,
+    aclnn_launches: AtomicU64,
+    tensors: AtomicU64,
+    cut_ranges: AtomicU64,
+    /// cold-path bookkeeping
+    handles: Mutex<HashMap<u64, Handle>>,
+    mappings: Mutex<HashMap<u64, (u64, u64)>>, // va -> (len, handle)
+    host: Mutex<HashMap<u64, u64>>,            // pinned host / registered: addr -> len
+    graphs: Mutex<Graphs>,
+    monitors: Vec<Mutex<Monitor>>,
+    capacity: [AtomicU64; MAX_DEVICES],
+    publisher: publish::Publisher,
+}
+
+#[derive(Default)]
+struct Graphs {
+    /// streams being captured -> ranges touched so far
+    capturing: HashMap<u64, Vec<Range>>,
+    /// captured graphs -> the ranges a replay touches
+    models: HashMap<u64, Vec<Range>>,
+}
+
+fn dev_index(dev: i32) -> usize {
+    if dev < 0 { 0 } else { (dev as usize).min(MAX_DEVICES - 1) }
+}
+
+/// Class and refcount identity of an operator name (names from C are ASCII).
+#[inline]
+fn classify(name: &[u8]) -> (OpClass, u64) {
+    opclass::classify(std::str::from_utf8(name).unwrap_or("Other"))
+}
+
+impl Engine {
+    /// Starts the engine: stats segment, trace recorder, publisher thread.
+    /// An error (e.g. the segment cannot be created) is returned as text; the
+    /// caller falls back to pass-through.
+    pub fn new(cfg: Config, hook_names: &[&str]) -> Result<Engine, String> {
+        let class_names: Vec<&str> = OpClass::ALL.iter().map(|c| c.name()).collect();
+        let summary = cfg.summary();
+        let mut sc = SegmentConfig::new(&summary, hook_names, &class_names);
+        sc.dir = cfg.shm_dir.clone();
+        let seg = match StatsSegment::create(&sc) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                if cfg.log >= LogLevel::Warn {
+                    eprintln!("u3m: stats segment unavailable in {}: {e} (continuing without it)", cfg.shm_dir.display());
+                }
+                None
+            }
+        };
+        let rec = match &cfg.trace {
+            Some(p) => {
+                let rc = RecorderConfig { lossless: cfg.trace_lossless, ..RecorderConfig::default() };
+                match Recorder::start_with(p, rc) {
+                    Ok(r) => Some(r),
+                    Err(e) => return Err(format!("U3M_TRACE={}: {e}", p.display())),
+                }
+            }
+            None => None,
+        };
+        let heat = HeatTable::new(cfg.max_allocs, cfg.max_ranges);
+        let e = Engine {
+            heat,
+            seg,
+            rec,
+            seq: AtomicU64::new(0),
+            streams: SmallIds::new(),
+            pid: std::process::id(),
+            aclnn_launches: AtomicU64::new(0),
+            tensors: AtomicU64::new(0),
+            cut_ranges: AtomicU64::new(0),
+            handles: Mutex::new(HashMap::new()),
+            mappings: Mutex::new(HashMap::new()),
+            host: Mutex::new(HashMap::new()),
+            graphs: Mutex::new(Graphs::default()),
+            monitors: (0..MAX_DEVICES).map(|_| Mutex::new(Monitor::default())).collect(),
+            capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
+            publisher: publish::Publisher::default(),
+            cfg,
+        };
+        if let Some(s) = &e.seg {
+            s.event(EventKind::Start, crate::shm::NO_DEVICE as u32, 0, 0, e.cfg.mode.name());
+        }
+        Ok(e)
+    }
+
+    /// Starts the background thread that publishes the hottest ranges. Called
+    /// by the library once the engine has its final ('static) address.
+    pub fn start_background(&'static self) {
+        if self.seg.is_some() {
+            self.publisher.start(self);
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn heat(&self) -> &HeatTable {
+        &self.heat
+    }
+
+    // ---- process lifecycle ----
+
+    pub fn runtime_init(&self, _rc: i32) {}
+
+    pub fn runtime_finalize(&self) {
+        if let Some(r) = &self.rec {
+            r.flush();
+        }
+    }
+
+    /// At exit, in the process that started the engine.
+    pub fn shutdown(&self) {
+        if std::process::id() != self.pid {
+            return;
+        }
+        self.publisher.stop();
+        if let Some(r) = &self.rec {
+            r.stop();
+        }
+        if let Some(s) = &self.seg {
+            s.event(EventKind::Exit, crate::shm::NO_DEVICE as u32, 0, 0, "exit");
+            s.remove();
+        }
+    }
+
+    /// In a forked child: the parent's threads are gone and its segment and
+    /// trace file are not ours; make sure nothing here touches them again.
+    pub fn forget_after_fork(&self) {
+        if let Some(r) = &self.rec {
+            r.forget_after_fork();
+        }
+        self.publisher.forget_after_fork();
+    }
+
+    // ---- counters ----
+
+    #[inline]
+    pub fn count_call(&self, hook: u16) {
+        if let Some(s) = &self.seg {
+            s.count_call(hook as usize);
+        }
+    }
+
+    pub fn count_aclnn_launch(&self) {
+        self.aclnn_launches.fetch_add(1, Relaxed);
+    }
+
+    pub fn tensor_created(&self) {
+        self.tensors.fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    fn stream_id(&self, stream: u64) -> u32 {
+        self.streams.get(stream)
+    }
+
+    // ---- allocation (cold path) ----
+
+    pub fn capacity(&self, dev: i32) -> u64 {
+        self.capacity[dev_index(dev)].load(Relaxed)
+    }
+
+    /// Physical HBM capacity as the runtime reports it (aclrtGetMemInfo).
+    pub fn mem_info(&self, dev: i32, _free: u64, total: u64) {
+        let d = dev_index(dev);
+        self.capacity[d].store(total, Relaxed);
+        if let Some(s) = &self.seg {
+            s.device(d).capacity[TIER_HBM].store(total, Relaxed);
+        }
+    }
+
+    fn gauge_alloc(&self, dev: i32, bytes: u64, sign: i64) {
+        let d = dev_index(dev);
+        let Some(s) = &self.seg else { return };
+        let g = s.device(d);
+        g.present.store(1, Relaxed);
+        if sign > 0 {
+            g.allocs_live.fetch_add(1, Relaxed);
+            g.allocs_total.fetch_add(1, Relaxed);
+            g.bytes_live.fetch_add(bytes, Relaxed);
+            g.bytes_total.fetch_add(bytes, Relaxed);
+            let used = g.used[TIER_HBM].fetch_add(bytes, Relaxed) + bytes;
+            g.peak[TIER_HBM].fetch_max(used, Relaxed);
+        } else {
+            g.allocs_live.fetch_sub(1, Relaxed);
+            g.frees_total.fetch_add(1, Relaxed);
+            g.bytes_live.fetch_sub(bytes.min(g.bytes_live.load(Relaxed)), Relaxed);
+            g.used[TIER_HBM].fetch_sub(bytes.min(g.used[TIER_HBM].load(Relaxed)), Relaxed);
+        }
+        self.observe_monitor(d);
+    }
+
+    fn observe_monitor(&self, d: usize) {
+        let Some(s) = &self.seg else { return };
+        let cap = self.capacity[d].load(Relaxed);
+        if cap == 0 {
+            return;
+        }
+        let used = s.device(d).used[TIER_HBM].load(Relaxed);
+        let Ok(mut m) = self.monitors[d].lock() else { return };
+        let now = mono_ns();
+        if let Some(t) = m.observe(now, used, cap) {
+            let text = t.text();
+            match t {
+                crate::monitor::Transition::Level { to, .. } => {
+                    s.event_value(EventKind::Monitor, d as u32, 0, used, to as u64, text.as_str())
+                }
+                crate::monitor::Transition::OomPredicted { seconds, .. } => {
+                    s.event_value(EventKind::OomPredicted, d as u32, 0, used, (seconds * 1000.0) as u64, text.as_str())
+                }
+            }
+        }
+        s.publish_monitor(d, &m.status());
+    }
+
+    pub fn alloc(&self, dev: i32, ptr: u64, size: u64, api: AllocApi) {
+        self.heat.on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
+        let _ = api;
+        self.gauge_alloc(dev, size, 1);
+        if let Some(s) = &self.seg {
+            s.event_value(EventKind::Alloc, dev_index(dev) as u32, ptr, size, 0, "");
+        }
+        if let Some(r) = &self.rec {
+            r.record(dev.max(0) as u32, 0, Rec::Alloc { addr: ptr, bytes: size });
+        }
+    }
+
+    pub fn alloc_failed(&self, dev: i32, size: u64, code: i32, _api: AllocApi) {
+        let d = dev_index(dev);
+        if let Some(s) = &self.seg {
+            s.device(d).alloc_failures.fetch_add(1, Relaxed);
+            s.event_value(EventKind::AllocFailed, d as u32, 0, size, code as u64, "");
+        }
+    }
+
+    /// Before the real free: the trace must show F before another thread can
+    /// re-allocate the address.
+    pub fn free_begin(&self, ptr: u64) {
+        if let Some(r) = &self.rec {
+            if self.heat.lookup(ptr).map(|(_, base, _)| base == ptr).unwrap_or(false) {
+                r.record(0, 0, Rec::Free { addr: ptr });
+            }
+        }
+    }
+
+    pub fn free(&self, ptr: u64) {
+        if let Some(info) = self.heat.on_free(ptr) {
+            self.gauge_alloc(info.dev as i32, info.len, -1);
+            if let Some(s) = &self.seg {
+                s.event_value(EventKind::Free, info.dev, ptr, info.len, 0, "");
+            }
+        }
+    }
+
+    pub fn host_alloc(&self, ptr: u64, size: u64) {
+        if let Ok(mut h) = self.host.lock() {
+            h.insert(ptr, size);
+        }
+    }
+
+    pub fn host_free(&self, ptr: u64) {
+        if let Ok(mut h) = self.host.lock() {
+            h.remove(&ptr);
+        }
+    }
+
+    /// A host range registered for device access: its device alias is memory
+    /// u3m must never move.
+    pub fn host_register(&self, dev: i32, host: u64, size: u64, alias: u64) {
+        if let Ok(mut h) = self.host.lock() {
+            h.insert(host, size);
+        }
+        if self.heat.on_alloc(dev.max(0) as u32, alias, size, AllocKind::HostAlias).is_some() {
+            self.heat.set_pinned(alias, size, PinReason::HostRegistered);
+        }
+        self.note_pinned(dev_index(dev), size);
+    }
+
+    pub fn host_unregister(&self, host: u64) {
+        if let Ok(mut h) = self.host.lock() {
+            h.remove(&host);
+        }
+        // V2 aliases live at the host address itself; V1 aliases are freed
+        // with the registration, by address equality when they coincide
+        self.heat.on_free(host);
+    }
+
+    fn note_pinned(&self, d: usize, bytes: u64) {
+        if let Some(s) = &self.seg {
+            s.device(d).pinned_bytes.fetch_add(bytes, Relaxed);
+        }
+    }
+
+    pub fn pin(&self, addr: u64, len: u64, reason: PinReason) {
+        if self.heat.set_pinned(addr, len, reason) {
+            let d = self.heat.lookup(addr).map(|(id, _, _)| self.heat.alloc_info(id).map(|i| i.dev).unwrap_or(0)).unwrap_or(0);
+            self.note_pinned(d as usize, len);
+        }
+    }
+
+    // ---- virtual memory (cold path) ----
+
+    pub fn reserve(&self, dev: i32, va: u64, size: u64) {
+        // the reservation is the "allocation" interior pointers resolve to;
+        // its bytes count only as they are mapped
+        self.heat.on_alloc(dev.max(0) as u32, va, size, AllocKind::Reserved);
+    }
+
+    pub fn release(&self, va: u64) {
+        self.heat.on_free(va);
+    }
+
+    pub fn phys_alloc(&self, dev: i32, handle: u64, size: u64) {
+        if let Ok(mut h) = self.handles.lock() {
+            h.insert(handle, Handle { dev: dev.max(0) as u32, size, maps: Vec::new(), exported: false });
+        }
+        self.gauge_alloc(dev, size, 1);
+    }
+
+    pub fn phys_free(&self, handle: u64) {
+        let gone = self.handles.lock().ok().and_then(|mut h| h.remove(&handle));
+        if let Some(h) = gone {
+            self.gauge_alloc(h.dev as i32, h.size, -1);
+        }
+    }
+
+    pub fn map(&self, va: u64, size: u64, handle: u64) {
+        let mut pinned = false;
+        if let Ok(mut h) = self.handles.lock() {
+            if let Some(hd) = h.get_mut(&handle) {
+                hd.maps.push(va);
+                pinned = hd.exported;
+            }
+        }
+        if let Ok(mut m) = self.mappings.lock() {
+            m.insert(va, (size, handle));
+        }
+        self.heat.on_map(va, size);
+        if pinned {
+            self.heat.set_pinned(va, size, PinReason::IpcExported);
+        }
+        if let Some(r) = &self.rec {
+            r.record(0, 0, Rec::Map { addr: va, bytes: size });
+        }
+    }
+
+    /// Before the real unmap (trace ordering, as for frees).
+    pub fn unmap_begin(&self, va: u64) {
+        if let Some(r) = &self.rec {
+            if self.mappings.lock().map(|m| m.contains_key(&va)).unwrap_or(false) {
+                r.record(0, 0, Rec::Unmap { addr: va });
+            }
+        }
+    }
+
+    pub fn unmap(&self, va: u64) {
+        let gone = self.mappings.lock().ok().and_then(|mut m| m.remove(&va));
+        if let Some((len, handle)) = gone {
+            self.heat.on_unmap(va, len);
+            if let Ok(mut h) = self.handles.lock() {
+                if let Some(hd) = h.get_mut(&handle) {
+                    hd.maps.retain(|&v| v != va);
+                }
+            }
+        }
+    }
+
+    /// A handle exported for IPC: another process maps the same physical
+    /// memory, so it must stay where it is.
+    pub fn phys_exported(&self, handle: u64) {
+        let mut maps = Vec::new();
+        let mut bytes = (0u32, 0u64);
+        if let Ok(mut h) = self.handles.lock() {
+            if let Some(hd) = h.get_mut(&handle) {
+                hd.exported = true;
+                maps = hd.maps.clone();
+                bytes = (hd.dev, hd.size);
+            }
+        }
+        for va in maps {
+            self.heat.set_pinned(va, bytes.1, PinReason::IpcExported);
+        }
+        self.note_pinned(bytes.0 as usize, bytes.1);
+    }
+
+    pub fn phys_imported(&self, dev: i32, handle: u64) {
+        if let Ok(mut h) = self.handles.lock() {
+            // imported memory belongs to another process: never move it
+            h.insert(handle, Handle { dev: dev.max(0) as u32, size: 0, maps: Vec::new(), exported: true });
+        }
+    }
+
+    // ---- accesses (hot path) ----
+
+    #[inline]
+    fn access(&self, name: &[u8], write: bool, seq: u64, ns: u64) -> Access {
+        let (class, op_hash) = classify(name);
+        Access { seq, ns, class, op_hash, write }
+    }
+
+    fn touch_all(&self, name: &[u8], ranges: &[Range]) {
+        let seq = self.seq.fetch_add(1, Relaxed) + 1;
+        let ns = mono_ns();
+        let (class, h) = classify(name);
+        for r in ranges {
+            if r.len > 0 {
+                self.heat.touch(r.addr, r.len, &Access { seq, ns, class, op_hash: h, write: r.write });
+            }
+        }
+        self.note_capture(ranges);
+    }
+
+    /// An operator launch (aclop, aclnn, model execution).
+    pub fn op(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range], flops: Option<u64>) {
+        self.touch_all(name, ranges);
+        if ranges.len() == MAX_OP_RANGES {
+            self.cut_ranges.fetch_add(1, Relaxed);
+        }
+        let d = dev_index(dev);
+        if let Some(s) = &self.seg {
+            s.device(d).ops.fetch_add(1, Relaxed);
+        }
+        if let Some(rec) = &self.rec {
+            let mut ins = [TraceRange::default(); MAX_OP_RANGES];
+            let mut outs = [TraceRange::default(); MAX_OP_RANGES];
+            let (mut ni, mut no) = (0, 0);
+            for r in ranges {
+                let t = TraceRange { addr: r.addr, bytes: r.len };
+                if r.write {
+                    outs[no] = t;
+                    no += 1;
+                } else {
+                    ins[ni] = t;
+                    ni += 1;
+                }
+            }
+            rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops });
+        }
+    }
+
+    pub fn collective(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range]) {
+        self.touch_all(name, ranges);
+        let d = dev_index(dev);
+        if let Some(s) = &self.seg {
+            let g = s.device(d);
+            g.collectives.fetch_add(1, Relaxed);
+            g.collective_bytes.fetch_add(ranges.iter().map(|r| r.len).sum(), Relaxed);
+        }
+        if let Some(rec) = &self.rec {
+            let mut ins = [TraceRange::default(); MAX_OP_RANGES];
+            let mut outs = [TraceRange::default(); MAX_OP_RANGES];
+            let (mut ni, mut no) = (0, 0);
+            for r in ranges {
+                if r.write { outs[no] = TraceRange { addr: r.addr, bytes: r.len }; no += 1; }
+                else { ins[ni] = TraceRange { addr: r.addr, bytes: r.len }; ni += 1; }
+            }
+            rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops: None });
+        }
+    }
+
+    /// A copy; `kind` is the aclrtMemcpyKind the program passed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy(&self, dev: i32, stream: u64, kind: i32, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64) {
+        let ck = CopyKind::from_acl(kind);
+        let (dst_dev, src_dev) = match ck {
+            Some(k) => (k.dst_on_device(), k.src_on_device()),
+            None => (true, true), // DEFAULT: both sides may be device; host sides simply miss
+        };
+        let name: &[u8] = b"Memcpy";
+        let mut rs = [Range::ZERO; 2];
+        let mut n = 0;
+        if src_dev {
+            rs[n] = Range { addr: src, len: sspan, write: false };
+            n += 1;
+        }
+        if dst_dev {
+            rs[n] = Range { addr: dst, len: dspan, write: true };
+            n += 1;
+        }
+        if n > 0 {
+            self.touch_all(name, &rs[..n]);
+        }
+        let d = dev_index(dev);
+        let ki = ck.map(|k| k as usize).unwrap_or(3).min(3);
+        if let Some(s) = &self.seg {
+            let g = s.device(d);
+            g.copy_calls[ki].fetch_add(1, Relaxed);
+            g.copy_bytes[ki].fetch_add(bytes, Relaxed);
+        }
+        if let Some(rec) = &self.rec {
+            let sid = self.stream_id(stream);
+            match ck {
+                Some(k) => rec.record(d as u32, sid, Rec::Copy { kind: k, dst, src, bytes }),
+                None => rec.record(d as u32, sid, Rec::CopyAuto { dst, src, bytes }),
+            }
+        }
+    }
+
+    pub fn memset(&self, dev: i32, stream: u64, addr: u64, bytes: u64) {
+        self.touch_all(b"Memset", &[Range { addr, len: bytes, write: true }]);
+        let d = dev_index(dev);
+        if let Some(s) = &self.seg {
+            let g = s.device(d);
+            g.memsets.fetch_add(1, Relaxed);
+            g.memset_bytes.fetch_add(bytes, Relaxed);
+        }
+        if let Some(rec) = &self.rec {
+            rec.record(d as u32, self.stream_id(stream), Rec::Set { addr, bytes });
+        }
+    }
+
+    /// A kernel's argument blob: pointer-sized slots that fall inside live
+    /// device allocations are treated as accesses (read and written).
+    pub fn kernel_args(&self, dev: i32, stream: u64, blob: &[u8]) {
+        let mut rs = [Range::ZERO; MAX_OP_RANGES];
+        let mut n = 0;
+        for w in blob.chunks_exact(8) {
+            let v = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            if v == 0 || n == MAX_OP_RANGES {
+                continue;
+            }
+            if let Some((_, base, len)) = self.heat.lookup(v) {
+                rs[n] = Range { addr: v, len: base + len - v, write: true };
+                n += 1;
+            }
+        }
+        if let Some(s) = &self.seg {
+            s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
+        }
+        if n > 0 {
+            self.touch_all(b"Kernel", &rs[..n]);
+        }
+        let _ = stream;
+    }
+
+    /// A launch whose arguments u3m cannot read at all.
+    pub fn opaque_launch(&self, dev: i32, _stream: u64) {
+        if let Some(s) = &self.seg {
+            s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
+        }
+        crate::engine::publish::warn_opaque(self);
+    }
+
+    // ---- graphs (cold path) ----
+
+    pub fn capture_begin(&self, stream: u64) {
+        if let Ok(mut g) = self.graphs.lock() {
+            g.capturing.insert(stream, Vec::new());
+        }
+    }
+
+    pub fn capture_end(&self, stream: u64, model: u64) {
+        if let Ok(mut g) = self.graphs.lock() {
+            if let Some(rs) = g.capturing.remove(&stream) {
+                if model != 0 {
+                    g.models.insert(model, rs);
+                }
+            }
+        }
+    }
+
+    /// While any stream captures, accesses are remembered for the graph.
+    /// (Capture is rare; the empty check is one lock-free-ish lock attempt.)
+    fn note_capture(&self, ranges: &[Range]) {
+        if let Ok(mut g) = self.graphs.try_lock() {
+            if g.capturing.is_empty() {
+                return;
+            }
+            for v in g.capturing.values_mut() {
+                if v.len() < 1 << 16 {
+                    v.extend_from_slice(ranges);
+                }
+            }
+        }
+    }
+
+    pub fn graph_replay(&self, dev: i32, _stream: u64, model: u64) {
+        let ranges = self.graphs.lock().ok().and_then(|g| g.models.get(&model).cloned()).unwrap_or_default();
+        let seq = self.seq.fetch_add(1, Relaxed) + 1;
+        let ns = mono_ns();
+        for r in &ranges {
+            self.heat.touch(r.addr, r.len, &self.access(b"GraphReplay", r.write, seq, ns));
+        }
+        if let Some(s) = &self.seg {
+            s.device(dev_index(dev)).graph_launches.fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn graph_destroy(&self, model: u64) {
+        if let Ok(mut g) = self.graphs.lock() {
+            g.models.remove(&model);
+        }
+    }
+
+    // ---- introspection for tests and the CLI ----
+
+    pub fn segment(&self) -> Option<&StatsSegment> {
+        self.seg.as_ref()
+    }
+
+    pub fn recorder(&self) -> Option<&Recorder> {
+        self.rec.as_ref()
+    }
+
+    pub fn counters(&self) -> (u64, u64, u64) {
+        (self.aclnn_launches.load(Relaxed), self.tensors.load(Relaxed), self.cut_ranges.load(Relaxed))
+    }
+}

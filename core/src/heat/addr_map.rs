@@ -1,0 +1,364 @@
+//! The address map: device VA -> owning allocation, lock-free to read.
+//!
+//! Three levels over the 48-bit VA space:
+//! - `top`: one pointer per 1 GiB region (2^18 entries), installed on the
+//!   cold path and never removed while the table lives;
+//! - a region: 512 chunk slots of 2 MiB, each with an owner word, the
+//!   chunk's statistics record (`rec`) and cold metadata;
+//! - for a chunk shared by several allocations, a page table of 512 owner
+//!   words (4 KiB pages); a page shared by several allocations points to a
+//!   block of up to [`MULTI_OWNERS`] owner words.
+//!
+//! An owner word is `0` (nobody), `gen << 32 | idx << 2 | 0b01` (one
+//! allocation), or `pointer | 0b10` (next level). Readers validate every
+//! owner against the allocation table (generation and extent), so a stale
+//! word can make an access unattributed, never attribute it to the wrong
+//! allocation. Page tables and owner blocks are kept for the table's life
+//! and reused, so a reader holding an old pointer never reads freed memory.
+
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::*};
+
+use super::alloc_table::AllocTable;
+use super::zeroed::{self, Zeroable};
+
+pub(crate) const REGION_SHIFT: u32 = 30;
+pub(crate) const CHUNK_SHIFT: u32 = 21;
+pub(crate) const PAGE_SHIFT: u32 = 12;
+/// Size of the unit of chunk statistics (and of future residency).
+pub const CHUNK: u64 = 1 << CHUNK_SHIFT;
+pub(crate) const PAGE: u64 = 1 << PAGE_SHIFT;
+/// Addresses at or above this are never attributed.
+pub const VA_LIMIT: u64 = 1 << 48;
+const TOP: usize = 1 << (48 - REGION_SHIFT);
+const SLOTS: usize = 1 << (REGION_SHIFT - CHUNK_SHIFT);
+pub(crate) const PAGES: usize = 1 << (CHUNK_SHIFT - PAGE_SHIFT);
+/// Allocations that can overlap one 4 KiB page.
+pub const MULTI_OWNERS: usize = 16;
+
+const TAG: u64 = 0b11;
+const T_ALLOC: u64 = 0b01;
+const T_PTR: u64 = 0b10;
+/// Largest allocation index an owner word can hold.
+pub(crate) const MAX_IDX: u32 = (1 << 30) - 1;
+
+#[inline]
+pub(crate) fn owner_word(idx: u32, gen: u32) -> u64 {
+    (gen as u64) << 32 | (idx as u64) << 2 | T_ALLOC
+}
+
+#[inline]
+pub(crate) fn decode(w: u64) -> (u32, u32) {
+    (((w >> 2) & MAX_IDX as u64) as u32, (w >> 32) as u32)
+}
+
+#[repr(C)]
+pub(crate) struct ChunkSlot {
+    pub owner: AtomicU64,
+    /// 0, or `epoch << 32 | (record index + 1)` of the chunk's statistics.
+    pub rec: AtomicU64,
+    /// Cold: see [`Meta`].
+    pub meta: AtomicU64,
+    pages: AtomicPtr<PageTable>,
+}
+
+#[repr(C)]
+pub(crate) struct Region {
+    pub chunks: [ChunkSlot; SLOTS],
+}
+
+#[repr(C)]
+pub(crate) struct PageTable {
+    entries: [AtomicU64; PAGES],
+    multi: [AtomicPtr<Multi>; PAGES],
+}
+
+#[repr(C)]
+pub(crate) struct Multi {
+    owners: [AtomicU64; MULTI_OWNERS],
+}
+
+// SAFETY: atomics and null atomic pointers only.
+unsafe impl Zeroable for Region {}
+unsafe impl Zeroable for PageTable {}
+unsafe impl Zeroable for Multi {}
+unsafe impl Zeroable for AtomicPtr<Region> {}
+
+/// Cold metadata of a chunk slot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Meta {
+    /// Bytes of the chunk inside live allocations.
+    pub bytes: u32,
+    /// Live allocations overlapping the chunk.
+    pub owners: u32,
+    pub mapped: bool,
+    pub pins: u8,
+}
+
+impl Meta {
+    pub fn load(cs: &ChunkSlot) -> Meta {
+        let v = cs.meta.load(Relaxed);
+        Meta {
+            bytes: v as u32,
+            owners: ((v >> 32) & 0xffff) as u32,
+            mapped: v >> 48 & 1 != 0,
+            pins: (v >> 52 & 0xf) as u8,
+        }
+    }
+    pub fn store(self, cs: &ChunkSlot) {
+        let v = self.bytes as u64
+            | (self.owners.min(0xffff) as u64) << 32
+            | (self.mapped as u64) << 48
+            | ((self.pins & 0xf) as u64) << 52;
+        cs.meta.store(v, Relaxed);
+    }
+}
+
+pub(crate) enum Resolved {
+    /// `addr` lies in live allocation `(idx, gen)` spanning `[base, base+len)`.
+    Found { idx: u32, gen: u32, base: u64, len: u64 },
+    /// Nothing owns `addr`; nothing owns anything before this address either.
+    Gap(u64),
+}
+
+pub(crate) struct AddrMap {
+    top: Box<[AtomicPtr<Region>]>,
+}
+
+#[inline]
+fn end_of(addr: u64, unit: u64) -> u64 {
+    (addr | (unit - 1)) + 1
+}
+
+#[inline]
+fn check(w: u64, addr: u64, end: u64, allocs: &AllocTable) -> Resolved {
+    let (idx, gen) = decode(w);
+    match allocs.live_extent(idx, gen) {
+        Some((base, len)) if addr >= base && addr - base < len => Resolved::Found { idx, gen, base, len },
+        Some((base, _)) if addr < base => Resolved::Gap(base.min(end)),
+        _ => Resolved::Gap(end),
+    }
+}
+
+impl AddrMap {
+    pub fn new() -> Option<AddrMap> {
+        Some(AddrMap { top: zeroed::slice(TOP)? })
+    }
+
+    #[inline]
+    pub fn region(&self, addr: u64) -> Option<&Region> {
+        let p = self.top.get((addr >> REGION_SHIFT) as usize)?.load(Acquire);
+        // SAFETY: regions are installed once, fully initialised (zeroed), and
+        // freed only when the map is dropped.
+        unsafe { p.as_ref() }
+    }
+
+    #[inline]
+    pub fn chunk(&self, addr: u64) -> Option<&ChunkSlot> {
+        self.region(addr).map(|r| &r.chunks[(addr >> CHUNK_SHIFT) as usize & (SLOTS - 1)])
+    }
+
+    /// Hot: who owns `addr`.
+    #[inline]
+    pub fn resolve(&self, addr: u64, allocs: &AllocTable) -> Resolved {
+        if addr >= VA_LIMIT {
+            return Resolved::Gap(u64::MAX);
+        }
+        let Some(cs) = self.chunk(addr) else {
+            return Resolved::Gap(end_of(addr, 1 << REGION_SHIFT));
+        };
+        let chunk_end = end_of(addr, CHUNK);
+        let w = cs.owner.load(Acquire);
+        match w & TAG {
+            T_ALLOC => check(w, addr, chunk_end, allocs),
+            T_PTR => {
+                // SAFETY: page tables live as long as the map.
+                let pt = unsafe { &*((w & !TAG) as *const PageTable) };
+                let page_end = end_of(addr, PAGE);
+                let e = pt.entries[(addr >> PAGE_SHIFT) as usize & (PAGES - 1)].load(Acquire);
+                match e & TAG {
+                    T_ALLOC => check(e, addr, page_end, allocs),
+                    T_PTR => {
+                        // SAFETY: owner blocks live as long as the map.
+                        let m = unsafe { &*((e & !TAG) as *const Multi) };
+                        let mut next = page_end;
+                        for o in &m.owners {
+                            let ow = o.load(Acquire);
+                            if ow & TAG != T_ALLOC {
+                                continue;
+                            }
+                            match check(ow, addr, page_end, allocs) {
+                                f @ Resolved::Found { .. } => return f,
+                                Resolved::Gap(n) => next = next.min(n),
+                            }
+                        }
+                        Resolved::Gap(next)
+                    }
+                    _ => Resolved::Gap(page_end),
+                }
+            }
+            _ => Resolved::Gap(chunk_end),
+        }
+    }
+
+    // ---- cold path (the caller holds the table's mutex) ----
+
+    /// Install the region holding `addr`: Some(true) if it was installed now,
+    /// Some(false) if it existed, None if out of range or out of memory.
+    pub fn ensure_region(&self, addr: u64) -> Option<bool> {
+        let slot = self.top.get((addr >> REGION_SHIFT) as usize)?;
+        if !slot.load(Acquire).is_null() {
+            return Some(false);
+        }
+        let b = zeroed::boxed::<Region>()?;
+        slot.store(Box::into_raw(b), Release);
+        Some(true)
+    }
+
+    /// Make sure `cs` has a page table, and the pages listed have owner
+    /// blocks, so that a later `set_owners` cannot fail.
+    pub fn reserve_pages(&self, cs: &ChunkSlot, multi_pages: &[usize]) -> bool {
+        let mut pt = cs.pages.load(Acquire);
+        if pt.is_null() {
+            match zeroed::boxed::<PageTable>() {
+                Some(b) => {
+                    pt = Box::into_raw(b);
+                    cs.pages.store(pt, Release);
+                }
+                None => return false,
+            }
+        }
+        // SAFETY: just checked or installed; lives as long as the map.
+        let pt = unsafe { &*pt };
+        for &p in multi_pages {
+            if pt.multi[p].load(Acquire).is_null() {
+                match zeroed::boxed::<Multi>() {
+                    Some(b) => pt.multi[p].store(Box::into_raw(b), Release),
+                    None => return false,
+                }
+            }
+        }
+        true
+    }
+
+    /// Publish the owners of chunk slot `cs` (starting at `chunk_base`):
+    /// `owners` are `(owner word, base, len)` of every live allocation
+    /// overlapping the chunk, in address order. With two or more, the page
+    /// level is rewritten page by page so that no owner that stays is ever
+    /// missing from a published entry. The caller reserved the memory
+    /// (`reserve_pages`) and checked `MULTI_OWNERS`.
+    pub fn set_owners(&self, cs: &ChunkSlot, chunk_base: u64, owners: &[(u64, u64, u64)]) {
+        match owners {
+            [] => cs.owner.store(0, Release),
+            [(w, _, _)] => cs.owner.store(*w, Release),
+            _ => {
+                let pt_ptr = cs.pages.load(Acquire);
+                // SAFETY: reserved by the caller; lives as long as the map.
+                let Some(pt) = (unsafe { pt_ptr.as_ref() }) else {
+                    return;
+                };
+                let mut list: Vec<u64> = Vec::with_capacity(MULTI_OWNERS);
+                let mut k = 0; // first owner that can overlap page p
+                for p in 0..PAGES {
+                    let (ps, pe) = (chunk_base + (p as u64) * PAGE, chunk_base + (p as u64 + 1) * PAGE);
+                    while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
+                        k += 1;
+                    }
+                    list.clear();
+                    for &(w, b, l) in &owners[k..] {
+                        if b >= pe {
+                            break;
+                        }
+                        if b + l > ps {
+                            list.push(w);
+                        }
+                    }
+                    write_page(pt, p, &list);
+                }
+                cs.owner.store(pt_ptr as u64 | T_PTR, Release);
+            }
+        }
+    }
+
+    /// Installed regions' slots, for readers and for drop.
+    pub fn regions<'a>(&'a self, indices: &'a [usize]) -> impl Iterator<Item = (u64, &'a Region)> + 'a {
+        indices.iter().filter_map(move |&i| {
+            // SAFETY: as in `region`.
+            unsafe { self.top[i].load(Acquire).as_ref() }.map(|r| ((i as u64) << REGION_SHIFT, r))
+        })
+    }
+
+    /// Free every region, page table and owner block. Only from Drop.
+    fn release_all(&mut self) {
+        for slot in self.top.iter() {
+            let r = slot.swap(ptr::null_mut(), AcqRel);
+            if r.is_null() {
+                continue;
+            }
+            // SAFETY: created by Box::into_raw in ensure_region; no reader
+            // remains (we have &mut self).
+            let r = unsafe { Box::from_raw(r) };
+            for cs in r.chunks.iter() {
+                let pt = cs.pages.swap(ptr::null_mut(), AcqRel);
+                if pt.is_null() {
+                    continue;
+                }
+                // SAFETY: created by Box::into_raw in reserve_pages.
+                let pt = unsafe { Box::from_raw(pt) };
+                for m in pt.multi.iter() {
+                    let m = m.swap(ptr::null_mut(), AcqRel);
+                    if !m.is_null() {
+                        // SAFETY: created by Box::into_raw in reserve_pages.
+                        drop(unsafe { Box::from_raw(m) });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for AddrMap {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// Set page `p` to exactly the owners in `list` (at most MULTI_OWNERS).
+fn write_page(pt: &PageTable, p: usize, list: &[u64]) {
+    let entry = &pt.entries[p];
+    match list {
+        [] => entry.store(0, Release),
+        [w] => entry.store(*w, Release),
+        _ => {
+            let mp = pt.multi[p].load(Acquire);
+            // SAFETY: reserved by the caller; lives as long as the map.
+            let Some(m) = (unsafe { mp.as_ref() }) else {
+                return;
+            };
+            let published = entry.load(Relaxed) == mp as u64 | T_PTR;
+            if published {
+                // Readers are scanning this block: keep staying owners in
+                // place, clear leavers, then fill holes with newcomers.
+                for o in &m.owners {
+                    let w = o.load(Relaxed);
+                    if w != 0 && !list.contains(&w) {
+                        o.store(0, Release);
+                    }
+                }
+                for &w in list {
+                    if m.owners.iter().any(|o| o.load(Relaxed) == w) {
+                        continue;
+                    }
+                    if let Some(o) = m.owners.iter().find(|o| o.load(Relaxed) == 0) {
+                        o.store(w, Release);
+                    }
+                }
+            } else {
+                for (i, o) in m.owners.iter().enumerate() {
+                    o.store(list.get(i).copied().unwrap_or(0), Relaxed);
+                }
+                entry.store(mp as u64 | T_PTR, Release);
+            }
+        }
+    }
+}

@@ -1,0 +1,976 @@
+/* Operator kernels for the aclnn operators a PyTorch training step needs
+ * (torch_npu's op-plugin reaches them through libopapi): typed elementwise
+ * arithmetic with broadcasting, casts and copies, activations and their
+ * gradients, log-softmax, NLL loss, sum reductions, addmm, and the foreach
+ * operators torch.optim.AdamW uses. See docs/simulator-ops.md.
+ *
+ * Element types: float32/float16/bfloat16/double are computed in double and
+ * rounded once when stored (for a single +, -, *, / or sqrt that is exactly
+ * the correctly rounded float32 result a CPU computes); the integer types and
+ * bool are computed exactly in int64. As in kernels.c, every kernel reads all
+ * of its inputs before it writes an output, so in-place (aliased) outputs and
+ * strided views are well defined. */
+#include "rt/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ element types */
+
+int kern_int_dtype(int dt)
+{
+    switch (dt) {
+    case ACL_INT8: case ACL_UINT8: case ACL_INT16: case ACL_UINT16: case ACL_INT32: case ACL_UINT32:
+    case ACL_INT64: case ACL_UINT64: case ACL_BOOL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static int flt_dtype(int dt)
+{
+    return dt == ACL_FLOAT || dt == ACL_FLOAT16 || dt == ACL_BF16 || dt == ACL_DOUBLE;
+}
+
+static int num_dtype(int dt) { return flt_dtype(dt) || kern_int_dtype(dt); }
+
+static double ld_d(const unsigned char *p, int dt)
+{
+    switch (dt) {
+    case ACL_FLOAT: { float v; memcpy(&v, p, 4); return v; }
+    case ACL_DOUBLE: { double v; memcpy(&v, p, 8); return v; }
+    case ACL_FLOAT16: { uint16_t v; memcpy(&v, p, 2); return kern_f16_to_f32(v); }
+    case ACL_BF16: { uint16_t v; memcpy(&v, p, 2); return kern_bf16_to_f32(v); }
+    case ACL_INT8: return *(const int8_t *)p;
+    case ACL_UINT8: return *p;
+    case ACL_BOOL: return *p != 0;
+    case ACL_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case ACL_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case ACL_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case ACL_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case ACL_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case ACL_UINT64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
+    default: return 0;
+    }
+}
+
+static int64_t ld_i(const unsigned char *p, int dt)
+{
+    switch (dt) {
+    case ACL_INT8: return *(const int8_t *)p;
+    case ACL_UINT8: return *p;
+    case ACL_BOOL: return *p != 0;
+    case ACL_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case ACL_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case ACL_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case ACL_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case ACL_INT64: case ACL_UINT64: { int64_t v; memcpy(&v, p, 8); return v; }
+    default: return (int64_t)ld_d(p, dt);
+    }
+}
+
+/* float -> integer truncates toward zero (C and PyTorch semantics); NaN and
+ * out-of-range values become 0 rather than undefined behaviour */
+static int64_t d_to_i(double v)
+{
+    if (!(v > -9.2233720368547758e18 && v < 9.2233720368547758e18)) return 0;
+    return (int64_t)v;
+}
+
+static void st_d(unsigned char *p, int dt, double v)
+{
+    switch (dt) {
+    case ACL_FLOAT: { float f = (float)v; memcpy(p, &f, 4); return; }
+    case ACL_DOUBLE: memcpy(p, &v, 8); return;
+    case ACL_FLOAT16: { uint16_t h = kern_f32_to_f16((float)v); memcpy(p, &h, 2); return; }
+    case ACL_BF16: { uint16_t h = kern_f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
+    case ACL_BOOL: *p = v != 0; return;
+    default: break;
+    }
+    int64_t i = d_to_i(v);
+    switch (dt) {
+    case ACL_INT8: case ACL_UINT8: *p = (unsigned char)i; return;
+    case ACL_INT16: case ACL_UINT16: { uint16_t x = (uint16_t)i; memcpy(p, &x, 2); return; }
+    case ACL_INT32: case ACL_UINT32: { uint32_t x = (uint32_t)i; memcpy(p, &x, 4); return; }
+    case ACL_INT64: case ACL_UINT64: memcpy(p, &i, 8); return;
+    default: return;
+    }
+}
+
+static void st_i(unsigned char *p, int dt, int64_t v)
+{
+    switch (dt) {
+    case ACL_BOOL: *p = v != 0; return;
+    case ACL_INT8: case ACL_UINT8: *p = (unsigned char)v; return;
+    case ACL_INT16: case ACL_UINT16: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); return; }
+    case ACL_INT32: case ACL_UINT32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); return; }
+    case ACL_INT64: case ACL_UINT64: memcpy(p, &v, 8); return;
+    default: st_d(p, dt, (double)v); return;
+    }
+}
+
+/* ----------------------------------------------- whole-view loads and stores */
+
+typedef struct { const sim_tensor *t; double *d; int64_t *i; size_t es; } vctx;
+
+static void row_ld_d(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
+{
+    vctx *x = c;
+    const unsigned char *b = (const unsigned char *)x->t->data;
+    for (int64_t j = 0; j < n; j++) x->d[idx + j] = ld_d(b + (off + j * st) * (int64_t)x->es, x->t->dtype);
+}
+static void row_ld_i(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
+{
+    vctx *x = c;
+    const unsigned char *b = (const unsigned char *)x->t->data;
+    for (int64_t j = 0; j < n; j++) x->i[idx + j] = ld_i(b + (off + j * st) * (int64_t)x->es, x->t->dtype);
+}
+static void row_st_d(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
+{
+    vctx *x = c;
+    unsigned char *b = (unsigned char *)x->t->data;
+    for (int64_t j = 0; j < n; j++) st_d(b + (off + j * st) * (int64_t)x->es, x->t->dtype, x->d[idx + j]);
+}
+static void row_st_i(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
+{
+    vctx *x = c;
+    unsigned char *b = (unsigned char *)x->t->data;
+    for (int64_t j = 0; j < n; j++) st_i(b + (off + j * st) * (int64_t)x->es, x->t->dtype, x->i[idx + j]);
+}
+
+/* Row-major copies of a view (malloc'd, at least one element). */
+static double *load_d(const sim_tensor *t)
+{
+    uint64_t n = kern_numel(t);
+    double *d = malloc((n ? n : 1) * sizeof *d);
+    if (!d) return NULL;
+    vctx x = { t, d, NULL, kern_dtype_size(t->dtype) };
+    kern_for_each_row(t, row_ld_d, &x);
+    return d;
+}
+static int64_t *load_i(const sim_tensor *t)
+{
+    uint64_t n = kern_numel(t);
+    int64_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return NULL;
+    vctx x = { t, NULL, v, kern_dtype_size(t->dtype) };
+    kern_for_each_row(t, row_ld_i, &x);
+    return v;
+}
+static void store_d(const sim_tensor *t, const double *v)
+{
+    vctx x = { t, (double *)v, NULL, kern_dtype_size(t->dtype) };
+    kern_for_each_row(t, row_st_d, &x);
+}
+static void store_i(const sim_tensor *t, const int64_t *v)
+{
+    vctx x = { t, NULL, (int64_t *)v, kern_dtype_size(t->dtype) };
+    kern_for_each_row(t, row_st_i, &x);
+}
+
+/* ---------------------------------------------------------- shared checks */
+
+static aclError fail(const sim_op_args *a, aclError e, const char *why)
+{
+    aclsim_log("%s: %s", a->op_type, why);
+    return e;
+}
+
+static aclError oom(const sim_op_args *a)
+{
+    return fail(a, ACL_ERROR_RT_AICORE_EXCEPTION, "out of host memory for the kernel's scratch buffers");
+}
+
+static aclError counts(const sim_op_args *a, int nin_min, int nin_max, int nout_min, int nout_max)
+{
+    if (a->nin < nin_min || a->nin > nin_max) {
+        aclsim_log("%s: %d inputs (expected %d..%d)", a->op_type, a->nin, nin_min, nin_max);
+        return ACL_ERROR_OP_INPUT_NOT_MATCH;
+    }
+    if (a->nout < nout_min || a->nout > nout_max) {
+        aclsim_log("%s: %d outputs (expected %d..%d)", a->op_type, a->nout, nout_min, nout_max);
+        return ACL_ERROR_OP_OUTPUT_NOT_MATCH;
+    }
+    return ACL_SUCCESS;
+}
+
+static aclError types(const sim_op_args *a, int (*ok)(int), const char *what)
+{
+    for (int i = 0; i < a->nin; i++)
+        if (!ok(a->in[i].dtype)) {
+            aclsim_log("%s: input %d has data type %d (supported: %s)", a->op_type, i, a->in[i].dtype, what);
+            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+        }
+    for (int j = 0; j < a->nout; j++)
+        if (!ok(a->out[j].dtype)) {
+            aclsim_log("%s: output %d has data type %d (supported: %s)", a->op_type, j, a->out[j].dtype, what);
+            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+        }
+    return ACL_SUCCESS;
+}
+
+static int same_shape(const sim_tensor *x, const sim_tensor *y)
+{
+    if (x->ndim != y->ndim) return 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->dims[i] != y->dims[i]) return 0;
+    return 1;
+}
+
+static aclError shape_fail(const sim_op_args *a, const char *why, const sim_tensor *x, const sim_tensor *y)
+{
+    char s1[128] = "[", s2[128] = "[";
+    for (int i = 0; i < x->ndim; i++)
+        snprintf(s1 + strlen(s1), sizeof s1 - strlen(s1), "%s%lld", i ? "," : "", (long long)x->dims[i]);
+    for (int i = 0; i < y->ndim; i++)
+        snprintf(s2 + strlen(s2), sizeof s2 - strlen(s2), "%s%lld", i ? "," : "", (long long)y->dims[i]);
+    aclsim_log("%s: %s (%s] vs %s])", a->op_type, why, s1, s2);
+    return ACL_ERROR_INVALID_PARAM;
+}
+
+/* x broadcasts to y's shape */
+static int broadcasts_to(const sim_tensor *x, const sim_tensor *y)
+{
+    sim_tensor v;
+    return kern_broadcast_view(x, y, &v);
+}
+
+/* y is exactly the broadcast shape of the inputs in[first..first+n) */
+static aclError check_broadcast_out(const sim_op_args *a, int first, int n, const sim_tensor *y)
+{
+    int nd = 0;
+    for (int s = first; s < first + n; s++)
+        if (a->in[s].ndim > nd) nd = a->in[s].ndim;
+    if (y->ndim != nd) return shape_fail(a, "output is not the broadcast shape of the inputs", &a->in[first], y);
+    for (int i = 0; i < nd; i++) {
+        int64_t want = 1;
+        for (int s = first; s < first + n; s++) {
+            const sim_tensor *x = &a->in[s];
+            int k = i - (nd - x->ndim);
+            if (k < 0) continue;
+            int64_t d = x->dims[k];
+            if (d != 1) {
+                if (want != 1 && want != d) return shape_fail(a, "inputs do not broadcast", &a->in[first], x);
+                want = d;
+            }
+        }
+        if (y->dims[i] != want) return shape_fail(a, "output is not the broadcast shape of the inputs", &a->in[first], y);
+    }
+    return ACL_SUCCESS;
+}
+
+/* A numeric attribute as double (float or int attribute). */
+static double attr_d(const sim_op_args *a, const char *name, double def)
+{
+    const sim_attr *at = kern_attr(a, name);
+    if (!at) return def;
+    return at->type == SIM_ATTR_FLOAT ? (double)at->f : (double)at->i;
+}
+
+static int norm_axis(int64_t axis, int nd)
+{
+    if (axis < 0) axis += nd;
+    return (axis < 0 || axis >= nd) ? -1 : (int)axis;
+}
+
+/* Inputs of an elementwise op viewed with the output's shape, loaded as
+ * double (or int64 when `ints`). Frees everything on failure. */
+static int load_bcast(const sim_op_args *a, int first, int n, const sim_tensor *y, int ints, double **d, int64_t **iv)
+{
+    for (int k = 0; k < n; k++) {
+        sim_tensor v;
+        if (!kern_broadcast_view(&a->in[first + k], y, &v)) goto bad;
+        if (ints) { if (!(iv[k] = load_i(&v))) goto bad; }
+        else if (!(d[k] = load_d(&v))) goto bad;
+    }
+    return 1;
+bad:
+    for (int k = 0; k < n; k++) { if (d) free(d[k]), d[k] = NULL; if (iv) free(iv[k]), iv[k] = NULL; }
+    return 0;
+}
+
+/* ------------------------------------------- integer paths of kernels.c */
+
+aclError kern_int_binary_run(const sim_op_args *a, int kind)
+{
+    const sim_tensor *y = &a->out[0];
+    int64_t *v[2] = { NULL, NULL };
+    if (!load_bcast(a, 0, 2, y, 1, NULL, v)) return oom(a);
+    int64_t alpha = kern_attr_int(a, "alpha", 1);
+    uint64_t n = kern_numel(y);
+    int64_t *o = v[0];
+    for (uint64_t i = 0; i < n; i++) {
+        int64_t x1 = v[0][i], x2 = v[1][i];
+        /* two's complement wrap-around, as integer tensors do */
+        switch (kind) {
+        case 0: o[i] = (int64_t)((uint64_t)x1 + (uint64_t)alpha * (uint64_t)x2); break;
+        case 1: o[i] = (int64_t)((uint64_t)x1 - (uint64_t)alpha * (uint64_t)x2); break;
+        default: o[i] = (int64_t)((uint64_t)x1 * (uint64_t)x2); break;
+        }
+    }
+    store_i(y, o);
+    free(v[0]); free(v[1]);
+    return ACL_SUCCESS;
+}
+
+aclError kern_int_fill_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    uint64_t n = kern_numel(y);
+    int64_t *o = malloc((n ? n : 1) * sizeof *o);
+    if (!o) return oom(a);
+    const sim_attr *at = kern_attr(a, "value");
+    int64_t val = !at ? 0 : at->type == SIM_ATTR_FLOAT ? d_to_i(at->f) : at->i;
+    for (uint64_t i = 0; i < n; i++) o[i] = val;
+    store_i(y, o);
+    free(o);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------ Cast / ViewCopy */
+/* x -> y converting the element type; x broadcasts to y's shape (copy_). */
+
+static aclError cast_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
+    if (!broadcasts_to(&a->in[0], &a->out[0])) return shape_fail(a, "x does not broadcast to y", &a->in[0], &a->out[0]);
+    *flops = kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError cast_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    int ints = kern_int_dtype(a->in[0].dtype) && kern_int_dtype(y->dtype);
+    double *d[1] = { NULL };
+    int64_t *iv[1] = { NULL };
+    if (!load_bcast(a, 0, 1, y, ints, d, iv)) return oom(a);
+    if (ints) store_i(y, iv[0]);
+    else store_d(y, d[0]);
+    free(d[0]); free(iv[0]);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------- binary elementwise (tensor) */
+/* Div (RealDiv), Maximum, Minimum: y = x1 op x2 with broadcasting. */
+
+enum { EW_DIV, EW_MAX, EW_MIN };
+
+static int ew_kind(const char *t)
+{
+    if (!strcmp(t, "Maximum")) return EW_MAX;
+    if (!strcmp(t, "Minimum")) return EW_MIN;
+    return EW_DIV;
+}
+
+static aclError ew2_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 2, 2, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
+    if ((e = check_broadcast_out(a, 0, 2, &a->out[0]))) return e;
+    *flops = kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError ew2_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    double *v[2] = { NULL, NULL };
+    if (!load_bcast(a, 0, 2, y, 0, v, NULL)) return oom(a);
+    uint64_t n = kern_numel(y);
+    int k = ew_kind(a->op_type);
+    for (uint64_t i = 0; i < n; i++) {
+        double x1 = v[0][i], x2 = v[1][i];
+        switch (k) {
+        case EW_DIV: v[0][i] = x1 / x2; break;
+        case EW_MAX: v[0][i] = (x1 != x1 || x1 > x2) ? x1 : x2; break;   /* NaN propagates */
+        default: v[0][i] = (x1 != x1 || x1 < x2) ? x1 : x2; break;
+        }
+    }
+    store_d(y, v[0]);
+    free(v[0]); free(v[1]);
+    return ACL_SUCCESS;
+}
+
+/* --------------------------------------------- elementwise with a scalar */
+/* Adds: y = x + alpha*value; Subs: y = x - alpha*value; Muls: y = x*value;
+ * Divs: y = x / value. Integer tensors with integer scalars stay exact. */
+
+static aclError scal_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
+    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
+    if (!kern_attr(a, "value")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
+    *flops = kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError scal_run(const sim_op_args *a)
+{
+    const sim_tensor *x = &a->in[0], *y = &a->out[0];
+    uint64_t n = kern_numel(y);
+    const char *t = a->op_type;
+    const sim_attr *va = kern_attr(a, "value"), *aa = kern_attr(a, "alpha");
+    int int_scalars = va->type != SIM_ATTR_FLOAT && (!aa || aa->type != SIM_ATTR_FLOAT);
+    if (kern_int_dtype(x->dtype) && kern_int_dtype(y->dtype) && int_scalars && strcmp(t, "Divs")) {
+        int64_t *v = load_i(x);
+        if (!v) return oom(a);
+        uint64_t s = (uint64_t)va->i, al = aa ? (uint64_t)aa->i : 1;
+        for (uint64_t i = 0; i < n; i++) {
+            uint64_t u = (uint64_t)v[i];
+            v[i] = (int64_t)(!strcmp(t, "Adds") ? u + al * s : !strcmp(t, "Subs") ? u - al * s : u * s);
+        }
+        store_i(y, v);
+        free(v);
+        return ACL_SUCCESS;
+    }
+    double *v = load_d(x);
+    if (!v) return oom(a);
+    double s = attr_d(a, "value", 0), al = attr_d(a, "alpha", 1);
+    if (!strcmp(t, "Adds")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] + al * s;
+    else if (!strcmp(t, "Subs")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] - al * s;
+    else if (!strcmp(t, "Muls")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] * s;
+    else for (uint64_t i = 0; i < n; i++) v[i] = v[i] / s;
+    store_d(y, v);
+    free(v);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------ unary (float) */
+
+static const double SQRT1_2 = 0.70710678118654752440;
+static const double INV_SQRT_2PI = 0.39894228040143267794;
+
+static double gelu(double x) { return 0.5 * x * (1.0 + erf(x * SQRT1_2)); }
+
+enum { UN_SQRT, UN_NEG, UN_EXP, UN_LOG, UN_ABS, UN_RECIP, UN_GELU, UN_RSQRT };
+
+static int un_kind(const char *t)
+{
+    static const char *names[] = { "Sqrt", "Neg", "Exp", "Log", "Abs", "Reciprocal", "Gelu", "Rsqrt" };
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)
+        if (!strcmp(t, names[i])) return i;
+    return -1;
+}
+
+static aclError un_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
+    *flops = kern_numel(&a->out[0]) * (un_kind(a->op_type) == UN_GELU ? 8 : 1);
+    return ACL_SUCCESS;
+}
+
+static aclError un_run(const sim_op_args *a)
+{
+    double *v = load_d(&a->in[0]);
+    if (!v) return oom(a);
+    uint64_t n = kern_numel(&a->out[0]);
+    int k = un_kind(a->op_type);
+    for (uint64_t i = 0; i < n; i++) {
+        double x = v[i];
+        switch (k) {
+        case UN_SQRT: v[i] = sqrt(x); break;
+        case UN_NEG: v[i] = -x; break;
+        case UN_EXP: v[i] = exp(x); break;
+        case UN_LOG: v[i] = log(x); break;
+        case UN_ABS: v[i] = fabs(x); break;
+        case UN_RECIP: v[i] = 1.0 / x; break;
+        case UN_GELU: v[i] = gelu(x); break;
+        default: v[i] = 1.0 / sqrt(x); break;
+        }
+    }
+    store_d(&a->out[0], v);
+    free(v);
+    return ACL_SUCCESS;
+}
+
+/* --------------------------------------------------------- gradients */
+/* GeluGrad: dy, x -> dx = dy * (Phi(x) + x * phi(x)) (exact, erf-based GELU)
+ * ThresholdGradV2D: dy, x -> dx = x > threshold ? dy : 0 (ReLU backward) */
+
+static aclError grad2_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 2, 2, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (!same_shape(&a->in[0], &a->in[1])) return shape_fail(a, "dy and x differ", &a->in[0], &a->in[1]);
+    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "dy and dx differ", &a->in[0], &a->out[0]);
+    *flops = kern_numel(&a->out[0]) * 8;
+    return ACL_SUCCESS;
+}
+
+static aclError grad2_run(const sim_op_args *a)
+{
+    double *dy = load_d(&a->in[0]), *x = dy ? load_d(&a->in[1]) : NULL;
+    if (!x) { free(dy); return oom(a); }
+    uint64_t n = kern_numel(&a->out[0]);
+    if (!strcmp(a->op_type, "GeluGrad")) {
+        for (uint64_t i = 0; i < n; i++) {
+            double cdf = 0.5 * (1.0 + erf(x[i] * SQRT1_2));
+            double pdf = INV_SQRT_2PI * exp(-0.5 * x[i] * x[i]);
+            dy[i] = dy[i] * (cdf + x[i] * pdf);
+        }
+    } else {
+        double th = attr_d(a, "threshold", 0);
+        for (uint64_t i = 0; i < n; i++) dy[i] = x[i] > th ? dy[i] : 0.0;
+    }
+    store_d(&a->out[0], dy);
+    free(dy); free(x);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------- LogSoftmax */
+/* LogSoftmaxV2: x -> y = x - max - log(sum(exp(x - max))) along "axis"
+ * LogSoftmaxGrad: dy, y -> dx = dy - exp(y) * sum(dy) along "axis" */
+
+static void split3(const sim_tensor *t, int axis, uint64_t *outer, uint64_t *d, uint64_t *inner)
+{
+    *outer = 1; *inner = 1; *d = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (i < axis) *outer *= (uint64_t)t->dims[i];
+        else if (i == axis) *d = (uint64_t)t->dims[i];
+        else *inner *= (uint64_t)t->dims[i];
+    }
+}
+
+static aclError lsm_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    int grad = !strcmp(a->op_type, "LogSoftmaxGrad");
+    if ((e = counts(a, grad ? 2 : 1, grad ? 2 : 1, 1, 1)) ||
+        (e = types(a, flt_dtype, "float32, float16, bfloat16, double")))
+        return e;
+    for (int i = 0; i < a->nin; i++)
+        if (!same_shape(&a->in[i], &a->out[0])) return shape_fail(a, "inputs and output differ", &a->in[i], &a->out[0]);
+    int nd = a->out[0].ndim;
+    if (nd > 0 && norm_axis(kern_attr_int(a, "axis", -1), nd) < 0)
+        return fail(a, ACL_ERROR_INVALID_PARAM, "axis out of range");
+    *flops = 5 * kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError lsm_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    int axis = y->ndim ? norm_axis(kern_attr_int(a, "axis", -1), y->ndim) : 0;
+    uint64_t outer, d, inner;
+    split3(y, axis, &outer, &d, &inner);
+    int grad = !strcmp(a->op_type, "LogSoftmaxGrad");
+    double *x = load_d(&a->in[0]), *o = (x && grad) ? load_d(&a->in[1]) : NULL;
+    if (!x || (grad && !o)) { free(x); free(o); return oom(a); }
+    for (uint64_t p = 0; p < outer; p++)
+        for (uint64_t q = 0; q < inner; q++) {
+            double *r = x + p * d * inner + q;
+            if (!grad) {
+                double mx = -INFINITY, sum = 0;
+                for (uint64_t i = 0; i < d; i++) if (r[i * inner] > mx) mx = r[i * inner];
+                for (uint64_t i = 0; i < d; i++) sum += exp(r[i * inner] - mx);
+                double lse = mx + log(sum);
+                for (uint64_t i = 0; i < d; i++) r[i * inner] -= lse;
+            } else {
+                const double *yr = o + p * d * inner + q;
+                double sum = 0;
+                for (uint64_t i = 0; i < d; i++) sum += r[i * inner];
+                for (uint64_t i = 0; i < d; i++) r[i * inner] -= exp(yr[i * inner]) * sum;
+            }
+        }
+    store_d(y, x);
+    free(x); free(o);
+    return ACL_SUCCESS;
+}
+
+/* ------------------------------------------------------------- NLLLoss */
+/* NLLLoss: x [N,C] (or [C]), target [N] (or []) of class indices, weight [C]
+ *   -> y, total_weight. reduction 0 none (y [N]), 1 mean, 2 sum (y []);
+ *   targets equal to ignore_index contribute nothing.
+ * NLLLossGrad: x, dy, target, weight, total_weight -> dx (x's shape). */
+
+enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
+
+static aclError nll_geom(const sim_op_args *a, const sim_tensor *x, const sim_tensor *tg, const sim_tensor *w,
+    int64_t *N, int64_t *C)
+{
+    if (x->ndim == 2) { *N = x->dims[0]; *C = x->dims[1]; }
+    else if (x->ndim == 1) { *N = 1; *C = x->dims[0]; }
+    else return shape_fail(a, "x must be [N,C] or [C]", x, x);
+    if ((int64_t)kern_numel(tg) != *N || tg->ndim != (x->ndim == 2 ? 1 : 0))
+        return shape_fail(a, "target must be [N] (or [] for x [C])", tg, x);
+    if (!kern_int_dtype(tg->dtype) || tg->dtype == ACL_BOOL) {
+        aclsim_log("%s: target has data type %d (expected an integer type)", a->op_type, tg->dtype);
+        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+    }
+    if ((int64_t)kern_numel(w) != *C) return shape_fail(a, "weight must have C elements", w, x);
+    if (!flt_dtype(x->dtype) || !flt_dtype(w->dtype)) {
+        aclsim_log("%s: x and weight must be floating point", a->op_type);
+        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+    }
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
+    if (red < 0 || red > 2) return fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
+    return ACL_SUCCESS;
+}
+
+static aclError nll_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    int64_t N, C;
+    if ((e = counts(a, 3, 3, 2, 2)) || (e = nll_geom(a, &a->in[0], &a->in[1], &a->in[2], &N, &C))) return e;
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
+    if (red == RED_NONE ? (int64_t)kern_numel(&a->out[0]) != N : kern_numel(&a->out[0]) != 1)
+        return shape_fail(a, "y must be [N] for reduction none, one element otherwise", &a->out[0], &a->in[0]);
+    if (kern_numel(&a->out[1]) != 1) return shape_fail(a, "total_weight must have one element", &a->out[1], &a->out[1]);
+    if (!flt_dtype(a->out[0].dtype) || !flt_dtype(a->out[1].dtype))
+        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "outputs must be floating point");
+    *flops = (uint64_t)N * 2;
+    return ACL_SUCCESS;
+}
+
+/* the class of row n, or -1 if ignored; -2 if out of range */
+static int64_t nll_class(int64_t t, int64_t C, int64_t ignore)
+{
+    if (t == ignore) return -1;
+    return (t < 0 || t >= C) ? -2 : t;
+}
+
+static aclError nll_run(const sim_op_args *a)
+{
+    int64_t N, C;
+    nll_geom(a, &a->in[0], &a->in[1], &a->in[2], &N, &C);
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN), ignore = kern_attr_int(a, "ignore_index", -100);
+    double *x = load_d(&a->in[0]), *w = x ? load_d(&a->in[2]) : NULL;
+    int64_t *t = w ? load_i(&a->in[1]) : NULL;
+    double *y = t ? malloc((size_t)(N ? N : 1) * sizeof *y) : NULL;
+    if (!y) { free(x); free(w); free(t); return oom(a); }
+    double sum = 0, tw = 0;
+    aclError rc = ACL_SUCCESS;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t c = nll_class(t[n], C, ignore);
+        if (c == -2) {
+            aclsim_log("%s: target %lld of row %lld is out of range [0, %lld)", a->op_type, (long long)t[n],
+                (long long)n, (long long)C);
+            rc = ACL_ERROR_RT_AICORE_EXCEPTION;   /* a device-side assertion on real hardware */
+            c = -1;
+        }
+        y[n] = c < 0 ? 0.0 : -w[c] * x[n * C + c];
+        if (c >= 0) { sum += y[n]; tw += w[c]; }
+    }
+    double twv = tw;
+    if (red == RED_NONE) store_d(&a->out[0], y);
+    else {
+        double r = red == RED_SUM ? sum : sum / tw;   /* mean over zero weight is NaN, as in PyTorch */
+        store_d(&a->out[0], &r);
+    }
+    store_d(&a->out[1], &twv);
+    free(x); free(w); free(t); free(y);
+    return rc;
+}
+
+static aclError nllgrad_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    int64_t N, C;
+    if ((e = counts(a, 5, 5, 1, 1)) || (e = nll_geom(a, &a->in[0], &a->in[2], &a->in[3], &N, &C))) return e;
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
+    if (red == RED_NONE ? (int64_t)kern_numel(&a->in[1]) != N : kern_numel(&a->in[1]) != 1)
+        return shape_fail(a, "dy must be [N] for reduction none, one element otherwise", &a->in[1], &a->in[0]);
+    if (kern_numel(&a->in[4]) != 1) return shape_fail(a, "total_weight must have one element", &a->in[4], &a->in[4]);
+    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "dx must have x's shape", &a->out[0], &a->in[0]);
+    if (!flt_dtype(a->in[1].dtype) || !flt_dtype(a->in[4].dtype) || !flt_dtype(a->out[0].dtype))
+        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "dy, total_weight and dx must be floating point");
+    *flops = (uint64_t)N * (uint64_t)C;
+    return ACL_SUCCESS;
+}
+
+static aclError nllgrad_run(const sim_op_args *a)
+{
+    int64_t N, C;
+    nll_geom(a, &a->in[0], &a->in[2], &a->in[3], &N, &C);
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN), ignore = kern_attr_int(a, "ignore_index", -100);
+    double *dy = load_d(&a->in[1]), *w = dy ? load_d(&a->in[3]) : NULL, *tw = w ? load_d(&a->in[4]) : NULL;
+    int64_t *t = tw ? load_i(&a->in[2]) : NULL;
+    uint64_t nx = (uint64_t)N * (uint64_t)C;
+    double *dx = t ? calloc(nx ? nx : 1, sizeof *dx) : NULL;
+    if (!dx) { free(dy); free(w); free(tw); free(t); return oom(a); }
+    for (int64_t n = 0; n < N; n++) {
+        int64_t c = nll_class(t[n], C, ignore);
+        if (c < 0) continue;
+        double g = red == RED_NONE ? dy[n] : dy[0];
+        if (red == RED_MEAN) g /= tw[0];
+        dx[n * C + c] = -w[c] * g;
+    }
+    store_d(&a->out[0], dx);
+    free(dy); free(w); free(tw); free(t); free(dx);
+    return ACL_SUCCESS;
+}
+
+/* ----------------------------------------------------------- ReduceSumD */
+/* x -> y summed over the dims in the bitmask attribute "axes" (bit i: dim i;
+ * 0 = every dim), "keep_dims" keeps them as size 1. */
+
+static uint32_t red_mask(const sim_op_args *a, int nd)
+{
+    uint32_t m = (uint32_t)kern_attr_int(a, "axes", 0);
+    return m ? m : (nd ? (uint32_t)((1ull << nd) - 1) : 0);
+}
+
+static aclError rsum_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
+    const sim_tensor *x = &a->in[0], *y = &a->out[0];
+    uint32_t m = red_mask(a, x->ndim);
+    if (x->ndim < 32 && (m >> x->ndim)) return fail(a, ACL_ERROR_INVALID_PARAM, "an axis is out of range");
+    uint64_t want = 1;
+    for (int i = 0; i < x->ndim; i++)
+        if (!((m >> i) & 1)) want *= (uint64_t)x->dims[i];
+    if (kern_numel(y) != want) return shape_fail(a, "y does not hold x without the reduced axes", x, y);
+    *flops = kern_numel(x);
+    return ACL_SUCCESS;
+}
+
+static aclError rsum_run(const sim_op_args *a)
+{
+    const sim_tensor *x = &a->in[0], *y = &a->out[0];
+    uint32_t m = red_mask(a, x->ndim);
+    uint64_t nx = kern_numel(x), ny = kern_numel(y);
+    int ints = kern_int_dtype(x->dtype) && kern_int_dtype(y->dtype);
+    double *xd = NULL, *yd = NULL;
+    int64_t *xi = NULL, *yi = NULL;
+    if (ints) { xi = load_i(x); yi = calloc(ny ? ny : 1, sizeof *yi); }
+    else { xd = load_d(x); yd = calloc(ny ? ny : 1, sizeof *yd); }
+    if (ints ? (!xi || !yi) : (!xd || !yd)) { free(xd); free(yd); free(xi); free(yi); return oom(a); }
+    /* output index of each input element: the kept dims in row-major order */
+    int64_t idx[SIM_MAX_DIMS] = {0};
+    for (uint64_t p = 0; p < nx; p++) {
+        uint64_t o = 0;
+        for (int i = 0; i < x->ndim; i++)
+            if (!((m >> i) & 1)) o = o * (uint64_t)x->dims[i] + (uint64_t)idx[i];
+        if (ints) yi[o] += xi[p]; else yd[o] += xd[p];
+        for (int i = x->ndim - 1; i >= 0; i--) {
+            if (++idx[i] < x->dims[i]) break;
+            idx[i] = 0;
+        }
+    }
+    if (ints) store_i(y, yi); else store_d(y, yd);
+    free(xd); free(yd); free(xi); free(yi);
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- Addmm */
+/* self (broadcasts to [M,N]), mat1 [M,K], mat2 [K,N] -> y [M,N] =
+ * beta*self + alpha*(mat1 @ mat2); beta 0 ignores self (even NaN), as PyTorch. */
+
+static aclError addmm_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 3, 3, 1, 1)) || (e = types(a, kern_float_dtype, "float32, float16, bfloat16"))) return e;
+    const sim_tensor *s = &a->in[0], *m1 = &a->in[1], *m2 = &a->in[2], *y = &a->out[0];
+    if (m1->ndim != 2 || m2->ndim != 2 || y->ndim != 2) return shape_fail(a, "mat1, mat2 and y must be 2-D", m1, m2);
+    if (m1->dims[1] != m2->dims[0]) return shape_fail(a, "inner dims of mat1 and mat2 differ", m1, m2);
+    if (y->dims[0] != m1->dims[0] || y->dims[1] != m2->dims[1]) return shape_fail(a, "y is not [M,N]", m1, y);
+    if (!broadcasts_to(s, y)) return shape_fail(a, "self does not broadcast to [M,N]", s, y);
+    *flops = 2ull * (uint64_t)m1->dims[0] * (uint64_t)m1->dims[1] * (uint64_t)m2->dims[1];
+    return ACL_SUCCESS;
+}
+
+static aclError addmm_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    int64_t M = a->in[1].dims[0], K = a->in[1].dims[1], N = a->in[2].dims[1];
+    float *o1, *o2;
+    const float *A = kern_in_f32(a, &a->in[1], &o1);
+    const float *B = A ? kern_in_f32(a, &a->in[2], &o2) : NULL;
+    float *C = B ? malloc((size_t)((M * N) != 0 ? M * N : 1) * sizeof *C) : NULL;
+    double *sv = NULL;
+    double beta = attr_d(a, "beta", 1), alpha = attr_d(a, "alpha", 1);
+    if (C && beta != 0) {
+        sim_tensor v;
+        kern_broadcast_view(&a->in[0], y, &v);
+        sv = load_d(&v);
+    }
+    if (!C || (beta != 0 && !sv)) { free(o1); free(o2); free(C); free(sv); return oom(a); }
+    kern_gemm(A, B, C, M, K, N);
+    double *r = malloc((size_t)((M * N) != 0 ? M * N : 1) * sizeof *r);
+    if (!r) { free(o1); free(o2); free(C); free(sv); return oom(a); }
+    /* f32 product, then the same combination a CPU addmm makes */
+    for (int64_t i = 0; i < M * N; i++) {
+        float p = alpha == 1 ? C[i] : (float)(alpha * C[i]);
+        r[i] = beta == 0 ? p : (beta == 1 ? (double)((float)sv[i] + p) : (double)((float)(beta * sv[i]) + p));
+    }
+    store_d(y, r);
+    free(o1); free(o2); free(C); free(sv); free(r);
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------------- table */
+
+static const sim_kernel_def g_nn_kernels[] = {
+    { "Cast", cast_check, cast_run, 0 },
+    { "ViewCopy", cast_check, cast_run, 0 },
+    { "Div", ew2_check, ew2_run, 0 },
+    { "RealDiv", ew2_check, ew2_run, 0 },
+    { "Maximum", ew2_check, ew2_run, 0 },
+    { "Minimum", ew2_check, ew2_run, 0 },
+    { "Adds", scal_check, scal_run, 0 },
+    { "Subs", scal_check, scal_run, 0 },
+    { "Muls", scal_check, scal_run, 0 },
+    { "Divs", scal_check, scal_run, 0 },
+    { "Sqrt", un_check, un_run, 0 },
+    { "Rsqrt", un_check, un_run, 0 },
+    { "Neg", un_check, un_run, 0 },
+    { "Exp", un_check, un_run, 0 },
+    { "Log", un_check, un_run, 0 },
+    { "Abs", un_check, un_run, 0 },
+    { "Reciprocal", un_check, un_run, 0 },
+    { "Gelu", un_check, un_run, 0 },
+    { "GeluGrad", grad2_check, grad2_run, 0 },
+    { "ThresholdGradV2D", grad2_check, grad2_run, 0 },
+    { "LogSoftmaxV2", lsm_check, lsm_run, 0 },
+    { "LogSoftmaxGrad", lsm_check, lsm_run, 0 },
+    { "NLLLoss", nll_check, nll_run, 0 },
+    { "NLLLossGrad", nllgrad_check, nllgrad_run, 0 },
+    { "ReduceSumD", rsum_check, rsum_run, 0 },
+    { "Addmm", addmm_check, addmm_run, 0 },
+};
+
+static const sim_kernel_def *kern_find_foreach(const char *op_type);
+
+const sim_kernel_def *kern_find_nn(const char *op_type)
+{
+    for (size_t i = 0; i < sizeof g_nn_kernels / sizeof g_nn_kernels[0]; i++)
+        if (strcmp(g_nn_kernels[i].name, op_type) == 0) return &g_nn_kernels[i];
+    return kern_find_foreach(op_type);
+}
+
+/* ------------------------------------------------------------- Foreach */
+/* Foreach<Op>: attribute "n" = list length; inputs are the input lists one
+ * after another (list k, element i at in[k*n + i]), outputs the n results.
+ * The scalar comes from attribute "scalar", or per element from "scalar<i>"
+ * (scalar-list variants), or — "scalar_input" = 1 — from a one-element
+ * device tensor after the lists (the V1 aclnn variants).
+ *   AddScalar x+s, SubScalar x-s, MulScalar x*s, DivScalar x/s,
+ *   AddList x1+s*x2 (s default 1), SubList x1-s*x2, MulList x1*x2,
+ *   DivList x1/x2, LerpScalar x1+s*(x2-x1), LerpList x1+x3*(x2-x1),
+ *   AddcmulScalar x1+s*x2*x3, AddcdivScalar x1+s*x2/x3, Sqrt, Neg,
+ *   Reciprocal, Exp. */
+
+typedef struct fe_def { const char *name; int lists; int scalar; } fe_def;
+static const fe_def g_fe[] = {
+    { "ForeachAddScalar", 1, 1 }, { "ForeachSubScalar", 1, 1 }, { "ForeachMulScalar", 1, 1 },
+    { "ForeachDivScalar", 1, 1 }, { "ForeachAddList", 2, 0 }, { "ForeachSubList", 2, 0 },
+    { "ForeachMulList", 2, 0 }, { "ForeachDivList", 2, 0 }, { "ForeachLerpScalar", 2, 1 },
+    { "ForeachLerpList", 3, 0 }, { "ForeachAddcmulScalar", 3, 1 }, { "ForeachAddcdivScalar", 3, 1 },
+    { "ForeachSqrt", 1, 0 }, { "ForeachNeg", 1, 0 }, { "ForeachReciprocal", 1, 0 }, { "ForeachExp", 1, 0 },
+};
+
+static const fe_def *fe_find(const char *t)
+{
+    for (size_t i = 0; i < sizeof g_fe / sizeof g_fe[0]; i++)
+        if (!strcmp(g_fe[i].name, t)) return &g_fe[i];
+    return NULL;
+}
+
+static aclError fe_check(const sim_op_args *a, uint64_t *flops)
+{
+    const fe_def *d = fe_find(a->op_type);
+    int64_t n = kern_attr_int(a, "n", -1);
+    int sin = (int)kern_attr_int(a, "scalar_input", 0) != 0;
+    if (n < 1 || a->nin != d->lists * n + sin || a->nout != n)
+        return fail(a, ACL_ERROR_OP_INPUT_NOT_MATCH, "list lengths do not match (attribute n, inputs, outputs)");
+    aclError e;
+    if ((e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (sin && kern_numel(&a->in[a->nin - 1]) != 1)
+        return shape_fail(a, "the scalar tensor must have one element", &a->in[a->nin - 1], &a->in[a->nin - 1]);
+    if (d->scalar && !sin && !kern_attr(a, "scalar")) {
+        char nm[32];
+        for (int64_t i = 0; i < n; i++) {
+            snprintf(nm, sizeof nm, "scalar%lld", (long long)i);
+            if (!kern_attr(a, nm)) return fail(a, ACL_ERROR_INVALID_PARAM, "a scalar is missing");
+        }
+    }
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        for (int k = 1; k < d->lists; k++)
+            if (!same_shape(&a->in[i], &a->in[k * n + i])) return shape_fail(a, "list elements differ", &a->in[i], &a->in[k * n + i]);
+        if (!same_shape(&a->in[i], &a->out[i])) return shape_fail(a, "output differs from input", &a->in[i], &a->out[i]);
+        total += kern_numel(&a->out[i]);
+    }
+    *flops = total * (uint64_t)d->lists;
+    return ACL_SUCCESS;
+}
+
+static aclError fe_run(const sim_op_args *a)
+{
+    const fe_def *d = fe_find(a->op_type);
+    int n = (int)kern_attr_int(a, "n", 0);
+    int sin = (int)kern_attr_int(a, "scalar_input", 0) != 0;
+    double s_all = attr_d(a, "scalar", 1.0);
+    if (sin) {
+        double *sv = load_d(&a->in[a->nin - 1]);
+        if (!sv) return oom(a);
+        s_all = sv[0];
+        free(sv);
+    }
+    /* every input of every element is read before any output is written */
+    int nl = d->lists * n;
+    double **v = calloc((size_t)nl, sizeof *v);
+    if (!v) return oom(a);
+    for (int k = 0; k < nl; k++)
+        if (!(v[k] = load_d(&a->in[k]))) {
+            for (int q = 0; q < k; q++) free(v[q]);
+            free(v);
+            return oom(a);
+        }
+    const char *t = a->op_type + 7;   /* after "Foreach" */
+    for (int i = 0; i < n; i++) {
+        double s = s_all;
+        char nm[32];
+        snprintf(nm, sizeof nm, "scalar%d", i);
+        if (kern_attr(a, nm)) s = attr_d(a, nm, 1.0);
+        double *x1 = v[i], *x2 = d->lists > 1 ? v[n + i] : NULL, *x3 = d->lists > 2 ? v[2 * n + i] : NULL;
+        uint64_t m = kern_numel(&a->out[i]);
+        for (uint64_t j = 0; j < m; j++) {
+            double x = x1[j], r;
+            if (!strcmp(t, "AddScalar")) r = x + s;
+            else if (!strcmp(t, "SubScalar")) r = x - s;
+            else if (!strcmp(t, "MulScalar")) r = x * s;
+            else if (!strcmp(t, "DivScalar")) r = x / s;
+            else if (!strcmp(t, "AddList")) r = x + s * x2[j];
+            else if (!strcmp(t, "SubList")) r = x - s * x2[j];
+            else if (!strcmp(t, "MulList")) r = x * x2[j];
+            else if (!strcmp(t, "DivList")) r = x / x2[j];
+            else if (!strcmp(t, "LerpScalar")) r = x + s * (x2[j] - x);
+            else if (!strcmp(t, "LerpList")) r = x + x3[j] * (x2[j] - x);
+            else if (!strcmp(t, "AddcmulScalar")) r = x + s * x2[j] * x3[j];
+            else if (!strcmp(t, "AddcdivScalar")) r = x + s * x2[j] / x3[j];
+            else if (!strcmp(t, "Sqrt")) r = sqrt(x);
+            else if (!strcmp(t, "Neg")) r = -x;
+            else if (!strcmp(t, "Reciprocal")) r = 1.0 / x;
+            else r = exp(x);
+            x1[j] = r;
+        }
+    }
+    for (int i = 0; i < n; i++) store_d(&a->out[i], v[i]);
+    for (int k = 0; k < nl; k++) free(v[k]);
+    free(v);
+    return ACL_SUCCESS;
+}
+
+#define FE(name) { name, fe_check, fe_run, 0 }
+static const sim_kernel_def g_fe_kernels[] = {
+    FE("ForeachAddScalar"), FE("ForeachSubScalar"), FE("ForeachMulScalar"), FE("ForeachDivScalar"),
+    FE("ForeachAddList"), FE("ForeachSubList"), FE("ForeachMulList"), FE("ForeachDivList"),
+    FE("ForeachLerpScalar"), FE("ForeachLerpList"), FE("ForeachAddcmulScalar"), FE("ForeachAddcdivScalar"),
+    FE("ForeachSqrt"), FE("ForeachNeg"), FE("ForeachReciprocal"), FE("ForeachExp"),
+};
+
+static const sim_kernel_def *kern_find_foreach(const char *op_type)
+{
+    for (size_t i = 0; i < sizeof g_fe_kernels / sizeof g_fe_kernels[0]; i++)
+        if (!strcmp(g_fe_kernels[i].name, op_type) && fe_find(op_type)) return &g_fe_kernels[i];
+    return NULL;
+}

@@ -1,0 +1,193 @@
+//! aclnn. Every operator executes as `aclnnXxx(workspace, workspaceSize,
+//! executor, stream)` — one signature for all ~900 of them — after
+//! `aclnnXxxGetWorkspaceSize(tensors..., &ws, &executor)` built the executor
+//! from tensors made with aclCreateTensor. u3m intercepts the execute phase of
+//! every operator generically: the dlsym override hands out a trampoline from a
+//! fixed pool for any `aclnn*` name whose `*GetWorkspaceSize` companion exists
+//! in the same library; at launch, the tensors this thread created since its
+//! previous launch (their storage footprints) and the workspace are the
+//! launch's accesses. Tensors are tracked per thread in a fixed array: no
+//! allocation, no lock on the launch path.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+use super::Cx;
+use crate::ffi::*;
+use crate::init::current_device;
+use u3m_core::engine::{Range, MAX_OP_RANGES};
+
+pub type ExecFn = unsafe extern "C" fn(*mut c_void, u64, *mut c_void, aclrtStream) -> aclnnStatus;
+
+include!(concat!(env!("OUT_DIR"), "/aclnn_tramps.rs"));
+
+/// Real execute function and operator name of each slot.
+static REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+const NAME_MAX: usize = 96;
+struct Names(UnsafeCell<[[u8; NAME_MAX]; SLOTS]>);
+// A slot's name is written once, before its REAL pointer is published.
+unsafe impl Sync for Names {}
+static NAMES: Names = Names(UnsafeCell::new([[0; NAME_MAX]; SLOTS]));
+static USED: AtomicUsize = AtomicUsize::new(0);
+static CLAIM: spin::Mutex<()> = spin::Mutex::new(());
+
+unsafe extern "C" fn tramp<const N: usize>(ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+    launch(N, ws, ws_size, exec, stream)
+}
+
+fn slot_name(slot: usize) -> &'static [u8] {
+    let n = unsafe { &(*NAMES.0.get())[slot] };
+    let len = n.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
+    &n[..len]
+}
+
+/// For the dlsym override: the trampoline for an aclnn execute-phase lookup,
+/// or None when `name` is not one (or the pool is exhausted: then the real
+/// function is returned unobserved, and counted).
+pub unsafe fn redirect(handle: *mut c_void, name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
+    if !name.starts_with(b"aclnn") || name.ends_with(b"GetWorkspaceSize") || name.len() + 17 > NAME_MAX {
+        return None;
+    }
+    // only two-phase operators: "<name>GetWorkspaceSize" must exist alongside
+    let mut buf = [0u8; NAME_MAX + 20];
+    buf[..name.len()].copy_from_slice(name);
+    buf[name.len()..name.len() + 16].copy_from_slice(b"GetWorkspaceSize");
+    if crate::dl::real_dlsym(handle, buf.as_ptr() as *const c_char).is_null() {
+        return None;
+    }
+    let _g = CLAIM.lock();
+    let used = USED.load(Ordering::Acquire);
+    for (i, r) in REAL.iter().enumerate().take(used) {
+        if r.load(Ordering::Acquire) == found {
+            return Some(TRAMPOLINES[i] as *mut c_void);
+        }
+    }
+    if used == SLOTS {
+        crate::init::warn_once("aclnn trampoline pool exhausted: further operators are not observed");
+        return None;
+    }
+    (&mut (*NAMES.0.get())[used])[..name.len()].copy_from_slice(name);
+    REAL[used].store(found, Ordering::Release);
+    USED.store(used + 1, Ordering::Release);
+    Some(TRAMPOLINES[used] as *mut c_void)
+}
+
+unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+    let p = REAL[slot].load(Ordering::Acquire);
+    if p.is_null() {
+        return ACLNN_ERR_INNER_NULLPTR;
+    }
+    let f: ExecFn = std::mem::transmute(p);
+    let Some(cx) = super::enter_uncounted() else {
+        return f(ws, ws_size, exec, stream);
+    };
+    let r = f(ws, ws_size, exec, stream);
+    let mut ranges = [Range::default(); MAX_OP_RANGES];
+    let mut n = PENDING.with(|p| p.drain_into(&mut ranges));
+    if r == 0 {
+        if !ws.is_null() && ws_size > 0 && n < MAX_OP_RANGES {
+            ranges[n] = Range { addr: ws as u64, len: ws_size, write: true };
+            n += 1;
+        }
+        let name = slot_name(slot);
+        let op = name.strip_prefix(b"aclnn").unwrap_or(name);
+        let dev = current_device();
+        cx.note(|e| {
+            e.count_aclnn_launch();
+            e.op(dev, stream as u64, op, &ranges[..n], None)
+        });
+    }
+    r
+}
+
+/// Tensors created on this thread since its last aclnn launch.
+struct Pending {
+    t: UnsafeCell<[(usize, Range); MAX_OP_RANGES]>,
+    n: std::cell::Cell<usize>,
+}
+
+impl Pending {
+    const fn new() -> Pending {
+        Pending { t: UnsafeCell::new([(0, Range::ZERO); MAX_OP_RANGES]), n: std::cell::Cell::new(0) }
+    }
+    fn push(&self, tensor: usize, r: Range) {
+        let n = self.n.get();
+        if n < MAX_OP_RANGES {
+            unsafe { (*self.t.get())[n] = (tensor, r) };
+            self.n.set(n + 1);
+        }
+    }
+    fn forget(&self, tensor: usize) {
+        let t = unsafe { &mut *self.t.get() };
+        let n = self.n.get();
+        if let Some(i) = t[..n].iter().position(|e| e.0 == tensor) {
+            t[i] = t[n - 1];
+            self.n.set(n - 1);
+        }
+    }
+    /// All pending tensors are treated as read and written: the executor's
+    /// roles are opaque, and a conservative write keeps dirty tracking right.
+    fn drain_into(&self, out: &mut [Range; MAX_OP_RANGES]) -> usize {
+        let t = unsafe { &*self.t.get() };
+        let n = self.n.get();
+        for (i, e) in t[..n].iter().enumerate() {
+            out[i] = e.1;
+        }
+        self.n.set(0);
+        n
+    }
+}
+
+thread_local! {
+    static PENDING: Pending = const { Pending::new() };
+}
+
+/// Storage footprint of a tensor: prod(storageDims) * element size.
+unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
+    let es = acl_dtype_size(dtype);
+    if dims.is_null() || n == 0 || n > 64 || es == 0 {
+        return 0;
+    }
+    let mut e: u64 = 1;
+    for i in 0..n as usize {
+        let d = *dims.add(i);
+        if d < 0 {
+            return 0;
+        }
+        e = e.saturating_mul(d as u64);
+    }
+    e.saturating_mul(es)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn create_tensor(cx: &Cx, f: unsafe extern "C" fn(*const i64, u64, c_int, *const i64, i64, c_int, *const i64, u64, *mut c_void) -> *mut c_void, vd: *const i64, vn: u64, dt: c_int, st: *const i64, off: i64, fmt: c_int, sd: *const i64, sn: u64, data: *mut c_void) -> *mut c_void {
+    let t = f(vd, vn, dt, st, off, fmt, sd, sn, data);
+    if !t.is_null() && !data.is_null() {
+        let len = footprint(dt, sd, sn);
+        if len > 0 {
+            PENDING.with(|p| p.push(t as usize, Range { addr: data as u64, len, write: true }));
+            cx.note(|e| e.tensor_created());
+        }
+    }
+    t
+}
+
+pub unsafe fn destroy_tensor(_cx: &Cx, f: unsafe extern "C" fn(*const c_void) -> aclnnStatus, t: *const c_void) -> aclnnStatus {
+    PENDING.with(|p| p.forget(t as usize));
+    f(t)
+}
+
+pub unsafe fn create_tensor_list(_cx: &Cx, f: unsafe extern "C" fn(*const *const c_void, u64) -> *mut c_void, v: *const *const c_void, n: u64) -> *mut c_void {
+    f(v, n)
+}
+
+pub unsafe fn destroy_tensor_list(_cx: &Cx, f: unsafe extern "C" fn(*const c_void) -> aclnnStatus, l: *const c_void) -> aclnnStatus {
+    f(l)
+}
+
+/// Number of aclnn operators given a trampoline so far.
+pub fn slots_used() -> usize {
+    USED.load(Ordering::Acquire)
+}

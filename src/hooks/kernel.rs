@@ -1,0 +1,61 @@
+//! Kernel launches whose device pointers hide in an opaque argument blob: the
+//! blob's pointer-sized slots are scanned for addresses inside live device
+//! allocations (a heuristic: a slot that happens to hold such a value is
+//! treated as an access). Launches whose arguments u3m cannot read at all
+//! (an args handle) are counted as opaque.
+
+use std::ffi::c_void;
+
+use super::Cx;
+use crate::ffi::*;
+use crate::init::current_device;
+
+unsafe fn scan(cx: &Cx, s: aclrtStream, args: *const c_void, size: usize) {
+    if args.is_null() || size < 8 || size > (1 << 20) {
+        return;
+    }
+    let words = std::slice::from_raw_parts(args as *const u8, size);
+    let dev = current_device();
+    cx.note(|e| e.kernel_args(dev, s as u64, words));
+}
+
+pub unsafe fn launch(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u32, *const c_void, usize, aclrtStream) -> aclError, func: *mut c_void, nb: u32, args: *const c_void, size: usize, s: aclrtStream) -> aclError {
+    let r = f(func, nb, args, size, s);
+    if r == ACL_SUCCESS {
+        scan(cx, s, args, size);
+    }
+    r
+}
+
+pub unsafe fn launch_v2(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u32, *const c_void, usize, *mut c_void, aclrtStream) -> aclError, func: *mut c_void, nb: u32, args: *const c_void, size: usize, cfg: *mut c_void, s: aclrtStream) -> aclError {
+    let r = f(func, nb, args, size, cfg, s);
+    if r == ACL_SUCCESS {
+        scan(cx, s, args, size);
+    }
+    r
+}
+
+pub unsafe fn launch_with_config(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u32, aclrtStream, *mut c_void, *mut c_void, *mut c_void) -> aclError, func: *mut c_void, nb: u32, s: aclrtStream, cfg: *mut c_void, ah: *mut c_void, rsv: *mut c_void) -> aclError {
+    let r = f(func, nb, s, cfg, ah, rsv);
+    if r == ACL_SUCCESS {
+        let dev = current_device();
+        cx.note(|e| e.opaque_launch(dev, s as u64));
+    }
+    r
+}
+
+pub unsafe fn launch_with_host_args(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u32, aclrtStream, *mut c_void, *mut c_void, usize, *mut c_void, usize) -> aclError, func: *mut c_void, nb: u32, s: aclrtStream, cfg: *mut c_void, ha: *mut c_void, size: usize, ph: *mut c_void, phn: usize) -> aclError {
+    let r = f(func, nb, s, cfg, ha, size, ph, phn);
+    if r == ACL_SUCCESS {
+        scan(cx, s, ha, size);
+    }
+    r
+}
+
+pub unsafe fn rt_kernel_launch(cx: &Cx, f: unsafe extern "C" fn(*const c_void, u32, *mut c_void, u32, *mut c_void, aclrtStream) -> rtError_t, stub: *const c_void, bd: u32, args: *mut c_void, size: u32, sm: *mut c_void, s: aclrtStream) -> rtError_t {
+    let r = f(stub, bd, args, size, sm, s);
+    if r == 0 {
+        scan(cx, s, args, size as usize);
+    }
+    r
+}

@@ -1,0 +1,181 @@
+//! Start-up, the state machine and process events (fork, exit).
+//! States: UNINIT -> INITIALIZING -> READY | DISABLED, advanced by
+//! compare-and-swap from the constructor or from whichever hook comes first.
+//! The hot path asks only "is there an engine?" — one atomic load.
+
+use std::cell::Cell;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+
+use u3m_core::config::{Config, LogLevel, Mode};
+use u3m_core::engine::Engine;
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const DISABLED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(ptr::null_mut());
+static LOG: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
+
+thread_local! {
+    /// The device this thread set with aclrtSetDevice (-1: none seen yet).
+    static DEVICE: Cell<i32> = const { Cell::new(-1) };
+}
+
+/// Writes one line to stderr with a single write(2): no allocation, no lock,
+/// never stdout.
+pub fn log_line(parts: &[&str]) {
+    let mut buf = [0u8; 512];
+    let mut n = 0;
+    for p in std::iter::once(&"u3m: ").chain(parts.iter()).chain(std::iter::once(&"\n")) {
+        let b = p.as_bytes();
+        let k = b.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&b[..k]);
+        n += k;
+    }
+    unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, n) };
+}
+
+pub fn warn(msg: &str) {
+    if LOG.load(Ordering::Relaxed) >= LogLevel::Warn as u8 {
+        log_line(&[msg]);
+    }
+}
+
+/// A warning printed at most once per call site.
+#[macro_export]
+macro_rules! warn_once_at {
+    ($msg:expr) => {{
+        static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !ONCE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            $crate::init::warn($msg);
+        }
+    }};
+}
+
+pub fn warn_once(msg: &str) {
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::Relaxed) {
+        warn(msg);
+    }
+}
+
+/// The engine, when u3m is active (READY); None otherwise.
+#[inline]
+pub fn engine() -> Option<&'static Engine> {
+    if STATE.load(Ordering::Acquire) == READY {
+        return unsafe { ENGINE.load(Ordering::Acquire).as_ref() };
+    }
+    engine_slow()
+}
+
+#[cold]
+fn engine_slow() -> Option<&'static Engine> {
+    if STATE.load(Ordering::Acquire) == UNINIT {
+        init();
+    }
+    if STATE.load(Ordering::Acquire) == READY {
+        unsafe { ENGINE.load(Ordering::Acquire).as_ref() }
+    } else {
+        None
+    }
+}
+
+/// Runs once (per process: again in a forked child).
+pub fn init() {
+    if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        return;
+    }
+    crate::dl::resolve_real();
+    let cfg = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            log_line(&["configuration error: ", &e.to_string(), " — running as pass-through"]);
+            STATE.store(DISABLED, Ordering::Release);
+            return;
+        }
+    };
+    LOG.store(cfg.log as u8, Ordering::Relaxed);
+    if cfg.mode == Mode::Off {
+        STATE.store(DISABLED, Ordering::Release);
+        return;
+    }
+    let names: Vec<&'static str> = crate::hooks::names().collect();
+    match std::panic::catch_unwind(|| Engine::new(cfg, &names)) {
+        Ok(Ok(e)) => {
+            let e: &'static Engine = Box::leak(Box::new(e));
+            e.start_background();
+            ENGINE.store(e as *const Engine as *mut Engine, Ordering::Release);
+            STATE.store(READY, Ordering::Release);
+        }
+        Ok(Err(msg)) => {
+            log_line(&["cannot start: ", &msg, " — running as pass-through"]);
+            STATE.store(DISABLED, Ordering::Release);
+        }
+        Err(_) => {
+            log_line(&["cannot start (internal error) — running as pass-through"]);
+            STATE.store(DISABLED, Ordering::Release);
+        }
+    }
+}
+
+/// Switches u3m to pass-through for the rest of the process.
+pub fn disable(why: &str) {
+    if STATE.swap(DISABLED, Ordering::AcqRel) == READY {
+        log_line(&["disabled: ", why, " — running as pass-through"]);
+    }
+}
+
+#[inline]
+pub fn current_device() -> i32 {
+    DEVICE.with(|d| d.get())
+}
+
+pub fn set_current_device(dev: i32) {
+    DEVICE.with(|d| d.set(dev));
+}
+
+/// After aclrtSetCurrentContext: ask the runtime which device that is.
+pub fn refresh_current_device() {
+    static GET: crate::real::RealFn = crate::real::RealFn::new(b"aclrtGetDevice\0");
+    if let Some(p) = GET.get() {
+        let f: unsafe extern "C" fn(*mut i32) -> i32 = unsafe { std::mem::transmute(p) };
+        let mut d = -1;
+        if unsafe { f(&mut d) } == 0 {
+            set_current_device(d);
+        }
+    }
+}
+
+/// At exit: flush the trace, remove the stats segment (only in the process
+/// that created them — a forked child inherits the handler).
+extern "C" fn at_exit() {
+    if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        let _ = std::panic::catch_unwind(|| e.shutdown());
+    }
+}
+
+/// In a forked child: start clean (own stats segment, no inherited threads).
+/// Runs right after fork(), so it only flips state; the next hook re-inits.
+extern "C" fn at_fork_child() {
+    if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        e.forget_after_fork();
+    }
+    ENGINE.store(ptr::null_mut(), Ordering::Release); // the parent's engine is leaked in the child
+    STATE.store(UNINIT, Ordering::Release);
+}
+
+extern "C" fn ctor() {
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(at_fork_child));
+    }
+    init();
+}
+
+#[cfg(not(test))]
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CTOR: extern "C" fn() = ctor;
