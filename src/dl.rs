@@ -80,10 +80,8 @@ unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void)
         return found;
     }
     let bytes = CStr::from_ptr(name).to_bytes();
-    if bytes.starts_with(b"Hccl") {
-        hooks::hccl_remember_handle(handle);
-    }
     if let Some(h) = hooks::find(bytes) {
+        crate::real::remember_handle(handle);
         // The handle's scope may contain u3m itself (RTLD_DEFAULT, the main
         // program's handle): then the real definition is the next one.
         let real = if found == h.wrapper as *mut c_void { real_next(name) } else { found };
@@ -94,6 +92,7 @@ unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void)
         return h.wrapper as *mut c_void;
     }
     if let Some(t) = hooks::aclnn::redirect(handle, bytes, found) {
+        crate::real::remember_handle(handle);
         return t;
     }
     found

@@ -24,6 +24,8 @@ pub const HCCL_E_NOT_SUPPORT: HcclResult = 5;
 /// ACL feature-not-support code.
 pub const RT_ERROR_FEATURE_NOT_SUPPORT: rtError_t = 207000;
 pub const ACLNN_ERR_INNER_NULLPTR: aclnnStatus = 561103;
+/// aclnn's generic internal error: returned for an operator the library lacks.
+pub const ACLNN_ERR_INNER: aclnnStatus = 561000;
 
 /// aclrtMemcpyKind
 pub const MEMCPY_H2H: c_int = 0;

@@ -18,6 +18,9 @@ const DISABLED: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static ENGINE: AtomicPtr<Engine> = AtomicPtr::new(ptr::null_mut());
 static LOG: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
+/// Set in a forked child: its trace goes to <U3M_TRACE>.<pid>, never over
+/// the parent's file.
+static FORKED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// The device this thread set with aclrtSetDevice (-1: none seen yet).
@@ -90,7 +93,16 @@ pub fn init() {
     }
     crate::dl::resolve_real();
     let cfg = match Config::from_env() {
-        Ok(c) => c,
+        Ok(mut c) => {
+            if FORKED.load(Ordering::Acquire) {
+                if let Some(t) = &c.trace {
+                    let mut p = t.clone().into_os_string();
+                    p.push(format!(".{}", std::process::id()));
+                    c.trace = Some(p.into());
+                }
+            }
+            c
+        }
         Err(e) => {
             log_line(&["configuration error: ", &e.to_string(), " — running as pass-through"]);
             STATE.store(DISABLED, Ordering::Release);
@@ -164,6 +176,7 @@ extern "C" fn at_fork_child() {
         e.forget_after_fork();
     }
     ENGINE.store(ptr::null_mut(), Ordering::Release); // the parent's engine is leaked in the child
+    FORKED.store(true, Ordering::Release);
     STATE.store(UNINIT, Ordering::Release);
 }
 

@@ -1,22 +1,64 @@
-//! The next definition of each hooked function, resolved lazily and
-//! thread-safely: through RTLD_NEXT on first use, or handed over by the dlsym
-//! override when a program looks the name up through a library handle (the
-//! only way to reach functions of libraries dlopen'ed RTLD_LOCAL, such as
-//! libopapi.so).
+//! The next definition of each hooked function (and of the few runtime
+//! helpers u3m calls itself), resolved lazily and thread-safely: through
+//! RTLD_NEXT, or through a library handle the program looked a hooked name up
+//! with — the only way to reach libraries dlopen'ed RTLD_LOCAL (torch_npu
+//! loads libascendcl, libopapi and libhccl that way).
 
 use std::ffi::c_void;
 use std::os::raw::c_char;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+
+const MAX_HANDLES: usize = 16;
+static HANDLES: [AtomicPtr<c_void>; MAX_HANDLES] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HANDLES];
+/// Bumped whenever a handle is added: a cached miss is retried after that.
+static HANDLES_GEN: AtomicU32 = AtomicU32::new(1);
+
+/// Remembers a library handle through which a hooked name was found.
+pub fn remember_handle(h: *mut c_void) {
+    if h.is_null() || h as isize == -1 {
+        return;
+    }
+    for slot in HANDLES.iter() {
+        let cur = slot.load(Ordering::Acquire);
+        if cur == h {
+            return;
+        }
+        if cur.is_null() && slot.compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            HANDLES_GEN.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
+    }
+}
+
+/// Looks `name` up: RTLD_NEXT first, then every remembered handle.
+pub fn lookup(name: *const c_char) -> *mut c_void {
+    let p = crate::dl::real_next(name);
+    if !p.is_null() {
+        return p;
+    }
+    for slot in HANDLES.iter() {
+        let h = slot.load(Ordering::Acquire);
+        if h.is_null() {
+            break;
+        }
+        let p = crate::dl::real_dlsym(h, name);
+        if !p.is_null() {
+            return p;
+        }
+    }
+    std::ptr::null_mut()
+}
 
 pub struct RealFn {
     name: &'static [u8], // NUL-terminated
     ptr: AtomicPtr<c_void>,
-    tried: AtomicU8,
+    /// HANDLES_GEN at the last completed lookup (0: never looked up).
+    tried: AtomicU32,
 }
 
 impl RealFn {
     pub const fn new(name: &'static [u8]) -> RealFn {
-        RealFn { name, ptr: AtomicPtr::new(std::ptr::null_mut()), tried: AtomicU8::new(0) }
+        RealFn { name, ptr: AtomicPtr::new(std::ptr::null_mut()), tried: AtomicU32::new(0) }
     }
 
     /// The real function, or None if no library defines it.
@@ -31,16 +73,16 @@ impl RealFn {
 
     #[cold]
     fn resolve(&self) -> Option<*mut c_void> {
-        // A miss is cached (a program calling a missing function in a loop
-        // must not pay a symbol lookup each time), but only once a lookup has
-        // completed: racing first callers each look up, none sees a false
-        // miss. offer() can still fill a cached miss.
-        if self.tried.load(Ordering::Acquire) != 2 {
-            let p = crate::dl::real_next(self.name.as_ptr() as *const c_char);
+        // A miss is cached until a new library handle is seen (a program
+        // calling a missing function in a loop must not pay a lookup each
+        // time); racing first callers each look up, none sees a false miss.
+        let gen = HANDLES_GEN.load(Ordering::Acquire);
+        if self.tried.load(Ordering::Acquire) != gen {
+            let p = lookup(self.name.as_ptr() as *const c_char);
             if !p.is_null() {
                 let _ = self.ptr.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
             }
-            self.tried.store(2, Ordering::Release);
+            self.tried.store(gen, Ordering::Release);
         }
         let p = self.ptr.load(Ordering::Acquire);
         if p.is_null() { None } else { Some(p) }

@@ -537,6 +537,7 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     // No command: usage error.
     let out = output(Command::new(d.join("u3m")).args(["run", "--mode", "observe"]));
     assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&d); // a 14 MB copy of u3m
 }
 
 #[test]
@@ -546,6 +547,7 @@ fn run_without_the_library_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.starts_with(&format!("u3m: libu3m.so not found at {}", d.join("libu3m.so").display())), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

@@ -178,3 +178,13 @@ fn configuration_errors_fall_back_to_pass_through() {
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{var}: pass-through must not create a segment");
     }
 }
+
+#[test]
+fn a_panic_in_the_engine_falls_back_to_pass_through() {
+    let plain = run("mlp_train", &["--steps", "4"], &[]).must_succeed();
+    let (r, _) = run_u3m("mlp_train", &["--steps", "4"], &[("U3M_DEBUG_PANIC_AT_OP", "25")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, plain.stdout);
+    assert_eq!(r.stats, plain.stats);
+    assert!(r.stderr.contains("u3m: disabled: internal error"), "{}", r.stderr);
+}

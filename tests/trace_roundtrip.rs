@@ -61,8 +61,11 @@ fn the_recorder_reproduces_each_sample_and_acl_replay_agrees() {
     for p in samples() {
         let evs = read_file(&p).unwrap();
         let out = dir.join(p.file_name().unwrap());
-        let rec = Recorder::start_with(&out, RecorderConfig { capacity: 64, lossless: true, report: false, ..Default::default() })
-            .unwrap();
+        let rec = Recorder::start_with(
+            &out,
+            RecorderConfig { capacity: 64, lossless: true, report: false, ..Default::default() },
+        )
+        .unwrap();
         for e in &evs {
             rec.record_event(e);
         }
@@ -98,9 +101,39 @@ impl Rng {
 }
 
 const TOKENS: &[&str] = &[
-    "A", "F", "O", "M", "S", "0x", "0x0", "0x10000000", "0x1000", "0xffffffffffffffff", "0", "1", "4096",
-    "18446744073709551616", "dev=1", "dev=", "dev=2147483648", "stream=4294967296", "stream=9", "t=5", "flops=-1",
-    "flops=9223372036854775808", "a=b", "=", ":", "0x10:0", "0x10:", "H2D", "D2D", "#", "\t", "1000001", "x",
+    "A",
+    "F",
+    "O",
+    "M",
+    "S",
+    "0x",
+    "0x0",
+    "0x10000000",
+    "0x1000",
+    "0xffffffffffffffff",
+    "0",
+    "1",
+    "4096",
+    "18446744073709551616",
+    "dev=1",
+    "dev=",
+    "dev=2147483648",
+    "stream=4294967296",
+    "stream=9",
+    "t=5",
+    "flops=-1",
+    "flops=9223372036854775808",
+    "a=b",
+    "=",
+    ":",
+    "0x10:0",
+    "0x10:",
+    "H2D",
+    "D2D",
+    "#",
+    "\t",
+    "1000001",
+    "x",
 ];
 
 /// One random edit of a trace's text.
@@ -223,7 +256,8 @@ fn run_recorded(prog: &str, args: &[&str], env: &[(&str, &str)], trace: &Path) -
 fn read_recorded(trace: &Path, what: &str) -> Result<Vec<Event>, String> {
     let text = std::fs::read_to_string(trace).map_err(|e| format!("{what}: no trace at {}: {e}", trace.display()))?;
     let evs = read_str(&text, &trace.display().to_string()).map_err(|e| format!("{what}: {e}"))?;
-    let notes: Vec<&str> = text.lines().filter(|l| l.starts_with("# dropped") || l.starts_with("# u3m:")).take(10).collect();
+    let notes: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("# dropped") || l.starts_with("# u3m:")).take(10).collect();
     if !notes.is_empty() {
         return Err(format!("{what}: the recorder dropped or repaired events:\n{}", notes.join("\n")));
     }
@@ -288,7 +322,10 @@ fn round_trip(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, sampl
     // the recording replays through ACL
     let plain = replay(&first, &[], &[("ACLSIM_DEVICES", &devs)]);
     if plain.code != 0 {
-        return Err(format!("{what}: acl_replay of its trace exited {}:\n{}{}", plain.code, plain.stdout, plain.stderr));
+        return Err(format!(
+            "{what}: acl_replay of its trace exited {}:\n{}{}",
+            plain.code, plain.stdout, plain.stderr
+        ));
     }
 
     // and recording that replay gives the same events (addresses aside)
@@ -312,7 +349,7 @@ fn round_trip(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, sampl
 }
 
 #[test]
-#[ignore = "needs the interposer"]
+
 fn every_workload_records_a_trace_that_replays_and_rerecords_the_same() {
     let dir = common::scratch("trace-e2e");
     let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces/multistream.trace");

@@ -56,6 +56,7 @@ pub const VARS: &[VarSpec] = &[
     VarSpec { name: "U3M_OVERSUB", default: "1.5", doc: "tier mode: virtual HBM capacity as a multiple of physical" },
     VarSpec { name: "U3M_POLICY", default: "seed-heat", doc: "placement policy: seed-heat | lru | predictive" },
     VarSpec { name: "U3M_CALIB_S", default: "600", doc: "predictor calibration period, seconds" },
+    VarSpec { name: "U3M_DEBUG_PANIC_AT_OP", default: "0", doc: "testing aid: the engine panics at this operator launch (proves a panic falls back to pass-through)" },
     VarSpec { name: "U3M_WARMUP_S", default: "30", doc: "predictor re-warm time after a mode switch, seconds" },
 ];
 
@@ -90,6 +91,7 @@ pub struct Config {
     pub policy: String,
     pub calib_s: f64,
     pub warmup_s: f64,
+    pub debug_panic_at_op: u64,
     /// (name, value) of every U3M_* variable that was set, for the stats
     /// segment's configuration text.
     pub set: Vec<(String, String)>,
@@ -234,6 +236,7 @@ impl Config {
             policy: policy.trim().to_string(),
             calib_s: num("U3M_CALIB_S", 0.001, 1e9)?,
             warmup_s: num("U3M_WARMUP_S", 0.0, 1e9)?,
+            debug_panic_at_op: int("U3M_DEBUG_PANIC_AT_OP")?,
             set,
         })
     }

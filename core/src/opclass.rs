@@ -232,7 +232,14 @@ fn classify_canonical(n: &[u8]) -> OpClass {
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.len() <= hay.len() && hay.windows(needle.len()).any(|w| w == needle)
+    let Some((&first, rest)) = needle.split_first() else {
+        return true;
+    };
+    if needle.len() > hay.len() {
+        return false;
+    }
+    // First byte before the rest: most positions fail on it.
+    (0..=hay.len() - needle.len()).any(|i| hay[i] == first && &hay[i + 1..i + needle.len()] == rest)
 }
 
 /// Ordered fallback rules: the first needle found in the lowercased canonical

@@ -205,9 +205,9 @@ fn class_bitmask_and_refcount() {
     let classes: Vec<OpClass> = s.classes.iter().collect();
     assert_eq!(classes, vec![OpClass::MatMul, OpClass::AttentionPrefill, OpClass::Elementwise, OpClass::Layout]);
     // aclnnInplaceAdd and Add are one type; aclnnMatmul and MatMulV2 are two.
-    let distinct = [op_hash("Matmul"), op_hash("MatMulV2"), op_hash("Add"), op_hash("FlashAttentionScore"), op_hash("Memcpy")];
-    let bits: std::collections::BTreeSet<u64> =
-        distinct.iter().map(|h| ((h >> 32) * OP_BITS as u64) >> 32).collect();
+    let distinct =
+        [op_hash("Matmul"), op_hash("MatMulV2"), op_hash("Add"), op_hash("FlashAttentionScore"), op_hash("Memcpy")];
+    let bits: std::collections::BTreeSet<u64> = distinct.iter().map(|h| ((h >> 32) * OP_BITS as u64) >> 32).collect();
     assert_eq!(s.refcount as usize, bits.len(), "popcount of the hashed bitmap");
     assert!(s.refcount >= 4 && s.refcount <= 5);
     // Repeating a type does not raise it.

@@ -99,7 +99,14 @@ fn concurrent_free_and_realloc_never_misattribute() {
                     let info = t.on_free(BASES[k]).expect("free");
                     let died = clock.fetch_add(1, SeqCst);
                     assert_eq!((info.id, info.base, info.len), (id, BASES[k], len));
-                    let life = Life { len, born, died, final_accesses: info.stats.accesses, closed_chunk_accesses: info.closed_chunk_accesses, k };
+                    let life = Life {
+                        len,
+                        born,
+                        died,
+                        final_accesses: info.stats.accesses,
+                        closed_chunk_accesses: info.closed_chunk_accesses,
+                        k,
+                    };
                     assert!(lives.lock().unwrap().insert(id, life).is_none(), "id {id:?} reused");
                 }
             })
@@ -194,10 +201,7 @@ fn concurrent_free_and_realloc_never_misattribute() {
     let mut attributed = 0;
     for (id, life) in lives.iter() {
         let s = seen.get(id).copied().unwrap_or(Seen { min_end: u64::MAX, ..Seen::default() });
-        assert_eq!(
-            s.touches, life.final_accesses,
-            "{id:?}: touches reported for it vs accesses it ended with"
-        );
+        assert_eq!(s.touches, life.final_accesses, "{id:?}: touches reported for it vs accesses it ended with");
         if life.k == EXCLUSIVE {
             assert_eq!(
                 s.chunks, life.closed_chunk_accesses,

@@ -8,7 +8,8 @@ use u3m_core::trace::live::LiveSet;
 use u3m_core::trace::repair::{Input, Output, Repair};
 use u3m_core::trace::{read_str, write_string, Body, CopyKind, Event, Range, TraceReader, TraceWriter};
 
-const OPS: &[&str] = &["MatMul", "aclnnAdd", "FlashAttention", "x:y", "#notacomment", "Ünïcödé", "a.b/c", "HcclAllReduce"];
+const OPS: &[&str] =
+    &["MatMul", "aclnnAdd", "FlashAttention", "x:y", "#notacomment", "Ünïcödé", "a.b/c", "HcclAllReduce"];
 const TAGS: &[&str] = &["weight", "kv", "a=b", "größe", "x:1"];
 
 /// One step of a generated trace; interpreted against a model of live allocations.
@@ -29,7 +30,13 @@ fn step() -> impl Strategy<Value = Step> {
         any::<u64>(),
         any::<u64>(),
         prop::collection::vec((any::<u64>(), any::<u64>(), any::<u64>()), 0..6),
-        (0u8..3, prop_oneof![Just(0u32), Just(1), any::<u32>()], any::<Option<u64>>(), prop::option::of(0..=i64::MAX as u64), prop::option::of(0..TAGS.len())),
+        (
+            0u8..3,
+            prop_oneof![Just(0u32), Just(1), any::<u32>()],
+            any::<Option<u64>>(),
+            prop::option::of(0..=i64::MAX as u64),
+            prop::option::of(0..TAGS.len()),
+        ),
     )
         .prop_map(|(what, a, b, c, picks, keys)| Step { what, a, b, c, picks, keys })
 }
@@ -219,9 +226,41 @@ const SAMPLES: &[&str] = &[
 ];
 
 const TOKENS: &[&str] = &[
-    "A", "F", "O", "M", "S", "0x", "0x0", "0x1000", "0xffffffffffffffff", "0", "1", "18446744073709551615",
-    "18446744073709551616", "dev=1", "dev=", "stream=4294967296", "t=5", "flops=-1", "tag=", "tag=x", "=",
-    "a=b", ":", "0x10:0", "0x10:", "H2D", "D2D", "#", "# u3m-trace 1", "\t", " ", "\r", "\u{0}", "é", "1000001",
+    "A",
+    "F",
+    "O",
+    "M",
+    "S",
+    "0x",
+    "0x0",
+    "0x1000",
+    "0xffffffffffffffff",
+    "0",
+    "1",
+    "18446744073709551615",
+    "18446744073709551616",
+    "dev=1",
+    "dev=",
+    "stream=4294967296",
+    "t=5",
+    "flops=-1",
+    "tag=",
+    "tag=x",
+    "=",
+    "a=b",
+    ":",
+    "0x10:0",
+    "0x10:",
+    "H2D",
+    "D2D",
+    "#",
+    "# u3m-trace 1",
+    "\t",
+    " ",
+    "\r",
+    "\u{0}",
+    "é",
+    "1000001",
 ];
 
 fn line() -> impl Strategy<Value = String> {
@@ -322,10 +361,20 @@ fn input() -> impl Strategy<Value = Input> {
         (dev(), addr(), bytes()).prop_map(|(d, a, b)| Input::Event(Event::set(a, b).on_dev(d))),
         (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000), 0u64..0x2000])
             .prop_map(|(dev, addr, bytes)| Input::Map { dev, addr, bytes, t: None }),
-        (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000)])
-            .prop_map(|(dev, addr, bytes)| Input::Map { dev, addr, bytes, t: None }),
+        (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000)]).prop_map(|(dev, addr, bytes)| Input::Map {
+            dev,
+            addr,
+            bytes,
+            t: None
+        }),
         (dev(), addr()).prop_map(|(dev, addr)| Input::Unmap { dev, addr, t: None }),
-        (dev(), addr(), addr(), bytes())
-            .prop_map(|(dev, dst, src, bytes)| Input::CopyAuto { dev, stream: 0, dst, src, bytes, t: None }),
+        (dev(), addr(), addr(), bytes()).prop_map(|(dev, dst, src, bytes)| Input::CopyAuto {
+            dev,
+            stream: 0,
+            dst,
+            src,
+            bytes,
+            t: None
+        }),
     ]
 }

@@ -25,8 +25,12 @@ fn the_pages_example_reads_as_written() {
         Event::alloc(0x10000000, 4194304).with_tag("weight"),
         Event::alloc(0x10400000, 1048576).with_tag("act"),
         Event::copy(CopyKind::H2D, 0x10000000, 0x7f0000001000, 4194304),
-        Event::op("MatMul", &[Range::new(0x10000000, 4194304), Range::new(0x10400000, 65536)], &[Range::new(0x10410000, 65536)])
-            .with_flops(134217728),
+        Event::op(
+            "MatMul",
+            &[Range::new(0x10000000, 4194304), Range::new(0x10400000, 65536)],
+            &[Range::new(0x10410000, 65536)],
+        )
+        .with_flops(134217728),
         Event::free(0x10400000),
     ];
     assert_eq!(evs, want);
@@ -74,7 +78,10 @@ fn syntax_the_page_allows() {
         "t",
     )
     .unwrap();
-    assert_eq!(evs[0], Event::alloc(0xabcdef, 10).on_dev(i32::MAX as u32).on_stream(u32::MAX).at(u64::MAX).with_flops(i64::MAX as u64));
+    assert_eq!(
+        evs[0],
+        Event::alloc(0xabcdef, 10).on_dev(i32::MAX as u32).on_stream(u32::MAX).at(u64::MAX).with_flops(i64::MAX as u64)
+    );
 }
 
 #[test]
@@ -90,9 +97,17 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("", 1, "missing the header '# u3m-trace 1' (no non-empty line)"),
     ("\n \n\t\n", 3, "missing the header '# u3m-trace 1' (no non-empty line)"),
     ("# u3m-trace 2\n", 1, "expected the header '# u3m-trace 1' as the first non-empty line, found '# u3m-trace 2'"),
-    ("\n# u3m-trace 1 \n", 2, "expected the header '# u3m-trace 1' as the first non-empty line, found '# u3m-trace 1 '"),
+    (
+        "\n# u3m-trace 1 \n",
+        2,
+        "expected the header '# u3m-trace 1' as the first non-empty line, found '# u3m-trace 1 '",
+    ),
     ("#  u3m-trace 1\n", 1, "expected the header '# u3m-trace 1' as the first non-empty line, found '#  u3m-trace 1'"),
-    ("A 0x10 1\n# u3m-trace 1\n", 1, "expected the header '# u3m-trace 1' as the first non-empty line, found 'A 0x10 1'"),
+    (
+        "A 0x10 1\n# u3m-trace 1\n",
+        1,
+        "expected the header '# u3m-trace 1' as the first non-empty line, found 'A 0x10 1'",
+    ),
     ("# u3m-trace 1\nX 0x10\n", 2, "unknown event kind 'X': expected A, F, O, M or S"),
     ("# u3m-trace 1\nAA 0x10 1\n", 2, "unknown event kind 'AA': expected A, F, O, M or S"),
     ("# u3m-trace 1\na 0x10 1\n", 2, "unknown event kind 'a': expected A, F, O, M or S"),
@@ -102,7 +117,11 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("# u3m-trace 1\nA 16 1\n", 2, "bad address '16': expected hexadecimal with a 0x prefix"),
     ("# u3m-trace 1\nA 0x 1\n", 2, "bad address '0x': expected hexadecimal with a 0x prefix"),
     ("# u3m-trace 1\nA 0xg 1\n", 2, "bad address '0xg': expected hexadecimal with a 0x prefix"),
-    ("# u3m-trace 1\nA 0x10000000000000000 1\n", 2, "bad address '0x10000000000000000': expected hexadecimal with a 0x prefix"),
+    (
+        "# u3m-trace 1\nA 0x10000000000000000 1\n",
+        2,
+        "bad address '0x10000000000000000': expected hexadecimal with a 0x prefix",
+    ),
     ("# u3m-trace 1\nA 0x10 -1\n", 2, "bad size '-1': expected a decimal number"),
     ("# u3m-trace 1\nA 0x10 0x10\n", 2, "bad size '0x10': expected a decimal number"),
     ("# u3m-trace 1\nA 0x10 18446744073709551616\n", 2, "bad size '18446744073709551616': expected a decimal number"),
@@ -112,7 +131,11 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("# u3m-trace 1\nA 0x10 1 dev=\n", 2, "bad value in 'dev=': expected a decimal number"),
     ("# u3m-trace 1\nA 0x10 1 dev=2147483648\n", 2, "dev=2147483648 out of range (at most 2147483647)"),
     ("# u3m-trace 1\nA 0x10 1 stream=4294967296\n", 2, "stream=4294967296 out of range (at most 4294967295)"),
-    ("# u3m-trace 1\nA 0x10 1 flops=9223372036854775808\n", 2, "flops=9223372036854775808 out of range (at most 9223372036854775807)"),
+    (
+        "# u3m-trace 1\nA 0x10 1 flops=9223372036854775808\n",
+        2,
+        "flops=9223372036854775808 out of range (at most 9223372036854775807)",
+    ),
     ("# u3m-trace 1\nA 0x10 1 t=-1\n", 2, "bad value in 't=-1': expected a decimal number"),
     ("# u3m-trace 1\nA 0x10 1 tag=\n", 2, "empty tag= (expected a word)"),
     ("# u3m-trace 1\nA 0xffffffffffffffff 1\n", 2, "A 0xffffffffffffffff 1: range wraps around the address space"),
@@ -120,7 +143,11 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("# u3m-trace 1\nA 0x1000 16\nA 0x100f 1\n", 3, "A 0x100f 1: overlaps the live allocation 0x1000 16"),
     ("# u3m-trace 1\nA 0x1000 16\nA 0xff0 17\n", 3, "A 0xff0 17: overlaps the live allocation 0x1000 16"),
     ("# u3m-trace 1\nA 0x1000 0\nA 0x1000 0\n", 3, "A 0x1000 0: overlaps the live allocation 0x1000 0"),
-    ("# u3m-trace 1\nA 0x1000 16 dev=3\nA 0x1008 4 dev=3\n", 3, "A 0x1008 4: overlaps the live allocation 0x1000 16 on device 3"),
+    (
+        "# u3m-trace 1\nA 0x1000 16 dev=3\nA 0x1008 4 dev=3\n",
+        3,
+        "A 0x1008 4: overlaps the live allocation 0x1000 16 on device 3",
+    ),
     ("# u3m-trace 1\nA 0x1000 16\nF 0x1008\n", 3, "F 0x1008: not the start of a live allocation"),
     ("# u3m-trace 1\nA 0x1000 16\nF 0x1000 dev=1\n", 3, "F 0x1000: not the start of a live allocation on device 1"),
     ("# u3m-trace 1\nA 0x1000 16\nF 0x1000\nF 0x1000\n", 4, "F 0x1000: not the start of a live allocation"),
@@ -135,8 +162,16 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("# u3m-trace 1\nM H2H 0x1 0x2\n", 2, "M: missing size"),
     ("# u3m-trace 1\nM H2H 0x1\n", 2, "M: missing source address"),
     ("# u3m-trace 1\nM H2D 0x1 0x2 3\n", 2, "M H2D: destination 0x1:3 is not inside one live allocation"),
-    ("# u3m-trace 1\nA 0x1000 16\nM D2H 0x1000 0x2000 3\n", 3, "M D2H: source 0x2000:3 is not inside one live allocation"),
-    ("# u3m-trace 1\nA 0x1000 16\nM D2D 0x1000 0x1008 9\n", 3, "M D2D: source 0x1008:9 is not inside one live allocation"),
+    (
+        "# u3m-trace 1\nA 0x1000 16\nM D2H 0x1000 0x2000 3\n",
+        3,
+        "M D2H: source 0x2000:3 is not inside one live allocation",
+    ),
+    (
+        "# u3m-trace 1\nA 0x1000 16\nM D2D 0x1000 0x1008 9\n",
+        3,
+        "M D2D: source 0x1008:9 is not inside one live allocation",
+    ),
     ("# u3m-trace 1\nO\n", 2, "O: missing op_type"),
     ("# u3m-trace 1\nO a=b 0 0\n", 2, "O: missing op_type"),
     ("# u3m-trace 1\nO Add\n", 2, "O: missing n_in"),
@@ -146,15 +181,35 @@ const REJECTED: &[(&str, u64, &str)] = &[
     ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10:1 0x10:1\n", 3, "O Add: n_in=1 n_out=0 but 2 range(s) follow"),
     ("# u3m-trace 1\nA 0x10 16\nO Add 0 1 0x10:1 dev=0 0x10:1\n", 3, "unexpected field '0x10:1' (expected key=value)"),
     ("# u3m-trace 1\nA 0x10 16\nO Add 0 2 0x10:1 dev=0 0x10:1\n", 3, "O Add: n_in=0 n_out=2 but 1 range(s) follow"),
-    ("# u3m-trace 1\nO Add 1000001 0\n", 2, "O Add: n_in=1000001 n_out=0 but 0 range(s) follow (at most 1000000 of each)"),
-    ("# u3m-trace 1\nO Add 18446744073709551615 1\n", 2, "O Add: n_in=18446744073709551615 n_out=1 but 0 range(s) follow (at most 1000000 of each)"),
+    (
+        "# u3m-trace 1\nO Add 1000001 0\n",
+        2,
+        "O Add: n_in=1000001 n_out=0 but 0 range(s) follow (at most 1000000 of each)",
+    ),
+    (
+        "# u3m-trace 1\nO Add 18446744073709551615 1\n",
+        2,
+        "O Add: n_in=18446744073709551615 n_out=1 but 0 range(s) follow (at most 1000000 of each)",
+    ),
     ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10\n", 3, "bad range '0x10': expected <0xaddr>:<bytes>"),
     ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10:\n", 3, "bad range '0x10:': expected <0xaddr>:<bytes>"),
     ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 16:1\n", 3, "bad range '16:1': expected <0xaddr>:<bytes>"),
     ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10:1:2\n", 3, "bad range '0x10:1:2': expected <0xaddr>:<bytes>"),
-    ("# u3m-trace 1\nA 0x10 16\nO Add 1 1 0x10:16 0x10:17\n", 3, "O Add: output 0 0x10:17 is not inside one live allocation"),
-    ("# u3m-trace 1\nA 0x10 16\nO Add 2 0 0x10:16 0x20:1\n", 3, "O Add: input 1 0x20:1 is not inside one live allocation"),
-    ("# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10:1 dev=1\n", 3, "O Add: input 0 0x10:1 is not inside one live allocation on device 1"),
+    (
+        "# u3m-trace 1\nA 0x10 16\nO Add 1 1 0x10:16 0x10:17\n",
+        3,
+        "O Add: output 0 0x10:17 is not inside one live allocation",
+    ),
+    (
+        "# u3m-trace 1\nA 0x10 16\nO Add 2 0 0x10:16 0x20:1\n",
+        3,
+        "O Add: input 1 0x20:1 is not inside one live allocation",
+    ),
+    (
+        "# u3m-trace 1\nA 0x10 16\nO Add 1 0 0x10:1 dev=1\n",
+        3,
+        "O Add: input 0 0x10:1 is not inside one live allocation on device 1",
+    ),
     ("# u3m-trace 1\nA 0x10 1\0\n", 2, "NUL byte in line"),
 ];
 
@@ -171,7 +226,11 @@ fn every_rule_is_enforced_with_its_line_and_reason() {
 fn typed_errors() {
     assert_eq!(
         err("# u3m-trace 1\nA 0x1000 16 dev=1\nO Mm 1 1 0x1000:16 0x1000:32 dev=1\n").kind,
-        ErrorKind::NotInside { dev: 1, role: Role::OpOutput { op: "Mm".into(), index: 0 }, range: Range::new(0x1000, 32) }
+        ErrorKind::NotInside {
+            dev: 1,
+            role: Role::OpOutput { op: "Mm".into(), index: 0 },
+            range: Range::new(0x1000, 32)
+        }
     );
     assert_eq!(err("# u3m-trace 1\nA 0x10 1 tag=\n").kind, ErrorKind::EmptyTag);
     let bytes: &[u8] = b"# u3m-trace 1\nA 0x10 1 tag=\xff\n";

@@ -184,7 +184,7 @@ fn vmm_mappings_become_runs_of_contiguous_allocations() {
     let va = 0x40_0000_0000u64; // a reservation: nothing recorded for it
     rec.record(0, 0, Rec::Map { addr: va, bytes: seg });
     rec.record(0, 0, Rec::Map { addr: va + seg, bytes: seg }); // extends the run
-    // a tensor across both physical handles
+                                                               // a tensor across both physical handles
     let t = Range::new(va + seg - 512, 1024);
     rec.record(0, 1, Rec::Op { op_type: b"Relu", inputs: &[t], outputs: &[t], flops: None });
     rec.record(0, 0, Rec::Map { addr: va + 3 * seg, bytes: seg }); // a separate run

@@ -80,9 +80,15 @@ unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, 
         return ACLNN_ERR_INNER_NULLPTR;
     }
     let f: ExecFn = std::mem::transmute(p);
-    let Some(cx) = super::enter_uncounted() else {
-        return f(ws, ws_size, exec, stream);
-    };
+    match super::enter_uncounted() {
+        Some(cx) => launch_with(&cx, f, slot_name(slot), ws, ws_size, exec, stream),
+        None => f(ws, ws_size, exec, stream),
+    }
+}
+
+/// The execute phase of an aclnn operator named `name` (with its prefix):
+/// the pending tensors of this thread and the workspace are its accesses.
+pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
     let r = f(ws, ws_size, exec, stream);
     let mut ranges = [Range::default(); MAX_OP_RANGES];
     let mut n = PENDING.with(|p| p.drain_into(&mut ranges));
@@ -91,15 +97,29 @@ unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, 
             ranges[n] = Range { addr: ws as u64, len: ws_size, write: true };
             n += 1;
         }
-        let name = slot_name(slot);
-        let op = name.strip_prefix(b"aclnn").unwrap_or(name);
         let dev = current_device();
         cx.note(|e| {
             e.count_aclnn_launch();
-            e.op(dev, stream as u64, op, &ranges[..n], None)
+            e.op(dev, stream as u64, name, &ranges[..n], None)
         });
     }
     r
+}
+
+/// Operators exported for programs that link libopapi directly (their calls
+/// bind through the PLT, which no dlsym override sees). Every other operator
+/// is reached generically through dlsym (`redirect`).
+pub mod direct {
+    use super::*;
+    macro_rules! direct {
+        ($($name:ident),*) => {$(
+            #[allow(non_snake_case)]
+            pub unsafe fn $name(cx: &Cx, f: ExecFn, ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+                launch_with(cx, f, stringify!($name).as_bytes(), ws, ws_size, exec, stream)
+            }
+        )*};
+    }
+    direct!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
 }
 
 /// Tensors created on this thread since its last aclnn launch.
@@ -132,11 +152,16 @@ impl Pending {
     fn drain_into(&self, out: &mut [Range; MAX_OP_RANGES]) -> usize {
         let t = unsafe { &*self.t.get() };
         let n = self.n.get();
-        for (i, e) in t[..n].iter().enumerate() {
-            out[i] = e.1;
+        let mut k = 0;
+        for e in &t[..n] {
+            // several tensors viewing one storage are one access
+            if !out[..k].contains(&e.1) {
+                out[k] = e.1;
+                k += 1;
+            }
         }
         self.n.set(0);
-        n
+        k
     }
 }
 

@@ -2,41 +2,16 @@
 //! communication memory must never move (HCCL holds its physical pages).
 
 use std::ffi::c_void;
-use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::os::raw::c_int;
 
 use super::Cx;
 use crate::ffi::*;
 use crate::init::current_device;
 use u3m_core::engine::{PinReason, Range};
 
-/// A handle through which Hccl names were found (libhccl is often dlopen'ed
-/// RTLD_LOCAL, so u3m's own lookups of HcclGetRankSize go through it).
-static HCCL_HANDLE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-pub fn remember_handle(handle: *mut c_void) {
-    if !handle.is_null() && handle as isize != -1 {
-        HCCL_HANDLE.store(handle, Ordering::Release);
-    }
-}
-
 unsafe fn rank_size(comm: HcclComm) -> u64 {
-    static F: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-    let mut p = F.load(Ordering::Acquire);
-    if p.is_null() {
-        let name = b"HcclGetRankSize\0".as_ptr() as *const c_char;
-        p = crate::dl::real_next(name);
-        if p.is_null() {
-            let h = HCCL_HANDLE.load(Ordering::Acquire);
-            if !h.is_null() {
-                p = crate::dl::real_dlsym(h, name);
-            }
-        }
-        if p.is_null() {
-            return 1;
-        }
-        F.store(p, Ordering::Release);
-    }
+    static F: crate::real::RealFn = crate::real::RealFn::new(b"HcclGetRankSize\0");
+    let Some(p) = F.get() else { return 1 };
     let f: unsafe extern "C" fn(HcclComm, *mut u32) -> HcclResult = std::mem::transmute(p);
     let mut n = 1u32;
     if f(comm, &mut n) != 0 || n == 0 { 1 } else { n as u64 }

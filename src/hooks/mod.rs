@@ -23,7 +23,6 @@ mod op;
 mod table;
 mod vmm;
 
-pub use hccl::remember_handle as hccl_remember_handle;
 pub use table::{HookId, TABLE};
 
 /// One entry of the hook table.

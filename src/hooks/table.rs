@@ -11,6 +11,7 @@ use super::{aclnn, alloc, copy, graph, hccl, kernel, op, vmm};
 
 const NS: aclError = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
 const HNS: HcclResult = HCCL_E_NOT_SUPPORT;
+const ACLNN_NS: aclnnStatus = ACLNN_ERR_INNER;
 
 super::hooks! {
     // --- lifecycle and the current device (observed, never changed) ---
@@ -72,6 +73,11 @@ super::hooks! {
     fn aclDestroyTensor(tensor: *const c_void) -> aclnnStatus, NS => aclnn::destroy_tensor;
     fn aclCreateTensorList(value: *const *const c_void, size: u64) -> *mut c_void, std::ptr::null_mut() => aclnn::create_tensor_list;
     fn aclDestroyTensorList(list: *const c_void) -> aclnnStatus, NS => aclnn::destroy_tensor_list;
+    // execute phases exported for programs linking libopapi directly (see aclnn::direct)
+    fn aclnnAdd(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnAdd;
+    fn aclnnMul(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMul;
+    fn aclnnMatmul(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMatmul;
+    fn aclnnSoftmax(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnSoftmax;
 
     // --- graph capture and replay ---
     fn aclmdlRICaptureBegin(stream: aclrtStream, mode: c_int) -> aclError, NS => graph::capture_begin;

@@ -13,13 +13,13 @@
 // registration" and aborts the import.
 //
 // What: this object interposes getMutableKeys(). Callers whose code lies in
-// libtorch_npu.so get a key set of their own (empty at first, so torch_npu's
-// registration sees exactly what it would see on a CPU build of torch);
-// every other caller (libc10 itself, libc10_cuda) gets the real set, fetched
-// from libc10.so through a dlopen(RTLD_NOLOAD) handle. Nothing else changes:
-// torch_npu's own config parser still parses PYTORCH_NPU_ALLOC_CONF, and
-// c10's common keys (expandable_segments, max_split_size_mb, ...) are still
-// parsed by c10.
+// libtorch_npu.so get a key set of their own: a copy of c10's set without the
+// keys libc10_cuda.so registered (read from libc10_cuda's exported static
+// CUDAAllocatorConfig::getKeys()::keys), i.e. exactly the set a CPU build of
+// torch has, so torch_npu's registration and its validation of
+// PYTORCH_NPU_ALLOC_CONF keys (expandable_segments, ...) behave as they do
+// there. Every other caller (libc10 itself, libc10_cuda) gets the real set,
+// fetched from libc10.so through a dlopen(RTLD_NOLOAD) handle.
 //
 // It is C++ because the private key set must be a real
 // std::unordered_set<std::string> that torch_npu inserts into.
@@ -67,6 +67,26 @@ bool from_torch_npu(const void *addr)
     return strcmp(base, "libtorch_npu.so") == 0;
 }
 
+// c10's keys as a CPU build of torch has them: the real set minus the keys of
+// CUDAAllocatorConfig (its getKeys() static, exported as a unique symbol).
+KeySet *cpu_build_keys()
+{
+    KeySet *keys = new KeySet(real_get_mutable_keys()());   // never destroyed: static destructors use it
+    void *h = dlopen("libc10_cuda.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h) return keys;   // no CUDA allocator loaded: nothing to remove
+    const char *guard = static_cast<const char *>(
+        dlsym(h, "_ZGVZN3c104cuda20CUDACachingAllocator19CUDAAllocatorConfig7getKeysB5cxx11EvE4keys"));
+    const KeySet *cuda = static_cast<const KeySet *>(
+        dlsym(h, "_ZZN3c104cuda20CUDACachingAllocator19CUDAAllocatorConfig7getKeysB5cxx11EvE4keys"));
+    if (guard && cuda && *guard) {   // initialised: CUDA registered these
+        for (const auto &k : *cuda) keys->erase(k);
+    } else if (!guard || !cuda) {
+        die("libc10_cuda.so lacks CUDAAllocatorConfig::getKeys()::keys (torch version mismatch?)");
+    }
+    dlclose(h);
+    return keys;
+}
+
 }  // namespace
 
 // c10::CachingAllocator::AcceleratorAllocatorConfig::getMutableKeys[abi:cxx11]()
@@ -74,9 +94,13 @@ KeySet &harness_get_mutable_keys() __asm__("_ZN3c1016CachingAllocator26Accelerat
 __attribute__((visibility("default"))) KeySet &harness_get_mutable_keys()
 {
     if (from_torch_npu(__builtin_return_address(0))) {
-        static KeySet *npu_keys = new KeySet();   // never destroyed: used by static destructors
-        if (std::getenv("TORCH_HARNESS_VERBOSE"))
-            std::fprintf(stderr, "torch-harness-preload: torch_npu gets its own allocator-config key set\n");
+        static KeySet *npu_keys = [] {
+            KeySet *k = cpu_build_keys();
+            if (std::getenv("TORCH_HARNESS_VERBOSE"))
+                std::fprintf(stderr, "torch-harness-preload: torch_npu gets its own allocator-config key set "
+                                     "(%zu keys, as in a CPU build of torch)\n", k->size());
+            return k;
+        }();
         return *npu_keys;
     }
     return real_get_mutable_keys()();

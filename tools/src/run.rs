@@ -30,6 +30,8 @@ pub fn env_options() -> &'static [EnvOption] {
     static OPTS: OnceLock<Vec<EnvOption>> = OnceLock::new();
     OPTS.get_or_init(|| {
         VARS.iter()
+            // Testing aids stay out of --help (`-e` still sets them).
+            .filter(|v| !v.name.starts_with("U3M_DEBUG_"))
             .map(|v| {
                 let long = v.name.trim_start_matches("U3M_").to_ascii_lowercase().replace('_', "-");
                 let help =

@@ -78,6 +78,8 @@ pub struct Engine {
     mappings: Mutex<HashMap<u64, (u64, u64)>>, // va -> (len, handle)
     host: Mutex<HashMap<u64, u64>>,            // pinned host / registered: addr -> len
     graphs: Mutex<Graphs>,
+    /// streams currently capturing: the hot path checks this atomic only
+    capturing: AtomicU64,
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
@@ -98,7 +100,7 @@ fn dev_index(dev: i32) -> usize {
 /// Class and refcount identity of an operator name (names from C are ASCII).
 #[inline]
 fn classify(name: &[u8]) -> (OpClass, u64) {
-    opclass::classify(std::str::from_utf8(name).unwrap_or("Other"))
+    opclass::classify_bytes(name)
 }
 
 impl Engine {
@@ -144,6 +146,7 @@ impl Engine {
             mappings: Mutex::new(HashMap::new()),
             host: Mutex::new(HashMap::new()),
             graphs: Mutex::new(Graphs::default()),
+            capturing: AtomicU64::new(0),
             monitors: (0..MAX_DEVICES).map(|_| Mutex::new(Monitor::default())).collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
@@ -310,8 +313,11 @@ impl Engine {
     /// re-allocate the address.
     pub fn free_begin(&self, ptr: u64) {
         if let Some(r) = &self.rec {
-            if self.heat.lookup(ptr).map(|(_, base, _)| base == ptr).unwrap_or(false) {
-                r.record(0, 0, Rec::Free { addr: ptr });
+            if let Some((id, base, _)) = self.heat.lookup(ptr) {
+                if base == ptr {
+                    let dev = self.heat.alloc_info(id).map(|a| a.dev).unwrap_or(0);
+                    r.record(dev, 0, Rec::Free { addr: ptr });
+                }
             }
         }
     }
@@ -399,10 +405,12 @@ impl Engine {
 
     pub fn map(&self, va: u64, size: u64, handle: u64) {
         let mut pinned = false;
+        let mut dev = 0;
         if let Ok(mut h) = self.handles.lock() {
             if let Some(hd) = h.get_mut(&handle) {
                 hd.maps.push(va);
                 pinned = hd.exported;
+                dev = hd.dev;
             }
         }
         if let Ok(mut m) = self.mappings.lock() {
@@ -413,15 +421,17 @@ impl Engine {
             self.heat.set_pinned(va, size, PinReason::IpcExported);
         }
         if let Some(r) = &self.rec {
-            r.record(0, 0, Rec::Map { addr: va, bytes: size });
+            r.record(dev, 0, Rec::Map { addr: va, bytes: size });
         }
     }
 
     /// Before the real unmap (trace ordering, as for frees).
     pub fn unmap_begin(&self, va: u64) {
         if let Some(r) = &self.rec {
-            if self.mappings.lock().map(|m| m.contains_key(&va)).unwrap_or(false) {
-                r.record(0, 0, Rec::Unmap { addr: va });
+            let handle = self.mappings.lock().ok().and_then(|m| m.get(&va).map(|x| x.1));
+            if let Some(h) = handle {
+                let dev = self.handles.lock().ok().and_then(|hs| hs.get(&h).map(|x| x.dev)).unwrap_or(0);
+                r.record(dev, 0, Rec::Unmap { addr: va });
             }
         }
     }
@@ -486,6 +496,9 @@ impl Engine {
     /// An operator launch (aclop, aclnn, model execution).
     pub fn op(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range], flops: Option<u64>) {
         self.touch_all(name, ranges);
+        if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
+            panic!("U3M_DEBUG_PANIC_AT_OP reached");
+        }
         if ranges.len() == MAX_OP_RANGES {
             self.cut_ranges.fetch_add(1, Relaxed);
         }
@@ -618,13 +631,16 @@ impl Engine {
 
     pub fn capture_begin(&self, stream: u64) {
         if let Ok(mut g) = self.graphs.lock() {
-            g.capturing.insert(stream, Vec::new());
+            if g.capturing.insert(stream, Vec::new()).is_none() {
+                self.capturing.fetch_add(1, Relaxed);
+            }
         }
     }
 
     pub fn capture_end(&self, stream: u64, model: u64) {
         if let Ok(mut g) = self.graphs.lock() {
             if let Some(rs) = g.capturing.remove(&stream) {
+                self.capturing.fetch_sub(1, Relaxed);
                 if model != 0 {
                     g.models.insert(model, rs);
                 }
@@ -633,12 +649,13 @@ impl Engine {
     }
 
     /// While any stream captures, accesses are remembered for the graph.
-    /// (Capture is rare; the empty check is one lock-free-ish lock attempt.)
+    /// Outside capture (the common case) this is one relaxed load.
+    #[inline]
     fn note_capture(&self, ranges: &[Range]) {
-        if let Ok(mut g) = self.graphs.try_lock() {
-            if g.capturing.is_empty() {
-                return;
-            }
+        if self.capturing.load(Relaxed) == 0 {
+            return;
+        }
+        if let Ok(mut g) = self.graphs.lock() {
             for v in g.capturing.values_mut() {
                 if v.len() < 1 << 16 {
                     v.extend_from_slice(ranges);

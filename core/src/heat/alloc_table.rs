@@ -63,8 +63,7 @@ impl AllocTable {
 
     #[inline]
     pub fn is_live(&self, idx: u32, gen: u32) -> bool {
-        self.slot(idx)
-            .is_some_and(|s| s.state.load(Acquire) == (gen as u64) << 32 | LIVE)
+        self.slot(idx).is_some_and(|s| s.state.load(Acquire) == (gen as u64) << 32 | LIVE)
     }
 }
 

@@ -158,7 +158,10 @@ mod tests {
         assert_eq!(s.resolve(0, 0x10, 1), None);
         assert_eq!(s.resolve(2, 0x1000, 1), None);
 
-        assert_eq!(s.all_overlapping(0, 0x900, 0x1800).iter().map(|a| a.addr).collect::<Vec<_>>(), [0x800, 0x1000, 0x2000]);
+        assert_eq!(
+            s.all_overlapping(0, 0x900, 0x1800).iter().map(|a| a.addr).collect::<Vec<_>>(),
+            [0x800, 0x1000, 0x2000]
+        );
         assert_eq!(s.remove(0, 0x1000).map(|a| a.ordinal), Some(0));
         assert_eq!(s.remove(0, 0x1000), None);
         assert_eq!(s.resolve(1, 0x1fff, 1).map(|a| a.ordinal), Some(1));

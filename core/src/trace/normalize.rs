@@ -28,7 +28,10 @@ pub struct DevRange {
 /// One side of a copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
-    Dev { alloc: u64, offset: u64 },
+    Dev {
+        alloc: u64,
+        offset: u64,
+    },
     /// Ordinal of the host address's first appearance.
     Host(u64),
 }

@@ -45,31 +45,77 @@ pub enum ErrorKind {
     /// The input ended before any non-empty line.
     MissingHeader,
     /// The first non-empty line is not exactly [`HEADER`].
-    BadHeader { found: String },
-    UnknownKind { found: String },
-    MissingField { kind: char, field: &'static str },
-    BadHex { field: &'static str, found: String },
-    BadDecimal { field: &'static str, found: String },
-    BadCopyKind { found: String },
+    BadHeader {
+        found: String,
+    },
+    UnknownKind {
+        found: String,
+    },
+    MissingField {
+        kind: char,
+        field: &'static str,
+    },
+    BadHex {
+        field: &'static str,
+        found: String,
+    },
+    BadDecimal {
+        field: &'static str,
+        found: String,
+    },
+    BadCopyKind {
+        found: String,
+    },
     /// An `O` range that is not `<0xaddr>:<bytes>`.
-    BadRange { found: String },
+    BadRange {
+        found: String,
+    },
     /// `n_in` or `n_out` above [`MAX_OP_RANGES`], or not the number of ranges given.
-    RangeCount { op: String, n_in: u64, n_out: u64, found: usize },
+    RangeCount {
+        op: String,
+        n_in: u64,
+        n_out: u64,
+        found: usize,
+    },
     /// A token after the fixed fields that is not `key=value`.
-    UnexpectedField { found: String },
+    UnexpectedField {
+        found: String,
+    },
     /// A known key whose value is not a decimal number.
-    BadKeyValue { key: &'static str, found: String },
+    BadKeyValue {
+        key: &'static str,
+        found: String,
+    },
     /// A known key whose value is above its limit.
-    KeyOutOfRange { key: &'static str, value: u64, max: u64 },
+    KeyOutOfRange {
+        key: &'static str,
+        value: u64,
+        max: u64,
+    },
     EmptyTag,
     /// `A addr bytes` runs past the end of the 64-bit address space.
-    Wraps { addr: u64, bytes: u64 },
+    Wraps {
+        addr: u64,
+        bytes: u64,
+    },
     /// `A` overlaps a live allocation on the same device.
-    Overlaps { dev: u32, addr: u64, bytes: u64, live: Range },
+    Overlaps {
+        dev: u32,
+        addr: u64,
+        bytes: u64,
+        live: Range,
+    },
     /// `F` of an address where no live allocation starts.
-    NotLiveStart { dev: u32, addr: u64 },
+    NotLiveStart {
+        dev: u32,
+        addr: u64,
+    },
     /// A device range of `O`, `M` or `S` not inside one live allocation.
-    NotInside { dev: u32, role: Role, range: Range },
+    NotInside {
+        dev: u32,
+        role: Role,
+        range: Range,
+    },
 }
 
 fn on_dev(f: &mut fmt::Formatter<'_>, dev: u32) -> fmt::Result {
@@ -88,7 +134,9 @@ impl fmt::Display for ErrorKind {
             NulByte => write!(f, "NUL byte in line"),
             LineTooLong => write!(f, "line longer than {MAX_LINE} bytes"),
             MissingHeader => write!(f, "missing the header '{HEADER}' (no non-empty line)"),
-            BadHeader { found } => write!(f, "expected the header '{HEADER}' as the first non-empty line, found '{found}'"),
+            BadHeader { found } => {
+                write!(f, "expected the header '{HEADER}' as the first non-empty line, found '{found}'")
+            }
             UnknownKind { found } => write!(f, "unknown event kind '{found}': expected A, F, O, M or S"),
             MissingField { kind, field } => write!(f, "{kind}: missing {field}"),
             BadHex { field, found } => write!(f, "bad {field} '{found}': expected hexadecimal with a 0x prefix"),
@@ -355,7 +403,15 @@ impl TraceReader<BufReader<File>> {
 impl<R: BufRead> TraceReader<R> {
     /// `name` is what errors call the input (`name:line: what`).
     pub fn new(input: R, name: impl Into<String>) -> Self {
-        TraceReader { input, name: name.into(), line: 0, header: false, done: false, buf: Vec::new(), live: LiveSet::new() }
+        TraceReader {
+            input,
+            name: name.into(),
+            line: 0,
+            header: false,
+            done: false,
+            buf: Vec::new(),
+            live: LiveSet::new(),
+        }
     }
 
     /// The line number of the last line read (the line of the last event returned).
@@ -377,7 +433,8 @@ impl<R: BufRead> TraceReader<R> {
     fn read_line(&mut self) -> Result<bool, ErrorKind> {
         self.buf.clear();
         let limit = MAX_LINE as u64 + 2; // room for "\r\n"
-        let n = (&mut self.input).take(limit).read_until(b'\n', &mut self.buf).map_err(|e| ErrorKind::Io(e.to_string()))?;
+        let n =
+            (&mut self.input).take(limit).read_until(b'\n', &mut self.buf).map_err(|e| ErrorKind::Io(e.to_string()))?;
         if n == 0 {
             return Ok(false);
         }

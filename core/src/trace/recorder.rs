@@ -14,14 +14,15 @@
 //! file as `# dropped N events` comments (N since the previous such comment,
 //! at the point the writer noticed) and on stderr at [`Recorder::stop`]. With
 //! `lossless` (U3M_TRACE_LOSSLESS=1, for tests) the producer instead waits —
-//! spinning briefly, then sleeping 50 µs and later 500 µs at a time — for the writer to make room, for
-//! at most `lossless_wait`, then drops and counts.
+//! spinning briefly, then sleeping 50 µs and later 500 µs at a time — for the
+//! writer to make room, for at most `lossless_wait`, then drops and counts.
 //!
 //! The writer thread pops records, reassembles multi-slot ops (an op keeps the
 //! position of its first slot: later records wait behind it), feeds everything
 //! through [`Repair`] (VMM runs, validity) and formats it into a 64 KiB
 //! `BufWriter` on the file, which it writes out whenever the queue runs dry.
-//! It polls: when idle it naps (20 µs right after work, then 1 ms); producers
+//! It polls: when idle it naps (20 µs right after work, then 1 ms, after a
+//! quiet second 10 ms); producers
 //! never wake it, as that would be a system call on the hot path.
 
 use std::fs::File;
@@ -78,20 +79,47 @@ impl Default for RecorderConfig {
 #[derive(Debug, Clone, Copy)]
 pub enum Rec<'a> {
     /// An allocation succeeded (record after the real call returns).
-    Alloc { addr: u64, bytes: u64 },
+    Alloc {
+        addr: u64,
+        bytes: u64,
+    },
     /// An allocation is about to be freed (record before the real call, so a
     /// re-allocation of the same address on another thread comes after it).
-    Free { addr: u64 },
-    Op { op_type: &'a [u8], inputs: &'a [Range], outputs: &'a [Range], flops: Option<u64> },
-    Copy { kind: CopyKind, dst: u64, src: u64, bytes: u64 },
+    Free {
+        addr: u64,
+    },
+    Op {
+        op_type: &'a [u8],
+        inputs: &'a [Range],
+        outputs: &'a [Range],
+        flops: Option<u64>,
+    },
+    Copy {
+        kind: CopyKind,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+    },
     /// A copy of unknown direction (ACL_MEMCPY_DEFAULT): the writer decides
     /// each side by whether it lies in a live allocation.
-    CopyAuto { dst: u64, src: u64, bytes: u64 },
-    Set { addr: u64, bytes: u64 },
+    CopyAuto {
+        dst: u64,
+        src: u64,
+        bytes: u64,
+    },
+    Set {
+        addr: u64,
+        bytes: u64,
+    },
     /// A VMM mapping was made (after aclrtMapMem succeeded).
-    Map { addr: u64, bytes: u64 },
+    Map {
+        addr: u64,
+        bytes: u64,
+    },
     /// A VMM mapping is about to be removed (before aclrtUnmapMem).
-    Unmap { addr: u64 },
+    Unmap {
+        addr: u64,
+    },
 }
 
 const K_ALLOC: u8 = 1;
@@ -474,7 +502,11 @@ impl Recorder {
                 );
             }
             if st.repaired > 0 {
-                let _ = writeln!(err, "u3m: trace {p}: {} events repaired or left out (see '# u3m:' comments)", st.repaired);
+                let _ = writeln!(
+                    err,
+                    "u3m: trace {p}: {} events repaired or left out (see '# u3m:' comments)",
+                    st.repaired
+                );
             }
         }
         st
@@ -495,7 +527,8 @@ impl Recorder {
         let sh = &*self.shared;
         sh.paused.store(paused, SeqCst);
         let start = Instant::now();
-        while paused && !sh.pause_seen.load(SeqCst) && !sh.finished.load(Acquire) && start.elapsed() < sh.cfg.flush_wait {
+        while paused && !sh.pause_seen.load(SeqCst) && !sh.finished.load(Acquire) && start.elapsed() < sh.cfg.flush_wait
+        {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -664,7 +697,8 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
         if let Some(e) = &io_error {
             if !sh.io_failed.swap(true, AcqRel) {
                 if sh.cfg.report {
-                    let _ = writeln!(io::stderr(), "u3m: trace {}: write failed: {e}; recording stops", sh.path.display());
+                    let _ =
+                        writeln!(io::stderr(), "u3m: trace {}: write failed: {e}; recording stops", sh.path.display());
                 }
                 let _ = sh.state.compare_exchange(RUNNING, STOPPING, AcqRel, Acquire);
             }
@@ -676,10 +710,17 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
             break;
         }
         // idle: short naps right after work (producers waiting for room come
-        // back soon), 1 ms naps once it stays quiet
+        // back soon), longer ones as it stays quiet
         if popped == 0 {
-            idle += 1;
-            std::thread::park_timeout(if idle < 50 { Duration::from_micros(20) } else { Duration::from_millis(1) });
+            idle = idle.saturating_add(1);
+            let nap = if idle < 50 {
+                Duration::from_micros(20)
+            } else if idle < 1000 {
+                Duration::from_millis(1)
+            } else {
+                Duration::from_millis(10) // quiet for a second: ~100 wakeups/s
+            };
+            std::thread::park_timeout(nap);
         } else {
             idle = 0;
         }

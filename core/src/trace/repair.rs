@@ -26,12 +26,28 @@ pub const NOTE_LIMIT: u64 = 100;
 pub enum Input {
     Event(Event),
     /// `[addr, addr + bytes)` of `dev` became mapped (aclrtMapMem succeeded).
-    Map { dev: u32, addr: u64, bytes: u64, t: Option<u64> },
+    Map {
+        dev: u32,
+        addr: u64,
+        bytes: u64,
+        t: Option<u64>,
+    },
     /// The mapping starting at `addr` is about to be removed (aclrtUnmapMem).
-    Unmap { dev: u32, addr: u64, t: Option<u64> },
+    Unmap {
+        dev: u32,
+        addr: u64,
+        t: Option<u64>,
+    },
     /// A copy whose direction the caller did not know (ACL_MEMCPY_DEFAULT):
     /// each side is device memory iff it lies in a live allocation.
-    CopyAuto { dev: u32, stream: u32, dst: u64, src: u64, bytes: u64, t: Option<u64> },
+    CopyAuto {
+        dev: u32,
+        stream: u32,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        t: Option<u64>,
+    },
 }
 
 /// What comes out: events to write, and comments.
@@ -198,7 +214,9 @@ impl Repair {
             Body::Free { addr } => {
                 let addr = *addr;
                 if self.runs.contains_key(&(dev, addr)) || self.live.remove(dev, addr).is_none() {
-                    self.note(out, || format!("F {addr:#x} on device {dev}: not the start of a live allocation: left out"));
+                    self.note(out, || {
+                        format!("F {addr:#x} on device {dev}: not the start of a live allocation: left out")
+                    });
                     return;
                 }
             }
@@ -218,7 +236,9 @@ impl Repair {
                     && (!kind.src_on_device() || self.live.resolve(dev, *src, *bytes).is_some());
                 if !ok {
                     let (k, d, s, b) = (*kind, *dst, *src, *bytes);
-                    self.note(out, || format!("M {k} {d:#x} {s:#x} {b}: device side outside every live allocation: left out"));
+                    self.note(out, || {
+                        format!("M {k} {d:#x} {s:#x} {b}: device side outside every live allocation: left out")
+                    });
                     return;
                 }
             }

@@ -986,3 +986,51 @@ NN_LAUNCHER(aclnnForeachLerpList)
 
 FOREACH_ADDC(aclnnForeachAddcmulScalar, "ForeachAddcmulScalar")
 FOREACH_ADDC(aclnnForeachAddcdivScalar, "ForeachAddcdivScalar")
+
+/* ---- addcmul / addcdiv: self + value * tensor1 (*|/) tensor2 ---- */
+
+static aclnnStatus nn_addc(const char *api, const char *op, const aclTensor *self, const aclTensor *t1,
+    const aclTensor *t2, const aclScalar *value, const aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, op);
+    nn_in(&c, self, "self");
+    nn_in(&c, t1, "tensor1");
+    nn_in(&c, t2, "tensor2");
+    nn_out(&c, out, "out");
+    nn_attr_scalar(&c, "value", value, "value");
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnAddcdivGetWorkspaceSize(const aclTensor *self, const aclTensor *tensor1,
+    const aclTensor *tensor2, const aclScalar *value, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_addc("aclnnAddcdiv", "Addcdiv", self, tensor1, tensor2, value, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnAddcdiv)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceAddcdivGetWorkspaceSize(aclTensor *selfRef, const aclTensor *tensor1,
+    const aclTensor *tensor2, const aclScalar *value, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_addc("aclnnInplaceAddcdiv", "Addcdiv", selfRef, tensor1, tensor2, value, selfRef, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnInplaceAddcdiv)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnAddcmulGetWorkspaceSize(const aclTensor *self, const aclTensor *tensor1,
+    const aclTensor *tensor2, const aclScalar *value, aclTensor *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    return nn_addc("aclnnAddcmul", "Addcmul", self, tensor1, tensor2, value, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnAddcmul)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceAddcmulGetWorkspaceSize(aclTensor *selfRef, const aclTensor *tensor1,
+    const aclTensor *tensor2, const aclScalar *value, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_addc("aclnnInplaceAddcmul", "Addcmul", selfRef, tensor1, tensor2, value, selfRef, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnInplaceAddcmul)

@@ -68,6 +68,23 @@ ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOut(uint32_t timeout)
     return ACL_SUCCESS;
 }
 
+ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOutWithMs(uint32_t timeout)
+{
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    atomic_store(&g_op_exec_timeout_s, (timeout + 999) / 1000);
+    return ACL_SUCCESS;
+}
+
+/* microseconds; every value is honoured exactly (nothing to round to) */
+ACL_FUNC_VISIBILITY aclError aclrtSetOpExecuteTimeOutV2(uint64_t timeout, uint64_t *actualTimeout)
+{
+    if (!actualTimeout) return ACL_ERROR_INVALID_PARAM;
+    if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
+    atomic_store(&g_op_exec_timeout_s, (unsigned)((timeout + 999999) / 1000000));
+    *actualTimeout = timeout;
+    return ACL_SUCCESS;
+}
+
 ACL_FUNC_VISIBILITY aclError aclrtSetOpWaitTimeout(uint32_t timeout)
 {
     if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;

@@ -806,6 +806,44 @@ static aclError addmm_run(const sim_op_args *a)
     return ACL_SUCCESS;
 }
 
+/* ------------------------------------------------------ Addcmul/Addcdiv */
+/* self, t1, t2 -> y = self + value * t1 * t2 (Addcmul) or
+ * self + value * t1 / t2 (Addcdiv), broadcasting; "value" attribute (the
+ * aclop form passes it as a fourth, one-element input instead). */
+
+static aclError addc_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 3, 4, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (a->nin == 4 && kern_numel(&a->in[3]) != 1)
+        return shape_fail(a, "value must have one element", &a->in[3], &a->in[3]);
+    if (a->nin == 3 && !kern_attr(a, "value")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
+    if ((e = check_broadcast_out(a, 0, 3, &a->out[0]))) return e;
+    *flops = 3 * kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError addc_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    double *v[3] = { NULL, NULL, NULL };
+    double value = attr_d(a, "value", 1);
+    if (a->nin == 4) {
+        double *vv = load_d(&a->in[3]);
+        if (!vv) return oom(a);
+        value = vv[0];
+        free(vv);
+    }
+    if (!load_bcast(a, 0, 3, y, 0, v, NULL)) return oom(a);
+    uint64_t n = kern_numel(y);
+    int div = !strcmp(a->op_type, "Addcdiv");
+    for (uint64_t i = 0; i < n; i++)
+        v[0][i] = div ? v[0][i] + value * (v[1][i] / v[2][i]) : v[0][i] + value * (v[1][i] * v[2][i]);
+    store_d(y, v[0]);
+    free(v[0]); free(v[1]); free(v[2]);
+    return ACL_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const sim_kernel_def g_nn_kernels[] = {
@@ -835,6 +873,8 @@ static const sim_kernel_def g_nn_kernels[] = {
     { "NLLLossGrad", nllgrad_check, nllgrad_run, 0 },
     { "ReduceSumD", rsum_check, rsum_run, 0 },
     { "Addmm", addmm_check, addmm_run, 0 },
+    { "Addcmul", addc_check, addc_run, 0 },
+    { "Addcdiv", addc_check, addc_run, 0 },
 };
 
 static const sim_kernel_def *kern_find_foreach(const char *op_type);

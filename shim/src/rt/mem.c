@@ -65,6 +65,7 @@ static sim_ptrset g_phys_handles;
 
 /* ---- devices ---- */
 void sim_mem_init_device(sim_device *d) {
+    if (d->arena) return;   /* already made by a reservation without a context */
     uint64_t len = g_cfg.hbm_bytes * 4;
     if (len < TIB) len = TIB;
     len = sim_round_up(len, GIB);
@@ -404,18 +405,33 @@ ACL_FUNC_VISIBILITY aclError aclrtReserveMemAddress(void **virPtr, size_t size, 
     uint64_t flags) {
     if (!virPtr || size == 0 || alignment != 0 || expectPtr != NULL || flags > 1) return ACL_ERROR_INVALID_PARAM;
     aclError rc = aclsim_check_ready();
+    int dev = t_dev;
+    if (rc == ACL_ERROR_RT_CONTEXT_NULL) {
+        /* A VA reservation is a process-level (driver) operation on CANN and
+         * needs no context: torch_npu probes expandable-segment support with
+         * a 512-byte reservation before it sets a device. Without one, the
+         * range comes from device 0's VA arena (created if need be); mapping
+         * decides which device's memory backs it. */
+        dev = 0;
+        pthread_mutex_lock(&g_lock);
+        pthread_rwlock_wrlock(&g_mm);
+        sim_mem_init_device(&g_dev[0]);
+        pthread_rwlock_unlock(&g_mm);
+        pthread_mutex_unlock(&g_lock);
+        rc = sim_device_check(0);
+    }
     if (rc) return rc;
     if (size > (1ULL << 46)) return ACL_ERROR_RT_MEMORY_ALLOCATION;
     uint64_t len = sim_round_up(size, SIM_GRANULE), va;
     pthread_rwlock_wrlock(&g_mm);
-    sim_device *d = &g_dev[t_dev];
+    sim_device *d = &g_dev[dev];
     if (ra_alloc(&d->va, len, SIM_GRANULE, &va)) {
         pthread_rwlock_unlock(&g_mm);
-        aclsim_log("aclrtReserveMemAddress(%zu): device %d VA space exhausted", size, t_dev);
+        aclsim_log("aclrtReserveMemAddress(%zu): device %d VA space exhausted", size, dev);
         return ACL_ERROR_RT_MEMORY_ALLOCATION;
     }
     size_t at = resv_find_locked(va);
-    VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, t_dev, RESV_USER, NULL}));
+    VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, dev, RESV_USER, NULL}));
     pthread_rwlock_unlock(&g_mm);
     *virPtr = (void *)va;
     return ACL_SUCCESS;

@@ -357,7 +357,15 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream) {
     return aclrtCreateStreamWithConfig(stream, 0, 0);
 }
 
-ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
+static aclError stream_destroy(aclrtStream stream, int force);
+
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) { return stream_destroy(stream, 0); }
+
+/* Like aclrtDestroyStream, but work still queued (not yet started) is
+ * discarded instead of run; an item already running completes. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStreamForce(aclrtStream stream) { return stream_destroy(stream, 1); }
+
+static aclError stream_destroy(aclrtStream stream, int force) {
     if (!stream) return ACL_ERROR_INVALID_PARAM;
     if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
     pthread_mutex_lock(&g_lock);
@@ -372,8 +380,26 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
         aclsim_log("aclrtDestroyStream(%p): not a live stream", stream);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
-    /* queued work still runs to completion, then the worker exits */
+    /* queued work still runs to completion (unless forced), then the worker exits */
     pthread_mutex_lock(&s->mu);
+    if (force) {
+        sim_node *n = s->head;
+        s->head = s->tail = NULL;
+        while (n) {
+            sim_node *next = n->next;
+            if (n->w->kind == SIM_WORK_EVENT) {   /* drop its event reference too */
+                ev_item *e = n->w->payload;
+                pthread_mutex_lock(&g_lock);
+                event_unref_locked(e->ev);
+                pthread_mutex_unlock(&g_lock);
+            }
+            free_work(n->w);
+            free(n);
+            s->done++;
+            n = next;
+        }
+        pthread_cond_broadcast(&s->idle_cv);
+    }
     s->stop = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -414,6 +440,33 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void) {
     }
     if (rc) return rc;
     return sim_sync_all(t_dev);
+}
+
+/* aclrtSynchronizeDevice with a deadline: timeout in ms, -1 waits forever. */
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout) {
+    if (timeout < -1) return ACL_ERROR_INVALID_PARAM;
+    if (timeout == -1) return aclrtSynchronizeDevice();
+    aclError rc = aclsim_check_ready();
+    if (rc && rc != ACL_ERROR_RT_DEVICE_TASK_ABORT) return rc;
+    int dev = t_dev;
+    sim_stream *list[1024];
+    int n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (sim_stream *st = g_all_streams; st && n < 1024; st = st->next_all)
+        if (!st->dead && st->dev == dev) list[n++] = st;
+    pthread_mutex_unlock(&g_lock);
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    aclError first = 0;
+    for (int i = 0; i < n; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t spent = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        int32_t left = spent >= timeout ? 0 : (int32_t)(timeout - spent);
+        aclError e = stream_sync(list[i], left);
+        if (e == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) return e;
+        if (e && !first) first = e;
+    }
+    return rc ? rc : first;
 }
 
 static aclError host_func_exec(sim_work *w) {

@@ -1,0 +1,160 @@
+//! Readers: statistics of one allocation or chunk, the hottest chunks and
+//! ranges, the live allocations, table-wide totals. They may allocate and
+//! never hold the mutex while scanning the big tables.
+
+use std::sync::atomic::Ordering::*;
+
+use super::addr_map::{decode, ChunkSlot, Meta, CHUNK_SHIFT};
+use super::{chunk_base, AccessStats, AllocId, AllocInfo, ChunkInfo, HeatTable, HeatTotals, PinMask, RangeInfo};
+
+impl HeatTable {
+    /// Current statistics of a live allocation.
+    pub fn alloc_info(&self, id: AllocId) -> Option<AllocInfo> {
+        let slot = self.allocs.slot(id.0)?;
+        let (base, len) = self.allocs.live_extent(id.0, id.1)?;
+        let info = slot.info.load(Relaxed);
+        let mapped = slot.mapped.load(Relaxed);
+        let raw = slot.rec.read(id.1 as u64);
+        if !self.allocs.is_live(id.0, id.1) {
+            return None;
+        }
+        Some(self.make_info(id, base, len, info, mapped, raw))
+    }
+
+    /// The chunk containing `addr`, if a live allocation overlaps it.
+    pub fn chunk_info(&self, addr: u64) -> Option<ChunkInfo> {
+        let chunk = chunk_base(addr);
+        let cs = self.map.chunk(chunk)?;
+        self.read_chunk(cs, chunk)
+    }
+
+    fn read_chunk(&self, cs: &ChunkSlot, chunk: u64) -> Option<ChunkInfo> {
+        let m = Meta::load(cs);
+        if m.owners == 0 {
+            return None;
+        }
+        let rw = cs.rec.load(Acquire);
+        let stats = if rw == 0 {
+            AccessStats::default()
+        } else {
+            self.chunk_recs[(rw as u32 - 1) as usize].rec.read(rw >> 32).stats()
+        };
+        let w = cs.owner.load(Acquire);
+        let alloc = if m.owners == 1 && w & 0b11 == 0b01 {
+            let (i, g) = decode(w);
+            Some(AllocId(i, g))
+        } else {
+            None
+        };
+        Some(ChunkInfo {
+            addr: chunk,
+            bytes: m.bytes as u64,
+            owners: m.owners,
+            alloc,
+            mapped: m.mapped,
+            pinned: PinMask(m.pins),
+            tracked: rw != 0,
+            stats,
+        })
+    }
+
+    /// The `n` hottest chunks at `now_ns` (chunks never accessed are left out).
+    pub fn hottest_chunks(&self, n: usize, now_ns: u64) -> Vec<ChunkInfo> {
+        // Scan without the lock, so that allocations never wait for a reader.
+        let regions = self.lock().regions.clone();
+        let mut v: Vec<(f64, ChunkInfo)> = Vec::new();
+        for (rbase, region) in self.map.regions(&regions) {
+            for (i, cs) in region.chunks.iter().enumerate() {
+                if cs.rec.load(Relaxed) == 0 {
+                    continue;
+                }
+                if let Some(ci) = self.read_chunk(cs, rbase + ((i as u64) << CHUNK_SHIFT)) {
+                    if ci.stats.accesses > 0 {
+                        v.push((ci.heat(now_ns), ci));
+                    }
+                }
+            }
+        }
+        top_n(v, n)
+    }
+
+    /// The `n` hottest tensor ranges of live allocations at `now_ns`.
+    pub fn hottest_ranges(&self, n: usize, now_ns: u64) -> Vec<RangeInfo> {
+        let v = self
+            .ranges
+            .read_live(&self.allocs)
+            .into_iter()
+            .map(|r| {
+                let ri = RangeInfo { start: r.start, len: r.len, alloc: AllocId(r.idx, r.gen), stats: r.raw.stats() };
+                (ri.heat(now_ns), ri)
+            })
+            .collect();
+        top_n(v, n)
+    }
+
+    /// Every live allocation, by address.
+    pub fn live_allocs(&self) -> Vec<AllocInfo> {
+        let c = self.lock();
+        c.by_base
+            .iter()
+            .filter_map(|(_, &i)| {
+                let slot = self.slot(i);
+                self.alloc_info(AllocId(i, slot.gen()))
+            })
+            .collect()
+    }
+
+    /// Range entries in use (a full scan of the range table).
+    pub fn range_entries(&self) -> usize {
+        self.ranges.count_live(&self.allocs)
+    }
+
+    /// Table-wide figures.
+    pub fn totals(&self) -> HeatTotals {
+        let c = self.lock();
+        let mut t = HeatTotals {
+            live_allocs: c.by_base.len() as u64,
+            device_bytes: c.device_bytes,
+            host_alias_bytes: c.host_alias_bytes,
+            reserved_bytes: c.reserved_bytes,
+            mapped_bytes: c.mapped_bytes,
+            pinned_bytes: c.pinned_bytes,
+            failed_allocs: c.failed_allocs,
+            unknown_frees: c.unknown_frees,
+            chunks_tracked: c.chunks_tracked,
+            chunks_untracked: c.chunks_untracked,
+            alloc_slots_used: c.alloc_pool.high_water() as u64,
+            chunk_records_used: c.chunk_pool.high_water() as u64,
+            ..HeatTotals::default()
+        };
+        for s in self.shards.iter() {
+            t.touches += s.touches.load(Relaxed);
+            t.unattributed_touches += s.unattributed_touches.load(Relaxed);
+            t.unattributed_bytes += s.unattributed_bytes.load(Relaxed);
+            t.stale_parts += s.stale_parts.load(Relaxed);
+            t.dropped_ranges += s.dropped_ranges.load(Relaxed);
+        }
+        t
+    }
+}
+
+/// Highest-heat first; ties by address for a stable order.
+fn top_n<T: Copy + HasAddr>(mut v: Vec<(f64, T)>, n: usize) -> Vec<T> {
+    v.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.addr().cmp(&b.1.addr())));
+    v.truncate(n);
+    v.into_iter().map(|(_, x)| x).collect()
+}
+
+trait HasAddr {
+    fn addr(&self) -> (u64, u64);
+}
+impl HasAddr for ChunkInfo {
+    fn addr(&self) -> (u64, u64) {
+        (self.addr, 0)
+    }
+}
+impl HasAddr for RangeInfo {
+    fn addr(&self) -> (u64, u64) {
+        (self.start, self.len)
+    }
+}
