@@ -42,6 +42,8 @@ fn main() {
     println!("cargo:rerun-if-changed={}", manifest.join("include").display());
     println!("cargo:rerun-if-changed={}", src.display());
     println!("cargo:rerun-if-changed={}", root.join("tests/apps").display());
+    println!("cargo:rerun-if-changed={}", root.join("tests/torch").display());
+    println!("cargo:rerun-if-env-changed=CXX");
     println!("cargo:rerun-if-env-changed=CC");
 
     let common: Vec<String> = vec![
@@ -79,6 +81,9 @@ fn main() {
         run(cmd, lib);
     }
 
+    build_torch_harness(&root, &target);
+    make_cann_home(&target);
+
     let apps_src = root.join("tests/apps");
     let apps_out = target.join("acl-apps");
     fs::create_dir_all(&apps_out).unwrap();
@@ -103,6 +108,79 @@ fn main() {
         cmd.args(["-lm", "-ldl"]);
         run(cmd, &name);
     }
+}
+
+/// The torch_npu test tier's preload (tests/torch/harness_preload.cpp): a
+/// workaround for the CUDA build of torch, never part of libu3m.so. See
+/// docs/torch-npu.md.
+fn build_torch_harness(root: &Path, target: &Path) {
+    let src = root.join("tests/torch/harness_preload.cpp");
+    if !src.exists() {
+        return;
+    }
+    let cxx = env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let mut cmd = Command::new(&cxx);
+    cmd.args(["-O2", "-g", "-std=gnu++17", "-Wall", "-Wextra", "-shared", "-fPIC", "-fvisibility=hidden"])
+        .arg(&src)
+        .arg("-o")
+        .arg(target.join("torch_harness_preload.so"))
+        .arg("-ldl");
+    run(cmd, "torch_harness_preload.so");
+}
+
+/// A minimal CANN install tree for torch_npu (`target/<profile>/cann`, used as
+/// ASCEND_HOME_PATH): lib64/ holds links to the stand-in libraries (what
+/// CANN's set_env.sh puts on LD_LIBRARY_PATH), the runtime/, compiler/ and
+/// opp/ directories torch_npu checks for, the version file its
+/// get_cann_version() reads, and a set_env.sh.
+fn make_cann_home(target: &Path) {
+    let home = target.join("cann");
+    for d in ["lib64", "runtime", "compiler", "opp/vendors"] {
+        fs::create_dir_all(home.join(d)).unwrap();
+    }
+    for (lib, _, _) in LIBS {
+        let link = home.join("lib64").join(lib);
+        let dest = PathBuf::from("../..").join(lib);
+        if fs::read_link(&link).ok().as_deref() != Some(dest.as_path()) {
+            let _ = fs::remove_file(&link);
+            std::os::unix::fs::symlink(&dest, &link).unwrap();
+        }
+    }
+    for sub in ["runtime", "compiler"] {
+        let link = home.join(sub).join("lib64");
+        if fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink("../lib64", &link).unwrap();
+        }
+    }
+    // The version the simulated install reports (a CANN that predates
+    // aclsysGetCANNVersion, which the simulator does not provide).
+    let version = "8.0.RC3";
+    let write = |rel: &str, text: String| {
+        let p = home.join(rel);
+        if fs::read_to_string(&p).ok().as_deref() != Some(text.as_str()) {
+            fs::write(&p, text).unwrap();
+        }
+    };
+    write(
+        "ascend_toolkit_install.info",
+        format!("package_name=Ascend-cann-toolkit\nversion={version}\ninnerversion=aclsim\narch=x86_64\nos=linux\npath={}\n",
+            home.display()),
+    );
+    for sub in ["runtime", "compiler", "opp"] {
+        write(&format!("{sub}/version.info"), format!("Version={version}\n"));
+    }
+    write("opp/vendors/config.ini", "load_priority=\n".into());
+    write(
+        "set_env.sh",
+        "# aclsim's stand-in for CANN's set_env.sh: source it to use the simulated runtime\n\
+         _aclsim_home=$(cd \"$(dirname \"${BASH_SOURCE[0]:-$0}\")\" && pwd)\n\
+         export ASCEND_HOME_PATH=\"$_aclsim_home\"\n\
+         export ASCEND_TOOLKIT_HOME=\"$_aclsim_home\"\n\
+         export ASCEND_OPP_PATH=\"$_aclsim_home/opp\"\n\
+         export LD_LIBRARY_PATH=\"$_aclsim_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\"\n\
+         unset _aclsim_home\n"
+            .into(),
+    );
 }
 
 fn c_files(dir: &Path) -> Vec<PathBuf> {

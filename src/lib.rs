@@ -3,6 +3,8 @@
 //! what was allocated and touched; `dl` overrides dlsym/dlvsym so lookups
 //! through library handles end at the same hooks.
 
+#![cfg_attr(test, allow(dead_code))]
+
 mod dl;
 mod elf;
 mod ffi;

@@ -11,7 +11,9 @@ use std::path::Path;
 
 /// Runs a program under libu3m.so (observe mode, segments in a private dir).
 fn run_u3m(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, std::path::PathBuf) {
-    let dir = common::scratch(&format!("shm-{prog}"));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = common::scratch(&format!("shm-{prog}-{n}"));
     let lib = libu3m();
     let mut e: Vec<(&str, &str)> = vec![("LD_PRELOAD", lib.to_str().unwrap()), ("U3M_SHM_DIR", dir.to_str().unwrap())];
     if !env.iter().any(|(k, _)| *k == "U3M_MODE") {

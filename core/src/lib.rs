@@ -10,6 +10,7 @@ pub mod heat;
 pub mod opclass;
 pub mod monitor;
 pub mod shm;
+pub mod tier;
 pub mod trace;
 
 /// Version of u3m, reported by the CLI and written into the stats segment.

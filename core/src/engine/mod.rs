@@ -93,6 +93,11 @@ struct Graphs {
     models: HashMap<u64, Vec<Range>>,
 }
 
+/// Subtracts, stopping at zero even when two updates race.
+fn sat_sub(a: &AtomicU64, v: u64) {
+    let _ = a.fetch_update(Relaxed, Relaxed, |x| Some(x.saturating_sub(v)));
+}
+
 fn dev_index(dev: i32) -> usize {
     if dev < 0 { 0 } else { (dev as usize).min(MAX_DEVICES - 1) }
 }
@@ -152,9 +157,6 @@ impl Engine {
             publisher: publish::Publisher::default(),
             cfg,
         };
-        if let Some(s) = &e.seg {
-            s.event(EventKind::Start, crate::shm::NO_DEVICE as u32, 0, 0, e.cfg.mode.name());
-        }
         Ok(e)
     }
 
@@ -194,7 +196,6 @@ impl Engine {
             r.stop();
         }
         if let Some(s) = &self.seg {
-            s.event(EventKind::Exit, crate::shm::NO_DEVICE as u32, 0, 0, "exit");
             s.remove();
         }
     }
@@ -249,7 +250,6 @@ impl Engine {
         let d = dev_index(dev);
         let Some(s) = &self.seg else { return };
         let g = s.device(d);
-        g.present.store(1, Relaxed);
         if sign > 0 {
             g.allocs_live.fetch_add(1, Relaxed);
             g.allocs_total.fetch_add(1, Relaxed);
@@ -258,10 +258,10 @@ impl Engine {
             let used = g.used[TIER_HBM].fetch_add(bytes, Relaxed) + bytes;
             g.peak[TIER_HBM].fetch_max(used, Relaxed);
         } else {
-            g.allocs_live.fetch_sub(1, Relaxed);
+            sat_sub(&g.allocs_live, 1);
             g.frees_total.fetch_add(1, Relaxed);
-            g.bytes_live.fetch_sub(bytes.min(g.bytes_live.load(Relaxed)), Relaxed);
-            g.used[TIER_HBM].fetch_sub(bytes.min(g.used[TIER_HBM].load(Relaxed)), Relaxed);
+            sat_sub(&g.bytes_live, bytes);
+            sat_sub(&g.used[TIER_HBM], bytes);
         }
         self.observe_monitor(d);
     }

@@ -428,6 +428,12 @@ void sim_write_stats(void) {
     fprintf(f, "},\n  \"copies\": {");
     for (int k = 0; k < 4; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", kinds[k], (unsigned long long)g_stat[ST_COPIES_H2H + k]);
+    fprintf(f, "},\n  \"allocs\": {\"malloc\": %llu, \"malloc_bytes\": %llu, \"reserve\": %llu, \"phys\": %llu, "
+            "\"phys_bytes\": %llu, \"map\": %llu, \"host\": %llu, \"host_bytes\": %llu",
+            (unsigned long long)g_stat[ST_AL_MALLOC], (unsigned long long)g_stat[ST_AL_MALLOC_BYTES],
+            (unsigned long long)g_stat[ST_AL_RESERVE], (unsigned long long)g_stat[ST_AL_PHYS],
+            (unsigned long long)g_stat[ST_AL_PHYS_BYTES], (unsigned long long)g_stat[ST_AL_MAP],
+            (unsigned long long)g_stat[ST_AL_HOST], (unsigned long long)g_stat[ST_AL_HOST_BYTES]);
     fprintf(f, "},\n  \"devices\": [");
     for (int d = 0; d < g_cfg.devices; d++) {
         uint64_t used = 0, peak = 0;

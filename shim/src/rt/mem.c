@@ -268,6 +268,8 @@ static aclError sim_malloc(void **devPtr, size_t size, aclrtMemMallocPolicy poli
     size_t at = resv_find_locked(va);
     VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, dev, RESV_MALLOC, ph}));
     pthread_rwlock_unlock(&g_mm);
+    atomic_fetch_add(&g_stat[ST_AL_MALLOC], 1);
+    atomic_fetch_add(&g_stat[ST_AL_MALLOC_BYTES], size);
     *devPtr = (void *)va;
     return ACL_SUCCESS;
 oom:
@@ -326,6 +328,8 @@ ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size) {
     VEC_FLOOR(g_pinned, addr, (uintptr_t)p, at);
     VEC_INSERT(g_pinned, at + 1, ((sim_block){(uintptr_t)p, len}));
     pthread_rwlock_unlock(&g_mm);
+    atomic_fetch_add(&g_stat[ST_AL_HOST], 1);
+    atomic_fetch_add(&g_stat[ST_AL_HOST_BYTES], size);
     *hostPtr = p;
     return ACL_SUCCESS;
 }
@@ -433,6 +437,7 @@ ACL_FUNC_VISIBILITY aclError aclrtReserveMemAddress(void **virPtr, size_t size, 
     size_t at = resv_find_locked(va);
     VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, dev, RESV_USER, NULL}));
     pthread_rwlock_unlock(&g_mm);
+    atomic_fetch_add(&g_stat[ST_AL_RESERVE], 1);
     *virPtr = (void *)va;
     return ACL_SUCCESS;
 }
@@ -496,6 +501,8 @@ ACL_FUNC_VISIBILITY aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size
                    size, dev, (unsigned long long)used, (unsigned long long)g_cfg.hbm_bytes);
         return ACL_ERROR_RT_MEMORY_ALLOCATION;
     }
+    atomic_fetch_add(&g_stat[ST_AL_PHYS], 1);
+    atomic_fetch_add(&g_stat[ST_AL_PHYS_BYTES], size);
     *handle = ph;
     return ACL_SUCCESS;
 }
@@ -561,6 +568,7 @@ ACL_FUNC_VISIBILITY aclError aclrtMapMem(void *virPtr, size_t size, size_t offse
         goto out;
     }
     if (map_insert_locked(va, size, ph, offset, 1)) rc = ACL_ERROR_RT_DRV_INTERNAL_ERROR;
+    else atomic_fetch_add(&g_stat[ST_AL_MAP], 1);
 out:
     pthread_rwlock_unlock(&g_mm);
     if (why) aclsim_log("aclrtMapMem(%p, %zu, %zu, %p): %s", virPtr, size, offset, handle, why);

@@ -59,7 +59,10 @@ extern __thread int t_dev;          /* current device of this thread, -1 none */
 /* statistics (atomic counters) */
 enum { ST_OPS, ST_HCCL_OPS, ST_MEMSETS, ST_MMU_FAULTS, ST_FAILED_ALLOCS, ST_INJECTED,
        ST_COPY_BYTES_H2H, ST_COPY_BYTES_H2D, ST_COPY_BYTES_D2H, ST_COPY_BYTES_D2D,
-       ST_COPIES_H2H, ST_COPIES_H2D, ST_COPIES_D2H, ST_COPIES_D2D, ST_NCOUNTERS };
+       ST_COPIES_H2H, ST_COPIES_H2D, ST_COPIES_D2H, ST_COPIES_D2D,
+       /* successful allocation calls, by family (the "allocs" object) */
+       ST_AL_MALLOC, ST_AL_MALLOC_BYTES, ST_AL_PHYS, ST_AL_PHYS_BYTES, ST_AL_MAP, ST_AL_RESERVE,
+       ST_AL_HOST, ST_AL_HOST_BYTES, ST_NCOUNTERS };
 extern atomic_ullong g_stat[ST_NCOUNTERS];
 void sim_count_copy(int kind, uint64_t bytes);
 
