@@ -7,6 +7,7 @@ ensure_prereqs() {
     command -v python3 >/dev/null 2>&1 || missing+=(python3)
     python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
+    command -v nm >/dev/null 2>&1 || missing+=(binutils)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
     if ((${#missing[@]})); then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

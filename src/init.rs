@@ -115,7 +115,8 @@ pub fn init() {
         return;
     }
     let names: Vec<&'static str> = crate::hooks::names().collect();
-    match std::panic::catch_unwind(|| Engine::new(cfg, &names)) {
+    static RT: crate::runtime::Real = crate::runtime::Real;
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Engine::new(cfg, &names, Some(&RT)))) {
         Ok(Ok(e)) => {
             let e: &'static Engine = Box::leak(Box::new(e));
             e.start_background();
@@ -165,7 +166,7 @@ pub fn refresh_current_device() {
 /// that created them — a forked child inherits the handler).
 extern "C" fn at_exit() {
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
-        let _ = std::panic::catch_unwind(|| e.shutdown());
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.shutdown()));
     }
 }
 

@@ -12,5 +12,6 @@ mod guard;
 pub mod hooks;
 pub mod init;
 mod real;
+mod runtime;
 
 pub use u3m_core::VERSION;

@@ -16,6 +16,7 @@
 //! the measured iterations: run one case per callgrind run.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -40,6 +41,9 @@ struct Fx<'a> {
     hash: u64,
     class: opclass::OpClass,
     ranges: [Range; 16],
+    /// For the floor case: six words updated the way a touch updates the
+    /// count and sequence words of its three records.
+    words: [AtomicU64; 6],
 }
 
 fn thread_base(t: usize) -> u64 {
@@ -70,6 +74,20 @@ fn case_touch_host(f: &Fx, n: u64) {
     for i in 0..n {
         let a = Access { seq: i + 1, ns: i * 1000, class: f.class, op_hash: f.hash, write: false };
         black_box(f.heat.touch(0x7f00_0000_0000 + (i & 15) * 4096, 4096, &a));
+    }
+}
+
+/// What a one-chunk touch cannot go below: its six compare-and-swaps (count
+/// and sequence number of the allocation, range and chunk records), alone.
+#[inline(never)]
+fn case_cas6_floor(f: &Fx, n: u64) {
+    for i in 0..n {
+        for w in black_box(&f.words) {
+            let mut cur = w.load(Relaxed);
+            while let Err(x) = w.compare_exchange_weak(cur, cur.max(i) + 1, Relaxed, Relaxed) {
+                cur = x;
+            }
+        }
     }
 }
 
@@ -159,6 +177,7 @@ const CASES: &[(&str, CaseFn, u32)] = &[
     ("touch_1chunk", case_touch_1chunk, 1),
     ("touch_2chunk", case_touch_2chunk, 1),
     ("touch_host", case_touch_host, 0),
+    ("cas6_floor", case_cas6_floor, 0),
     ("lookup", case_lookup, 0),
     ("op_1", case_op_1, 1),
     ("op_4", case_op_4, 4),
@@ -206,7 +225,10 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| die(&format!("{}: {e}", dir.display())));
     let cfg = Config::from_vars([("U3M_SHM_DIR".to_string(), dir.display().to_string())])
         .unwrap_or_else(|e| die(&format!("config: {e:?}")));
-    let eng = Engine::new(cfg, &["aclrtMalloc"]).unwrap_or_else(|e| die(&e));
+    let eng = Engine::new(cfg, &["aclrtMalloc"], None).unwrap_or_else(|e| die(&e));
+    // The capacity, as aclrtGetMemInfo reports it at start-up: arms the HBM
+    // monitor, which then runs on every alloc and free (as under torch_npu).
+    eng.mem_info(0, 32 << 30, 32 << 30);
     let (class, hash) = opclass::classify("ConcatD");
     // Each thread: a live 32 MiB pool, and a live 4 KiB neighbour in the
     // chunk after it (so that alloc_free_small lands in a shared chunk).
@@ -233,7 +255,8 @@ fn main() {
                         for (i, r) in rs.iter_mut().enumerate() {
                             *r = Range { addr: base + i as u64 * RANGE, len: RANGE, write: i == 15 };
                         }
-                        let f = Fx { heat: eng.heat(), eng, base, hash, class, ranges: rs };
+                        let words = [const { AtomicU64::new(0) }; 6];
+                        let f = Fx { heat: eng.heat(), eng, base, hash, class, ranges: rs, words };
                         fun(&f, (iters / 10).max(1)); // warm-up: first-touch entries, caches
                         barrier.wait();
                         let (w0, c0) = (Instant::now(), thread_cpu_ns());

@@ -89,15 +89,15 @@ unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, 
 /// The execute phase of an aclnn operator named `name` (with its prefix):
 /// the pending tensors of this thread and the workspace are its accesses.
 pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
-    let r = f(ws, ws_size, exec, stream);
     let mut ranges = [Range::default(); MAX_OP_RANGES];
     let mut n = PENDING.with(|p| p.drain_into(&mut ranges));
+    if !ws.is_null() && ws_size > 0 && n < MAX_OP_RANGES {
+        ranges[n] = Range { addr: ws as u64, len: ws_size, write: true };
+        n += 1;
+    }
+    let dev = current_device();
+    let r = super::around(cx, dev, stream as u64, &ranges[..n], false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
     if r == 0 {
-        if !ws.is_null() && ws_size > 0 && n < MAX_OP_RANGES {
-            ranges[n] = Range { addr: ws as u64, len: ws_size, write: true };
-            n += 1;
-        }
-        let dev = current_device();
         cx.note(|e| {
             e.count_aclnn_launch();
             e.op(dev, stream as u64, name, &ranges[..n], None)

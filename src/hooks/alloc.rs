@@ -53,6 +53,27 @@ pub unsafe fn learn_capacity(cx: &Cx, dev: i32) {
     }
 }
 
+/// Tier mode: an allocation u3m manages itself (VA reserved by u3m, backed
+/// by chunks on demand). None: the runtime allocates it.
+unsafe fn managed(cx: &Cx, dev_ptr: *mut *mut c_void, size: usize, api: AllocApi) -> Option<aclError> {
+    if dev_ptr.is_null() || size == 0 {
+        return None; // the runtime reports the bad argument
+    }
+    let dev = current_device();
+    let res = cx.note(|e| e.tier_malloc(dev, size as u64))?;
+    Some(match res {
+        Ok(va) => {
+            *dev_ptr = va as *mut c_void;
+            cx.note(|e| e.alloc(dev, va, size as u64, api));
+            ACL_SUCCESS
+        }
+        Err(code) => {
+            cx.note(|e| e.alloc_failed(dev, size as u64, code, api));
+            code
+        }
+    })
+}
+
 unsafe fn malloc_common(
     cx: &Cx,
     r: aclError,
@@ -72,32 +93,43 @@ unsafe fn malloc_common(
 }
 
 pub unsafe fn malloc(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    if let Some(r) = managed(cx, p, size, AllocApi::Malloc) {
+        return r;
+    }
     let r = f(p, size, policy);
     malloc_common(cx, r, p, size, AllocApi::Malloc)
 }
 
 pub unsafe fn malloc_align32(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    if let Some(r) = managed(cx, p, size, AllocApi::MallocAlign32) {
+        return r;
+    }
     let r = f(p, size, policy);
     malloc_common(cx, r, p, size, AllocApi::MallocAlign32)
 }
 
 pub unsafe fn malloc_cached(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    if let Some(r) = managed(cx, p, size, AllocApi::MallocCached) {
+        return r;
+    }
     let r = f(p, size, policy);
     malloc_common(cx, r, p, size, AllocApi::MallocCached)
 }
 
 pub unsafe fn malloc_with_cfg(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int, *mut c_void) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int, cfg: *mut c_void) -> aclError {
+    if let Some(r) = managed(cx, p, size, AllocApi::MallocWithCfg) {
+        return r;
+    }
     let r = f(p, size, policy, cfg);
     malloc_common(cx, r, p, size, AllocApi::MallocWithCfg)
 }
 
 pub unsafe fn free(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, p: *mut c_void) -> aclError {
-    cx.note(|e| e.free_begin(p as u64));
-    let r = f(p);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.free(p as u64));
+    cx.note(|e| e.free(p as u64));
+    if let Some(r) = cx.note(|e| e.tier_free(p as u64)) {
+        return r;
     }
-    r
+    f(p)
 }
 
 pub unsafe fn malloc_host(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize) -> aclError, p: *mut *mut c_void, size: usize) -> aclError {
@@ -158,10 +190,16 @@ pub unsafe fn host_unregister(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> a
 
 pub unsafe fn get_mem_info(cx: &Cx, f: unsafe extern "C" fn(c_int, *mut usize, *mut usize) -> aclError, attr: c_int, free: *mut usize, total: *mut usize) -> aclError {
     let r = f(attr, free, total);
-    if r == ACL_SUCCESS && attr == 1 && !free.is_null() && !total.is_null() {
+    // HBM attributes: ACL_HBM_MEM and its HUGE/NORMAL/P2P/HUGE1G variants
+    if r == ACL_SUCCESS && matches!(attr, 1 | 4 | 5 | 8 | 9 | 10 | 11) && !free.is_null() && !total.is_null() {
         let (fr, tot) = (*free as u64, *total as u64);
         let dev = current_device();
         cx.note(|e| e.mem_info(dev, fr, tot));
+        // tier mode: the virtual capacity, true for this process
+        if let Some((vf, vt)) = cx.note(|e| e.tier_mem_info(dev, fr, tot)) {
+            *free = vf as usize;
+            *total = vt as usize;
+        }
     }
     r
 }

@@ -1,12 +1,37 @@
 //! Copy and memset hooks: each device side of a copy and every memset
 //! destination is an access (copy sources are reads, destinations writes).
+//! In tier mode the device sides are made resident first; a destination that
+//! covers whole chunks needs no copy-in (its old contents are overwritten).
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
 
-use super::Cx;
+use super::{around, Cx};
 use crate::ffi::*;
 use crate::init::current_device;
+use u3m_core::engine::Range;
+
+/// The device ranges of a copy (a DEFAULT copy may have either side on the
+/// device: host sides simply match nothing).
+fn copy_ranges(kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64) -> ([Range; 2], usize) {
+    let (d_dev, s_dev) = match kind {
+        MEMCPY_H2H => (false, false),
+        MEMCPY_H2D | MEMCPY_HOST_TO_BUF_TO_DEVICE => (true, false),
+        MEMCPY_D2H => (false, true),
+        _ => (true, true),
+    };
+    let mut r = [Range::ZERO; 2];
+    let mut n = 0;
+    if s_dev {
+        r[n] = Range { addr: src, len: sspan, write: false };
+        n += 1;
+    }
+    if d_dev {
+        r[n] = Range { addr: dst, len: dspan, write: true };
+        n += 1;
+    }
+    (r, n)
+}
 
 #[inline]
 unsafe fn note_copy(cx: &Cx, stream: aclrtStream, kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64) {
@@ -14,20 +39,24 @@ unsafe fn note_copy(cx: &Cx, stream: aclrtStream, kind: c_int, dst: u64, dspan: 
     cx.note(|e| e.copy(dev, stream as u64, kind, dst, dspan, src, sspan, bytes));
 }
 
-pub unsafe fn memcpy(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int) -> aclError, dst: *mut c_void, dmax: usize, src: *const c_void, n: usize, kind: c_int) -> aclError {
-    let r = f(dst, dmax, src, n, kind);
-    if r == ACL_SUCCESS && n > 0 {
-        note_copy(cx, std::ptr::null_mut(), kind, dst as u64, n as u64, src as u64, n as u64, n as u64);
+/// One copy: tier protocol around the real call, then the observation.
+#[allow(clippy::too_many_arguments)]
+unsafe fn one(cx: &Cx, s: aclrtStream, sync: bool, kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64, call: impl FnOnce() -> aclError) -> aclError {
+    let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
+    let dev = current_device();
+    let r = around(cx, dev, s as u64, &rs[..n], true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == ACL_SUCCESS && bytes > 0 {
+        note_copy(cx, s, kind, dst, dspan, src, sspan, bytes);
     }
     r
 }
 
+pub unsafe fn memcpy(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int) -> aclError, dst: *mut c_void, dmax: usize, src: *const c_void, n: usize, kind: c_int) -> aclError {
+    one(cx, std::ptr::null_mut(), true, kind, dst as u64, n as u64, src as u64, n as u64, n as u64, || f(dst, dmax, src, n, kind))
+}
+
 pub unsafe fn memcpy_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int, aclrtStream) -> aclError, dst: *mut c_void, dmax: usize, src: *const c_void, n: usize, kind: c_int, s: aclrtStream) -> aclError {
-    let r = f(dst, dmax, src, n, kind, s);
-    if r == ACL_SUCCESS && n > 0 {
-        note_copy(cx, s, kind, dst as u64, n as u64, src as u64, n as u64, n as u64);
-    }
-    r
+    one(cx, s, false, kind, dst as u64, n as u64, src as u64, n as u64, n as u64, || f(dst, dmax, src, n, kind, s))
 }
 
 pub unsafe fn memcpy_async_cond(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int, aclrtStream) -> aclError, dst: *mut c_void, dmax: usize, src: *const c_void, n: usize, kind: c_int, s: aclrtStream) -> aclError {
@@ -39,17 +68,24 @@ fn span(pitch: usize, width: usize, height: usize) -> u64 {
 }
 
 pub unsafe fn memcpy_2d(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, usize, usize, c_int) -> aclError, dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, kind: c_int) -> aclError {
-    let r = f(dst, dp, src, sp, w, h, kind);
+    // a pitched destination is not overwritten whole unless the pitch is the width
+    let (ds, ss) = (span(dp, w, h), span(sp, w, h));
+    let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
+    let dev = current_device();
+    let r = around(cx, dev, 0, &rs[..n], dp == w, true, || f(dst, dp, src, sp, w, h, kind), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
-        note_copy(cx, std::ptr::null_mut(), kind, dst as u64, span(dp, w, h), src as u64, span(sp, w, h), (w as u64) * (h as u64));
+        note_copy(cx, std::ptr::null_mut(), kind, dst as u64, ds, src as u64, ss, (w as u64) * (h as u64));
     }
     r
 }
 
 pub unsafe fn memcpy_2d_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, usize, usize, c_int, aclrtStream) -> aclError, dst: *mut c_void, dp: usize, src: *const c_void, sp: usize, w: usize, h: usize, kind: c_int, s: aclrtStream) -> aclError {
-    let r = f(dst, dp, src, sp, w, h, kind, s);
+    let (ds, ss) = (span(dp, w, h), span(sp, w, h));
+    let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
+    let dev = current_device();
+    let r = around(cx, dev, s as u64, &rs[..n], dp == w, false, || f(dst, dp, src, sp, w, h, kind, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
-        note_copy(cx, s, kind, dst as u64, span(dp, w, h), src as u64, span(sp, w, h), (w as u64) * (h as u64));
+        note_copy(cx, s, kind, dst as u64, ds, src as u64, ss, (w as u64) * (h as u64));
     }
     r
 }
@@ -72,6 +108,22 @@ unsafe fn batch_kind(attrs: *const aclrtMemcpyBatchAttr, idx: *const usize, natt
     }
 }
 
+/// Every device range of a batch (at most MAX_OP_RANGES are tiered; a
+/// longer batch is split by the caller's own batching in practice).
+#[allow(clippy::too_many_arguments)]
+unsafe fn batch_ranges(dsts: *mut *mut c_void, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize) -> Vec<Range> {
+    let mut v = Vec::new();
+    if dsts.is_null() || srcs.is_null() || sizes.is_null() {
+        return v;
+    }
+    for i in 0..n.min(1 << 16) {
+        let sz = *sizes.add(i) as u64;
+        let (rs, k) = copy_ranges(batch_kind(attrs, idx, nattrs, i), *dsts.add(i) as u64, sz, *srcs.add(i) as u64, sz);
+        v.extend_from_slice(&rs[..k]);
+    }
+    v
+}
+
 #[allow(clippy::too_many_arguments)]
 unsafe fn note_batch(cx: &Cx, s: aclrtStream, dsts: *mut *mut c_void, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize) {
     if dsts.is_null() || srcs.is_null() || sizes.is_null() {
@@ -85,7 +137,9 @@ unsafe fn note_batch(cx: &Cx, s: aclrtStream, dsts: *mut *mut c_void, srcs: *mut
 }
 
 pub unsafe fn memcpy_batch(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut *mut c_void, *mut usize, usize, *mut aclrtMemcpyBatchAttr, *mut usize, usize, *mut usize) -> aclError, dsts: *mut *mut c_void, dmaxs: *mut usize, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize, fail: *mut usize) -> aclError {
-    let r = f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail);
+    let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
+    let dev = current_device();
+    let r = around(cx, dev, 0, &rs, true, true, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_batch(cx, std::ptr::null_mut(), dsts, srcs, sizes, n, attrs, idx, nattrs);
     }
@@ -93,45 +147,37 @@ pub unsafe fn memcpy_batch(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *m
 }
 
 pub unsafe fn memcpy_batch_async(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut *mut c_void, *mut usize, usize, *mut aclrtMemcpyBatchAttr, *mut usize, usize, *mut usize, aclrtStream) -> aclError, dsts: *mut *mut c_void, dmaxs: *mut usize, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize, fail: *mut usize, s: aclrtStream) -> aclError {
-    let r = f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail, s);
+    let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
+    let dev = current_device();
+    let r = around(cx, dev, s as u64, &rs, true, false, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_batch(cx, s, dsts, srcs, sizes, n, attrs, idx, nattrs);
     }
     r
 }
 
-pub unsafe fn memset(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, i32, usize) -> aclError, p: *mut c_void, max: usize, v: i32, n: usize) -> aclError {
-    let r = f(p, max, v, n);
-    if r == ACL_SUCCESS && n > 0 {
-        let dev = current_device();
-        cx.note(|e| e.memset(dev, 0, p as u64, n as u64));
+unsafe fn set(cx: &Cx, s: aclrtStream, sync: bool, p: *mut c_void, bytes: u64, call: impl FnOnce() -> aclError) -> aclError {
+    let dev = current_device();
+    let rs = [Range { addr: p as u64, len: bytes, write: true }];
+    let r = around(cx, dev, s as u64, &rs, true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == ACL_SUCCESS && bytes > 0 {
+        cx.note(|e| e.memset(dev, s as u64, p as u64, bytes));
     }
     r
+}
+
+pub unsafe fn memset(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, i32, usize) -> aclError, p: *mut c_void, max: usize, v: i32, n: usize) -> aclError {
+    set(cx, std::ptr::null_mut(), true, p, n as u64, || f(p, max, v, n))
 }
 
 pub unsafe fn memset_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, i32, usize, aclrtStream) -> aclError, p: *mut c_void, max: usize, v: i32, n: usize, s: aclrtStream) -> aclError {
-    let r = f(p, max, v, n, s);
-    if r == ACL_SUCCESS && n > 0 {
-        let dev = current_device();
-        cx.note(|e| e.memset(dev, s as u64, p as u64, n as u64));
-    }
-    r
+    set(cx, s, false, p, n as u64, || f(p, max, v, n, s))
 }
 
 pub unsafe fn memset_d32(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, u32, usize) -> aclError, p: *mut c_void, size: usize, v: u32, n: usize) -> aclError {
-    let r = f(p, size, v, n);
-    if r == ACL_SUCCESS && n > 0 {
-        let dev = current_device();
-        cx.note(|e| e.memset(dev, 0, p as u64, 4 * n as u64));
-    }
-    r
+    set(cx, std::ptr::null_mut(), true, p, 4 * n as u64, || f(p, size, v, n))
 }
 
 pub unsafe fn memset_d32_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, u32, usize, aclrtStream) -> aclError, p: *mut c_void, size: usize, v: u32, n: usize, s: aclrtStream) -> aclError {
-    let r = f(p, size, v, n, s);
-    if r == ACL_SUCCESS && n > 0 {
-        let dev = current_device();
-        cx.note(|e| e.memset(dev, s as u64, p as u64, 4 * n as u64));
-    }
-    r
+    set(cx, s, false, p, 4 * n as u64, || f(p, size, v, n, s))
 }

@@ -52,7 +52,10 @@ pub unsafe fn task_update_end(_cx: &Cx, f: unsafe extern "C" fn(aclrtStream) -> 
 }
 
 pub unsafe fn ri_execute_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, aclrtStream) -> aclError, ri: *mut c_void, s: aclrtStream) -> aclError {
-    let r = f(ri, s);
+    // everything the graph touches is resident before each replay
+    let ranges = cx.note(|e| e.graph_ranges(ri as u64));
+    let dev = current_device();
+    let r = super::around(cx, dev, s as u64, &ranges, false, false, || f(ri, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         let dev = current_device();
         cx.note(|e| e.graph_replay(dev, s as u64, ri as u64));
@@ -61,7 +64,9 @@ pub unsafe fn ri_execute_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, acl
 }
 
 pub unsafe fn ri_execute(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, i32) -> aclError, ri: *mut c_void, timeout: i32) -> aclError {
-    let r = f(ri, timeout);
+    let ranges = cx.note(|e| e.graph_ranges(ri as u64));
+    let dev = current_device();
+    let r = super::around(cx, dev, 0, &ranges, false, true, || f(ri, timeout), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         let dev = current_device();
         cx.note(|e| e.graph_replay(dev, 0, ri as u64));

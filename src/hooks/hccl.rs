@@ -26,89 +26,63 @@ unsafe fn note(cx: &Cx, name: &[u8], stream: aclrtStream, ranges: &[Range]) {
     cx.note(|e| e.collective(dev, stream as u64, name, ranges));
 }
 
+/// A collective: its buffers resident before (tier mode), noted after.
+unsafe fn coll(cx: &Cx, name: &[u8], stream: aclrtStream, ranges: &[Range], call: impl FnOnce() -> HcclResult) -> HcclResult {
+    let dev = current_device();
+    // HCCL reports its own codes; a residency failure is an HCCL memory error
+    let rc = super::around(cx, dev, stream as u64, ranges, false, false, call, |r| *r == 0, |_| 3 /* HCCL_E_MEMORY */);
+    if rc == 0 {
+        note(cx, name, stream, ranges);
+    }
+    rc
+}
+
 fn rd(p: *const c_void, len: u64) -> Range { Range { addr: p as u64, len, write: false } }
 fn wr(p: *const c_void, len: u64) -> Range { Range { addr: p as u64, len, write: true } }
 
 pub unsafe fn all_reduce(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, c_int, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, r: *mut c_void, n: u64, dt: c_int, op: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, r, n, dt, op, comm, st);
-    if rc == 0 {
-        let b = bytes(n, dt);
-        note(cx, b"HcclAllReduce", st, &[rd(s, b), wr(r, b)]);
-    }
-    rc
+    let b = bytes(n, dt);
+    coll(cx, b"HcclAllReduce", st, &[rd(s, b), wr(r, b)], || f(s, r, n, dt, op, comm, st))
 }
 
 pub unsafe fn broadcast(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, c_int, u32, HcclComm, aclrtStream) -> HcclResult, b: *mut c_void, n: u64, dt: c_int, root: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(b, n, dt, root, comm, st);
-    if rc == 0 {
-        let len = bytes(n, dt);
-        note(cx, b"HcclBroadcast", st, &[wr(b, len)]);
-    }
-    rc
+    coll(cx, b"HcclBroadcast", st, &[wr(b, bytes(n, dt))], || f(b, n, dt, root, comm, st))
 }
 
 pub unsafe fn all_gather(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, r: *mut c_void, n: u64, dt: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, r, n, dt, comm, st);
-    if rc == 0 {
-        let b = bytes(n, dt);
-        let ranks = rank_size(comm);
-        note(cx, b"HcclAllGather", st, &[rd(s, b), wr(r, b.saturating_mul(ranks))]);
-    }
-    rc
+    let b = bytes(n, dt);
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclAllGather", st, &[rd(s, b), wr(r, b.saturating_mul(ranks))], || f(s, r, n, dt, comm, st))
 }
 
 pub unsafe fn reduce_scatter(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, c_int, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, r: *mut c_void, n: u64, dt: c_int, op: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, r, n, dt, op, comm, st);
-    if rc == 0 {
-        let b = bytes(n, dt);
-        let ranks = rank_size(comm);
-        note(cx, b"HcclReduceScatter", st, &[rd(s, b.saturating_mul(ranks)), wr(r, b)]);
-    }
-    rc
+    let b = bytes(n, dt);
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclReduceScatter", st, &[rd(s, b.saturating_mul(ranks)), wr(r, b)], || f(s, r, n, dt, op, comm, st))
 }
 
 pub unsafe fn reduce(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, c_int, u32, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, r: *mut c_void, n: u64, dt: c_int, op: c_int, root: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, r, n, dt, op, root, comm, st);
-    if rc == 0 {
-        let b = bytes(n, dt);
-        note(cx, b"HcclReduce", st, &[rd(s, b), wr(r, b)]);
-    }
-    rc
+    let b = bytes(n, dt);
+    coll(cx, b"HcclReduce", st, &[rd(s, b), wr(r, b)], || f(s, r, n, dt, op, root, comm, st))
 }
 
 pub unsafe fn scatter(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *mut c_void, u64, c_int, u32, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, r: *mut c_void, n: u64, dt: c_int, root: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, r, n, dt, root, comm, st);
-    if rc == 0 {
-        let b = bytes(n, dt);
-        let ranks = rank_size(comm);
-        note(cx, b"HcclScatter", st, &[rd(s, b.saturating_mul(ranks)), wr(r, b)]);
-    }
-    rc
+    let b = bytes(n, dt);
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclScatter", st, &[rd(s, b.saturating_mul(ranks)), wr(r, b)], || f(s, r, n, dt, root, comm, st))
 }
 
 pub unsafe fn send(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, c_int, u32, HcclComm, aclrtStream) -> HcclResult, b: *mut c_void, n: u64, dt: c_int, peer: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(b, n, dt, peer, comm, st);
-    if rc == 0 {
-        note(cx, b"HcclSend", st, &[rd(b, bytes(n, dt))]);
-    }
-    rc
+    coll(cx, b"HcclSend", st, &[rd(b, bytes(n, dt))], || f(b, n, dt, peer, comm, st))
 }
 
 pub unsafe fn recv(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, c_int, u32, HcclComm, aclrtStream) -> HcclResult, b: *mut c_void, n: u64, dt: c_int, peer: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(b, n, dt, peer, comm, st);
-    if rc == 0 {
-        note(cx, b"HcclRecv", st, &[wr(b, bytes(n, dt))]);
-    }
-    rc
+    coll(cx, b"HcclRecv", st, &[wr(b, bytes(n, dt))], || f(b, n, dt, peer, comm, st))
 }
 
 pub unsafe fn all_to_all(cx: &Cx, f: unsafe extern "C" fn(*const c_void, u64, c_int, *const c_void, u64, c_int, HcclComm, aclrtStream) -> HcclResult, s: *const c_void, sn: u64, stt: c_int, r: *const c_void, rn: u64, rt: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, sn, stt, r, rn, rt, comm, st);
-    if rc == 0 {
-        let ranks = rank_size(comm);
-        note(cx, b"HcclAlltoAll", st, &[rd(s, bytes(sn, stt).saturating_mul(ranks)), wr(r, bytes(rn, rt).saturating_mul(ranks))]);
-    }
-    rc
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclAlltoAll", st, &[rd(s, bytes(sn, stt).saturating_mul(ranks)), wr(r, bytes(rn, rt).saturating_mul(ranks))], || f(s, sn, stt, r, rn, rt, comm, st))
 }
 
 /// Extent of a V-collective buffer: max(displ + count) elements, from the
@@ -128,47 +102,33 @@ unsafe fn v_extent(counts: *const c_void, displs: *const c_void, ranks: u64) -> 
 }
 
 pub unsafe fn all_to_all_v(cx: &Cx, f: unsafe extern "C" fn(*const c_void, *const c_void, *const c_void, c_int, *const c_void, *const c_void, *const c_void, c_int, HcclComm, aclrtStream) -> HcclResult, s: *const c_void, sc: *const c_void, sd: *const c_void, stt: c_int, r: *const c_void, rcn: *const c_void, rd_: *const c_void, rt: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, sc, sd, stt, r, rcn, rd_, rt, comm, st);
-    if rc == 0 {
-        let ranks = rank_size(comm);
-        let sb = bytes(v_extent(sc, sd, ranks), stt);
-        let rb = bytes(v_extent(rcn, rd_, ranks), rt);
-        note(cx, b"HcclAlltoAllV", st, &[rd(s, sb), wr(r, rb)]);
-    }
-    rc
+    let ranks = rank_size(comm);
+    let sb = bytes(v_extent(sc, sd, ranks), stt);
+    let rb = bytes(v_extent(rcn, rd_, ranks), rt);
+    coll(cx, b"HcclAlltoAllV", st, &[rd(s, sb), wr(r, rb)], || f(s, sc, sd, stt, r, rcn, rd_, rt, comm, st))
 }
 
 pub unsafe fn all_gather_v(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, *mut c_void, *const c_void, *const c_void, c_int, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, sn: u64, r: *mut c_void, rcn: *const c_void, rdp: *const c_void, dt: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, sn, r, rcn, rdp, dt, comm, st);
-    if rc == 0 {
-        let ranks = rank_size(comm);
-        note(cx, b"HcclAllGatherV", st, &[rd(s, bytes(sn, dt)), wr(r, bytes(v_extent(rcn, rdp, ranks), dt))]);
-    }
-    rc
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclAllGatherV", st, &[rd(s, bytes(sn, dt)), wr(r, bytes(v_extent(rcn, rdp, ranks), dt))], || f(s, sn, r, rcn, rdp, dt, comm, st))
 }
 
 pub unsafe fn reduce_scatter_v(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, *mut c_void, u64, c_int, c_int, HcclComm, aclrtStream) -> HcclResult, s: *mut c_void, sc: *const c_void, sd: *const c_void, r: *mut c_void, rn: u64, dt: c_int, op: c_int, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(s, sc, sd, r, rn, dt, op, comm, st);
-    if rc == 0 {
-        let ranks = rank_size(comm);
-        note(cx, b"HcclReduceScatterV", st, &[rd(s, bytes(v_extent(sc, sd, ranks), dt)), wr(r, bytes(rn, dt))]);
-    }
-    rc
+    let ranks = rank_size(comm);
+    coll(cx, b"HcclReduceScatterV", st, &[rd(s, bytes(v_extent(sc, sd, ranks), dt)), wr(r, bytes(rn, dt))], || f(s, sc, sd, r, rn, dt, op, comm, st))
 }
 
 pub unsafe fn batch_send_recv(cx: &Cx, f: unsafe extern "C" fn(*mut HcclSendRecvItem, u32, HcclComm, aclrtStream) -> HcclResult, items: *mut HcclSendRecvItem, n: u32, comm: HcclComm, st: aclrtStream) -> HcclResult {
-    let rc = f(items, n, comm, st);
-    if rc == 0 && !items.is_null() {
-        let mut ranges = [Range::default(); u3m_core::engine::MAX_OP_RANGES];
-        let mut k = 0;
+    let mut ranges = [Range::default(); u3m_core::engine::MAX_OP_RANGES];
+    let mut k = 0;
+    if !items.is_null() {
         for i in 0..(n as usize).min(ranges.len()) {
             let it = &*items.add(i);
             ranges[k] = Range { addr: it.buf as u64, len: bytes(it.count, it.data_type), write: it.send_recv_type == 1 };
             k += 1;
         }
-        note(cx, b"HcclBatchSendRecv", st, &ranges[..k]);
     }
-    rc
+    coll(cx, b"HcclBatchSendRecv", st, &ranges[..k], || f(items, n, comm, st))
 }
 
 pub unsafe fn comm_register(cx: &Cx, f: unsafe extern "C" fn(HcclComm, *mut c_void, u64, *mut *mut c_void, u32) -> HcclResult, comm: HcclComm, addr: *mut c_void, size: u64, h: *mut *mut c_void, flag: u32) -> HcclResult {

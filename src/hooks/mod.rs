@@ -20,7 +20,7 @@ mod graph;
 mod hccl;
 mod kernel;
 mod op;
-mod table;
+pub mod table;
 mod vmm;
 
 pub use table::{HookId, TABLE};
@@ -64,6 +64,36 @@ pub fn enter(id: HookId) -> Option<Cx> {
     let guard = Guard::enter()?;
     eng.count_call(id as u16);
     Some(Cx { eng, _guard: guard })
+}
+
+/// Runs `call` inside tier mode's residency protocol: every managed chunk
+/// `ranges` touch is resident (and pinned) before it, its use is recorded
+/// after. Outside tier mode this is just `call()`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn around<R>(
+    cx: &Cx,
+    dev: i32,
+    stream: u64,
+    ranges: &[u3m_core::engine::Range],
+    overwrite: bool,
+    sync: bool,
+    call: impl FnOnce() -> R,
+    ok: impl Fn(&R) -> bool,
+    fail: impl Fn(i32) -> R,
+) -> R {
+    use u3m_core::engine::Prep;
+    let p = cx.note(|e| e.tier_prepare(dev, stream, ranges, overwrite, sync));
+    if let Prep::Fail(code) = p {
+        return fail(code);
+    }
+    let passive = matches!(p, Prep::Pass);
+    let r = call();
+    if !passive {
+        let success = ok(&r);
+        cx.note(move |e| e.tier_finish(p, stream, sync, success));
+    }
+    r
 }
 
 /// Like `enter`, for entry points outside the table (aclnn trampolines).

@@ -89,49 +89,36 @@ unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut [
     }
 }
 
+/// An aclop launch: the data buffers are decoded before the call (tier mode
+/// makes them resident), the launch is noted after it.
 #[allow(clippy::too_many_arguments)]
-unsafe fn note(cx: &Cx, op_type: *const c_char, nin: c_int, ins: *const *const c_void, nout: c_int, outs: *const *const c_void, attr: *const c_void, stream: aclrtStream) {
-    if op_type.is_null() {
-        return;
-    }
+unsafe fn launch(cx: &Cx, op_type: *const c_char, nin: c_int, ins: *const *const c_void, nout: c_int, outs: *const *const c_void, attr: *const c_void, stream: aclrtStream, call: impl FnOnce() -> aclError) -> aclError {
     let mut ranges = [Range::default(); MAX_OP_RANGES];
     let mut n = 0;
     buffers(ins, nin, false, &mut ranges, &mut n);
     buffers(outs, nout, true, &mut ranges, &mut n);
-    let name = CStr::from_ptr(op_type).to_bytes();
-    let flops = attr_flops(attr);
     let dev = current_device();
-    cx.note(|e| e.op(dev, stream as u64, name, &ranges[..n], flops));
+    let r = super::around(cx, dev, stream as u64, &ranges[..n], false, false, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == ACL_SUCCESS && !op_type.is_null() {
+        let name = CStr::from_ptr(op_type).to_bytes();
+        let flops = attr_flops(attr);
+        cx.note(|e| e.op(dev, stream as u64, name, &ranges[..n], flops));
+    }
+    r
 }
 
 pub unsafe fn execute(cx: &Cx, f: unsafe extern "C" fn(*const c_char, c_int, *const *const c_void, *const *const c_void, c_int, *const *const c_void, *const *mut c_void, *const c_void, aclrtStream) -> aclError, t: *const c_char, nin: c_int, ind: *const *const c_void, ins: *const *const c_void, nout: c_int, outd: *const *const c_void, outs: *const *mut c_void, attr: *const c_void, s: aclrtStream) -> aclError {
-    let r = f(t, nin, ind, ins, nout, outd, outs, attr, s);
-    if r == ACL_SUCCESS {
-        note(cx, t, nin, ins, nout, outs as *const *const c_void, attr, s);
-    }
-    r
+    launch(cx, t, nin, ins, nout, outs as *const *const c_void, attr, s, || f(t, nin, ind, ins, nout, outd, outs, attr, s))
 }
 
 pub unsafe fn execute_v2(cx: &Cx, f: unsafe extern "C" fn(*const c_char, c_int, *mut *mut c_void, *mut *mut c_void, c_int, *mut *mut c_void, *mut *mut c_void, *mut c_void, aclrtStream) -> aclError, t: *const c_char, nin: c_int, ind: *mut *mut c_void, ins: *mut *mut c_void, nout: c_int, outd: *mut *mut c_void, outs: *mut *mut c_void, attr: *mut c_void, s: aclrtStream) -> aclError {
-    let r = f(t, nin, ind, ins, nout, outd, outs, attr, s);
-    if r == ACL_SUCCESS {
-        note(cx, t, nin, ins as *const *const c_void, nout, outs as *const *const c_void, attr, s);
-    }
-    r
+    launch(cx, t, nin, ins as *const *const c_void, nout, outs as *const *const c_void, attr, s, || f(t, nin, ind, ins, nout, outd, outs, attr, s))
 }
 
 pub unsafe fn compile_and_execute(cx: &Cx, f: unsafe extern "C" fn(*const c_char, c_int, *const *const c_void, *const *const c_void, c_int, *const *const c_void, *const *mut c_void, *const c_void, c_int, c_int, *const c_char, aclrtStream) -> aclError, t: *const c_char, nin: c_int, ind: *const *const c_void, ins: *const *const c_void, nout: c_int, outd: *const *const c_void, outs: *const *mut c_void, attr: *const c_void, eng: c_int, flag: c_int, path: *const c_char, s: aclrtStream) -> aclError {
-    let r = f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s);
-    if r == ACL_SUCCESS {
-        note(cx, t, nin, ins, nout, outs as *const *const c_void, attr, s);
-    }
-    r
+    launch(cx, t, nin, ins, nout, outs as *const *const c_void, attr, s, || f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s))
 }
 
 pub unsafe fn compile_and_execute_v2(cx: &Cx, f: unsafe extern "C" fn(*const c_char, c_int, *mut *mut c_void, *mut *mut c_void, c_int, *mut *mut c_void, *mut *mut c_void, *mut c_void, c_int, c_int, *const c_char, aclrtStream) -> aclError, t: *const c_char, nin: c_int, ind: *mut *mut c_void, ins: *mut *mut c_void, nout: c_int, outd: *mut *mut c_void, outs: *mut *mut c_void, attr: *mut c_void, eng: c_int, flag: c_int, path: *const c_char, s: aclrtStream) -> aclError {
-    let r = f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s);
-    if r == ACL_SUCCESS {
-        note(cx, t, nin, ins as *const *const c_void, nout, outs as *const *const c_void, attr, s);
-    }
-    r
+    launch(cx, t, nin, ins as *const *const c_void, nout, outs as *const *const c_void, attr, s, || f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s))
 }

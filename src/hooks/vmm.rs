@@ -27,9 +27,27 @@ pub unsafe fn release(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError,
 }
 
 pub unsafe fn malloc_physical(cx: &Cx, f: unsafe extern "C" fn(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> aclError, h: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> aclError {
-    let r = f(h, size, prop, flags);
     let dev = if prop.is_null() { current_device() } else { (*prop).location.id as i32 };
     super::alloc::learn_capacity(cx, dev);
+    // tier mode: u3m's own handle, backed by 2 MiB chunks that move
+    // independently; shareable (POSIX) handles stay real
+    if !h.is_null() && !prop.is_null() && flags == 0 && size > 0 {
+        let shareable = (*prop).handle_type != 0;
+        if let Some(res) = cx.note(|e| e.tier_malloc_physical(dev, size as u64, shareable)) {
+            return match res {
+                Ok(handle) => {
+                    *h = handle as aclrtDrvMemHandle;
+                    cx.note(|e| e.phys_alloc(dev, handle, size as u64));
+                    ACL_SUCCESS
+                }
+                Err(code) => {
+                    cx.note(|e| e.alloc_failed(dev, size as u64, code, u3m_core::engine::AllocApi::MallocPhysical));
+                    code
+                }
+            };
+        }
+    }
+    let r = f(h, size, prop, flags);
     if r == ACL_SUCCESS && !h.is_null() {
         let handle = *h as u64;
         cx.note(|e| e.phys_alloc(dev, handle, size as u64));
@@ -40,7 +58,10 @@ pub unsafe fn malloc_physical(cx: &Cx, f: unsafe extern "C" fn(*mut aclrtDrvMemH
 }
 
 pub unsafe fn free_physical(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle) -> aclError, h: aclrtDrvMemHandle) -> aclError {
-    let r = f(h);
+    let r = match cx.note(|e| e.tier_free_physical(h as u64)) {
+        Some(r) => r,
+        None => f(h),
+    };
     if r == ACL_SUCCESS {
         cx.note(|e| e.phys_free(h as u64));
     }
@@ -48,7 +69,11 @@ pub unsafe fn free_physical(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle) 
 }
 
 pub unsafe fn map(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError, va: *mut c_void, size: usize, offset: usize, h: aclrtDrvMemHandle, flags: u64) -> aclError {
-    let r = f(va, size, offset, h, flags);
+    let ours = !va.is_null() && flags == 0;
+    let r = match if ours { cx.note(|e| e.tier_map(va as u64, size as u64, offset as u64, h as u64)) } else { None } {
+        Some(r) => r,
+        None => f(va, size, offset, h, flags),
+    };
     if r == ACL_SUCCESS {
         cx.note(|e| e.map(va as u64, size as u64, h as u64));
     }
@@ -57,7 +82,10 @@ pub unsafe fn map(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, usize, ac
 
 pub unsafe fn unmap(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, va: *mut c_void) -> aclError {
     cx.note(|e| e.unmap_begin(va as u64));
-    let r = f(va);
+    let r = match cx.note(|e| e.tier_unmap(va as u64)) {
+        Some(r) => r,
+        None => f(va),
+    };
     if r == ACL_SUCCESS {
         cx.note(|e| e.unmap(va as u64));
     }
@@ -65,7 +93,16 @@ pub unsafe fn unmap(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, v
 }
 
 pub unsafe fn export_shareable(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle, c_int, u64, *mut u64) -> aclError, h: aclrtDrvMemHandle, ty: c_int, flags: u64, out: *mut u64) -> aclError {
-    let r = f(h, ty, flags, out);
+    // a handle of u3m's: export the real chunk under it (pinned from now on)
+    let real = match cx.note(|e| e.tier_export(h as u64)) {
+        Some(Ok(real)) => real as aclrtDrvMemHandle,
+        Some(Err(code)) => {
+            crate::init::warn("aclrtMemExportToShareableHandle: a managed handle larger than 2 MiB cannot be exported (set U3M_MIN_BYTES above its size)");
+            return code;
+        }
+        None => h,
+    };
+    let r = f(real, ty, flags, out);
     if r == ACL_SUCCESS {
         cx.note(|e| e.phys_exported(h as u64));
     }

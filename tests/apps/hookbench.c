@@ -200,6 +200,10 @@ static void ctx_init(ctx *c)
     memset(c, 0, sizeof *c);
     ACL_CHECK(aclrtSetDevice(0));
     ACL_CHECK(aclrtCreateStream(&c->stream));
+    /* frameworks ask for the capacity at start-up (torch_npu does); it arms
+     * u3m's HBM monitor, which then runs on every allocation and free */
+    size_t hbm_free = 0, hbm_total = 0;
+    ACL_CHECK(aclrtGetMemInfo(ACL_HBM_MEM, &hbm_free, &hbm_total));
     ACL_CHECK(aclrtMalloc((void **)&c->pool, POOL_BYTES, ACL_MEM_MALLOC_HUGE_FIRST));
     ACL_CHECK(aclrtMalloc((void **)&c->dev2, SMALL_COPY, ACL_MEM_MALLOC_HUGE_FIRST));
     ACL_CHECK(aclrtMallocHost(&c->host, SMALL_COPY));

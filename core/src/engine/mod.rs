@@ -10,6 +10,8 @@
 
 mod ids;
 mod publish;
+pub mod runtime;
+pub mod tier;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -25,6 +27,20 @@ use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
 pub use crate::heat::PinReason;
 use ids::SmallIds;
+pub use runtime::Runtime;
+pub use tier::{Order, Tier, TierCounters, Token};
+
+/// What a hook does around a call in tier mode.
+#[derive(Default)]
+pub enum Prep {
+    /// Nothing managed is touched (or not tier mode): just call.
+    #[default]
+    Pass,
+    /// Call, then hand the token back to `tier_finish`.
+    Go(Token),
+    /// Do not call: return this error (the memory could not be made resident).
+    Fail(i32),
+}
 
 /// Most ranges one launch reports (more are cut and counted).
 pub const MAX_OP_RANGES: usize = 64;
@@ -83,6 +99,9 @@ pub struct Engine {
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
+    tier: Option<Tier>,
+    /// bytes of live allocations u3m does not manage, per device
+    unmanaged: [AtomicU64; MAX_DEVICES],
 }
 
 #[derive(Default)]
@@ -112,7 +131,12 @@ impl Engine {
     /// Starts the engine: stats segment, trace recorder, publisher thread.
     /// An error (e.g. the segment cannot be created) is returned as text; the
     /// caller falls back to pass-through.
-    pub fn new(cfg: Config, hook_names: &[&str]) -> Result<Engine, String> {
+    pub fn new(cfg: Config, hook_names: &[&str], rt: Option<&'static dyn Runtime>) -> Result<Engine, String> {
+        let tier = match (cfg.mode, rt) {
+            (crate::config::Mode::Tier, Some(rt)) => Some(Tier::new(rt, &cfg)?),
+            (crate::config::Mode::Tier, None) => return Err("tier mode needs a runtime".into()),
+            _ => None,
+        };
         let class_names: Vec<&str> = OpClass::ALL.iter().map(|c| c.name()).collect();
         let summary = cfg.summary();
         let mut sc = SegmentConfig::new(&summary, hook_names, &class_names);
@@ -155,6 +179,8 @@ impl Engine {
             monitors: (0..MAX_DEVICES).map(|_| Mutex::new(Monitor::default())).collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
+            tier,
+            unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             cfg,
         };
         Ok(e)
@@ -163,7 +189,7 @@ impl Engine {
     /// Starts the background thread that publishes the hottest ranges. Called
     /// by the library once the engine has its final ('static) address.
     pub fn start_background(&'static self) {
-        if self.seg.is_some() {
+        if self.seg.is_some() || self.tier.is_some() {
             self.publisher.start(self);
         }
     }
@@ -291,6 +317,9 @@ impl Engine {
 
     pub fn alloc(&self, dev: i32, ptr: u64, size: u64, api: AllocApi) {
         self.heat.on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
+        if !self.tier.as_ref().map(|t| t.is_managed(ptr)).unwrap_or(false) {
+            self.unmanaged[dev_index(dev)].fetch_add(size, Relaxed);
+        }
         let _ = api;
         self.gauge_alloc(dev, size, 1);
         if let Some(s) = &self.seg {
@@ -309,21 +338,18 @@ impl Engine {
         }
     }
 
-    /// Before the real free: the trace must show F before another thread can
-    /// re-allocate the address.
-    pub fn free_begin(&self, ptr: u64) {
-        if let Some(r) = &self.rec {
-            if let Some((id, base, _)) = self.heat.lookup(ptr) {
-                if base == ptr {
-                    let dev = self.heat.alloc_info(id).map(|a| a.dev).unwrap_or(0);
-                    r.record(dev, 0, Rec::Free { addr: ptr });
-                }
-            }
-        }
-    }
-
+    /// Before the real free: the allocation is forgotten (heat, gauges) and
+    /// the trace shows F before the runtime can hand the address to another
+    /// thread — afterwards, a re-allocation could be recorded first.
     pub fn free(&self, ptr: u64) {
+        let managed = self.tier.as_ref().map(|t| t.is_managed(ptr)).unwrap_or(false);
         if let Some(info) = self.heat.on_free(ptr) {
+            if let Some(r) = &self.rec {
+                r.record(info.dev, 0, Rec::Free { addr: ptr });
+            }
+            if !managed {
+                sat_sub(&self.unmanaged[dev_index(info.dev as i32)], info.len);
+            }
             self.gauge_alloc(info.dev as i32, info.len, -1);
             if let Some(s) = &self.seg {
                 s.event_value(EventKind::Free, info.dev, ptr, info.len, 0, "");
@@ -619,6 +645,23 @@ impl Engine {
         let _ = stream;
     }
 
+    /// The device ranges a kernel's argument blob points into (pointer-sized
+    /// slots inside live allocations), for residency before the launch.
+    pub fn kernel_ranges(&self, blob: &[u8], out: &mut [Range; MAX_OP_RANGES]) -> usize {
+        let mut n = 0;
+        for w in blob.chunks_exact(8) {
+            let v = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            if v == 0 || n == MAX_OP_RANGES {
+                continue;
+            }
+            if let Some((_, base, len)) = self.heat.lookup(v) {
+                out[n] = Range { addr: v, len: base + len - v, write: true };
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// A launch whose arguments u3m cannot read at all.
     pub fn opaque_launch(&self, dev: i32, _stream: u64) {
         if let Some(s) = &self.seg {
@@ -679,6 +722,116 @@ impl Engine {
     pub fn graph_destroy(&self, model: u64) {
         if let Ok(mut g) = self.graphs.lock() {
             g.models.remove(&model);
+        }
+    }
+
+    // ---- tier mode ----
+
+    pub fn tier(&self) -> Option<&Tier> {
+        self.tier.as_ref()
+    }
+
+    /// aclrtMalloc family: Some(result) when u3m manages the allocation.
+    pub fn tier_malloc(&self, dev: i32, size: u64) -> Option<Result<u64, i32>> {
+        let t = self.tier.as_ref()?;
+        let (free, total) = t.runtime().mem_info().ok()?;
+        self.capacity[dev_index(dev)].store(total, Relaxed);
+        t.malloc(dev.max(0) as u32, size, free, total)
+    }
+
+    pub fn tier_free(&self, ptr: u64) -> Option<i32> {
+        self.tier.as_ref()?.free(ptr)
+    }
+
+    /// What aclrtGetMemInfo reports in tier mode.
+    pub fn tier_mem_info(&self, dev: i32, free: u64, total: u64) -> Option<(u64, u64)> {
+        Some(self.tier.as_ref()?.mem_info(dev.max(0) as u32, free, total))
+    }
+
+    pub fn tier_malloc_physical(&self, dev: i32, size: u64, shareable: bool) -> Option<Result<u64, i32>> {
+        self.tier.as_ref()?.malloc_physical(dev.max(0) as u32, size, shareable)
+    }
+
+    pub fn tier_free_physical(&self, h: u64) -> Option<i32> {
+        self.tier.as_ref()?.free_physical(h)
+    }
+
+    pub fn tier_map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<i32> {
+        self.tier.as_ref()?.map(va, size, offset, h)
+    }
+
+    pub fn tier_unmap(&self, va: u64) -> Option<i32> {
+        self.tier.as_ref()?.unmap(va)
+    }
+
+    pub fn tier_export(&self, h: u64) -> Option<Result<u64, i32>> {
+        self.tier.as_ref()?.export(h)
+    }
+
+    /// Before a call that touches `ranges` on `stream` (0 = default stream;
+    /// `sync`: the call completes before it returns).
+    pub fn tier_prepare(&self, dev: i32, stream: u64, ranges: &[Range], overwrite: bool, sync: bool) -> Prep {
+        let Some(t) = &self.tier else { return Prep::Pass };
+        if !t.active() {
+            return Prep::Pass;
+        }
+        let order = if sync || self.is_capturing(stream) { Order::Host } else { Order::Stream(stream) };
+        match t.prepare(dev.max(0) as u32, ranges, overwrite, order) {
+            Ok(tok) => Prep::Go(tok),
+            Err(e) => Prep::Fail(e),
+        }
+    }
+
+    pub fn tier_finish(&self, p: Prep, stream: u64, sync: bool, ok: bool) {
+        if let (Some(t), Prep::Go(tok)) = (&self.tier, p) {
+            // a synchronous call has finished with the memory on return
+            t.finish(tok, if sync { None } else { Some(stream) }, ok);
+        }
+    }
+
+    fn is_capturing(&self, stream: u64) -> bool {
+        self.capturing.load(Relaxed) != 0 && self.graphs.lock().map(|g| g.capturing.contains_key(&stream)).unwrap_or(false)
+    }
+
+    /// The ranges a captured graph touches (for residency before replay).
+    pub fn graph_ranges(&self, model: u64) -> Vec<Range> {
+        self.graphs.lock().ok().and_then(|g| g.models.get(&model).cloned()).unwrap_or_default()
+    }
+
+    /// One round of background tier work; called by the publisher thread.
+    pub(crate) fn tier_tick(&self) {
+        let Some(t) = &self.tier else { return };
+        for dev in t.devices() {
+            if t.runtime().set_device(dev) != 0 {
+                continue;
+            }
+            t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high);
+        }
+        if let Some(s) = &self.seg {
+            let c = t.counters();
+            let (dram_limit, nvme_limit) = t.limits();
+            for d in 0..MAX_DEVICES.min(16) {
+                let g = s.device(d);
+                if g.present.load(Relaxed) == 0 {
+                    continue;
+                }
+                let (hbm, dram, nvme) = t.usage(d);
+                let used_hbm = hbm + self.unmanaged[d].load(Relaxed);
+                g.used[TIER_HBM].store(used_hbm, Relaxed);
+                g.peak[TIER_HBM].fetch_max(used_hbm, Relaxed);
+                g.used[1].store(dram, Relaxed);
+                g.used[2].store(nvme, Relaxed);
+                g.capacity[1].store(dram_limit, Relaxed);
+                g.capacity[2].store(nvme_limit, Relaxed);
+                let cap = self.capacity[d].load(Relaxed);
+                g.virtual_capacity.store((cap as f64 * self.cfg.oversub) as u64, Relaxed);
+                if d == 0 {
+                    g.faults_in.store(c.faults_in, Relaxed);
+                    g.fault_bytes.store(c.fault_bytes, Relaxed);
+                    g.evictions.store(c.evictions, Relaxed);
+                    g.eviction_bytes.store(c.eviction_bytes, Relaxed);
+                }
+            }
         }
     }
 

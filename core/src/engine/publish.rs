@@ -21,9 +21,17 @@ impl Publisher {
     pub fn start(&self, e: &'static Engine) {
         let interval = Duration::from_millis(e.cfg.hot_interval_ms);
         let h = std::thread::Builder::new().name("u3m-publish".into()).spawn(move || {
+            // tier work runs every 20 ms; the hot table at its own interval
+            let tick = Duration::from_millis(20).min(interval);
+            let mut since = Duration::ZERO;
             while !e.publisher.stop.load(Ordering::Acquire) {
-                std::thread::sleep(interval);
-                publish_once(e);
+                std::thread::sleep(tick);
+                e.tier_tick();
+                since += tick;
+                if since >= interval {
+                    since = Duration::ZERO;
+                    publish_once(e);
+                }
             }
         });
         if let (Ok(h), Ok(mut t)) = (h, self.thread.lock()) {

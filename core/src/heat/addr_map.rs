@@ -257,23 +257,47 @@ impl AddrMap {
                 let Some(pt) = (unsafe { pt_ptr.as_ref() }) else {
                     return;
                 };
-                let mut list: Vec<u64> = Vec::with_capacity(MULTI_OWNERS);
+                // Pages in ascending order, as before, but a run of pages
+                // with the same owner set (it only changes where an owner
+                // starts or ends) is computed once: with 0 or 1 owner the
+                // run is plain stores.
+                let page_of = |a: u64| ((a - chunk_base) >> PAGE_SHIFT) as usize;
+                let mut list = [0u64; MULTI_OWNERS];
                 let mut k = 0; // first owner that can overlap page p
-                for p in 0..PAGES {
+                let mut p = 0;
+                while p < PAGES {
                     let (ps, pe) = (chunk_base + (p as u64) * PAGE, chunk_base + (p as u64 + 1) * PAGE);
                     while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
                         k += 1;
                     }
-                    list.clear();
+                    let mut n = 0;
+                    let mut run_end = PAGES;
                     for &(w, b, l) in &owners[k..] {
                         if b >= pe {
+                            // the next owner's first page starts a new run
+                            run_end = run_end.min(page_of(b));
                             break;
                         }
                         if b + l > ps {
-                            list.push(w);
+                            if n < MULTI_OWNERS {
+                                list[n] = w;
+                                n += 1;
+                            }
+                            // the page after this owner's last one starts a new run
+                            run_end = run_end.min(page_of((b + l - 1).min(chunk_base + CHUNK - 1)) + 1);
                         }
                     }
-                    write_page(pt, p, &list);
+                    let run_end = run_end.max(p + 1);
+                    if n <= 1 {
+                        let w = if n == 1 { list[0] } else { 0 };
+                        for e in &pt.entries[p..run_end] {
+                            e.store(w, Release);
+                        }
+                        p = run_end;
+                    } else {
+                        write_page(pt, p, &list[..n]);
+                        p += 1;
+                    }
                 }
                 cs.owner.store(pt_ptr as u64 | T_PTR, Release);
             }
@@ -359,6 +383,95 @@ fn write_page(pt: &PageTable, p: usize, list: &[u64]) {
                 }
                 entry.store(mp as u64 | T_PTR, Release);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `set_owners` by definition, one page at a time (the run-based
+    /// rewrite must leave every page exactly as this does).
+    fn set_owners_ref(pt: &PageTable, chunk_base: u64, owners: &[(u64, u64, u64)]) {
+        let mut list: Vec<u64> = Vec::with_capacity(MULTI_OWNERS);
+        let mut k = 0;
+        for p in 0..PAGES {
+            let (ps, pe) = (chunk_base + (p as u64) * PAGE, chunk_base + (p as u64 + 1) * PAGE);
+            while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
+                k += 1;
+            }
+            list.clear();
+            for &(w, b, l) in &owners[k..] {
+                if b >= pe {
+                    break;
+                }
+                if b + l > ps {
+                    list.push(w);
+                }
+            }
+            write_page(pt, p, &list);
+        }
+    }
+
+    fn snapshot(pt: &PageTable) -> Vec<(u64, Vec<u64>)> {
+        (0..PAGES)
+            .map(|p| {
+                let e = pt.entries[p].load(Relaxed);
+                let m = pt.multi[p].load(Relaxed);
+                let mv = if m.is_null() { vec![] } else { unsafe { &*m }.owners.iter().map(|o| o.load(Relaxed)).collect() };
+                (if e & TAG == T_PTR { 1 } else { e }, mv)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn run_based_rewrite_equals_page_by_page() {
+        // random owner sets (some crossing the chunk's ends, boundaries
+        // aligned or not, pages shared by several) over junk page contents
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut rnd = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let cb: u64 = 0x1000_0000_0000;
+        for round in 0..500 {
+            let map_a = AddrMap::new().unwrap();
+            let map_b = AddrMap::new().unwrap();
+            map_a.ensure_region(cb).unwrap();
+            map_b.ensure_region(cb).unwrap();
+            let (ca, cbs) = (map_a.chunk(cb).unwrap(), map_b.chunk(cb).unwrap());
+            let all: Vec<usize> = (0..PAGES).collect();
+            assert!(map_a.reserve_pages(ca, &all) && map_b.reserve_pages(cbs, &all));
+            let mut owners = vec![];
+            let mut a = cb - if rnd(2) == 0 { rnd(3 * PAGE) } else { 0 };
+            let mut id = 1u64;
+            while a < cb + CHUNK {
+                a += match rnd(4) { 0 => 0, 1 => rnd(512) * 8, 2 => rnd(8) * PAGE, _ => rnd(64) * PAGE + rnd(PAGE) };
+                let len = match rnd(4) { 0 => 256 + rnd(1024), 1 => rnd(4) * PAGE + 256, 2 => rnd(100) * PAGE + rnd(PAGE) + 1, _ => rnd(2 * CHUNK) + 1 };
+                if a >= cb + CHUNK { break; }
+                owners.push((id << 32 | 1, a, len));
+                id += 1;
+                a += len;
+            }
+            // sizes >= 256: a page never holds more than MULTI_OWNERS
+            for p in 0..PAGES {
+                let j = if rnd(3) == 0 { (rnd(50) + 1) << 32 | 1 } else { 0 };
+                unsafe { &*ca.pages.load(Relaxed) }.entries[p].store(j, Relaxed);
+                unsafe { &*cbs.pages.load(Relaxed) }.entries[p].store(j, Relaxed);
+            }
+            let pa = unsafe { &*ca.pages.load(Relaxed) };
+            let pb = unsafe { &*cbs.pages.load(Relaxed) };
+            let inchunk: Vec<_> = owners.iter().copied().filter(|&(_, b, l)| b < cb + CHUNK && b + l > cb).collect();
+            set_owners_ref(pa, cb, &inchunk);
+            if inchunk.len() >= 2 {
+                map_b.set_owners(cbs, cb, &inchunk);
+            } else {
+                set_owners_ref(pb, cb, &inchunk);
+            }
+            assert_eq!(snapshot(pa), snapshot(pb), "round {round}: {inchunk:x?}");
         }
     }
 }

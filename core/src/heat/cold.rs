@@ -16,17 +16,16 @@ impl HeatTable {
     /// Live allocations overlapping `[start, end)`, in address order, as
     /// (index, base, len).
     pub(super) fn owners_in(&self, c: &Cold, start: u64, end: u64) -> Vec<(u32, u64, u64)> {
-        let mut v = Vec::new();
-        if let Some((&b, &i)) = c.by_base.range(..start).next_back() {
+        self.owners_iter(c, start, end).collect()
+    }
+
+    /// [`owners_in`](Self::owners_in) without collecting (no allocation).
+    pub(super) fn owners_iter<'a>(&'a self, c: &'a Cold, start: u64, end: u64) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
+        let before = c.by_base.range(..start).next_back().and_then(|(&b, &i)| {
             let l = self.slot(i).len.load(Relaxed);
-            if b + l > start {
-                v.push((i, b, l));
-            }
-        }
-        for (&b, &i) in c.by_base.range(start..end) {
-            v.push((i, b, self.slot(i).len.load(Relaxed)));
-        }
-        v
+            (b + l > start).then_some((i, b, l))
+        });
+        before.into_iter().chain(c.by_base.range(start..end).map(move |(&b, &i)| (i, b, self.slot(i).len.load(Relaxed))))
     }
 
     pub(super) fn slot(&self, idx: u32) -> &AllocSlot {
@@ -35,8 +34,7 @@ impl HeatTable {
     }
 
     pub(super) fn owner_list(&self, c: &Cold, chunk: u64) -> Vec<Owner> {
-        self.owners_in(c, chunk, chunk + CHUNK)
-            .into_iter()
+        self.owners_iter(c, chunk, chunk + CHUNK)
             .map(|(i, b, l)| (owner_word(i, self.slot(i).gen()), b, l))
             .collect()
     }
@@ -100,7 +98,7 @@ impl HeatTable {
         if len == 0 || end > VA_LIMIT {
             return None;
         }
-        if !self.owners_in(c, base, end).is_empty() {
+        if self.owners_iter(c, base, end).next().is_some() {
             return None;
         }
         // Everything that can fail happens before anything is published.
@@ -113,26 +111,29 @@ impl HeatTable {
             r += 1;
         }
         // Only the first and last chunk (and page) can be shared.
-        for chunk in [first_chunk, last_chunk] {
-            let others = self.owners_in(c, chunk, chunk + CHUNK);
-            if others.is_empty() {
+        for (i, chunk) in [first_chunk, last_chunk].into_iter().enumerate() {
+            if i == 1 && chunk == first_chunk {
+                break; // one chunk: checked already
+            }
+            if self.owners_iter(c, chunk, chunk + CHUNK).next().is_none() {
                 continue;
             }
-            let mut multi = Vec::new();
+            let (mut multi, mut nm) = ([0usize; 2], 0);
             for page in [base & !(PAGE - 1), (end - 1) & !(PAGE - 1)] {
                 if chunk_base(page) != chunk {
                     continue;
                 }
-                let n = self.owners_in(c, page, page + PAGE).len();
+                let n = self.owners_iter(c, page, page + PAGE).count();
                 if n + 1 > MULTI_OWNERS {
                     return None;
                 }
                 if n > 0 {
-                    multi.push(((page - chunk) >> PAGE_SHIFT) as usize);
+                    multi[nm] = ((page - chunk) >> PAGE_SHIFT) as usize;
+                    nm += 1;
                 }
             }
             let cs = self.map.chunk(chunk)?;
-            if !self.map.reserve_pages(cs, &multi) {
+            if !self.map.reserve_pages(cs, &multi[..nm]) {
                 return None;
             }
         }

@@ -22,7 +22,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{MmapOptions, MmapRaw};
 
 use super::pool::{Pool, SegmentId};
 use super::{TierError, TierStats};
@@ -80,7 +80,9 @@ unsafe impl Send for NvmeSlot {}
 unsafe impl Sync for NvmeSlot {}
 
 struct Extent {
-    map: MmapMut,
+    /// A raw mapping: callers write through `NvmeSlot::ptr`, which a
+    /// slice-based `MmapMut` would not license.
+    map: MmapRaw,
     file_off: u64,
     len: u64,
     /// fallocate succeeded: every block of the extent exists on disk.
@@ -202,9 +204,7 @@ impl NvmeTier {
     pub fn with_config(cfg: NvmeConfig) -> Result<NvmeTier, TierError> {
         let dir = cfg.dir.as_path();
         match std::fs::metadata(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(dir_error(dir, "does not exist"))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(dir_error(dir, "does not exist")),
             Err(e) => return Err(dir_error(dir, format!("cannot be examined: {e}"))),
             Ok(md) if !md.is_dir() => return Err(dir_error(dir, "is not a directory")),
             Ok(_) => {}
@@ -281,9 +281,13 @@ impl NvmeTier {
     fn carve(&mut self, len: u64) -> Option<NvmeSlot> {
         let off = self.pool.alloc(len)?;
         let extent = self.pool.segment_of(off)?;
-        let e = &self.extents[&extent];
+        let Some(e) = self.extents.get(&extent) else {
+            // Every segment has its extent; never hand out an unmapped slot.
+            let _ = self.pool.free(off);
+            return None;
+        };
         // SAFETY: the block lies inside the extent, which is mapped whole.
-        let ptr = unsafe { e.map.as_ptr().add((off - e.file_off) as usize) as *mut u8 };
+        let ptr = unsafe { e.map.as_mut_ptr().add((off - e.file_off) as usize) };
         Some(NvmeSlot { ptr, len, extent, off })
     }
 
@@ -337,9 +341,8 @@ impl NvmeTier {
                 return Err(TierError::from_errno(e));
             }
         }
-        // SAFETY: the range lies inside the file, which only this tier uses;
-        // the mapping lives as long as the extent.
-        let map = match unsafe { MmapOptions::new().offset(file_off).len(size as usize).map_mut(&self.file) } {
+        // MAP_SHARED over the range just allocated in the file.
+        let map = match MmapOptions::new().offset(file_off).len(size as usize).map_raw(&self.file) {
             Ok(m) => m,
             Err(e) => {
                 undo(self);

@@ -173,17 +173,19 @@ impl Pool {
     /// the block's offset, or None when no free block is large enough.
     pub fn alloc(&mut self, len: u64) -> Option<u64> {
         let need = align_up(len.max(1))?;
-        let (off, blen, b) = (bucket_of(need)..BUCKETS)
-            .find_map(|b| self.free_by_bucket[b].first_fit(need).map(|(o, l)| (o, l, b)))?;
-        self.free_by_bucket[b].remove(off);
+        let (off, blen, b) =
+            (bucket_of(need)..BUCKETS).find_map(|b| self.free_by_bucket[b].first_fit(need).map(|(o, l)| (o, l, b)))?;
         let blk = self.blocks.get_mut(&off)?;
         let seg = blk.seg;
         blk.len = need;
         blk.free = false;
         if blen > need {
+            // The remainder keeps the block's place among the free blocks.
             let rest = blen - need;
             self.blocks.insert(off + need, Block { len: rest, seg, free: true });
-            self.free_by_bucket[bucket_of(rest)].insert(off + need, rest);
+            self.rekey_free(off, blen, off + need, rest);
+        } else {
+            self.free_by_bucket[b].remove(off);
         }
         if let Some(s) = self.segments.get_mut(&seg) {
             s.live += 1;
@@ -211,32 +213,60 @@ impl Pool {
             Some(b) if b.free => return Err(PoolError::DoubleFree(off)),
             Some(b) => *b,
         };
-        let (mut start, mut len) = (off, blk.len);
-        if let Some((&noff, n)) = self.blocks.range(off + blk.len..).next() {
-            if noff == off + blk.len && n.free && n.seg == blk.seg {
-                let nlen = n.len;
-                self.free_by_bucket[bucket_of(nlen)].remove(noff);
-                self.blocks.remove(&noff);
-                len += nlen;
-            }
+        let next = self
+            .blocks
+            .range(off + blk.len..)
+            .next()
+            .and_then(|(&o, n)| (o == off + blk.len && n.free && n.seg == blk.seg).then_some((o, n.len)));
+        let prev = self
+            .blocks
+            .range(..off)
+            .next_back()
+            .and_then(|(&o, p)| (o + p.len == off && p.free && p.seg == blk.seg).then_some((o, p.len)));
+        let nlen = next.map_or(0, |n| n.1);
+        if let Some((noff, _)) = next {
+            self.blocks.remove(&noff);
         }
-        if let Some((&poff, p)) = self.blocks.range(..off).next_back() {
-            if poff + p.len == off && p.free && p.seg == blk.seg {
-                let plen = p.len;
-                self.free_by_bucket[bucket_of(plen)].remove(poff);
+        match (prev, next) {
+            (Some((poff, plen)), _) => {
+                if let Some((noff, nlen)) = next {
+                    self.free_by_bucket[bucket_of(nlen)].remove(noff);
+                }
+                let len = plen + blk.len + nlen;
                 self.blocks.remove(&off);
-                start = poff;
-                len += plen;
+                if let Some(p) = self.blocks.get_mut(&poff) {
+                    p.len = len;
+                }
+                self.rekey_free(poff, plen, poff, len);
+            }
+            (None, Some((noff, nlen))) => {
+                let len = blk.len + nlen;
+                self.blocks.insert(off, Block { len, seg: blk.seg, free: true });
+                self.rekey_free(noff, nlen, off, len);
+            }
+            (None, None) => {
+                self.blocks.insert(off, Block { len: blk.len, seg: blk.seg, free: true });
+                self.free_by_bucket[bucket_of(blk.len)].insert(off, blk.len);
             }
         }
-        self.blocks.insert(start, Block { len, seg: blk.seg, free: true });
-        self.free_by_bucket[bucket_of(len)].insert(start, len);
         if let Some(s) = self.segments.get_mut(&blk.seg) {
             s.live -= 1;
         }
         self.used -= blk.len;
         self.allocs -= 1;
         Ok(blk.len)
+    }
+
+    /// Moves a free block's index entry from (`old`, `old_len`) to (`new`,
+    /// `new_len`). No other free block may lie between `old` and `new`, so
+    /// within one bucket the entry keeps its place in the tree.
+    fn rekey_free(&mut self, old: u64, old_len: u64, new: u64, new_len: u64) {
+        let (bo, bn) = (bucket_of(old_len), bucket_of(new_len));
+        if bo == bn && self.free_by_bucket[bo].replace(old, new, new_len) {
+            return;
+        }
+        self.free_by_bucket[bo].remove(old);
+        self.free_by_bucket[bn].insert(new, new_len);
     }
 
     /// True when the segment exists and holds no live allocation.
@@ -410,24 +440,94 @@ mod fit {
                     (self.nodes.len() - 1) as u32
                 }
             };
-            let (a, b) = self.split(self.root, key);
-            let a = self.merge(a, idx);
-            self.root = self.merge(a, b);
+            self.root = self.insert_at(self.root, idx);
             self.count += 1;
         }
 
-        pub fn remove(&mut self, key: u64) -> Option<u64> {
-            let (a, b) = self.split(self.root, key);
-            let (m, c) = self.split(b, key.saturating_add(1));
-            let len = if m == NIL {
-                None
+        /// Inserts node `idx` into subtree `t` in one descent: it goes where
+        /// its priority puts it, splitting only the subtree it displaces.
+        fn insert_at(&mut self, t: u32, idx: u32) -> u32 {
+            if t == NIL {
+                return idx;
+            }
+            let (key, prio) = (self.nodes[idx as usize].key, self.nodes[idx as usize].prio);
+            let n = self.nodes[t as usize];
+            if prio > n.prio {
+                let (a, b) = self.split(t, key);
+                self.nodes[idx as usize].l = a;
+                self.nodes[idx as usize].r = b;
+                self.fix(idx);
+                return idx;
+            }
+            if key < n.key {
+                let l = self.insert_at(n.l, idx);
+                self.nodes[t as usize].l = l;
             } else {
-                self.spare.push(m);
-                self.count -= 1;
-                Some(self.nodes[m as usize].len)
+                let r = self.insert_at(n.r, idx);
+                self.nodes[t as usize].r = r;
+            }
+            self.fix(t);
+            t
+        }
+
+        pub fn remove(&mut self, key: u64) -> Option<u64> {
+            let (root, gone) = self.remove_at(self.root, key);
+            self.root = root;
+            let m = gone?;
+            self.spare.push(m);
+            self.count -= 1;
+            Some(self.nodes[m as usize].len)
+        }
+
+        /// Removes `key` from subtree `t`: (new subtree, removed node).
+        fn remove_at(&mut self, t: u32, key: u64) -> (u32, Option<u32>) {
+            if t == NIL {
+                return (NIL, None);
+            }
+            let n = self.nodes[t as usize];
+            if key == n.key {
+                return (self.merge(n.l, n.r), Some(t));
+            }
+            let gone = if key < n.key {
+                let (l, g) = self.remove_at(n.l, key);
+                self.nodes[t as usize].l = l;
+                g
+            } else {
+                let (r, g) = self.remove_at(n.r, key);
+                self.nodes[t as usize].r = r;
+                g
             };
-            self.root = self.merge(a, c);
-            len
+            if gone.is_some() {
+                self.fix(t);
+            }
+            (t, gone)
+        }
+
+        /// Gives the node keyed `old` the key `new` and length `len`, in
+        /// place: the caller guarantees no other key lies between the two.
+        pub fn replace(&mut self, old: u64, new: u64, len: u64) -> bool {
+            self.replace_in(self.root, old, new, len)
+        }
+
+        fn replace_in(&mut self, t: u32, old: u64, new: u64, len: u64) -> bool {
+            if t == NIL {
+                return false;
+            }
+            let n = self.nodes[t as usize];
+            let found = if old < n.key {
+                self.replace_in(n.l, old, new, len)
+            } else if old > n.key {
+                self.replace_in(n.r, old, new, len)
+            } else {
+                let m = &mut self.nodes[t as usize];
+                m.key = new;
+                m.len = len;
+                true
+            };
+            if found {
+                self.fix(t);
+            }
+            found
         }
 
         /// The lowest key whose block holds at least `need` bytes.

@@ -772,12 +772,30 @@ NN_LAUNCHER(aclnnNLLLossBackward)
 
 /* ---- reductions ---- */
 
+static aclnnStatus nn_reduce(const char *api, const char *op, const aclTensor *self, const aclIntArray *dim,
+    bool keepDim, aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor);
+
 /* out = sum of self over dims (empty: every dim); dtype is out's type */
 ACL_FUNC_VISIBILITY aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim,
     bool keepDim, aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
+    return nn_reduce("aclnnReduceSum", "ReduceSumD", self, dim, keepDim, dtype, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnReduceSum)
+
+/* out = mean of self over dims (empty: every dim) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMeanGetWorkspaceSize(const aclTensor *self, const aclIntArray *dim, bool keepDim,
+    aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_reduce("aclnnMean", "ReduceMeanD", self, dim, keepDim, dtype, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMean)
+
+static aclnnStatus nn_reduce(const char *api, const char *op, const aclTensor *self, const aclIntArray *dim,
+    bool keepDim, aclDataType dtype, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
     nn_call c;
-    nn_begin(&c, "aclnnReduceSum", "ReduceSumD");
+    nn_begin(&c, api, op);
     nn_in(&c, self, "self");
     nn_out(&c, out, "out");
     if (!c.err && !dim) nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "dim is NULL");
@@ -797,7 +815,6 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnReduceSumGetWorkspaceSize(const aclTensor *
     nn_attr_int(&c, "keep_dims", keepDim);
     return nn_finish(&c, workspaceSize, executor);
 }
-NN_LAUNCHER(aclnnReduceSum)
 
 /* ---- foreach (torch.optim's multi-tensor path) ---- */
 
@@ -1034,3 +1051,104 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceAddcmulGetWorkspaceSize(aclTensor *s
         executor);
 }
 NN_LAUNCHER(aclnnInplaceAddcmul)
+
+/* ---- lerp: self + weight * (end - self) ---- */
+
+static aclnnStatus nn_lerp(const char *api, const aclTensor *self, const aclTensor *end, const aclTensor *weightT,
+    const aclScalar *weightS, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, api, "Lerp");
+    nn_in(&c, self, "self");
+    nn_in(&c, end, "end");
+    if (weightS) nn_attr_scalar(&c, "weight", weightS, "weight");
+    else nn_in(&c, weightT, "weight");
+    nn_out(&c, out, "out");
+    return nn_finish(&c, workspaceSize, executor);
+}
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnLerpGetWorkspaceSize(const aclTensor *self, const aclTensor *end,
+    const aclTensor *weight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_lerp("aclnnLerp", self, end, weight, NULL, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnLerp)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceLerpGetWorkspaceSize(aclTensor *selfRef, const aclTensor *end,
+    const aclTensor *weight, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    return nn_lerp("aclnnInplaceLerp", selfRef, end, weight, NULL, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceLerp)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnLerpsGetWorkspaceSize(const aclTensor *self, const aclTensor *end,
+    const aclScalar *weight, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!weight) return nn_null("aclnnLerps", "weight");
+    return nn_lerp("aclnnLerps", self, end, NULL, weight, out, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnLerps)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnInplaceLerpsGetWorkspaceSize(aclTensor *selfRef, const aclTensor *end,
+    const aclScalar *weight, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    if (!weight) return nn_null("aclnnInplaceLerps", "weight");
+    return nn_lerp("aclnnInplaceLerps", selfRef, end, NULL, weight, selfRef, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnInplaceLerps)
+
+/* ---- MSE loss ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMseLossGetWorkspaceSize(const aclTensor *self, const aclTensor *target,
+    int64_t reduction, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnMseLoss", "MseLoss");
+    nn_in(&c, self, "self");
+    nn_in(&c, target, "target");
+    nn_out(&c, out, "out");
+    nn_attr_int(&c, "reduction", reduction);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMseLoss)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnMseLossBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self,
+    const aclTensor *target, int64_t reduction, aclTensor *gradInput, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnMseLossBackward", "MseLossGrad");
+    nn_in(&c, gradOutput, "gradOutput");
+    nn_in(&c, self, "self");
+    nn_in(&c, target, "target");
+    nn_out(&c, gradInput, "gradInput");
+    nn_attr_int(&c, "reduction", reduction);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnMseLossBackward)
+
+/* ---- fused AdamW (torch.optim.AdamW(fused=True)): var, m, v (and max_v
+ * with amsgrad) are updated in place; step is the step count minus one ---- */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnApplyAdamWV2GetWorkspaceSize(aclTensor *varRef, aclTensor *mRef, aclTensor *vRef,
+    aclTensor *maxGradNormOptionalRef, const aclTensor *grad, const aclTensor *step, float lr, float beta1,
+    float beta2, float weightDecay, float eps, bool amsgrad, bool maximize, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnApplyAdamWV2", "ApplyAdamWV2");
+    nn_in(&c, grad, "grad");
+    nn_in(&c, step, "step");
+    nn_out(&c, varRef, "varRef");
+    nn_out(&c, mRef, "mRef");
+    nn_out(&c, vRef, "vRef");
+    if (amsgrad) nn_out(&c, maxGradNormOptionalRef, "maxGradNormOptionalRef");
+    nn_attr_float(&c, "lr", lr);
+    nn_attr_float(&c, "beta1", beta1);
+    nn_attr_float(&c, "beta2", beta2);
+    nn_attr_float(&c, "weight_decay", weightDecay);
+    nn_attr_float(&c, "eps", eps);
+    nn_attr_int(&c, "amsgrad", amsgrad);
+    nn_attr_int(&c, "maximize", maximize);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnApplyAdamWV2)

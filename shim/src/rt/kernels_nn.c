@@ -708,8 +708,9 @@ static aclError nllgrad_run(const sim_op_args *a)
 }
 
 /* ----------------------------------------------------------- ReduceSumD */
-/* x -> y summed over the dims in the bitmask attribute "axes" (bit i: dim i;
- * 0 = every dim), "keep_dims" keeps them as size 1. */
+/* x -> y summed (ReduceMeanD: averaged) over the dims in the bitmask
+ * attribute "axes" (bit i: dim i; 0 = every dim); "keep_dims" keeps them as
+ * size 1. */
 
 static uint32_t red_mask(const sim_op_args *a, int nd)
 {
@@ -754,6 +755,10 @@ static aclError rsum_run(const sim_op_args *a)
             if (++idx[i] < x->dims[i]) break;
             idx[i] = 0;
         }
+    }
+    if (!strcmp(a->op_type, "ReduceMeanD") && !ints) {
+        double cnt = ny ? (double)nx / (double)ny : 0;
+        for (uint64_t o = 0; o < ny; o++) yd[o] /= cnt;
     }
     if (ints) store_i(y, yi); else store_d(y, yd);
     free(xd); free(yd); free(xi); free(yi);
@@ -844,6 +849,140 @@ static aclError addc_run(const sim_op_args *a)
     return ACL_SUCCESS;
 }
 
+/* ----------------------------------------------------------------- Lerp */
+/* start, end[, weight] -> y = start + weight * (end - start), broadcasting;
+ * without a weight input, the "weight" attribute. */
+
+static aclError lerp_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = counts(a, 2, 3, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (a->nin == 2 && !kern_attr(a, "weight")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'weight' is missing");
+    if ((e = check_broadcast_out(a, 0, a->nin, &a->out[0]))) return e;
+    *flops = 3 * kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError lerp_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    double *v[3] = { NULL, NULL, NULL };
+    if (!load_bcast(a, 0, a->nin, y, 0, v, NULL)) return oom(a);
+    double w = attr_d(a, "weight", 0);
+    uint64_t n = kern_numel(y);
+    for (uint64_t i = 0; i < n; i++) {
+        double wi = a->nin == 3 ? v[2][i] : w;
+        v[0][i] = v[0][i] + wi * (v[1][i] - v[0][i]);
+    }
+    store_d(y, v[0]);
+    free(v[0]); free(v[1]); free(v[2]);
+    return ACL_SUCCESS;
+}
+
+/* -------------------------------------------------------------- MseLoss */
+/* MseLoss: x, target -> y = (x - target)^2, reduced by "reduction"
+ * (0 none: x's shape, 1 mean, 2 sum: one element).
+ * MseLossGrad: dy, x, target -> dx = 2 (x - target) dy (/ numel for mean). */
+
+static aclError mse_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    int grad = !strcmp(a->op_type, "MseLossGrad");
+    if ((e = counts(a, grad ? 3 : 2, grad ? 3 : 2, 1, 1)) ||
+        (e = types(a, flt_dtype, "float32, float16, bfloat16, double")))
+        return e;
+    const sim_tensor *x = &a->in[grad], *t = &a->in[grad + 1];
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
+    if (red < 0 || red > 2) return fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0, 1 or 2");
+    if (!same_shape(x, t)) return shape_fail(a, "x and target differ", x, t);
+    const sim_tensor *y = grad ? &a->out[0] : &a->out[0];
+    if (grad ? !same_shape(y, x) : (red == RED_NONE ? !same_shape(y, x) : kern_numel(y) != 1))
+        return shape_fail(a, "output has the wrong shape", y, x);
+    if (grad && (red == RED_NONE ? !same_shape(&a->in[0], x) : kern_numel(&a->in[0]) != 1))
+        return shape_fail(a, "dy has the wrong shape", &a->in[0], x);
+    *flops = 3 * kern_numel(x);
+    return ACL_SUCCESS;
+}
+
+static aclError mse_run(const sim_op_args *a)
+{
+    int grad = !strcmp(a->op_type, "MseLossGrad");
+    int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
+    double *x = load_d(&a->in[grad]), *t = x ? load_d(&a->in[grad + 1]) : NULL;
+    double *dy = (t && grad) ? load_d(&a->in[0]) : NULL;
+    if (!t || (grad && !dy)) { free(x); free(t); free(dy); return oom(a); }
+    uint64_t n = kern_numel(&a->in[grad]);
+    if (!grad) {
+        double sum = 0;
+        for (uint64_t i = 0; i < n; i++) { x[i] = (x[i] - t[i]) * (x[i] - t[i]); sum += x[i]; }
+        if (red == RED_NONE) store_d(&a->out[0], x);
+        else { double r = red == RED_SUM ? sum : sum / (double)n; store_d(&a->out[0], &r); }
+    } else {
+        for (uint64_t i = 0; i < n; i++) {
+            double g = red == RED_NONE ? dy[i] : dy[0];
+            if (red == RED_MEAN) g /= (double)n;
+            x[i] = 2.0 * (x[i] - t[i]) * g;
+        }
+        store_d(&a->out[0], x);
+    }
+    free(x); free(t); free(dy);
+    return ACL_SUCCESS;
+}
+
+/* ---------------------------------------------------------- ApplyAdamWV2 */
+/* grad, step -> var, m, v[, max_v] updated in place (PyTorch's AdamW):
+ *   var *= 1 - lr*weight_decay;  m = lerp(m, g, 1-beta1);
+ *   v = beta2*v + (1-beta2)*g^2;  (amsgrad: max_v = max(max_v, v), used below)
+ *   var -= lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps)
+ * with t = step + 1: op-plugin passes the step count minus one (its state
+ * steps are already incremented); maximize negates g. */
+
+static aclError adamw_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    int ams = kern_attr_int(a, "amsgrad", 0) != 0;
+    if ((e = counts(a, 2, 2, ams ? 4 : 3, 4))) return e;
+    const sim_tensor *var = &a->out[0];
+    for (int j = 0; j < a->nout; j++)
+        if (!flt_dtype(a->out[j].dtype) || !same_shape(var, &a->out[j]))
+            return shape_fail(a, "var, m, v (and max_v) must be floating point of one shape", var, &a->out[j]);
+    if (!flt_dtype(a->in[0].dtype) || !same_shape(var, &a->in[0])) return shape_fail(a, "grad differs from var", &a->in[0], var);
+    if (kern_numel(&a->in[1]) != 1 || !num_dtype(a->in[1].dtype))
+        return shape_fail(a, "step must be one number", &a->in[1], &a->in[1]);
+    *flops = 12 * kern_numel(var);
+    return ACL_SUCCESS;
+}
+
+static aclError adamw_run(const sim_op_args *a)
+{
+    int ams = kern_attr_int(a, "amsgrad", 0) != 0 && a->nout == 4;
+    double lr = attr_d(a, "lr", 0), b1 = attr_d(a, "beta1", 0.9), b2 = attr_d(a, "beta2", 0.999);
+    double wd = attr_d(a, "weight_decay", 0), eps = attr_d(a, "eps", 1e-8);
+    int maximize = kern_attr_int(a, "maximize", 0) != 0;
+    double *g = load_d(&a->in[0]), *st = g ? load_d(&a->in[1]) : NULL;
+    double *var = st ? load_d(&a->out[0]) : NULL, *m = var ? load_d(&a->out[1]) : NULL;
+    double *v = m ? load_d(&a->out[2]) : NULL, *mx = (v && ams) ? load_d(&a->out[3]) : NULL;
+    if (!v || (ams && !mx)) { free(g); free(st); free(var); free(m); free(v); free(mx); return oom(a); }
+    double t = st[0] + 1.0;
+    double bc1 = 1.0 - pow(b1, t), bc2s = sqrt(1.0 - pow(b2, t));
+    uint64_t n = kern_numel(&a->out[0]);
+    for (uint64_t i = 0; i < n; i++) {
+        double gi = maximize ? -g[i] : g[i];
+        var[i] *= 1.0 - lr * wd;
+        m[i] += (gi - m[i]) * (1.0 - b1);
+        v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
+        double vv = v[i];
+        if (ams) { if (v[i] > mx[i]) mx[i] = v[i]; vv = mx[i]; }
+        var[i] -= lr / bc1 * m[i] / (sqrt(vv) / bc2s + eps);
+    }
+    store_d(&a->out[0], var);
+    store_d(&a->out[1], m);
+    store_d(&a->out[2], v);
+    if (ams) store_d(&a->out[3], mx);
+    free(g); free(st); free(var); free(m); free(v); free(mx);
+    return ACL_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- table */
 
 static const sim_kernel_def g_nn_kernels[] = {
@@ -875,6 +1014,11 @@ static const sim_kernel_def g_nn_kernels[] = {
     { "Addmm", addmm_check, addmm_run, 0 },
     { "Addcmul", addc_check, addc_run, 0 },
     { "Addcdiv", addc_check, addc_run, 0 },
+    { "Lerp", lerp_check, lerp_run, 0 },
+    { "ReduceMeanD", rsum_check, rsum_run, 0 },
+    { "MseLoss", mse_check, mse_run, 0 },
+    { "MseLossGrad", mse_check, mse_run, 0 },
+    { "ApplyAdamWV2", adamw_check, adamw_run, 0 },
 };
 
 static const sim_kernel_def *kern_find_foreach(const char *op_type);

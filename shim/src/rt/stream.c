@@ -377,7 +377,7 @@ static aclError stream_destroy(aclrtStream stream, int force) {
     }
     pthread_mutex_unlock(&g_lock);
     if (!ok) {
-        aclsim_log("aclrtDestroyStream(%p): not a live stream", stream);
+        aclsim_log("%s(%p): not a live stream", force ? "aclrtDestroyStreamForce" : "aclrtDestroyStream", stream);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
     /* queued work still runs to completion (unless forced), then the worker exits */

@@ -1,0 +1,996 @@
+//! Residency at the same address: managed device memory is a set of 2 MiB
+//! chunks that live in HBM (mapped at their VA), in pinned DRAM or in an NVMe
+//! swap file, and are brought back before anything touches them.
+//!
+//! A *backing* is what the program allocated: an aclrtMalloc-family
+//! allocation (u3m reserves the VA itself and keeps it mapped for its whole
+//! life) or a physical handle u3m handed out for aclrtMallocPhysical (mapped
+//! wherever the program maps it). Each chunk of a backing is in one of:
+//!   unbacked     never touched: no memory anywhere (reads as fresh memory)
+//!   resident     a physical 2 MiB handle, mapped at every VA of the backing;
+//!                maybe with a clean host copy (`host`, `dirty == false`)
+//!   host         only in DRAM or NVMe (`host`)
+//! Invariants: a chunk is never unmapped while a call that may touch it is in
+//! flight (`pins` during the call, `uses`: per-stream events recorded after
+//! it, all complete before eviction); a chunk a call needs is never evicted
+//! for that call; pinned backings (IPC-exported) never move.
+//! All state is behind one mutex: this is the slow path of tier mode; the
+//! heat table stays lock-free.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use super::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+use super::Range;
+use crate::config::Config;
+use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
+use crate::tier::nvme::{NvmeSlot, NvmeTier};
+use crate::tier::TierError;
+
+pub const MAX_DEVICES: usize = 16;
+const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
+const E_NOT_SUPPORT: i32 = 207000;
+const E_PARAM: i32 = 107000;
+
+enum Host {
+    Dram(DramSlot),
+    Nvme(NvmeSlot),
+}
+
+#[derive(Default)]
+struct Chunk {
+    /// Physical handle while resident (0: not in HBM).
+    phys: u64,
+    /// A host copy: the only copy when not resident; a clean copy when
+    /// resident and not dirty.
+    host: Option<Host>,
+    dirty: bool,
+    /// Calls in progress that need it.
+    pins: u32,
+    /// (stream, event) recorded after the latest use on each stream.
+    uses: Vec<(u64, u64)>,
+    /// LRU clock of the latest use.
+    last: u64,
+}
+
+enum Kind {
+    /// aclrtMalloc family: VA reserved by u3m, mapped at `va` for life.
+    Malloc,
+    /// A handle u3m handed out for aclrtMallocPhysical.
+    Vmm,
+}
+
+struct Backing {
+    dev: u32,
+    kind: Kind,
+    size: u64,
+    chunks: Vec<Chunk>,
+    /// VAs the backing is mapped at (Malloc: exactly its own).
+    vas: Vec<u64>,
+    pinned: bool,
+}
+
+struct Dev {
+    /// u3m's own stream for migrations (0: not created yet).
+    stream: u64,
+    /// A 2 MiB pinned staging buffer for NVMe transfers.
+    staging: u64,
+    /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
+    scratch_va: u64,
+    resident: u64,
+    managed_virtual: u64,
+    capacity: u64,
+}
+
+impl Dev {
+    const fn new() -> Dev {
+        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0 }
+    }
+}
+
+struct State {
+    backings: HashMap<u64, Backing>,
+    next_id: u64,
+    /// VA start -> (backing id, bytes) for every mapped backing.
+    vas: BTreeMap<u64, (u64, u64)>,
+    devs: [Dev; MAX_DEVICES],
+    dram: DramTier<Box<dyn HostAllocator>>,
+    nvme: Option<NvmeTier>,
+    /// event -> number of chunk uses referring to it; free events
+    event_refs: HashMap<u64, u32>,
+    free_events: Vec<u64>,
+    clock: u64,
+    recently_freed: std::collections::VecDeque<u64>,
+}
+
+/// Figures for the stats segment and tests.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TierCounters {
+    pub faults_in: u64,
+    pub fault_bytes: u64,
+    pub evictions: u64,
+    pub eviction_bytes: u64,
+    pub clean_drops: u64,
+    pub to_dram: u64,
+    pub to_nvme: u64,
+    pub from_nvme: u64,
+    pub overwrites: u64,
+    pub spill_errors: u64,
+}
+
+pub struct Tier {
+    rt: &'static dyn Runtime,
+    st: Mutex<State>,
+    min_bytes: u64,
+    oversub: f64,
+    dram_limit: u64,
+    nvme_limit: u64,
+    alloc_wait_ms: u64,
+    /// Backings alive: the hot path skips everything when 0.
+    live: AtomicU64,
+    pub faults_in: AtomicU64,
+    pub fault_bytes: AtomicU64,
+    pub evictions: AtomicU64,
+    pub eviction_bytes: AtomicU64,
+    pub clean_drops: AtomicU64,
+    pub to_dram: AtomicU64,
+    pub to_nvme: AtomicU64,
+    pub from_nvme: AtomicU64,
+    pub overwrites: AtomicU64,
+    pub spill_errors: AtomicU64,
+}
+
+/// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
+struct RtHost(&'static dyn Runtime);
+impl HostAllocator for RtHost {
+    fn alloc(&self, bytes: usize) -> Result<*mut u8, i32> {
+        self.0.malloc_host(bytes as u64)
+    }
+    fn free(&self, ptr: *mut u8, _bytes: usize) {
+        self.0.free_host(ptr);
+    }
+}
+
+/// A call in progress: the chunks it pinned.
+#[derive(Default)]
+pub struct Token {
+    chunks: Vec<(u64, u32)>,
+    writes: Vec<bool>,
+}
+
+/// How the caller's stream must be ordered after fault-ins.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The call is queued on this stream: it waits on u3m's copy event.
+    Stream(u64),
+    /// The call is synchronous, or its stream is being captured: the host
+    /// waits for the copies before the call (no work added to the stream).
+    Host,
+}
+
+fn round_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl Tier {
+    /// `rt` lives for the process (libu3m leaks it).
+    pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Tier, String> {
+        let dram_limit = if cfg.dram_bytes == 0 { physical_ram() / 2 } else { cfg.dram_bytes };
+        let dram = DramTier::new(dram_limit, 256 << 20, Box::new(RtHost(rt)) as Box<dyn HostAllocator>);
+        let nvme = match &cfg.swap_dir {
+            Some(d) if cfg.swap_bytes > 0 => {
+                Some(NvmeTier::new(d, cfg.swap_bytes, 256 << 20).map_err(|e| format!("U3M_SWAP_DIR: {e}"))?)
+            }
+            _ => None,
+        };
+        let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
+        Ok(Tier {
+            rt,
+            st: Mutex::new(State {
+                backings: HashMap::new(),
+                next_id: 1,
+                vas: BTreeMap::new(),
+                devs: [const { Dev::new() }; MAX_DEVICES],
+                dram,
+                nvme,
+                event_refs: HashMap::new(),
+                free_events: Vec::new(),
+                clock: 0,
+                recently_freed: std::collections::VecDeque::new(),
+            }),
+            min_bytes: cfg.min_bytes.max(1),
+            oversub: cfg.oversub,
+            dram_limit,
+            nvme_limit,
+            alloc_wait_ms: cfg.alloc_wait_ms,
+            live: AtomicU64::new(0),
+            faults_in: AtomicU64::new(0),
+            fault_bytes: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            eviction_bytes: AtomicU64::new(0),
+            clean_drops: AtomicU64::new(0),
+            to_dram: AtomicU64::new(0),
+            to_nvme: AtomicU64::new(0),
+            from_nvme: AtomicU64::new(0),
+            overwrites: AtomicU64::new(0),
+            spill_errors: AtomicU64::new(0),
+        })
+    }
+
+    pub fn counters(&self) -> TierCounters {
+        TierCounters {
+            faults_in: self.faults_in.load(Relaxed),
+            fault_bytes: self.fault_bytes.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
+            eviction_bytes: self.eviction_bytes.load(Relaxed),
+            clean_drops: self.clean_drops.load(Relaxed),
+            to_dram: self.to_dram.load(Relaxed),
+            to_nvme: self.to_nvme.load(Relaxed),
+            from_nvme: self.from_nvme.load(Relaxed),
+            overwrites: self.overwrites.load(Relaxed),
+            spill_errors: self.spill_errors.load(Relaxed),
+        }
+    }
+
+    /// Bytes per tier on `dev`: (hbm resident, dram, nvme) — DRAM and NVMe
+    /// are process-wide.
+    pub fn usage(&self, dev: usize) -> (u64, u64, u64) {
+        let Ok(st) = self.st.lock() else { return (0, 0, 0) };
+        let nv = st.nvme.as_ref().map(|n| n.used()).unwrap_or(0);
+        (st.devs[dev.min(MAX_DEVICES - 1)].resident, st.dram.used(), nv)
+    }
+
+    pub fn limits(&self) -> (u64, u64) {
+        (self.dram_limit, self.nvme_limit)
+    }
+
+    /// `ptr` is the start of a managed aclrtMalloc allocation.
+    pub fn is_managed(&self, ptr: u64) -> bool {
+        self.st.lock().map(|st| st.vas.get(&ptr).map(|&(id, _)| matches!(st.backings.get(&id).map(|b| &b.kind), Some(Kind::Malloc))).unwrap_or(false)).unwrap_or(false)
+    }
+
+    /// `ptr` was a managed allocation just freed (the free hook's note comes
+    /// after the free): remembered in a small ring.
+    pub fn was_managed(&self, ptr: u64) -> bool {
+        self.st.lock().map(|st| st.recently_freed.contains(&ptr)).unwrap_or(false)
+    }
+
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.live.load(Relaxed) != 0
+    }
+
+    pub fn set_capacity(&self, dev: u32, total: u64) {
+        if let Ok(mut st) = self.st.lock() {
+            st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity = total;
+        }
+    }
+
+    pub fn capacity(&self, dev: u32) -> u64 {
+        self.st.lock().map(|st| st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity).unwrap_or(0)
+    }
+
+    /// What aclrtGetMemInfo(HBM) reports in tier mode, from the runtime's
+    /// (free, total): the virtual capacity and the matching free figure.
+    pub fn mem_info(&self, dev: u32, free: u64, total: u64) -> (u64, u64) {
+        let Ok(st) = self.st.lock() else { return (free, total) };
+        let d = &st.devs[(dev as usize).min(MAX_DEVICES - 1)];
+        let vtotal = (total as f64 * self.oversub) as u64;
+        let unmanaged = total.saturating_sub(free).saturating_sub(d.resident);
+        let vfree = vtotal.saturating_sub(unmanaged).saturating_sub(d.managed_virtual);
+        (vfree, vtotal)
+    }
+
+    // ---------------------------------------------------------------- alloc
+
+    /// aclrtMalloc family: Some(result) when u3m manages the allocation
+    /// (then *ptr is set on success), None to pass it through.
+    pub fn malloc(&self, dev: u32, size: u64, free: u64, total: u64) -> Option<Result<u64, i32>> {
+        if size < self.min_bytes || size > (1u64 << 46) {
+            return None;
+        }
+        let vlen = round_up(size, CHUNK);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
+        loop {
+            let mut st = self.st.lock().ok()?;
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            if st.devs[d].capacity == 0 {
+                st.devs[d].capacity = total;
+            }
+            let dv = &st.devs[d];
+            let vtotal = (dv.capacity as f64 * self.oversub) as u64;
+            let unmanaged = total.saturating_sub(free).saturating_sub(dv.resident);
+            // what cannot be resident must fit below HBM
+            let room_below = self.dram_limit.saturating_sub(st.dram.used())
+                + self.nvme_limit.saturating_sub(st.nvme.as_ref().map(|n| n.used()).unwrap_or(0));
+            let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
+            let fits_tiers = (dv.managed_virtual + vlen).saturating_sub(dv.capacity.saturating_sub(unmanaged)) <= room_below;
+            if fits_virtual && fits_tiers {
+                let va = match self.rt.reserve(vlen) {
+                    Ok(v) => v,
+                    Err(e) => return Some(Err(e)),
+                };
+                let id = st.next_id;
+                st.next_id += 1;
+                let n = (vlen / CHUNK) as usize;
+                st.backings.insert(
+                    id,
+                    Backing {
+                        dev,
+                        kind: Kind::Malloc,
+                        size: vlen,
+                        chunks: (0..n).map(|_| Chunk::default()).collect(),
+                        vas: vec![va],
+                        pinned: false,
+                    },
+                );
+                st.vas.insert(va, (id, vlen));
+                st.devs[d].managed_virtual += vlen;
+                self.live.fetch_add(1, Relaxed);
+                return Some(Ok(va));
+            }
+            drop(st);
+            if std::time::Instant::now() >= deadline {
+                return Some(Err(E_ALLOC));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// aclrtFree: Some(result) for a managed allocation, None otherwise.
+    pub fn free(&self, ptr: u64) -> Option<i32> {
+        let mut st = self.st.lock().ok()?;
+        let (id, _) = *st.vas.get(&ptr)?;
+        if !matches!(st.backings.get(&id)?.kind, Kind::Malloc) {
+            return None;
+        }
+        st.vas.remove(&ptr);
+        let b = st.backings.remove(&id)?;
+        self.release_backing(&mut st, b, true);
+        st.recently_freed.push_back(ptr);
+        if st.recently_freed.len() > 64 {
+            st.recently_freed.pop_front();
+        }
+        self.live.fetch_sub(1, Relaxed);
+        Some(0)
+    }
+
+    /// Gives back every chunk's memory (and, for Malloc, the VA).
+    fn release_backing(&self, st: &mut State, mut b: Backing, release_va: bool) {
+        let d = (b.dev as usize).min(MAX_DEVICES - 1);
+        // copies of ours that may still read or write these chunks
+        if st.devs[d].stream != 0 {
+            self.rt.sync_stream(st.devs[d].stream);
+        }
+        for (i, c) in b.chunks.iter_mut().enumerate() {
+            if c.phys != 0 {
+                for &va in &b.vas {
+                    self.rt.unmap(va + i as u64 * CHUNK);
+                }
+                self.rt.free_physical(c.phys);
+                st.devs[d].resident -= CHUNK;
+                c.phys = 0;
+            }
+            if let Some(h) = c.host.take() {
+                free_host(st, h);
+            }
+            for (_, ev) in c.uses.drain(..) {
+                unref_event(st, ev);
+            }
+        }
+        if release_va {
+            if let Kind::Malloc = b.kind {
+                self.rt.release(b.vas[0]);
+            }
+        }
+        st.devs[d].managed_virtual = st.devs[d].managed_virtual.saturating_sub(b.size);
+    }
+
+    // ------------------------------------------------------------------ VMM
+
+    /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
+    pub fn malloc_physical(&self, dev: u32, size: u64, shareable: bool) -> Option<Result<u64, i32>> {
+        if shareable || size < self.min_bytes || size % CHUNK != 0 {
+            return None;
+        }
+        let mut st = self.st.lock().ok()?;
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        let dv = &st.devs[d];
+        if dv.capacity != 0 && dv.managed_virtual + size > (dv.capacity as f64 * self.oversub) as u64 {
+            return Some(Err(E_ALLOC));
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        st.backings.insert(
+            id,
+            Backing {
+                dev,
+                kind: Kind::Vmm,
+                size,
+                chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
+                vas: Vec::new(),
+                pinned: false,
+            },
+        );
+        st.devs[d].managed_virtual += size;
+        self.live.fetch_add(1, Relaxed);
+        Some(Ok(handle_of(id)))
+    }
+
+    pub fn is_handle(&self, h: u64) -> bool {
+        id_of(h).map(|id| self.st.lock().map(|st| st.backings.contains_key(&id)).unwrap_or(false)).unwrap_or(false)
+    }
+
+    pub fn free_physical(&self, h: u64) -> Option<i32> {
+        let id = id_of(h)?;
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        if !b.vas.is_empty() {
+            return Some(207002); // ACL_ERROR_RT_MEMORY_FREE: still mapped
+        }
+        let b = st.backings.remove(&id)?;
+        self.release_backing(&mut st, b, false);
+        self.live.fetch_sub(1, Relaxed);
+        Some(0)
+    }
+
+    pub fn map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<i32> {
+        let id = id_of(h)?;
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        if offset != 0 || size != b.size {
+            return Some(100000); // as the runtime: whole handles at offset 0
+        }
+        if st.vas.range(..va + size).next_back().map(|(&s, &(_, l))| s + l > va).unwrap_or(false) {
+            return Some(E_PARAM);
+        }
+        let phys: Vec<(usize, u64)> = b.chunks.iter().enumerate().filter(|(_, c)| c.phys != 0).map(|(i, c)| (i, c.phys)).collect();
+        for (i, p) in phys {
+            let rc = self.rt.map(va + i as u64 * CHUNK, CHUNK, p);
+            if rc != 0 {
+                return Some(rc);
+            }
+        }
+        st.backings.get_mut(&id)?.vas.push(va);
+        st.vas.insert(va, (id, size));
+        Some(0)
+    }
+
+    pub fn unmap(&self, va: u64) -> Option<i32> {
+        let mut st = self.st.lock().ok()?;
+        let (id, _) = *st.vas.get(&va)?;
+        let b = st.backings.get(&id)?;
+        if !matches!(b.kind, Kind::Vmm) {
+            return None;
+        }
+        // like the runtime's unmap, this does not wait for the device
+        for (i, c) in b.chunks.iter().enumerate() {
+            if c.phys != 0 {
+                self.rt.unmap(va + i as u64 * CHUNK);
+            }
+        }
+        st.vas.remove(&va);
+        st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
+        Some(0)
+    }
+
+    /// An exported handle must be real: only a managed handle of exactly one
+    /// chunk can be; larger ones are refused (the caller gets
+    /// ACL_ERROR_RT_FEATURE_NOT_SUPPORT). Returns the real handle to export.
+    pub fn export(&self, h: u64) -> Option<Result<u64, i32>> {
+        let id = id_of(h)?;
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        if b.chunks.len() != 1 {
+            return Some(Err(E_NOT_SUPPORT));
+        }
+        let dev = b.dev;
+        if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+            return Some(Err(e));
+        }
+        let b = st.backings.get_mut(&id)?;
+        b.pinned = true;
+        Some(Ok(b.chunks[0].phys))
+    }
+
+    // -------------------------------------------------------------- access
+
+    /// Before a call touching `ranges`: every chunk they cover is resident
+    /// and pinned. `overwrite`: write ranges replace whole chunks' contents
+    /// (copies, memsets), so those chunks need no copy-in.
+    pub fn prepare(&self, dev: u32, ranges: &[Range], overwrite: bool, order: Order) -> Result<Token, i32> {
+        let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
+        let mut need: Vec<(u64, u32, bool)> = Vec::new();
+        let mut tok = Token::default();
+        for r in ranges {
+            if r.len == 0 {
+                continue;
+            }
+            let end = r.addr.saturating_add(r.len);
+            for (&start, &(id, len)) in st.vas.range(..end).rev() {
+                if start + len <= r.addr {
+                    break;
+                }
+                let lo = r.addr.max(start) - start;
+                let hi = end.min(start + len) - start;
+                for i in lo / CHUNK..hi.div_ceil(CHUNK) {
+                    let cs = i * CHUNK;
+                    let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
+                    match need.iter_mut().find(|n| n.0 == id && n.1 == i as u32) {
+                        Some(n) => n.2 &= whole,
+                        None => need.push((id, i as u32, whole)),
+                    }
+                    if let Some(k) = tok.chunks.iter().position(|&c| c == (id, i as u32)) {
+                        tok.writes[k] |= r.write;
+                    } else {
+                        tok.chunks.push((id, i as u32));
+                        tok.writes.push(r.write);
+                    }
+                }
+            }
+        }
+        if need.is_empty() {
+            return Ok(tok);
+        }
+        self.fault_in(&mut st, &need, dev, order)?;
+        st.clock += 1;
+        let clock = st.clock;
+        for &(id, i) in &tok.chunks {
+            if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+                c.pins += 1;
+                c.last = clock;
+            }
+        }
+        Ok(tok)
+    }
+
+    /// After the call: unpin; on success note the use on `stream` (an event
+    /// recorded after the call) and the writes (host copies go stale).
+    pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
+        if tok.chunks.is_empty() {
+            return;
+        }
+        let Ok(mut st) = self.st.lock() else { return };
+        let ev = match (ok, stream) {
+            (true, Some(s)) => self.use_event(&mut st, s),
+            _ => None,
+        };
+        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
+            let mut stale = None;
+            let mut old = None;
+            if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+                c.pins = c.pins.saturating_sub(1);
+                if ok && tok.writes[k] {
+                    c.dirty = true;
+                    stale = c.host.take();
+                }
+                if let (Some(e), Some(s)) = (ev, stream) {
+                    if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
+                        old = Some(u.1);
+                        u.1 = e;
+                    } else {
+                        c.uses.push((s, e));
+                    }
+                }
+            }
+            if let Some(h) = stale {
+                free_host(&mut st, h);
+            }
+            if let Some(e) = ev {
+                *st.event_refs.entry(e).or_insert(0) += 1;
+            }
+            if let Some(o) = old {
+                unref_event(&mut st, o);
+            }
+        }
+        if let Some(e) = ev {
+            // the reference taken at creation
+            unref_event(&mut st, e);
+        }
+    }
+
+    /// An event recorded on `stream` now (from the pool).
+    fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
+        let ev = match st.free_events.pop() {
+            Some(e) => e,
+            None => self.rt.create_event().ok()?,
+        };
+        if self.rt.record_event(ev, stream) != 0 {
+            st.free_events.push(ev);
+            return None;
+        }
+        st.event_refs.insert(ev, 1);
+        Some(ev)
+    }
+
+    fn dev_stream(&self, st: &mut State, dev: u32) -> Result<u64, i32> {
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].stream == 0 {
+            st.devs[d].stream = self.rt.create_stream()?;
+        }
+        Ok(st.devs[d].stream)
+    }
+
+    fn staging(&self, st: &mut State, dev: u32) -> Result<u64, i32> {
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].staging == 0 {
+            st.devs[d].staging = self.rt.malloc_host(CHUNK)? as u64;
+        }
+        Ok(st.devs[d].staging)
+    }
+
+    /// Makes the listed chunks resident. Chunks of this call are protected
+    /// from eviction; the caller's stream (or the host) is ordered after the
+    /// copies.
+    fn fault_in(&self, st: &mut State, need: &[(u64, u32, bool)], dev: u32, order: Order) -> Result<(), i32> {
+        let protect: Vec<(u64, u32)> = need.iter().map(|n| (n.0, n.1)).collect();
+        let mut copied = false;
+        for &(id, i, whole) in need {
+            let Some(b) = st.backings.get(&id) else { continue };
+            let c = &b.chunks[i as usize];
+            if c.phys != 0 {
+                continue;
+            }
+            let bdev = b.dev;
+            let phys = self.alloc_phys(st, bdev, &protect)?;
+            let d = (bdev as usize).min(MAX_DEVICES - 1);
+            st.devs[d].resident += CHUNK;
+            let vas = st.backings[&id].vas.clone();
+            for &va in &vas {
+                let rc = self.rt.map(va + i as u64 * CHUNK, CHUNK, phys);
+                if rc != 0 {
+                    return Err(rc);
+                }
+            }
+            let target = vas.first().map(|va| va + i as u64 * CHUNK);
+            let b = st.backings.get_mut(&id).expect("backing");
+            let c = &mut b.chunks[i as usize];
+            c.phys = phys;
+            self.faults_in.fetch_add(1, Relaxed);
+            if whole && c.host.is_some() {
+                // overwritten entirely: the old contents are not needed
+                self.overwrites.fetch_add(1, Relaxed);
+                let h = c.host.take();
+                c.dirty = true;
+                if let Some(h) = h {
+                    free_host(st, h);
+                }
+                continue;
+            }
+            let Some(target) = target else {
+                // a VMM handle mapped nowhere: its data stays in the host copy
+                // until it is mapped; resident now only to satisfy export
+                c.dirty = c.host.is_none();
+                continue;
+            };
+            let stream = self.dev_stream(st, dev)?;
+            let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
+            match &c.host {
+                None => c.dirty = true, // fresh memory: nothing to copy
+                Some(Host::Dram(slot)) => {
+                    let rc = self.rt.memcpy_async(target, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream);
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    c.dirty = false;
+                    copied = true;
+                    self.fault_bytes.fetch_add(CHUNK, Relaxed);
+                }
+                Some(Host::Nvme(_)) => {
+                    let staging = self.staging(st, dev)?;
+                    // the staging buffer may still feed an earlier copy-in
+                    self.rt.sync_stream(stream);
+                    let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
+                    let Some(Host::Nvme(slot)) = &c.host else { unreachable!() };
+                    let buf = unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
+                    let r = st.nvme.as_mut().map(|n| n.read(slot, buf)).unwrap_or(Err(TierError::BadSlot));
+                    if r.is_err() {
+                        self.spill_errors.fetch_add(1, Relaxed);
+                        return Err(E_ALLOC);
+                    }
+                    let rc = self.rt.memcpy_async(target, staging, CHUNK, MEMCPY_H2D, stream);
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                    let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
+                    c.dirty = false;
+                    copied = true;
+                    self.from_nvme.fetch_add(1, Relaxed);
+                    self.fault_bytes.fetch_add(CHUNK, Relaxed);
+                }
+            }
+        }
+        if copied {
+            let stream = self.dev_stream(st, dev)?;
+            match order {
+                Order::Host => {
+                    let rc = self.rt.sync_stream(stream);
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                }
+                Order::Stream(s) => {
+                    let Some(ev) = self.use_event(st, stream) else { return Err(E_ALLOC) };
+                    let rc = self.rt.stream_wait(s, ev);
+                    unref_event(st, ev);
+                    if rc != 0 {
+                        return Err(rc);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A physical chunk on `dev`, evicting others (never `protect`) when HBM
+    /// is full.
+    fn alloc_phys(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<u64, i32> {
+        // evict before asking when HBM is visibly full (a refused request
+        // costs the runtime a failed allocation and a log line)
+        while let Ok((free, _)) = self.rt.mem_info() {
+            if free >= CHUNK || !self.evict_one(st, dev, protect)? {
+                break;
+            }
+        }
+        loop {
+            match self.rt.malloc_physical(dev, CHUNK) {
+                Ok(h) => return Ok(h),
+                Err(E_ALLOC) => {}
+                Err(e) => return Err(e),
+            }
+            if !self.evict_one(st, dev, protect)? {
+                return Err(E_ALLOC);
+            }
+        }
+    }
+
+    /// Evicts the least recently used evictable chunk of `dev`. Ok(false):
+    /// nothing can move.
+    fn evict_one(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<bool, i32> {
+        let mut cands: Vec<(u64, u64, u32)> = Vec::new(); // (last, id, idx)
+        for (&id, b) in st.backings.iter() {
+            if b.dev != dev || b.pinned {
+                continue;
+            }
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
+                    cands.push((c.last, id, i as u32));
+                }
+            }
+        }
+        if cands.is_empty() {
+            return Ok(false);
+        }
+        cands.sort_unstable();
+        // prefer a chunk whose uses are complete; else wait for the oldest
+        let mut pick = None;
+        for &(_, id, i) in cands.iter().take(64) {
+            let c = &st.backings[&id].chunks[i as usize];
+            if c.uses.iter().all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true)) {
+                pick = Some((id, i));
+                break;
+            }
+        }
+        let (id, i) = match pick {
+            Some(p) => p,
+            None => {
+                let (_, id, i) = cands[0];
+                let evs: Vec<u64> = st.backings[&id].chunks[i as usize].uses.iter().map(|u| u.1).collect();
+                for ev in evs {
+                    self.rt.sync_event(ev);
+                }
+                (id, i)
+            }
+        };
+        self.evict(st, id, i)?;
+        Ok(true)
+    }
+
+    /// Moves one resident chunk out of HBM (copying it out unless a clean
+    /// host copy exists), then unmaps and frees its physical memory.
+    fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), i32> {
+        let (dev, vas) = {
+            let b = &st.backings[&id];
+            (b.dev, b.vas.clone())
+        };
+        let c = &st.backings[&id].chunks[i as usize];
+        let needs_copy = c.dirty || c.host.is_none();
+        if needs_copy {
+            let stream = self.dev_stream(st, dev)?;
+            // where the data can be read from on the device
+            let src = match vas.first() {
+                Some(va) => va + i as u64 * CHUNK,
+                None => self.scratch_map(st, dev, id, i)?,
+            };
+            let slot = self.host_slot(st, id, i)?;
+            match slot {
+                Host::Dram(s) => {
+                    let rc = self.rt.memcpy_async(s.ptr as u64, src, CHUNK, MEMCPY_D2H, stream);
+                    let rc = if rc == 0 { self.rt.sync_stream(stream) } else { rc };
+                    if rc != 0 {
+                        free_host(st, Host::Dram(s));
+                        return Err(rc);
+                    }
+                    self.to_dram.fetch_add(1, Relaxed);
+                    st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(s));
+                }
+                Host::Nvme(s) => {
+                    let staging = self.staging(st, dev)?;
+                    let rc = self.rt.memcpy_async(staging, src, CHUNK, MEMCPY_D2H, stream);
+                    let rc = if rc == 0 { self.rt.sync_stream(stream) } else { rc };
+                    if rc != 0 {
+                        free_host(st, Host::Nvme(s));
+                        return Err(rc);
+                    }
+                    let buf = unsafe { std::slice::from_raw_parts(staging as *const u8, CHUNK as usize) };
+                    let w = st.nvme.as_mut().map(|n| n.write(&s, buf)).unwrap_or(Err(TierError::BadSlot));
+                    match w {
+                        Ok(()) => {
+                            self.to_nvme.fetch_add(1, Relaxed);
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Nvme(s));
+                        }
+                        Err(_) => {
+                            // disk full or I/O error: keep the data in DRAM
+                            self.spill_errors.fetch_add(1, Relaxed);
+                            if let Some(n) = st.nvme.as_mut() {
+                                let _ = n.free(s);
+                            }
+                            let ds = st.dram.alloc(CHUNK).map_err(|_| E_ALLOC)?;
+                            unsafe { std::ptr::copy_nonoverlapping(staging as *const u8, ds.ptr, CHUNK as usize) };
+                            self.to_dram.fetch_add(1, Relaxed);
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(ds));
+                        }
+                    }
+                }
+            }
+            if vas.is_empty() {
+                self.rt.unmap(src);
+            }
+            self.eviction_bytes.fetch_add(CHUNK, Relaxed);
+        } else {
+            self.clean_drops.fetch_add(1, Relaxed);
+        }
+        let b = st.backings.get_mut(&id).expect("backing");
+        let c = &mut b.chunks[i as usize];
+        for &va in &vas {
+            self.rt.unmap(va + i as u64 * CHUNK);
+        }
+        self.rt.free_physical(c.phys);
+        c.phys = 0;
+        c.dirty = false;
+        let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
+        for ev in uses {
+            unref_event(st, ev);
+        }
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        st.devs[d].resident -= CHUNK;
+        self.evictions.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Maps a chunk of an unmapped VMM handle at the device's scratch VA.
+    fn scratch_map(&self, st: &mut State, dev: u32, id: u64, i: u32) -> Result<u64, i32> {
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].scratch_va == 0 {
+            st.devs[d].scratch_va = self.rt.reserve(CHUNK)?;
+        }
+        let va = st.devs[d].scratch_va;
+        let rc = self.rt.map(va, CHUNK, st.backings[&id].chunks[i as usize].phys);
+        if rc != 0 {
+            return Err(rc);
+        }
+        Ok(va)
+    }
+
+    /// A host slot for chunk (id, i): its existing (stale) one, else DRAM
+    /// below 95 % full, else NVMe, else DRAM anyway.
+    fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, i32> {
+        if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize].host.take() {
+            return Ok(h);
+        }
+        let dram_ok = st.dram.used() + CHUNK <= (self.dram_limit as f64 * 0.95) as u64;
+        if dram_ok {
+            if let Ok(s) = st.dram.alloc(CHUNK) {
+                return Ok(Host::Dram(s));
+            }
+        }
+        if let Some(n) = st.nvme.as_mut() {
+            match n.alloc(CHUNK) {
+                Ok(s) => return Ok(Host::Nvme(s)),
+                Err(_) => self.spill_errors.fetch_add(1, Relaxed),
+            };
+        }
+        st.dram.alloc(CHUNK).map(Host::Dram).map_err(|_| E_ALLOC)
+    }
+
+    /// Background watermark work for `dev`: evict least recently used chunks
+    /// until resident bytes are at or below `low` × capacity, when above
+    /// `high` × capacity. Returns the chunks evicted.
+    pub fn enforce_watermarks(&self, dev: u32, low: f64, high: f64) -> u32 {
+        let Ok(mut st) = self.st.lock() else { return 0 };
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        let cap = st.devs[d].capacity;
+        if cap == 0 || (st.devs[d].resident as f64) <= high * cap as f64 {
+            return 0;
+        }
+        let mut n = 0;
+        while (st.devs[d].resident as f64) > low * cap as f64 {
+            match self.evict_one(&mut st, dev, &[]) {
+                Ok(true) => n += 1,
+                _ => break,
+            }
+        }
+        n
+    }
+
+    /// Devices with managed memory (for the background thread).
+    pub fn devices(&self) -> Vec<u32> {
+        let Ok(st) = self.st.lock() else { return Vec::new() };
+        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    pub fn runtime(&self) -> &'static dyn Runtime {
+        self.rt
+    }
+}
+
+fn free_host(st: &mut State, h: Host) {
+    match h {
+        Host::Dram(s) => {
+            let _ = st.dram.free(s);
+        }
+        Host::Nvme(s) => {
+            if let Some(n) = st.nvme.as_mut() {
+                let _ = n.free(s);
+            }
+        }
+    }
+}
+
+fn unref_event(st: &mut State, ev: u64) {
+    if let Some(r) = st.event_refs.get_mut(&ev) {
+        *r -= 1;
+        if *r == 0 {
+            st.event_refs.remove(&ev);
+            st.free_events.push(ev);
+        }
+    }
+}
+
+/// u3m's handles for aclrtMallocPhysical: odd values with a tag, so they can
+/// never be mistaken for a runtime pointer.
+const HANDLE_TAG: u64 = 0x0075_3300_0000_0001;
+fn handle_of(id: u64) -> u64 {
+    HANDLE_TAG | (id << 1)
+}
+fn id_of(h: u64) -> Option<u64> {
+    if h & 0xffff_0000_0000_0001 == HANDLE_TAG & 0xffff_0000_0000_0001 && h & 0x0000_ff00_0000_0000 == HANDLE_TAG & 0x0000_ff00_0000_0000 {
+        Some((h & 0x0000_00ff_ffff_fffe) >> 1)
+    } else {
+        None
+    }
+}
+
+fn physical_ram() -> u64 {
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if pages > 0 && size > 0 { pages as u64 * size as u64 } else { 8 << 30 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_and_are_recognisable() {
+        for id in [1u64, 2, 1000, (1 << 38) - 1] {
+            assert_eq!(id_of(handle_of(id)), Some(id));
+        }
+        assert_eq!(id_of(0x5555_0000_1000), None);
+        assert_eq!(id_of(0x1000_0000_0000), None);
+    }
+}
