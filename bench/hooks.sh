@@ -50,7 +50,14 @@ if [ "$callgrind" = 1 ] && ! command -v valgrind >/dev/null; then
 fi
 
 [ -n "$out" ] || out=$(mktemp -d /tmp/u3m-bench.XXXXXX)
-mkdir -p "$out/native" "$out/cg" "$out/touch"
+mkdir -p "$out/native" "$out/cg" "$out/touch" "$out/bin/acl-apps"
+# Measure a snapshot: target/release is shared with other builds, which may
+# rewrite a library in the middle of a run. The layout keeps hookbench's
+# $ORIGIN/.. runpath working.
+cp "$REL"/lib*.so "$out/bin/"
+cp "$HB" "$out/bin/acl-apps/"
+cp "$TB" "$out/bin/"
+HB="$out/bin/acl-apps/hookbench" TB="$out/bin/touch_bench" LIB="$out/bin/libu3m.so"
 shm=$(mktemp -d /tmp/u3m-bench-shm.XXXXXX)
 trap 'rm -rf "$shm"' EXIT
 

@@ -181,12 +181,15 @@ extern "C" fn at_fork_child() {
     STATE.store(UNINIT, Ordering::Release);
 }
 
+/// At load: only what must happen before any lookup. The engine starts at
+/// the first hooked call, so a process that never uses ACL (a shell, a
+/// `timeout` wrapper that inherited LD_PRELOAD) gets no segment, no thread.
 extern "C" fn ctor() {
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(at_fork_child));
     }
-    init();
+    crate::dl::resolve_real();
 }
 
 #[cfg(not(test))]

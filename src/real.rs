@@ -30,12 +30,44 @@ pub fn remember_handle(h: *mut c_void) {
     }
 }
 
-/// Looks `name` up: RTLD_NEXT first, then every remembered handle.
+/// The CANN libraries a program may have loaded privately (RTLD_LOCAL):
+/// Python loads torch_npu's _C module that way, and with it libascendcl.
+const CANN_LIBS: &[&[u8]] = &[
+    b"libascendcl.so\0",
+    b"libacl_rt.so\0",
+    b"libhccl.so\0",
+    b"libopapi.so\0",
+    b"libnnopbase.so\0",
+    b"libacl_op_compiler.so\0",
+    b"libruntime.so\0",
+];
+
+/// Remembers every CANN library already loaded, without loading any.
+fn remember_loaded_cann_libs() {
+    for lib in CANN_LIBS {
+        let h = unsafe { libc::dlopen(lib.as_ptr() as *const c_char, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if !h.is_null() {
+            remember_handle(h);
+        }
+    }
+}
+
+/// Looks `name` up: RTLD_NEXT first, then every remembered handle, then the
+/// CANN libraries already loaded privately.
 pub fn lookup(name: *const c_char) -> *mut c_void {
     let p = crate::dl::real_next(name);
     if !p.is_null() {
         return p;
     }
+    let p = lookup_handles(name);
+    if !p.is_null() {
+        return p;
+    }
+    remember_loaded_cann_libs();
+    lookup_handles(name)
+}
+
+fn lookup_handles(name: *const c_char) -> *mut c_void {
     for slot in HANDLES.iter() {
         let h = slot.load(Ordering::Acquire);
         if h.is_null() {

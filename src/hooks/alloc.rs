@@ -53,6 +53,19 @@ pub unsafe fn learn_capacity(cx: &Cx, dev: i32) {
     }
 }
 
+/// Tier mode: an allocation u3m passes to the runtime that fails for lack of
+/// HBM gets room made (managed chunks evicted) and is tried again.
+unsafe fn retry_with_room(cx: &Cx, size: usize, call: impl Fn() -> aclError) -> aclError {
+    let mut r = call();
+    let dev = current_device();
+    let mut tries = 0;
+    while r == ACL_ERROR_RT_MEMORY_ALLOCATION && tries < 4 && cx.note(|e| e.tier_make_room(dev, size as u64 + (2 << 20))) {
+        r = call();
+        tries += 1;
+    }
+    r
+}
+
 /// Tier mode: an allocation u3m manages itself (VA reserved by u3m, backed
 /// by chunks on demand). None: the runtime allocates it.
 unsafe fn managed(cx: &Cx, dev_ptr: *mut *mut c_void, size: usize, api: AllocApi) -> Option<aclError> {
@@ -93,6 +106,7 @@ unsafe fn malloc_common(
 }
 
 pub unsafe fn malloc(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    let f = |p, size, policy| retry_with_room(cx, size, || f(p, size, policy));
     if let Some(r) = managed(cx, p, size, AllocApi::Malloc) {
         return r;
     }
@@ -101,6 +115,7 @@ pub unsafe fn malloc(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c
 }
 
 pub unsafe fn malloc_align32(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    let f = |p, size, policy| retry_with_room(cx, size, || f(p, size, policy));
     if let Some(r) = managed(cx, p, size, AllocApi::MallocAlign32) {
         return r;
     }
@@ -109,6 +124,7 @@ pub unsafe fn malloc_align32(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, 
 }
 
 pub unsafe fn malloc_cached(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, c_int) -> aclError, p: *mut *mut c_void, size: usize, policy: c_int) -> aclError {
+    let f = |p, size, policy| retry_with_room(cx, size, || f(p, size, policy));
     if let Some(r) = managed(cx, p, size, AllocApi::MallocCached) {
         return r;
     }

@@ -221,6 +221,14 @@ impl Engine {
         if let Some(r) = &self.rec {
             r.stop();
         }
+        if let Some(p) = &self.cfg.summary {
+            if let Err(e) = std::fs::write(p, self.summary_json()) {
+                eprintln!("u3m: cannot write U3M_SUMMARY={}: {e}", p.display());
+            }
+        }
+        if let Some(t) = &self.tier {
+            t.shutdown();
+        }
         if let Some(s) = &self.seg {
             s.remove();
         }
@@ -739,6 +747,12 @@ impl Engine {
         t.malloc(dev.max(0) as u32, size, free, total)
     }
 
+    /// After an unmanaged allocation failed with 207001: evict managed chunks
+    /// so that a retry can succeed. false: nothing could move.
+    pub fn tier_make_room(&self, dev: i32, bytes: u64) -> bool {
+        self.tier.as_ref().map(|t| t.make_room(dev.max(0) as u32, bytes)).unwrap_or(false)
+    }
+
     pub fn tier_free(&self, ptr: u64) -> Option<i32> {
         self.tier.as_ref()?.free(ptr)
     }
@@ -833,6 +847,45 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// The run's summary (U3M_SUMMARY): what moved between tiers and what
+    /// was seen. Hand-written JSON: u3m-core has no serde.
+    pub fn summary_json(&self) -> String {
+        let (aclnn, tensors, cut) = self.counters();
+        let t = self.tier.as_ref().map(|t| t.counters()).unwrap_or_default();
+        let (dram_limit, nvme_limit) = self.tier.as_ref().map(|t| t.limits()).unwrap_or((0, 0));
+        let totals = self.heat.totals();
+        format!(
+            concat!(
+                "{{\n  \"schema\": 1,\n  \"mode\": \"{}\",\n  \"pid\": {},\n",
+                "  \"ops\": {},\n  \"aclnn_launches\": {},\n  \"tensors\": {},\n  \"cut_ranges\": {},\n",
+                "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
+                "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
+                "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
+                "\"spill_errors\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}}\n}}\n"
+            ),
+            self.cfg.mode.name(),
+            self.pid,
+            self.seq.load(Relaxed),
+            aclnn,
+            tensors,
+            cut,
+            totals.live_allocs,
+            totals.touches,
+            t.faults_in,
+            t.fault_bytes,
+            t.evictions,
+            t.eviction_bytes,
+            t.clean_drops,
+            t.to_dram,
+            t.to_nvme,
+            t.from_nvme,
+            t.overwrites,
+            t.spill_errors,
+            dram_limit,
+            nvme_limit,
+        )
     }
 
     // ---- introspection for tests and the CLI ----

@@ -32,6 +32,9 @@ pub const MAX_DEVICES: usize = 16;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 const E_NOT_SUPPORT: i32 = 207000;
 const E_PARAM: i32 = 107000;
+/// Internal: nothing can move right now because other calls hold what is
+/// resident; the caller drops the lock and tries again.
+const E_BUSY: i32 = -1;
 
 enum Host {
     Dram(DramSlot),
@@ -102,6 +105,9 @@ struct State {
     free_events: Vec<u64>,
     clock: u64,
     recently_freed: std::collections::VecDeque<u64>,
+    /// Host slots no longer needed that an issued copy-in may still be
+    /// reading: given back only after u3m's streams are synchronised.
+    pending_free: Vec<Host>,
 }
 
 /// Figures for the stats segment and tests.
@@ -198,6 +204,7 @@ impl Tier {
                 free_events: Vec::new(),
                 clock: 0,
                 recently_freed: std::collections::VecDeque::new(),
+                pending_free: Vec::new(),
             }),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
@@ -379,6 +386,7 @@ impl Tier {
                 unref_event(st, ev);
             }
         }
+        self.reclaim(st);
         if release_va {
             if let Kind::Malloc = b.kind {
                 self.rt.release(b.vas[0]);
@@ -487,7 +495,7 @@ impl Tier {
         }
         let dev = b.dev;
         if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
-            return Some(Err(e));
+            return Some(Err(if e == E_BUSY { E_ALLOC } else { e }));
         }
         let b = st.backings.get_mut(&id)?;
         b.pinned = true;
@@ -533,7 +541,22 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
-        self.fault_in(&mut st, &need, dev, order)?;
+        // other threads' calls pin what they use only briefly, but they need
+        // this lock to unpin: on E_BUSY let them run, then try again
+        let mut tries = 0;
+        loop {
+            match self.fault_in(&mut st, &need, dev, order) {
+                Ok(()) => break,
+                Err(E_BUSY) if tries < 2000 => {
+                    drop(st);
+                    std::thread::sleep(std::time::Duration::from_micros(500));
+                    st = self.st.lock().map_err(|_| E_ALLOC)?;
+                    tries += 1;
+                }
+                Err(E_BUSY) => return Err(E_ALLOC),
+                Err(e) => return Err(e),
+            }
+        }
         st.clock += 1;
         let clock = st.clock;
         for &(id, i) in &tok.chunks {
@@ -575,7 +598,7 @@ impl Tier {
                 }
             }
             if let Some(h) = stale {
-                free_host(&mut st, h);
+                st.pending_free.push(h);
             }
             if let Some(e) = ev {
                 *st.event_refs.entry(e).or_insert(0) += 1;
@@ -590,9 +613,23 @@ impl Tier {
         }
     }
 
-    /// An event recorded on `stream` now (from the pool).
+    /// An event recorded on `stream` now. Pooled events are reused only
+    /// once complete: re-recording a pending event would let a stream that
+    /// waits on its older record run ahead when the newer one completes.
     fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
-        let ev = match st.free_events.pop() {
+        let mut ev = None;
+        let mut k = 0;
+        while k < st.free_events.len() {
+            if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
+                ev = Some(st.free_events.swap_remove(k));
+                break;
+            }
+            k += 1;
+            if k >= 8 {
+                break; // the oldest are first: no need to scan a long tail
+            }
+        }
+        let ev = match ev {
             Some(e) => e,
             None => self.rt.create_event().ok()?,
         };
@@ -654,7 +691,7 @@ impl Tier {
                 let h = c.host.take();
                 c.dirty = true;
                 if let Some(h) = h {
-                    free_host(st, h);
+                    st.pending_free.push(h);
                 }
                 continue;
             }
@@ -740,7 +777,7 @@ impl Tier {
                 Err(e) => return Err(e),
             }
             if !self.evict_one(st, dev, protect)? {
-                return Err(E_ALLOC);
+                return Err(E_BUSY);
             }
         }
     }
@@ -869,6 +906,21 @@ impl Tier {
         Ok(())
     }
 
+    /// Gives back deferred host slots once no issued copy can read them.
+    fn reclaim(&self, st: &mut State) {
+        if st.pending_free.is_empty() {
+            return;
+        }
+        for d in 0..MAX_DEVICES {
+            if st.devs[d].stream != 0 {
+                self.rt.sync_stream(st.devs[d].stream);
+            }
+        }
+        for h in std::mem::take(&mut st.pending_free) {
+            free_host(st, h);
+        }
+    }
+
     /// Maps a chunk of an unmapped VMM handle at the device's scratch VA.
     fn scratch_map(&self, st: &mut State, dev: u32, id: u64, i: u32) -> Result<u64, i32> {
         let d = (dev as usize).min(MAX_DEVICES - 1);
@@ -889,6 +941,7 @@ impl Tier {
         if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize].host.take() {
             return Ok(h);
         }
+        self.reclaim(st);
         let dram_ok = st.dram.used() + CHUNK <= (self.dram_limit as f64 * 0.95) as u64;
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
@@ -907,21 +960,46 @@ impl Tier {
     /// Background watermark work for `dev`: evict least recently used chunks
     /// until resident bytes are at or below `low` × capacity, when above
     /// `high` × capacity. Returns the chunks evicted.
+    /// HBM use counts everything on the device (managed chunks and memory
+    /// u3m does not manage), as the runtime reports it; the calling thread's
+    /// device must be `dev`.
     pub fn enforce_watermarks(&self, dev: u32, low: f64, high: f64) -> u32 {
-        let Ok(mut st) = self.st.lock() else { return 0 };
-        let d = (dev as usize).min(MAX_DEVICES - 1);
-        let cap = st.devs[d].capacity;
-        if cap == 0 || (st.devs[d].resident as f64) <= high * cap as f64 {
+        let Ok((free, total)) = self.rt.mem_info() else { return 0 };
+        if total == 0 || (total.saturating_sub(free) as f64) <= high * total as f64 {
             return 0;
         }
-        let mut n = 0;
-        while (st.devs[d].resident as f64) > low * cap as f64 {
+        let Ok(mut st) = self.st.lock() else { return 0 };
+        let target = (total.saturating_sub(free) as f64 - low * total as f64).max(0.0) as u64;
+        let mut n = 0u32;
+        while (n as u64) * CHUNK < target {
             match self.evict_one(&mut st, dev, &[]) {
                 Ok(true) => n += 1,
                 _ => break,
             }
         }
         n
+    }
+
+    /// An allocation u3m does not manage failed for lack of HBM: evict
+    /// managed chunks of `dev` to make room for `bytes`. Ok(true) if any moved.
+    pub fn make_room(&self, dev: u32, bytes: u64) -> bool {
+        let Ok(mut st) = self.st.lock() else { return false };
+        let mut freed = 0;
+        while freed < bytes {
+            match self.evict_one(&mut st, dev, &[]) {
+                Ok(true) => freed += CHUNK,
+                _ => break,
+            }
+        }
+        freed > 0
+    }
+
+    /// At exit: the swap file's private directory goes (the file itself was
+    /// unlinked when opened).
+    pub fn shutdown(&self) {
+        if let Ok(mut st) = self.st.lock() {
+            drop(st.nvme.take());
+        }
     }
 
     /// Devices with managed memory (for the background thread).

@@ -1109,7 +1109,12 @@ static aclError fe_run(const sim_op_args *a)
             free(v);
             return oom(a);
         }
-    const char *t = a->op_type + 7;   /* after "Foreach" */
+    /* the operation, decided once (not per element) */
+    static const char *const names[] = { "AddScalar", "SubScalar", "MulScalar", "DivScalar", "AddList", "SubList",
+        "MulList", "DivList", "LerpScalar", "LerpList", "AddcmulScalar", "AddcdivScalar", "Sqrt", "Neg",
+        "Reciprocal", "Exp" };
+    int op = 0;
+    while (op < 15 && strcmp(a->op_type + 7, names[op])) op++;   /* after "Foreach" */
     for (int i = 0; i < n; i++) {
         double s = s_all;
         char nm[32];
@@ -1118,24 +1123,26 @@ static aclError fe_run(const sim_op_args *a)
         double *x1 = v[i], *x2 = d->lists > 1 ? v[n + i] : NULL, *x3 = d->lists > 2 ? v[2 * n + i] : NULL;
         uint64_t m = kern_numel(&a->out[i]);
         for (uint64_t j = 0; j < m; j++) {
-            double x = x1[j], r;
-            if (!strcmp(t, "AddScalar")) r = x + s;
-            else if (!strcmp(t, "SubScalar")) r = x - s;
-            else if (!strcmp(t, "MulScalar")) r = x * s;
-            else if (!strcmp(t, "DivScalar")) r = x / s;
-            else if (!strcmp(t, "AddList")) r = x + s * x2[j];
-            else if (!strcmp(t, "SubList")) r = x - s * x2[j];
-            else if (!strcmp(t, "MulList")) r = x * x2[j];
-            else if (!strcmp(t, "DivList")) r = x / x2[j];
-            else if (!strcmp(t, "LerpScalar")) r = x + s * (x2[j] - x);
-            else if (!strcmp(t, "LerpList")) r = x + x3[j] * (x2[j] - x);
-            else if (!strcmp(t, "AddcmulScalar")) r = x + s * x2[j] * x3[j];
-            else if (!strcmp(t, "AddcdivScalar")) r = x + s * x2[j] / x3[j];
-            else if (!strcmp(t, "Sqrt")) r = sqrt(x);
-            else if (!strcmp(t, "Neg")) r = -x;
-            else if (!strcmp(t, "Reciprocal")) r = 1.0 / x;
-            else r = exp(x);
-            x1[j] = r;
+            double x = x1[j];
+            switch (op) {
+            case 0: x = x + s; break;
+            case 1: x = x - s; break;
+            case 2: x = x * s; break;
+            case 3: x = x / s; break;
+            case 4: x = x + s * x2[j]; break;
+            case 5: x = x - s * x2[j]; break;
+            case 6: x = x * x2[j]; break;
+            case 7: x = x / x2[j]; break;
+            case 8: x = x + s * (x2[j] - x); break;
+            case 9: x = x + x3[j] * (x2[j] - x); break;
+            case 10: x = x + s * x2[j] * x3[j]; break;
+            case 11: x = x + s * x2[j] / x3[j]; break;
+            case 12: x = sqrt(x); break;
+            case 13: x = -x; break;
+            case 14: x = 1.0 / x; break;
+            default: x = exp(x); break;
+            }
+            x1[j] = x;
         }
     }
     for (int i = 0; i < n; i++) store_d(&a->out[i], v[i]);
