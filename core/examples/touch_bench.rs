@@ -145,7 +145,6 @@ fn case_memset(f: &Fx, n: u64) {
 fn alloc_free(f: &Fx, n: u64, at: u64, len: u64) {
     for _ in 0..n {
         f.eng.alloc(0, at, len, AllocApi::Malloc);
-        f.eng.free_begin(at);
         f.eng.free(at);
     }
 }

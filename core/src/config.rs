@@ -37,7 +37,7 @@ pub struct VarSpec {
 
 /// Every U3M_* variable u3m understands.
 pub const VARS: &[VarSpec] = &[
-    VarSpec { name: "U3M_MODE", default: "observe", doc: "off | observe | tier" },
+    VarSpec { name: "U3M_MODE", default: "tier", doc: "off | observe | tier" },
     VarSpec { name: "U3M_TRACE", default: "", doc: "record the run to this trace file (u3m trace format v1)" },
     VarSpec { name: "U3M_TRACE_LOSSLESS", default: "0", doc: "1: the trace recorder never drops events (producers wait)" },
     VarSpec { name: "U3M_SUMMARY", default: "", doc: "write a JSON summary of the run (tier traffic, counters) to this file at exit" },
@@ -268,9 +268,9 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_observe() {
+    fn defaults_are_tier() {
         let c = Config::defaults();
-        assert_eq!(c.mode, Mode::Observe);
+        assert_eq!(c.mode, Mode::Tier);
         assert_eq!(c.min_bytes, 2 << 20);
         assert_eq!(c.hbm_high, 0.90);
         assert!(c.trace.is_none());
@@ -311,5 +311,6 @@ mod tests {
     fn summary_lists_set_variables() {
         let c = cfg(&[("U3M_MODE", "observe"), ("U3M_TRACE", "/tmp/t")]).unwrap();
         assert_eq!(c.summary(), "mode=observe U3M_TRACE=/tmp/t");
+        assert_eq!(cfg(&[]).unwrap().summary(), "mode=tier");
     }
 }

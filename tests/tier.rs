@@ -1,0 +1,214 @@
+//! Tier mode on the simulator: programs whose footprint is larger than HBM
+//! run to completion under libu3m.so with results identical to a run on a
+//! device with enough memory, while the stock run fails with 207001; the
+//! simulator sees no MMU fault and never more physical memory than HBM.
+
+mod common;
+use common::{libu3m, run, Run};
+use std::path::{Path, PathBuf};
+
+/// Runs `prog` in tier mode with a private segment dir and a summary file;
+/// returns the run and the parsed U3M_SUMMARY.
+fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Value) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = common::scratch(&format!("tier-{prog}-{n}"));
+    let summary = dir.join("summary.json");
+    let lib = libu3m();
+    let mut e: Vec<(&str, &str)> = vec![
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_SUMMARY", summary.to_str().unwrap()),
+    ];
+    e.extend_from_slice(env);
+    let r = run(prog, args, &e);
+    let s = std::fs::read_to_string(&summary).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(serde_json::Value::Null);
+    (r, s)
+}
+
+/// Output lines that are results (simulated timings legitimately differ).
+fn results(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| !l.starts_with("sim_") && !l.contains("tokens_per_s") && !l.contains("sim_ms") && !l.starts_with("reserved="))
+        .map(|l| l.split(" sim_ns=").next().unwrap())
+        .collect()
+}
+
+fn assert_clean(r: &Run, hbm: u64, what: &str) {
+    assert_eq!(r.code, 0, "{what}: exit\n{}", r.stderr);
+    assert_eq!(r.stat_u64(&["mmu_faults"]), 0, "{what}: device MMU faults\n{}", r.stderr);
+    for d in r.stats["devices"].as_array().unwrap() {
+        assert!(d["peak_bytes"].as_u64().unwrap() <= hbm, "{what}: physical peak above HBM");
+    }
+}
+
+fn stock_fails(prog: &str, args: &[&str], env: &[(&str, &str)]) {
+    let r = run(prog, args, env);
+    assert_eq!(r.code, 2, "stock {prog} should fail:\n{}", r.stdout);
+    assert!(r.stderr.contains("207001"), "stock {prog}: {}", r.stderr);
+}
+
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn mlp_train_at_1_5x_hbm_matches_an_unconstrained_run() {
+    let args = ["--footprint", "180M", "--steps", "3"];
+    let big = run("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    stock_fails("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M")]);
+    let (r, s) = tier("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M")]);
+    assert_clean(&r, 128 * MIB, "mlp_train");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
+    assert!(r.fact("checksum").is_some());
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["tier"]["faults_in"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn kv_decode_serves_2_1x_the_kv_that_fits() {
+    // 128 MiB of HBM holds the weights and 2 requests' KV (4 MiB buffers);
+    // 2.1 x that is 5 requests
+    let fit = run("kv_decode", &["--requests", "2", "--max-context", "2048", "--decode", "6"], &[("ACLSIM_HBM_BYTES", "128M")]);
+    assert_eq!(fit.code, 0, "{}", fit.stderr);
+    stock_fails("kv_decode", &["--requests", "3", "--max-context", "2048", "--decode", "6"], &[("ACLSIM_HBM_BYTES", "128M")]);
+    let args = ["--requests", "5", "--max-context", "2048", "--decode", "6"];
+    let big = run("kv_decode", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    let (r, _) = tier("kv_decode", &args, &[("ACLSIM_HBM_BYTES", "128M")]);
+    assert_clean(&r, 128 * MIB, "kv_decode");
+    assert_eq!(r.fact("requests_served").as_deref(), Some("5"));
+    assert_eq!(results(&r.stdout), results(&big.stdout), "per-request checksums");
+}
+
+/// A trace whose live set is `n` allocations of `mib` MiB, touched in turn.
+fn ring_trace(dir: &Path, n: u64, mib: u64) -> PathBuf {
+    let mut t = String::from("# u3m-trace 1\n");
+    let sz = mib << 20;
+    let a = |i: u64| 0x1000_0000u64 + i * sz;
+    for i in 0..n {
+        t += &format!("A {:#x} {sz}\nM H2D {:#x} 0x7f0000000000 {sz}\n", a(i), a(i));
+    }
+    for _ in 0..3 {
+        for i in 0..n {
+            t += &format!("O Mix 2 1 {:#x}:{sz} {:#x}:65536 {:#x}:{} flops=1000000\n", a(i), a((i + 5) % n) + 4096, a((i + 1) % n), 1 << 20);
+        }
+    }
+    for i in 0..n {
+        t += &format!("F {:#x}\n", a(i));
+    }
+    let p = dir.join(format!("ring-{n}x{mib}.trace"));
+    std::fs::write(&p, t).unwrap();
+    p
+}
+
+#[test]
+fn replay_at_2x_hbm_with_dram_capped_uses_nvme_and_matches() {
+    let dir = common::scratch("tier-replay");
+    let trace = ring_trace(&dir, 16, 8); // 128 MiB live on a 64 MiB device
+    let swap = dir.join("swap");
+    std::fs::create_dir_all(&swap).unwrap();
+    let t = trace.to_str().unwrap();
+    let big = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    stock_fails("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "64M")]);
+    let (r, s) = tier(
+        "acl_replay",
+        &[t],
+        &[
+            ("ACLSIM_HBM_BYTES", "64M"),
+            ("U3M_OVERSUB", "3"),
+            ("U3M_DRAM_BYTES", "32M"),
+            ("U3M_SWAP_DIR", swap.to_str().unwrap()),
+            ("U3M_SWAP_BYTES", "256M"),
+        ],
+    );
+    assert_clean(&r, 64 * MIB, "acl_replay");
+    assert_eq!(r.fact("checksum"), big.fact("checksum"));
+    assert!(s["tier"]["to_nvme"].as_u64().unwrap() > 0, "NVMe not used: {s}");
+    assert!(s["tier"]["from_nvme"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["tier"]["clean_drops"].as_u64().unwrap() > 0, "clean chunks should be dropped without a copy: {s}");
+    // the swap file was private and unlinked; its directory is gone at exit
+    assert_eq!(std::fs::read_dir(&swap).unwrap().count(), 0, "swap dir left behind");
+}
+
+#[test]
+fn expandable_segments_and_two_device_allreduce_match() {
+    let big = run("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    stock_fails("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "32M")]);
+    let (r, s) = tier("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "32M"), ("U3M_OVERSUB", "3")]);
+    assert_clean(&r, 32 * MIB, "vmm_app");
+    assert_eq!(r.fact("checksum"), big.fact("checksum"));
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+
+    let args = ["--steps", "3", "--dim", "1024"];
+    let big = run("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    stock_fails("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "26M")]);
+    let (r, _) = tier("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "26M"), ("U3M_OVERSUB", "3")]);
+    assert_clean(&r, 26 * MIB, "allreduce_app");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
+    assert_eq!(r.fact("replicas_identical").as_deref(), Some("1"));
+}
+
+#[test]
+fn mt_stress_under_constant_eviction_pressure_loses_nothing() {
+    let (r, s) = tier("mt_stress", &["--iters", "120", "--max-bytes", "8M"], &[("ACLSIM_HBM_BYTES", "48M"), ("U3M_OVERSUB", "4")]);
+    assert_clean(&r, 48 * MIB, "mt_stress");
+    assert_eq!(r.fact("corrupted_bytes").as_deref(), Some("0"), "{}", r.stdout);
+    assert!(r.fact("verified_bytes").unwrap().parse::<u64>().unwrap() > 0);
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "no pressure: {s}");
+}
+
+#[test]
+fn meminfo_reports_the_virtual_capacity() {
+    let (r, _) = tier("rtcheck", &["capacity"], &[("ACLSIM_HBM_BYTES", "256M"), ("U3M_OVERSUB", "1.5")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.fact("total").unwrap().parse::<u64>().unwrap(), 384 * MIB);
+    // 16 MiB allocations now succeed up to the virtual capacity
+    assert_eq!(r.fact("allocated").unwrap().parse::<u64>().unwrap(), 24);
+    assert_eq!(r.fact("fail_code").as_deref(), Some("207001"));
+}
+
+#[test]
+fn a_failing_physical_allocation_during_fault_in_is_absorbed() {
+    // every 7th physical allocation fails: u3m evicts and retries; nothing lost
+    let args = ["--footprint", "180M", "--steps", "2"];
+    let big = run("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    for rule in ["phys:7", "phys:40", "phys:41"] {
+        let (r, _) = tier("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", rule)]);
+        assert_clean(&r, 128 * MIB, rule);
+        assert_eq!(results(&r.stdout), results(&big.stdout), "{rule}");
+    }
+}
+
+#[test]
+fn a_failing_copy_surfaces_as_the_runtime_error() {
+    // a migration copy fails: the call that needed it returns the copy error
+    // (507052) to the program, which reports it; nothing crashes
+    let (r, _) = tier("mlp_train", &["--footprint", "180M", "--steps", "2"], &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "copy:30+")]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ACL error 507052"), "{}", r.stderr);
+    assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
+}
+
+#[test]
+fn a_full_swap_keeps_the_data_in_dram() {
+    let dir = common::scratch("tier-fullswap");
+    let trace = ring_trace(&dir, 12, 8); // 96 MiB live on 48 MiB
+    let swap = dir.join("swap");
+    std::fs::create_dir_all(&swap).unwrap();
+    let t = trace.to_str().unwrap();
+    let big = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let (r, s) = tier(
+        "acl_replay",
+        &[t],
+        &[
+            ("ACLSIM_HBM_BYTES", "48M"),
+            ("U3M_OVERSUB", "3"),
+            ("U3M_DRAM_BYTES", "128M"),
+            ("U3M_SWAP_DIR", swap.to_str().unwrap()),
+            ("U3M_SWAP_BYTES", "4M"),
+        ],
+    );
+    assert_clean(&r, 48 * MIB, "acl_replay");
+    assert_eq!(r.fact("checksum"), big.fact("checksum"));
+    let _ = s;
+}
