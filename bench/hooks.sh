@@ -4,7 +4,7 @@
 # shared machine), single-threaded and at 8 threads; plus the engine alone
 # (core/examples/touch_bench). Prints the tables of BENCHMARKS.md.
 #
-#   bench/hooks.sh [--quick] [--no-build] [--no-callgrind] [--reps R] [--out DIR]
+#   bench/hooks.sh [--quick] [--no-build] [--no-callgrind] [--reps R] [--mode M] [--out DIR]
 #
 # Not part of the test suite. Takes ~5 minutes on a 2-core machine (--quick: ~1).
 # Raw results stay in DIR (default: a new /tmp/u3m-bench.XXXXXX); the report
@@ -17,7 +17,7 @@ HB="$REL/acl-apps/hookbench"
 TB="$REL/examples/touch_bench"
 LIB="$REL/libu3m.so"
 
-quick=0 build=1 callgrind=1 reps=5 out=""
+quick=0 build=1 callgrind=1 reps=5 out="" mode=observe
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 ;;
@@ -25,6 +25,7 @@ while [ $# -gt 0 ]; do
         --no-callgrind) callgrind=0 ;;
         --reps) reps="$2"; shift ;;
         --out) out="$2"; shift ;;
+        --mode) mode="$2"; shift ;;  # U3M_MODE of the u3m arm (the figure: observe)
         -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "hooks.sh: unknown option $1" >&2; exit 3 ;;
     esac
@@ -71,6 +72,7 @@ trap 'rm -rf "$shm"' EXIT
     echo "cc: $(cc --version 2>/dev/null | head -1)"
     echo "valgrind: $(valgrind --version 2>/dev/null || echo none)"
     echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "mode: $mode"
 } > "$out/machine.txt"
 echo "hooks.sh: results in $out" >&2
 
@@ -79,7 +81,7 @@ echo "hooks.sh: results in $out" >&2
 run_arm() { # arm, then the hookbench arguments
     local arm="$1"; shift
     if [ "$arm" = u3m ]; then
-        env ACLSIM_PHANTOM=1 LD_PRELOAD="$LIB" U3M_MODE=observe U3M_SHM_DIR="$shm" "$@"
+        env ACLSIM_PHANTOM=1 LD_PRELOAD="$LIB" U3M_MODE="$mode" U3M_SHM_DIR="$shm" "$@"
     else
         env ACLSIM_PHANTOM=1 "$@"
     fi
@@ -92,7 +94,7 @@ for t in 1 8; do
         order="direct u3m"; [ $((r % 2)) = 0 ] && order="u3m direct"
         for arm in $order; do
             echo "hooks.sh: native T=$t rep $r/$reps $arm" >&2
-            run_arm "$arm" "$HB" --threads "$t" --iters "$iters" > "$out/native/$arm-t$t-r$r.txt"
+            run_arm "$arm" "$HB" --threads "$t" --iters "$iters" --per-iter > "$out/native/$arm-t$t-r$r.txt"
         done
     done
 done

@@ -300,8 +300,6 @@ fn operators_match_cpu() {
 /// replayer accepts, and u3m saw torch_npu's allocations, operators (found by
 /// name through op-plugin's dlsym) and copies.
 #[test]
-#[ignore = "libu3m.so does not yet reach libascendcl.so when torch_npu loads it RTLD_LOCAL: \
-            aclInit never reaches the runtime (docs/torch-npu.md, 'Under libu3m.so')"]
 fn observe_mode_under_libu3m_matches_and_traces() {
     if skipped("observe_mode_under_libu3m_matches_and_traces") {
         return;
@@ -329,4 +327,32 @@ fn observe_mode_under_libu3m_matches_and_traces() {
         "no matrix product traced");
     let r = common::run("acl_replay", &[tr.as_str(), "--no-verify"], &[]);
     assert_eq!(r.code, 0, "acl_replay rejects the trace:\n{}", r.stderr);
+}
+
+/// Tier mode: with HBM below the loop's footprint, the stock run fails with
+/// torch_npu's out-of-memory error while the run under libu3m.so completes
+/// with the same losses, in both allocator modes.
+#[test]
+fn tier_mode_runs_the_loop_below_its_footprint() {
+    if skipped("tier_mode_runs_the_loop_below_its_footprint") {
+        return;
+    }
+    let u3m = common::libu3m();
+    let plain = run_loop(true, &[], &[]);
+    plain.must_succeed("the plain NPU run");
+    for conf in ["", "expandable_segments:True"] {
+        let mut env = vec![("ACLSIM_HBM_BYTES", "16M")];
+        if !conf.is_empty() {
+            env.push(("PYTORCH_NPU_ALLOC_CONF", conf));
+        }
+        let stock = run_loop(true, &env, &[]);
+        assert_ne!(stock.code, 0, "{conf}: the stock run should not fit in 16 MiB");
+        assert!(stock.stderr.contains("out of memory"), "{conf}: {}", stock.stderr);
+        env.push(("U3M_MODE", "tier"));
+        env.push(("U3M_OVERSUB", "3"));
+        let l = run_loop(true, &env, &[u3m.as_path()]);
+        l.must_succeed(&format!("{conf}: the tier run under libu3m.so"));
+        assert_eq!(l.losses(), plain.losses(), "{conf}: tier mode changed the losses");
+        assert_eq!(l.stat(&["mmu_faults"]), 0, "{conf}: device MMU faults");
+    }
 }

@@ -219,10 +219,12 @@ fn main() {
         die("--threads must be 1..64, --iters >= 1");
     }
 
-    // The engine writes its stats segment into a private directory.
+    // Observe mode (nothing moves; tier mode needs a runtime), stats segment
+    // in a private directory.
     let dir = std::env::temp_dir().join(format!("u3m-touch-bench.{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| die(&format!("{}: {e}", dir.display())));
-    let cfg = Config::from_vars([("U3M_SHM_DIR".to_string(), dir.display().to_string())])
+    let vars = [("U3M_SHM_DIR", dir.display().to_string()), ("U3M_MODE", "observe".to_string())];
+    let cfg = Config::from_vars(vars.into_iter().map(|(k, v)| (k.to_string(), v)))
         .unwrap_or_else(|e| die(&format!("config: {e:?}")));
     let eng = Engine::new(cfg, &["aclrtMalloc"], None).unwrap_or_else(|e| die(&e));
     // The capacity, as aclrtGetMemInfo reports it at start-up: arms the HBM

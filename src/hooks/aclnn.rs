@@ -96,7 +96,19 @@ pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_s
         n += 1;
     }
     let dev = current_device();
-    let r = super::around(cx, dev, stream as u64, &ranges[..n], false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
+    // With torch_npu's task queue, tensors are created on the submitting
+    // thread and launched on the queue thread: this thread then has no
+    // pending tensors, and residency must cover every live tensor (a
+    // superset: those of the launches queued ahead too).
+    let tiering = cx.note(|e| e.tier().map(|t| t.active()).unwrap_or(false));
+    let live;
+    let tier_ranges: &[Range] = if tiering && n <= usize::from(!ws.is_null() && ws_size > 0) {
+        live = live_ranges(ws, ws_size);
+        &live
+    } else {
+        &ranges[..n]
+    };
+    let r = super::around(cx, dev, stream as u64, tier_ranges, false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
     if r == 0 {
         cx.note(|e| {
             e.count_aclnn_launch();
@@ -120,6 +132,23 @@ pub mod direct {
         )*};
     }
     direct!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
+}
+
+/// Every tensor created and not yet destroyed, on any thread (tier mode's
+/// residency for launches whose tensors another thread created).
+static LIVE: spin::Mutex<Vec<(usize, Range)>> = spin::Mutex::new(Vec::new());
+
+fn live_ranges(ws: *mut c_void, ws_size: u64) -> Vec<Range> {
+    let mut v: Vec<Range> = Vec::new();
+    for (_, r) in LIVE.lock().iter() {
+        if !v.contains(r) {
+            v.push(*r);
+        }
+    }
+    if !ws.is_null() && ws_size > 0 {
+        v.push(Range { addr: ws as u64, len: ws_size, write: true });
+    }
+    v
 }
 
 /// Tensors created on this thread since its last aclnn launch.
@@ -192,7 +221,14 @@ pub unsafe fn create_tensor(cx: &Cx, f: unsafe extern "C" fn(*const i64, u64, c_
     if !t.is_null() && !data.is_null() {
         let len = footprint(dt, sd, sn);
         if len > 0 {
-            PENDING.with(|p| p.push(t as usize, Range { addr: data as u64, len, write: true }));
+            let r = Range { addr: data as u64, len, write: true };
+            PENDING.with(|p| p.push(t as usize, r));
+            if cx.note(|e| e.tier().is_some()) {
+                let mut l = LIVE.lock();
+                if l.len() < 1 << 16 {
+                    l.push((t as usize, r));
+                }
+            }
             cx.note(|e| e.tensor_created());
         }
     }
@@ -201,7 +237,15 @@ pub unsafe fn create_tensor(cx: &Cx, f: unsafe extern "C" fn(*const i64, u64, c_
 
 pub unsafe fn destroy_tensor(_cx: &Cx, f: unsafe extern "C" fn(*const c_void) -> aclnnStatus, t: *const c_void) -> aclnnStatus {
     PENDING.with(|p| p.forget(t as usize));
+    forget_live(t as usize);
     f(t)
+}
+
+fn forget_live(t: usize) {
+    let mut l = LIVE.lock();
+    if let Some(i) = l.iter().rposition(|e| e.0 == t) {
+        l.swap_remove(i);
+    }
 }
 
 pub unsafe fn create_tensor_list(_cx: &Cx, f: unsafe extern "C" fn(*const *const c_void, u64) -> *mut c_void, v: *const *const c_void, n: u64) -> *mut c_void {

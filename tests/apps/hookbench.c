@@ -1,4 +1,4 @@
-/* hookbench [--iters N] [--threads T] [--case NAME[,NAME...]] [--warmup N] [--list]
+/* hookbench [--iters N] [--threads T] [--case NAME[,NAME...]] [--warmup N] [--per-iter] [--list]
  *
  * Calls one hooked ACL function (or one small fixed sequence) N times in a
  * tight loop and prints what each iteration cost. It knows nothing of u3m:
@@ -11,6 +11,9 @@
  *   memcpy_h2d         aclrtMemcpyAsync 256 B pinned host -> device    1 call, 1 range
  *   memcpy_d2d         aclrtMemcpyAsync 256 B device -> device         1 call, 2 ranges
  *   memset             aclrtMemsetAsync 256 B                          1 call, 1 range
+ *   memcpy_h2d_sync    aclrtMemcpy, as memcpy_h2d                      1 call, 1 range
+ *   memcpy_d2d_sync    aclrtMemcpy, as memcpy_d2d                      1 call, 2 ranges
+ *   memset_sync        aclrtMemset, as memset                          1 call, 1 range
  *   aclop_1|4|16       aclopExecuteV2("ConcatD") with 1, 4 or 16 data
  *                      buffers (k-1 inputs, 1 output), 64 KiB each,
  *                      carved out of one 32 MiB allocation             1 call, k ranges
@@ -19,18 +22,24 @@
  *                      dlopen + dlsym, torch_npu's way), 3 x aclDestroyTensor,
  *                      aclDestroyScalar                                7 hooked calls, 3 ranges
  *
- * With --threads T each thread sets the device, creates its own stream and
- * its own buffers, and runs the same loop after a barrier. Every 256
- * iterations the thread synchronises its stream, so queues stay short (the
- * synchronisation is part of every arm's figure alike).
+ * The synchronous variants run on the calling thread only (the simulator's
+ * asynchronous calls also wake a stream worker, whose cost varies from call
+ * to call by more than u3m adds). With --threads T each thread sets the
+ * device, creates its own stream and its own buffers, and runs the same loop
+ * after a barrier. Every 256 iterations the thread synchronises its stream,
+ * so queues stay short (the synchronisation is part of every arm's figure
+ * alike, and outside the per-iteration samples below).
  *
  * Output, one line per case (stdout):
  *   case=<name> threads=<T> iters=<N> calls_per_iter=<c> ranges_per_iter=<r>
  *   wall_ns_per_iter=<mean over threads> cpu_ns_per_iter=<mean over threads>
- *   wall_ns_max=<slowest thread>
+ *   wall_ns_max=<slowest thread> [p50_ns_per_iter=<median iteration>]
  * wall = CLOCK_MONOTONIC around the loop; cpu = CLOCK_THREAD_CPUTIME_ID, i.e.
  * the calling thread's own CPU time (excludes time descheduled, which at 8
- * threads on a small machine dominates wall time).
+ * threads on a small machine dominates wall time). With --per-iter, every
+ * iteration is also timed on its own (CLOCK_MONOTONIC, the cost of reading
+ * the clock subtracted) and p50 is the median over all threads' iterations:
+ * insensitive to the occasional wake-up, preemption or synchronisation.
  *
  * The measured loop runs inside hb_measure (never inlined; the warm-up calls
  * the loop directly), so `valgrind --tool=callgrind --collect-atstart=no
@@ -60,6 +69,7 @@ static exec_fn g_add;
 
 /* Per-thread state: created before the barrier, outside the measured loop. */
 typedef struct ctx {
+    double *samples;            /* per-iteration ns (--per-iter), NULL in warm-up */
     aclrtStream stream;
     char *pool;                 /* device, POOL_BYTES */
     char *dev2;                 /* device, SMALL_COPY (copy/memset target) */
@@ -73,15 +83,28 @@ static void sync_every(ctx *c, long long i)
     if ((i & (SYNC_EVERY - 1)) == SYNC_EVERY - 1) ACL_CHECK(aclrtSynchronizeStream(c->stream));
 }
 
+static inline double mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* Per-iteration timing around the hooked calls only (not the periodic
+ * synchronisation); a no-op branch unless --per-iter. */
+#define ITER_BEGIN(c) double t0_ = (c)->samples ? mono_ns() : 0
+#define ITER_END(c, i) do { if ((c)->samples) (c)->samples[i] = mono_ns() - t0_; } while (0)
+
 /* ---------------------------------------------------------- the loops */
 
 static NOINLINE void malloc_free(ctx *c, long long n, size_t bytes)
 {
-    (void)c;
     for (long long i = 0; i < n; i++) {
         void *p = NULL;
+        ITER_BEGIN(c);
         ACL_CHECK(aclrtMalloc(&p, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
         ACL_CHECK(aclrtFree(p));
+        ITER_END(c, i);
     }
 }
 
@@ -91,7 +114,9 @@ static NOINLINE void loop_malloc_free_large(ctx *c, long long n) { malloc_free(c
 static NOINLINE void loop_memcpy_h2d(ctx *c, long long n)
 {
     for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
         ACL_CHECK(aclrtMemcpyAsync(c->dev2, SMALL_COPY, c->host, SMALL_COPY, ACL_MEMCPY_HOST_TO_DEVICE, c->stream));
+        ITER_END(c, i);
         sync_every(c, i);
     }
 }
@@ -99,7 +124,9 @@ static NOINLINE void loop_memcpy_h2d(ctx *c, long long n)
 static NOINLINE void loop_memcpy_d2d(ctx *c, long long n)
 {
     for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
         ACL_CHECK(aclrtMemcpyAsync(c->dev2, SMALL_COPY, c->pool, SMALL_COPY, ACL_MEMCPY_DEVICE_TO_DEVICE, c->stream));
+        ITER_END(c, i);
         sync_every(c, i);
     }
 }
@@ -107,8 +134,37 @@ static NOINLINE void loop_memcpy_d2d(ctx *c, long long n)
 static NOINLINE void loop_memset(ctx *c, long long n)
 {
     for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
         ACL_CHECK(aclrtMemsetAsync(c->dev2, SMALL_COPY, (int32_t)(i & 0xff), SMALL_COPY, c->stream));
+        ITER_END(c, i);
         sync_every(c, i);
+    }
+}
+
+static NOINLINE void loop_memcpy_h2d_sync(ctx *c, long long n)
+{
+    for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
+        ACL_CHECK(aclrtMemcpy(c->dev2, SMALL_COPY, c->host, SMALL_COPY, ACL_MEMCPY_HOST_TO_DEVICE));
+        ITER_END(c, i);
+    }
+}
+
+static NOINLINE void loop_memcpy_d2d_sync(ctx *c, long long n)
+{
+    for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
+        ACL_CHECK(aclrtMemcpy(c->dev2, SMALL_COPY, c->pool, SMALL_COPY, ACL_MEMCPY_DEVICE_TO_DEVICE));
+        ITER_END(c, i);
+    }
+}
+
+static NOINLINE void loop_memset_sync(ctx *c, long long n)
+{
+    for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
+        ACL_CHECK(aclrtMemset(c->dev2, SMALL_COPY, (int32_t)(i & 0xff), SMALL_COPY));
+        ITER_END(c, i);
     }
 }
 
@@ -116,8 +172,10 @@ static NOINLINE void aclop(ctx *c, long long n, int k)
 {
     for (long long i = 0; i < n; i++) {
         /* k-1 inputs, 1 output (the last buffer) */
+        ITER_BEGIN(c);
         ACL_CHECK(aclopExecuteV2("ConcatD", k - 1, c->desc, c->buf, 1, &c->desc[k - 1], &c->buf[k - 1], NULL,
                                  c->stream));
+        ITER_END(c, i);
         sync_every(c, i);
     }
 }
@@ -132,6 +190,7 @@ static NOINLINE void loop_aclnn_add(ctx *c, long long n)
     const int64_t dims[1] = { elems };
     float alpha = 1.0f;
     for (long long i = 0; i < n; i++) {
+        ITER_BEGIN(c);
         aclTensor *a = aclCreateTensor(dims, 1, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, dims, 1, c->pool);
         aclTensor *b = aclCreateTensor(dims, 1, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, dims, 1, c->pool + RANGE_BYTES);
         aclTensor *y = aclCreateTensor(dims, 1, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, dims, 1, c->pool + 2 * RANGE_BYTES);
@@ -145,6 +204,7 @@ static NOINLINE void loop_aclnn_add(ctx *c, long long n)
         ACL_CHECK(aclDestroyTensor(b));
         ACL_CHECK(aclDestroyTensor(y));
         ACL_CHECK(aclDestroyScalar(s));
+        ITER_END(c, i);
         sync_every(c, i);
     }
 }
@@ -161,6 +221,9 @@ static const bcase CASES[] = {
     { "memcpy_h2d", loop_memcpy_h2d, 1, 1 },
     { "memcpy_d2d", loop_memcpy_d2d, 1, 2 },
     { "memset", loop_memset, 1, 1 },
+    { "memcpy_h2d_sync", loop_memcpy_h2d_sync, 1, 1 },
+    { "memcpy_d2d_sync", loop_memcpy_d2d_sync, 1, 2 },
+    { "memset_sync", loop_memset_sync, 1, 1 },
     { "aclop_1", loop_aclop_1, 1, 1 },
     { "aclop_4", loop_aclop_4, 1, 4 },
     { "aclop_16", loop_aclop_16, 1, 16 },
@@ -171,7 +234,7 @@ static const bcase CASES[] = {
 /* ---------------------------------------------------------- threads */
 
 static long long g_iters = 20000, g_warmup = 1000;
-static int g_threads = 1;
+static int g_threads = 1, g_per_iter;
 static const bcase *g_case;
 static pthread_barrier_t g_start, g_done;
 
@@ -239,6 +302,7 @@ static void *thread_main(void *arg)
         g_case->fn(&t->c, g_warmup);
         ACL_CHECK(aclrtSynchronizeStream(t->c.stream));
     }
+    if (g_per_iter && !(t->c.samples = malloc((size_t)g_iters * sizeof(double)))) app_die(2, "out of memory");
     pthread_barrier_wait(&g_start);
     double w0 = ts_ns(CLOCK_MONOTONIC), c0 = ts_ns(CLOCK_THREAD_CPUTIME_ID);
     hb_measure(g_case, &t->c, g_iters);
@@ -248,6 +312,30 @@ static void *thread_main(void *arg)
     pthread_barrier_wait(&g_done);
     ctx_fini(&t->c);
     return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* What ITER_BEGIN/ITER_END measure around nothing: one clock read. */
+static double clock_cost(void)
+{
+    enum { K = 2001 };
+    static double v[K];
+    for (int i = 0; i < K; i++) {
+        double t0 = mono_ns();
+        v[i] = mono_ns() - t0;
+    }
+    return median(v, K);
 }
 
 static void run_case(const bcase *bc)
@@ -266,13 +354,25 @@ static void run_case(const bcase *bc)
         cpu += ts[i].cpu_ns;
         if (ts[i].wall_ns > wmax) wmax = ts[i].wall_ns;
     }
+    char p50[64] = "";
+    if (g_per_iter) {
+        size_t n = (size_t)g_iters * (size_t)g_threads;
+        double *all = malloc(n * sizeof *all);
+        if (!all) app_die(2, "out of memory");
+        for (int i = 0; i < g_threads; i++) {
+            memcpy(all + (size_t)i * (size_t)g_iters, ts[i].c.samples, (size_t)g_iters * sizeof *all);
+            free(ts[i].c.samples);
+        }
+        snprintf(p50, sizeof p50, " p50_ns_per_iter=%.1f", median(all, n) - clock_cost());
+        free(all);
+    }
     pthread_barrier_destroy(&g_start);
     pthread_barrier_destroy(&g_done);
     double n = (double)g_iters;
     printf("case=%s threads=%d iters=%lld calls_per_iter=%d ranges_per_iter=%d wall_ns_per_iter=%.1f "
-           "cpu_ns_per_iter=%.1f wall_ns_max=%.1f\n",
+           "cpu_ns_per_iter=%.1f wall_ns_max=%.1f%s\n",
            bc->name, g_threads, g_iters, bc->calls, bc->ranges, wall / g_threads / n, cpu / g_threads / n,
-           wmax / n);
+           wmax / n, p50);
     fflush(stdout);
     free(ts);
 }
@@ -309,10 +409,11 @@ int main(int argc, char **argv)
         else if ((v = app_opt(argc, argv, &i, "--warmup"))) g_warmup = app_parse_int(v, "--warmup");
         else if ((v = app_opt(argc, argv, &i, "--threads"))) g_threads = (int)app_parse_int(v, "--threads");
         else if ((v = app_opt(argc, argv, &i, "--case"))) cases = v;
+        else if (!strcmp(argv[i], "--per-iter")) g_per_iter = 1;
         else if (!strcmp(argv[i], "--list")) {
             for (size_t k = 0; k < NCASES; k++) printf("%s\n", CASES[k].name);
             return 0;
-        } else app_die(3, "usage: hookbench [--iters N] [--warmup N] [--threads T] [--case a,b|all] [--list]");
+        } else app_die(3, "usage: hookbench [--iters N] [--warmup N] [--threads T] [--case a,b|all] [--per-iter] [--list]");
     }
     if (g_threads < 1 || g_threads > 64 || g_iters < 1) app_die(3, "--threads must be 1..64 and --iters >= 1");
     for (size_t k = 0; k < NCASES; k++)
