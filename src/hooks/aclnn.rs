@@ -47,7 +47,10 @@ fn slot_name(slot: usize) -> &'static [u8] {
 /// or None when `name` is not one (or the pool is exhausted: then the real
 /// function is returned unobserved, and counted).
 pub unsafe fn redirect(handle: *mut c_void, name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
-    if !name.starts_with(b"aclnn") || name.ends_with(b"GetWorkspaceSize") || name.len() + 17 > NAME_MAX {
+    // every two-phase operator: aclnnXxx, and the few op-api operators
+    // without the aclnn prefix (aclStft, aclRfft1D); the companion check
+    // below is what decides
+    if !name.starts_with(b"acl") || name.ends_with(b"GetWorkspaceSize") || name.len() + 17 > NAME_MAX {
         return None;
     }
     // only two-phase operators: "<name>GetWorkspaceSize" must exist alongside

@@ -219,3 +219,16 @@ pub unsafe fn get_mem_info(cx: &Cx, f: unsafe extern "C" fn(c_int, *mut usize, *
     }
     r
 }
+
+/// The runtime releases everything the process holds on the device, with no
+/// aclrtFree: u3m forgets it too (its managed chunks there are gone).
+pub unsafe fn reset_device(cx: &Cx, f: unsafe extern "C" fn(i32) -> aclError, dev: i32) -> aclError {
+    let r = f(dev);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.device_reset(dev));
+        if current_device() == dev {
+            set_current_device(-1);
+        }
+    }
+    r
+}

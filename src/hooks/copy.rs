@@ -181,3 +181,34 @@ pub unsafe fn memset_d32(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, u3
 pub unsafe fn memset_d32_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, u32, usize, aclrtStream) -> aclError, p: *mut c_void, size: usize, v: u32, n: usize, s: aclrtStream) -> aclError {
     set(cx, s, false, p, 4 * n as u64, || f(p, size, v, n, s))
 }
+
+/// Cache maintenance of a device range on a stream: an access (read).
+pub unsafe fn cmo_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, c_int, aclrtStream) -> aclError, p: *mut c_void, size: usize, ty: c_int, s: aclrtStream) -> aclError {
+    let dev = current_device();
+    let rs = [Range { addr: p as u64, len: size as u64, write: false }];
+    let r = around(cx, dev, s as u64, &rs, false, false, || f(p, size, ty, s), |r| *r == ACL_SUCCESS, |e| e);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.op(dev, s as u64, b"CmoAsync", &rs, None));
+    }
+    r
+}
+
+/// A stream-ordered write of an 8-byte device word.
+pub unsafe fn value_write(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, u32, aclrtStream) -> aclError, p: *mut c_void, v: u64, flag: u32, s: aclrtStream) -> aclError {
+    word(cx, b"ValueWrite", true, p, s, || f(p, v, flag, s))
+}
+
+/// A stream-ordered wait on an 8-byte device word (a read).
+pub unsafe fn value_wait(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, u32, aclrtStream) -> aclError, p: *mut c_void, v: u64, flag: u32, s: aclrtStream) -> aclError {
+    word(cx, b"ValueWait", false, p, s, || f(p, v, flag, s))
+}
+
+unsafe fn word(cx: &Cx, name: &[u8], write: bool, p: *mut c_void, s: aclrtStream, call: impl FnOnce() -> aclError) -> aclError {
+    let dev = current_device();
+    let rs = [Range { addr: p as u64, len: 8, write }];
+    let r = around(cx, dev, s as u64, &rs, false, false, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.op(dev, s as u64, name, &rs, None));
+    }
+    r
+}

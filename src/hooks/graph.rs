@@ -20,6 +20,16 @@ pub unsafe fn capture_begin(cx: &Cx, f: unsafe extern "C" fn(aclrtStream, c_int)
     r
 }
 
+/// Capture into an existing graph (the branches of conditional nodes): work
+/// after it is recorded, not run, exactly as after aclmdlRICaptureBegin.
+pub unsafe fn capture_to_model_begin(cx: &Cx, f: unsafe extern "C" fn(aclrtStream, *mut c_void, c_int) -> aclError, s: aclrtStream, ri: *mut c_void, mode: c_int) -> aclError {
+    let r = f(s, ri, mode);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.capture_begin(s as u64));
+    }
+    r
+}
+
 pub unsafe fn capture_end(cx: &Cx, f: unsafe extern "C" fn(aclrtStream, *mut *mut c_void) -> aclError, s: aclrtStream, ri: *mut *mut c_void) -> aclError {
     let r = f(s, ri);
     let model = if r == ACL_SUCCESS && !ri.is_null() { *ri as u64 } else { 0 };

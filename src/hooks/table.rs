@@ -33,6 +33,10 @@ super::hooks! {
     fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> aclError, NS => alloc::host_register_v2;
     fn aclrtHostUnregister(ptr: *mut c_void) -> aclError, NS => alloc::host_unregister;
     fn aclrtGetMemInfo(attr: c_int, free: *mut usize, total: *mut usize) -> aclError, NS => alloc::get_mem_info;
+    fn aclrtResetDevice(device_id: i32) -> aclError, NS => alloc::reset_device;
+    fn aclrtIpcMemGetExportKey(dev_ptr: *mut c_void, size: usize, key: *mut c_char, len: usize, flags: u64) -> aclError, NS => vmm::ipc_export_key;
+    fn aclrtIpcMemImportByKey(dev_ptr: *mut *mut c_void, key: *const c_char, flags: u64) -> aclError, NS => vmm::ipc_import_key;
+    fn aclrtIpcMemClose(key: *const c_char) -> aclError, NS => vmm::ipc_close;
 
     // --- virtual memory ---
     fn aclrtReserveMemAddress(vir_ptr: *mut *mut c_void, size: usize, alignment: usize, expect_ptr: *mut c_void, flags: u64) -> aclError, NS => vmm::reserve;
@@ -59,6 +63,9 @@ super::hooks! {
     fn aclrtMemsetAsync(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize, stream: aclrtStream) -> aclError, NS => copy::memset_async;
     fn aclrtMemsetD32(ptr: *mut c_void, mem_size: usize, value: u32, n: usize) -> aclError, NS => copy::memset_d32;
     fn aclrtMemsetD32Async(ptr: *mut c_void, mem_size: usize, value: u32, n: usize, stream: aclrtStream) -> aclError, NS => copy::memset_d32_async;
+    fn aclrtCmoAsync(src: *mut c_void, size: usize, cmo_type: c_int, stream: aclrtStream) -> aclError, NS => copy::cmo_async;
+    fn aclrtValueWrite(dev_addr: *mut c_void, value: u64, flag: u32, stream: aclrtStream) -> aclError, NS => copy::value_write;
+    fn aclrtValueWait(dev_addr: *mut c_void, value: u64, flag: u32, stream: aclrtStream) -> aclError, NS => copy::value_wait;
 
     // --- operator launches (aclop) ---
     fn aclopExecute(op_type: *const c_char, num_inputs: c_int, input_desc: *const *const c_void, inputs: *const *const c_void, num_outputs: c_int, output_desc: *const *const c_void, outputs: *const *mut c_void, attr: *const c_void, stream: aclrtStream) -> aclError, NS => op::execute;
@@ -82,6 +89,7 @@ super::hooks! {
     // --- graph capture and replay ---
     fn aclmdlRICaptureBegin(stream: aclrtStream, mode: c_int) -> aclError, NS => graph::capture_begin;
     fn aclmdlRICaptureEnd(stream: aclrtStream, model_ri: *mut *mut c_void) -> aclError, NS => graph::capture_end;
+    fn aclmdlRICaptureToModelRIBegin(stream: aclrtStream, model_ri: *mut c_void, mode: c_int) -> aclError, NS => graph::capture_to_model_begin;
     fn aclmdlRICaptureGetInfo(stream: aclrtStream, status: *mut c_int, model_ri: *mut *mut c_void) -> aclError, NS => graph::capture_get_info;
     fn aclmdlRICaptureThreadExchangeMode(mode: *mut c_int) -> aclError, NS => graph::capture_exchange_mode;
     fn aclmdlRICaptureTaskGrpBegin(stream: aclrtStream) -> aclError, NS => graph::task_grp_begin;

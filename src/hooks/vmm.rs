@@ -2,7 +2,7 @@
 //! segments), and shareable-handle IPC (whose memory must never move).
 
 use std::ffi::c_void;
-use std::os::raw::c_int;
+use std::os::raw::{c_char, c_int};
 
 use super::Cx;
 use crate::ffi::*;
@@ -120,4 +120,31 @@ pub unsafe fn import_shareable(cx: &Cx, f: unsafe extern "C" fn(u64, i32, *mut a
 
 pub unsafe fn set_pid_shareable(_cx: &Cx, f: unsafe extern "C" fn(u64, *mut i32, usize) -> aclError, s: u64, pid: *mut i32, n: usize) -> aclError {
     f(s, pid, n)
+}
+
+/// A device range exported to other processes: it must never move (tier
+/// mode makes it resident and pins it first).
+pub unsafe fn ipc_export_key(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError, p: *mut c_void, size: usize, key: *mut c_char, len: usize, flags: u64) -> aclError {
+    let dev = current_device();
+    if let Some(code) = cx.note(|e| e.tier_pin_range(dev, p as u64, size as u64)) {
+        return code;
+    }
+    let r = f(p, size, key, len, flags);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.pin(p as u64, size as u64, u3m_core::engine::PinReason::IpcExported));
+    }
+    r
+}
+
+/// Another process's allocation mapped into this one: not u3m's to move.
+pub unsafe fn ipc_import_key(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *const c_char, u64) -> aclError, p: *mut *mut c_void, key: *const c_char, flags: u64) -> aclError {
+    let r = f(p, key, flags);
+    if r == ACL_SUCCESS {
+        cx.note(|e| e.ipc_imported());
+    }
+    r
+}
+
+pub unsafe fn ipc_close(_cx: &Cx, f: unsafe extern "C" fn(*const c_char) -> aclError, key: *const c_char) -> aclError {
+    f(key)
 }

@@ -1,6 +1,8 @@
 //! `u3m`: the command-line program — the sidecar (`stat`, `top`) that reads
-//! the stats segments of running u3m processes, and the runner (`run`).
+//! the stats segments of running u3m processes, the runner (`run`) and the
+//! A/B comparison (`ab`).
 
+mod ab;
 mod collect;
 mod error;
 mod human;
@@ -34,6 +36,8 @@ enum Cmd {
     Top(TopArgs),
     /// Run CMD under libu3m.so, with options turned into U3M_* variables.
     Run(run::RunArgs),
+    /// Run CMD with and without libu3m.so and compare the arms side by side.
+    Ab(ab::AbArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -83,6 +87,7 @@ fn main() -> ExitCode {
         Cmd::Stat(a) => stat::main(&a),
         Cmd::Top(a) => top::main(&a),
         Cmd::Run(a) => run::main(a),
+        Cmd::Ab(a) => ab::main(a),
     };
     match r {
         Ok(code) => code,

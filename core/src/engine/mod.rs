@@ -670,6 +670,28 @@ impl Engine {
         n
     }
 
+    /// tier mode: make [addr, addr+len) resident and keep it so (IPC export).
+    /// Some(code) if that failed.
+    pub fn tier_pin_range(&self, dev: i32, addr: u64, len: u64) -> Option<i32> {
+        self.tier.as_ref()?.pin_range(dev.max(0) as u32, addr, len).err()
+    }
+
+    pub fn ipc_imported(&self) {
+        if let Some(s) = &self.seg {
+            s.event(EventKind::Info, crate::shm::NO_DEVICE as u32, 0, 0, "IPC memory imported (never moved)");
+        }
+    }
+
+    /// aclrtResetDevice: the runtime dropped everything on `dev`.
+    pub fn device_reset(&self, dev: i32) {
+        if let Some(t) = &self.tier {
+            t.forget_device(dev.max(0) as u32);
+        }
+        if let Some(s) = &self.seg {
+            s.event(EventKind::Info, dev_index(dev) as u32, 0, 0, "device reset");
+        }
+    }
+
     /// A launch whose arguments u3m cannot read at all.
     pub fn opaque_launch(&self, dev: i32, _stream: u64) {
         if let Some(s) = &self.seg {

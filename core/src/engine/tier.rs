@@ -994,6 +994,47 @@ impl Tier {
         freed > 0
     }
 
+    /// Makes every managed chunk of [addr, addr+len) resident and pins the
+    /// backings for good (exported memory must stay where it is).
+    pub fn pin_range(&self, dev: u32, addr: u64, len: u64) -> Result<(), i32> {
+        if !self.active() {
+            return Ok(());
+        }
+        let tok = self.prepare(dev, &[Range { addr, len, write: false }], false, Order::Host)?;
+        if let Ok(mut st) = self.st.lock() {
+            for &(id, _) in &tok.chunks {
+                if let Some(b) = st.backings.get_mut(&id) {
+                    b.pinned = true;
+                }
+            }
+        }
+        self.finish(tok, None, true);
+        Ok(())
+    }
+
+    /// aclrtResetDevice: the runtime released everything on `dev`; forget
+    /// those backings without calling it (their memory is already gone).
+    pub fn forget_device(&self, dev: u32) {
+        let Ok(mut st) = self.st.lock() else { return };
+        let ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        for id in ids {
+            if let Some(mut b) = st.backings.remove(&id) {
+                for va in &b.vas {
+                    st.vas.remove(va);
+                }
+                for c in b.chunks.iter_mut() {
+                    if let Some(h) = c.host.take() {
+                        free_host(&mut st, h);
+                    }
+                    c.uses.clear();
+                }
+                self.live.fetch_sub(1, Relaxed);
+            }
+        }
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        st.devs[d] = Dev::new();
+    }
+
     /// At exit: the swap file's private directory goes (the file itself was
     /// unlinked when opened).
     pub fn shutdown(&self) {
