@@ -6,7 +6,7 @@
 #
 #   bench/hooks.sh [--quick] [--no-build] [--no-callgrind] [--reps R] [--mode M] [--out DIR]
 #
-# Not part of the test suite. Takes ~5 minutes on a 2-core machine (--quick: ~1).
+# Not part of the test suite. Takes ~7 minutes on a 2-core machine (--quick: ~2).
 # Raw results stay in DIR (default: a new /tmp/u3m-bench.XXXXXX); the report
 # is DIR/report.md and stdout. See bench/README.md for how to read it.
 set -euo pipefail

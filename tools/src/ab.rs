@@ -39,6 +39,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use u3m_core::config::parse_size;
 
@@ -415,11 +416,26 @@ impl Drop for Scratch {
     }
 }
 
-fn default_lib() -> Result<PathBuf, CliError> {
-    let exe = std::env::current_exe().map_err(|err| CliError::Io { what: "finding the u3m binary", err })?;
-    let exe = exe.canonicalize().unwrap_or(exe);
-    Ok(exe.parent().map(|d| d.join("libu3m.so")).unwrap_or_else(|| PathBuf::from("libu3m.so")))
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
 }
+
+/// Ctrl-C goes to the whole foreground group: the program gets it and ends
+/// (its handler is reset to the default by exec); u3m ab notes it, lets the
+/// program finish, then stops instead of running the remaining arms.
+fn catch_sigint() {
+    // SAFETY: installs a handler that only stores to an atomic.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
+use crate::run::default_lib;
 
 pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
     if a.run.cmd.is_empty() {
@@ -451,6 +467,7 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
         return Ok(ExitCode::SUCCESS);
     }
     let progress = std::io::stderr().is_terminal();
+    catch_sigint();
     let mut outcomes = Vec::new();
     for (i, p) in plans.iter().enumerate() {
         if progress {
@@ -459,6 +476,11 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
         let o = run_arm(p, &a.run.cmd)?;
         if progress {
             eprintln!("{} in {:.1}s", status(&o), o.wall_s);
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            // Ctrl-C reached the program too; stop here, removing the scratch files.
+            eprintln!("u3m: ab interrupted during the {} arm", p.arm.name());
+            return Ok(ExitCode::from(130));
         }
         outcomes.push(o);
     }
@@ -517,7 +539,7 @@ pub fn results(stdout: &str) -> Vec<(String, String)> {
 /// Last value of a `key=value` token on stdout.
 fn fact<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
     let pre = format!("{key}=");
-    stdout.lines().flat_map(str::split_whitespace).filter_map(|t| t.strip_prefix(pre.as_str())).last()
+    stdout.lines().rev().find_map(|l| l.split_whitespace().rev().find_map(|t| t.strip_prefix(pre.as_str())))
 }
 
 /// The ACL error code a failed program reported: "ACL error 207001" (the
@@ -655,7 +677,10 @@ impl Report {
                     }
                 }),
             ),
-            ("final loss", Box::new(|r: &Row| fact(&r.out.stdout, "final_loss").map(str::to_string).unwrap_or_else(dash))),
+            (
+                "final loss",
+                Box::new(|r: &Row| fact(&r.out.stdout, "final_loss").map(str::to_string).unwrap_or_else(dash)),
+            ),
             (
                 "requests served",
                 Box::new(|r: &Row| fact(&r.out.stdout, "requests_served").map(str::to_string).unwrap_or_else(dash)),
@@ -690,16 +715,14 @@ impl Report {
             ("MMU faults (simulator)", Box::new(move |r: &Row| sim(r, &|v| Some(u(v, &["mmu_faults"])?.to_string())))),
             ("wall time", Box::new(|r: &Row| format!("{:.2} s", r.out.wall_s))),
         ];
-        let mut rows = vec![std::iter::once(String::new()).chain(self.rows.iter().map(|r| r.arm.name().into())).collect()];
+        let mut rows =
+            vec![std::iter::once(String::new()).chain(self.rows.iter().map(|r| r.arm.name().into())).collect()];
         for (label, cell) in &lines {
-            rows.push(std::iter::once(label.to_string()).chain(self.rows.iter().map(|r| cell(r))).collect());
+            rows.push(std::iter::once(label.to_string()).chain(self.rows.iter().map(cell)).collect());
         }
         s.push_str(&columns(&rows, ""));
-        let failed: Vec<Vec<String>> = self
-            .rows
-            .iter()
-            .filter_map(|r| Some(vec![format!("{}:", r.arm.name()), last_error(&r.out)?]))
-            .collect();
+        let failed: Vec<Vec<String>> =
+            self.rows.iter().filter_map(|r| Some(vec![format!("{}:", r.arm.name()), last_error(&r.out)?])).collect();
         if !failed.is_empty() {
             s.push('\n');
             s.push_str(&columns(&failed, ""));
@@ -738,8 +761,16 @@ fn arm_json(r: &Row) -> Value {
     let sim = |path: &[&str]| st.and_then(|v| u(v, path));
     let tier = o.summary.as_ref().and_then(|s| s.get("tier")).map(|t| {
         let mut m = Map::new();
-        for k in ["faults_in", "fault_bytes", "evictions", "eviction_bytes", "clean_drops", "to_dram", "to_nvme", "from_nvme"]
-        {
+        for k in [
+            "faults_in",
+            "fault_bytes",
+            "evictions",
+            "eviction_bytes",
+            "clean_drops",
+            "to_dram",
+            "to_nvme",
+            "from_nvme",
+        ] {
             m.insert(k.into(), json!(u(t, &[k])));
         }
         for k in ["to_dram", "to_nvme", "from_nvme"] {
@@ -828,7 +859,7 @@ mod tests {
             assert_eq!(get(i, "X").as_deref(), Some("1"));
             assert_eq!(get(i, "ACLSIM_STATS"), Some(format!("/d/{}.stats.json", a.arms[i].name())));
         }
-        assert!(get(1, "LD_PRELOAD").map_or(true, |v| !v.contains("libu3m")));
+        assert!(!matches!(get(1, "LD_PRELOAD"), Some(v) if v.contains("libu3m")));
         assert_eq!(get(1, "U3M_OVERSUB"), None, "options are for the libu3m.so arms");
         assert!(get(2, "LD_PRELOAD").unwrap().starts_with("/l/libu3m.so"));
         assert_eq!(get(2, "U3M_MODE").as_deref(), Some("tier"));

@@ -168,7 +168,7 @@ impl FromArgMatches for RunArgs {
 }
 
 /// libu3m.so next to the running u3m binary.
-fn default_lib() -> Result<PathBuf, CliError> {
+pub fn default_lib() -> Result<PathBuf, CliError> {
     let exe = std::env::current_exe().map_err(|err| CliError::Io { what: "finding the u3m binary", err })?;
     let exe = exe.canonicalize().unwrap_or(exe);
     Ok(exe.parent().map(|d| d.join("libu3m.so")).unwrap_or_else(|| PathBuf::from("libu3m.so")))

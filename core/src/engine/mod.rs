@@ -117,6 +117,15 @@ fn sat_sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Relaxed, Relaxed, |x| Some(x.saturating_sub(v)));
 }
 
+/// CLOCK_MONOTONIC_COARSE in ns: access times are kept in ~1 ms ticks by
+/// the heat table, so the precise clock (26 ns here) would be wasted.
+#[inline]
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 fn dev_index(dev: i32) -> usize {
     if dev < 0 { 0 } else { (dev as usize).min(MAX_DEVICES - 1) }
 }
@@ -284,20 +293,28 @@ impl Engine {
         let d = dev_index(dev);
         let Some(s) = &self.seg else { return };
         let g = s.device(d);
+        // in tier mode HBM use is physical residency, set by tier_tick
+        let hbm = self.tier.is_none();
         if sign > 0 {
             g.allocs_live.fetch_add(1, Relaxed);
             g.allocs_total.fetch_add(1, Relaxed);
             g.bytes_live.fetch_add(bytes, Relaxed);
             g.bytes_total.fetch_add(bytes, Relaxed);
-            let used = g.used[TIER_HBM].fetch_add(bytes, Relaxed) + bytes;
-            g.peak[TIER_HBM].fetch_max(used, Relaxed);
+            if hbm {
+                let used = g.used[TIER_HBM].fetch_add(bytes, Relaxed) + bytes;
+                g.peak[TIER_HBM].fetch_max(used, Relaxed);
+            }
         } else {
             sat_sub(&g.allocs_live, 1);
             g.frees_total.fetch_add(1, Relaxed);
             sat_sub(&g.bytes_live, bytes);
-            sat_sub(&g.used[TIER_HBM], bytes);
+            if hbm {
+                sat_sub(&g.used[TIER_HBM], bytes);
+            }
         }
-        self.observe_monitor(d);
+        if hbm {
+            self.observe_monitor(d);
+        }
     }
 
     fn observe_monitor(&self, d: usize) {
@@ -307,6 +324,11 @@ impl Engine {
             return;
         }
         let used = s.device(d).used[TIER_HBM].load(Relaxed);
+        self.observe_monitor_used(d, used, cap);
+    }
+
+    fn observe_monitor_used(&self, d: usize, used: u64, cap: u64) {
+        let Some(s) = &self.seg else { return };
         let Ok(mut m) = self.monitors[d].lock() else { return };
         let now = mono_ns();
         if let Some(t) = m.observe(now, used, cap) {
@@ -517,7 +539,7 @@ impl Engine {
 
     fn touch_all(&self, name: &[u8], ranges: &[Range]) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
-        let ns = mono_ns();
+        let ns = coarse_ns();
         let (class, h) = classify(name);
         for r in ranges {
             if r.len > 0 {
@@ -837,37 +859,46 @@ impl Engine {
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
         let Some(t) = &self.tier else { return };
+        let c = t.counters();
+        let (dram_limit, nvme_limit) = t.limits();
         for dev in t.devices() {
             if t.runtime().set_device(dev) != 0 {
                 continue;
             }
             t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high);
-        }
-        if let Some(s) = &self.seg {
-            let c = t.counters();
-            let (dram_limit, nvme_limit) = t.limits();
-            for d in 0..MAX_DEVICES.min(16) {
-                let g = s.device(d);
-                if g.present.load(Relaxed) == 0 {
-                    continue;
-                }
-                let (hbm, dram, nvme) = t.usage(d);
-                let used_hbm = hbm + self.unmanaged[d].load(Relaxed);
-                g.used[TIER_HBM].store(used_hbm, Relaxed);
-                g.peak[TIER_HBM].fetch_max(used_hbm, Relaxed);
-                g.used[1].store(dram, Relaxed);
-                g.used[2].store(nvme, Relaxed);
-                g.capacity[1].store(dram_limit, Relaxed);
-                g.capacity[2].store(nvme_limit, Relaxed);
-                let cap = self.capacity[d].load(Relaxed);
-                g.virtual_capacity.store((cap as f64 * self.cfg.oversub) as u64, Relaxed);
-                if d == 0 {
-                    g.faults_in.store(c.faults_in, Relaxed);
-                    g.fault_bytes.store(c.fault_bytes, Relaxed);
-                    g.evictions.store(c.evictions, Relaxed);
-                    g.eviction_bytes.store(c.eviction_bytes, Relaxed);
-                }
+            let Some(s) = &self.seg else { continue };
+            let Ok((free, total)) = t.runtime().mem_info() else { continue };
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            let g = s.device(d);
+            // physical truth from the runtime: managed chunks and the rest
+            let used_hbm = total.saturating_sub(free);
+            g.used[TIER_HBM].store(used_hbm, Relaxed);
+            g.peak[TIER_HBM].fetch_max(used_hbm, Relaxed);
+            g.capacity[TIER_HBM].store(total, Relaxed);
+            let (_, dram, nvme) = t.usage(d);
+            g.used[1].store(dram, Relaxed);
+            g.peak[1].fetch_max(dram, Relaxed);
+            g.used[2].store(nvme, Relaxed);
+            g.peak[2].fetch_max(nvme, Relaxed);
+            g.capacity[1].store(dram_limit, Relaxed);
+            g.capacity[2].store(nvme_limit, Relaxed);
+            g.virtual_capacity.store((total as f64 * self.cfg.oversub) as u64, Relaxed);
+            // DRAM/NVMe and the traffic counters are process-wide: shown once
+            if d == 0 {
+                g.faults_in.store(c.faults_in, Relaxed);
+                g.fault_bytes.store(c.fault_bytes, Relaxed);
+                g.evictions.store(c.evictions, Relaxed);
+                g.eviction_bytes.store(c.eviction_bytes, Relaxed);
+                g.migrations_in[TIER_HBM].store(c.faults_in, Relaxed);
+                g.migration_bytes_in[TIER_HBM].store(c.fault_bytes, Relaxed);
+                g.migrations_out[TIER_HBM].store(c.evictions, Relaxed);
+                g.migration_bytes_out[TIER_HBM].store(c.eviction_bytes, Relaxed);
+                g.migrations_in[1].store(c.to_dram, Relaxed);
+                g.migrations_in[2].store(c.to_nvme, Relaxed);
+                g.migrations_out[2].store(c.from_nvme, Relaxed);
             }
+            self.capacity[d].store(total, Relaxed);
+            self.observe_monitor_used(d, used_hbm, total);
         }
     }
 

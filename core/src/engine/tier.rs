@@ -541,6 +541,11 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
+        // a call that needs more chunks than the device holds can never run
+        let cap = st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity;
+        if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
+            return Err(E_ALLOC);
+        }
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on E_BUSY let them run, then try again
         let mut tries = 0;
@@ -548,6 +553,13 @@ impl Tier {
             match self.fault_in(&mut st, &need, dev, order) {
                 Ok(()) => break,
                 Err(E_BUSY) if tries < 2000 => {
+                    // copy-ins already issued for this call complete before
+                    // the lock is dropped: the retry sees them as resident
+                    // and issues no wait for them
+                    let d = (dev as usize).min(MAX_DEVICES - 1);
+                    if st.devs[d].stream != 0 {
+                        self.rt.sync_stream(st.devs[d].stream);
+                    }
                     drop(st);
                     std::thread::sleep(std::time::Duration::from_micros(500));
                     st = self.st.lock().map_err(|_| E_ALLOC)?;

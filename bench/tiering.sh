@@ -1,0 +1,508 @@
+#!/usr/bin/env bash
+# bench/tiering.sh — the tiering benchmarks of BENCHMARKS.md ("## Tiering"):
+#   train  mlp_train footprint sweep on a 256 MiB device (real data, checksums)
+#   lora   13B-shaped (8-layer) LoRA and full-Adam traces at 1.5x HBM (phantom)
+#   rag    kv_decode requests served at a latency budget, stock vs u3m
+#   13b    Llama-2-13B-shaped training steps on a 32 GiB 910B4 (phantom)
+# Every run's command, stdout, stderr, ACLSIM_STATS and U3M_SUMMARY go to the
+# output directory; the tables at the end are computed from those files.
+#
+#   bench/tiering.sh                    everything (~30 min on 2 cores)
+#   bench/tiering.sh --quick            fewer footprints and configurations
+#   bench/tiering.sh --only rag,13b     some sections (train,lora,rag,13b)
+#   bench/tiering.sh --full40           also the 40-layer full-Adam 13B step (6.6x HBM, slow)
+#   bench/tiering.sh --out DIR          raw results there (default /tmp/u3m-tiering.XXXXXX)
+#   bench/tiering.sh --no-build         skip cargo build --release --workspace
+#   bench/tiering.sh --report DIR       only print the tables of an earlier run
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=""
+ONLY="train,lora,rag,13b"
+QUICK=0
+BUILD=1
+FULL40=0
+REPORT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        --quick) QUICK=1; shift ;;
+        --no-build) BUILD=0; shift ;;
+        --full40) FULL40=1; shift ;;
+        --report) REPORT=$2; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "tiering.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
+    esac
+done
+
+if [ -z "$REPORT" ]; then
+    if [ "$BUILD" = 1 ]; then
+        (cd "$ROOT" && cargo build --release --workspace >&2)
+    fi
+    [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/u3m-tiering.XXXXXX)
+    mkdir -p "$OUT"
+    echo "tiering.sh: raw results in $OUT" >&2
+else
+    OUT=$REPORT
+fi
+
+exec python3 - "$ROOT" "$OUT" "$ONLY" "$QUICK" "$FULL40" "${REPORT:+report}" <<'PY'
+import json, os, platform, re, shlex, signal, subprocess, sys, threading, time
+
+ROOT, OUT, ONLY, QUICK, FULL40 = sys.argv[1], sys.argv[2], set(sys.argv[3].split(",")), sys.argv[4] == "1", sys.argv[5] == "1"
+REPORT_ONLY = len(sys.argv) > 6 and sys.argv[6] == "report"
+REL = os.path.join(ROOT, "target/release")
+APPS = os.path.join(REL, "acl-apps")
+LIB = os.path.join(REL, "libu3m.so")
+GEN = os.path.join(ROOT, "bench/gen_llama_trace.py")
+MIB, GIB = 1 << 20, 1 << 30
+LINK = 25e9  # ACLSIM_LINK_GBPS default: host<->device bytes/s
+
+def log(msg):
+    print("tiering: " + msg, file=sys.stderr, flush=True)
+
+# ------------------------------------------------------------------ running
+def rel(p):
+    return os.path.relpath(p, ROOT) if p.startswith(ROOT) else p
+
+def run(name, cmd, env, tier=False, timeout=3600):
+    """Runs cmd with a hermetic environment; keeps everything under OUT/name.*"""
+    path = os.path.join(OUT, name)
+    e = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    env = dict(env)
+    env["ACLSIM_STATS"] = path + ".stats.json"
+    if tier:
+        env.setdefault("U3M_MODE", "tier")
+        env["LD_PRELOAD"] = LIB
+        env["U3M_SUMMARY"] = path + ".summary.json"
+    e.update(env)
+    for f in (".stats.json", ".summary.json"):
+        if os.path.exists(path + f):
+            os.unlink(path + f)
+    shown = " ".join("%s=%s" % (k, shlex.quote(rel(v) if k == "LD_PRELOAD" else v))
+                     for k, v in env.items() if k not in ("ACLSIM_STATS", "U3M_SUMMARY"))
+    shown += " " + " ".join(shlex.quote(rel(c)) for c in cmd)
+    log("%-28s %s" % (name, shown))
+    t0 = time.monotonic()
+    with open(path + ".out", "w") as fo, open(path + ".err", "w") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=e, cwd=ROOT, start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL))
+        timer.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        timer.cancel()
+    wall = time.monotonic() - t0
+    rc = os.waitstatus_to_exitcode(status)
+    p.returncode = rc
+    rec = {"name": name, "cmd": shown.strip(), "rc": rc, "wall_s": round(wall, 2), "maxrss_kb": ru.ru_maxrss}
+    json.dump(rec, open(path + ".run.json", "w"), indent=1)
+    return load(name)
+
+def load(name):
+    path = os.path.join(OUT, name)
+    rec = json.load(open(path + ".run.json"))
+    out = open(path + ".out").read()
+    err = open(path + ".err").read()
+    kv = {}
+    for line in out.splitlines():
+        for tok in line.split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                kv.setdefault(k, v) if k == "request" else kv.__setitem__(k, v)
+    rec["kv"] = kv
+    rec["requests"] = re.findall(r"request=(\d+) decoded=(\d+) checksum=([0-9a-f]+)", out)
+    rec["err"] = err
+    rec["e207001"] = "207001" in err
+    for f, k in ((".stats.json", "stats"), (".summary.json", "summary")):
+        try:
+            rec[k] = json.load(open(path + f))
+        except (OSError, ValueError):
+            rec[k] = None
+    st = rec["stats"] or {}
+    rec["sim_ns"] = st.get("sim_ns")
+    rec["mmu"] = st.get("mmu_faults", 0)
+    return rec
+
+def ok(r):
+    return r["rc"] == 0
+
+def tier_counters(r):
+    s = (r.get("summary") or {}).get("tier") or {}
+    return s
+
+def sizes(args):
+    p = subprocess.run([sys.executable, GEN] + args + ["--sizes"], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+def gen(name, args):
+    path = os.path.join(OUT, name + ".trace")
+    subprocess.run([sys.executable, GEN] + args + ["-o", path], check=True)
+    return path
+
+def per_step(r1, r2, s1, s2, f):
+    a, b = f(r1), f(r2)
+    if a is None or b is None:
+        return None
+    return (b - a) / (s2 - s1)
+
+def copy(r, k):
+    st = r.get("stats") or {}
+    return (st.get("copy_bytes") or {}).get(k)
+
+def tc(r, k):
+    return tier_counters(r).get(k)
+
+def fmt_ms(ns):
+    return "—" if ns is None else "%.3f" % (ns / 1e6)
+
+def fmt_b(b):
+    if b is None:
+        return "—"
+    for u, d in (("GiB", GIB), ("MiB", MIB)):
+        if abs(b) >= d:
+            return "%.2f %s" % (b / d, u)
+    return "%d B" % b
+
+def status(r):
+    if ok(r):
+        return "ok"
+    return "fails (207001)" if r["e207001"] else "fails (rc %d)" % r["rc"]
+
+def machine():
+    cpu = ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit, dirty = "?", ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem / GIB, 1), "kernel": platform.release(),
+            "commit": commit + ("+local changes" if dirty else ""), "load": os.getloadavg(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+# ---------------------------------------------------------------- sections
+MLP_HBM = 256 * MIB
+MLP_STEPS = (2, 4)
+
+def sec_train():
+    """mlp_train: footprint sweep at a 256 MiB device, real data."""
+    xs = [1.5, 2] if QUICK else [1.2, 1.5, 2, 3, 4, 6, 8]
+    s1, s2 = (1, 2) if QUICK else MLP_STEPS
+    rows = []
+    base = [os.path.join(APPS, "mlp_train")]
+    # hidden 1024: one layer (weights, grads, Adam m and v: 16 MiB) is a
+    # fine step of the footprint planner, and no single operator needs more
+    # than a few MiB resident
+    cases = [("x%g" % x, x, ["--hidden", "1024"], {}) for x in xs]
+    if not QUICK:
+        # the README demo's model (default planner, widest layers) at 1.5x
+        cases.append(("x1.5-wide", 1.5, [], {}))
+        # DRAM capped below the spill: NVMe carries the rest
+        swap = os.path.join(OUT, "swap")
+        os.makedirs(swap, exist_ok=True)
+        cases.append(("x2-nvme", 2, ["--hidden", "1024"],
+                      {"U3M_DRAM_BYTES": "128M", "U3M_SWAP_DIR": swap, "U3M_SWAP_BYTES": "4G"}))
+        # widest layers at 3x: one ApplyAdam needs more than the whole device
+        cases.append(("x3-wide", 3, [], {}))
+    for tag, x, extra, tenv in cases:
+        fp = "%dM" % int(x * MLP_HBM / MIB)
+        args = ["--footprint", fp] + extra
+        oversub = "%g" % (x + 1)
+        stock = run("train-%s-stock" % tag, base + args + ["--steps", str(s1)], {"ACLSIM_HBM_BYTES": "256M"})
+        u = [run("train-%s-unc-s%d" % (tag, s), base + args + ["--steps", str(s)], {"ACLSIM_HBM_BYTES": "16G"})
+             for s in (s1, s2)]
+        tenv = dict({"ACLSIM_HBM_BYTES": "256M", "U3M_OVERSUB": oversub}, **tenv)
+        t = []
+        for s in (s1, s2):
+            t.append(run("train-%s-tier-s%d" % (tag, s), base + args + ["--steps", str(s)], tenv, tier=True))
+            if not ok(t[-1]):  # (x3-wide) no second run of a failing case
+                t.append(t[-1])
+                break
+        rows.append({"tag": tag, "x": x, "steps": (s1, s2), "stock": stock["name"], "unc": [r["name"] for r in u],
+                     "tier": [r["name"] for r in t]})
+    json.dump(rows, open(os.path.join(OUT, "train.json"), "w"), indent=1)
+
+LORA_SHAPE = ["--preset", "llama2-13b", "--layers", "8", "--seq", "1024", "--batch", "2"]
+
+def sec_lora():
+    """13B-shaped (8 layers) LoRA and full-Adam traces at 1.5x HBM, phantom."""
+    cfgs = [("lora", ["--mode", "lora"]), ("lora-flash", ["--mode", "lora", "--flash"]),
+            ("lora-recompute", ["--mode", "lora", "--recompute"]),
+            # 4x the tokens per step: compute grows, the weights beyond HBM do not
+            ("lora-flash-recompute-8k", ["--mode", "lora", "--flash", "--recompute", "--seq", "2048", "--batch", "4"]),
+            ("full", ["--mode", "full"])]
+    if QUICK:
+        cfgs = cfgs[:1] + cfgs[2:3]
+    s1, s2 = 1, 3
+    rows = []
+    replay = [os.path.join(APPS, "acl_replay"), "--no-verify"]
+    for tag, extra in cfgs:
+        args = LORA_SHAPE + extra
+        sz = sizes(args)
+        F = sz["device_bytes"]
+        H = (int(F / 1.5) + MIB - 1) // MIB * MIB
+        hs = "%dM" % (H // MIB)
+        tr = {s: gen("lora-%s-s%d" % (tag, s), args + ["--steps", str(s)]) for s in (s1, s2)}
+        ph = {"ACLSIM_PRESET": "910b4", "ACLSIM_PHANTOM": "1"}
+        stock = run("lora-%s-stock" % tag, replay + [tr[s1]], dict(ph, ACLSIM_HBM_BYTES=hs))
+        u = [run("lora-%s-unc-s%d" % (tag, s), replay + [tr[s]], dict(ph, ACLSIM_HBM_BYTES="1T")) for s in (s1, s2)]
+        tenv = dict(ph, ACLSIM_HBM_BYTES=hs, U3M_OVERSUB="2", U3M_DRAM_BYTES="64G")
+        t = [run("lora-%s-tier-s%d" % (tag, s), replay + [tr[s]], tenv, tier=True) for s in (s1, s2)]
+        big = dict(ph, ACLSIM_HBM_BYTES="1T", U3M_DRAM_BYTES="64G")
+        tb = [run("lora-%s-tierbig-s%d" % (tag, s), replay + [tr[s]], big, tier=True) for s in (s1, s2)]
+        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": H, "steps": (s1, s2), "stock": stock["name"],
+                     "unc": [r["name"] for r in u], "tier": [r["name"] for r in t], "tierbig": [r["name"] for r in tb]})
+        for s in (s1, s2):
+            os.unlink(tr[s])  # regenerated on demand; tens of kB each, but keep OUT small
+    json.dump(rows, open(os.path.join(OUT, "lora.json"), "w"), indent=1)
+
+RAG_ARGS = ["--heads", "8", "--head-dim", "128", "--prompt", "512", "--decode", "511", "--max-context", "1023"]
+RAG_HBM = "512M"
+RAG_BUDGET_MS = 50.0  # per decode step (time per output token), simulated
+RAG_DECODE = int(RAG_ARGS[RAG_ARGS.index("--decode") + 1])
+
+def sec_rag():
+    kv = [os.path.join(APPS, "kv_decode")]
+    ph = {"ACLSIM_PHANTOM": "1", "ACLSIM_HBM_BYTES": RAG_HBM}
+    # stock capacity: the most requests whose KV fits
+    R = 0
+    for r in range(1, 129):
+        rec = run("rag-stock-r%d" % r, kv + RAG_ARGS + ["--requests", str(r)], ph)
+        if not ok(rec):
+            break
+        R = r
+    R21 = int(2.1 * R + 1e-9)
+    tenv = dict(ph, U3M_OVERSUB="2", U3M_DRAM_BYTES="16G")
+    run("rag-tier-r%d" % R, kv + RAG_ARGS + ["--requests", str(R)], tenv, tier=True)
+
+    def tpot(k):
+        r = run("rag-tier-r%d" % k, kv + RAG_ARGS + ["--requests", str(k)], tenv, tier=True)
+        return float(r["kv"]["sim_ms"]) / RAG_DECODE if ok(r) else float("inf")
+    ks = [R + 1, R21]
+    # the most requests within each budget: binary search between R and 2.1 R
+    # (time per decode step grows with the request count)
+    times = {k: tpot(k) for k in ks}
+    for budget in ([] if QUICK else [2 * float(load("rag-stock-r%d" % R)["kv"]["sim_ms"]) / RAG_DECODE, RAG_BUDGET_MS]):
+        lo, hi = R, R21 + 1  # lo meets the budget (stock time), hi does not (or is past 2.1 R)
+        if times[R21] <= budget:
+            continue
+        hi = R21
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if mid not in times:
+                times[mid] = tpot(mid)
+            if times[mid] <= budget:
+                lo = mid
+            else:
+                hi = mid
+    ks = sorted(times)
+    # correctness at 2.1x, real data (a small model: every request's checksum)
+    small = ["--heads", "8", "--head-dim", "64", "--prompt", "32", "--decode", "8", "--max-context", "2047"]
+    rs = 0
+    for r in range(1, 65):
+        rec = run("ragv-stock-r%d" % r, kv + small + ["--requests", str(r)], {"ACLSIM_HBM_BYTES": "256M"})
+        if not ok(rec):
+            break
+        rs = r
+    k = int(2.1 * rs + 1e-9)
+    run("ragv-unc-r%d" % k, kv + small + ["--requests", str(k)], {"ACLSIM_HBM_BYTES": "4G"})
+    run("ragv-tier-r%d" % k, kv + small + ["--requests", str(k)],
+        {"ACLSIM_HBM_BYTES": "256M", "U3M_OVERSUB": "2.5"}, tier=True)
+    json.dump({"R": R, "R21": R21, "ks": ks, "small_R": rs, "small_k": k}, open(os.path.join(OUT, "rag.json"), "w"),
+              indent=1)
+
+def sec_13b():
+    cfgs = [("lora40", ["--mode", "lora", "--seq", "1024", "--batch", "2"], "2", "64G"),
+            ("full10", ["--mode", "full", "--layers", "10", "--seq", "1024", "--batch", "1"], "2.5", "64G")]
+    if FULL40:
+        cfgs.append(("full40", ["--mode", "full", "--seq", "1024", "--batch", "1"], "7.5", "256G"))
+    if QUICK:
+        cfgs = cfgs[:1]
+    s1, s2 = 1, 2
+    replay = [os.path.join(APPS, "acl_replay"), "--no-verify"]
+    ph = {"ACLSIM_PRESET": "910b4", "ACLSIM_PHANTOM": "1"}
+    rows = []
+    for tag, extra, oversub, dram in cfgs:
+        args = ["--preset", "llama2-13b"] + extra
+        sz = sizes(args)
+        tr = {s: gen("b13-%s-s%d" % (tag, s), args + ["--steps", str(s)]) for s in (s1, s2)}
+        stock = run("b13-%s-stock" % tag, replay + [tr[s1]], ph)
+        u = [run("b13-%s-unc-s%d" % (tag, s), replay + [tr[s]], dict(ph, ACLSIM_HBM_BYTES="1T")) for s in (s1, s2)]
+        tenv = dict(ph, U3M_OVERSUB=oversub, U3M_DRAM_BYTES=dram)
+        t = [run("b13-%s-tier-s%d" % (tag, s), replay + [tr[s]], tenv, tier=True, timeout=7200) for s in (s1, s2)]
+        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": 32 * GIB, "steps": (s1, s2), "stock": stock["name"],
+                     "unc": [r["name"] for r in u], "tier": [r["name"] for r in t], "oversub": oversub, "dram": dram})
+        for s in (s1, s2):
+            os.unlink(tr[s])
+    json.dump(rows, open(os.path.join(OUT, "b13.json"), "w"), indent=1)
+
+# ------------------------------------------------------------------ report
+def table(head, rows):
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(" --- " for _ in head) + "|")
+    for r in rows:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print()
+
+def steady(names, s):
+    r1, r2 = load(names[0]), load(names[1])
+    step = per_step(r1, r2, s[0], s[1], lambda r: r["sim_ns"]) if ok(r1) and ok(r2) else None
+    return r1, r2, step
+
+def rep_train():
+    p = os.path.join(OUT, "train.json")
+    if not os.path.exists(p):
+        return
+    print("### mlp_train footprint sweep (real data, 256 MiB device)\n")
+    rows = []
+    cmds = []
+    for c in json.load(open(p)):
+        st = load(c["stock"])
+        u1, u2, us = steady(c["unc"], c["steps"])
+        t1, t2, ts = steady(c["tier"], c["steps"])
+        fpb = int(u1["kv"].get("footprint_bytes", 0))
+        same = ok(t1) and ok(t2) and t1["kv"].get("checksum") == u1["kv"].get("checksum") and \
+            t2["kv"].get("checksum") == u2["kv"].get("checksum")
+        d = c["steps"][1] - c["steps"][0]
+        h2d = per_step(t1, t2, *c["steps"], lambda r: copy(r, "H2D")) if ts else None
+        d2h = per_step(t1, t2, *c["steps"], lambda r: copy(r, "D2H")) if ts else None
+        u_h2d = per_step(u1, u2, *c["steps"], lambda r: copy(r, "H2D")) if us else 0
+        u_d2h = per_step(u1, u2, *c["steps"], lambda r: copy(r, "D2H")) if us else 0
+        clean = per_step(t1, t2, *c["steps"], lambda r: tc(r, "clean_drops")) if ts else None
+        nv = (tc(t2, "to_nvme") or 0) if ok(t2) else None
+        mmu = max(t1["mmu"] or 0, t2["mmu"] or 0)
+        rows.append([c["tag"], "%.2f×" % (fpb / MLP_HBM), u1["kv"].get("layers", "?") + "×" + u1["kv"].get("hidden", "?"),
+                     status(st), status(t2) if ok(t1) else status(t1), "yes" if same else "**no**", fmt_ms(us), fmt_ms(ts),
+                     "%.1f×" % (ts / us) if ts and us else "—",
+                     fmt_b(h2d - u_h2d) if h2d is not None else "—", fmt_b(d2h - u_d2h) if d2h is not None else "—",
+                     "%.0f" % clean if clean is not None else "—", "—" if nv is None else nv,
+                     "**%d**" % mmu if mmu else 0, "%.0f / %.0f" % (t2["wall_s"], t2["maxrss_kb"] / 1024)])
+        cmds.append((c["tag"], st["cmd"], u2["cmd"], t2["cmd"]))
+    table(["case", "footprint / HBM", "layers×hidden", "stock", "u3m tier", "checksum = unconstrained",
+           "step, unconstrained (sim ms)", "step, u3m (sim ms)", "slowdown", "extra H2D / step", "extra D2H / step",
+           "clean drops / step", "chunks to NVMe", "MMU faults", "u3m run wall s / max RSS MiB"], rows)
+    print("<details><summary>commands</summary>\n\n```sh")
+    for tag, a, b, cc in cmds:
+        print("# %s\n%s\n%s\n%s" % (tag, a, b, cc))
+    print("```\n</details>\n")
+
+def rep_lora(fname, title, label_hbm):
+    p = os.path.join(OUT, fname)
+    if not os.path.exists(p):
+        return
+    print(title + "\n")
+    rows, rows2, cmds = [], [], []
+    for c in json.load(open(p)):
+        F, H = c["sizes"]["device_bytes"], c["hbm"]
+        st = load(c["stock"])
+        u1, u2, us = steady(c["unc"], c["steps"])
+        t1, t2, ts = steady(c["tier"], c["steps"])
+        b = c.get("tierbig")
+        bs = steady(b, c["steps"])[2] if b else None
+        h2d = per_step(t1, t2, *c["steps"], lambda r: copy(r, "H2D")) if ts else None
+        d2h = per_step(t1, t2, *c["steps"], lambda r: copy(r, "D2H")) if ts else None
+        u_h2d = per_step(u1, u2, *c["steps"], lambda r: copy(r, "H2D")) if us else 0
+        u_d2h = per_step(u1, u2, *c["steps"], lambda r: copy(r, "D2H")) if us else 0
+        clean = per_step(t1, t2, *c["steps"], lambda r: tc(r, "clean_drops")) if ts else None
+        drty = per_step(t1, t2, *c["steps"], lambda r: tc(r, "to_dram")) if ts else None
+        # the link-time floor: every byte beyond HBM crosses the link at least
+        # once per step (all of the footprint is touched every step)
+        floor = (F - H) / LINK * 1e9
+        fl = max(0.0, floor / us - 1) if us else None
+        mmu = max(t1["mmu"] or 0, t2["mmu"] or 0)
+        cf = c["sizes"]["config"]
+        rows.append([c["tag"], cf["seq"] * cf["batch"], fmt_b(F), "%.2f×" % (F / H), status(st), status(t2) if ok(t1) else status(t1),
+                     fmt_ms(us), fmt_ms(bs) if b else "—", fmt_ms(ts),
+                     "%+.1f %%" % (100 * (ts / us - 1)) if ts and us else "—",
+                     "%+.1f %%" % (100 * fl) if fl is not None else "—", "**%d**" % mmu if mmu else 0])
+        rows2.append([c["tag"], fmt_b(h2d - u_h2d) if h2d is not None else "—",
+                      fmt_b(d2h - u_d2h) if d2h is not None else "—",
+                      "%.0f" % drty if drty is not None else "—", "%.0f" % clean if clean is not None else "—",
+                      fmt_b(F - H), "%.0f / %.0f" % (t2["wall_s"], t2["maxrss_kb"] / 1024)])
+        cmds.append((c["tag"], "bench/gen_llama_trace.py " + " ".join(c["args"]) + " --steps N -o T.trace",
+                     st["cmd"], u2["cmd"], t2["cmd"]))
+    table(["config", "tokens / step", "footprint", "footprint / HBM", "stock", "u3m tier", "step, unconstrained (sim ms)",
+           "step, u3m with HBM to spare (sim ms)", "step, u3m (sim ms)", "loss vs unconstrained",
+           "floor: (F−HBM)/link vs step", "MMU faults"], rows)
+    table(["config", "H2D / step (u3m)", "D2H / step (u3m)", "dirty evictions / step (2 MiB)",
+           "clean drops / step (2 MiB)", "F − HBM", "u3m run wall s / max RSS MiB"], rows2)
+    print("<details><summary>commands</summary>\n\n```sh")
+    for x in cmds:
+        print("# %s\n%s" % (x[0], "\n".join(x[1:])))
+    print("```\n</details>\n")
+
+def rep_rag():
+    p = os.path.join(OUT, "rag.json")
+    if not os.path.exists(p):
+        return
+    c = json.load(open(p))
+    R, R21 = c["R"], c["R21"]
+    print("### kv_decode: requests served at a latency budget (phantom, %s device)\n" % RAG_HBM)
+    stock = load("rag-stock-r%d" % R)
+    tight = 2 * float(stock["kv"]["sim_ms"]) / RAG_DECODE
+    budgets = [tight, RAG_BUDGET_MS]
+    rows = []
+    def tp(r):
+        return float(r["kv"]["sim_ms"]) / RAG_DECODE if ok(r) else None
+    def row(label, r):
+        t = tp(r)
+        served = int(r["kv"].get("requests_served", 0)) if ok(r) else 0
+        rows.append([label, r["cmd"].split("--requests ")[1].split()[0], status(r), served,
+                     "%.1f" % float(r["kv"]["sim_tokens_per_s"]) if ok(r) else "—",
+                     "%.2f" % t if t is not None else "—"] +
+                    [("yes" if t <= bud else "no") if t is not None else "—" for bud in budgets] +
+                    [fmt_b(tc(r, "fault_bytes")) if r.get("summary") else "—",
+                     fmt_b(tc(r, "eviction_bytes")) if r.get("summary") else "—",
+                     "**%d**" % r["mmu"] if r["mmu"] else 0])
+    row("stock", stock)
+    row("stock", load("rag-stock-r%d" % (R + 1)))
+    ks = [R] + c["ks"]
+    for k in ks:
+        row("u3m tier", load("rag-tier-r%d" % k))
+    table(["runtime", "requests", "status", "served", "sim tokens/s", "sim ms per decode step (TPOT)",
+           "within %.2f ms (2 × stock TPOT)" % tight, "within %.0f ms" % RAG_BUDGET_MS, "u3m copy-in",
+           "u3m copy-out", "MMU faults"], rows)
+    for bud in budgets:
+        best = max([k for k in ks if tp(load("rag-tier-r%d" % k)) is not None and tp(load("rag-tier-r%d" % k)) <= bud] or [0])
+        r = load("rag-tier-r%d" % best) if best else None
+        print("- budget %.2f ms per decode step: stock serves %d requests at %.1f tokens/s; u3m serves %d at %s tokens/s "
+              "(2.1 × stock = %d)." % (bud, R, float(stock["kv"]["sim_tokens_per_s"]), best,
+                                         "%.1f" % float(r["kv"]["sim_tokens_per_s"]) if r else "—", R21))
+    k = c["small_k"]
+    u, t = load("ragv-unc-r%d" % k), load("ragv-tier-r%d" % k)
+    same = ok(u) and ok(t) and u["requests"] == t["requests"] and len(u["requests"]) == k
+    print("\nReal-data check (small model, 256 MiB device): stock fits %d requests; %d requests (2.1×) under u3m: "
+          "%s, served %s, per-request checksums %s the unconstrained run's, MMU faults %d.\n" % (
+              c["small_R"], k, status(t), t["kv"].get("requests_served", "—"), "equal to" if same else "**differ from**",
+              t["mmu"] or 0))
+    print("<details><summary>commands</summary>\n\n```sh")
+    for n in ["rag-stock-r%d" % R, "rag-stock-r%d" % (R + 1)] + ["rag-tier-r%d" % k for k in ks] + \
+            ["ragv-stock-r%d" % c["small_R"], "ragv-stock-r%d" % (c["small_R"] + 1), "ragv-unc-r%d" % k, "ragv-tier-r%d" % k]:
+        print(load(n)["cmd"])
+    print("```\n</details>\n")
+
+def rep_13b():
+    rep_lora("b13.json", "### Llama-2-13B-shaped training step on a 32 GiB 910B4 (phantom)", True)
+
+def report():
+    m = machine()
+    print("Machine: %s, %d cores, %.1f GiB RAM, Linux %s; commit %s; load average %.1f %.1f %.1f; %s.\n" % (
+        m["cpu"], m["cores"], m["ram_gib"], m["kernel"], m["commit"], *m["load"], m["date"]))
+    rep_train()
+    rep_lora("lora.json", "### 13B-shaped training at 1.5 × HBM, 8 layers (phantom, 910B4 rates)", False)
+    rep_rag()
+    rep_13b()
+
+if not REPORT_ONLY:
+    for sec, f in (("train", sec_train), ("lora", sec_lora), ("rag", sec_rag), ("13b", sec_13b)):
+        if sec in ONLY:
+            f()
+report()
+PY
