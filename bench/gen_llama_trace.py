@@ -39,8 +39,12 @@ from one staging buffer, Adam moments are zeroed by memsets.
       --steps 3 -o lora.trace
   gen_llama_trace.py --preset llama2-13b --mode full --layers 8 --sizes
 
---sizes prints the footprint (device bytes, as aclrtMalloc rounds them) as
-JSON instead of writing a trace.
+--sizes prints the footprint as JSON instead of writing a trace:
+requested_bytes (the sum of the A sizes: what the program asks for),
+device_bytes (as the simulated aclrtMalloc takes them: +32 bytes of pad, 2 MiB
+pages above 1 MiB, so a tensor of exactly 20 MiB takes 22), managed_bytes (the
+2 MiB chunks u3m maps for the allocations of 2 MiB and more), by_tag
+(device bytes per tag), ops_per_step, base_params.
 """
 
 import argparse
@@ -366,9 +370,11 @@ def footprint(a):
     for _, _, nb, tag in tr.allocs:
         by[tag] = by.get(tag, 0) + device_bytes(nb)
     total = sum(by.values())
-    managed = sum(device_bytes(nb) for _, _, nb, _ in tr.allocs if nb >= MIB2)
+    requested = sum(nb for _, _, nb, _ in tr.allocs)
+    # what u3m maps for a managed allocation (>= 2 MiB): whole chunks, no pad
+    managed = sum((nb + MIB2 - 1) // MIB2 * MIB2 for _, _, nb, _ in tr.allocs if nb >= MIB2)
     params = sum(x[2] for x in tr.allocs if x[3] == "weight") // 2
-    return {"device_bytes": total, "managed_bytes": managed, "by_tag": by, "allocations": len(tr.allocs),
+    return {"requested_bytes": requested, "device_bytes": total, "managed_bytes": managed, "by_tag": by, "allocations": len(tr.allocs),
             "ops_per_step": tr.ops // a.steps, "base_params": params,
             "config": {k: getattr(a, k) for k in ("preset", "layers", "hidden", "heads", "ffn", "vocab", "seq",
                                                    "batch", "steps", "mode", "lora_rank", "flash", "recompute")}}

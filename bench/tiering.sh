@@ -190,46 +190,58 @@ def machine():
 # ---------------------------------------------------------------- sections
 MLP_HBM = 256 * MIB
 MLP_STEPS = (2, 4)
+REPS = 1 if QUICK else 3  # u3m runs per point: eviction choices depend on real-time event completion
+
+def pair(prefix, steps, cmd_of, env, tier=False, reps=1, timeout=3600):
+    """Runs cmd_of(steps) for both step counts, `reps` times each (stops
+    repeating a point that fails); returns {"s<n>": [run names]}."""
+    res = {}
+    for s in steps:
+        names = []
+        for i in range(reps):
+            r = run("%s-s%d%s" % (prefix, s, "-r%d" % i if reps > 1 else ""), cmd_of(s), env, tier=tier, timeout=timeout)
+            names.append(r["name"])
+            if not ok(r):
+                break
+        res["s%d" % s] = names
+    return res
 
 def sec_train():
     """mlp_train: footprint sweep at a 256 MiB device, real data."""
     xs = [1.5, 2] if QUICK else [1.2, 1.5, 2, 3, 4, 6, 8]
-    s1, s2 = (1, 2) if QUICK else MLP_STEPS
-    rows = []
+    steps = (1, 2) if QUICK else MLP_STEPS
     base = [os.path.join(APPS, "mlp_train")]
-    # hidden 1024: one layer (weights, grads, Adam m and v: 16 MiB) is a
-    # fine step of the footprint planner, and no single operator needs more
-    # than a few MiB resident
-    cases = [("x%g" % x, x, ["--hidden", "1024"], {}) for x in xs]
+    # hidden 1023: a layer (weights, grads, Adam m and v: 16 MiB) is a fine
+    # step of the footprint planner; each 4 MiB tensor takes 2 chunks both on
+    # the stock runtime (+32 bytes of pad still fit) and under u3m; no single
+    # operator needs more than a few MiB resident
+    cases = [("x%g" % x, x, ["--hidden", "1023"], {}) for x in xs]
     if not QUICK:
         # the README demo's model (default planner, widest layers) at 1.5x
         cases.append(("x1.5-wide", 1.5, [], {}))
         # DRAM capped below the spill: NVMe carries the rest
         swap = os.path.join(OUT, "swap")
         os.makedirs(swap, exist_ok=True)
-        cases.append(("x2-nvme", 2, ["--hidden", "1024"],
+        cases.append(("x2-nvme", 2, ["--hidden", "1023"],
                       {"U3M_DRAM_BYTES": "128M", "U3M_SWAP_DIR": swap, "U3M_SWAP_BYTES": "4G"}))
         # widest layers at 3x: one ApplyAdam needs more than the whole device
         cases.append(("x3-wide", 3, [], {}))
+    rows = []
     for tag, x, extra, tenv in cases:
-        fp = "%dM" % int(x * MLP_HBM / MIB)
-        args = ["--footprint", fp] + extra
-        oversub = "%g" % (x + 1)
-        stock = run("train-%s-stock" % tag, base + args + ["--steps", str(s1)], {"ACLSIM_HBM_BYTES": "256M"})
-        u = [run("train-%s-unc-s%d" % (tag, s), base + args + ["--steps", str(s)], {"ACLSIM_HBM_BYTES": "16G"})
-             for s in (s1, s2)]
-        tenv = dict({"ACLSIM_HBM_BYTES": "256M", "U3M_OVERSUB": oversub}, **tenv)
-        t = []
-        for s in (s1, s2):
-            t.append(run("train-%s-tier-s%d" % (tag, s), base + args + ["--steps", str(s)], tenv, tier=True))
-            if not ok(t[-1]):  # (x3-wide) no second run of a failing case
-                t.append(t[-1])
-                break
-        rows.append({"tag": tag, "x": x, "steps": (s1, s2), "stock": stock["name"], "unc": [r["name"] for r in u],
-                     "tier": [r["name"] for r in t]})
+        args = ["--footprint", "%dM" % int(x * MLP_HBM / MIB)] + extra
+        cmd = lambda s, args=args: base + args + ["--steps", str(s)]
+        stock = run("train-%s-stock" % tag, cmd(steps[0]), {"ACLSIM_HBM_BYTES": "256M"})
+        u = pair("train-%s-unc" % tag, steps, cmd, {"ACLSIM_HBM_BYTES": "16G"})
+        tenv = dict({"ACLSIM_HBM_BYTES": "256M", "U3M_OVERSUB": "%g" % (x + 1)}, **tenv)
+        t = pair("train-%s-tier" % tag, steps if tag != "x3-wide" else steps[:1], cmd, tenv, tier=True,
+                 reps=REPS if tag != "x3-wide" else 1)
+        rows.append({"tag": tag, "x": x, "steps": steps, "stock": stock["name"], "unc": u, "tier": t})
     json.dump(rows, open(os.path.join(OUT, "train.json"), "w"), indent=1)
 
 LORA_SHAPE = ["--preset", "llama2-13b", "--layers", "8", "--seq", "1024", "--batch", "2"]
+
+def traces(prefix, args, steps):
+    return {s: gen("%s-s%d" % (prefix, s), args + ["--steps", str(s)]) for s in steps}
 
 def sec_lora():
     """13B-shaped (8 layers) LoRA and full-Adam traces at 1.5x HBM, phantom."""
@@ -239,28 +251,28 @@ def sec_lora():
             ("lora-flash-recompute-8k", ["--mode", "lora", "--flash", "--recompute", "--seq", "2048", "--batch", "4"]),
             ("full", ["--mode", "full"])]
     if QUICK:
-        cfgs = cfgs[:1] + cfgs[2:3]
-    s1, s2 = 1, 3
+        cfgs = cfgs[:1] + cfgs[3:4]
+    steps = (1, 4)
     rows = []
     replay = [os.path.join(APPS, "acl_replay"), "--no-verify"]
     for tag, extra in cfgs:
         args = LORA_SHAPE + extra
         sz = sizes(args)
-        F = sz["device_bytes"]
+        F = sz["requested_bytes"]
         H = (int(F / 1.5) + MIB - 1) // MIB * MIB
         hs = "%dM" % (H // MIB)
-        tr = {s: gen("lora-%s-s%d" % (tag, s), args + ["--steps", str(s)]) for s in (s1, s2)}
+        tr = traces("lora-%s" % tag, args, steps)
+        cmd = lambda s, tr=tr: replay + [tr[s]]
         ph = {"ACLSIM_PRESET": "910b4", "ACLSIM_PHANTOM": "1"}
-        stock = run("lora-%s-stock" % tag, replay + [tr[s1]], dict(ph, ACLSIM_HBM_BYTES=hs))
-        u = [run("lora-%s-unc-s%d" % (tag, s), replay + [tr[s]], dict(ph, ACLSIM_HBM_BYTES="1T")) for s in (s1, s2)]
-        tenv = dict(ph, ACLSIM_HBM_BYTES=hs, U3M_OVERSUB="2", U3M_DRAM_BYTES="64G")
-        t = [run("lora-%s-tier-s%d" % (tag, s), replay + [tr[s]], tenv, tier=True) for s in (s1, s2)]
-        big = dict(ph, ACLSIM_HBM_BYTES="1T", U3M_DRAM_BYTES="64G")
-        tb = [run("lora-%s-tierbig-s%d" % (tag, s), replay + [tr[s]], big, tier=True) for s in (s1, s2)]
-        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": H, "steps": (s1, s2), "stock": stock["name"],
-                     "unc": [r["name"] for r in u], "tier": [r["name"] for r in t], "tierbig": [r["name"] for r in tb]})
-        for s in (s1, s2):
-            os.unlink(tr[s])  # regenerated on demand; tens of kB each, but keep OUT small
+        stock = run("lora-%s-stock" % tag, cmd(steps[0]), dict(ph, ACLSIM_HBM_BYTES=hs))
+        u = pair("lora-%s-unc" % tag, steps, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"))
+        t = pair("lora-%s-tier" % tag, steps, cmd, dict(ph, ACLSIM_HBM_BYTES=hs, U3M_OVERSUB="2", U3M_DRAM_BYTES="64G"),
+                 tier=True, reps=REPS)
+        tb = pair("lora-%s-tierbig" % tag, steps, cmd, dict(ph, ACLSIM_HBM_BYTES="1T", U3M_DRAM_BYTES="64G"), tier=True)
+        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": H, "steps": steps, "stock": stock["name"],
+                     "unc": u, "tier": t, "tierbig": tb})
+        for f in tr.values():
+            os.unlink(f)  # regenerated by the command in the report
     json.dump(rows, open(os.path.join(OUT, "lora.json"), "w"), indent=1)
 
 RAG_ARGS = ["--heads", "8", "--head-dim", "128", "--prompt", "512", "--decode", "511", "--max-context", "1023"]
@@ -320,27 +332,29 @@ def sec_rag():
 
 def sec_13b():
     cfgs = [("lora40", ["--mode", "lora", "--seq", "1024", "--batch", "2"], "2", "64G"),
+            ("lora40-flash-4k", ["--mode", "lora", "--flash", "--seq", "2048", "--batch", "2"], "2", "64G"),
             ("full10", ["--mode", "full", "--layers", "10", "--seq", "1024", "--batch", "1"], "2.5", "64G")]
     if FULL40:
         cfgs.append(("full40", ["--mode", "full", "--seq", "1024", "--batch", "1"], "7.5", "256G"))
     if QUICK:
         cfgs = cfgs[:1]
-    s1, s2 = 1, 2
+    steps = (1, 2)
     replay = [os.path.join(APPS, "acl_replay"), "--no-verify"]
     ph = {"ACLSIM_PRESET": "910b4", "ACLSIM_PHANTOM": "1"}
     rows = []
     for tag, extra, oversub, dram in cfgs:
         args = ["--preset", "llama2-13b"] + extra
         sz = sizes(args)
-        tr = {s: gen("b13-%s-s%d" % (tag, s), args + ["--steps", str(s)]) for s in (s1, s2)}
-        stock = run("b13-%s-stock" % tag, replay + [tr[s1]], ph)
-        u = [run("b13-%s-unc-s%d" % (tag, s), replay + [tr[s]], dict(ph, ACLSIM_HBM_BYTES="1T")) for s in (s1, s2)]
-        tenv = dict(ph, U3M_OVERSUB=oversub, U3M_DRAM_BYTES=dram)
-        t = [run("b13-%s-tier-s%d" % (tag, s), replay + [tr[s]], tenv, tier=True, timeout=7200) for s in (s1, s2)]
-        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": 32 * GIB, "steps": (s1, s2), "stock": stock["name"],
-                     "unc": [r["name"] for r in u], "tier": [r["name"] for r in t], "oversub": oversub, "dram": dram})
-        for s in (s1, s2):
-            os.unlink(tr[s])
+        tr = traces("b13-%s" % tag, args, steps)
+        cmd = lambda s, tr=tr: replay + [tr[s]]
+        stock = run("b13-%s-stock" % tag, cmd(steps[0]), ph)
+        u = pair("b13-%s-unc" % tag, steps, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"))
+        t = pair("b13-%s-tier" % tag, steps, cmd, dict(ph, U3M_OVERSUB=oversub, U3M_DRAM_BYTES=dram), tier=True,
+                 timeout=4 * 3600)
+        rows.append({"tag": tag, "args": args, "sizes": sz, "hbm": 32 * GIB, "steps": steps, "stock": stock["name"],
+                     "unc": u, "tier": t, "oversub": oversub, "dram": dram})
+        for f in tr.values():
+            os.unlink(f)
     json.dump(rows, open(os.path.join(OUT, "b13.json"), "w"), indent=1)
 
 # ------------------------------------------------------------------ report
@@ -351,88 +365,107 @@ def table(head, rows):
         print("| " + " | ".join(str(c) for c in r) + " |")
     print()
 
-def steady(names, s):
-    r1, r2 = load(names[0]), load(names[1])
-    step = per_step(r1, r2, s[0], s[1], lambda r: r["sim_ns"]) if ok(r1) and ok(r2) else None
-    return r1, r2, step
+def steady(runs, steps):
+    """runs: {"s<a>": names, "s<b>": names}. Per-step figures from the
+    difference between the two step counts (start-up cancels); with several
+    repetitions the i-th runs are paired and the median step is reported."""
+    s1, s2 = steps
+    a = [load(n) for n in runs["s%d" % s1]]
+    b = [load(n) for n in runs.get("s%d" % s2, [])]
+    res = {"r1": a[0], "r2": b[0] if b else a[0], "ok": bool(b) and all(ok(r) for r in a + b),
+           "mmu": max((r["mmu"] or 0) for r in a + b), "all": a + b}
+    res["checksums"] = (set(r["kv"].get("checksum") for r in a), set(r["kv"].get("checksum") for r in b))
+    if not res["ok"]:
+        res["step"] = None
+        return res
+    st = sorted((y["sim_ns"] - x["sim_ns"]) / (s2 - s1) for x, y in zip(a, b))
+    res["step"] = st[len(st) // 2]
+    res["spread"] = (st[0], st[-1]) if len(st) > 1 else None
+    d = lambda f: per_step(a[0], b[0], s1, s2, f)
+    res["h2d"] = d(lambda r: copy(r, "H2D"))
+    res["d2h"] = d(lambda r: copy(r, "D2H"))
+    res["clean"] = d(lambda r: tc(r, "clean_drops")) if a[0].get("summary") else None
+    res["dirty"] = d(lambda r: tc(r, "to_dram") + tc(r, "to_nvme")) if a[0].get("summary") else None
+    return res
+
+def fmt_step(r):
+    if r["step"] is None:
+        return "—"
+    t = fmt_ms(r["step"])
+    if r.get("spread"):
+        t += " (%s–%s)" % (fmt_ms(r["spread"][0]), fmt_ms(r["spread"][1]))
+    return t
+
+def pct(x, y):
+    return "%+.1f %%" % (100 * (x / y - 1)) if x is not None and y else "—"
+
+def mmu_cell(*rs):
+    m = max(r["mmu"] for r in rs)
+    return "**%d**" % m if m else "0"
+
+def run_status(r):
+    bad = [x for x in r["all"] if not ok(x)]
+    return status(bad[0]) if bad else "ok"
 
 def rep_train():
     p = os.path.join(OUT, "train.json")
     if not os.path.exists(p):
         return
     print("### mlp_train footprint sweep (real data, 256 MiB device)\n")
-    rows = []
-    cmds = []
+    rows, cmds = [], []
     for c in json.load(open(p)):
         st = load(c["stock"])
-        u1, u2, us = steady(c["unc"], c["steps"])
-        t1, t2, ts = steady(c["tier"], c["steps"])
-        fpb = int(u1["kv"].get("footprint_bytes", 0))
-        same = ok(t1) and ok(t2) and t1["kv"].get("checksum") == u1["kv"].get("checksum") and \
-            t2["kv"].get("checksum") == u2["kv"].get("checksum")
-        d = c["steps"][1] - c["steps"][0]
-        h2d = per_step(t1, t2, *c["steps"], lambda r: copy(r, "H2D")) if ts else None
-        d2h = per_step(t1, t2, *c["steps"], lambda r: copy(r, "D2H")) if ts else None
-        u_h2d = per_step(u1, u2, *c["steps"], lambda r: copy(r, "H2D")) if us else 0
-        u_d2h = per_step(u1, u2, *c["steps"], lambda r: copy(r, "D2H")) if us else 0
-        clean = per_step(t1, t2, *c["steps"], lambda r: tc(r, "clean_drops")) if ts else None
-        nv = (tc(t2, "to_nvme") or 0) if ok(t2) else None
-        mmu = max(t1["mmu"] or 0, t2["mmu"] or 0)
-        rows.append([c["tag"], "%.2f×" % (fpb / MLP_HBM), u1["kv"].get("layers", "?") + "×" + u1["kv"].get("hidden", "?"),
-                     status(st), status(t2) if ok(t1) else status(t1), "yes" if same else "**no**", fmt_ms(us), fmt_ms(ts),
-                     "%.1f×" % (ts / us) if ts and us else "—",
-                     fmt_b(h2d - u_h2d) if h2d is not None else "—", fmt_b(d2h - u_d2h) if d2h is not None else "—",
-                     "%.0f" % clean if clean is not None else "—", "—" if nv is None else nv,
-                     "**%d**" % mmu if mmu else 0, "%.0f / %.0f" % (t2["wall_s"], t2["maxrss_kb"] / 1024)])
-        cmds.append((c["tag"], st["cmd"], u2["cmd"], t2["cmd"]))
-    table(["case", "footprint / HBM", "layers×hidden", "stock", "u3m tier", "checksum = unconstrained",
-           "step, unconstrained (sim ms)", "step, u3m (sim ms)", "slowdown", "extra H2D / step", "extra D2H / step",
-           "clean drops / step", "chunks to NVMe", "MMU faults", "u3m run wall s / max RSS MiB"], rows)
+        u, t = steady(c["unc"], c["steps"]), steady(c["tier"], c["steps"])
+        req = (u["r1"]["stats"] or {}).get("allocs", {}).get("malloc_bytes", 0)
+        same = t["ok"] and u["ok"] and all(len(x) == 1 for x in t["checksums"]) and t["checksums"] == u["checksums"]
+        extra = lambda k: fmt_b(t[k] - u[k]) if t["step"] is not None else "—"
+        nv = tc(t["r2"], "to_nvme") if t["ok"] else None
+        rows.append([c["tag"], u["r1"]["kv"].get("layers", "?") + "×" + u["r1"]["kv"].get("hidden", "?"),
+                     "%.2f×" % (req / MLP_HBM), status(st), run_status(t), "yes" if same else "**no**",
+                     fmt_ms(u["step"]), fmt_step(t), "%.1f×" % (t["step"] / u["step"]) if t["step"] and u["step"] else "—",
+                     extra("h2d"), extra("d2h"), "%.0f" % t["clean"] if t["step"] is not None else "—",
+                     "—" if nv is None else nv, mmu_cell(t),
+                     "%.0f / %.0f" % (t["r2"]["wall_s"], t["r2"]["maxrss_kb"] / 1024)])
+        cmds.append((c["tag"], st["cmd"], u["r2"]["cmd"], t["r2"]["cmd"]))
+    table(["case", "layers×hidden", "footprint / HBM", "stock", "u3m tier", "checksum = unconstrained",
+           "step, unconstrained (sim ms)", "step, u3m (sim ms, median (min–max))", "slowdown",
+           "extra H2D / step", "extra D2H / step", "clean drops / step", "chunks to NVMe", "MMU faults",
+           "u3m run: wall s / max RSS MiB"], rows)
     print("<details><summary>commands</summary>\n\n```sh")
-    for tag, a, b, cc in cmds:
-        print("# %s\n%s\n%s\n%s" % (tag, a, b, cc))
+    for x in cmds:
+        print("# %s\n%s" % (x[0], "\n".join(x[1:])))
     print("```\n</details>\n")
 
-def rep_lora(fname, title, label_hbm):
+def rep_lora(fname, title):
     p = os.path.join(OUT, fname)
     if not os.path.exists(p):
         return
     print(title + "\n")
     rows, rows2, cmds = [], [], []
     for c in json.load(open(p)):
-        F, H = c["sizes"]["device_bytes"], c["hbm"]
+        F, H = c["sizes"]["requested_bytes"], c["hbm"]
         st = load(c["stock"])
-        u1, u2, us = steady(c["unc"], c["steps"])
-        t1, t2, ts = steady(c["tier"], c["steps"])
-        b = c.get("tierbig")
-        bs = steady(b, c["steps"])[2] if b else None
-        h2d = per_step(t1, t2, *c["steps"], lambda r: copy(r, "H2D")) if ts else None
-        d2h = per_step(t1, t2, *c["steps"], lambda r: copy(r, "D2H")) if ts else None
-        u_h2d = per_step(u1, u2, *c["steps"], lambda r: copy(r, "H2D")) if us else 0
-        u_d2h = per_step(u1, u2, *c["steps"], lambda r: copy(r, "D2H")) if us else 0
-        clean = per_step(t1, t2, *c["steps"], lambda r: tc(r, "clean_drops")) if ts else None
-        drty = per_step(t1, t2, *c["steps"], lambda r: tc(r, "to_dram")) if ts else None
+        u, t = steady(c["unc"], c["steps"]), steady(c["tier"], c["steps"])
+        tb = steady(c["tierbig"], c["steps"]) if c.get("tierbig") else None
         # the link-time floor: every byte beyond HBM crosses the link at least
-        # once per step (all of the footprint is touched every step)
+        # once per step (the whole footprint is touched every step)
         floor = (F - H) / LINK * 1e9
-        fl = max(0.0, floor / us - 1) if us else None
-        mmu = max(t1["mmu"] or 0, t2["mmu"] or 0)
         cf = c["sizes"]["config"]
-        rows.append([c["tag"], cf["seq"] * cf["batch"], fmt_b(F), "%.2f×" % (F / H), status(st), status(t2) if ok(t1) else status(t1),
-                     fmt_ms(us), fmt_ms(bs) if b else "—", fmt_ms(ts),
-                     "%+.1f %%" % (100 * (ts / us - 1)) if ts and us else "—",
-                     "%+.1f %%" % (100 * fl) if fl is not None else "—", "**%d**" % mmu if mmu else 0])
-        rows2.append([c["tag"], fmt_b(h2d - u_h2d) if h2d is not None else "—",
-                      fmt_b(d2h - u_d2h) if d2h is not None else "—",
-                      "%.0f" % drty if drty is not None else "—", "%.0f" % clean if clean is not None else "—",
-                      fmt_b(F - H), "%.0f / %.0f" % (t2["wall_s"], t2["maxrss_kb"] / 1024)])
-        cmds.append((c["tag"], "bench/gen_llama_trace.py " + " ".join(c["args"]) + " --steps N -o T.trace",
-                     st["cmd"], u2["cmd"], t2["cmd"]))
-    table(["config", "tokens / step", "footprint", "footprint / HBM", "stock", "u3m tier", "step, unconstrained (sim ms)",
-           "step, u3m with HBM to spare (sim ms)", "step, u3m (sim ms)", "loss vs unconstrained",
-           "floor: (F−HBM)/link vs step", "MMU faults"], rows)
+        rows.append([c["tag"], cf["seq"] * cf["batch"], fmt_b(F), "%.2f×" % (F / H), status(st), run_status(t),
+                     fmt_ms(u["step"]), fmt_ms(tb["step"]) if tb else "—", fmt_step(t), pct(t["step"], u["step"]),
+                     "%+.1f %%" % (100 * max(0.0, floor / u["step"] - 1)) if u["step"] else "—", mmu_cell(t)])
+        rows2.append([c["tag"], fmt_b(t.get("h2d")), fmt_b(t.get("d2h")),
+                      "%.0f" % t["dirty"] if t.get("dirty") is not None else "—",
+                      "%.0f" % t["clean"] if t.get("clean") is not None else "—", fmt_b(F - H),
+                      "%.0f / %.0f" % (t["r2"]["wall_s"], t["r2"]["maxrss_kb"] / 1024)])
+        cmds.append((c["tag"], "bench/gen_llama_trace.py " + " ".join(c["args"]) + " --steps %d -o T.trace" % c["steps"][1],
+                     st["cmd"], u["r2"]["cmd"], t["r2"]["cmd"]))
+    table(["config", "tokens / step", "footprint", "footprint / HBM", "stock", "u3m tier",
+           "step, unconstrained (sim ms)", "step, u3m with HBM to spare (sim ms)",
+           "step, u3m (sim ms, median (min–max))", "u3m vs unconstrained", "floor: (F − HBM) / link vs step",
+           "MMU faults"], rows)
     table(["config", "H2D / step (u3m)", "D2H / step (u3m)", "dirty evictions / step (2 MiB)",
-           "clean drops / step (2 MiB)", "F − HBM", "u3m run wall s / max RSS MiB"], rows2)
+           "clean drops / step (2 MiB)", "F − HBM", "u3m run: wall s / max RSS MiB"], rows2)
     print("<details><summary>commands</summary>\n\n```sh")
     for x in cmds:
         print("# %s\n%s" % (x[0], "\n".join(x[1:])))
@@ -488,17 +521,14 @@ def rep_rag():
         print(load(n)["cmd"])
     print("```\n</details>\n")
 
-def rep_13b():
-    rep_lora("b13.json", "### Llama-2-13B-shaped training step on a 32 GiB 910B4 (phantom)", True)
-
 def report():
     m = machine()
     print("Machine: %s, %d cores, %.1f GiB RAM, Linux %s; commit %s; load average %.1f %.1f %.1f; %s.\n" % (
         m["cpu"], m["cores"], m["ram_gib"], m["kernel"], m["commit"], *m["load"], m["date"]))
     rep_train()
-    rep_lora("lora.json", "### 13B-shaped training at 1.5 × HBM, 8 layers (phantom, 910B4 rates)", False)
+    rep_lora("lora.json", "### 13B-shaped training at 1.5 × HBM, 8 layers (phantom, 910B4 rates)")
     rep_rag()
-    rep_13b()
+    rep_lora("b13.json", "### Llama-2-13B-shaped training step on a 32 GiB 910B4 (phantom)")
 
 if not REPORT_ONLY:
     for sec, f in (("train", sec_train), ("lora", sec_lora), ("rag", sec_rag), ("13b", sec_13b)):

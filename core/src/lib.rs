@@ -8,6 +8,7 @@ pub mod config;
 pub mod engine;
 pub mod heat;
 pub mod opclass;
+pub mod plan;
 pub mod monitor;
 pub mod shm;
 pub mod tier;

@@ -7,6 +7,7 @@ mod collect;
 mod error;
 mod human;
 mod json;
+mod plan;
 mod run;
 mod stat;
 mod table;
@@ -38,6 +39,8 @@ enum Cmd {
     Run(run::RunArgs),
     /// Run CMD with and without libu3m.so and compare the arms side by side.
     Ab(ab::AbArgs),
+    /// Size a model's weights, gradients, optimizer states, activations and KV cache, and whether they fit HBM / DRAM / NVMe.
+    Plan(plan::PlanArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Cmd::Top(a) => top::main(&a),
         Cmd::Run(a) => run::main(a),
         Cmd::Ab(a) => ab::main(a),
+        Cmd::Plan(a) => plan::main(&a),
     };
     match r {
         Ok(code) => code,
