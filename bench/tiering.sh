@@ -453,6 +453,7 @@ def rep_lora(fname, title):
         cf = c["sizes"]["config"]
         rows.append([c["tag"], cf["seq"] * cf["batch"], fmt_b(F), "%.2f×" % (F / H), status(st), run_status(t),
                      fmt_ms(u["step"]), fmt_ms(tb["step"]) if tb else "—", fmt_step(t), pct(t["step"], u["step"]),
+                     pct(t["r2"]["sim_ns"], u["r2"]["sim_ns"]) if t["ok"] else "—",
                      "%+.1f %%" % (100 * max(0.0, floor / u["step"] - 1)) if u["step"] else "—", mmu_cell(t)])
         rows2.append([c["tag"], fmt_b(t.get("h2d")), fmt_b(t.get("d2h")),
                       "%.0f" % t["dirty"] if t.get("dirty") is not None else "—",
@@ -462,7 +463,8 @@ def rep_lora(fname, title):
                      st["cmd"], u["r2"]["cmd"], t["r2"]["cmd"]))
     table(["config", "tokens / step", "footprint", "footprint / HBM", "stock", "u3m tier",
            "step, unconstrained (sim ms)", "step, u3m with HBM to spare (sim ms)",
-           "step, u3m (sim ms, median (min–max))", "u3m vs unconstrained", "floor: (F − HBM) / link vs step",
+           "step, u3m (sim ms, median (min–max))", "u3m vs unconstrained, per step",
+           "u3m vs unconstrained, whole run (weight load + most steps)", "floor: (F − HBM) / link vs step",
            "MMU faults"], rows)
     table(["config", "H2D / step (u3m)", "D2H / step (u3m)", "dirty evictions / step (2 MiB)",
            "clean drops / step (2 MiB)", "F − HBM", "u3m run: wall s / max RSS MiB"], rows2)

@@ -63,6 +63,10 @@ fn mlp_train_at_1_5x_hbm_matches_an_unconstrained_run() {
     assert!(r.fact("checksum").is_some());
     assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
     assert!(s["tier"]["faults_in"].as_u64().unwrap() > 0);
+    // the other eviction order moves different chunks, with the same result
+    let (r, _) = tier("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M"), ("U3M_POLICY", "lru")]);
+    assert_clean(&r, 128 * MIB, "mlp_train (lru)");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
 }
 
 #[test]

@@ -198,6 +198,10 @@ impl Engine {
     /// Starts the background thread that publishes the hottest ranges. Called
     /// by the library once the engine has its final ('static) address.
     pub fn start_background(&'static self) {
+        if let Some(t) = &self.tier {
+            // eviction asks the heat table; the engine now has its final address
+            t.set_heat_fn(Box::new(move |va| self.heat.chunk_info(va).map(|c| c.heat(coarse_ns())).unwrap_or(0.0)));
+        }
         if self.seg.is_some() || self.tier.is_some() {
             self.publisher.start(self);
         }
@@ -861,6 +865,8 @@ impl Engine {
         let Some(t) = &self.tier else { return };
         let c = t.counters();
         let (dram_limit, nvme_limit) = t.limits();
+        // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
+        t.spill_dram(0.02);
         for dev in t.devices() {
             if t.runtime().set_device(dev) != 0 {
                 continue;

@@ -125,8 +125,25 @@ pub struct TierCounters {
     pub spill_errors: u64,
 }
 
+/// Which resident chunk leaves HBM first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// least recently used first
+    Lru,
+    /// the seed's heat (accesses/s × log2(1+refcount) / MiB) coldest first,
+    /// least recently used among equals
+    SeedHeat,
+}
+
+/// Heat of the chunk at a device VA (from the engine's heat table).
+pub type HeatFn = Box<dyn Fn(u64) -> f64 + Send + Sync>;
+
 pub struct Tier {
     rt: &'static dyn Runtime,
+    policy: Policy,
+    heat: std::sync::OnceLock<HeatFn>,
+    /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
+    ssd_rate: u64,
     st: Mutex<State>,
     min_bytes: u64,
     oversub: f64,
@@ -193,6 +210,9 @@ impl Tier {
         let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
         Ok(Tier {
             rt,
+            policy: if cfg.policy == "lru" { Policy::Lru } else { Policy::SeedHeat },
+            heat: std::sync::OnceLock::new(),
+            ssd_rate: cfg.ssd_rate.max(1),
             st: Mutex::new(State {
                 backings: HashMap::new(),
                 next_id: 1,
@@ -223,6 +243,15 @@ impl Tier {
             overwrites: AtomicU64::new(0),
             spill_errors: AtomicU64::new(0),
         })
+    }
+
+    /// Where eviction asks a chunk's heat (set once the engine is in place).
+    pub fn set_heat_fn(&self, f: HeatFn) {
+        let _ = self.heat.set(f);
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
     }
 
     pub fn counters(&self) -> TierCounters {
@@ -798,6 +827,11 @@ impl Tier {
     /// nothing can move.
     fn evict_one(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<bool, i32> {
         let mut cands: Vec<(u64, u64, u32)> = Vec::new(); // (last, id, idx)
+        let mut heats: Vec<f64> = Vec::new();
+        let heat = match self.policy {
+            Policy::SeedHeat => self.heat.get(),
+            Policy::Lru => None,
+        };
         for (&id, b) in st.backings.iter() {
             if b.dev != dev || b.pinned {
                 continue;
@@ -805,13 +839,23 @@ impl Tier {
             for (i, c) in b.chunks.iter().enumerate() {
                 if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
                     cands.push((c.last, id, i as u32));
+                    if let Some(h) = heat {
+                        heats.push(b.vas.first().map(|va| h(va + i as u64 * CHUNK)).unwrap_or(0.0));
+                    }
                 }
             }
         }
         if cands.is_empty() {
             return Ok(false);
         }
-        cands.sort_unstable();
+        if heats.len() == cands.len() {
+            // coldest first; least recently used among equal heat
+            let mut order: Vec<usize> = (0..cands.len()).collect();
+            order.sort_unstable_by(|&a, &b| heats[a].total_cmp(&heats[b]).then(cands[a].0.cmp(&cands[b].0)));
+            cands = order.into_iter().map(|k| cands[k]).collect();
+        } else {
+            cands.sort_unstable();
+        }
         // prefer a chunk whose uses are complete; else wait for the oldest
         let mut pick = None;
         for &(_, id, i) in cands.iter().take(64) {
@@ -1045,6 +1089,67 @@ impl Tier {
         }
         let d = (dev as usize).min(MAX_DEVICES - 1);
         st.devs[d] = Dev::new();
+    }
+
+    /// Background spill, the seed's emergency path: while DRAM is above 95 %
+    /// of its limit, chunks that live only in DRAM (least recently used
+    /// first) move to NVMe, at most `ssd_rate` × `dt_s` bytes per call.
+    /// Returns the chunks moved.
+    pub fn spill_dram(&self, dt_s: f64) -> u32 {
+        let Ok(mut st) = self.st.lock() else { return 0 };
+        if st.nvme.is_none() || (st.dram.used() as f64) <= 0.95 * self.dram_limit as f64 {
+            return 0;
+        }
+        let budget = (self.ssd_rate as f64 * dt_s).max(CHUNK as f64) as u64;
+        let mut cands: Vec<(u64, u64, u32)> = Vec::new();
+        for (&id, b) in st.backings.iter() {
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.phys == 0 && c.pins == 0 && matches!(c.host, Some(Host::Dram(_))) {
+                    cands.push((c.last, id, i as u32));
+                }
+            }
+        }
+        cands.sort_unstable();
+        let (mut moved, mut bytes) = (0u32, 0u64);
+        for (_, id, i) in cands {
+            if bytes >= budget || (st.dram.used() as f64) <= 0.90 * self.dram_limit as f64 {
+                break;
+            }
+            let Some(Host::Dram(ds)) = st.backings.get_mut(&id).and_then(|b| b.chunks[i as usize].host.take()) else {
+                continue;
+            };
+            let slot = st.nvme.as_mut().map(|n| n.alloc(CHUNK));
+            let ok = match slot {
+                Some(Ok(ns)) => {
+                    let src = unsafe { std::slice::from_raw_parts(ds.ptr as *const u8, CHUNK as usize) };
+                    match st.nvme.as_mut().map(|n| n.write(&ns, src)) {
+                        Some(Ok(())) => {
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Nvme(ns));
+                            true
+                        }
+                        _ => {
+                            if let Some(n) = st.nvme.as_mut() {
+                                let _ = n.free(ns);
+                            }
+                            false
+                        }
+                    }
+                }
+                _ => false,
+            };
+            if ok {
+                let _ = st.dram.free(ds);
+                self.to_nvme.fetch_add(1, Relaxed);
+                moved += 1;
+                bytes += CHUNK;
+            } else {
+                // disk full or I/O error: the data stays in DRAM
+                self.spill_errors.fetch_add(1, Relaxed);
+                st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(ds));
+                break;
+            }
+        }
+        moved
     }
 
     /// At exit: the swap file's private directory goes (the file itself was
