@@ -566,22 +566,27 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.device(d).ops.fetch_add(1, Relaxed);
         }
-        if let Some(rec) = &self.rec {
-            let mut ins = [TraceRange::default(); MAX_OP_RANGES];
-            let mut outs = [TraceRange::default(); MAX_OP_RANGES];
-            let (mut ni, mut no) = (0, 0);
-            for r in ranges {
-                let t = TraceRange { addr: r.addr, bytes: r.len };
-                if r.write {
-                    outs[no] = t;
-                    no += 1;
-                } else {
-                    ins[ni] = t;
-                    ni += 1;
-                }
+        self.record_op(d, stream, name, ranges, flops);
+    }
+
+    /// An operator event in the trace: read ranges are inputs, written ones
+    /// outputs.
+    fn record_op(&self, d: usize, stream: u64, name: &[u8], ranges: &[Range], flops: Option<u64>) {
+        let Some(rec) = &self.rec else { return };
+        let mut ins = [TraceRange::default(); MAX_OP_RANGES];
+        let mut outs = [TraceRange::default(); MAX_OP_RANGES];
+        let (mut ni, mut no) = (0, 0);
+        for r in ranges.iter().take(MAX_OP_RANGES) {
+            let t = TraceRange { addr: r.addr, bytes: r.len };
+            if r.write {
+                outs[no] = t;
+                no += 1;
+            } else {
+                ins[ni] = t;
+                ni += 1;
             }
-            rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops });
         }
+        rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops });
     }
 
     pub fn collective(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range]) {
@@ -592,16 +597,7 @@ impl Engine {
             g.collectives.fetch_add(1, Relaxed);
             g.collective_bytes.fetch_add(ranges.iter().map(|r| r.len).sum(), Relaxed);
         }
-        if let Some(rec) = &self.rec {
-            let mut ins = [TraceRange::default(); MAX_OP_RANGES];
-            let mut outs = [TraceRange::default(); MAX_OP_RANGES];
-            let (mut ni, mut no) = (0, 0);
-            for r in ranges {
-                if r.write { outs[no] = TraceRange { addr: r.addr, bytes: r.len }; no += 1; }
-                else { ins[ni] = TraceRange { addr: r.addr, bytes: r.len }; ni += 1; }
-            }
-            rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops: None });
-        }
+        self.record_op(d, stream, name, ranges, None);
     }
 
     /// A copy; `kind` is the aclrtMemcpyKind the program passed.
@@ -659,17 +655,7 @@ impl Engine {
     /// device allocations are treated as accesses (read and written).
     pub fn kernel_args(&self, dev: i32, stream: u64, blob: &[u8]) {
         let mut rs = [Range::ZERO; MAX_OP_RANGES];
-        let mut n = 0;
-        for w in blob.chunks_exact(8) {
-            let v = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-            if v == 0 || n == MAX_OP_RANGES {
-                continue;
-            }
-            if let Some((_, base, len)) = self.heat.lookup(v) {
-                rs[n] = Range { addr: v, len: base + len - v, write: true };
-                n += 1;
-            }
-        }
+        let n = self.kernel_ranges(blob, &mut rs);
         if let Some(s) = &self.seg {
             s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
         }
