@@ -108,6 +108,8 @@ struct State {
     /// Host slots no longer needed that an issued copy-in may still be
     /// reading: given back only after u3m's streams are synchronised.
     pending_free: Vec<Host>,
+    /// An event an eviction must see complete (waited for without the lock).
+    wait_for: Option<u64>,
 }
 
 /// Figures for the stats segment and tests.
@@ -225,6 +227,7 @@ impl Tier {
                 clock: 0,
                 recently_freed: std::collections::VecDeque::new(),
                 pending_free: Vec::new(),
+                wait_for: None,
             }),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
@@ -589,8 +592,15 @@ impl Tier {
                     if st.devs[d].stream != 0 {
                         self.rt.sync_stream(st.devs[d].stream);
                     }
+                    let wait = st.wait_for.take();
                     drop(st);
-                    std::thread::sleep(std::time::Duration::from_micros(500));
+                    match wait {
+                        // the oldest use of the coldest chunk: wait for it unlocked
+                        Some(ev) => {
+                            self.rt.sync_event(ev);
+                        }
+                        None => std::thread::sleep(std::time::Duration::from_micros(500)),
+                    }
                     st = self.st.lock().map_err(|_| E_ALLOC)?;
                     tries += 1;
                 }
@@ -868,12 +878,13 @@ impl Tier {
         let (id, i) = match pick {
             Some(p) => p,
             None => {
+                // Every candidate is still in use. Never wait for the device
+                // while holding the lock: a stream may be blocked on work the
+                // host has yet to issue (an HCCL peer), and issuing it needs
+                // this lock. The caller drops the lock and waits (E_BUSY).
                 let (_, id, i) = cands[0];
-                let evs: Vec<u64> = st.backings[&id].chunks[i as usize].uses.iter().map(|u| u.1).collect();
-                for ev in evs {
-                    self.rt.sync_event(ev);
-                }
-                (id, i)
+                st.wait_for = st.backings[&id].chunks[i as usize].uses.first().map(|u| u.1);
+                return Err(E_BUSY);
             }
         };
         self.evict(st, id, i)?;
