@@ -453,13 +453,14 @@ def rep_train():
         rows.append([c["tag"], u["r1"]["kv"].get("layers", "?") + "×" + u["r1"]["kv"].get("hidden", "?"),
                      "%.2f×" % (req / MLP_HBM), status(st), run_status(t), ("yes" if same else "**no**") if t["ok"] else "—",
                      fmt_ms(u["step"]), fmt_step(t), "%.1f×" % (t["step"] / u["step"]) if t["step"] and u["step"] else "—",
+                     "%.1f×" % max(1.0, (req - MLP_HBM) / LINK * 1e9 / u["step"]) if u["step"] else "—",
                      extra("h2d"), extra("d2h"), "%.0f" % t["clean"] if t["step"] is not None else "—",
                      "—" if nv is None else nv, mmu_cell(t),
                      "%.0f / %.0f" % (t["r2"]["wall_s"], t["r2"]["maxrss_kb"] / 1024)])
         cmds.append((c["tag"], st["cmd"], u["r2"]["cmd"], t["r2"]["cmd"]))
     table(["case", "layers×hidden", "footprint / HBM", "stock", "u3m tier", "checksum = unconstrained",
            "step, unconstrained (sim ms)", "step, u3m (sim ms, median (min–max))", "slowdown",
-           "extra H2D / step", "extra D2H / step", "clean drops / step", "chunks to NVMe", "MMU faults",
+           "floor: (F − HBM) / link vs step", "extra H2D / step", "extra D2H / step", "clean drops / step", "chunks to NVMe", "MMU faults",
            "u3m run: wall s / max RSS MiB"], rows)
     print("<details><summary>commands</summary>\n\n```sh")
     for x in cmds:
@@ -474,7 +475,7 @@ def host_per_move(t, u):
     n = (s.get("tier") or {}).get("faults_in", 0) + (s.get("tier") or {}).get("evictions", 0)
     return "%.0f" % ((t["wall_s"] - u["wall_s"]) / n * 1e6) if n and ok(t) else "—"
 
-def rep_lora(fname, title):
+def rep_lora(fname, title, tiers=False):
     p = os.path.join(OUT, fname)
     if not os.path.exists(p):
         return
@@ -516,6 +517,24 @@ def rep_lora(fname, title):
     table(["config", "policy", "H2D / step (u3m)", "D2H / step (u3m)", "dirty evictions / step (2 MiB)",
            "clean drops / step (2 MiB)", "F − HBM", "u3m run: wall s / max RSS MiB",
            "host time per chunk moved (µs)", "managed chunks"], rows2)
+    if tiers:
+        rows3 = []
+        for c in json.load(open(p)):
+            for key, pol in (("tier", "seed-heat"), ("tierlru", "lru")):
+                if key not in c:
+                    continue
+                t = steady(c[key], c["steps"])["r2"]
+                sm = tier_counters(t)
+                if not sm:
+                    continue
+                rows3.append([c["tag"], pol, c["steps"][1], "%d / %s" % (sm["faults_in"], fmt_b(sm["fault_bytes"])),
+                              "%d / %s" % (sm["evictions"], fmt_b(sm["eviction_bytes"])),
+                              sm["to_dram"], sm["to_nvme"], sm["from_nvme"], sm["clean_drops"],
+                              fmt_b(copy(t, "H2D")), fmt_b(copy(t, "D2H"))])
+        print("Per tier, whole run (U3M_SUMMARY; ACLSIM_STATS for the link), weight load included:\n")
+        table(["config", "policy", "steps", "fault-ins: chunks / bytes (DRAM or NVMe → HBM)",
+               "evictions: chunks / bytes copied out", "copied out to DRAM (chunks)", "to NVMe (chunks)",
+               "NVMe → HBM (chunks)", "clean drops (chunks, nothing copied)", "H2D on the link", "D2H on the link"], rows3)
     print("<details><summary>commands</summary>\n\n```sh")
     for x in cmds:
         print("# %s\n%s" % (x[0], "\n".join(x[1:])))
@@ -583,7 +602,7 @@ def report():
     rep_train()
     rep_lora("lora.json", "### 13B-shaped training at 1.5 × HBM, 8 layers (phantom, 910B4 rates)")
     rep_rag()
-    rep_lora("b13.json", "### Llama-2-13B-shaped training step on a 32 GiB 910B4 (phantom)")
+    rep_lora("b13.json", "### Llama-2-13B-shaped training step on a 32 GiB 910B4 (phantom)", tiers=True)
 
 if not REPORT_ONLY:
     json.dump(machine(), open(os.path.join(OUT, "machine.json"), "w"), indent=1)

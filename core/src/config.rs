@@ -201,11 +201,11 @@ impl Config {
             if v.is_empty() { None } else { Some(PathBuf::from(v)) }
         };
         let policy = get("U3M_POLICY");
-        if policy.trim() == "predictive" {
+        if policy.trim() == "predictive" && !crate::policy::LIBRARY_POLICIES.contains(&"predictive") {
             return Err(err("U3M_POLICY", "'predictive' is not implemented yet (it arrives with the prediction issue)".into()));
         }
-        if !["seed-heat", "lru"].contains(&policy.trim()) {
-            return Err(err("U3M_POLICY", format!("'{policy}' is not seed-heat or lru")));
+        if !crate::policy::LIBRARY_POLICIES.contains(&policy.trim()) {
+            return Err(err("U3M_POLICY", format!("'{policy}' is not one of {}", crate::policy::LIBRARY_POLICIES.join(", "))));
         }
         let hbm_low = num("U3M_HBM_LOW", 0.0, 1.0)?;
         let hbm_high = num("U3M_HBM_HIGH", 0.0, 1.0)?;

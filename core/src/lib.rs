@@ -9,6 +9,7 @@ pub mod engine;
 pub mod heat;
 pub mod opclass;
 pub mod plan;
+pub mod policy;
 pub mod monitor;
 pub mod shm;
 pub mod tier;

@@ -111,7 +111,7 @@ pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_s
     } else {
         &ranges[..n]
     };
-    let r = super::around(cx, dev, stream as u64, tier_ranges, false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
+    let r = super::around(cx, u3m_core::opclass::classify_bytes(name).0, dev, stream as u64, tier_ranges, false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
     if r == 0 {
         cx.note(|e| {
             e.count_aclnn_launch();

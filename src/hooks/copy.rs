@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 
 use super::{around, Cx};
+use u3m_core::opclass::OpClass;
 use crate::ffi::*;
 use crate::init::current_device;
 use u3m_core::engine::Range;
@@ -44,7 +45,7 @@ unsafe fn note_copy(cx: &Cx, stream: aclrtStream, kind: c_int, dst: u64, dspan: 
 unsafe fn one(cx: &Cx, s: aclrtStream, sync: bool, kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64, call: impl FnOnce() -> aclError) -> aclError {
     let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
     let dev = current_device();
-    let r = around(cx, dev, s as u64, &rs[..n], true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs[..n], true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS && bytes > 0 {
         note_copy(cx, s, kind, dst, dspan, src, sspan, bytes);
     }
@@ -72,7 +73,7 @@ pub unsafe fn memcpy_2d(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *co
     let (ds, ss) = (span(dp, w, h), span(sp, w, h));
     let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
     let dev = current_device();
-    let r = around(cx, dev, 0, &rs[..n], dp == w, true, || f(dst, dp, src, sp, w, h, kind), |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, 0, &rs[..n], dp == w, true, || f(dst, dp, src, sp, w, h, kind), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_copy(cx, std::ptr::null_mut(), kind, dst as u64, ds, src as u64, ss, (w as u64) * (h as u64));
     }
@@ -83,7 +84,7 @@ pub unsafe fn memcpy_2d_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usiz
     let (ds, ss) = (span(dp, w, h), span(sp, w, h));
     let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
     let dev = current_device();
-    let r = around(cx, dev, s as u64, &rs[..n], dp == w, false, || f(dst, dp, src, sp, w, h, kind, s), |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs[..n], dp == w, false, || f(dst, dp, src, sp, w, h, kind, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_copy(cx, s, kind, dst as u64, ds, src as u64, ss, (w as u64) * (h as u64));
     }
@@ -139,7 +140,7 @@ unsafe fn note_batch(cx: &Cx, s: aclrtStream, dsts: *mut *mut c_void, srcs: *mut
 pub unsafe fn memcpy_batch(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut *mut c_void, *mut usize, usize, *mut aclrtMemcpyBatchAttr, *mut usize, usize, *mut usize) -> aclError, dsts: *mut *mut c_void, dmaxs: *mut usize, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize, fail: *mut usize) -> aclError {
     let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
     let dev = current_device();
-    let r = around(cx, dev, 0, &rs, true, true, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail), |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, 0, &rs, true, true, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_batch(cx, std::ptr::null_mut(), dsts, srcs, sizes, n, attrs, idx, nattrs);
     }
@@ -149,7 +150,7 @@ pub unsafe fn memcpy_batch(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *m
 pub unsafe fn memcpy_batch_async(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *mut usize, *mut *mut c_void, *mut usize, usize, *mut aclrtMemcpyBatchAttr, *mut usize, usize, *mut usize, aclrtStream) -> aclError, dsts: *mut *mut c_void, dmaxs: *mut usize, srcs: *mut *mut c_void, sizes: *mut usize, n: usize, attrs: *mut aclrtMemcpyBatchAttr, idx: *mut usize, nattrs: usize, fail: *mut usize, s: aclrtStream) -> aclError {
     let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
     let dev = current_device();
-    let r = around(cx, dev, s as u64, &rs, true, false, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail, s), |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs, true, false, || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         note_batch(cx, s, dsts, srcs, sizes, n, attrs, idx, nattrs);
     }
@@ -159,7 +160,7 @@ pub unsafe fn memcpy_batch_async(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_vo
 unsafe fn set(cx: &Cx, s: aclrtStream, sync: bool, p: *mut c_void, bytes: u64, call: impl FnOnce() -> aclError) -> aclError {
     let dev = current_device();
     let rs = [Range { addr: p as u64, len: bytes, write: true }];
-    let r = around(cx, dev, s as u64, &rs, true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs, true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS && bytes > 0 {
         cx.note(|e| e.memset(dev, s as u64, p as u64, bytes));
     }
@@ -186,7 +187,7 @@ pub unsafe fn memset_d32_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usi
 pub unsafe fn cmo_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, c_int, aclrtStream) -> aclError, p: *mut c_void, size: usize, ty: c_int, s: aclrtStream) -> aclError {
     let dev = current_device();
     let rs = [Range { addr: p as u64, len: size as u64, write: false }];
-    let r = around(cx, dev, s as u64, &rs, false, false, || f(p, size, ty, s), |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs, false, false, || f(p, size, ty, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         cx.note(|e| e.op(dev, s as u64, b"CmoAsync", &rs, None));
     }
@@ -206,7 +207,7 @@ pub unsafe fn value_wait(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, u64, u32,
 unsafe fn word(cx: &Cx, name: &[u8], write: bool, p: *mut c_void, s: aclrtStream, call: impl FnOnce() -> aclError) -> aclError {
     let dev = current_device();
     let rs = [Range { addr: p as u64, len: 8, write }];
-    let r = around(cx, dev, s as u64, &rs, false, false, call, |r| *r == ACL_SUCCESS, |e| e);
+    let r = around(cx, OpClass::Layout, dev, s as u64, &rs, false, false, call, |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         cx.note(|e| e.op(dev, s as u64, name, &rs, None));
     }

@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::os::raw::{c_char, c_int};
 
 use super::Cx;
+use u3m_core::opclass::OpClass;
 use crate::ffi::*;
 use crate::init::current_device;
 use crate::real::RealFn;
@@ -65,7 +66,7 @@ pub unsafe fn ri_execute_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, acl
     // everything the graph touches is resident before each replay
     let ranges = cx.note(|e| e.graph_ranges(ri as u64));
     let dev = current_device();
-    let r = super::around(cx, dev, s as u64, &ranges, false, false, || f(ri, s), |r| *r == ACL_SUCCESS, |e| e);
+    let r = super::around(cx, OpClass::Other, dev, s as u64, &ranges, false, false, || f(ri, s), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         let dev = current_device();
         cx.note(|e| e.graph_replay(dev, s as u64, ri as u64));
@@ -76,7 +77,7 @@ pub unsafe fn ri_execute_async(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, acl
 pub unsafe fn ri_execute(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, i32) -> aclError, ri: *mut c_void, timeout: i32) -> aclError {
     let ranges = cx.note(|e| e.graph_ranges(ri as u64));
     let dev = current_device();
-    let r = super::around(cx, dev, 0, &ranges, false, true, || f(ri, timeout), |r| *r == ACL_SUCCESS, |e| e);
+    let r = super::around(cx, OpClass::Other, dev, 0, &ranges, false, true, || f(ri, timeout), |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS {
         let dev = current_device();
         cx.note(|e| e.graph_replay(dev, 0, ri as u64));

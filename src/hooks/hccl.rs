@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 
 use super::Cx;
+use u3m_core::opclass::OpClass;
 use crate::ffi::*;
 use crate::init::current_device;
 use u3m_core::engine::{PinReason, Range};
@@ -30,7 +31,7 @@ unsafe fn note(cx: &Cx, name: &[u8], stream: aclrtStream, ranges: &[Range]) {
 unsafe fn coll(cx: &Cx, name: &[u8], stream: aclrtStream, ranges: &[Range], call: impl FnOnce() -> HcclResult) -> HcclResult {
     let dev = current_device();
     // HCCL reports its own codes; a residency failure is an HCCL memory error
-    let rc = super::around(cx, dev, stream as u64, ranges, false, false, call, |r| *r == 0, |_| 3 /* HCCL_E_MEMORY */);
+    let rc = super::around(cx, OpClass::Communication, dev, stream as u64, ranges, false, false, call, |r| *r == 0, |_| 3 /* HCCL_E_MEMORY */);
     if rc == 0 {
         note(cx, name, stream, ranges);
     }

@@ -7,6 +7,7 @@
 use std::ffi::c_void;
 
 use super::Cx;
+use u3m_core::opclass::OpClass;
 use crate::ffi::*;
 use crate::init::current_device;
 
@@ -32,7 +33,7 @@ where
         n = cx.note(|e| e.kernel_ranges(words, &mut ranges));
     }
     let dev = current_device();
-    let r = super::around(cx, dev, s as u64, &ranges[..n], false, false, call, |r| *r == ok, R::from);
+    let r = super::around(cx, OpClass::Other, dev, s as u64, &ranges[..n], false, false, call, |r| *r == ok, R::from);
     if r == ok {
         scan(cx, s, args, size);
     }

@@ -9,6 +9,7 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use u3m_core::opclass::OpClass;
 use crate::guard::Guard;
 use crate::real::RealFn;
 use u3m_core::engine::Engine;
@@ -66,13 +67,14 @@ pub fn enter(id: HookId) -> Option<Cx> {
     Some(Cx { eng, _guard: guard })
 }
 
-/// Runs `call` inside tier mode's residency protocol: every managed chunk
+/// Runs `call` (an operation of `class`) inside tier mode's residency protocol: every managed chunk
 /// `ranges` touch is resident (and pinned) before it, its use is recorded
 /// after. Outside tier mode this is just `call()`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub fn around<R>(
     cx: &Cx,
+    class: OpClass,
     dev: i32,
     stream: u64,
     ranges: &[u3m_core::engine::Range],
@@ -83,7 +85,7 @@ pub fn around<R>(
     fail: impl Fn(i32) -> R,
 ) -> R {
     use u3m_core::engine::Prep;
-    let p = cx.note(|e| e.tier_prepare(dev, stream, ranges, overwrite, sync));
+    let p = cx.note(|e| e.tier_prepare(dev, class as u8, stream, ranges, overwrite, sync));
     if let Prep::Fail(code) = p {
         return fail(code);
     }

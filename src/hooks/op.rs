@@ -7,6 +7,7 @@ use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::Cx;
+use u3m_core::opclass::OpClass;
 use crate::ffi::*;
 use crate::init::current_device;
 use crate::real::RealFn;
@@ -98,7 +99,8 @@ unsafe fn launch(cx: &Cx, op_type: *const c_char, nin: c_int, ins: *const *const
     buffers(ins, nin, false, &mut ranges, &mut n);
     buffers(outs, nout, true, &mut ranges, &mut n);
     let dev = current_device();
-    let r = super::around(cx, dev, stream as u64, &ranges[..n], false, false, call, |r| *r == ACL_SUCCESS, |e| e);
+    let class = if op_type.is_null() { OpClass::Other } else { u3m_core::opclass::classify_bytes(CStr::from_ptr(op_type).to_bytes()).0 };
+    let r = super::around(cx, class, dev, stream as u64, &ranges[..n], false, false, call, |r| *r == ACL_SUCCESS, |e| e);
     if r == ACL_SUCCESS && !op_type.is_null() {
         let name = CStr::from_ptr(op_type).to_bytes();
         let flops = attr_flops(attr);

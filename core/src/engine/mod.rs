@@ -818,13 +818,13 @@ impl Engine {
 
     /// Before a call that touches `ranges` on `stream` (0 = default stream;
     /// `sync`: the call completes before it returns).
-    pub fn tier_prepare(&self, dev: i32, stream: u64, ranges: &[Range], overwrite: bool, sync: bool) -> Prep {
+    pub fn tier_prepare(&self, dev: i32, class: u8, stream: u64, ranges: &[Range], overwrite: bool, sync: bool) -> Prep {
         let Some(t) = &self.tier else { return Prep::Pass };
         if !t.active() {
             return Prep::Pass;
         }
         let order = if sync || self.is_capturing(stream) { Order::Host } else { Order::Stream(stream) };
-        match t.prepare(dev.max(0) as u32, ranges, overwrite, order) {
+        match t.prepare(dev.max(0) as u32, class, ranges, overwrite, order) {
             Ok(tok) => Prep::Go(tok),
             Err(e) => Prep::Fail(e),
         }

@@ -24,6 +24,7 @@ use std::sync::Mutex;
 use super::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
+use crate::policy::{Cand, HeatFn, Placement};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
 use crate::tier::TierError;
@@ -127,23 +128,9 @@ pub struct TierCounters {
     pub spill_errors: u64,
 }
 
-/// Which resident chunk leaves HBM first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    /// least recently used first
-    Lru,
-    /// the seed's heat (accesses/s × log2(1+refcount) / MiB) coldest first,
-    /// least recently used among equals
-    SeedHeat,
-}
-
-/// Heat of the chunk at a device VA (from the engine's heat table).
-pub type HeatFn = Box<dyn Fn(u64) -> f64 + Send + Sync>;
-
 pub struct Tier {
     rt: &'static dyn Runtime,
-    policy: Policy,
-    heat: std::sync::OnceLock<HeatFn>,
+    policy: Box<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
     st: Mutex<State>,
@@ -199,8 +186,15 @@ fn round_up(v: u64, a: u64) -> u64 {
 }
 
 impl Tier {
-    /// `rt` lives for the process (libu3m leaks it).
+    /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
     pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Tier, String> {
+        let policy = crate::policy::by_name(&cfg.policy).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
+        Tier::with_policy(rt, cfg, policy)
+    }
+
+    /// With a policy object of the caller's (`u3m replay` passes policies
+    /// that need the trace's future).
+    pub fn with_policy(rt: &'static dyn Runtime, cfg: &Config, policy: Box<dyn Placement>) -> Result<Tier, String> {
         let dram_limit = if cfg.dram_bytes == 0 { physical_ram() / 2 } else { cfg.dram_bytes };
         let dram = DramTier::new(dram_limit, 256 << 20, Box::new(RtHost(rt)) as Box<dyn HostAllocator>);
         let nvme = match &cfg.swap_dir {
@@ -212,8 +206,7 @@ impl Tier {
         let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
         Ok(Tier {
             rt,
-            policy: if cfg.policy == "lru" { Policy::Lru } else { Policy::SeedHeat },
-            heat: std::sync::OnceLock::new(),
+            policy,
             ssd_rate: cfg.ssd_rate.max(1),
             st: Mutex::new(State {
                 backings: HashMap::new(),
@@ -250,11 +243,16 @@ impl Tier {
 
     /// Where eviction asks a chunk's heat (set once the engine is in place).
     pub fn set_heat_fn(&self, f: HeatFn) {
-        let _ = self.heat.set(f);
+        self.policy.set_heat_fn(f);
     }
 
-    pub fn policy(&self) -> Policy {
-        self.policy
+    pub fn policy(&self) -> &dyn Placement {
+        &*self.policy
+    }
+
+    /// The engine's logical clock (one tick per tracked call).
+    pub fn now(&self) -> u64 {
+        self.st.lock().map(|st| st.clock).unwrap_or(0)
     }
 
     pub fn counters(&self) -> TierCounters {
@@ -398,6 +396,11 @@ impl Tier {
     /// Gives back every chunk's memory (and, for Malloc, the VA).
     fn release_backing(&self, st: &mut State, mut b: Backing, release_va: bool) {
         let d = (b.dev as usize).min(MAX_DEVICES - 1);
+        if !b.vas.is_empty() {
+            for i in 0..b.chunks.len() as u32 {
+                self.policy.on_free(chunk_key(&b, 0, i));
+            }
+        }
         // copies of ours that may still read or write these chunks
         if st.devs[d].stream != 0 {
             self.rt.sync_stream(st.devs[d].stream);
@@ -539,7 +542,8 @@ impl Tier {
     /// Before a call touching `ranges`: every chunk they cover is resident
     /// and pinned. `overwrite`: write ranges replace whole chunks' contents
     /// (copies, memsets), so those chunks need no copy-in.
-    pub fn prepare(&self, dev: u32, ranges: &[Range], overwrite: bool, order: Order) -> Result<Token, i32> {
+    /// `class`: the operator class of the call (OpClass as u8), for the policy.
+    pub fn prepare(&self, dev: u32, class: u8, ranges: &[Range], overwrite: bool, order: Order) -> Result<Token, i32> {
         let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
         let mut need: Vec<(u64, u32, bool)> = Vec::new();
         let mut tok = Token::default();
@@ -610,11 +614,18 @@ impl Tier {
         }
         st.clock += 1;
         let clock = st.clock;
+        let mut keys = Vec::with_capacity(tok.chunks.len());
         for &(id, i) in &tok.chunks {
-            if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
-                c.pins += 1;
-                c.last = clock;
+            if let Some(b) = st.backings.get_mut(&id) {
+                keys.push(chunk_key(b, id, i));
+                if let Some(c) = b.chunks.get_mut(i as usize) {
+                    c.pins += 1;
+                    c.last = clock;
+                }
             }
+        }
+        if keys.len() == tok.writes.len() {
+            self.policy.on_access(clock, class, &keys, &tok.writes);
         }
         Ok(tok)
     }
@@ -836,36 +847,25 @@ impl Tier {
     /// Evicts the least recently used evictable chunk of `dev`. Ok(false):
     /// nothing can move.
     fn evict_one(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<bool, i32> {
-        let mut cands: Vec<(u64, u64, u32)> = Vec::new(); // (last, id, idx)
-        let mut heats: Vec<f64> = Vec::new();
-        let heat = match self.policy {
-            Policy::SeedHeat => self.heat.get(),
-            Policy::Lru => None,
-        };
+        let mut cands: Vec<Cand> = Vec::new();
+        let mut at: HashMap<u64, (u64, u32)> = HashMap::new();
         for (&id, b) in st.backings.iter() {
             if b.dev != dev || b.pinned {
                 continue;
             }
             for (i, c) in b.chunks.iter().enumerate() {
                 if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
-                    cands.push((c.last, id, i as u32));
-                    if let Some(h) = heat {
-                        heats.push(b.vas.first().map(|va| h(va + i as u64 * CHUNK)).unwrap_or(0.0));
-                    }
+                    let key = chunk_key(b, id, i as u32);
+                    cands.push(Cand { key, last: c.last, dirty: c.dirty || c.host.is_none() });
+                    at.insert(key, (id, i as u32));
                 }
             }
         }
         if cands.is_empty() {
             return Ok(false);
         }
-        if heats.len() == cands.len() {
-            // coldest first; least recently used among equal heat
-            let mut order: Vec<usize> = (0..cands.len()).collect();
-            order.sort_unstable_by(|&a, &b| heats[a].total_cmp(&heats[b]).then(cands[a].0.cmp(&cands[b].0)));
-            cands = order.into_iter().map(|k| cands[k]).collect();
-        } else {
-            cands.sort_unstable();
-        }
+        self.policy.order(st.clock, &mut cands);
+        let cands: Vec<(u64, u64, u32)> = cands.iter().map(|c| (c.last, at[&c.key].0, at[&c.key].1)).collect();
         // prefer a chunk whose uses are complete; else wait for the oldest
         let mut pick = None;
         for &(_, id, i) in cands.iter().take(64) {
@@ -1067,7 +1067,7 @@ impl Tier {
         if !self.active() {
             return Ok(());
         }
-        let tok = self.prepare(dev, &[Range { addr, len, write: false }], false, Order::Host)?;
+        let tok = self.prepare(dev, crate::opclass::OpClass::Other as u8, &[Range { addr, len, write: false }], false, Order::Host)?;
         if let Ok(mut st) = self.st.lock() {
             for &(id, _) in &tok.chunks {
                 if let Some(b) = st.backings.get_mut(&id) {
@@ -1219,6 +1219,15 @@ fn id_of(h: u64) -> Option<u64> {
         Some((h & 0x0000_00ff_ffff_fffe) >> 1)
     } else {
         None
+    }
+}
+
+/// The policy's name for chunk `i` of backing `id`: the device VA of its
+/// first mapping, else (a VMM handle mapped nowhere) a key above every VA.
+fn chunk_key(b: &Backing, id: u64, i: u32) -> u64 {
+    match b.vas.first() {
+        Some(va) => va + i as u64 * CHUNK,
+        None => (1 << 63) | (id << 24) | i as u64,
     }
 }
 

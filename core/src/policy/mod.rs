@@ -1,0 +1,94 @@
+//! Placement policies: which resident chunk leaves HBM first, which chunk
+//! should come back before it is needed, and — for evaluation — which chunks
+//! the policy expects to be touched soon. One interface, two drivers: the
+//! tiering engine inside libu3m.so and `u3m replay` call the same objects.
+//!
+//! Time is logical: `now` is the engine's access counter (one tick per
+//! tracked call: operator, copy, memset, collective, graph replay), so the
+//! same trace gives the same decisions in both drivers. Keys are chunk keys
+//! (`chunk_key`): the device VA of the chunk's first mapping, or a synthetic
+//! key for a chunk of a VMM handle that is mapped nowhere.
+//!
+//! The engine calls a policy with its residency lock held: implementations
+//! keep their own state behind an uncontended lock and must never call back
+//! into the engine.
+
+mod lru;
+mod seed_heat;
+
+pub use lru::Lru;
+pub use seed_heat::SeedHeat;
+
+/// Heat of the chunk at a device VA (from the engine's heat table).
+pub type HeatFn = Box<dyn Fn(u64) -> f64 + Send + Sync>;
+
+/// A resident chunk the engine could evict.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cand {
+    pub key: u64,
+    /// Logical time of its latest use.
+    pub last: u64,
+    /// Written since its host copy was made (evicting it costs a copy-out).
+    pub dirty: bool,
+}
+
+/// Where a policy would like a chunk to live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Hbm,
+    Dram,
+    Nvme,
+}
+
+pub trait Placement: Send + Sync {
+    /// The name U3M_POLICY and `u3m replay --policy` use.
+    fn name(&self) -> &'static str;
+
+    /// A call of operator class `class` (OpClass as u8) touched `keys` at
+    /// logical time `now`; `writes[k]` says whether it wrote `keys[k]`.
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]);
+
+    /// The chunk's memory was freed (its key may be reused).
+    fn on_free(&self, _key: u64) {}
+
+    /// Orders eviction candidates in place: the first leaves HBM first.
+    fn order(&self, now: u64, cands: &mut [Cand]);
+
+    /// Whether the policy expects `key` to be accessed within the next `w`
+    /// logical ticks after `now` (prefetch; precision and recall).
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool;
+
+    /// Where the policy would place `key` now (None: no opinion, the engine
+    /// decides by pressure). Drives the background prefetch and the choice
+    /// between DRAM and NVMe for an evicted chunk.
+    fn place(&self, _now: u64, _key: u64) -> Option<Place> {
+        None
+    }
+
+    /// Periodic work with wall-clock seconds since the engine started
+    /// (recalibration); `resident_fraction` = managed HBM bytes in use /
+    /// managed HBM bytes available, for policies that steer by it.
+    fn tick(&self, _secs: f64, _resident_fraction: f64) {}
+
+    /// Where eviction can ask the heat of a chunk (set once the engine's
+    /// heat table is in place); policies that do not use heat ignore it.
+    fn set_heat_fn(&self, _f: HeatFn) {}
+}
+
+/// The policies U3M_POLICY accepts for the library (belady needs the future
+/// and exists only in `u3m replay`).
+pub const LIBRARY_POLICIES: &[&str] = &["seed-heat", "lru"];
+
+/// A policy by name, for the library's U3M_POLICY.
+pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
+    match name {
+        "lru" => Some(Box::new(Lru)),
+        "seed-heat" => Some(Box::new(SeedHeat::new())),
+        _ => None,
+    }
+}
+
+/// Least recently used first (ties: the lower key).
+pub(crate) fn lru_order(cands: &mut [Cand]) {
+    cands.sort_unstable_by(|a, b| a.last.cmp(&b.last).then(a.key.cmp(&b.key)));
+}
