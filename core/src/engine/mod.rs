@@ -86,6 +86,8 @@ pub struct Engine {
     seq: AtomicU64,
     streams: SmallIds,
     pid: u32,
+    /// mono_ns() when the engine started (policy ticks count from it).
+    started_ns: u64,
     aclnn_launches: AtomicU64,
     tensors: AtomicU64,
     cut_ranges: AtomicU64,
@@ -177,6 +179,7 @@ impl Engine {
             seq: AtomicU64::new(0),
             streams: SmallIds::new(),
             pid: std::process::id(),
+            started_ns: mono_ns(),
             aclnn_launches: AtomicU64::new(0),
             tensors: AtomicU64::new(0),
             cut_ranges: AtomicU64::new(0),
@@ -849,6 +852,12 @@ impl Engine {
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
         let Some(t) = &self.tier else { return };
+        let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
+        for line in t.tick_policy(secs) {
+            if let Some(s) = &self.seg {
+                s.event(EventKind::Policy, crate::shm::NO_DEVICE, 0, 0, &line);
+            }
+        }
         let c = t.counters();
         let (dram_limit, nvme_limit) = t.limits();
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)

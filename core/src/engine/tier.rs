@@ -1171,6 +1171,19 @@ impl Tier {
         }
     }
 
+    /// The policy's periodic work (`secs` since the engine started) and its
+    /// events since the last call.
+    pub fn tick_policy(&self, secs: f64) -> Vec<String> {
+        let frac = self.st.lock().map(|st| {
+            let (r, c) = st.devs.iter().fold((0u64, 0u64), |(r, c), d| (r + d.resident, c + d.capacity));
+            if c == 0 { 0.0 } else { r as f64 / c as f64 }
+        });
+        self.policy.tick(secs, frac.unwrap_or(0.0));
+        let mut ev = Vec::new();
+        self.policy.drain_events(&mut ev);
+        ev
+    }
+
     /// Devices with managed memory (for the background thread).
     pub fn devices(&self) -> Vec<u32> {
         let Ok(st) = self.st.lock() else { return Vec::new() };

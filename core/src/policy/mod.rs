@@ -70,6 +70,11 @@ pub trait Placement: Send + Sync {
     /// managed HBM bytes available, for policies that steer by it.
     fn tick(&self, _secs: f64, _resident_fraction: f64) {}
 
+    /// Takes the policy's events since the last call (calibration changes,
+    /// mode switches), one line of text each; the engine writes them to the
+    /// stats ring, `u3m replay` prints them with --events.
+    fn drain_events(&self, _out: &mut Vec<String>) {}
+
     /// Where eviction can ask the heat of a chunk (set once the engine's
     /// heat table is in place); policies that do not use heat ignore it.
     fn set_heat_fn(&self, _f: HeatFn) {}
@@ -82,7 +87,7 @@ pub const LIBRARY_POLICIES: &[&str] = &["seed-heat", "lru"];
 /// A policy by name, for the library's U3M_POLICY.
 pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
     match name {
-        "lru" => Some(Box::new(Lru)),
+        "lru" => Some(Box::new(Lru::new())),
         "seed-heat" => Some(Box::new(SeedHeat::new())),
         _ => None,
     }

@@ -309,10 +309,13 @@ pub enum EventKind {
     Info = 14,
     /// Writer is exiting.
     Exit = 15,
+    /// The placement policy changed how it predicts (calibration, a
+    /// train/infer switch, the thrash guard, recalibrated thresholds): text.
+    Policy = 16,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::Start,
         EventKind::Alloc,
         EventKind::Free,
@@ -328,6 +331,7 @@ impl EventKind {
         EventKind::Error,
         EventKind::Info,
         EventKind::Exit,
+        EventKind::Policy,
     ];
 
     pub fn from_u16(v: u16) -> Option<EventKind> {
@@ -352,6 +356,7 @@ impl EventKind {
             EventKind::Error => "error",
             EventKind::Info => "info",
             EventKind::Exit => "exit",
+            EventKind::Policy => "policy",
         }
     }
 }
