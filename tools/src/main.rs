@@ -8,6 +8,7 @@ mod error;
 mod human;
 mod json;
 mod plan;
+mod replay;
 mod run;
 mod stat;
 mod table;
@@ -41,6 +42,8 @@ enum Cmd {
     Ab(ab::AbArgs),
     /// Size a model's weights, gradients, optimizer states, activations and KV cache, and whether they fit HBM / DRAM / NVMe.
     Plan(plan::PlanArgs),
+    /// Replay traces through the tiering engine and its policies with a cost model, side by side against Belady's MIN.
+    Replay(replay::ReplayArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::main(a),
         Cmd::Ab(a) => ab::main(a),
         Cmd::Plan(a) => plan::main(&a),
+        Cmd::Replay(a) => replay::main(a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,203 @@
+//! `u3m replay`: the tiering engine and its policies driven offline over
+//! traces, with a cost model instead of a device (docs/replay.md). The same
+//! `Tier` and `Placement` objects libu3m.so runs; only the `Runtime` differs.
+
+mod accuracy;
+mod cost;
+mod drive;
+mod recording;
+mod report;
+mod simrt;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use u3m_core::config::parse_size;
+use u3m_core::policy::Placement;
+use u3m_core::trace::TraceReader;
+
+use crate::error::CliError;
+use accuracy::Future;
+use cost::Costs;
+use drive::{Setup, Trace};
+use report::{PolicyRow, TraceReport};
+
+/// Every policy replay knows, in report order.
+pub const POLICIES: &[&str] = &["seed-heat", "lru", "markov", "predictive", "belady"];
+
+#[derive(clap::Args, Debug)]
+pub struct ReplayArgs {
+    /// Trace files (u3m trace format v1).
+    #[arg(required = true, value_name = "TRACE")]
+    pub traces: Vec<PathBuf>,
+    /// Physical HBM per device (4096, 512M, 16G, ...).
+    #[arg(long, value_name = "BYTES", value_parser = size)]
+    pub hbm: u64,
+    /// Pinned DRAM tier size [default: unlimited].
+    #[arg(long, value_name = "BYTES", value_parser = size)]
+    pub dram: Option<u64>,
+    /// NVMe tier size (a swap file in a temporary directory) [default: none].
+    #[arg(long, value_name = "BYTES", value_parser = size, default_value = "0")]
+    pub nvme: u64,
+    /// Policies side by side (seed-heat, lru, markov, predictive, belady).
+    #[arg(long, value_name = "P,...", value_delimiter = ',', default_values_t = POLICIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
+    pub policy: Vec<String>,
+    /// Prediction windows W, in operator events (logical ticks).
+    #[arg(long, value_name = "W,...", value_delimiter = ',', default_values_t = vec![16u64, 64, 256])]
+    pub window: Vec<u64>,
+    /// Ticks between precision/recall sampling points.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample_every: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also print the policies' events (calibrations, mode switches).
+    #[arg(long)]
+    pub events: bool,
+    /// Allocations at least this large are managed (U3M_MIN_BYTES).
+    #[arg(long, value_name = "BYTES", value_parser = size, default_value = "2M")]
+    pub min_bytes: u64,
+    /// Background round period in simulated ms (watermarks, spill, policy tick); 0: none.
+    #[arg(long, value_name = "MS", default_value_t = 20.0)]
+    pub tick_ms: f64,
+    /// Watermarks as fractions of HBM: LOW,HIGH.
+    #[arg(long, value_name = "LOW,HIGH", value_delimiter = ',', num_args = 1, default_values_t = vec![0.75, 0.90])]
+    pub watermarks: Vec<f64>,
+    /// Calls the host may run ahead of the device (the launch queue).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub queue: usize,
+    /// Host-device link, GB/s (ACLSIM_LINK_GBPS).
+    #[arg(long, value_name = "GBPS", default_value_t = 25.0)]
+    pub link_gbps: f64,
+    /// Device memory bandwidth, GB/s (ACLSIM_HBM_GBPS; 910b4).
+    #[arg(long, value_name = "GBPS", default_value_t = 800.0)]
+    pub hbm_gbps: f64,
+    /// Compute rate (ACLSIM_TFLOPS; 910b4).
+    #[arg(long, value_name = "T", default_value_t = 280.0)]
+    pub tflops: f64,
+    /// Launch latency per call, µs (ACLSIM_LAUNCH_US).
+    #[arg(long, value_name = "US", default_value_t = 5.0)]
+    pub launch_us: f64,
+    /// NVMe read rate, GB/s.
+    #[arg(long, value_name = "GBPS", default_value_t = 6.5)]
+    pub nvme_read_gbps: f64,
+    /// NVMe write rate, GB/s.
+    #[arg(long, value_name = "GBPS", default_value_t = 4.5)]
+    pub nvme_write_gbps: f64,
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    parse_size(s).ok_or_else(|| format!("'{s}' is not a byte size (e.g. 4096, 512M, 16G)"))
+}
+
+/// The baseline's HBM: as good as unlimited.
+const UNLIMITED: u64 = 1 << 60;
+
+pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
+    if a.watermarks.len() != 2 || !(0.0..=1.0).contains(&a.watermarks[0]) || a.watermarks[0] > a.watermarks[1] || a.watermarks[1] > 1.0 {
+        return Err(CliError::Usage(format!("--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1", a.watermarks)));
+    }
+    for p in &a.policy {
+        if !POLICIES.contains(&p.as_str()) {
+            return Err(CliError::Usage(format!("--policy: unknown policy '{p}' (known: {})", POLICIES.join(", "))));
+        }
+    }
+    if a.hbm < (2 << 20) {
+        return Err(CliError::Usage(format!("--hbm {}: at least one 2 MiB chunk", a.hbm)));
+    }
+    let setup = Setup {
+        costs: Costs {
+            link_gbps: a.link_gbps,
+            hbm_gbps: a.hbm_gbps,
+            tflops: a.tflops,
+            launch_us: a.launch_us,
+            nvme_read_gbps: a.nvme_read_gbps,
+            nvme_write_gbps: a.nvme_write_gbps,
+        },
+        dram: a.dram.unwrap_or(1 << 40),
+        nvme: a.nvme,
+        min_bytes: a.min_bytes,
+        tick_ns: (a.tick_ms.max(0.0) * 1e6) as u64,
+        hbm_low: a.watermarks[0],
+        hbm_high: a.watermarks[1],
+        queue: a.queue.max(1),
+        sample_every: a.sample_every,
+        windows: a.window.clone(),
+    };
+    let mut reports = Vec::new();
+    for path in &a.traces {
+        let trace = match load(path) {
+            Ok(t) => t,
+            Err(e) => {
+                // like acl_replay: a malformed trace is exit status 3
+                eprintln!("u3m replay: {e}");
+                return Ok(ExitCode::from(3));
+            }
+        };
+        match replay_trace(&trace, &setup, a.hbm, &a.policy) {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                eprintln!("u3m replay: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    let out = if a.json { report::json(&setup, a.hbm, &reports) } else { report::text(&setup, a.hbm, &reports, a.events) };
+    use std::io::Write;
+    std::io::stdout().write_all(out.as_bytes()).map_err(|err| CliError::Io { what: "writing the report", err })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads and validates a whole trace (errors are `file:line: what`).
+fn load(path: &PathBuf) -> Result<Trace, String> {
+    let name = path.display().to_string();
+    let mut r = TraceReader::open(path).map_err(|e| format!("{name}: {e}"))?;
+    let (mut events, mut lines) = (Vec::new(), Vec::new());
+    let mut devices = 1usize;
+    while let Some(ev) = r.next() {
+        let ev = ev.map_err(|e| e.to_string())?;
+        devices = devices.max(ev.dev as usize + 1);
+        events.push(ev);
+        lines.push(r.line());
+    }
+    if devices > u3m_core::engine::tier::MAX_DEVICES {
+        return Err(format!("{name}: {devices} devices; the engine handles at most {}", u3m_core::engine::tier::MAX_DEVICES));
+    }
+    Ok(Trace { name, events, lines, devices })
+}
+
+/// A policy object by name; Belady gets the baseline's access log.
+fn make_policy(name: &str, log: &[(u64, u64)]) -> Result<Box<dyn Placement>, String> {
+    if name == "belady" {
+        let _ = log;
+        return Err("not in this build's u3m_core::policy yet (Belady's MIN arrives with the predictive-policy work)".into());
+    }
+    u3m_core::policy::by_name(name).ok_or_else(|| format!("not in this build's u3m_core::policy yet ({name} arrives with the predictive-policy work)"))
+}
+
+fn replay_trace(trace: &Trace, s: &Setup, hbm: u64, policies: &[String]) -> Result<TraceReport, String> {
+    let base = drive::run(trace, s, UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)?;
+    let future = Future::new(&base.log);
+    let mut rows = Vec::new();
+    let mut unavailable = Vec::new();
+    for name in policies {
+        let p = match make_policy(name, &base.log) {
+            Ok(p) => p,
+            Err(why) => {
+                unavailable.push((name.clone(), why));
+                continue;
+            }
+        };
+        let out = drive::run(trace, s, hbm, p, Some(&future))?;
+        if out.log != base.log {
+            return Err(format!(
+                "{}: policy {name}: the engine's logical clock diverged from the baseline run ({} vs {} accesses) — precision/recall and belady would be wrong",
+                trace.name,
+                out.log.len(),
+                base.log.len()
+            ));
+        }
+        rows.push(PolicyRow::new(name, &out, base.total_ns));
+    }
+    Ok(TraceReport::new(trace, &base, rows, unavailable))
+}

@@ -1,0 +1,368 @@
+//! One replay: a trace through a `Tier` (the library's engine, unchanged)
+//! over the simulated runtime, as libu3m.so's hooks would drive it.
+//!
+//! Per event: `A` → `Tier::malloc` (below U3M_MIN_BYTES: unmanaged, only
+//! counted against HBM); `F` → `Tier::free`; `O`, `M`, `S` → the touched
+//! ranges, translated from trace addresses to the Tier's VAs, go through
+//! `prepare` (fault-in, the caller's stream waits on the copies), the call's
+//! cost is queued on its stream, then `finish` (a use event on the stream).
+//! The host spends the launch latency per call and never runs more than
+//! `queue` calls ahead of the device (a framework's launch queue: when it is
+//! full the host waits for the oldest call). Every `tick` of simulated host
+//! time the library's background round runs: watermarks, DRAM spill,
+//! the policy's tick.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use u3m_core::config::Config;
+use u3m_core::engine::runtime::Runtime;
+use u3m_core::engine::{Order, Range, Tier, TierCounters};
+use u3m_core::heat::{Access, AllocKind, HeatTable};
+use u3m_core::opclass;
+use u3m_core::policy::Placement;
+use u3m_core::trace::{Body, CopyKind, Event};
+
+use super::accuracy::{Accuracy, Future};
+use super::cost::Costs;
+use super::recording::Recording;
+use super::simrt::{SimCounters, SimRuntime};
+
+/// What every run of a trace shares.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub costs: Costs,
+    pub dram: u64,
+    pub nvme: u64,
+    pub min_bytes: u64,
+    /// Background period in simulated ns (0: no background work).
+    pub tick_ns: u64,
+    pub hbm_low: f64,
+    pub hbm_high: f64,
+    /// Calls the host may run ahead of the device.
+    pub queue: usize,
+    pub sample_every: u64,
+    pub windows: Vec<u64>,
+}
+
+/// A trace in memory: its events and their line numbers.
+pub struct Trace {
+    pub name: String,
+    pub events: Vec<Event>,
+    pub lines: Vec<u64>,
+    pub devices: usize,
+}
+
+/// What one run measured.
+pub struct RunOut {
+    pub tier: TierCounters,
+    pub sim: SimCounters,
+    /// Chunks the background spill moved from DRAM to NVMe.
+    pub spilled: u64,
+    pub total_ns: u64,
+    pub log: Vec<(u64, u64)>,
+    pub accuracy: Option<Accuracy>,
+    /// (simulated seconds, line) of each policy event.
+    pub events: Vec<(f64, String)>,
+    pub ticks: u64,
+    pub peak_hbm: u64,
+    /// Chunk arrivals in HBM (first touches included) per allocation tag
+    /// (`tag=` of the `A` event; "-" without one).
+    pub arrivals_by_tag: BTreeMap<String, u64>,
+}
+
+/// A trace allocation: where it lives in the Tier (None: unmanaged).
+struct Alloc {
+    bytes: u64,
+    va: Option<u64>,
+}
+
+/// Offset added to simulated time for the heat table (its clock starts at 1 s,
+/// like a process that has been up a moment).
+const HEAT_EPOCH_NS: u64 = 1_000_000_000;
+
+fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
+    let mut v: Vec<(String, String)> = vec![
+        ("U3M_MODE".into(), "tier".into()),
+        // a trace's footprint is what it is: the Tier must never refuse it
+        ("U3M_OVERSUB".into(), "64".into()),
+        ("U3M_ALLOC_WAIT_MS".into(), "0".into()),
+        ("U3M_DRAM_BYTES".into(), s.dram.to_string()),
+        ("U3M_MIN_BYTES".into(), s.min_bytes.to_string()),
+        ("U3M_LOG".into(), "quiet".into()),
+    ];
+    if let Some(d) = swap {
+        v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));
+        v.push(("U3M_SWAP_BYTES".into(), s.nvme.to_string()));
+    }
+    Config::from_vars(v).map_err(|e| e.to_string())
+}
+
+/// Replays `trace` with HBM `hbm` bytes per device (u64::MAX: unlimited)
+/// and `policy`. `future`: the baseline's access log, for precision/recall.
+pub fn run(trace: &Trace, s: &Setup, hbm: u64, policy: Box<dyn Placement>, future: Option<&Future>) -> Result<RunOut, String> {
+    let rt: &'static SimRuntime = Box::leak(Box::new(SimRuntime::new(s.costs, trace.devices, hbm)));
+    let swap = if s.nvme > 0 && hbm != u64::MAX {
+        let d = std::env::temp_dir().join(format!("u3m-replay.{}.{}", std::process::id(), rt as *const _ as usize));
+        std::fs::create_dir_all(&d).map_err(|e| format!("NVMe swap directory {}: {e}", d.display()))?;
+        Some(d)
+    } else {
+        None
+    };
+    let cfg = config(s, swap.as_ref())?;
+    let (rec, log) = Recording::new(policy);
+    let tier = Tier::with_policy(rt, &cfg, Box::new(rec))?;
+    let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
+    let clock = Arc::new(AtomicU64::new(HEAT_EPOCH_NS));
+    {
+        let (heat, clock) = (heat.clone(), clock.clone());
+        tier.set_heat_fn(Box::new(move |va| heat.chunk_info(va).map(|c| c.heat(clock.load(Relaxed))).unwrap_or(0.0)));
+    }
+    let mut d = Driver {
+        trace,
+        s,
+        rt,
+        tier: &tier,
+        heat: &heat,
+        clock: &clock,
+        allocs: (0..trace.devices).map(|_| BTreeMap::new()).collect(),
+        live: BTreeMap::new(),
+        streams: HashMap::new(),
+        queue: VecDeque::new(),
+        next_bg: s.tick_ns,
+        seq: 0,
+        spilled: 0,
+        events: Vec::new(),
+        accuracy: future.map(|_| Accuracy::new(s.sample_every, &s.windows)),
+        future,
+        last_tick: 0,
+        tags: BTreeMap::new(),
+    };
+    let r = d.replay();
+    let (spilled, events, accuracy) = (d.spilled, std::mem::take(&mut d.events), d.accuracy.take());
+    let tags = std::mem::take(&mut d.tags);
+    drop(d);
+    let mut arrivals_by_tag = BTreeMap::new();
+    for (va, n) in rt.arrivals() {
+        let tag = tags.range(..=va).next_back().filter(|(&s, (len, _))| va < s + len).map(|(_, (_, t))| t.as_str()).unwrap_or("-");
+        *arrivals_by_tag.entry(tag.to_string()).or_insert(0) += n as u64;
+    }
+    let total_ns = rt.finish();
+    tier.shutdown();
+    let out = RunOut {
+        tier: tier.counters(),
+        sim: rt.counters(),
+        spilled,
+        total_ns,
+        log: std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner())),
+        accuracy,
+        events,
+        ticks: tier.now(),
+        peak_hbm: (0..trace.devices as u32).map(|d| rt.peak(d)).max().unwrap_or(0),
+        arrivals_by_tag,
+    };
+    drop(tier);
+    if let Some(d) = swap {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    r.map(|()| out)
+}
+
+struct Driver<'a> {
+    trace: &'a Trace,
+    s: &'a Setup,
+    rt: &'static SimRuntime,
+    tier: &'a Tier,
+    heat: &'a HeatTable,
+    clock: &'a AtomicU64,
+    /// per device: trace address -> allocation
+    allocs: Vec<BTreeMap<u64, Alloc>>,
+    /// managed VA -> bytes, for precision/recall
+    live: BTreeMap<u64, u64>,
+    /// (device, trace stream) -> simulated stream
+    streams: HashMap<(u32, u32), u64>,
+    /// end times of the calls in the launch queue
+    queue: VecDeque<u64>,
+    next_bg: u64,
+    seq: u64,
+    spilled: u64,
+    events: Vec<(f64, String)>,
+    accuracy: Option<Accuracy>,
+    future: Option<&'a Future>,
+    last_tick: u64,
+    /// every managed VA range ever handed out -> (bytes, tag)
+    tags: BTreeMap<u64, (u64, String)>,
+}
+
+impl Driver<'_> {
+    fn replay(&mut self) -> Result<(), String> {
+        for (k, ev) in self.trace.events.iter().enumerate() {
+            self.event(ev).map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            self.background();
+        }
+        Ok(())
+    }
+
+    /// The Tier's VA for a trace range (None: unmanaged memory).
+    fn translate(&self, dev: u32, addr: u64) -> Option<u64> {
+        let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
+        a.va.filter(|_| addr - start < a.bytes.max(1)).map(|va| va + (addr - start))
+    }
+
+    fn stream(&mut self, dev: u32, stream: u32) -> u64 {
+        let rt = self.rt;
+        *self.streams.entry((dev, stream)).or_insert_with(|| rt.program_stream())
+    }
+
+    fn event(&mut self, ev: &Event) -> Result<(), String> {
+        let dev = ev.dev;
+        self.rt.select(dev);
+        match &ev.body {
+            Body::Alloc { addr, bytes } => self.alloc(dev, *addr, *bytes, ev.tag.as_deref()),
+            Body::Free { addr } => {
+                let a = self.allocs[dev as usize].remove(addr).ok_or("free of an unknown allocation")?;
+                match a.va {
+                    Some(va) => {
+                        self.heat.on_free(va);
+                        self.live.remove(&va);
+                        if self.tier.free(va) != Some(0) {
+                            return Err(format!("the Tier did not free its allocation at {va:#x}"));
+                        }
+                    }
+                    None => self.rt.unmanaged(dev, a.bytes, false),
+                }
+                Ok(())
+            }
+            Body::Op { op_type, inputs, outputs } => {
+                let ranges: Vec<(u64, u64, bool)> = inputs
+                    .iter()
+                    .map(|r| (r.addr, r.bytes, false))
+                    .chain(outputs.iter().map(|r| (r.addr, r.bytes, true)))
+                    .collect();
+                let touched: u64 = ranges.iter().map(|r| r.1).sum();
+                let cost = self.s.costs.op_ns(ev.flops.unwrap_or(0), touched);
+                self.call(ev, op_type, &ranges, false, cost)
+            }
+            Body::Copy { kind, dst, src, bytes } => {
+                let (ranges, cost) = match kind {
+                    CopyKind::H2D => (vec![(*dst, *bytes, true)], self.s.costs.link_ns(*bytes)),
+                    CopyKind::D2H => (vec![(*src, *bytes, false)], self.s.costs.link_ns(*bytes)),
+                    CopyKind::D2D => (vec![(*src, *bytes, false), (*dst, *bytes, true)], self.s.costs.d2d_ns(*bytes)),
+                    CopyKind::H2H => (vec![], 0),
+                };
+                self.call(ev, "Memcpy", &ranges, true, cost)
+            }
+            Body::Set { addr, bytes } => self.call(ev, "Memset", &[(*addr, *bytes, true)], true, self.s.costs.memset_ns(*bytes)),
+        }
+    }
+
+    fn alloc(&mut self, dev: u32, addr: u64, bytes: u64, tag: Option<&str>) -> Result<(), String> {
+        let (free, total) = self.rt.mem_info().unwrap_or((0, 0));
+        let va = match self.tier.malloc(dev, bytes, free, total) {
+            Some(Ok(va)) => {
+                self.heat.on_alloc(dev, va, bytes, AllocKind::Malloc);
+                self.live.insert(va, bytes);
+                self.tags.insert(va, (bytes.max(1), tag.unwrap_or("-").to_string()));
+                Some(va)
+            }
+            Some(Err(e)) => {
+                return Err(format!(
+                    "the Tier refused an allocation of {bytes} bytes (error {e}): the footprint exceeds what HBM × 64 and the DRAM/NVMe tiers can hold"
+                ))
+            }
+            None => {
+                // as the library: an unmanaged allocation that does not fit
+                // makes room by evicting managed chunks
+                if free < bytes {
+                    self.tier.make_room(dev, bytes - free);
+                }
+                self.rt.unmanaged(dev, bytes, true);
+                None
+            }
+        };
+        self.allocs[dev as usize].insert(addr, Alloc { bytes, va });
+        Ok(())
+    }
+
+    /// One call on the device: fault-in, queue its cost, note its use.
+    fn call(&mut self, ev: &Event, name: &str, ranges: &[(u64, u64, bool)], overwrite: bool, cost: u64) -> Result<(), String> {
+        let dev = ev.dev;
+        let stream = self.stream(dev, ev.stream);
+        // a full launch queue: the host waits for the oldest call
+        if self.queue.len() >= self.s.queue.max(1) {
+            if let Some(t) = self.queue.pop_front() {
+                self.rt.host_at_least(t);
+            }
+        }
+        let mut managed = Vec::with_capacity(ranges.len());
+        for &(addr, len, write) in ranges {
+            if let Some(va) = self.translate(dev, addr) {
+                managed.push(Range { addr: va, len, write });
+            }
+        }
+        let (class, op_hash) = opclass::classify(name);
+        let now = self.rt.host_ns();
+        self.clock.store(HEAT_EPOCH_NS + now, Relaxed);
+        self.seq += 1;
+        for r in &managed {
+            if r.len > 0 {
+                let a = Access { seq: self.seq, ns: HEAT_EPOCH_NS + now, class, op_hash, write: r.write };
+                self.heat.touch(r.addr, r.len, &a);
+            }
+        }
+        let tok = if managed.is_empty() {
+            None
+        } else {
+            let tok = self
+                .tier
+                .prepare(dev, class as u8, &managed, overwrite, Order::Stream(stream))
+                .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {e}; a call larger than HBM?)"))?;
+            Some(tok)
+        };
+        let end = self.rt.launch(stream, cost);
+        self.rt.host_spend(self.s.costs.launch_ns());
+        self.queue.push_back(end);
+        if let Some(tok) = tok {
+            self.tier.finish(tok, Some(stream), true);
+            if let (Some(acc), Some(f)) = (self.accuracy.as_mut(), self.future) {
+                let now = self.tier.now();
+                if now != self.last_tick {
+                    self.last_tick = now;
+                    acc.maybe_sample(now, self.tier.policy(), &self.live, f);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The library's background thread: a round every `tick_ns` of host time.
+    fn background(&mut self) {
+        if self.s.tick_ns == 0 {
+            return;
+        }
+        let mut rounds = 0;
+        while self.rt.host_ns() >= self.next_bg && rounds < 1000 {
+            let secs = self.next_bg as f64 / 1e9;
+            self.rt.begin_background();
+            for line in self.tier.tick_policy(secs) {
+                self.events.push((secs, line));
+            }
+            self.spilled += self.tier.spill_dram(self.s.tick_ns as f64 / 1e9) as u64;
+            for dev in self.tier.devices() {
+                if self.rt.set_device(dev) == 0 {
+                    self.tier.enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high);
+                }
+            }
+            self.rt.end_background();
+            self.next_bg += self.s.tick_ns;
+            rounds += 1;
+        }
+        if rounds == 1000 {
+            // a long host stall: skip the rounds it slept through
+            let h = self.rt.host_ns();
+            self.next_bg = (h / self.s.tick_ns + 1) * self.s.tick_ns;
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! A `Placement` that forwards every call to the policy under test and logs
+//! the accesses the engine reports: (logical tick, chunk key). The baseline
+//! run's log is the future Belady's MIN is given and the look-ahead for
+//! precision and recall; every other run's log must be identical to it
+//! (the same trace gives the same ticks and keys whatever the policy), which
+//! the driver checks.
+
+use std::sync::{Arc, Mutex};
+
+use u3m_core::policy::{Cand, HeatFn, Place, Placement};
+
+pub type Log = Arc<Mutex<Vec<(u64, u64)>>>;
+
+pub struct Recording {
+    inner: Box<dyn Placement>,
+    log: Log,
+}
+
+impl Recording {
+    pub fn new(inner: Box<dyn Placement>) -> (Recording, Log) {
+        let log: Log = Arc::default();
+        (Recording { inner, log: log.clone() }, log)
+    }
+}
+
+impl Placement for Recording {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        if let Ok(mut l) = self.log.lock() {
+            l.extend(keys.iter().map(|&k| (now, k)));
+        }
+        self.inner.on_access(now, class, keys, writes);
+    }
+
+    fn on_free(&self, key: u64) {
+        self.inner.on_free(key)
+    }
+
+    fn order(&self, now: u64, cands: &mut [Cand]) {
+        self.inner.order(now, cands)
+    }
+
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        self.inner.predicts(now, key, w)
+    }
+
+    fn place(&self, now: u64, key: u64) -> Option<Place> {
+        self.inner.place(now, key)
+    }
+
+    fn tick(&self, secs: f64, resident_fraction: f64) {
+        self.inner.tick(secs, resident_fraction)
+    }
+
+    fn drain_events(&self, out: &mut Vec<String>) {
+        self.inner.drain_events(out)
+    }
+
+    fn set_heat_fn(&self, f: HeatFn) {
+        self.inner.set_heat_fn(f)
+    }
+}

@@ -1,0 +1,248 @@
+//! The report: one description of each figure drives both the table and
+//! the JSON (docs/replay.md lists them).
+
+use serde_json::{json, Value};
+use std::fmt::Write;
+
+use u3m_core::engine::runtime::CHUNK;
+
+use super::accuracy::Window;
+use super::drive::{RunOut, Setup, Trace};
+use crate::human::bytes;
+use crate::table::columns;
+
+/// One policy's figures on one trace.
+pub struct PolicyRow {
+    pub policy: String,
+    pub fault_in_dram: u64,
+    pub fault_in_nvme: u64,
+    pub writeback_dram: u64,
+    pub writeback_nvme: u64,
+    pub spill: u64,
+    pub clean_drops: u64,
+    pub faults: u64,
+    pub evictions: u64,
+    pub overwrites: u64,
+    pub total_ns: u64,
+    pub stall_ns: u64,
+    pub peak_hbm: u64,
+    pub misuse: u64,
+    pub samples: u64,
+    pub windows: Vec<Window>,
+    pub events: Vec<(f64, String)>,
+    pub arrivals_by_tag: std::collections::BTreeMap<String, u64>,
+}
+
+impl PolicyRow {
+    pub fn new(policy: &str, o: &RunOut, baseline_ns: u64) -> PolicyRow {
+        let t = &o.tier;
+        let from_nvme = t.from_nvme * CHUNK;
+        PolicyRow {
+            policy: policy.to_string(),
+            fault_in_dram: t.fault_bytes.saturating_sub(from_nvme),
+            fault_in_nvme: from_nvme,
+            writeback_dram: t.to_dram * CHUNK,
+            writeback_nvme: t.to_nvme.saturating_sub(o.spilled) * CHUNK,
+            spill: o.spilled * CHUNK,
+            clean_drops: t.clean_drops,
+            faults: t.faults_in,
+            evictions: t.evictions,
+            overwrites: t.overwrites,
+            total_ns: o.total_ns,
+            stall_ns: o.total_ns.saturating_sub(baseline_ns),
+            peak_hbm: o.peak_hbm,
+            misuse: o.sim.misuse,
+            samples: o.accuracy.as_ref().map(|a| a.samples).unwrap_or(0),
+            windows: o.accuracy.as_ref().map(|a| a.windows.clone()).unwrap_or_default(),
+            events: o.events.clone(),
+            arrivals_by_tag: o.arrivals_by_tag.clone(),
+        }
+    }
+
+    pub fn fault_in(&self) -> u64 {
+        self.fault_in_dram + self.fault_in_nvme
+    }
+
+    pub fn written_back(&self) -> u64 {
+        self.writeback_dram + self.writeback_nvme
+    }
+
+    /// Bytes over the link for this policy: copied in plus copied out.
+    pub fn moved(&self) -> u64 {
+        self.fault_in() + self.written_back()
+    }
+}
+
+pub struct TraceReport {
+    pub trace: String,
+    pub events: usize,
+    pub ticks: u64,
+    pub accesses: usize,
+    pub footprint: u64,
+    pub baseline_ns: u64,
+    pub rows: Vec<PolicyRow>,
+    pub unavailable: Vec<(String, String)>,
+}
+
+impl TraceReport {
+    pub fn new(trace: &Trace, base: &RunOut, rows: Vec<PolicyRow>, unavailable: Vec<(String, String)>) -> TraceReport {
+        TraceReport {
+            trace: trace.name.clone(),
+            events: trace.events.len(),
+            ticks: base.ticks,
+            accesses: base.log.len(),
+            footprint: base.peak_hbm,
+            baseline_ns: base.total_ns,
+            rows,
+            unavailable,
+        }
+    }
+
+    fn belady_moved(&self) -> Option<u64> {
+        self.rows.iter().find(|r| r.policy == "belady").map(|r| r.moved())
+    }
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}ms", ns as f64 / 1e6)
+}
+
+fn frac(v: Option<f64>) -> String {
+    v.map(|x| format!("{:.2}", x)).unwrap_or_else(|| "-".into())
+}
+
+fn ratio(a: u64, b: Option<u64>) -> Option<f64> {
+    match b {
+        Some(0) if a == 0 => Some(1.0),
+        Some(0) | None => None,
+        Some(b) => Some(a as f64 / b as f64),
+    }
+}
+
+pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> String {
+    let mut out = String::new();
+    for r in reports {
+        let _ = writeln!(
+            out,
+            "{}: {} events, {} tracked calls, peak footprint {} vs HBM {}; unlimited-HBM time {}",
+            r.trace,
+            r.events,
+            r.ticks,
+            bytes(r.footprint),
+            bytes(hbm),
+            ms(r.baseline_ns)
+        );
+        let mut head: Vec<String> =
+            ["policy", "in<-DRAM", "in<-NVMe", "out->DRAM", "out->NVMe", "clean", "stall", "total", "x belady"].iter().map(|s| s.to_string()).collect();
+        for w in &s.windows {
+            head.push(format!("P/R@{w}"));
+        }
+        let mut rows = vec![head];
+        let bm = r.belady_moved();
+        for p in &r.rows {
+            let mut row = vec![
+                p.policy.clone(),
+                bytes(p.fault_in_dram),
+                bytes(p.fault_in_nvme),
+                bytes(p.writeback_dram),
+                bytes(p.writeback_nvme),
+                p.clean_drops.to_string(),
+                ms(p.stall_ns),
+                ms(p.total_ns),
+                ratio(p.moved(), bm).map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+            ];
+            for w in &p.windows {
+                row.push(format!("{}/{}", frac(w.precision()), frac(w.recall())));
+            }
+            rows.push(row);
+        }
+        out.push_str(&columns(&rows, "  "));
+        for (p, why) in &r.unavailable {
+            let _ = writeln!(out, "  {p}: unavailable: {why}");
+        }
+        let misuse: u64 = r.rows.iter().map(|p| p.misuse).sum();
+        if misuse > 0 {
+            let _ = writeln!(out, "  warning: the engine misused the runtime {misuse} times (double map, unmap of nothing, ...)");
+        }
+        if show_events {
+            for p in &r.rows {
+                for (t, line) in &p.events {
+                    let _ = writeln!(out, "  {} @{t:.3}s: {line}", p.policy);
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "in<-: bytes copied into HBM from each tier; out->: bytes written back on eviction (clean: chunks dropped without a copy); \
+stall: total - unlimited-HBM time; x belady: bytes moved / belady's; P/R@W: byte-weighted prediction precision/recall for the next W tracked calls\n",
+    );
+    out
+}
+
+pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
+    let traces: Vec<Value> = reports
+        .iter()
+        .map(|r| {
+            let bm = r.belady_moved();
+            let rows: Vec<Value> = r
+                .rows
+                .iter()
+                .map(|p| {
+                    json!({
+                        "policy": p.policy,
+                        "fault_in_bytes": {"dram": p.fault_in_dram, "nvme": p.fault_in_nvme, "total": p.fault_in()},
+                        "writeback_bytes": {"dram": p.writeback_dram, "nvme": p.writeback_nvme, "total": p.written_back()},
+                        "spill_bytes": p.spill,
+                        "moved_bytes": p.moved(),
+                        "moved_vs_belady": ratio(p.moved(), bm),
+                        "clean_drops": p.clean_drops,
+                        "faults_in": p.faults,
+                        "evictions": p.evictions,
+                        "overwrites": p.overwrites,
+                        "total_ns": p.total_ns,
+                        "stall_ns": p.stall_ns,
+                        "peak_hbm_bytes": p.peak_hbm,
+                        "runtime_misuse": p.misuse,
+                        "samples": p.samples,
+                        "prediction": p.windows.iter().map(|w| json!({
+                            "window": w.w, "predicted_bytes": w.predicted, "accessed_bytes": w.accessed, "hit_bytes": w.hit,
+                            "precision": w.precision(), "recall": w.recall(),
+                        })).collect::<Vec<_>>(),
+                        "arrivals_by_tag": p.arrivals_by_tag,
+                        "events": p.events.iter().map(|(t, l)| json!({"secs": t, "event": l})).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({
+                "trace": r.trace,
+                "events": r.events,
+                "ticks": r.ticks,
+                "accesses": r.accesses,
+                "footprint_bytes": r.footprint,
+                "baseline_ns": r.baseline_ns,
+                "policies": rows,
+                "unavailable": r.unavailable.iter().map(|(p, why)| json!({"policy": p, "reason": why})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let c = &s.costs;
+    let v = json!({
+        "schema": 1,
+        "hbm_bytes": hbm,
+        "dram_bytes": s.dram,
+        "nvme_bytes": s.nvme,
+        "min_bytes": s.min_bytes,
+        "costs": {"link_gbps": c.link_gbps, "hbm_gbps": c.hbm_gbps, "tflops": c.tflops, "launch_us": c.launch_us,
+                  "nvme_read_gbps": c.nvme_read_gbps, "nvme_write_gbps": c.nvme_write_gbps},
+        "tick_ns": s.tick_ns,
+        "watermarks": [s.hbm_low, s.hbm_high],
+        "queue": s.queue,
+        "sample_every": s.sample_every,
+        "windows": s.windows,
+        "traces": traces,
+    });
+    let mut out = serde_json::to_string_pretty(&v).unwrap_or_default();
+    out.push('\n');
+    out
+}

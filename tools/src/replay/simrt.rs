@@ -1,0 +1,489 @@
+//! The `Runtime` the Tier drives during a replay: no device, a virtual clock.
+//!
+//! Time is in simulated nanoseconds. The host has a clock; every stream has
+//! one. Work queued on a stream starts at max(stream clock, host clock) and
+//! lasts its cost (the simulator's rule, docs/simulator.md); synchronising
+//! moves the host clock up to what it waited for. Device memory is a byte
+//! count per device against its capacity (`--hbm`); VAs come from a bump
+//! allocator and mappings are checked, so an engine bug (a double map, an
+//! unmap of nothing) is an error instead of a silent miscount.
+//!
+//! NVMe time: the Tier reads and writes its swap file itself, through a
+//! 2 MiB pinned staging buffer (the only 2 MiB host allocation it makes). A
+//! host→device copy *from* the staging buffer therefore follows an NVMe read
+//! of that many bytes, charged to the host clock before the copy starts; a
+//! device→host copy *into* it precedes an NVMe write, charged to the host
+//! when the Tier synchronises the stream to read the buffer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use u3m_core::engine::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+
+use super::cost::Costs;
+
+const E_ALLOC: i32 = 207001;
+const E_PARAM: i32 = 107000;
+/// First VA handed out (device VAs stay below the heat table's 2^48 limit).
+const VA_BASE: u64 = 0x1000_0000_0000;
+
+#[derive(Default)]
+struct Dev {
+    capacity: u64,
+    /// Physical handles plus unmanaged allocations.
+    used: u64,
+    peak: u64,
+}
+
+struct Stream {
+    clock: u64,
+    /// NVMe write time owed once the host reads the staging buffer.
+    nvme_write_ns: u64,
+}
+
+/// Bytes and time the runtime saw, for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimCounters {
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    pub nvme_read_bytes: u64,
+    pub nvme_write_bytes: u64,
+    pub link_ns: u64,
+    pub nvme_ns: u64,
+    /// Bookkeeping calls that were wrong (a map of a mapped VA, an unmap of
+    /// nothing, a free of a mapped or unknown handle, a release of nothing):
+    /// the Tier ignores some return codes, so they are counted here.
+    pub misuse: u64,
+}
+
+struct State {
+    host: u64,
+    /// While the background round runs: its own clock (the library's
+    /// background thread waits for its copies without holding up the host).
+    bg: Option<u64>,
+    cur_dev: u32,
+    devs: Vec<Dev>,
+    next_va: u64,
+    reserved: HashMap<u64, u64>,
+    next_handle: u64,
+    /// handle -> (device, bytes, VAs it is mapped at)
+    phys: HashMap<u64, (u32, u64, u32)>,
+    /// VA -> handle, one entry per map call.
+    mapped: HashMap<u64, u64>,
+    streams: Vec<Stream>,
+    events: Vec<u64>,
+    host_mem: HashMap<usize, usize>,
+    staging: HashSet<u64>,
+    /// VA -> how many times a chunk was mapped there (arrivals in HBM)
+    arrivals: HashMap<u64, u32>,
+    c: SimCounters,
+}
+
+pub struct SimRuntime {
+    costs: Costs,
+    st: Mutex<State>,
+}
+
+/// Nanoseconds to move `bytes` at `gbps` (10^9 B/s = 1 B/ns).
+pub fn ns_at(bytes: u64, gbps: f64) -> u64 {
+    if gbps <= 0.0 { 0 } else { (bytes as f64 / gbps).ceil() as u64 }
+}
+
+impl State {
+    /// The clock of whoever is calling: the host, or the background thread.
+    fn caller(&mut self) -> &mut u64 {
+        match &mut self.bg {
+            Some(t) => t,
+            None => &mut self.host,
+        }
+    }
+}
+
+impl SimRuntime {
+    /// `devices` devices of `capacity` bytes each.
+    pub fn new(costs: Costs, devices: usize, capacity: u64) -> SimRuntime {
+        SimRuntime {
+            costs,
+            st: Mutex::new(State {
+                host: 0,
+                bg: None,
+                cur_dev: 0,
+                devs: (0..devices.max(1)).map(|_| Dev { capacity, ..Dev::default() }).collect(),
+                next_va: VA_BASE,
+                reserved: HashMap::new(),
+                next_handle: 1,
+                phys: HashMap::new(),
+                mapped: HashMap::new(),
+                streams: Vec::new(),
+                events: Vec::new(),
+                host_mem: HashMap::new(),
+                staging: HashSet::new(),
+                arrivals: HashMap::new(),
+                c: SimCounters::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device the next Tier call acts on (the driver is one thread).
+    pub fn select(&self, dev: u32) {
+        self.lock().cur_dev = dev;
+    }
+
+    pub fn host_ns(&self) -> u64 {
+        self.lock().host
+    }
+
+    /// Calls until `end_background` are the background thread's, starting
+    /// now (host time).
+    pub fn begin_background(&self) {
+        let mut st = self.lock();
+        st.bg = Some(st.host);
+    }
+
+    pub fn end_background(&self) {
+        self.lock().bg = None;
+    }
+
+    /// The host waits until `t` (a queue slot frees up).
+    pub fn host_at_least(&self, t: u64) {
+        let mut st = self.lock();
+        st.host = st.host.max(t);
+    }
+
+    /// The host spends `ns` (issuing a call).
+    pub fn host_spend(&self, ns: u64) {
+        self.lock().host += ns;
+    }
+
+    /// A stream of the program's (not the Tier's).
+    pub fn program_stream(&self) -> u64 {
+        self.create_stream().unwrap_or(0)
+    }
+
+    /// Queues `cost` ns of device work on `stream`; returns its end time.
+    pub fn launch(&self, stream: u64, cost: u64) -> u64 {
+        let mut st = self.lock();
+        let host = st.host;
+        let s = &mut st.streams[(stream - 1) as usize];
+        s.clock = s.clock.max(host) + cost;
+        s.clock
+    }
+
+    /// Memory the Tier does not manage (small allocations) counts against
+    /// the device's capacity; `bytes` may exceed what is free (the program's
+    /// allocation would have failed: the driver makes room first).
+    pub fn unmanaged(&self, dev: u32, bytes: u64, add: bool) {
+        let mut st = self.lock();
+        let d = &mut st.devs[dev as usize];
+        if add {
+            d.used += bytes;
+            d.peak = d.peak.max(d.used);
+        } else {
+            d.used = d.used.saturating_sub(bytes);
+        }
+    }
+
+    /// Every stream drained and the host caught up: the run's total time.
+    pub fn finish(&self) -> u64 {
+        let mut st = self.lock();
+        let end = st.streams.iter().map(|s| s.clock + s.nvme_write_ns).max().unwrap_or(0).max(st.host);
+        st.host = end;
+        end
+    }
+
+    pub fn counters(&self) -> SimCounters {
+        self.lock().c
+    }
+
+    /// How many times each VA had a chunk mapped at it.
+    pub fn arrivals(&self) -> HashMap<u64, u32> {
+        self.lock().arrivals.clone()
+    }
+
+    pub fn peak(&self, dev: u32) -> u64 {
+        self.lock().devs.get(dev as usize).map(|d| d.peak).unwrap_or(0)
+    }
+}
+
+impl Runtime for SimRuntime {
+    fn set_device(&self, dev: u32) -> i32 {
+        let mut st = self.lock();
+        if dev as usize >= st.devs.len() {
+            return E_PARAM;
+        }
+        st.cur_dev = dev;
+        0
+    }
+
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
+        let mut st = self.lock();
+        let Some(d) = st.devs.get_mut(dev as usize) else { return Err(E_PARAM) };
+        if d.used + bytes > d.capacity {
+            return Err(E_ALLOC);
+        }
+        d.used += bytes;
+        d.peak = d.peak.max(d.used);
+        let h = st.next_handle;
+        st.next_handle += 1;
+        st.phys.insert(h, (dev, bytes, 0));
+        Ok(h)
+    }
+
+    fn free_physical(&self, handle: u64) -> i32 {
+        let mut st = self.lock();
+        match st.phys.get(&handle) {
+            Some(&(_, _, 0)) => {}
+            _ => {
+                // unknown, or still mapped
+                st.c.misuse += 1;
+                return E_PARAM;
+            }
+        }
+        let Some((dev, bytes, _)) = st.phys.remove(&handle) else { return E_PARAM };
+        st.devs[dev as usize].used -= bytes;
+        0
+    }
+
+    fn reserve(&self, bytes: u64) -> Result<u64, i32> {
+        let mut st = self.lock();
+        let va = st.next_va;
+        let len = bytes.div_ceil(CHUNK).max(1) * CHUNK;
+        if va + len >= u3m_core::heat::VA_LIMIT {
+            return Err(E_ALLOC);
+        }
+        st.next_va += len;
+        st.reserved.insert(va, len);
+        Ok(va)
+    }
+
+    fn release(&self, va: u64) -> i32 {
+        let mut st = self.lock();
+        if st.reserved.remove(&va).is_some() {
+            return 0;
+        }
+        st.c.misuse += 1;
+        E_PARAM
+    }
+
+    fn map(&self, va: u64, _bytes: u64, handle: u64) -> i32 {
+        let mut st = self.lock();
+        if !st.phys.contains_key(&handle) || st.mapped.contains_key(&va) {
+            st.c.misuse += 1;
+            return E_PARAM;
+        }
+        st.mapped.insert(va, handle);
+        *st.arrivals.entry(va).or_insert(0) += 1;
+        if let Some(p) = st.phys.get_mut(&handle) {
+            p.2 += 1;
+        }
+        0
+    }
+
+    fn unmap(&self, va: u64) -> i32 {
+        let mut st = self.lock();
+        let Some(h) = st.mapped.remove(&va) else {
+            st.c.misuse += 1;
+            return E_PARAM;
+        };
+        if let Some(p) = st.phys.get_mut(&h) {
+            p.2 -= 1;
+        }
+        0
+    }
+
+    fn create_stream(&self) -> Result<u64, i32> {
+        let mut st = self.lock();
+        st.streams.push(Stream { clock: 0, nvme_write_ns: 0 });
+        Ok(st.streams.len() as u64)
+    }
+
+    fn memcpy_async(&self, dst: u64, src: u64, bytes: u64, kind: i32, stream: u64) -> i32 {
+        let mut st = self.lock();
+        let st = &mut *st;
+        if stream == 0 || stream as usize > st.streams.len() {
+            return E_PARAM;
+        }
+        let link = ns_at(bytes, self.costs.link_gbps);
+        if kind == MEMCPY_H2D && st.staging.contains(&src) {
+            // the Tier has just read these bytes from its swap file
+            let r = ns_at(bytes, self.costs.nvme_read_gbps);
+            *st.caller() += r;
+            st.c.nvme_read_bytes += bytes;
+            st.c.nvme_ns += r;
+        }
+        let host = *st.caller();
+        let s = &mut st.streams[(stream - 1) as usize];
+        s.clock = s.clock.max(host) + link;
+        if kind == MEMCPY_D2H && st.staging.contains(&dst) {
+            let w = ns_at(bytes, self.costs.nvme_write_gbps);
+            s.nvme_write_ns += w;
+            st.c.nvme_write_bytes += bytes;
+            st.c.nvme_ns += w;
+        }
+        match kind {
+            MEMCPY_H2D => st.c.h2d_bytes += bytes,
+            MEMCPY_D2H => st.c.d2h_bytes += bytes,
+            _ => {}
+        }
+        st.c.link_ns += link;
+        0
+    }
+
+    fn sync_stream(&self, stream: u64) -> i32 {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let Some(s) = st.streams.get_mut((stream as usize).wrapping_sub(1)) else { return E_PARAM };
+        // the caller then reads the staging buffer and writes it to the swap file
+        let done = s.clock + std::mem::take(&mut s.nvme_write_ns);
+        let c = st.caller();
+        *c = (*c).max(done);
+        0
+    }
+
+    fn create_event(&self) -> Result<u64, i32> {
+        let mut st = self.lock();
+        st.events.push(0);
+        Ok(st.events.len() as u64)
+    }
+
+    fn record_event(&self, event: u64, stream: u64) -> i32 {
+        let mut st = self.lock();
+        let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else { return E_PARAM };
+        match st.events.get_mut((event as usize).wrapping_sub(1)) {
+            Some(e) => {
+                *e = clock;
+                0
+            }
+            None => E_PARAM,
+        }
+    }
+
+    fn event_done(&self, event: u64) -> Result<bool, i32> {
+        let mut st = self.lock();
+        let now = *st.caller();
+        st.events.get((event as usize).wrapping_sub(1)).map(|&t| t <= now).ok_or(E_PARAM)
+    }
+
+    fn sync_event(&self, event: u64) -> i32 {
+        let mut st = self.lock();
+        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else { return E_PARAM };
+        let c = st.caller();
+        *c = (*c).max(t);
+        0
+    }
+
+    fn stream_wait(&self, stream: u64, event: u64) -> i32 {
+        let mut st = self.lock();
+        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else { return E_PARAM };
+        match st.streams.get_mut((stream as usize).wrapping_sub(1)) {
+            Some(s) => {
+                s.clock = s.clock.max(t);
+                0
+            }
+            None => E_PARAM,
+        }
+    }
+
+    /// Real, lazily committed memory: the Tier's DRAM slabs (256 MiB) cost
+    /// nothing until touched, and the replayer never copies data into them.
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, i32> {
+        let len = bytes.max(1) as usize;
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(E_ALLOC);
+        }
+        let mut st = self.lock();
+        st.host_mem.insert(p as usize, len);
+        if bytes == CHUNK {
+            st.staging.insert(p as u64);
+        }
+        Ok(p as *mut u8)
+    }
+
+    fn free_host(&self, ptr: *mut u8) -> i32 {
+        let mut st = self.lock();
+        let Some(len) = st.host_mem.remove(&(ptr as usize)) else { return E_PARAM };
+        st.staging.remove(&(ptr as u64));
+        unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+        0
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64), i32> {
+        let st = self.lock();
+        let d = &st.devs[st.cur_dev as usize];
+        Ok((d.capacity.saturating_sub(d.used), d.capacity))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> SimRuntime {
+        SimRuntime::new(Costs::default(), 1, 4 * CHUNK)
+    }
+
+    #[test]
+    fn capacity_is_enforced_and_mappings_checked() {
+        let r = rt();
+        let hs: Vec<u64> = (0..4).map(|_| r.malloc_physical(0, CHUNK).unwrap()).collect();
+        assert_eq!(r.malloc_physical(0, CHUNK), Err(E_ALLOC));
+        assert_eq!(r.mem_info(), Ok((0, 4 * CHUNK)));
+        let va = r.reserve(3 * CHUNK).unwrap();
+        assert_eq!(va % CHUNK, 0);
+        assert_eq!(r.reserve(1).unwrap(), va + 3 * CHUNK);
+        assert_eq!(r.map(va, CHUNK, hs[0]), 0);
+        assert_ne!(r.map(va, CHUNK, hs[1]), 0, "double map");
+        assert_eq!(r.unmap(va), 0);
+        assert_ne!(r.unmap(va), 0, "unmap of nothing");
+        assert_eq!(r.free_physical(hs[0]), 0);
+        assert_eq!(r.counters().misuse, 2);
+        assert_eq!(r.mem_info(), Ok((CHUNK, 4 * CHUNK)));
+    }
+
+    #[test]
+    fn copies_and_events_follow_the_clocks() {
+        let c = Costs::default();
+        let r = SimRuntime::new(c, 1, 4 * CHUNK);
+        let s = r.create_stream().unwrap();
+        let t = r.program_stream();
+        assert_eq!(r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s), 0); // 1000 ns at 25 GB/s
+        let e = r.create_event().unwrap();
+        r.record_event(e, s);
+        assert_eq!(r.event_done(e), Ok(false));
+        r.stream_wait(t, e);
+        assert_eq!(r.launch(t, 10), 1010);
+        r.sync_event(e);
+        assert_eq!(r.host_ns(), 1000);
+        assert_eq!(r.event_done(e), Ok(true));
+        assert_eq!(r.finish(), 1010);
+    }
+
+    #[test]
+    fn staging_copies_charge_nvme_time_to_the_host() {
+        let r = rt();
+        let s = r.create_stream().unwrap();
+        let staging = r.malloc_host(CHUNK).unwrap() as u64;
+        r.memcpy_async(0x1000, staging, CHUNK, MEMCPY_H2D, s);
+        let read = ns_at(CHUNK, Costs::default().nvme_read_gbps);
+        assert_eq!(r.host_ns(), read);
+        r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s);
+        r.sync_stream(s);
+        let link = ns_at(CHUNK, Costs::default().link_gbps);
+        assert_eq!(r.host_ns(), read + 2 * link + ns_at(CHUNK, Costs::default().nvme_write_gbps));
+        assert_eq!(r.free_host(staging as *mut u8), 0);
+    }
+}
