@@ -81,6 +81,9 @@ pub struct ReplayArgs {
     /// NVMe read rate, GB/s.
     #[arg(long, value_name = "GBPS", default_value_t = 6.5)]
     pub nvme_read_gbps: f64,
+    /// The trace's own host-device copies use pageable host memory (half the link rate, as the simulator charges).
+    #[arg(long)]
+    pub pageable: bool,
     /// NVMe write rate, GB/s.
     #[arg(long, value_name = "GBPS", default_value_t = 4.5)]
     pub nvme_write_gbps: f64,
@@ -113,6 +116,7 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
             launch_us: a.launch_us,
             nvme_read_gbps: a.nvme_read_gbps,
             nvme_write_gbps: a.nvme_write_gbps,
+            pageable: a.pageable,
         },
         dram: a.dram.unwrap_or(1 << 40),
         nvme: a.nvme,

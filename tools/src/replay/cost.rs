@@ -16,11 +16,14 @@ pub struct Costs {
     pub launch_us: f64,
     pub nvme_read_gbps: f64,
     pub nvme_write_gbps: f64,
+    /// The program's own host↔device copies use pageable memory: half the
+    /// link rate, as the simulator charges (the Tier's copies are pinned).
+    pub pageable: bool,
 }
 
 impl Default for Costs {
     fn default() -> Costs {
-        Costs { link_gbps: 25.0, hbm_gbps: 800.0, tflops: 280.0, launch_us: 5.0, nvme_read_gbps: 6.5, nvme_write_gbps: 4.5 }
+        Costs { link_gbps: 25.0, hbm_gbps: 800.0, tflops: 280.0, launch_us: 5.0, nvme_read_gbps: 6.5, nvme_write_gbps: 4.5, pageable: false }
     }
 }
 
@@ -40,9 +43,10 @@ impl Costs {
         ns_at(bytes, self.hbm_gbps) + self.launch_ns()
     }
 
-    /// A host↔device copy (pinned host memory: a trace does not say).
+    /// A host↔device copy of the program's (a trace does not say whether
+    /// its host memory is pinned: `pageable` decides).
     pub fn link_ns(&self, bytes: u64) -> u64 {
-        ns_at(bytes, self.link_gbps)
+        ns_at(bytes, if self.pageable { self.link_gbps / 2.0 } else { self.link_gbps })
     }
 
     /// A device-to-device copy.

@@ -250,7 +250,7 @@ impl Driver<'_> {
                     CopyKind::H2D => (vec![(*dst, *bytes, true)], self.s.costs.link_ns(*bytes)),
                     CopyKind::D2H => (vec![(*src, *bytes, false)], self.s.costs.link_ns(*bytes)),
                     CopyKind::D2D => (vec![(*src, *bytes, false), (*dst, *bytes, true)], self.s.costs.d2d_ns(*bytes)),
-                    CopyKind::H2H => (vec![], 0),
+                    CopyKind::H2H => return Ok(()), // no device involved
                 };
                 self.call(ev, "Memcpy", &ranges, true, cost)
             }
@@ -286,12 +286,25 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// One call on the device: fault-in, queue its cost, note its use.
+    /// One call: fault-in, its cost, its use. A copy or memset on stream 0
+    /// is synchronous (that is how the recorder writes aclrtMemcpy and
+    /// aclrtMemset: no stream): the host first waits for the device's
+    /// streams (a program reads results only after synchronising), then
+    /// spends the call's whole cost, as the simulator charges a blocking
+    /// copy; the Tier orders it by the host (`Order::Host`), as the library
+    /// does for synchronous calls. Everything else is queued on its stream.
     fn call(&mut self, ev: &Event, name: &str, ranges: &[(u64, u64, bool)], overwrite: bool, cost: u64) -> Result<(), String> {
         let dev = ev.dev;
+        let sync = ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
         let stream = self.stream(dev, ev.stream);
-        // a full launch queue: the host waits for the oldest call
-        if self.queue.len() >= self.s.queue.max(1) {
+        if sync {
+            for (&(d, _), &s) in &self.streams {
+                if d == dev {
+                    self.rt.sync_stream(s);
+                }
+            }
+        } else if self.queue.len() >= self.s.queue.max(1) {
+            // a full launch queue: the host waits for the oldest call
             if let Some(t) = self.queue.pop_front() {
                 self.rt.host_at_least(t);
             }
@@ -315,17 +328,22 @@ impl Driver<'_> {
         let tok = if managed.is_empty() {
             None
         } else {
+            let order = if sync { Order::Host } else { Order::Stream(stream) };
             let tok = self
                 .tier
-                .prepare(dev, class as u8, &managed, overwrite, Order::Stream(stream))
+                .prepare(dev, class as u8, &managed, overwrite, order)
                 .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {e}; a call larger than HBM?)"))?;
             Some(tok)
         };
-        let end = self.rt.launch(stream, cost);
-        self.rt.host_spend(self.s.costs.launch_ns());
-        self.queue.push_back(end);
+        if sync {
+            self.rt.host_spend(cost.max(self.s.costs.launch_ns()));
+        } else {
+            let end = self.rt.launch(stream, cost);
+            self.rt.host_spend(self.s.costs.launch_ns());
+            self.queue.push_back(end);
+        }
         if let Some(tok) = tok {
-            self.tier.finish(tok, Some(stream), true);
+            self.tier.finish(tok, if sync { None } else { Some(stream) }, true);
             if let (Some(acc), Some(f)) = (self.accuracy.as_mut(), self.future) {
                 let now = self.tier.now();
                 if now != self.last_tick {

@@ -234,7 +234,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
         "nvme_bytes": s.nvme,
         "min_bytes": s.min_bytes,
         "costs": {"link_gbps": c.link_gbps, "hbm_gbps": c.hbm_gbps, "tflops": c.tflops, "launch_us": c.launch_us,
-                  "nvme_read_gbps": c.nvme_read_gbps, "nvme_write_gbps": c.nvme_write_gbps},
+                  "nvme_read_gbps": c.nvme_read_gbps, "nvme_write_gbps": c.nvme_write_gbps, "pageable": c.pageable},
         "tick_ns": s.tick_ns,
         "watermarks": [s.hbm_low, s.hbm_high],
         "queue": s.queue,
