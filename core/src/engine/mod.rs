@@ -42,6 +42,12 @@ pub enum Prep {
     Fail(i32),
 }
 
+/// Background prefetch per 20 ms round: 25 GB/s (PCIe 4.0 x16 in practice,
+/// design.md §2) × 20 ms.
+const PREFETCH_BYTES_PER_TICK: u64 = 500_000_000;
+/// How far ahead (tracked calls) a chunk must be expected to be prefetched.
+const PREFETCH_HORIZON: u64 = 256;
+
 /// Most ranges one launch reports (more are cut and counted).
 pub const MAX_OP_RANGES: usize = 64;
 
@@ -866,7 +872,11 @@ impl Engine {
             if t.runtime().set_device(dev) != 0 {
                 continue;
             }
-            t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high);
+            if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
+                // room below the low watermark: bring back what the policy
+                // expects soon, within the link's share of this round
+                t.prefetch(dev, PREFETCH_BYTES_PER_TICK, self.cfg.hbm_low, PREFETCH_HORIZON);
+            }
             let Some(s) = &self.seg else { continue };
             let Ok((free, total)) = t.runtime().mem_info() else { continue };
             let d = (dev as usize).min(MAX_DEVICES - 1);
@@ -917,7 +927,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}}\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}}\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -937,6 +947,8 @@ impl Engine {
             t.from_nvme,
             t.overwrites,
             t.spill_errors,
+            t.prefetches,
+            t.prefetch_bytes,
             dram_limit,
             nvme_limit,
         )
