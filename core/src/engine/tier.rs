@@ -33,6 +33,9 @@ pub const MAX_DEVICES: usize = 16;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 const E_NOT_SUPPORT: i32 = 207000;
 const E_PARAM: i32 = 107000;
+/// ACL_ERROR_RT_DEVICE_TASK_ABORT: what the runtime returns for a device
+/// that has gone away.
+pub const E_DEVICE_LOST: i32 = 107022;
 /// Internal: nothing can move right now because other calls hold what is
 /// resident; the caller drops the lock and tries again.
 const E_BUSY: i32 = -1;
@@ -56,6 +59,8 @@ struct Chunk {
     uses: Vec<(u64, u64)>,
     /// LRU clock of the latest use.
     last: u64,
+    /// Its only current copy was in the HBM of a device that disappeared.
+    lost: bool,
 }
 
 enum Kind {
@@ -85,11 +90,14 @@ struct Dev {
     resident: u64,
     managed_virtual: u64,
     capacity: u64,
+    /// The device disappeared (card failure): its HBM is gone, nothing on it
+    /// is called again; chunks with a current host copy stay readable.
+    lost: bool,
 }
 
 impl Dev {
     const fn new() -> Dev {
-        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0 }
+        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0, lost: false }
     }
 }
 
@@ -592,6 +600,9 @@ impl Tier {
         }
         if need.is_empty() {
             return Ok(tok);
+        }
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost || need.iter().any(|n| st.backings.get(&n.0).map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost).unwrap_or(false)) {
+            return Err(E_DEVICE_LOST);
         }
         // a call that needs more chunks than the device holds can never run
         let cap = st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity;
@@ -1379,10 +1390,115 @@ impl Tier {
         ev
     }
 
+    /// Card failure: `dev` disappeared with its HBM. Chunks whose current
+    /// data was only there are lost; chunks with a current copy in DRAM or
+    /// on NVMe stay readable through `read_lost`. Returns (lost, readable)
+    /// managed allocations as (device VA or handle, bytes), or None when the
+    /// device was already known lost. Nothing on `dev` is called again.
+    pub fn device_lost(&self, dev: u32) -> Option<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+        let mut st = self.st.lock().ok()?;
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].lost {
+            return None;
+        }
+        st.devs[d].lost = true;
+        st.devs[d].resident = 0;
+        let (mut lost, mut kept) = (Vec::new(), Vec::new());
+        let mut ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        ids.sort_unstable();
+        for id in ids {
+            let st2 = &mut *st;
+            let b = st2.backings.get_mut(&id).expect("backing");
+            let mut any_lost = false;
+            for c in b.chunks.iter_mut() {
+                if c.phys != 0 {
+                    if c.dirty || c.host.is_none() {
+                        c.lost = true;
+                        any_lost = true;
+                        // a stale host copy must never be served as current
+                        if let Some(h) = c.host.take() {
+                            st2.pending_free.push(h);
+                        }
+                    }
+                    c.phys = 0; // gone with the device: never freed or unmapped
+                    c.dirty = false;
+                }
+                c.uses.clear();
+                c.pins = 0;
+            }
+            let b = &st.backings[&id];
+            let name = b.vas.first().copied().unwrap_or(handle_of(id));
+            if any_lost {
+                lost.push((name, b.size));
+            } else {
+                kept.push((name, b.size));
+            }
+        }
+        // host slots of lost chunks: nothing of ours runs on the lost device
+        for h in std::mem::take(&mut st.pending_free) {
+            free_host(&mut st, h);
+        }
+        Some((lost, kept))
+    }
+
+    /// A device-to-host read of `len` bytes at device address `src` into
+    /// `dst` for a device that has disappeared: served from the host copies.
+    /// None: `src` is not managed memory of a lost device (the caller does
+    /// the real copy). Some(E_DEVICE_LOST): part of the range was lost.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` bytes of writes.
+    pub unsafe fn read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=src).next_back()?;
+        if src >= start + size {
+            return None;
+        }
+        let b = st.backings.get(&id)?;
+        if !st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost {
+            return None;
+        }
+        if dst.is_null() || src + len > start + size {
+            return Some(E_DEVICE_LOST);
+        }
+        let off = src - start;
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
+            let i = (at / CHUNK) as usize;
+            let within = at % CHUNK;
+            let n = (CHUNK - within).min(len - done);
+            let out = std::slice::from_raw_parts_mut(dst.add(done as usize), n as usize);
+            let st2 = &mut *st;
+            let c = &st2.backings[&id].chunks[i];
+            if c.lost {
+                return Some(E_DEVICE_LOST);
+            }
+            match &c.host {
+                None => out.fill(0), // never written: fresh memory reads as zeros
+                Some(Host::Dram(slot)) => std::ptr::copy_nonoverlapping(slot.ptr.add(within as usize), out.as_mut_ptr(), n as usize),
+                Some(Host::Nvme(slot)) => {
+                    let r = st2.nvme.as_mut().map(|nv| nv.read_at(slot, within, out)).unwrap_or(Err(TierError::BadSlot));
+                    if r.is_err() {
+                        self.spill_errors.fetch_add(1, Relaxed);
+                        return Some(E_DEVICE_LOST);
+                    }
+                }
+            }
+            done += n;
+        }
+        Some(0)
+    }
+
+    /// Whether any device has been lost (the copy hooks' fast check).
+    pub fn any_lost(&self) -> bool {
+        self.st.lock().map(|st| st.devs.iter().any(|d| d.lost)).unwrap_or(false)
+    }
+
     /// Devices with managed memory (for the background thread).
     pub fn devices(&self) -> Vec<u32> {
         let Ok(st) = self.st.lock() else { return Vec::new() };
-        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).collect();
+        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).filter(|&d| !st.devs[(d as usize).min(MAX_DEVICES - 1)].lost).collect();
         v.sort_unstable();
         v.dedup();
         v
