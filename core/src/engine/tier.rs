@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use super::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
-use crate::policy::{Cand, HeatFn, Placement};
+use crate::policy::{Cand, HeatFn, Place, Placement};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
 use crate::tier::TierError;
@@ -33,6 +33,9 @@ pub const MAX_DEVICES: usize = 16;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 const E_NOT_SUPPORT: i32 = 207000;
 const E_PARAM: i32 = 107000;
+/// ACL_ERROR_RT_DEVICE_TASK_ABORT: what the runtime returns for a device
+/// that has gone away.
+pub const E_DEVICE_LOST: i32 = 107022;
 /// Internal: nothing can move right now because other calls hold what is
 /// resident; the caller drops the lock and tries again.
 const E_BUSY: i32 = -1;
@@ -56,6 +59,8 @@ struct Chunk {
     uses: Vec<(u64, u64)>,
     /// LRU clock of the latest use.
     last: u64,
+    /// Its only current copy was in the HBM of a device that disappeared.
+    lost: bool,
 }
 
 enum Kind {
@@ -85,11 +90,14 @@ struct Dev {
     resident: u64,
     managed_virtual: u64,
     capacity: u64,
+    /// The device disappeared (card failure): its HBM is gone, nothing on it
+    /// is called again; chunks with a current host copy stay readable.
+    lost: bool,
 }
 
 impl Dev {
     const fn new() -> Dev {
-        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0 }
+        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0, lost: false }
     }
 }
 
@@ -126,6 +134,9 @@ pub struct TierCounters {
     pub from_nvme: u64,
     pub overwrites: u64,
     pub spill_errors: u64,
+    /// Chunks brought back ahead of use by the background prefetch.
+    pub prefetches: u64,
+    pub prefetch_bytes: u64,
 }
 
 pub struct Tier {
@@ -151,6 +162,13 @@ pub struct Tier {
     pub from_nvme: AtomicU64,
     pub overwrites: AtomicU64,
     pub spill_errors: AtomicU64,
+    pub prefetches: AtomicU64,
+    pub prefetch_bytes: AtomicU64,
+    /// Foreground evictions and busy retries so far, and the figure the
+    /// last prefetch round saw: prefetch runs only after a round without
+    /// demand (else it competes with calls for the same free chunks).
+    demand: AtomicU64,
+    demand_seen: AtomicU64,
 }
 
 /// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
@@ -188,7 +206,7 @@ fn round_up(v: u64, a: u64) -> u64 {
 impl Tier {
     /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
     pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Tier, String> {
-        let policy = crate::policy::by_name(&cfg.policy).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
+        let policy = crate::policy::by_config(cfg).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
         Tier::with_policy(rt, cfg, policy)
     }
 
@@ -238,6 +256,10 @@ impl Tier {
             from_nvme: AtomicU64::new(0),
             overwrites: AtomicU64::new(0),
             spill_errors: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
+            prefetch_bytes: AtomicU64::new(0),
+            demand: AtomicU64::new(0),
+            demand_seen: AtomicU64::new(0),
         })
     }
 
@@ -267,6 +289,8 @@ impl Tier {
             from_nvme: self.from_nvme.load(Relaxed),
             overwrites: self.overwrites.load(Relaxed),
             spill_errors: self.spill_errors.load(Relaxed),
+            prefetches: self.prefetches.load(Relaxed),
+            prefetch_bytes: self.prefetch_bytes.load(Relaxed),
         }
     }
 
@@ -577,6 +601,9 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost || need.iter().any(|n| st.backings.get(&n.0).map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost).unwrap_or(false)) {
+            return Err(E_DEVICE_LOST);
+        }
         // a call that needs more chunks than the device holds can never run
         let cap = st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity;
         if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
@@ -587,8 +614,14 @@ impl Tier {
         let mut tries = 0;
         loop {
             match self.fault_in(&mut st, &need, dev, order) {
-                Ok(()) => break,
+                Ok(()) => {
+                    if let Err(e) = self.after_copy_ins(&mut st, &need, order) {
+                        return Err(e);
+                    }
+                    break;
+                }
                 Err(E_BUSY) if tries < 2000 => {
+                    self.demand.fetch_add(1, Relaxed);
                     // copy-ins already issued for this call complete before
                     // the lock is dropped: the retry sees them as resident
                     // and issues no wait for them
@@ -608,8 +641,15 @@ impl Tier {
                     st = self.st.lock().map_err(|_| E_ALLOC)?;
                     tries += 1;
                 }
-                Err(E_BUSY) => return Err(E_ALLOC),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // copy-ins issued before the failure must not outlive
+                    // the chunks they write (nothing else orders them)
+                    let d = (dev as usize).min(MAX_DEVICES - 1);
+                    if st.devs[d].stream != 0 {
+                        self.rt.sync_stream(st.devs[d].stream);
+                    }
+                    return Err(if e == E_BUSY { E_ALLOC } else { e });
+                }
             }
         }
         st.clock += 1;
@@ -725,6 +765,7 @@ impl Tier {
     fn fault_in(&self, st: &mut State, need: &[(u64, u32, bool)], dev: u32, order: Order) -> Result<(), i32> {
         let protect: Vec<(u64, u32)> = need.iter().map(|n| (n.0, n.1)).collect();
         let mut copied = false;
+        let mut filled: Vec<(u64, u32)> = Vec::new();
         for &(id, i, whole) in need {
             let Some(b) = st.backings.get(&id) else { continue };
             let c = &b.chunks[i as usize];
@@ -774,6 +815,7 @@ impl Tier {
                     }
                     c.dirty = false;
                     copied = true;
+                    filled.push((id, i));
                     self.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 Some(Host::Nvme(_)) => {
@@ -795,6 +837,7 @@ impl Tier {
                     let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
                     c.dirty = false;
                     copied = true;
+                    filled.push((id, i));
                     self.from_nvme.fetch_add(1, Relaxed);
                     self.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
@@ -811,6 +854,12 @@ impl Tier {
                 }
                 Order::Stream(s) => {
                     let Some(ev) = self.use_event(st, stream) else { return Err(E_ALLOC) };
+                    // the copy is a use of each chunk it fills: no eviction
+                    // before it completes, and other streams' calls order
+                    // themselves after it (`after_copy_ins`)
+                    for &(id, i) in &filled {
+                        set_use(st, id, i, stream, ev);
+                    }
                     let rc = self.rt.stream_wait(s, ev);
                     unref_event(st, ev);
                     if rc != 0 {
@@ -822,25 +871,170 @@ impl Tier {
         Ok(())
     }
 
+    /// Orders the caller after copy-ins still in flight for chunks it needs
+    /// that were already resident (issued by another call or the prefetch).
+    fn after_copy_ins(&self, st: &mut State, need: &[(u64, u32, bool)], order: Order) -> Result<(), i32> {
+        let mut evs: Vec<u64> = Vec::new();
+        for &(id, i, _) in need {
+            let Some(b) = st.backings.get(&id) else { continue };
+            let own = st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].stream;
+            if own == 0 {
+                continue;
+            }
+            for &(s, ev) in &b.chunks[i as usize].uses {
+                if s == own && !evs.contains(&ev) && !self.rt.event_done(ev).unwrap_or(true) {
+                    evs.push(ev);
+                }
+            }
+        }
+        for ev in evs {
+            let rc = match order {
+                Order::Stream(s) => self.rt.stream_wait(s, ev),
+                // u3m's stream holds only copies: waiting for it with the
+                // lock held cannot depend on work the host has yet to issue
+                Order::Host => self.rt.sync_event(ev),
+            };
+            if rc != 0 {
+                return Err(rc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Background prefetch on `dev`: brings back to HBM chunks held in DRAM
+    /// that the policy expects within `horizon` ticks, without evicting
+    /// anything, while HBM use stays below `low` × capacity, and at most
+    /// `budget` bytes per call (the link's share for one background round).
+    /// The copies run on u3m's stream; a call needing a chunk whose copy is
+    /// still in flight waits for it (`after_copy_ins`). Returns the chunks
+    /// issued. The calling thread's device must be `dev`.
+    pub fn prefetch(&self, dev: u32, budget: u64, low: f64, horizon: u64) -> u32 {
+        let demand = self.demand.load(Relaxed);
+        if self.demand_seen.swap(demand, Relaxed) != demand {
+            return 0;
+        }
+        let Ok((free, total)) = self.rt.mem_info() else { return 0 };
+        if total == 0 {
+            return 0;
+        }
+        let limit = (low * total as f64) as u64;
+        let mut used = total.saturating_sub(free);
+        if used + CHUNK > limit {
+            return 0;
+        }
+        let Ok(mut st) = self.st.lock() else { return 0 };
+        let now = st.clock;
+        let mut cands: Vec<(u64, u32, u64)> = Vec::new();
+        for (&id, b) in st.backings.iter() {
+            if b.dev != dev || b.pinned || b.vas.is_empty() {
+                continue;
+            }
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.phys == 0 && c.pins == 0 && matches!(c.host, Some(Host::Dram(_))) {
+                    let key = chunk_key(b, id, i as u32);
+                    if self.policy.predicts(now, key, horizon) {
+                        cands.push((id, i as u32, key));
+                    }
+                }
+            }
+        }
+        if cands.is_empty() {
+            return 0;
+        }
+        cands.sort_unstable_by_key(|c| c.2);
+        let Ok(stream) = self.dev_stream(&mut st, dev) else { return 0 };
+        let mut filled: Vec<(u64, u32)> = Vec::new();
+        let mut bytes = 0u64;
+        for (id, i, _) in cands {
+            if bytes + CHUNK > budget || used + CHUNK > limit {
+                break;
+            }
+            // never evict for a prefetch: a refused allocation ends the round
+            let Ok(phys) = self.rt.malloc_physical(dev, CHUNK) else { break };
+            let vas = st.backings[&id].vas.clone();
+            let mut ok = true;
+            let mut mapped = Vec::new();
+            for &va in &vas {
+                if self.rt.map(va + i as u64 * CHUNK, CHUNK, phys) != 0 {
+                    ok = false;
+                    break;
+                }
+                mapped.push(va);
+            }
+            let src = match &st.backings[&id].chunks[i as usize].host {
+                Some(Host::Dram(slot)) => slot.ptr as u64,
+                _ => 0,
+            };
+            if ok && src != 0 {
+                ok = self.rt.memcpy_async(vas[0] + i as u64 * CHUNK, src, CHUNK, MEMCPY_H2D, stream) == 0;
+            }
+            if !ok {
+                for va in mapped {
+                    self.rt.unmap(va + i as u64 * CHUNK);
+                }
+                self.rt.free_physical(phys);
+                break;
+            }
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            st.devs[d].resident += CHUNK;
+            let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
+            c.phys = phys;
+            c.dirty = false; // the DRAM copy stays: evicting it again is free
+            c.last = now;
+            filled.push((id, i));
+            bytes += CHUNK;
+            used += CHUNK;
+        }
+        if !filled.is_empty() {
+            match self.use_event(&mut st, stream) {
+                Some(ev) => {
+                    for &(id, i) in &filled {
+                        set_use(&mut st, id, i, stream, ev);
+                    }
+                    unref_event(&mut st, ev);
+                }
+                // no event: order everything after the copies the hard way
+                None => {
+                    self.rt.sync_stream(stream);
+                }
+            }
+            self.prefetches.fetch_add(filled.len() as u64, Relaxed);
+            self.prefetch_bytes.fetch_add(bytes, Relaxed);
+        }
+        filled.len() as u32
+    }
+
     /// A physical chunk on `dev`, evicting others (never `protect`) when HBM
     /// is full.
     fn alloc_phys(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<u64, i32> {
+        let r = self.alloc_phys_evicting(st, dev, protect);
+        if !matches!(r, Ok((_, 0))) {
+            self.demand.fetch_add(1, Relaxed);
+        }
+        r.map(|(h, _)| h)
+    }
+
+    /// `alloc_phys` with the number of chunks it evicted.
+    fn alloc_phys_evicting(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<(u64, u32), i32> {
+        let mut evicted = 0u32;
         // evict before asking when HBM is visibly full (a refused request
         // costs the runtime a failed allocation and a log line)
         while let Ok((free, _)) = self.rt.mem_info() {
             if free >= CHUNK || !self.evict_one(st, dev, protect)? {
                 break;
             }
+            evicted += 1;
         }
         loop {
             match self.rt.malloc_physical(dev, CHUNK) {
-                Ok(h) => return Ok(h),
+                Ok(h) => return Ok((h, evicted)),
                 Err(E_ALLOC) => {}
                 Err(e) => return Err(e),
             }
             if !self.evict_one(st, dev, protect)? {
                 return Err(E_BUSY);
             }
+            evicted += 1;
         }
     }
 
@@ -883,7 +1077,8 @@ impl Tier {
                 // host has yet to issue (an HCCL peer), and issuing it needs
                 // this lock. The caller drops the lock and waits (E_BUSY).
                 let (_, id, i) = cands[0];
-                st.wait_for = st.backings[&id].chunks[i as usize].uses.first().map(|u| u.1);
+                let uses = &st.backings[&id].chunks[i as usize].uses;
+                st.wait_for = uses.iter().find(|u| !self.rt.event_done(u.1).unwrap_or(true)).or(uses.first()).map(|u| u.1);
                 return Err(E_BUSY);
             }
         };
@@ -1002,13 +1197,24 @@ impl Tier {
         Ok(va)
     }
 
-    /// A host slot for chunk (id, i): its existing (stale) one, else DRAM
-    /// below 95 % full, else NVMe, else DRAM anyway.
+    /// A host slot for chunk (id, i): its existing (stale) one, else NVMe if
+    /// the policy places it there, else DRAM below 95 % full, else NVMe,
+    /// else DRAM anyway.
     fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, i32> {
         if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize].host.take() {
             return Ok(h);
         }
         self.reclaim(st);
+        // a chunk the policy places on NVMe (seed-heat: below the DRAM
+        // threshold; markov: predicted cold) bypasses DRAM
+        let key = chunk_key(&st.backings[&id], id, i);
+        if self.policy.place(st.clock, key) == Some(Place::Nvme) {
+            if let Some(n) = st.nvme.as_mut() {
+                if let Ok(s) = n.alloc(CHUNK) {
+                    return Ok(Host::Nvme(s));
+                }
+            }
+        }
         let dram_ok = st.dram.used() + CHUNK <= (self.dram_limit as f64 * 0.95) as u64;
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
@@ -1184,10 +1390,115 @@ impl Tier {
         ev
     }
 
+    /// Card failure: `dev` disappeared with its HBM. Chunks whose current
+    /// data was only there are lost; chunks with a current copy in DRAM or
+    /// on NVMe stay readable through `read_lost`. Returns (lost, readable)
+    /// managed allocations as (device VA or handle, bytes), or None when the
+    /// device was already known lost. Nothing on `dev` is called again.
+    pub fn device_lost(&self, dev: u32) -> Option<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+        let mut st = self.st.lock().ok()?;
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].lost {
+            return None;
+        }
+        st.devs[d].lost = true;
+        st.devs[d].resident = 0;
+        let (mut lost, mut kept) = (Vec::new(), Vec::new());
+        let mut ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        ids.sort_unstable();
+        for id in ids {
+            let st2 = &mut *st;
+            let b = st2.backings.get_mut(&id).expect("backing");
+            let mut any_lost = false;
+            for c in b.chunks.iter_mut() {
+                if c.phys != 0 {
+                    if c.dirty || c.host.is_none() {
+                        c.lost = true;
+                        any_lost = true;
+                        // a stale host copy must never be served as current
+                        if let Some(h) = c.host.take() {
+                            st2.pending_free.push(h);
+                        }
+                    }
+                    c.phys = 0; // gone with the device: never freed or unmapped
+                    c.dirty = false;
+                }
+                c.uses.clear();
+                c.pins = 0;
+            }
+            let b = &st.backings[&id];
+            let name = b.vas.first().copied().unwrap_or(handle_of(id));
+            if any_lost {
+                lost.push((name, b.size));
+            } else {
+                kept.push((name, b.size));
+            }
+        }
+        // host slots of lost chunks: nothing of ours runs on the lost device
+        for h in std::mem::take(&mut st.pending_free) {
+            free_host(&mut st, h);
+        }
+        Some((lost, kept))
+    }
+
+    /// A device-to-host read of `len` bytes at device address `src` into
+    /// `dst` for a device that has disappeared: served from the host copies.
+    /// None: `src` is not managed memory of a lost device (the caller does
+    /// the real copy). Some(E_DEVICE_LOST): part of the range was lost.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` bytes of writes.
+    pub unsafe fn read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=src).next_back()?;
+        if src >= start + size {
+            return None;
+        }
+        let b = st.backings.get(&id)?;
+        if !st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost {
+            return None;
+        }
+        if dst.is_null() || src + len > start + size {
+            return Some(E_DEVICE_LOST);
+        }
+        let off = src - start;
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
+            let i = (at / CHUNK) as usize;
+            let within = at % CHUNK;
+            let n = (CHUNK - within).min(len - done);
+            let out = std::slice::from_raw_parts_mut(dst.add(done as usize), n as usize);
+            let st2 = &mut *st;
+            let c = &st2.backings[&id].chunks[i];
+            if c.lost {
+                return Some(E_DEVICE_LOST);
+            }
+            match &c.host {
+                None => out.fill(0), // never written: fresh memory reads as zeros
+                Some(Host::Dram(slot)) => std::ptr::copy_nonoverlapping(slot.ptr.add(within as usize), out.as_mut_ptr(), n as usize),
+                Some(Host::Nvme(slot)) => {
+                    let r = st2.nvme.as_mut().map(|nv| nv.read_at(slot, within, out)).unwrap_or(Err(TierError::BadSlot));
+                    if r.is_err() {
+                        self.spill_errors.fetch_add(1, Relaxed);
+                        return Some(E_DEVICE_LOST);
+                    }
+                }
+            }
+            done += n;
+        }
+        Some(0)
+    }
+
+    /// Whether any device has been lost (the copy hooks' fast check).
+    pub fn any_lost(&self) -> bool {
+        self.st.lock().map(|st| st.devs.iter().any(|d| d.lost)).unwrap_or(false)
+    }
+
     /// Devices with managed memory (for the background thread).
     pub fn devices(&self) -> Vec<u32> {
         let Ok(st) = self.st.lock() else { return Vec::new() };
-        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).collect();
+        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).filter(|&d| !st.devs[(d as usize).min(MAX_DEVICES - 1)].lost).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -1208,6 +1519,31 @@ fn free_host(st: &mut State, h: Host) {
                 let _ = n.free(s);
             }
         }
+    }
+}
+
+/// Makes `ev` (recorded on `stream`) the latest use of chunk (id, i) on
+/// that stream, taking a reference and dropping the one of the event it
+/// replaces.
+fn set_use(st: &mut State, id: u64, i: u32, stream: u64, ev: u64) {
+    let mut old = None;
+    if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+        match c.uses.iter_mut().find(|u| u.0 == stream) {
+            Some(u) => {
+                if u.1 == ev {
+                    return;
+                }
+                old = Some(u.1);
+                u.1 = ev;
+            }
+            None => c.uses.push((stream, ev)),
+        }
+    } else {
+        return;
+    }
+    *st.event_refs.entry(ev).or_insert(0) += 1;
+    if let Some(o) = old {
+        unref_event(st, o);
     }
 }
 

@@ -93,6 +93,14 @@ pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
     }
 }
 
+/// The policy U3M_POLICY names, with the configuration's watermarks.
+pub fn by_config(cfg: &crate::config::Config) -> Option<Box<dyn Placement>> {
+    match cfg.policy.as_str() {
+        "seed-heat" => Some(Box::new(SeedHeat::with(cfg.hbm_low, cfg.hbm_high, seed_heat::RECAL_S))),
+        other => by_name(other),
+    }
+}
+
 /// Least recently used first (ties: the lower key).
 pub(crate) fn lru_order(cands: &mut [Cand]) {
     cands.sort_unstable_by(|a, b| a.last.cmp(&b.last).then(a.key.cmp(&b.key)));
