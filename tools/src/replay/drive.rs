@@ -9,8 +9,9 @@
 //! The host spends the launch latency per call and never runs more than
 //! `queue` calls ahead of the device (a framework's launch queue: when it is
 //! full the host waits for the oldest call). Every `tick` of simulated host
-//! time the library's background round runs: watermarks, DRAM spill,
-//! the policy's tick.
+//! time the library's background round runs, in the library's order: the
+//! policy's tick, DRAM spill, watermarks, and prefetch when the watermarks
+//! had nothing to do.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -78,6 +79,10 @@ struct Alloc {
     bytes: u64,
     va: Option<u64>,
 }
+
+/// How far ahead (tracked calls) the background prefetch looks: the
+/// library's PREFETCH_HORIZON (core/src/engine/mod.rs).
+const PREFETCH_HORIZON: u64 = 256;
 
 /// Offset added to simulated time for the heat table (its clock starts at 1 s,
 /// like a process that has been up a moment).
@@ -369,8 +374,12 @@ impl Driver<'_> {
             }
             self.spilled += self.tier.spill_dram(self.s.tick_ns as f64 / 1e9) as u64;
             for dev in self.tier.devices() {
-                if self.rt.set_device(dev) == 0 {
-                    self.tier.enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high);
+                if self.rt.set_device(dev) == 0 && self.tier.enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high) == 0 {
+                    // as the library: room below the low watermark brings
+                    // back what the policy expects soon, within the link's
+                    // share of the round
+                    let budget = (self.s.costs.link_gbps * self.s.tick_ns as f64) as u64;
+                    self.tier.prefetch(dev, budget, self.s.hbm_low, PREFETCH_HORIZON);
                 }
             }
             self.rt.end_background();

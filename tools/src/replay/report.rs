@@ -19,6 +19,8 @@ pub struct PolicyRow {
     pub writeback_dram: u64,
     pub writeback_nvme: u64,
     pub spill: u64,
+    /// Bytes the background prefetch copied in ahead of use (from DRAM).
+    pub prefetch: u64,
     pub clean_drops: u64,
     pub faults: u64,
     pub evictions: u64,
@@ -44,6 +46,7 @@ impl PolicyRow {
             writeback_dram: t.to_dram * CHUNK,
             writeback_nvme: t.to_nvme.saturating_sub(o.spilled) * CHUNK,
             spill: o.spilled * CHUNK,
+            prefetch: t.prefetch_bytes,
             clean_drops: t.clean_drops,
             faults: t.faults_in,
             evictions: t.evictions,
@@ -67,9 +70,10 @@ impl PolicyRow {
         self.writeback_dram + self.writeback_nvme
     }
 
-    /// Bytes over the link for this policy: copied in plus copied out.
+    /// Bytes over the link for this policy: copied in (on demand and by
+    /// prefetch) plus copied out.
     pub fn moved(&self) -> u64 {
-        self.fault_in() + self.written_back()
+        self.fault_in() + self.prefetch + self.written_back()
     }
 }
 
@@ -133,7 +137,7 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
             ms(r.baseline_ns)
         );
         let mut head: Vec<String> =
-            ["policy", "in<-DRAM", "in<-NVMe", "out->DRAM", "out->NVMe", "clean", "stall", "total", "x belady"].iter().map(|s| s.to_string()).collect();
+            ["policy", "in<-DRAM", "in<-NVMe", "prefetch", "out->DRAM", "out->NVMe", "clean", "stall", "total", "x belady"].iter().map(|s| s.to_string()).collect();
         for w in &s.windows {
             head.push(format!("P/R@{w}"));
         }
@@ -144,6 +148,7 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
                 p.policy.clone(),
                 bytes(p.fault_in_dram),
                 bytes(p.fault_in_nvme),
+                bytes(p.prefetch),
                 bytes(p.writeback_dram),
                 bytes(p.writeback_nvme),
                 p.clean_drops.to_string(),
@@ -174,7 +179,7 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
         out.push('\n');
     }
     out.push_str(
-        "in<-: bytes copied into HBM from each tier; out->: bytes written back on eviction (clean: chunks dropped without a copy); \
+        "in<-: bytes copied into HBM on demand from each tier; prefetch: copied in ahead of use; out->: bytes written back on eviction (clean: chunks dropped without a copy); \
 stall: total - unlimited-HBM time; x belady: bytes moved / belady's; P/R@W: byte-weighted prediction precision/recall for the next W tracked calls\n",
     );
     out
@@ -193,6 +198,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "policy": p.policy,
                         "fault_in_bytes": {"dram": p.fault_in_dram, "nvme": p.fault_in_nvme, "total": p.fault_in()},
                         "writeback_bytes": {"dram": p.writeback_dram, "nvme": p.writeback_nvme, "total": p.written_back()},
+                        "prefetch_bytes": p.prefetch,
                         "spill_bytes": p.spill,
                         "moved_bytes": p.moved(),
                         "moved_vs_belady": ratio(p.moved(), bm),
