@@ -78,6 +78,12 @@ pub struct ReplayArgs {
     /// Launch latency per call, µs (ACLSIM_LAUNCH_US).
     #[arg(long, value_name = "US", default_value_t = 5.0)]
     pub launch_us: f64,
+    /// Predictor calibration period, simulated seconds (U3M_CALIB_S).
+    #[arg(long, value_name = "S", default_value_t = 600.0)]
+    pub calib_s: f64,
+    /// Predictor re-warm time after a mode switch, simulated seconds (U3M_WARMUP_S).
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub warmup_s: f64,
     /// NVMe read rate, GB/s.
     #[arg(long, value_name = "GBPS", default_value_t = 6.5)]
     pub nvme_read_gbps: f64,
@@ -127,6 +133,8 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
         queue: a.queue.max(1),
         sample_every: a.sample_every,
         windows: a.window.clone(),
+        calib_s: a.calib_s,
+        warmup_s: a.warmup_s,
     };
     let mut reports = Vec::new();
     for path in &a.traces {
@@ -170,13 +178,16 @@ fn load(path: &PathBuf) -> Result<Trace, String> {
     Ok(Trace { name, events, lines, devices })
 }
 
-/// A policy object by name; Belady gets the baseline's access log.
-fn make_policy(name: &str, log: &[(u64, u64)]) -> Result<Box<dyn Placement>, String> {
+/// A policy by name, built as the library builds U3M_POLICY's (with the
+/// configuration's parameters); Belady gets the baseline's access log.
+fn make_policy(name: &str, s: &Setup, log: &[(u64, u64)]) -> Result<Box<dyn Placement>, String> {
     if name == "belady" {
         let _ = log;
         return Err("not in this build's u3m_core::policy yet (Belady's MIN arrives with the predictive-policy work)".into());
     }
-    u3m_core::policy::by_name(name).ok_or_else(|| format!("not in this build's u3m_core::policy yet ({name} arrives with the predictive-policy work)"))
+    let mut cfg = drive::config(s, None)?;
+    cfg.policy = name.to_string();
+    u3m_core::policy::by_config(&cfg).ok_or_else(|| format!("not in this build's u3m_core::policy yet ({name} arrives with the predictive-policy work)"))
 }
 
 fn replay_trace(trace: &Trace, s: &Setup, hbm: u64, policies: &[String]) -> Result<TraceReport, String> {
@@ -185,7 +196,7 @@ fn replay_trace(trace: &Trace, s: &Setup, hbm: u64, policies: &[String]) -> Resu
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
     for name in policies {
-        let p = match make_policy(name, &base.log) {
+        let p = match make_policy(name, s, &base.log) {
             Ok(p) => p,
             Err(why) => {
                 unavailable.push((name.clone(), why));

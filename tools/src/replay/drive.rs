@@ -46,6 +46,10 @@ pub struct Setup {
     pub queue: usize,
     pub sample_every: u64,
     pub windows: Vec<u64>,
+    /// Predictor calibration period and re-warm time, simulated seconds
+    /// (U3M_CALIB_S, U3M_WARMUP_S).
+    pub calib_s: f64,
+    pub warmup_s: f64,
 }
 
 /// A trace in memory: its events and their line numbers.
@@ -88,7 +92,9 @@ const PREFETCH_HORIZON: u64 = 256;
 /// like a process that has been up a moment).
 const HEAT_EPOCH_NS: u64 = 1_000_000_000;
 
-fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
+/// The library's configuration for a replay: tier mode, the replay's tier
+/// sizes and watermarks, policy parameters.
+pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
     let mut v: Vec<(String, String)> = vec![
         ("U3M_MODE".into(), "tier".into()),
         // a trace's footprint is what it is: the Tier must never refuse it
@@ -97,6 +103,10 @@ fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_DRAM_BYTES".into(), s.dram.to_string()),
         ("U3M_MIN_BYTES".into(), s.min_bytes.to_string()),
         ("U3M_LOG".into(), "quiet".into()),
+        ("U3M_HBM_LOW".into(), s.hbm_low.to_string()),
+        ("U3M_HBM_HIGH".into(), s.hbm_high.to_string()),
+        ("U3M_CALIB_S".into(), s.calib_s.to_string()),
+        ("U3M_WARMUP_S".into(), s.warmup_s.to_string()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));
