@@ -99,9 +99,6 @@ fn size(s: &str) -> Result<u64, String> {
     parse_size(s).ok_or_else(|| format!("'{s}' is not a byte size (e.g. 4096, 512M, 16G)"))
 }
 
-/// The baseline's HBM: as good as unlimited.
-const UNLIMITED: u64 = 1 << 60;
-
 pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
     if a.watermarks.len() != 2 || !(0.0..=1.0).contains(&a.watermarks[0]) || a.watermarks[0] > a.watermarks[1] || a.watermarks[1] > 1.0 {
         return Err(CliError::Usage(format!("--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1", a.watermarks)));
@@ -191,7 +188,7 @@ fn make_policy(name: &str, s: &Setup, log: &[(u64, u64)]) -> Result<Box<dyn Plac
 }
 
 fn replay_trace(trace: &Trace, s: &Setup, hbm: u64, policies: &[String]) -> Result<TraceReport, String> {
-    let base = drive::run(trace, s, UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)?;
+    let base = drive::run(trace, s, drive::UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)?;
     let future = Future::new(&base.log);
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();

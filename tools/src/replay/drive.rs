@@ -115,18 +115,39 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
     Config::from_vars(v).map_err(|e| e.to_string())
 }
 
-/// Replays `trace` with HBM `hbm` bytes per device (u64::MAX: unlimited)
-/// and `policy`. `future`: the baseline's access log, for precision/recall.
+/// The baseline's HBM: as good as unlimited.
+pub const UNLIMITED: u64 = 1 << 60;
+
+/// Replays `trace` with HBM `hbm` bytes per device (`UNLIMITED`: the
+/// baseline) and `policy`. `future`: the baseline's access log, for
+/// precision/recall.
 pub fn run(trace: &Trace, s: &Setup, hbm: u64, policy: Box<dyn Placement>, future: Option<&Future>) -> Result<RunOut, String> {
+    // the Tier keeps a &'static runtime (libu3m.so's lives for the process);
+    // one small leak per run
     let rt: &'static SimRuntime = Box::leak(Box::new(SimRuntime::new(s.costs, trace.devices, hbm)));
-    let swap = if s.nvme > 0 && hbm != u64::MAX {
+    let swap = if s.nvme > 0 && hbm != UNLIMITED {
         let d = std::env::temp_dir().join(format!("u3m-replay.{}.{}", std::process::id(), rt as *const _ as usize));
         std::fs::create_dir_all(&d).map_err(|e| format!("NVMe swap directory {}: {e}", d.display()))?;
         Some(d)
     } else {
         None
     };
-    let cfg = config(s, swap.as_ref())?;
+    let r = run_in(trace, s, rt, swap.as_ref(), policy, future);
+    if let Some(d) = swap {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    r
+}
+
+fn run_in(
+    trace: &Trace,
+    s: &Setup,
+    rt: &'static SimRuntime,
+    swap: Option<&PathBuf>,
+    policy: Box<dyn Placement>,
+    future: Option<&Future>,
+) -> Result<RunOut, String> {
+    let cfg = config(s, swap)?;
     let (rec, log) = Recording::new(policy);
     let tier = Tier::with_policy(rt, &cfg, Box::new(rec))?;
     let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
@@ -179,9 +200,6 @@ pub fn run(trace: &Trace, s: &Setup, hbm: u64, policy: Box<dyn Placement>, futur
         arrivals_by_tag,
     };
     drop(tier);
-    if let Some(d) = swap {
-        let _ = std::fs::remove_dir_all(d);
-    }
     r.map(|()| out)
 }
 
