@@ -223,6 +223,7 @@ pub struct Report {
     pub copy_bytes: u64,
     pub segments: usize,
     pub reserved: u64,
+    pub device_bytes: u64,
     pub peak: [u64; Component::COUNT],
     pub peak_total: u64,
 }
@@ -324,6 +325,7 @@ pub fn generate(o: &Opts, out: Option<Box<dyn Write + '_>>) -> io::Result<Report
         copy_bytes: g.copy_bytes,
         segments: mem.segments(),
         reserved: mem.reserved,
+        device_bytes: mem.device_bytes(),
         peak: mem.peak,
         peak_total: mem.peak_total,
     })
@@ -397,6 +399,7 @@ pub fn sizes(o: &Opts, r: &Report) -> Value {
         "trace": {
             "events": r.events, "ops": r.ops, "ops_by_class": Value::Object(classes),
             "segments": r.segments, "reserved_bytes": r.reserved, "peak_allocated_bytes": r.peak_total,
+            "device_bytes": r.device_bytes,
             "copy_bytes": r.copy_bytes,
         },
     })

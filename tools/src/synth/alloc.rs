@@ -232,6 +232,20 @@ impl Caching {
     pub fn segments(&self) -> usize {
         self.segments.len()
     }
+
+    /// Device bytes the segments take on the simulator when allocated by
+    /// `aclrtMalloc` (as acl_replay does): round to 32 B plus 32 B of pad,
+    /// then 2 MiB pages above 1 MiB, so a 20 MiB segment takes 22 MiB
+    /// (docs/simulator.md). torch_npu allocates with aclrtMallocAlign32 (no pad).
+    pub fn device_bytes(&self) -> u64 {
+        self.segments
+            .values()
+            .map(|&n| {
+                let padded = round_up(n, 32) + 32;
+                round_up(padded, if padded > SMALL_SIZE { ROUND_LARGE } else { 4096 })
+            })
+            .sum()
+    }
 }
 
 #[cfg(test)]
