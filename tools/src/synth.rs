@@ -91,7 +91,10 @@ pub enum TrainArg {
     Lora,
 }
 
+/// A repeated option takes its last value, so a base command line can be
+/// extended with overrides (as bench scripts do).
 #[derive(clap::Args, Debug)]
+#[command(args_override_self = true)]
 pub struct SynthArgs {
     /// Model preset: llama2-7b, llama2-13b, llama3-8b (GQA), or another preset of `u3m plan`.
     #[arg(long, value_name = "PRESET")]

@@ -770,3 +770,9 @@ fn bad_input_is_named() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_repeated_option_takes_its_last_value() {
+    let s = sizes(&["--model", "llama2-7b", "--workload", "lora", "--seq", "1024", "--layers", "2", "--seq", "256"]);
+    assert_eq!(n(&s["workload"]["seq"]), 256);
+}
