@@ -264,3 +264,22 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
     assert_eq!(lost["allocations_readable"], 1, "{s}");
     assert!(r.stderr.contains("u3m: device 1 lost: 3 managed allocations lost"), "{}", r.stderr);
 }
+
+#[test]
+fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
+    // a 20 MiB u3m handle (10 chunks) exported for IPC is replaced by a real
+    // 20 MiB handle with the same data; later pressure evicts other memory
+    // only (the handle's oldest chunks would go first otherwise), and the
+    // handle still maps and reads back at a second VA
+    let args = ["--scenario", "export", "--bytes", "30M"];
+    let stock = run("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let (r, s) = tier("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
+    assert_clean(&r, 64 * MIB, "export");
+    assert_eq!(r.fact("export_rc"), stock.fact("export_rc"), "the runtime's own answer to the export");
+    assert_eq!(r.fact("h_ok").as_deref(), Some("1"));
+    assert_eq!(r.fact("remap_ok").as_deref(), Some("1"));
+    let t = &s["tier"];
+    assert!(t["evictions"].as_u64().unwrap() >= 10, "{s}");
+    // 10 + 15 + 15 first touches: nothing of the handle came back after export
+    assert_eq!(t["faults_in"].as_u64().unwrap(), 40, "{s}");
+}

@@ -11,6 +11,12 @@
  *       among them), then every buffer is read back; device 0 holds a buffer
  *       of its own throughout. Prints "buf=<i> rc=<code> ok=<0|1>" per
  *       buffer, "readable=<n> lost=<n> touch_errors=<n> dev0_ok=<0|1>".
+ *   --scenario export --bytes S
+ *       a 20 MiB physical handle is mapped and written, S bytes of other
+ *       memory are written (pressure), the handle is exported for IPC (the
+ *       simulator refuses IPC: rc printed), more pressure, then the handle's
+ *       data is read back through its mapping and through a second mapping.
+ *       Prints "export_rc=<code> h_ok=<0|1> remap_ok=<0|1>".
  * Exit 0 when the scenario ran to its end (whatever it found), 2 on an ACL
  * error outside the expected ones, 3 on bad usage. */
 #include <stdint.h>
@@ -107,6 +113,50 @@ static int lose(int k, uint64_t bytes, int touches) {
     return 0;
 }
 
+static int export_scenario(uint64_t bytes) {
+    const uint64_t hn = 20u << 20;
+    unsigned char *want = malloc(hn), *back = malloc(hn), *junk = malloc(bytes);
+    if (!want || !back || !junk) app_die(2, "out of host memory");
+    fill(want, hn, 7);
+    fill(junk, bytes, 8);
+    aclrtPhysicalMemProp prop = {0};
+    prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+    prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+    prop.memAttr = ACL_HBM_MEM_HUGE;
+    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    aclrtDrvMemHandle h = NULL;
+    void *va = NULL, *va2 = NULL, *p1 = NULL, *p2 = NULL;
+    ACL_CHECK(aclrtMallocPhysical(&h, hn, &prop, 0));
+    ACL_CHECK(aclrtReserveMemAddress(&va, hn, 0, NULL, 0));
+    ACL_CHECK(aclrtMapMem(va, hn, 0, h, 0));
+    ACL_CHECK(aclrtMemcpy(va, hn, want, hn, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL_CHECK(aclrtMalloc(&p1, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemcpy(p1, bytes, junk, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    uint64_t share = 0;
+    aclError erc = aclrtMemExportToShareableHandle(h, ACL_MEM_HANDLE_TYPE_NONE, 0, &share);
+    ACL_CHECK(aclrtMalloc(&p2, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemcpy(p2, bytes, junk, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL_CHECK(aclrtMemcpy(back, hn, va, hn, ACL_MEMCPY_DEVICE_TO_HOST));
+    int h_ok = same(back, want, hn);
+    ACL_CHECK(aclrtUnmapMem(va));
+    ACL_CHECK(aclrtReserveMemAddress(&va2, hn, 0, NULL, 0));
+    ACL_CHECK(aclrtMapMem(va2, hn, 0, h, 0));
+    memset(back, 0, hn);
+    ACL_CHECK(aclrtMemcpy(back, hn, va2, hn, ACL_MEMCPY_DEVICE_TO_HOST));
+    printf("export_rc=%d h_ok=%d remap_ok=%d\n", (int)erc, h_ok, same(back, want, hn));
+    ACL_CHECK(aclrtUnmapMem(va2));
+    ACL_CHECK(aclrtFreePhysical(h));
+    ACL_CHECK(aclrtReleaseMemAddress(va));
+    ACL_CHECK(aclrtReleaseMemAddress(va2));
+    ACL_CHECK(aclrtFree(p1));
+    ACL_CHECK(aclrtFree(p2));
+    free(want);
+    free(back);
+    free(junk);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *scenario = NULL;
     uint64_t bytes = 32u << 20;
@@ -118,14 +168,15 @@ int main(int argc, char **argv) {
         else if ((v = app_opt(argc, argv, &i, "--idle-ms"))) idle = (long)app_parse_int(v, "--idle-ms");
         else if ((v = app_opt(argc, argv, &i, "--buffers"))) k = (long)app_parse_int(v, "--buffers");
         else if ((v = app_opt(argc, argv, &i, "--touches"))) touches = (long)app_parse_int(v, "--touches");
-        else app_die(3, "usage: tier_probe --scenario prefetch|lose [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
+        else app_die(3, "usage: tier_probe --scenario prefetch|lose|export [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
     }
-    if (!scenario || bytes < 8192 || k < 1 || touches < 0 || idle < 0) app_die(3, "usage: tier_probe --scenario prefetch|lose [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
+    if (!scenario || bytes < 8192 || k < 1 || touches < 0 || idle < 0) app_die(3, "usage: tier_probe --scenario prefetch|lose|export [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
     ACL_CHECK(aclInit(NULL));
     ACL_CHECK(aclrtSetDevice(0));
     int rc;
     if (!strcmp(scenario, "prefetch")) rc = prefetch(bytes, idle);
     else if (!strcmp(scenario, "lose")) rc = lose((int)k, bytes, (int)touches);
+    else if (!strcmp(scenario, "export")) rc = export_scenario(bytes);
     else app_die(3, "unknown scenario '%s'", scenario);
     /* a lost device makes its reset fail: finalize regardless */
     aclFinalize();

@@ -11,6 +11,7 @@ mod plan;
 mod replay;
 mod run;
 mod stat;
+mod synth;
 mod table;
 mod top;
 
@@ -44,6 +45,8 @@ enum Cmd {
     Plan(plan::PlanArgs),
     /// Replay traces through the tiering engine and its policies with a cost model, side by side against Belady's MIN.
     Replay(replay::ReplayArgs),
+    /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
+    Synth(synth::SynthArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
         Cmd::Ab(a) => ab::main(a),
         Cmd::Plan(a) => plan::main(&a),
         Cmd::Replay(a) => replay::main(a),
+        Cmd::Synth(a) => synth::main(&a),
     };
     match r {
         Ok(code) => code,

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use super::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
 use crate::policy::{Cand, HeatFn, Place, Placement};
@@ -31,7 +31,6 @@ use crate::tier::TierError;
 
 pub const MAX_DEVICES: usize = 16;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
-const E_NOT_SUPPORT: i32 = 207000;
 const E_PARAM: i32 = 107000;
 /// ACL_ERROR_RT_DEVICE_TASK_ABORT: what the runtime returns for a device
 /// that has gone away.
@@ -78,6 +77,10 @@ struct Backing {
     /// VAs the backing is mapped at (Malloc: exactly its own).
     vas: Vec<u64>,
     pinned: bool,
+    /// A real physical handle of the backing's whole size that replaced its
+    /// chunks (a multi-chunk VMM handle exported for IPC): mapped whole,
+    /// never moves; 0 otherwise.
+    real: u64,
 }
 
 struct Dev {
@@ -384,6 +387,7 @@ impl Tier {
                         chunks: (0..n).map(|_| Chunk::default()).collect(),
                         vas: vec![va],
                         pinned: false,
+                real: 0,
                     },
                 );
                 st.vas.insert(va, (id, vlen));
@@ -445,6 +449,11 @@ impl Tier {
                 unref_event(st, ev);
             }
         }
+        if b.real != 0 {
+            self.rt.free_physical(b.real);
+            st.devs[d].resident = st.devs[d].resident.saturating_sub(b.size);
+            b.real = 0;
+        }
         self.reclaim(st);
         if release_va {
             if let Kind::Malloc = b.kind {
@@ -478,6 +487,7 @@ impl Tier {
                 chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
                 vas: Vec::new(),
                 pinned: false,
+                real: 0,
             },
         );
         st.devs[d].managed_virtual += size;
@@ -512,6 +522,14 @@ impl Tier {
         if st.vas.range(..va + size).next_back().map(|(&s, &(_, l))| s + l > va).unwrap_or(false) {
             return Some(E_PARAM);
         }
+        if b.real != 0 {
+            let rc = self.rt.map(va, size, b.real);
+            if rc == 0 {
+                st.backings.get_mut(&id)?.vas.push(va);
+                st.vas.insert(va, (id, size));
+            }
+            return Some(rc);
+        }
         let phys: Vec<(usize, u64)> = b.chunks.iter().enumerate().filter(|(_, c)| c.phys != 0).map(|(i, c)| (i, c.phys)).collect();
         for (i, p) in phys {
             let rc = self.rt.map(va + i as u64 * CHUNK, CHUNK, p);
@@ -532,6 +550,12 @@ impl Tier {
             return None;
         }
         // like the runtime's unmap, this does not wait for the device
+        if b.real != 0 {
+            let rc = self.rt.unmap(va);
+            if rc != 0 {
+                return Some(rc);
+            }
+        }
         for (i, c) in b.chunks.iter().enumerate() {
             if c.phys != 0 {
                 self.rt.unmap(va + i as u64 * CHUNK);
@@ -542,23 +566,186 @@ impl Tier {
         Some(0)
     }
 
-    /// An exported handle must be real: only a managed handle of exactly one
-    /// chunk can be; larger ones are refused (the caller gets
-    /// ACL_ERROR_RT_FEATURE_NOT_SUPPORT). Returns the real handle to export.
+    /// An exported handle must be real. A managed handle of one chunk is
+    /// made resident and its chunk exported; a larger one is replaced by a
+    /// real handle of its whole size holding the same data, mapped wherever
+    /// the handle is mapped. Either way the backing is pinned for good.
+    /// Returns the real handle to export.
     pub fn export(&self, h: u64) -> Option<Result<u64, i32>> {
         let id = id_of(h)?;
+        // in-flight work may still use the chunks that are about to be
+        // unmapped: wait for it without the lock (it may need the host)
+        let uses: Vec<u64> = {
+            let st = self.st.lock().ok()?;
+            let b = st.backings.get(&id)?;
+            if b.real != 0 {
+                return Some(Ok(b.real));
+            }
+            b.chunks.iter().flat_map(|c| c.uses.iter().map(|u| u.1)).collect()
+        };
+        if self.st.lock().ok()?.backings.get(&id)?.chunks.len() > 1 {
+            for ev in uses {
+                self.rt.sync_event(ev);
+            }
+        }
         let mut st = self.st.lock().ok()?;
         let b = st.backings.get(&id)?;
-        if b.chunks.len() != 1 {
-            return Some(Err(E_NOT_SUPPORT));
-        }
         let dev = b.dev;
-        if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
-            return Some(Err(if e == E_BUSY { E_ALLOC } else { e }));
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost {
+            return Some(Err(E_DEVICE_LOST));
         }
-        let b = st.backings.get_mut(&id)?;
+        if b.chunks.len() == 1 {
+            if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+                return Some(Err(if e == E_BUSY { E_ALLOC } else { e }));
+            }
+            let b = st.backings.get_mut(&id)?;
+            b.pinned = true;
+            return Some(Ok(b.chunks[0].phys));
+        }
+        Some(self.materialize(&mut st, id))
+    }
+
+    /// Replaces backing `id`'s chunks by one real handle with their data.
+    fn materialize(&self, st: &mut State, id: u64) -> Result<u64, i32> {
+        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
+        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32).map(|i| (id, i)).collect();
+        // room for the whole handle: evict other chunks (never this one's)
+        let real = loop {
+            match self.rt.malloc_physical(dev, size) {
+                Ok(h) => break h,
+                Err(E_ALLOC) => {}
+                Err(e) => return Err(e),
+            }
+            match self.evict_one(st, dev, &protect) {
+                Ok(true) => {}
+                Ok(false) | Err(E_BUSY) => return Err(E_ALLOC),
+                Err(e) => return Err(e),
+            }
+        };
+        let fail = |st: &mut State, va: u64, rc: i32| {
+            if va != 0 {
+                self.rt.unmap(va);
+                self.rt.release(va);
+            }
+            self.rt.free_physical(real);
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            if st.devs[d].stream != 0 {
+                self.rt.sync_stream(st.devs[d].stream);
+            }
+            Err(rc)
+        };
+        let va = match self.rt.reserve(size) {
+            Ok(v) => v,
+            Err(e) => return fail(st, 0, e),
+        };
+        let rc = self.rt.map(va, size, real);
+        if rc != 0 {
+            self.rt.release(va);
+            self.rt.free_physical(real);
+            return Err(rc);
+        }
+        let stream = match self.dev_stream(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        let staging = match self.staging(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        // the data, chunk by chunk, from wherever it is
+        for i in 0..st.backings[&id].chunks.len() as u32 {
+            let off = i as u64 * CHUNK;
+            let (phys, mapped_at) = {
+                let b = &st.backings[&id];
+                (b.chunks[i as usize].phys, b.vas.first().map(|v| v + off))
+            };
+            let rc = if phys != 0 {
+                let src = match mapped_at {
+                    Some(s) => s,
+                    None => match self.scratch_map(st, dev, id, i) {
+                        Ok(s) => s,
+                        Err(e) => return fail(st, va, e),
+                    },
+                };
+                let rc = self.rt.memcpy_async(va + off, src, CHUNK, MEMCPY_D2D, stream);
+                if mapped_at.is_none() {
+                    // the scratch VA is reused for the next chunk
+                    self.rt.sync_stream(stream);
+                    self.rt.unmap(src);
+                }
+                rc
+            } else {
+                let st2 = &mut *st;
+                match &st2.backings[&id].chunks[i as usize].host {
+                    None => 0, // never written
+                    Some(Host::Dram(slot)) => self.rt.memcpy_async(va + off, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream),
+                    Some(Host::Nvme(slot)) => {
+                        self.rt.sync_stream(stream); // the staging buffer is free
+                        let buf = unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
+                        if st2.nvme.as_mut().map(|n| n.read(slot, buf)).unwrap_or(Err(TierError::BadSlot)).is_err() {
+                            self.spill_errors.fetch_add(1, Relaxed);
+                            E_ALLOC
+                        } else {
+                            self.rt.memcpy_async(va + off, staging, CHUNK, MEMCPY_H2D, stream)
+                        }
+                    }
+                }
+            };
+            if rc != 0 {
+                return fail(st, va, rc);
+            }
+        }
+        let rc = self.rt.sync_stream(stream);
+        if rc != 0 {
+            return fail(st, va, rc);
+        }
+        self.rt.unmap(va);
+        self.rt.release(va);
+        // swap the chunks for the real handle at every VA it is mapped at
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        let vas = st.backings[&id].vas.clone();
+        let mut freed = Vec::new();
+        {
+            let b = st.backings.get_mut(&id).expect("backing");
+            for (i, c) in b.chunks.iter_mut().enumerate() {
+                if c.phys != 0 {
+                    for &v in &vas {
+                        self.rt.unmap(v + i as u64 * CHUNK);
+                    }
+                    self.rt.free_physical(c.phys);
+                    c.phys = 0;
+                    st.devs[d].resident -= CHUNK;
+                }
+                if let Some(h) = c.host.take() {
+                    freed.push(h);
+                }
+                c.dirty = false;
+            }
+        }
+        for h in freed {
+            free_host(st, h);
+        }
+        let evs: Vec<u64> = st.backings.get_mut(&id).expect("backing").chunks.iter_mut().flat_map(|c| c.uses.drain(..).map(|u| u.1).collect::<Vec<_>>()).collect();
+        for ev in evs {
+            unref_event(st, ev);
+        }
+        for &v in &vas {
+            let rc = self.rt.map(v, size, real);
+            if rc != 0 {
+                // the data is only in `real` now: keep it as the backing's
+                // memory and report the mapping failure
+                let b = st.backings.get_mut(&id).expect("backing");
+                b.real = real;
+                b.pinned = true;
+                st.devs[d].resident += size;
+                return Err(rc);
+            }
+        }
+        let b = st.backings.get_mut(&id).expect("backing");
+        b.real = real;
         b.pinned = true;
-        Some(Ok(b.chunks[0].phys))
+        st.devs[d].resident += size;
+        Ok(real)
     }
 
     // -------------------------------------------------------------- access
@@ -579,6 +766,9 @@ impl Tier {
             for (&start, &(id, len)) in st.vas.range(..end).rev() {
                 if start + len <= r.addr {
                     break;
+                }
+                if st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false) {
+                    continue; // a real handle: always in HBM
                 }
                 let lo = r.addr.max(start) - start;
                 let hi = end.min(start + len) - start;
