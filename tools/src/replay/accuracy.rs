@@ -10,18 +10,40 @@
 //! recall    = |predicted ∩ accessed| / |accessed|, summed over all samples.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use u3m_core::engine::runtime::CHUNK;
 use u3m_core::policy::Placement;
 
+/// Chunk keys are 2 MiB-aligned VAs: a multiplicative hash of the chunk
+/// number is enough (SipHash showed in the profile).
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        self.0 = (k >> 21 ^ k << 43).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
+
 /// Each key's access ticks, ascending (from a run's access log).
 pub struct Future {
-    ticks: HashMap<u64, Vec<u64>>,
+    ticks: KeyMap<Vec<u64>>,
 }
 
 impl Future {
     pub fn new(log: &[(u64, u64)]) -> Future {
-        let mut ticks: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut ticks: KeyMap<Vec<u64>> = KeyMap::default();
         for &(t, k) in log {
             let v = ticks.entry(k).or_default();
             if v.last() != Some(&t) {
