@@ -29,6 +29,7 @@ pub struct PolicyRow {
     pub stall_ns: u64,
     pub peak_hbm: u64,
     pub misuse: u64,
+    pub sim: super::simrt::SimCounters,
     pub samples: u64,
     pub windows: Vec<Window>,
     pub events: Vec<(f64, String)>,
@@ -55,6 +56,7 @@ impl PolicyRow {
             stall_ns: o.total_ns.saturating_sub(baseline_ns),
             peak_hbm: o.peak_hbm,
             misuse: o.sim.misuse,
+            sim: o.sim,
             samples: o.accuracy.as_ref().map(|a| a.samples).unwrap_or(0),
             windows: o.accuracy.as_ref().map(|a| a.windows.clone()).unwrap_or_default(),
             events: o.events.clone(),
@@ -210,6 +212,11 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "stall_ns": p.stall_ns,
                         "peak_hbm_bytes": p.peak_hbm,
                         "runtime_misuse": p.misuse,
+                        "runtime": {
+                            "h2d_bytes": p.sim.h2d_bytes, "d2h_bytes": p.sim.d2h_bytes,
+                            "nvme_read_bytes": p.sim.nvme_read_bytes, "nvme_write_bytes": p.sim.nvme_write_bytes,
+                            "link_busy_ns": p.sim.link_ns, "nvme_busy_ns": p.sim.nvme_ns,
+                        },
                         "samples": p.samples,
                         "prediction": p.windows.iter().map(|w| json!({
                             "window": w.w, "predicted_bytes": w.predicted, "accessed_bytes": w.accessed, "hit_bytes": w.hit,
