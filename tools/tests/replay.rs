@@ -1,0 +1,286 @@
+//! `u3m replay` on hand-built traces (tests/traces/replay_*.trace) whose
+//! right answers are known: what each policy must do, and that Belady's MIN
+//! is never beaten.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const MIB2: u64 = 2 << 20;
+
+fn trace(name: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces").join(format!("replay_{name}.trace"));
+    p.to_str().unwrap().to_string()
+}
+
+fn u3m(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_u3m")).arg("replay").args(args).output().expect("run u3m")
+}
+
+/// `u3m replay --json ARGS`: the single trace's report.
+fn replay(args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let o = u3m(&a);
+    assert!(o.status.success(), "u3m replay {args:?}: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("--json prints JSON");
+    v["traces"][0].clone()
+}
+
+fn policy<'a>(t: &'a Value, name: &str) -> &'a Value {
+    t["policies"].as_array().unwrap().iter().find(|p| p["policy"] == name).unwrap_or_else(|| panic!("no row for {name}: {t:#}"))
+}
+
+/// The row of a policy this build may lack (markov, predictive and belady
+/// come with the predictive-policy work): None, after checking the replayer
+/// said why, when it is unavailable.
+fn optional<'a>(t: &'a Value, name: &str) -> Option<&'a Value> {
+    if let Some(p) = t["policies"].as_array().unwrap().iter().find(|p| p["policy"] == name) {
+        return Some(p);
+    }
+    let u = t["unavailable"].as_array().unwrap().iter().find(|u| u["policy"] == name).unwrap_or_else(|| panic!("{name} neither ran nor is unavailable: {t:#}"));
+    assert!(u["reason"].as_str().unwrap().contains("not in this build"), "{u}");
+    None
+}
+
+fn fault_in(p: &Value) -> u64 {
+    p["fault_in_bytes"]["total"].as_u64().unwrap()
+}
+
+/// Exact figures need the textbook setting: no background evictions
+/// (--tick-ms 0) and a host that issues a call only once the previous one
+/// ran (--queue 1), so every resident chunk is idle when eviction picks.
+const EXACT: &[&str] = &["--tick-ms", "0", "--queue", "1"];
+
+#[test]
+fn strict_loop_lru_faults_on_every_access_belady_keeps_three() {
+    // 6 buffers of one chunk read in a strict loop, 10 rounds, HBM 4 chunks.
+    let mut a = vec![trace("loop").leak() as &str, "--hbm", "8M", "--policy", "lru,belady"];
+    a.extend_from_slice(EXACT);
+    let t = replay(&a);
+    assert_eq!(t["ticks"], 60);
+    let lru = policy(&t, "lru");
+    // every access after the first round misses: 54 copy-ins (the first
+    // round's are fresh memory: mapped, nothing to copy)
+    assert_eq!(lru["arrivals_by_tag"]["loop"], 60);
+    assert_eq!(fault_in(lru), 54 * MIB2);
+    // the first eviction of each buffer writes it back (fresh memory has no
+    // host copy); afterwards they are clean and dropped without a copy
+    assert_eq!(lru["writeback_bytes"]["total"], 6 * MIB2);
+    assert_eq!(lru["clean_drops"], 56 - 6);
+    // MIN by hand (M = miss), rounds 1..10:
+    //   MMMMMM ...MM. ..MM.. .MM... MM...M M...MM ...MM. ..MM.. .MM... MM...M
+    // 27 misses, 6 of them cold: 21 copy-ins.
+    let Some(b) = optional(&t, "belady") else { return };
+    assert_eq!(b["arrivals_by_tag"]["loop"], 27);
+    assert_eq!(fault_in(b), 21 * MIB2);
+    assert_eq!(b["moved_vs_belady"].as_f64(), Some(1.0));
+    assert!(lru["moved_vs_belady"].as_f64().unwrap() > 2.0);
+    // LRU stalls longer than MIN, both longer than unlimited HBM
+    assert!(lru["stall_ns"].as_u64() > b["stall_ns"].as_u64());
+    assert!(b["stall_ns"].as_u64().unwrap() > 0);
+    assert_eq!(lru["total_ns"].as_u64().unwrap(), t["baseline_ns"].as_u64().unwrap() + lru["stall_ns"].as_u64().unwrap());
+}
+
+#[test]
+fn scan_larger_than_hbm() {
+    // 12 chunks written once, then read twice in order; HBM 4 chunks, of
+    // which the 4 KiB unmanaged buffer takes one: 3 chunks for the scan
+    let mut a = vec![trace("scan").leak() as &str, "--hbm", "8M", "--policy", "lru,belady"];
+    a.extend_from_slice(EXACT);
+    let t = replay(&a);
+    let lru = policy(&t, "lru");
+    // LRU: every read of both passes misses
+    assert_eq!(fault_in(lru), 24 * MIB2);
+    // each chunk is dirty once (written by the first pass) and copied out once
+    assert_eq!(lru["writeback_bytes"]["total"], 12 * MIB2);
+    // MIN by hand (M = miss), write pass then two read passes:
+    //   MMMMMMMMMMMM ..MMMMMMMMM. .MMMMMMMMM..
+    // 30 misses of which 12 are the fresh write pass: 18 copy-ins
+    let Some(b) = optional(&t, "belady") else { return };
+    assert_eq!(fault_in(b), 18 * MIB2);
+    assert!(b["writeback_bytes"]["total"].as_u64() <= lru["writeback_bytes"]["total"].as_u64());
+}
+
+#[test]
+fn hot_set_stays_resident_under_every_policy() {
+    let t = replay(&[&trace("hotcold"), "--hbm", "12M"]);
+    assert!(t["policies"].as_array().unwrap().len() >= 2, "{t:#}");
+    for p in t["policies"].as_array().unwrap() {
+        // two hot chunks, each arrives once; the cold sweep misses
+        assert_eq!(p["arrivals_by_tag"]["hot"], 2, "{}: {p:#}", p["policy"]);
+        assert!(p["arrivals_by_tag"]["cold"].as_u64().unwrap() > 20, "{}", p["policy"]);
+    }
+}
+
+#[test]
+fn train_to_infer_switch_is_reported_once_by_predictive() {
+    let t = replay(&[&trace("switch"), "--hbm", "16M", "--policy", "predictive,lru"]);
+    let Some(p) = optional(&t, "predictive") else { return };
+    let switches: Vec<&str> = p["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .filter(|e| e.contains("mode ") && e.contains(" -> "))
+        .collect();
+    assert_eq!(switches.len(), 1, "{:#}", p["events"]);
+    assert!(switches[0].contains("train -> infer"), "{}", switches[0]);
+}
+
+#[test]
+fn belady_is_never_beaten() {
+    for (name, hbm) in [("loop", "8M"), ("scan", "8M"), ("hotcold", "12M"), ("switch", "16M")] {
+        // the textbook setting, where MIN is a theorem, and the defaults
+        // (background evictions, a host running ahead), where it need not
+        // be (docs/replay.md) but holds on these traces
+        for extra in [EXACT, &[][..]] {
+            let mut a = vec![trace(name).leak() as &str, "--hbm", hbm];
+            a.extend_from_slice(extra);
+            let t = replay(&a);
+            for p in t["policies"].as_array().unwrap() {
+                assert_eq!(p["runtime_misuse"], 0, "{name}: {}", p["policy"]);
+            }
+            let Some(b) = optional(&t, "belady") else { continue };
+            let best = fault_in(b);
+            for p in t["policies"].as_array().unwrap() {
+                assert!(fault_in(p) >= best, "{name} {extra:?}: {} faults in {} bytes < belady's {best}", p["policy"], fault_in(p));
+            }
+        }
+    }
+}
+
+#[test]
+fn malformed_trace_is_a_line_numbered_error_with_status_3() {
+    let o = u3m(&[&trace("malformed"), "--hbm", "8M"]);
+    assert_eq!(o.status.code(), Some(3));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("replay_malformed.trace:4: O Relu: input 0 0x90000000:4096 is not inside one live allocation"), "{e}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn json_carries_every_figure_and_the_text_table_agrees() {
+    let t = replay(&[&trace("loop"), "--hbm", "8M", "--policy", "lru", "--window", "4,32", "--sample-every", "8"]);
+    let p = policy(&t, "lru");
+    for k in ["fault_in_bytes", "writeback_bytes", "clean_drops", "stall_ns", "total_ns", "moved_bytes", "prediction", "events"] {
+        assert!(!p[k].is_null(), "{k} missing: {p:#}");
+    }
+    let pr = p["prediction"].as_array().unwrap();
+    assert_eq!(pr.len(), 2);
+    assert_eq!(pr[0]["window"], 4);
+    // LRU's implicit prediction on a strict loop of period 6: what was used
+    // in the last W ticks. W = 4 names 4 chunks, the next 4 ticks touch the
+    // other two and two of those: precision 1/2, recall 1/2.
+    assert_eq!(pr[0]["precision"].as_f64(), Some(0.5));
+    assert_eq!(pr[0]["recall"].as_f64(), Some(0.5));
+    // W = 32 >= the period: all 6 predicted at each of the 7 samples (ticks
+    // 8..56), all accessed but at tick 56, where only 4 ticks remain
+    assert_eq!(p["samples"], 7);
+    assert_eq!(pr[1]["predicted_bytes"].as_u64(), Some(42 * MIB2));
+    assert_eq!(pr[1]["hit_bytes"].as_u64(), Some(40 * MIB2));
+    assert_eq!(pr[1]["recall"].as_f64(), Some(1.0));
+    let o = u3m(&[&trace("loop"), "--hbm", "8M", "--policy", "lru"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("policy") && text.contains("lru") && text.contains("108.0 MiB"), "{text}");
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    assert_eq!(u3m(&[&trace("loop"), "--hbm", "8M", "--policy", "fifo"]).status.code(), Some(2));
+    assert_eq!(u3m(&[&trace("loop"), "--hbm", "lots"]).status.code(), Some(2));
+    assert_eq!(u3m(&[&trace("loop")]).status.code(), Some(2));
+    assert_eq!(u3m(&["/nonexistent.trace", "--hbm", "8M"]).status.code(), Some(3));
+}
+
+#[test]
+fn nvme_tier_takes_what_dram_cannot() {
+    // DRAM of 4 MiB (2 chunks), NVMe beside it: the scan's evictions must
+    // go to NVMe and come back from it, with NVMe time on the clock
+    let mut a = vec![trace("scan").leak() as &str, "--hbm", "8M", "--dram", "4M", "--nvme", "64M", "--policy", "lru"];
+    a.extend_from_slice(EXACT);
+    let t = replay(&a);
+    let p = policy(&t, "lru");
+    assert!(p["writeback_bytes"]["nvme"].as_u64().unwrap() > 0, "{p:#}");
+    assert!(p["fault_in_bytes"]["nvme"].as_u64().unwrap() > 0, "{p:#}");
+    assert_eq!(fault_in(p), 24 * MIB2);
+    let dram_only = policy(&replay(&{
+        let mut a = vec![trace("scan").leak() as &str, "--hbm", "8M", "--policy", "lru"];
+        a.extend_from_slice(EXACT);
+        a
+    }), "lru")
+    .clone();
+    assert!(p["total_ns"].as_u64() > dram_only["total_ns"].as_u64(), "NVMe must cost time");
+}
+
+/// A program of the simulator (built by `cargo build --release --workspace`,
+/// next to the u3m binary) with a clean environment.
+fn sim_program(name: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_u3m"));
+    let dir = bin.parent().unwrap();
+    let prog = dir.join("acl-apps").join(name);
+    assert!(prog.exists(), "{} missing: build the workspace first (cargo build --release --workspace)", prog.display());
+    let scratch = std::env::temp_dir().join(format!("u3m-replay-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    let stats = scratch.join(format!("stats-{}.json", env.len()));
+    let mut cmd = Command::new(&prog);
+    cmd.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("ACLSIM_STATS", &stats).env("U3M_SHM_DIR", &scratch);
+    for (k, v) in env {
+        let v = v.replace("@LIB", dir.join("libu3m.so").to_str().unwrap()).replace("@DIR", scratch.to_str().unwrap());
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{name}: {}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    s
+}
+
+#[test]
+fn a_recorded_workload_replays_in_the_simulators_time() {
+    // mlp_train recorded in observe mode; the replay's unlimited-HBM time
+    // against the simulator's own clock for the same run (the program copies
+    // from malloc'd memory: --pageable)
+    let args = ["--hidden", "1620", "--batch", "16", "--steps", "2"];
+    let trace = std::env::temp_dir().join(format!("u3m-replay-test-{}-mlp.trace", std::process::id()));
+    let t = trace.to_str().unwrap();
+    let observed = sim_program(
+        "mlp_train",
+        &args,
+        &[("LD_PRELOAD", "@LIB"), ("U3M_MODE", "observe"), ("U3M_TRACE", t), ("U3M_TRACE_LOSSLESS", "1")],
+    );
+    let sim_ns = observed["sim_ns"].as_f64().unwrap();
+    let r = replay(&[t, "--hbm", "32G", "--pageable", "--policy", "lru"]);
+    let t0 = r["baseline_ns"].as_f64().unwrap();
+    assert!((t0 / sim_ns - 1.0).abs() < 0.15, "replay {t0} ns vs simulator {sim_ns} ns");
+    // the same program tiered by libu3m.so in 66 MiB of HBM against the
+    // replay of its trace: the same engine, so the same traffic, give or
+    // take the background round's cadence (the library's is 20 ms of wall
+    // time, many rounds per simulated ms: --tick-ms 0.5 is like for like)
+    let summary = trace.with_extension("summary.json");
+    let tiered = sim_program(
+        "mlp_train",
+        &args,
+        &[
+            ("LD_PRELOAD", "@LIB"),
+            ("U3M_MODE", "tier"),
+            ("U3M_POLICY", "lru"),
+            ("U3M_SUMMARY", summary.to_str().unwrap()),
+            ("ACLSIM_HBM_BYTES", "66M"),
+        ],
+    );
+    let lib: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let r = replay(&[t, "--hbm", "66M", "--pageable", "--policy", "lru", "--tick-ms", "0.5"]);
+    let p = policy(&r, "lru");
+    let (lib_in, rep_in) = (lib["tier"]["fault_bytes"].as_f64().unwrap(), fault_in(p) as f64);
+    let (lib_ns, rep_ns) = (tiered["sim_ns"].as_f64().unwrap(), p["total_ns"].as_f64().unwrap());
+    assert!(lib_in > 0.0 && (rep_in / lib_in - 1.0).abs() < 0.25, "copied in: replay {rep_in} vs library {lib_in}");
+    assert!((rep_ns / lib_ns - 1.0).abs() < 0.25, "time: replay {rep_ns} vs library {lib_ns}");
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&summary);
+}
