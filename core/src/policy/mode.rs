@@ -116,11 +116,6 @@ impl ModeDetector {
         }
     }
 
-    /// Switches so far.
-    pub fn switches(&self) -> usize {
-        self.switches
-    }
-
     /// One tracked call of class `class` at `tick`; `secs` is the latest
     /// known wall (or simulated) time. O(1), no allocation.
     pub fn on_op(&mut self, class: u8, tick: u64, secs: f64) -> Option<ModeEvent> {

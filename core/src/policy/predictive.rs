@@ -554,4 +554,115 @@ mod tests {
         let (pr, rc) = score(&p, &log, &keys, 200, 5, 12);
         assert!(pr >= 0.95 && rc >= 0.9, "precision {pr} recall {rc}");
     }
+
+    /// Demand faults of a cache of `cap` chunks evicting in `p`'s order,
+    /// and the accuracy of `p.predicts` sampled along the way.
+    fn simulate(p: &dyn Placement, log: &[(u64, u8, u64)], cap: usize) -> u64 {
+        let mut res: Vec<Cand> = Vec::new();
+        let mut faults = 0;
+        for &(t, class, k) in log {
+            if let Some(c) = res.iter_mut().find(|c| c.key == k) {
+                c.last = t;
+            } else {
+                faults += 1;
+                if res.len() == cap {
+                    p.order(t - 1, &mut res);
+                    res.remove(0);
+                }
+                res.push(Cand { key: k, last: t, dirty: false });
+            }
+            p.on_access(t, class, &[k], &[false]);
+        }
+        faults
+    }
+
+    /// A mixed trace: `train` training steps over `n` weight chunks
+    /// (forward, backward in reverse, optimizer), then `decode` decode steps
+    /// over `n / 2` weight chunks and a KV chunk per layer.
+    fn mixed_log(n: u64, train: u64, decode: u64) -> Vec<(u64, u8, u64)> {
+        let mut log = Vec::new();
+        let mut t = 0;
+        for _ in 0..train {
+            for k in 0..n {
+                t += 1;
+                log.push((t, if k % 8 == 4 { 1 } else { 0 }, k * MB2));
+            }
+            for k in (0..n).rev() {
+                t += 1;
+                log.push((t, if k % 8 == 4 { 1 } else { 0 }, k * MB2));
+            }
+            for k in 0..n {
+                t += 1;
+                log.push((t, 8, k * MB2));
+            }
+        }
+        for _ in 0..decode {
+            for k in 0..n / 2 {
+                t += 1;
+                log.push((t, 0, k * MB2));
+                if k % 4 == 3 {
+                    t += 1;
+                    log.push((t, 2, (500 + k) * MB2));
+                }
+            }
+        }
+        log
+    }
+
+    #[test]
+    fn eviction_near_belady_ahead_of_lru_and_markov() {
+        for (name, log, cap) in [
+            ("training", mixed_log(40, 30, 0), 30),
+            ("decode", mixed_log(40, 0, 200), 20),
+            ("mixed", mixed_log(40, 20, 300), 24),
+        ] {
+            let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
+            let opt = simulate(&super::super::Belady::new(plain), &log, cap);
+            let pred = simulate(&Predictive::new(), &log, cap);
+            let lru = simulate(&Lru::new(), &log, cap);
+            let mk = simulate(&super::super::Markov::new(), &log, cap);
+            eprintln!("{name}: faults belady {opt} predictive {pred} lru {lru} markov {mk}");
+            assert!(opt <= pred && pred as f64 <= 1.25 * opt as f64, "{name}: predictive {pred} vs belady {opt}");
+            assert!(pred < lru && pred < mk, "{name}: predictive {pred} lru {lru} markov {mk}");
+        }
+    }
+
+    #[test]
+    fn mixed_trace_precision_and_recall() {
+        let log = mixed_log(40, 20, 300);
+        let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
+        let mut keys: Vec<u64> = (0..40).map(|k| k * MB2).collect();
+        keys.extend((0..20).filter(|k| k % 4 == 3).map(|k| (500 + k) * MB2));
+        for w in [10u64, 50, 200] {
+            let mut r = Vec::new();
+            for p in [&Predictive::new() as &dyn Placement, &Lru::new(), &super::super::Markov::new()] {
+                // feed with classes, score like the replayer: every live chunk at sampling points
+                let (mut tp, mut fp, mut fn_) = (0u64, 0u64, 0u64);
+                let mut i = 0;
+                let end = log.last().map_or(0, |e| e.0);
+                let mut t = 400;
+                while t + w <= end {
+                    while i < log.len() && log[i].0 <= t {
+                        p.on_access(log[i].0, log[i].1, &[log[i].2], &[false]);
+                        i += 1;
+                    }
+                    for &k in &keys {
+                        let pred = p.predicts(t, k, w);
+                        let real = plain[i..].iter().take_while(|e| e.0 <= t + w).any(|e| e.1 == k);
+                        match (pred, real) {
+                            (true, true) => tp += 1,
+                            (true, false) => fp += 1,
+                            (false, true) => fn_ += 1,
+                            _ => {}
+                        }
+                    }
+                    t += 13;
+                }
+                r.push((p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fn_).max(1) as f64));
+            }
+            eprintln!("w {w}: {r:?}");
+            let (_, pr, rc) = r[0];
+            assert!(pr >= 0.95 && rc >= 0.9, "w {w}: {r:?}");
+        }
+    }
 }
