@@ -66,7 +66,7 @@ impl ModeEvent {
                 after.1
             ),
             ModeEvent::Locked { mode, tick, secs } => format!(
-                "predictive: mode locked to {} at tick {tick} ({} switches within {GUARD_S} s by {secs:.1} s; thrash guard)",
+                "predictive: mode locked to {} at tick {tick} (switch {} within {GUARD_S} s at {secs:.1} s refused; thrash guard)",
                 mode.name(),
                 GUARD_N + 1
             ),

@@ -665,4 +665,21 @@ mod tests {
             assert!(pr >= 0.95 && rc >= 0.9, "w {w}: {r:?}");
         }
     }
+
+    #[test]
+    fn order_of_30k_candidates_is_by_predicted_next_use() {
+        let p = Predictive::new();
+        let n = 30_000u64;
+        // chunk k is touched every n ticks at phase k: next use of k is k + 2n
+        for round in 0..2 {
+            for k in 0..n {
+                p.on_access(round * n + k + 1, 0, &[k * MB2], &[true]);
+            }
+        }
+        let mut c: Vec<Cand> = (0..n).map(|k| Cand { key: k * MB2, last: n + k + 1, dirty: true }).collect();
+        let t0 = std::time::Instant::now();
+        p.order(2 * n, &mut c);
+        eprintln!("order of {n}: {:?}", t0.elapsed());
+        assert!(c.windows(2).all(|w| w[0].key > w[1].key), "furthest next use first");
+    }
 }
