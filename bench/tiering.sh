@@ -47,7 +47,7 @@ if [ -z "$REPORT" ]; then
     # (the programs find their libraries through an $ORIGIN/.. runpath)
     rm -rf "$OUT/bin"
     mkdir -p "$OUT/bin"
-    cp -a "$ROOT"/target/release/*.so "$ROOT/target/release/acl-apps" "$OUT/bin/"
+    cp -a "$ROOT"/target/release/*.so "$ROOT/target/release/acl-apps" "$ROOT/target/release/u3m" "$OUT/bin/"
 else
     OUT=$REPORT
 fi
@@ -61,7 +61,6 @@ BIN = os.path.join(OUT, "bin")
 REL = BIN if os.path.isdir(BIN) else os.path.join(ROOT, "target/release")
 APPS = os.path.join(REL, "acl-apps")
 LIB = os.path.join(REL, "libu3m.so")
-GEN = os.path.join(ROOT, "bench/gen_llama_trace.py")
 MIB, GIB = 1 << 20, 1 << 30
 LINK = 25e9  # ACLSIM_LINK_GBPS default: host<->device bytes/s
 
@@ -141,13 +140,34 @@ def tier_counters(r):
     s = (r.get("summary") or {}).get("tier") or {}
     return s
 
+U3M = os.path.join(BIN, "u3m")
+
+def synth_args(args):
+    """The generator's options in `u3m synth` terms (--preset -> --model,
+    --mode lora|full -> --workload lora|adam)."""
+    out, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if a == "--preset":
+            out += ["--model", args[i + 1]]; i += 2
+        elif a == "--mode":
+            out += ["--workload", {"full": "adam"}.get(args[i + 1], args[i + 1])]; i += 2
+        else:
+            out.append(a); i += 1
+    return out
+
 def sizes(args):
-    p = subprocess.run([sys.executable, GEN] + args + ["--sizes"], capture_output=True, text=True, check=True)
-    return json.loads(p.stdout)
+    p = subprocess.run([U3M, "synth"] + synth_args(args) + ["--sizes"], capture_output=True, text=True, check=True)
+    s = json.loads(p.stdout)
+    # requested = what the trace's allocations ask for (its segments)
+    s["requested_bytes"] = s["trace"]["reserved_bytes"]
+    s["managed_bytes"] = s["trace"]["reserved_bytes"]
+    s["config"] = {"seq": s["workload"]["seq"], "batch": s["workload"]["batch"]}
+    return s
 
 def gen(name, args):
     path = os.path.join(OUT, name + ".trace")
-    subprocess.run([sys.executable, GEN] + args + ["-o", path], check=True)
+    subprocess.run([U3M, "synth"] + synth_args(args) + ["-o", path], check=True)
     return path
 
 def per_step(r1, r2, s1, s2, f):
@@ -505,7 +525,7 @@ def rep_lora(fname, title, tiers=False):
                           host_per_move(t["r2"], u["r2"]), c["sizes"]["managed_bytes"] // (2 * MIB)])
             if key == "tier":
                 trace = u["r2"]["cmd"].split()[-1]
-                cmds.append((c["tag"], "bench/gen_llama_trace.py " + " ".join(c["args"]) +
+                cmds.append((c["tag"], "u3m synth " + " ".join(synth_args(c["args"])) +
                              " --steps %d -o %s" % (c["steps"][1], trace), st["cmd"], u["r2"]["cmd"], t["r2"]["cmd"]))
             else:
                 cmds.append((c["tag"] + ", lru", t["r2"]["cmd"]))

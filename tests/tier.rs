@@ -216,3 +216,70 @@ fn a_full_swap_keeps_the_data_in_dram() {
     assert_eq!(r.fact("checksum"), big.fact("checksum"));
     let _ = s;
 }
+
+#[test]
+fn background_prefetch_brings_evicted_chunks_back_before_use() {
+    // B (80 MiB) is written, A (80 MiB) pushes 32 of B's chunks to DRAM, A is
+    // freed: while the program idles, the background thread has room below
+    // the low watermark and brings B back, so reading B faults nothing in
+    let args = ["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "300"];
+    let env = [("ACLSIM_HBM_BYTES", "128M"), ("U3M_POLICY", "lru")];
+    let (r, s) = tier("tier_probe", &args, &env);
+    assert_clean(&r, 128 * MIB, "prefetch");
+    assert_eq!(r.fact("b_ok").as_deref(), Some("1"));
+    let t = &s["tier"];
+    let evicted = t["evictions"].as_u64().unwrap();
+    assert!(evicted >= 30, "{s}");
+    assert_eq!(t["prefetches"].as_u64().unwrap(), evicted, "every evicted chunk of B comes back: {s}");
+    // 40 + 40 first touches; B's read needed none
+    assert_eq!(t["faults_in"].as_u64().unwrap(), 80, "{s}");
+    // without the idle time the same read faults B's chunks in on demand
+    let (r, s) = tier("tier_probe", &["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "0"], &env);
+    assert_clean(&r, 128 * MIB, "no idle");
+    assert_eq!(r.fact("b_ok").as_deref(), Some("1"));
+    assert_eq!(s["tier"]["faults_in"].as_u64().unwrap(), 80 + s["tier"]["evictions"].as_u64().unwrap() - s["tier"]["prefetches"].as_u64().unwrap(), "{s}");
+}
+
+#[test]
+fn a_lost_device_keeps_what_dram_holds_readable() {
+    // 4 x 40 MiB on device 1 of 128 MiB: the first buffer lives in DRAM when
+    // the card disappears (injected at its 200th work item); the others had
+    // chunks only in HBM. Device 0 carries on.
+    let args = ["--scenario", "lose", "--buffers", "4", "--bytes", "40M", "--touches", "400"];
+    let env = [("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "lose:1@200")];
+    let stock = run("tier_probe", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "1G"), ("ACLSIM_FAULTS", "lose:1@200")]);
+    assert_eq!(stock.code, 0, "{}", stock.stderr);
+    assert_eq!(stock.fact("readable").as_deref(), Some("0"), "stock: nothing survives the card\n{}", stock.stdout);
+    let (r, s) = tier("tier_probe", &args, &env);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
+    assert!(r.stdout.contains("buf=0 rc=0 ok=1"), "the DRAM-held buffer reads back intact:\n{}", r.stdout);
+    assert_eq!(r.fact("dev0_ok").as_deref(), Some("1"));
+    for i in 1..4 {
+        assert!(r.stdout.contains(&format!("buf={i} rc=107022 ok=0")), "buffer {i}: the runtime's error\n{}", r.stdout);
+    }
+    let lost = &s["lost_devices"][0];
+    assert_eq!(lost["device"], 1, "{s}");
+    assert_eq!(lost["allocations_lost"], 3, "{s}");
+    assert_eq!(lost["allocations_readable"], 1, "{s}");
+    assert!(r.stderr.contains("u3m: device 1 lost: 3 managed allocations lost"), "{}", r.stderr);
+}
+
+#[test]
+fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
+    // a 20 MiB u3m handle (10 chunks) exported for IPC is replaced by a real
+    // 20 MiB handle with the same data; later pressure evicts other memory
+    // only (the handle's oldest chunks would go first otherwise), and the
+    // handle still maps and reads back at a second VA
+    let args = ["--scenario", "export", "--bytes", "30M"];
+    let stock = run("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let (r, s) = tier("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
+    assert_clean(&r, 64 * MIB, "export");
+    assert_eq!(r.fact("export_rc"), stock.fact("export_rc"), "the runtime's own answer to the export");
+    assert_eq!(r.fact("h_ok").as_deref(), Some("1"));
+    assert_eq!(r.fact("remap_ok").as_deref(), Some("1"));
+    let t = &s["tier"];
+    assert!(t["evictions"].as_u64().unwrap() >= 10, "{s}");
+    // 10 + 15 + 15 first touches: nothing of the handle came back after export
+    assert_eq!(t["faults_in"].as_u64().unwrap(), 40, "{s}");
+}

@@ -12,6 +12,9 @@ use crate::ffi::*;
 use crate::init::current_device;
 use u3m_core::engine::Range;
 
+/// ACL_ERROR_RT_DEVICE_TASK_ABORT: the device has gone away.
+const DEVICE_TASK_ABORT: aclError = 107022;
+
 /// The device ranges of a copy (a DEFAULT copy may have either side on the
 /// device: host sides simply match nothing).
 fn copy_ranges(kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64) -> ([Range; 2], usize) {
@@ -45,7 +48,23 @@ unsafe fn note_copy(cx: &Cx, stream: aclrtStream, kind: c_int, dst: u64, dspan: 
 unsafe fn one(cx: &Cx, s: aclrtStream, sync: bool, kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64, call: impl FnOnce() -> aclError) -> aclError {
     let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
     let dev = current_device();
+    // card failure: a synchronous read of managed memory the lost device
+    // held is served from u3m's DRAM/NVMe copies
+    let d2h = sync && (kind == MEMCPY_D2H || kind == MEMCPY_DEFAULT) && bytes > 0;
+    if d2h {
+        if let Some(rc) = cx.note(|e| e.tier_read_lost(src, dst as *mut u8, bytes)) {
+            return rc;
+        }
+    }
     let r = around(cx, OpClass::Layout, dev, s as u64, &rs[..n], true, sync, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == DEVICE_TASK_ABORT {
+        cx.note(|e| e.device_lost(dev));
+        if d2h {
+            if let Some(rc) = cx.note(|e| e.tier_read_lost(src, dst as *mut u8, bytes)) {
+                return rc;
+            }
+        }
+    }
     if r == ACL_SUCCESS && bytes > 0 {
         note_copy(cx, s, kind, dst, dspan, src, sspan, bytes);
     }

@@ -101,6 +101,10 @@ unsafe fn launch(cx: &Cx, op_type: *const c_char, nin: c_int, ins: *const *const
     let dev = current_device();
     let class = if op_type.is_null() { OpClass::Other } else { u3m_core::opclass::classify_bytes(CStr::from_ptr(op_type).to_bytes()).0 };
     let r = super::around(cx, class, dev, stream as u64, &ranges[..n], false, false, call, |r| *r == ACL_SUCCESS, |e| e);
+    if r == 107022 {
+        // ACL_ERROR_RT_DEVICE_TASK_ABORT: the card is gone
+        cx.note(|e| e.device_lost(dev));
+    }
     if r == ACL_SUCCESS && !op_type.is_null() {
         let name = CStr::from_ptr(op_type).to_bytes();
         let flops = attr_flops(attr);

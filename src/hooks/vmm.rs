@@ -97,7 +97,7 @@ pub unsafe fn export_shareable(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandl
     let real = match cx.note(|e| e.tier_export(h as u64)) {
         Some(Ok(real)) => real as aclrtDrvMemHandle,
         Some(Err(code)) => {
-            crate::init::warn("aclrtMemExportToShareableHandle: a managed handle larger than 2 MiB cannot be exported (set U3M_MIN_BYTES above its size)");
+            crate::init::warn("aclrtMemExportToShareableHandle: u3m could not give the managed handle real memory for export");
             return code;
         }
         None => h,

@@ -10,6 +10,7 @@ mod json;
 mod plan;
 mod run;
 mod stat;
+mod synth;
 mod table;
 mod top;
 
@@ -41,6 +42,8 @@ enum Cmd {
     Ab(ab::AbArgs),
     /// Size a model's weights, gradients, optimizer states, activations and KV cache, and whether they fit HBM / DRAM / NVMe.
     Plan(plan::PlanArgs),
+    /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
+    Synth(synth::SynthArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Cmd::Run(a) => run::main(a),
         Cmd::Ab(a) => ab::main(a),
         Cmd::Plan(a) => plan::main(&a),
+        Cmd::Synth(a) => synth::main(&a),
     };
     match r {
         Ok(code) => code,

@@ -42,6 +42,12 @@ pub enum Prep {
     Fail(i32),
 }
 
+/// Background prefetch per 20 ms round: 25 GB/s (PCIe 4.0 x16 in practice,
+/// design.md §2) × 20 ms.
+const PREFETCH_BYTES_PER_TICK: u64 = 500_000_000;
+/// How far ahead (tracked calls) a chunk must be expected to be prefetched.
+const PREFETCH_HORIZON: u64 = 256;
+
 /// Most ranges one launch reports (more are cut and counted).
 pub const MAX_OP_RANGES: usize = 64;
 
@@ -98,6 +104,9 @@ pub struct Engine {
     graphs: Mutex<Graphs>,
     /// streams currently capturing: the hot path checks this atomic only
     capturing: AtomicU64,
+    /// Card failures: (device, allocations lost, bytes lost, allocations
+    /// still readable from DRAM/NVMe), for the summary.
+    lost: Mutex<Vec<(u32, u64, u64, u64)>>,
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
@@ -188,6 +197,7 @@ impl Engine {
             host: Mutex::new(HashMap::new()),
             graphs: Mutex::new(Graphs::default()),
             capturing: AtomicU64::new(0),
+            lost: Mutex::new(Vec::new()),
             monitors: (0..MAX_DEVICES).map(|_| Mutex::new(Monitor::default())).collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
@@ -707,6 +717,43 @@ impl Engine {
         }
     }
 
+    /// A call on `dev` failed with ACL_ERROR_RT_DEVICE_TASK_ABORT: the card
+    /// is gone. Tier mode keeps what it holds in DRAM/NVMe readable; the
+    /// stats say which allocations were lost (one event each, then a
+    /// summary line).
+    pub fn device_lost(&self, dev: i32) {
+        let Some(t) = &self.tier else { return };
+        let Some((lost, kept)) = t.device_lost(dev.max(0) as u32) else { return };
+        let d = dev_index(dev) as u32;
+        let bytes: u64 = lost.iter().map(|l| l.1).sum();
+        if let Some(s) = &self.seg {
+            for &(addr, len) in lost.iter().take(256) {
+                s.event(EventKind::DeviceLost, d, addr, len, "allocation lost with the device");
+            }
+            let text = format!("device {dev} lost: {} managed allocations lost ({bytes} bytes), {} readable from DRAM/NVMe", lost.len(), kept.len());
+            s.event(EventKind::DeviceLost, d, 0, bytes, &text);
+        }
+        if self.cfg.log >= LogLevel::Warn {
+            eprintln!("u3m: device {dev} lost: {} managed allocations lost ({bytes} bytes), {} still readable from DRAM/NVMe", lost.len(), kept.len());
+        }
+        if let Ok(mut l) = self.lost.lock() {
+            l.push((dev.max(0) as u32, lost.len() as u64, bytes, kept.len() as u64));
+        }
+    }
+
+    /// A device-to-host read from managed memory of a lost device, served
+    /// from the host copies (None: not such memory).
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` bytes of writes.
+    pub unsafe fn tier_read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
+        let t = self.tier.as_ref()?;
+        if !t.any_lost() {
+            return None;
+        }
+        t.read_lost(src, dst, len)
+    }
+
     /// A launch whose arguments u3m cannot read at all.
     pub fn opaque_launch(&self, dev: i32, _stream: u64) {
         if let Some(s) = &self.seg {
@@ -866,7 +913,11 @@ impl Engine {
             if t.runtime().set_device(dev) != 0 {
                 continue;
             }
-            t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high);
+            if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
+                // room below the low watermark: bring back what the policy
+                // expects soon, within the link's share of this round
+                t.prefetch(dev, PREFETCH_BYTES_PER_TICK, self.cfg.hbm_low, PREFETCH_HORIZON);
+            }
             let Some(s) = &self.seg else { continue };
             let Ok((free, total)) = t.runtime().mem_info() else { continue };
             let d = (dev as usize).min(MAX_DEVICES - 1);
@@ -917,7 +968,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}}\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -937,8 +988,18 @@ impl Engine {
             t.from_nvme,
             t.overwrites,
             t.spill_errors,
+            t.prefetches,
+            t.prefetch_bytes,
             dram_limit,
             nvme_limit,
+            self.lost
+                .lock()
+                .map(|l| l
+                    .iter()
+                    .map(|&(d, n, b, k)| format!("{{\"device\": {d}, \"allocations_lost\": {n}, \"bytes_lost\": {b}, \"allocations_readable\": {k}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .unwrap_or_default(),
         )
     }
 

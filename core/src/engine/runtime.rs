@@ -36,3 +36,4 @@ pub trait Runtime: Send + Sync {
 
 pub const MEMCPY_H2D: i32 = 1;
 pub const MEMCPY_D2H: i32 = 2;
+pub const MEMCPY_D2D: i32 = 3;

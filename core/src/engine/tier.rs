@@ -21,18 +21,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use super::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
-use crate::policy::{Cand, HeatFn, Placement};
+use crate::policy::{Cand, HeatFn, Place, Placement};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
 use crate::tier::TierError;
 
 pub const MAX_DEVICES: usize = 16;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
-const E_NOT_SUPPORT: i32 = 207000;
 const E_PARAM: i32 = 107000;
+/// ACL_ERROR_RT_DEVICE_TASK_ABORT: what the runtime returns for a device
+/// that has gone away.
+pub const E_DEVICE_LOST: i32 = 107022;
 /// Internal: nothing can move right now because other calls hold what is
 /// resident; the caller drops the lock and tries again.
 const E_BUSY: i32 = -1;
@@ -56,6 +58,8 @@ struct Chunk {
     uses: Vec<(u64, u64)>,
     /// LRU clock of the latest use.
     last: u64,
+    /// Its only current copy was in the HBM of a device that disappeared.
+    lost: bool,
 }
 
 enum Kind {
@@ -73,6 +77,10 @@ struct Backing {
     /// VAs the backing is mapped at (Malloc: exactly its own).
     vas: Vec<u64>,
     pinned: bool,
+    /// A real physical handle of the backing's whole size that replaced its
+    /// chunks (a multi-chunk VMM handle exported for IPC): mapped whole,
+    /// never moves; 0 otherwise.
+    real: u64,
 }
 
 struct Dev {
@@ -85,11 +93,14 @@ struct Dev {
     resident: u64,
     managed_virtual: u64,
     capacity: u64,
+    /// The device disappeared (card failure): its HBM is gone, nothing on it
+    /// is called again; chunks with a current host copy stay readable.
+    lost: bool,
 }
 
 impl Dev {
     const fn new() -> Dev {
-        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0 }
+        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0, lost: false }
     }
 }
 
@@ -126,6 +137,9 @@ pub struct TierCounters {
     pub from_nvme: u64,
     pub overwrites: u64,
     pub spill_errors: u64,
+    /// Chunks brought back ahead of use by the background prefetch.
+    pub prefetches: u64,
+    pub prefetch_bytes: u64,
 }
 
 pub struct Tier {
@@ -151,6 +165,13 @@ pub struct Tier {
     pub from_nvme: AtomicU64,
     pub overwrites: AtomicU64,
     pub spill_errors: AtomicU64,
+    pub prefetches: AtomicU64,
+    pub prefetch_bytes: AtomicU64,
+    /// Foreground evictions and busy retries so far, and the figure the
+    /// last prefetch round saw: prefetch runs only after a round without
+    /// demand (else it competes with calls for the same free chunks).
+    demand: AtomicU64,
+    demand_seen: AtomicU64,
 }
 
 /// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
@@ -188,7 +209,7 @@ fn round_up(v: u64, a: u64) -> u64 {
 impl Tier {
     /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
     pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Tier, String> {
-        let policy = crate::policy::by_name(&cfg.policy).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
+        let policy = crate::policy::by_config(cfg).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
         Tier::with_policy(rt, cfg, policy)
     }
 
@@ -238,6 +259,10 @@ impl Tier {
             from_nvme: AtomicU64::new(0),
             overwrites: AtomicU64::new(0),
             spill_errors: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
+            prefetch_bytes: AtomicU64::new(0),
+            demand: AtomicU64::new(0),
+            demand_seen: AtomicU64::new(0),
         })
     }
 
@@ -267,6 +292,8 @@ impl Tier {
             from_nvme: self.from_nvme.load(Relaxed),
             overwrites: self.overwrites.load(Relaxed),
             spill_errors: self.spill_errors.load(Relaxed),
+            prefetches: self.prefetches.load(Relaxed),
+            prefetch_bytes: self.prefetch_bytes.load(Relaxed),
         }
     }
 
@@ -360,6 +387,7 @@ impl Tier {
                         chunks: (0..n).map(|_| Chunk::default()).collect(),
                         vas: vec![va],
                         pinned: false,
+                real: 0,
                     },
                 );
                 st.vas.insert(va, (id, vlen));
@@ -421,6 +449,11 @@ impl Tier {
                 unref_event(st, ev);
             }
         }
+        if b.real != 0 {
+            self.rt.free_physical(b.real);
+            st.devs[d].resident = st.devs[d].resident.saturating_sub(b.size);
+            b.real = 0;
+        }
         self.reclaim(st);
         if release_va {
             if let Kind::Malloc = b.kind {
@@ -454,6 +487,7 @@ impl Tier {
                 chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
                 vas: Vec::new(),
                 pinned: false,
+                real: 0,
             },
         );
         st.devs[d].managed_virtual += size;
@@ -488,6 +522,14 @@ impl Tier {
         if st.vas.range(..va + size).next_back().map(|(&s, &(_, l))| s + l > va).unwrap_or(false) {
             return Some(E_PARAM);
         }
+        if b.real != 0 {
+            let rc = self.rt.map(va, size, b.real);
+            if rc == 0 {
+                st.backings.get_mut(&id)?.vas.push(va);
+                st.vas.insert(va, (id, size));
+            }
+            return Some(rc);
+        }
         let phys: Vec<(usize, u64)> = b.chunks.iter().enumerate().filter(|(_, c)| c.phys != 0).map(|(i, c)| (i, c.phys)).collect();
         for (i, p) in phys {
             let rc = self.rt.map(va + i as u64 * CHUNK, CHUNK, p);
@@ -508,6 +550,12 @@ impl Tier {
             return None;
         }
         // like the runtime's unmap, this does not wait for the device
+        if b.real != 0 {
+            let rc = self.rt.unmap(va);
+            if rc != 0 {
+                return Some(rc);
+            }
+        }
         for (i, c) in b.chunks.iter().enumerate() {
             if c.phys != 0 {
                 self.rt.unmap(va + i as u64 * CHUNK);
@@ -518,23 +566,186 @@ impl Tier {
         Some(0)
     }
 
-    /// An exported handle must be real: only a managed handle of exactly one
-    /// chunk can be; larger ones are refused (the caller gets
-    /// ACL_ERROR_RT_FEATURE_NOT_SUPPORT). Returns the real handle to export.
+    /// An exported handle must be real. A managed handle of one chunk is
+    /// made resident and its chunk exported; a larger one is replaced by a
+    /// real handle of its whole size holding the same data, mapped wherever
+    /// the handle is mapped. Either way the backing is pinned for good.
+    /// Returns the real handle to export.
     pub fn export(&self, h: u64) -> Option<Result<u64, i32>> {
         let id = id_of(h)?;
+        // in-flight work may still use the chunks that are about to be
+        // unmapped: wait for it without the lock (it may need the host)
+        let uses: Vec<u64> = {
+            let st = self.st.lock().ok()?;
+            let b = st.backings.get(&id)?;
+            if b.real != 0 {
+                return Some(Ok(b.real));
+            }
+            b.chunks.iter().flat_map(|c| c.uses.iter().map(|u| u.1)).collect()
+        };
+        if self.st.lock().ok()?.backings.get(&id)?.chunks.len() > 1 {
+            for ev in uses {
+                self.rt.sync_event(ev);
+            }
+        }
         let mut st = self.st.lock().ok()?;
         let b = st.backings.get(&id)?;
-        if b.chunks.len() != 1 {
-            return Some(Err(E_NOT_SUPPORT));
-        }
         let dev = b.dev;
-        if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
-            return Some(Err(if e == E_BUSY { E_ALLOC } else { e }));
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost {
+            return Some(Err(E_DEVICE_LOST));
         }
-        let b = st.backings.get_mut(&id)?;
+        if b.chunks.len() == 1 {
+            if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+                return Some(Err(if e == E_BUSY { E_ALLOC } else { e }));
+            }
+            let b = st.backings.get_mut(&id)?;
+            b.pinned = true;
+            return Some(Ok(b.chunks[0].phys));
+        }
+        Some(self.materialize(&mut st, id))
+    }
+
+    /// Replaces backing `id`'s chunks by one real handle with their data.
+    fn materialize(&self, st: &mut State, id: u64) -> Result<u64, i32> {
+        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
+        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32).map(|i| (id, i)).collect();
+        // room for the whole handle: evict other chunks (never this one's)
+        let real = loop {
+            match self.rt.malloc_physical(dev, size) {
+                Ok(h) => break h,
+                Err(E_ALLOC) => {}
+                Err(e) => return Err(e),
+            }
+            match self.evict_one(st, dev, &protect) {
+                Ok(true) => {}
+                Ok(false) | Err(E_BUSY) => return Err(E_ALLOC),
+                Err(e) => return Err(e),
+            }
+        };
+        let fail = |st: &mut State, va: u64, rc: i32| {
+            if va != 0 {
+                self.rt.unmap(va);
+                self.rt.release(va);
+            }
+            self.rt.free_physical(real);
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            if st.devs[d].stream != 0 {
+                self.rt.sync_stream(st.devs[d].stream);
+            }
+            Err(rc)
+        };
+        let va = match self.rt.reserve(size) {
+            Ok(v) => v,
+            Err(e) => return fail(st, 0, e),
+        };
+        let rc = self.rt.map(va, size, real);
+        if rc != 0 {
+            self.rt.release(va);
+            self.rt.free_physical(real);
+            return Err(rc);
+        }
+        let stream = match self.dev_stream(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        let staging = match self.staging(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        // the data, chunk by chunk, from wherever it is
+        for i in 0..st.backings[&id].chunks.len() as u32 {
+            let off = i as u64 * CHUNK;
+            let (phys, mapped_at) = {
+                let b = &st.backings[&id];
+                (b.chunks[i as usize].phys, b.vas.first().map(|v| v + off))
+            };
+            let rc = if phys != 0 {
+                let src = match mapped_at {
+                    Some(s) => s,
+                    None => match self.scratch_map(st, dev, id, i) {
+                        Ok(s) => s,
+                        Err(e) => return fail(st, va, e),
+                    },
+                };
+                let rc = self.rt.memcpy_async(va + off, src, CHUNK, MEMCPY_D2D, stream);
+                if mapped_at.is_none() {
+                    // the scratch VA is reused for the next chunk
+                    self.rt.sync_stream(stream);
+                    self.rt.unmap(src);
+                }
+                rc
+            } else {
+                let st2 = &mut *st;
+                match &st2.backings[&id].chunks[i as usize].host {
+                    None => 0, // never written
+                    Some(Host::Dram(slot)) => self.rt.memcpy_async(va + off, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream),
+                    Some(Host::Nvme(slot)) => {
+                        self.rt.sync_stream(stream); // the staging buffer is free
+                        let buf = unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
+                        if st2.nvme.as_mut().map(|n| n.read(slot, buf)).unwrap_or(Err(TierError::BadSlot)).is_err() {
+                            self.spill_errors.fetch_add(1, Relaxed);
+                            E_ALLOC
+                        } else {
+                            self.rt.memcpy_async(va + off, staging, CHUNK, MEMCPY_H2D, stream)
+                        }
+                    }
+                }
+            };
+            if rc != 0 {
+                return fail(st, va, rc);
+            }
+        }
+        let rc = self.rt.sync_stream(stream);
+        if rc != 0 {
+            return fail(st, va, rc);
+        }
+        self.rt.unmap(va);
+        self.rt.release(va);
+        // swap the chunks for the real handle at every VA it is mapped at
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        let vas = st.backings[&id].vas.clone();
+        let mut freed = Vec::new();
+        {
+            let b = st.backings.get_mut(&id).expect("backing");
+            for (i, c) in b.chunks.iter_mut().enumerate() {
+                if c.phys != 0 {
+                    for &v in &vas {
+                        self.rt.unmap(v + i as u64 * CHUNK);
+                    }
+                    self.rt.free_physical(c.phys);
+                    c.phys = 0;
+                    st.devs[d].resident -= CHUNK;
+                }
+                if let Some(h) = c.host.take() {
+                    freed.push(h);
+                }
+                c.dirty = false;
+            }
+        }
+        for h in freed {
+            free_host(st, h);
+        }
+        let evs: Vec<u64> = st.backings.get_mut(&id).expect("backing").chunks.iter_mut().flat_map(|c| c.uses.drain(..).map(|u| u.1).collect::<Vec<_>>()).collect();
+        for ev in evs {
+            unref_event(st, ev);
+        }
+        for &v in &vas {
+            let rc = self.rt.map(v, size, real);
+            if rc != 0 {
+                // the data is only in `real` now: keep it as the backing's
+                // memory and report the mapping failure
+                let b = st.backings.get_mut(&id).expect("backing");
+                b.real = real;
+                b.pinned = true;
+                st.devs[d].resident += size;
+                return Err(rc);
+            }
+        }
+        let b = st.backings.get_mut(&id).expect("backing");
+        b.real = real;
         b.pinned = true;
-        Some(Ok(b.chunks[0].phys))
+        st.devs[d].resident += size;
+        Ok(real)
     }
 
     // -------------------------------------------------------------- access
@@ -555,6 +766,9 @@ impl Tier {
             for (&start, &(id, len)) in st.vas.range(..end).rev() {
                 if start + len <= r.addr {
                     break;
+                }
+                if st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false) {
+                    continue; // a real handle: always in HBM
                 }
                 let lo = r.addr.max(start) - start;
                 let hi = end.min(start + len) - start;
@@ -577,6 +791,9 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost || need.iter().any(|n| st.backings.get(&n.0).map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost).unwrap_or(false)) {
+            return Err(E_DEVICE_LOST);
+        }
         // a call that needs more chunks than the device holds can never run
         let cap = st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity;
         if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
@@ -587,8 +804,14 @@ impl Tier {
         let mut tries = 0;
         loop {
             match self.fault_in(&mut st, &need, dev, order) {
-                Ok(()) => break,
+                Ok(()) => {
+                    if let Err(e) = self.after_copy_ins(&mut st, &need, order) {
+                        return Err(e);
+                    }
+                    break;
+                }
                 Err(E_BUSY) if tries < 2000 => {
+                    self.demand.fetch_add(1, Relaxed);
                     // copy-ins already issued for this call complete before
                     // the lock is dropped: the retry sees them as resident
                     // and issues no wait for them
@@ -608,8 +831,15 @@ impl Tier {
                     st = self.st.lock().map_err(|_| E_ALLOC)?;
                     tries += 1;
                 }
-                Err(E_BUSY) => return Err(E_ALLOC),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // copy-ins issued before the failure must not outlive
+                    // the chunks they write (nothing else orders them)
+                    let d = (dev as usize).min(MAX_DEVICES - 1);
+                    if st.devs[d].stream != 0 {
+                        self.rt.sync_stream(st.devs[d].stream);
+                    }
+                    return Err(if e == E_BUSY { E_ALLOC } else { e });
+                }
             }
         }
         st.clock += 1;
@@ -725,6 +955,7 @@ impl Tier {
     fn fault_in(&self, st: &mut State, need: &[(u64, u32, bool)], dev: u32, order: Order) -> Result<(), i32> {
         let protect: Vec<(u64, u32)> = need.iter().map(|n| (n.0, n.1)).collect();
         let mut copied = false;
+        let mut filled: Vec<(u64, u32)> = Vec::new();
         for &(id, i, whole) in need {
             let Some(b) = st.backings.get(&id) else { continue };
             let c = &b.chunks[i as usize];
@@ -774,6 +1005,7 @@ impl Tier {
                     }
                     c.dirty = false;
                     copied = true;
+                    filled.push((id, i));
                     self.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 Some(Host::Nvme(_)) => {
@@ -795,6 +1027,7 @@ impl Tier {
                     let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
                     c.dirty = false;
                     copied = true;
+                    filled.push((id, i));
                     self.from_nvme.fetch_add(1, Relaxed);
                     self.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
@@ -811,6 +1044,12 @@ impl Tier {
                 }
                 Order::Stream(s) => {
                     let Some(ev) = self.use_event(st, stream) else { return Err(E_ALLOC) };
+                    // the copy is a use of each chunk it fills: no eviction
+                    // before it completes, and other streams' calls order
+                    // themselves after it (`after_copy_ins`)
+                    for &(id, i) in &filled {
+                        set_use(st, id, i, stream, ev);
+                    }
                     let rc = self.rt.stream_wait(s, ev);
                     unref_event(st, ev);
                     if rc != 0 {
@@ -822,25 +1061,170 @@ impl Tier {
         Ok(())
     }
 
+    /// Orders the caller after copy-ins still in flight for chunks it needs
+    /// that were already resident (issued by another call or the prefetch).
+    fn after_copy_ins(&self, st: &mut State, need: &[(u64, u32, bool)], order: Order) -> Result<(), i32> {
+        let mut evs: Vec<u64> = Vec::new();
+        for &(id, i, _) in need {
+            let Some(b) = st.backings.get(&id) else { continue };
+            let own = st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].stream;
+            if own == 0 {
+                continue;
+            }
+            for &(s, ev) in &b.chunks[i as usize].uses {
+                if s == own && !evs.contains(&ev) && !self.rt.event_done(ev).unwrap_or(true) {
+                    evs.push(ev);
+                }
+            }
+        }
+        for ev in evs {
+            let rc = match order {
+                Order::Stream(s) => self.rt.stream_wait(s, ev),
+                // u3m's stream holds only copies: waiting for it with the
+                // lock held cannot depend on work the host has yet to issue
+                Order::Host => self.rt.sync_event(ev),
+            };
+            if rc != 0 {
+                return Err(rc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Background prefetch on `dev`: brings back to HBM chunks held in DRAM
+    /// that the policy expects within `horizon` ticks, without evicting
+    /// anything, while HBM use stays below `low` × capacity, and at most
+    /// `budget` bytes per call (the link's share for one background round).
+    /// The copies run on u3m's stream; a call needing a chunk whose copy is
+    /// still in flight waits for it (`after_copy_ins`). Returns the chunks
+    /// issued. The calling thread's device must be `dev`.
+    pub fn prefetch(&self, dev: u32, budget: u64, low: f64, horizon: u64) -> u32 {
+        let demand = self.demand.load(Relaxed);
+        if self.demand_seen.swap(demand, Relaxed) != demand {
+            return 0;
+        }
+        let Ok((free, total)) = self.rt.mem_info() else { return 0 };
+        if total == 0 {
+            return 0;
+        }
+        let limit = (low * total as f64) as u64;
+        let mut used = total.saturating_sub(free);
+        if used + CHUNK > limit {
+            return 0;
+        }
+        let Ok(mut st) = self.st.lock() else { return 0 };
+        let now = st.clock;
+        let mut cands: Vec<(u64, u32, u64)> = Vec::new();
+        for (&id, b) in st.backings.iter() {
+            if b.dev != dev || b.pinned || b.vas.is_empty() {
+                continue;
+            }
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.phys == 0 && c.pins == 0 && matches!(c.host, Some(Host::Dram(_))) {
+                    let key = chunk_key(b, id, i as u32);
+                    if self.policy.predicts(now, key, horizon) {
+                        cands.push((id, i as u32, key));
+                    }
+                }
+            }
+        }
+        if cands.is_empty() {
+            return 0;
+        }
+        cands.sort_unstable_by_key(|c| c.2);
+        let Ok(stream) = self.dev_stream(&mut st, dev) else { return 0 };
+        let mut filled: Vec<(u64, u32)> = Vec::new();
+        let mut bytes = 0u64;
+        for (id, i, _) in cands {
+            if bytes + CHUNK > budget || used + CHUNK > limit {
+                break;
+            }
+            // never evict for a prefetch: a refused allocation ends the round
+            let Ok(phys) = self.rt.malloc_physical(dev, CHUNK) else { break };
+            let vas = st.backings[&id].vas.clone();
+            let mut ok = true;
+            let mut mapped = Vec::new();
+            for &va in &vas {
+                if self.rt.map(va + i as u64 * CHUNK, CHUNK, phys) != 0 {
+                    ok = false;
+                    break;
+                }
+                mapped.push(va);
+            }
+            let src = match &st.backings[&id].chunks[i as usize].host {
+                Some(Host::Dram(slot)) => slot.ptr as u64,
+                _ => 0,
+            };
+            if ok && src != 0 {
+                ok = self.rt.memcpy_async(vas[0] + i as u64 * CHUNK, src, CHUNK, MEMCPY_H2D, stream) == 0;
+            }
+            if !ok {
+                for va in mapped {
+                    self.rt.unmap(va + i as u64 * CHUNK);
+                }
+                self.rt.free_physical(phys);
+                break;
+            }
+            let d = (dev as usize).min(MAX_DEVICES - 1);
+            st.devs[d].resident += CHUNK;
+            let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
+            c.phys = phys;
+            c.dirty = false; // the DRAM copy stays: evicting it again is free
+            c.last = now;
+            filled.push((id, i));
+            bytes += CHUNK;
+            used += CHUNK;
+        }
+        if !filled.is_empty() {
+            match self.use_event(&mut st, stream) {
+                Some(ev) => {
+                    for &(id, i) in &filled {
+                        set_use(&mut st, id, i, stream, ev);
+                    }
+                    unref_event(&mut st, ev);
+                }
+                // no event: order everything after the copies the hard way
+                None => {
+                    self.rt.sync_stream(stream);
+                }
+            }
+            self.prefetches.fetch_add(filled.len() as u64, Relaxed);
+            self.prefetch_bytes.fetch_add(bytes, Relaxed);
+        }
+        filled.len() as u32
+    }
+
     /// A physical chunk on `dev`, evicting others (never `protect`) when HBM
     /// is full.
     fn alloc_phys(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<u64, i32> {
+        let r = self.alloc_phys_evicting(st, dev, protect);
+        if !matches!(r, Ok((_, 0))) {
+            self.demand.fetch_add(1, Relaxed);
+        }
+        r.map(|(h, _)| h)
+    }
+
+    /// `alloc_phys` with the number of chunks it evicted.
+    fn alloc_phys_evicting(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<(u64, u32), i32> {
+        let mut evicted = 0u32;
         // evict before asking when HBM is visibly full (a refused request
         // costs the runtime a failed allocation and a log line)
         while let Ok((free, _)) = self.rt.mem_info() {
             if free >= CHUNK || !self.evict_one(st, dev, protect)? {
                 break;
             }
+            evicted += 1;
         }
         loop {
             match self.rt.malloc_physical(dev, CHUNK) {
-                Ok(h) => return Ok(h),
+                Ok(h) => return Ok((h, evicted)),
                 Err(E_ALLOC) => {}
                 Err(e) => return Err(e),
             }
             if !self.evict_one(st, dev, protect)? {
                 return Err(E_BUSY);
             }
+            evicted += 1;
         }
     }
 
@@ -883,7 +1267,8 @@ impl Tier {
                 // host has yet to issue (an HCCL peer), and issuing it needs
                 // this lock. The caller drops the lock and waits (E_BUSY).
                 let (_, id, i) = cands[0];
-                st.wait_for = st.backings[&id].chunks[i as usize].uses.first().map(|u| u.1);
+                let uses = &st.backings[&id].chunks[i as usize].uses;
+                st.wait_for = uses.iter().find(|u| !self.rt.event_done(u.1).unwrap_or(true)).or(uses.first()).map(|u| u.1);
                 return Err(E_BUSY);
             }
         };
@@ -1002,13 +1387,24 @@ impl Tier {
         Ok(va)
     }
 
-    /// A host slot for chunk (id, i): its existing (stale) one, else DRAM
-    /// below 95 % full, else NVMe, else DRAM anyway.
+    /// A host slot for chunk (id, i): its existing (stale) one, else NVMe if
+    /// the policy places it there, else DRAM below 95 % full, else NVMe,
+    /// else DRAM anyway.
     fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, i32> {
         if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize].host.take() {
             return Ok(h);
         }
         self.reclaim(st);
+        // a chunk the policy places on NVMe (seed-heat: below the DRAM
+        // threshold; markov: predicted cold) bypasses DRAM
+        let key = chunk_key(&st.backings[&id], id, i);
+        if self.policy.place(st.clock, key) == Some(Place::Nvme) {
+            if let Some(n) = st.nvme.as_mut() {
+                if let Ok(s) = n.alloc(CHUNK) {
+                    return Ok(Host::Nvme(s));
+                }
+            }
+        }
         let dram_ok = st.dram.used() + CHUNK <= (self.dram_limit as f64 * 0.95) as u64;
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
@@ -1184,10 +1580,115 @@ impl Tier {
         ev
     }
 
+    /// Card failure: `dev` disappeared with its HBM. Chunks whose current
+    /// data was only there are lost; chunks with a current copy in DRAM or
+    /// on NVMe stay readable through `read_lost`. Returns (lost, readable)
+    /// managed allocations as (device VA or handle, bytes), or None when the
+    /// device was already known lost. Nothing on `dev` is called again.
+    pub fn device_lost(&self, dev: u32) -> Option<(Vec<(u64, u64)>, Vec<(u64, u64)>)> {
+        let mut st = self.st.lock().ok()?;
+        let d = (dev as usize).min(MAX_DEVICES - 1);
+        if st.devs[d].lost {
+            return None;
+        }
+        st.devs[d].lost = true;
+        st.devs[d].resident = 0;
+        let (mut lost, mut kept) = (Vec::new(), Vec::new());
+        let mut ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        ids.sort_unstable();
+        for id in ids {
+            let st2 = &mut *st;
+            let b = st2.backings.get_mut(&id).expect("backing");
+            let mut any_lost = false;
+            for c in b.chunks.iter_mut() {
+                if c.phys != 0 {
+                    if c.dirty || c.host.is_none() {
+                        c.lost = true;
+                        any_lost = true;
+                        // a stale host copy must never be served as current
+                        if let Some(h) = c.host.take() {
+                            st2.pending_free.push(h);
+                        }
+                    }
+                    c.phys = 0; // gone with the device: never freed or unmapped
+                    c.dirty = false;
+                }
+                c.uses.clear();
+                c.pins = 0;
+            }
+            let b = &st.backings[&id];
+            let name = b.vas.first().copied().unwrap_or(handle_of(id));
+            if any_lost {
+                lost.push((name, b.size));
+            } else {
+                kept.push((name, b.size));
+            }
+        }
+        // host slots of lost chunks: nothing of ours runs on the lost device
+        for h in std::mem::take(&mut st.pending_free) {
+            free_host(&mut st, h);
+        }
+        Some((lost, kept))
+    }
+
+    /// A device-to-host read of `len` bytes at device address `src` into
+    /// `dst` for a device that has disappeared: served from the host copies.
+    /// None: `src` is not managed memory of a lost device (the caller does
+    /// the real copy). Some(E_DEVICE_LOST): part of the range was lost.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `len` bytes of writes.
+    pub unsafe fn read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=src).next_back()?;
+        if src >= start + size {
+            return None;
+        }
+        let b = st.backings.get(&id)?;
+        if !st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost {
+            return None;
+        }
+        if dst.is_null() || src + len > start + size {
+            return Some(E_DEVICE_LOST);
+        }
+        let off = src - start;
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
+            let i = (at / CHUNK) as usize;
+            let within = at % CHUNK;
+            let n = (CHUNK - within).min(len - done);
+            let out = std::slice::from_raw_parts_mut(dst.add(done as usize), n as usize);
+            let st2 = &mut *st;
+            let c = &st2.backings[&id].chunks[i];
+            if c.lost {
+                return Some(E_DEVICE_LOST);
+            }
+            match &c.host {
+                None => out.fill(0), // never written: fresh memory reads as zeros
+                Some(Host::Dram(slot)) => std::ptr::copy_nonoverlapping(slot.ptr.add(within as usize), out.as_mut_ptr(), n as usize),
+                Some(Host::Nvme(slot)) => {
+                    let r = st2.nvme.as_mut().map(|nv| nv.read_at(slot, within, out)).unwrap_or(Err(TierError::BadSlot));
+                    if r.is_err() {
+                        self.spill_errors.fetch_add(1, Relaxed);
+                        return Some(E_DEVICE_LOST);
+                    }
+                }
+            }
+            done += n;
+        }
+        Some(0)
+    }
+
+    /// Whether any device has been lost (the copy hooks' fast check).
+    pub fn any_lost(&self) -> bool {
+        self.st.lock().map(|st| st.devs.iter().any(|d| d.lost)).unwrap_or(false)
+    }
+
     /// Devices with managed memory (for the background thread).
     pub fn devices(&self) -> Vec<u32> {
         let Ok(st) = self.st.lock() else { return Vec::new() };
-        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).collect();
+        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).filter(|&d| !st.devs[(d as usize).min(MAX_DEVICES - 1)].lost).collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -1208,6 +1709,31 @@ fn free_host(st: &mut State, h: Host) {
                 let _ = n.free(s);
             }
         }
+    }
+}
+
+/// Makes `ev` (recorded on `stream`) the latest use of chunk (id, i) on
+/// that stream, taking a reference and dropping the one of the event it
+/// replaces.
+fn set_use(st: &mut State, id: u64, i: u32, stream: u64, ev: u64) {
+    let mut old = None;
+    if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+        match c.uses.iter_mut().find(|u| u.0 == stream) {
+            Some(u) => {
+                if u.1 == ev {
+                    return;
+                }
+                old = Some(u.1);
+                u.1 = ev;
+            }
+            None => c.uses.push((stream, ev)),
+        }
+    } else {
+        return;
+    }
+    *st.event_refs.entry(ev).or_insert(0) += 1;
+    if let Some(o) = old {
+        unref_event(st, o);
     }
 }
 
