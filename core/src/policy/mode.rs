@@ -4,9 +4,11 @@
 //! (training never decodes; serving mostly does). Within a training step the
 //! share alternates (attention layers, then MLP matmuls), so windows are
 //! smoothed (EMA), compared against a reference taken when the mode was
-//! established, and a change must persist before it counts. After a switch
-//! the reference is re-established from the windows that follow, so one real
-//! change switches exactly once.
+//! established, and a change must persist before it counts. A change is a
+//! switch only when it changes the mode the shares describe (infer: decode
+//! attention is more than 30 % of attention). After a change the reference
+//! is re-established once the shares are steady, so one real change switches
+//! exactly once.
 
 /// Operators (MatMul or Attention) per window.
 pub const WINDOW: u32 = 10;
@@ -18,6 +20,8 @@ const ALPHA: f64 = 0.3;
 const PERSIST: u32 = 4;
 /// Windows averaged into a new reference.
 const ESTABLISH: u32 = 8;
+/// ... once neither smoothed share moved more than this over them.
+const STEADY: f64 = 0.1;
 /// At most this many switches within GUARD_S seconds; the next locks.
 const GUARD_N: usize = 2;
 const GUARD_S: f64 = 60.0;
@@ -33,12 +37,6 @@ impl Mode {
         match self {
             Mode::Train => "train",
             Mode::Infer => "infer",
-        }
-    }
-    fn flip(self) -> Mode {
-        match self {
-            Mode::Train => Mode::Infer,
-            Mode::Infer => Mode::Train,
         }
     }
 }
@@ -83,7 +81,9 @@ pub struct ModeDetector {
     s_attn: Option<f64>,
     s_dec: Option<f64>,
     reference: Option<(f64, Option<f64>)>,
-    est: (u32, f64, u32, f64),
+    /// Windows seen while establishing, and the latest smoothed shares.
+    est_n: u32,
+    hist: [(f64, Option<f64>); ESTABLISH as usize],
     persist: u32,
     pub mode: Mode,
     /// Seconds of the latest switches (newest last).
@@ -107,7 +107,8 @@ impl ModeDetector {
             s_attn: None,
             s_dec: None,
             reference: None,
-            est: (0, 0.0, 0, 0.0),
+            est_n: 0,
+            hist: [(0.0, None); ESTABLISH as usize],
             persist: 0,
             mode: Mode::Train,
             recent: [f64::NEG_INFINITY; GUARD_N],
@@ -132,7 +133,8 @@ impl ModeDetector {
             return None;
         }
         let a = self.attn as f64 / WINDOW as f64;
-        let d = (self.attn > 0).then(|| self.dec as f64 / self.attn as f64);
+        // a window without attention decodes nothing: its decode share is 0
+        let d = Some(if self.attn > 0 { self.dec as f64 / self.attn as f64 } else { 0.0 });
         self.mm = 0;
         self.attn = 0;
         self.dec = 0;
@@ -143,27 +145,36 @@ impl ModeDetector {
         }
 
         let Some((ra, rd)) = self.reference else {
-            // establishing: the reference is the plain mean of the windows
-            // after start-up or a switch (the EMA would still lag the change)
-            self.est.0 += 1;
-            self.est.1 += a;
-            if let Some(d) = d {
-                self.est.2 += 1;
-                self.est.3 += d;
+            // establishing: the reference is the mean of the smoothed shares
+            // over ESTABLISH windows once they have stopped moving (a
+            // reference taken mid-transition, e.g. while decode requests
+            // ramp up after prefill, would make one change switch twice)
+            let k = (self.est_n as usize) % ESTABLISH as usize;
+            self.hist[k] = (self.s_attn.unwrap_or(a), self.s_dec);
+            self.est_n += 1;
+            if self.est_n < ESTABLISH {
+                return None;
             }
-            if self.est.0 >= ESTABLISH {
-                let ra = self.est.1 / self.est.0 as f64;
-                let rd = (self.est.2 > 0).then(|| self.est.3 / self.est.2 as f64);
-                self.reference = Some((ra, rd));
-                self.s_attn = Some(ra);
-                if rd.is_some() {
-                    self.s_dec = rd;
-                }
-                if self.switches == 0 && !self.locked {
-                    self.mode = if rd.unwrap_or(0.0) > 0.5 { Mode::Infer } else { Mode::Train };
-                }
-                self.persist = 0;
+            let spread = |f: &dyn Fn(&(f64, Option<f64>)) -> Option<f64>| {
+                let v = self.hist.iter().filter_map(f);
+                let (lo, hi) = v.fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)));
+                if lo > hi { 0.0 } else { hi - lo }
+            };
+            let steady = spread(&|h| Some(h.0)) <= STEADY && spread(&|h| h.1) <= STEADY;
+            if !steady && self.est_n < ESTABLISH * 8 {
+                return None;
             }
+            let n = ESTABLISH as f64;
+            let ra = self.hist.iter().map(|h| h.0).sum::<f64>() / n;
+            let (dn, dsum) = self.hist.iter().filter_map(|h| h.1).fold((0u32, 0.0), |(n, s), d| (n + 1, s + d));
+            let rd = (dn > 0).then(|| dsum / dn as f64);
+            self.reference = Some((ra, rd));
+            self.s_attn = Some(ra);
+            self.s_dec = rd;
+            if self.switches == 0 && !self.locked {
+                self.mode = if rd.unwrap_or(0.0) > 0.5 { Mode::Infer } else { Mode::Train };
+            }
+            self.persist = 0;
             return None;
         };
         let sa = self.s_attn.unwrap_or(ra);
@@ -184,6 +195,16 @@ impl ModeDetector {
             return None;
         }
         self.persist = 0;
+        // the mode the shares now describe: serving when decode attention
+        // (incremental attention, KV-cache writes) is a real part of the
+        // attention; a change that keeps the mode (prefill to decode, a new
+        // sequence length) only moves the reference
+        let to = if sd.unwrap_or(0.0) > THRESHOLD { Mode::Infer } else { Mode::Train };
+        if to == self.mode {
+            self.reference = None;
+            self.est_n = 0;
+            return None;
+        }
         if self.recent.iter().filter(|&&t| t > secs - GUARD_S).count() >= GUARD_N {
             self.locked = true;
             return Some(ModeEvent::Locked { mode: self.mode, tick, secs });
@@ -192,9 +213,9 @@ impl ModeDetector {
         self.recent[GUARD_N - 1] = secs;
         self.switches += 1;
         let from = self.mode;
-        self.mode = from.flip();
+        self.mode = to;
         self.reference = None;
-        self.est = (0, 0.0, 0, 0.0);
+        self.est_n = 0;
         Some(ModeEvent::Switch { from, to: self.mode, tick, before: (ra, rd.unwrap_or(0.0)), after: (sa, sd.unwrap_or(0.0)) })
     }
 }

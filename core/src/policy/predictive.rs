@@ -682,4 +682,130 @@ mod tests {
         eprintln!("order of {n}: {:?}", t0.elapsed());
         assert!(c.windows(2).all(|w| w[0].key > w[1].key), "furthest next use first");
     }
+
+    /// Development aid: precision/recall and faults of predictive, lru and
+    /// markov (and belady's faults) on a trace file, chunks at VA
+    /// granularity. `U3M_EVAL_TRACE=t.trace cargo test --release -p u3m-core
+    /// eval_trace -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn eval_trace() {
+        use crate::trace::{read_file, Body, CopyKind};
+        use std::collections::HashMap;
+        let Ok(path) = std::env::var("U3M_EVAL_TRACE") else { return };
+        let events = read_file(&path).expect("trace");
+        // (tick, class, keys) per call; frees as (tick, keys)
+        let mut calls: Vec<(u64, u8, Vec<u64>)> = Vec::new();
+        let mut frees: Vec<(u64, Vec<u64>)> = Vec::new();
+        let mut sizes: HashMap<u64, u64> = HashMap::new();
+        let chunks = |a: u64, b: u64| -> Vec<u64> { if b == 0 { vec![] } else { (a / MB2..(a + b).div_ceil(MB2)).map(|c| c * MB2).collect() } };
+        for e in &events {
+            let t = calls.len() as u64 + 1;
+            match &e.body {
+                Body::Alloc { addr, bytes } => {
+                    sizes.insert(*addr, *bytes);
+                }
+                Body::Free { addr } => {
+                    let b = sizes.remove(addr).unwrap_or(0);
+                    frees.push((t, chunks(*addr, b)));
+                }
+                Body::Op { op_type, inputs, outputs } => {
+                    let mut k: Vec<u64> = inputs.iter().chain(outputs).flat_map(|r| chunks(r.addr, r.bytes)).collect();
+                    k.sort_unstable();
+                    k.dedup();
+                    calls.push((t, OpClass::of(op_type) as u8, k));
+                }
+                Body::Copy { kind, dst, src, bytes } => {
+                    let mut k = Vec::new();
+                    if kind.dst_on_device() { k.extend(chunks(*dst, *bytes)); }
+                    if kind.src_on_device() { k.extend(chunks(*src, *bytes)); }
+                    k.sort_unstable();
+                    k.dedup();
+                    let _ = CopyKind::D2D;
+                    calls.push((t, 9, k));
+                }
+                Body::Set { addr, bytes } => calls.push((t, 9, chunks(*addr, *bytes))),
+                _ => {}
+            }
+        }
+        let mut uses: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (t, _, ks) in &calls {
+            for &k in ks {
+                uses.entry(k).or_default().push(*t);
+            }
+        }
+        let end = calls.len() as u64;
+        let secs_per_tick: f64 = std::env::var("U3M_EVAL_SPT").ok().and_then(|v| v.parse().ok()).unwrap_or(0.001);
+        eprintln!("{path}: {} calls, {} chunks", end, uses.len());
+        for w in [10u64, 100, 1000] {
+            let mut line = format!("W={w}:");
+            let pols: Vec<Box<dyn Placement>> = vec![Box::new(Predictive::with_params(60.0, 5.0)), Box::new(Lru::new()), Box::new(super::super::Markov::new())];
+            for p in &pols {
+                let (mut tp, mut fp, mut fnn) = (0u64, 0u64, 0u64);
+                let mut live: std::collections::BTreeSet<u64> = Default::default();
+                let (mut i, mut f) = (0usize, 0usize);
+                let every = (end / 400).max(1);
+                let mut t = every;
+                while t + w <= end {
+                    while i < calls.len() && calls[i].0 <= t {
+                        while f < frees.len() && frees[f].0 <= calls[i].0 {
+                            for k in &frees[f].1 { p.on_free(*k); live.remove(k); }
+                            f += 1;
+                        }
+                        let (ct, cl, ks) = &calls[i];
+                        p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
+                        live.extend(ks.iter().copied());
+                        if ct % 100 == 0 { p.tick(*ct as f64 * secs_per_tick, 0.5); }
+                        i += 1;
+                    }
+                    for &k in &live {
+                        let v = &uses[&k];
+                        let j = v.partition_point(|&x| x <= t);
+                        let real = v.get(j).is_some_and(|&x| x <= t + w);
+                        match (p.predicts(t, k, w), real) {
+                            (true, true) => tp += 1,
+                            (true, false) => fp += 1,
+                            (false, true) => fnn += 1,
+                            _ => {}
+                        }
+                    }
+                    t += every;
+                }
+                line += &format!("  {} P {:.3} R {:.3}", p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fnn).max(1) as f64);
+                if w == 10 {
+                    let mut ev = Vec::new();
+                    p.drain_events(&mut ev);
+                    for e in ev { eprintln!("  event: {e}"); }
+                }
+            }
+            eprintln!("{line}");
+        }
+        // faults at a capacity of a fraction of the chunks
+        let flat: Vec<(u64, u8, u64)> = calls.iter().flat_map(|(t, c, ks)| ks.iter().map(move |&k| (*t, *c, k))).collect();
+        let plain: Vec<(u64, u64)> = flat.iter().map(|e| (e.0, e.2)).collect();
+        let cap = std::env::var("U3M_EVAL_CAP").ok().and_then(|v| v.parse().ok()).unwrap_or(uses.len() * 2 / 3);
+        let sim = |p: &dyn Placement| -> u64 {
+            let mut res: Vec<Cand> = Vec::new();
+            let mut faults = 0;
+            let mut k0 = 0;
+            while k0 < calls.len() {
+                let (t, cl, ks) = &calls[k0];
+                for &k in ks {
+                    if let Some(c) = res.iter_mut().find(|c| c.key == k) { c.last = *t; continue; }
+                    faults += 1;
+                    if res.len() >= cap {
+                        p.order(t - 1, &mut res);
+                        if let Some(pos) = res.iter().position(|c| !ks.contains(&c.key)) { res.remove(pos); }
+                    }
+                    res.push(Cand { key: k, last: *t, dirty: false });
+                }
+                p.on_access(*t, *cl, ks, &vec![false; ks.len()]);
+                k0 += 1;
+            }
+            faults
+        };
+        let _ = &flat;
+        eprintln!("faults at {cap} of {} chunks: belady {} predictive {} lru {} markov {}", uses.len(),
+            sim(&super::super::Belady::new(plain)), sim(&Predictive::new()), sim(&Lru::new()), sim(&super::super::Markov::new()));
+    }
 }
