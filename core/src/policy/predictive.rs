@@ -50,6 +50,10 @@ struct Inner {
     prefetch: u64,
     /// EMA of the chunks' cycle lengths: the prior for a chunk seen once.
     typical: f64,
+    /// The most frequent verified cycle (Misra-Gries summary of 8): the
+    /// workload's step, for chunks too busy or too irregular for a cycle of
+    /// their own.
+    steps: [(u64, u32); 8],
     events: Vec<String>,
 }
 
@@ -74,9 +78,27 @@ enum Expect {
     Unknown(u64),
 }
 
+/// Misra-Gries: count `v` among the summary's candidates.
+fn note_step(steps: &mut [(u64, u32); 8], v: u64) {
+    if let Some(e) = steps.iter_mut().find(|e| e.1 > 0 && e.0 == v) {
+        e.1 = e.1.saturating_add(1);
+    } else if let Some(e) = steps.iter_mut().find(|e| e.1 == 0) {
+        *e = (v, 1);
+    } else {
+        for e in steps.iter_mut() {
+            e.1 -= 1;
+        }
+    }
+}
+
 impl Inner {
     fn warming(&self) -> bool {
         self.secs < self.warm_until
+    }
+
+    /// The workload's step: the dominant verified cycle (0: none yet).
+    fn step(&self) -> u64 {
+        self.steps.iter().max_by_key(|e| e.1).filter(|e| e.1 >= 8).map_or(0, |e| e.0)
     }
 
     fn push(&mut self, e: String) {
@@ -85,7 +107,8 @@ impl Inner {
         }
     }
 
-    fn expect(&self, now: u64, key: u64, last_hint: u64) -> Expect {
+    /// `w`: the window `predicts` asks about (None: for eviction order).
+    fn expect(&self, now: u64, key: u64, last_hint: u64, w: Option<u64>) -> Expect {
         let Some(c) = self.chunks.get(&key) else { return Expect::Unknown(last_hint) };
         let last = c.last.max(last_hint);
         if c.n < 2 {
@@ -94,9 +117,26 @@ impl Inner {
         if self.cls[c.class as usize].fallback {
             return Expect::Recency(last);
         }
+        // a chunk without a cycle of its own as long as half the step (busy
+        // chunks whose ring shows only a burst, irregular ones) repeats what
+        // it did one step ago
+        let step = self.step();
+        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+            match c.shift_next(now, step) {
+                // idle for a whole step: no access expected within the next
+                // step — which says nothing about a longer window, and
+                // eviction still wants the model's estimate of how far
+                Some(u64::MAX) if w.is_none_or(|w| w >= step) => {}
+                Some(x) => return Expect::At(x),
+                None => {}
+            }
+        }
+        // a late prediction still stands within its tolerance for eviction;
+        // asked about a window, only just late (2 ticks) counts as imminent
+        let late = if w.is_some() { 2 } else { u64::MAX };
         match c.prediction() {
             Some((p, _)) if p > now => Expect::At(p),
-            Some((p, tol)) if now - p <= tol as u64 => Expect::At(now + 1),
+            Some((p, tol)) if now - p <= (tol as u64).min(late) => Expect::At(now + 1),
             _ => Expect::Recency(last),
         }
     }
@@ -160,6 +200,7 @@ impl Predictive {
                 warm_until: 0.0,
                 prefetch: PREFETCH_TICKS,
                 typical: 0.0,
+                steps: [(0, 0); 8],
                 events: Vec::new(),
             }),
         }
@@ -199,6 +240,8 @@ impl Placement for Predictive {
                 // a new mode: what was learned describes the old one
                 g.chunks.clear();
                 g.cls = [ClassCal::FRESH; CLASSES];
+                g.steps = [(0, 0); 8];
+                g.typical = 0.0;
                 g.warm_until = g.secs + g.warmup_s;
                 let t = e.text(g.warmup_s);
                 g.push(t);
@@ -221,9 +264,13 @@ impl Placement for Predictive {
                             cal.hits += hit as u32;
                         }
                     }
+                    let sc = c.strict_cycle();
                     let cyc = c.cycle() as f64;
                     if cyc > 0.0 {
                         g.typical = if g.typical == 0.0 { cyc } else { 0.99 * g.typical + 0.01 * cyc };
+                    }
+                    if let Some(v) = sc {
+                        note_step(&mut g.steps, v);
                     }
                 }
                 None => {
@@ -243,7 +290,7 @@ impl Placement for Predictive {
         let Ok(g) = self.inner.lock() else { return super::lru_order(cands) };
         let mut v: Vec<(u64, Cand)> = Vec::with_capacity(cands.len());
         for c in cands.iter() {
-            let at = match g.expect(now, c.key, c.last) {
+            let at = match g.expect(now, c.key, c.last, None) {
                 Expect::At(p) => p,
                 // time since the last use stands for the time to the next
                 Expect::Recency(last) => now.saturating_add(now.saturating_sub(last)),
@@ -270,7 +317,7 @@ impl Placement for Predictive {
         if !g.chunks.contains_key(&key) {
             return false;
         }
-        match g.expect(now, key, 0) {
+        match g.expect(now, key, 0, Some(w)) {
             Expect::At(p) => p <= now.saturating_add(w),
             Expect::Recency(last) => now.saturating_sub(last) < w,
             // seen once: expected back after a typical cycle
@@ -287,7 +334,7 @@ impl Placement for Predictive {
         if !g.chunks.contains_key(&key) {
             return None;
         }
-        match g.expect(now, key, 0) {
+        match g.expect(now, key, 0, Some(g.prefetch)) {
             Expect::At(p) if p <= now.saturating_add(g.prefetch) => Some(Place::Hbm),
             _ => None,
         }
@@ -690,7 +737,7 @@ mod tests {
     #[test]
     #[ignore]
     fn eval_trace() {
-        use crate::trace::{read_file, Body, CopyKind};
+        use crate::trace::{read_file, Body};
         use std::collections::HashMap;
         let Ok(path) = std::env::var("U3M_EVAL_TRACE") else { return };
         let events = read_file(&path).expect("trace");
@@ -721,11 +768,9 @@ mod tests {
                     if kind.src_on_device() { k.extend(chunks(*src, *bytes)); }
                     k.sort_unstable();
                     k.dedup();
-                    let _ = CopyKind::D2D;
                     calls.push((t, 9, k));
                 }
                 Body::Set { addr, bytes } => calls.push((t, 9, chunks(*addr, *bytes))),
-                _ => {}
             }
         }
         let mut uses: HashMap<u64, Vec<u64>> = HashMap::new();
@@ -804,7 +849,6 @@ mod tests {
             }
             faults
         };
-        let _ = &flat;
         eprintln!("faults at {cap} of {} chunks: belady {} predictive {} lru {} markov {}", uses.len(),
             sim(&super::super::Belady::new(plain)), sim(&Predictive::new()), sim(&Lru::new()), sim(&super::super::Markov::new()));
     }

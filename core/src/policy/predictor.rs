@@ -85,6 +85,38 @@ impl ChunkModel {
         if self.m > 0 { self.mean } else { 0.0 }
     }
 
+    /// Step shift: the chunk's next access if it repeats what it did one
+    /// `step` ago — the first access in the ring after `now - step`, plus
+    /// `step`. None when the ring does not reach back a whole step (the
+    /// chunk is used more than RING times per step) or holds no such access.
+    pub fn shift_next(&self, now: u64, step: u64) -> Option<u64> {
+        if step == 0 || now < step {
+            return None;
+        }
+        let from = now - step;
+        let mut t = self.last;
+        let mut best: Option<u64> = None;
+        if t <= from {
+            // nothing in the last step: nothing expected within the next
+            return Some(u64::MAX);
+        }
+        for k in 0..self.have() {
+            best = Some(t);
+            t = t.saturating_sub(self.iv(k) as u64);
+            if t <= from {
+                return best.map(|b| b + step);
+            }
+        }
+        // the ring ends inside the last step: covered only if it holds the
+        // chunk's first access (all it did is known)
+        if self.n as usize == self.have() + 1 { best.map(|b| b + step) } else { None }
+    }
+
+    /// The verified cycle length, ticks.
+    pub fn strict_cycle(&self) -> Option<u64> {
+        (self.strict && self.m > 0).then(|| self.mean.round() as u64)
+    }
+
     /// The predicted next access and its tolerance, when there is a model.
     #[inline]
     pub fn prediction(&self) -> Option<(u64, u32)> {
