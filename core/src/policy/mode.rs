@@ -323,4 +323,38 @@ pub(crate) mod tests {
         assert!(ev.iter().all(|e| matches!(e, ModeEvent::Switch { .. })));
         assert!(!d.locked);
     }
+
+    #[test]
+    fn prefill_then_decode_then_training_switches_twice() {
+        // serving as u3m synth writes it: per layer a KV-cache write (decode
+        // class) and a prefill attention per request, then decode steps
+        let prefill: Vec<u8> = (0..4).flat_map(|_| [3, 0, 0, 0, 2, 1, 0, 4, 3, 0, 5, 0, 0, 4]).collect();
+        let mut d = ModeDetector::new();
+        let (mut t, mut ev) = (0, Vec::new());
+        let mut secs = 0.0;
+        for _ in 0..30 {
+            run(&mut d, &train_step(4), &mut t, secs, &mut ev);
+            secs += 1.0;
+        }
+        for _ in 0..8 {
+            run(&mut d, &prefill, &mut t, secs, &mut ev);
+            secs += 0.2;
+        }
+        for _ in 0..100 {
+            run(&mut d, &decode_step(4), &mut t, secs, &mut ev);
+            secs += 0.1;
+        }
+        for _ in 0..30 {
+            run(&mut d, &train_step(4), &mut t, secs, &mut ev);
+            secs += 1.0;
+        }
+        let modes: Vec<(Mode, Mode)> = ev
+            .iter()
+            .map(|e| match *e {
+                ModeEvent::Switch { from, to, .. } => (from, to),
+                e => panic!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(modes, vec![(Mode::Train, Mode::Infer), (Mode::Infer, Mode::Train)], "{ev:?}");
+    }
 }

@@ -730,6 +730,30 @@ mod tests {
         assert!(c.windows(2).all(|w| w[0].key > w[1].key), "furthest next use first");
     }
 
+    #[test]
+    fn busy_chunks_repeat_the_last_step() {
+        // a workload step of 300 ticks: 40 weight chunks once per step keep
+        // the step visible; chunk B is touched 30 times per step at
+        // irregular offsets (more than the ring holds, no cycle of its own)
+        let offs: Vec<u64> = (0..30u64).map(|i| 5 + i * 9 + (i * i) % 7).collect();
+        let mut log = Vec::new();
+        for step in 0..12u64 {
+            let base = step * 300;
+            for k in 0..40u64 {
+                log.push((base + 1 + k * 7, k * MB2));
+            }
+            for &o in &offs {
+                log.push((base + o, 999 * MB2));
+            }
+        }
+        log.sort_unstable();
+        log.dedup_by_key(|e| e.0);
+        let keys = [999 * MB2];
+        let (pr, rc) = score(&Predictive::new(), &log, &keys, 4 * 300, 3, 4);
+        let (lp, lr) = score(&Lru::new(), &log, &keys, 4 * 300, 3, 4);
+        assert!(pr >= 0.95 && rc >= 0.95, "predictive {pr} {rc} (lru {lp} {lr})");
+    }
+
     /// Development aid: precision/recall and faults of predictive, lru and
     /// markov (and belady's faults) on a trace file, chunks at VA
     /// granularity. `U3M_EVAL_TRACE=t.trace cargo test --release -p u3m-core
