@@ -14,7 +14,7 @@
 use std::hash::{BuildHasher, Hasher};
 
 /// Intervals remembered per chunk.
-pub const RING: usize = 24;
+pub const RING: usize = 48;
 /// Longest cycle (in accesses) the model looks for: two cycles must fit.
 pub const MAX_M: usize = RING / 2;
 
