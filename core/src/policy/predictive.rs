@@ -524,6 +524,29 @@ mod tests {
     }
 
     #[test]
+    fn alternating_modes_lock_after_two_switches_in_a_minute() {
+        let p = Predictive::with_params(600.0, 1.0);
+        let (mut t, mut secs) = (0u64, 0.0);
+        for phase in 0..6 {
+            for _ in 0..20 {
+                let ops = if phase % 2 == 0 { train_step(4) } else { decode_step(8) };
+                for c in ops {
+                    t += 1;
+                    p.on_access(t, c, &[(t % 16) * MB2], &[false]);
+                }
+                secs += 0.5;
+                p.tick(secs, 0.5);
+            }
+        }
+        let ev = events(&p);
+        let switches = ev.iter().filter(|e| e.starts_with("predictive: mode ") && e.contains(" -> ")).count();
+        let locks: Vec<&String> = ev.iter().filter(|e| e.starts_with("predictive: mode locked")).collect();
+        assert_eq!((switches, locks.len()), (2, 1), "{ev:?}");
+        assert!(locks[0].contains("thrash guard"));
+        assert_eq!(p.mode(), Some(("train", true)));
+    }
+
+    #[test]
     fn calibration_lowers_smoothing_then_falls_back_to_lru() {
         let p = Predictive::with_params(1.0, 30.0);
         // class 11 (other): one chunk at pseudo-random intervals; class 0: a strict loop
