@@ -3,9 +3,9 @@
 //! needs the future, so it exists only for `u3m replay`, which records the
 //! (tick, key) access log in a first run and hands it over for the second.
 
+use super::predictive::PREFETCH_TICKS;
 use super::predictor::KeyMap;
 use super::{Cand, Place, Placement};
-use super::predictive::PREFETCH_TICKS;
 
 pub struct Belady {
     /// Every key's access ticks, ascending.
@@ -51,9 +51,7 @@ impl Placement for Belady {
     fn order(&self, now: u64, cands: &mut [Cand]) {
         let mut v: Vec<(u64, Cand)> = cands.iter().map(|c| (self.next_use(now, c.key).unwrap_or(u64::MAX), *c)).collect();
         // furthest next use first; among equals (never used again) clean first, then LRU
-        v.sort_unstable_by(|a, b| {
-            b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key))
-        });
+        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }

@@ -26,6 +26,16 @@ const STEADY: f64 = 0.1;
 const GUARD_N: usize = 2;
 const GUARD_S: f64 = 60.0;
 
+/// Largest minus smallest of `v` (0 when empty).
+fn spread(v: impl Iterator<Item = f64>) -> f64 {
+    let (lo, hi) = v.fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)));
+    if lo > hi {
+        0.0
+    } else {
+        hi - lo
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Train,
@@ -155,12 +165,7 @@ impl ModeDetector {
             if self.est_n < ESTABLISH {
                 return None;
             }
-            let spread = |f: &dyn Fn(&(f64, Option<f64>)) -> Option<f64>| {
-                let v = self.hist.iter().filter_map(f);
-                let (lo, hi) = v.fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(x), h.max(x)));
-                if lo > hi { 0.0 } else { hi - lo }
-            };
-            let steady = spread(&|h| Some(h.0)) <= STEADY && spread(&|h| h.1) <= STEADY;
+            let steady = spread(self.hist.iter().map(|h| h.0)) <= STEADY && spread(self.hist.iter().filter_map(|h| h.1)) <= STEADY;
             if !steady && self.est_n < ESTABLISH * 8 {
                 return None;
             }

@@ -152,10 +152,8 @@ impl Inner {
             }
             let rate = cal.hits as f64 / cal.predicted as f64;
             let name = OpClass::from_u8(c as u8).map_or("?", |k| k.name());
-            let head = format!(
-                "predictive: class {name} hit rate {rate:.3} ({}/{} predictions in {} s)",
-                cal.hits, cal.predicted, self.calib_s
-            );
+            let head =
+                format!("predictive: class {name} hit rate {rate:.3} ({}/{} predictions in {} s)", cal.hits, cal.predicted, self.calib_s);
             if rate < HIT_TARGET {
                 if cal.fallback {
                     continue;
@@ -296,17 +294,13 @@ impl Placement for Predictive {
                 Expect::Recency(last) => now.saturating_add(now.saturating_sub(last)),
                 // a chunk seen once is expected to behave like a typical one
                 // (a scan's chunks then leave before a loop's), or by its age
-                Expect::Unknown(last) => {
-                    now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64))
-                }
+                Expect::Unknown(last) => now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64)),
             };
             v.push((at, *c));
         }
         drop(g);
         // furthest first; among equals a clean chunk (no copy-out), then LRU
-        v.sort_unstable_by(|a, b| {
-            b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key))
-        });
+        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }
@@ -681,11 +675,9 @@ mod tests {
 
     #[test]
     fn eviction_near_belady_ahead_of_lru_and_markov() {
-        for (name, log, cap) in [
-            ("training", mixed_log(40, 30, 0), 30),
-            ("decode", mixed_log(40, 0, 200), 20),
-            ("mixed", mixed_log(40, 20, 300), 24),
-        ] {
+        for (name, log, cap) in
+            [("training", mixed_log(40, 30, 0), 30), ("decode", mixed_log(40, 0, 200), 20), ("mixed", mixed_log(40, 20, 300), 24)]
+        {
             let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
             let opt = simulate(&super::super::Belady::new(plain), &log, cap);
             let pred = simulate(&Predictive::new(), &log, cap);
@@ -792,7 +784,13 @@ mod tests {
         let mut calls: Vec<(u64, u8, Vec<u64>)> = Vec::new();
         let mut frees: Vec<(u64, Vec<u64>)> = Vec::new();
         let mut sizes: HashMap<u64, u64> = HashMap::new();
-        let chunks = |a: u64, b: u64| -> Vec<u64> { if b == 0 { vec![] } else { (a / MB2..(a + b).div_ceil(MB2)).map(|c| c * MB2).collect() } };
+        let chunks = |a: u64, b: u64| -> Vec<u64> {
+            if b == 0 {
+                vec![]
+            } else {
+                (a / MB2..(a + b).div_ceil(MB2)).map(|c| c * MB2).collect()
+            }
+        };
         for e in &events {
             let t = calls.len() as u64 + 1;
             match &e.body {
@@ -811,8 +809,12 @@ mod tests {
                 }
                 Body::Copy { kind, dst, src, bytes } => {
                     let mut k = Vec::new();
-                    if kind.dst_on_device() { k.extend(chunks(*dst, *bytes)); }
-                    if kind.src_on_device() { k.extend(chunks(*src, *bytes)); }
+                    if kind.dst_on_device() {
+                        k.extend(chunks(*dst, *bytes));
+                    }
+                    if kind.src_on_device() {
+                        k.extend(chunks(*src, *bytes));
+                    }
                     k.sort_unstable();
                     k.dedup();
                     calls.push((t, 9, k));
@@ -831,7 +833,8 @@ mod tests {
         eprintln!("{path}: {} calls, {} chunks", end, uses.len());
         for w in [10u64, 100, 1000] {
             let mut line = format!("W={w}:");
-            let pols: Vec<Box<dyn Placement>> = vec![Box::new(Predictive::with_params(60.0, 5.0)), Box::new(Lru::new()), Box::new(super::super::Markov::new())];
+            let pols: Vec<Box<dyn Placement>> =
+                vec![Box::new(Predictive::with_params(60.0, 5.0)), Box::new(Lru::new()), Box::new(super::super::Markov::new())];
             for p in &pols {
                 let (mut tp, mut fp, mut fnn) = (0u64, 0u64, 0u64);
                 let mut live: std::collections::BTreeSet<u64> = Default::default();
@@ -844,13 +847,18 @@ mod tests {
                     if t < from || t > to {
                         while i < calls.len() && calls[i].0 <= t {
                             while f < frees.len() && frees[f].0 <= calls[i].0 {
-                                for k in &frees[f].1 { p.on_free(*k); live.remove(k); }
+                                for k in &frees[f].1 {
+                                    p.on_free(*k);
+                                    live.remove(k);
+                                }
                                 f += 1;
                             }
                             let (ct, cl, ks) = &calls[i];
                             p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
                             live.extend(ks.iter().copied());
-                            if ct % 100 == 0 { p.tick(*ct as f64 * secs_per_tick, 0.5); }
+                            if ct % 100 == 0 {
+                                p.tick(*ct as f64 * secs_per_tick, 0.5);
+                            }
                             i += 1;
                         }
                         t += every;
@@ -858,13 +866,18 @@ mod tests {
                     }
                     while i < calls.len() && calls[i].0 <= t {
                         while f < frees.len() && frees[f].0 <= calls[i].0 {
-                            for k in &frees[f].1 { p.on_free(*k); live.remove(k); }
+                            for k in &frees[f].1 {
+                                p.on_free(*k);
+                                live.remove(k);
+                            }
                             f += 1;
                         }
                         let (ct, cl, ks) = &calls[i];
                         p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
                         live.extend(ks.iter().copied());
-                        if ct % 100 == 0 { p.tick(*ct as f64 * secs_per_tick, 0.5); }
+                        if ct % 100 == 0 {
+                            p.tick(*ct as f64 * secs_per_tick, 0.5);
+                        }
                         i += 1;
                     }
                     for &k in &live {
@@ -880,11 +893,14 @@ mod tests {
                     }
                     t += every;
                 }
-                line += &format!("  {} P {:.3} R {:.3}", p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fnn).max(1) as f64);
+                line +=
+                    &format!("  {} P {:.3} R {:.3}", p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fnn).max(1) as f64);
                 if w == 10 {
                     let mut ev = Vec::new();
                     p.drain_events(&mut ev);
-                    for e in ev { eprintln!("  event: {e}"); }
+                    for e in ev {
+                        eprintln!("  event: {e}");
+                    }
                 }
             }
             eprintln!("{line}");
@@ -900,11 +916,16 @@ mod tests {
             while k0 < calls.len() {
                 let (t, cl, ks) = &calls[k0];
                 for &k in ks {
-                    if let Some(c) = res.iter_mut().find(|c| c.key == k) { c.last = *t; continue; }
+                    if let Some(c) = res.iter_mut().find(|c| c.key == k) {
+                        c.last = *t;
+                        continue;
+                    }
                     faults += 1;
                     if res.len() >= cap {
                         p.order(t - 1, &mut res);
-                        if let Some(pos) = res.iter().position(|c| !ks.contains(&c.key)) { res.remove(pos); }
+                        if let Some(pos) = res.iter().position(|c| !ks.contains(&c.key)) {
+                            res.remove(pos);
+                        }
                     }
                     res.push(Cand { key: k, last: *t, dirty: false });
                 }
@@ -913,7 +934,13 @@ mod tests {
             }
             faults
         };
-        eprintln!("faults at {cap} of {} chunks: belady {} predictive {} lru {} markov {}", uses.len(),
-            sim(&super::super::Belady::new(plain)), sim(&Predictive::new()), sim(&Lru::new()), sim(&super::super::Markov::new()));
+        eprintln!(
+            "faults at {cap} of {} chunks: belady {} predictive {} lru {} markov {}",
+            uses.len(),
+            sim(&super::super::Belady::new(plain)),
+            sim(&Predictive::new()),
+            sim(&Lru::new()),
+            sim(&super::super::Markov::new())
+        );
     }
 }

@@ -82,7 +82,11 @@ impl ChunkModel {
 
     /// The cycle length the model predicts with (0: none yet).
     pub fn cycle(&self) -> f32 {
-        if self.m > 0 { self.mean } else { 0.0 }
+        if self.m > 0 {
+            self.mean
+        } else {
+            0.0
+        }
     }
 
     /// Step shift: the chunk's next access if it repeats what it did one
@@ -109,7 +113,11 @@ impl ChunkModel {
         }
         // the ring ends inside the last step: covered only if it holds the
         // chunk's first access (all it did is known)
-        if self.n as usize == self.have() + 1 { best.map(|b| b + step) } else { None }
+        if self.n as usize == self.have() + 1 {
+            best.map(|b| b + step)
+        } else {
+            None
+        }
     }
 
     /// The verified cycle length, ticks.
