@@ -55,7 +55,7 @@ pub const VARS: &[VarSpec] = &[
     VarSpec { name: "U3M_SSD_RATE", default: "1G", doc: "tier mode: emergency spill rate limit to NVMe, bytes/s" },
     VarSpec { name: "U3M_ALLOC_WAIT_MS", default: "1000", doc: "tier mode: how long a new allocation waits when every tier is full" },
     VarSpec { name: "U3M_OVERSUB", default: "1.5", doc: "tier mode: virtual HBM capacity as a multiple of physical" },
-    VarSpec { name: "U3M_POLICY", default: "seed-heat", doc: "eviction order: seed-heat (coldest by the seed's heat first) | lru" },
+    VarSpec { name: "U3M_POLICY", default: "seed-heat", doc: "placement policy: seed-heat (coldest by the seed's heat first) | lru | predictive (furthest predicted next use first, prefetch of the predicted next)" },
     VarSpec { name: "U3M_CALIB_S", default: "600", doc: "predictor calibration period, seconds" },
     VarSpec { name: "U3M_DEBUG_PANIC_AT_OP", default: "0", doc: "testing aid: the engine panics at this operator launch (proves a panic falls back to pass-through)" },
     VarSpec { name: "U3M_WARMUP_S", default: "30", doc: "predictor re-warm time after a mode switch, seconds" },
@@ -201,9 +201,6 @@ impl Config {
             if v.is_empty() { None } else { Some(PathBuf::from(v)) }
         };
         let policy = get("U3M_POLICY");
-        if policy.trim() == "predictive" && !crate::policy::LIBRARY_POLICIES.contains(&"predictive") {
-            return Err(err("U3M_POLICY", "'predictive' is not implemented yet (it arrives with the prediction issue)".into()));
-        }
         if !crate::policy::LIBRARY_POLICIES.contains(&policy.trim()) {
             return Err(err("U3M_POLICY", format!("'{policy}' is not one of {}", crate::policy::LIBRARY_POLICIES.join(", "))));
         }
@@ -293,8 +290,19 @@ mod tests {
         assert_eq!(cfg(&[("U3M_HBM_LOW", "0.95")]).unwrap_err().var, "U3M_HBM_LOW");
         assert_eq!(cfg(&[("U3M_OVERSUB", "-1")]).unwrap_err().var, "U3M_OVERSUB");
         assert_eq!(cfg(&[("U3M_TRACE_LOSSLESS", "yes")]).unwrap_err().var, "U3M_TRACE_LOSSLESS");
-        let e = cfg(&[("U3M_POLICY", "predictive")]).unwrap_err();
-        assert!(e.var == "U3M_POLICY" && e.reason.contains("not implemented"), "{e}");
+        let e = cfg(&[("U3M_POLICY", "belady")]).unwrap_err();
+        assert!(e.var == "U3M_POLICY" && e.reason.contains("not one of seed-heat, lru, predictive"), "{e}");
+        assert_eq!(cfg(&[("U3M_CALIB_S", "0")]).unwrap_err().var, "U3M_CALIB_S");
+        assert_eq!(cfg(&[("U3M_WARMUP_S", "-1")]).unwrap_err().var, "U3M_WARMUP_S");
+    }
+
+    #[test]
+    fn predictive_takes_its_periods() {
+        let c = cfg(&[("U3M_POLICY", "predictive"), ("U3M_CALIB_S", "2.5"), ("U3M_WARMUP_S", "0")]).unwrap();
+        assert_eq!((c.policy.as_str(), c.calib_s, c.warmup_s), ("predictive", 2.5, 0.0));
+        let d = Config::defaults();
+        assert_eq!((d.calib_s, d.warmup_s), (600.0, 30.0));
+        assert_eq!(crate::policy::by_config(&c).map(|p| p.name()), Some("predictive"));
     }
 
     #[test]

@@ -13,10 +13,19 @@
 //! keep their own state behind an uncontended lock and must never call back
 //! into the engine.
 
+mod belady;
 mod lru;
+mod markov;
+mod mode;
+mod predictive;
+mod predictor;
 mod seed_heat;
 
+pub use belady::Belady;
 pub use lru::Lru;
+pub use markov::Markov;
+pub use mode::{Mode as WorkMode, ModeEvent};
+pub use predictive::Predictive;
 pub use seed_heat::SeedHeat;
 
 /// Heat of the chunk at a device VA (from the engine's heat table).
@@ -82,21 +91,26 @@ pub trait Placement: Send + Sync {
 
 /// The policies U3M_POLICY accepts for the library (belady needs the future
 /// and exists only in `u3m replay`).
-pub const LIBRARY_POLICIES: &[&str] = &["seed-heat", "lru"];
+pub const LIBRARY_POLICIES: &[&str] = &["seed-heat", "lru", "predictive"];
 
-/// A policy by name, for the library's U3M_POLICY.
+/// A policy by name, for the library's U3M_POLICY (with default
+/// parameters; belady needs its log: [`Belady::new`]).
 pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
     match name {
         "lru" => Some(Box::new(Lru::new())),
         "seed-heat" => Some(Box::new(SeedHeat::new())),
+        "predictive" => Some(Box::new(Predictive::new())),
+        "markov" => Some(Box::new(Markov::new())),
         _ => None,
     }
 }
 
-/// The policy U3M_POLICY names, with the configuration's watermarks.
+/// The policy U3M_POLICY names, with the configuration's parameters (the
+/// watermarks for seed-heat; U3M_CALIB_S and U3M_WARMUP_S for predictive).
 pub fn by_config(cfg: &crate::config::Config) -> Option<Box<dyn Placement>> {
     match cfg.policy.as_str() {
         "seed-heat" => Some(Box::new(SeedHeat::with(cfg.hbm_low, cfg.hbm_high, seed_heat::RECAL_S))),
+        "predictive" => Some(Box::new(Predictive::with_params(cfg.calib_s, cfg.warmup_s))),
         other => by_name(other),
     }
 }

@@ -1,0 +1,946 @@
+//! The seed's predictive placement (docs/prediction.md): per-chunk access
+//! models ([`ChunkModel`]) governed by one EMA parameter set per operator
+//! class (smoothing, LRU fallback, hit-rate counters), online calibration
+//! every `calib_s` seconds, and train ↔ infer mode switches that clear what
+//! was learned. Evicts the chunk predicted to be needed furthest in the
+//! future; `place` asks for the chunks predicted within the prefetch horizon.
+
+use std::sync::Mutex;
+
+use super::mode::{ModeDetector, ModeEvent};
+use super::predictor::{ChunkModel, KeyMap};
+use super::{Cand, Place, Placement};
+use crate::opclass::OpClass;
+
+const CLASSES: usize = OpClass::COUNT;
+/// The seed's smoothing (weight of the old value) and its lowered value.
+pub const SMOOTH_HIGH: f32 = 0.9;
+pub const SMOOTH_LOW: f32 = 0.7;
+/// Hit rate a class must keep.
+pub const HIT_TARGET: f64 = 0.85;
+/// Predictions a class needs in a period before it is judged.
+const MIN_PREDICTIONS: u32 = 20;
+/// Default prefetch horizon, ticks: `place` says Hbm for chunks predicted
+/// within it (the engine bounds the bytes by the link's bandwidth).
+pub const PREFETCH_TICKS: u64 = 32;
+const MAX_EVENTS: usize = 1024;
+
+#[derive(Clone, Copy)]
+struct ClassCal {
+    smoothing: f32,
+    fallback: bool,
+    predicted: u32,
+    hits: u32,
+}
+
+impl ClassCal {
+    const FRESH: ClassCal = ClassCal { smoothing: SMOOTH_HIGH, fallback: false, predicted: 0, hits: 0 };
+}
+
+struct Inner {
+    chunks: KeyMap<ChunkModel>,
+    cls: [ClassCal; CLASSES],
+    mode: ModeDetector,
+    calib_s: f64,
+    warmup_s: f64,
+    /// Latest seconds `tick` reported.
+    secs: f64,
+    next_calib: f64,
+    warm_until: f64,
+    prefetch: u64,
+    /// EMA of the chunks' cycle lengths: the prior for a chunk seen once.
+    typical: f64,
+    /// The most frequent verified cycle (Misra-Gries summary of 8): the
+    /// workload's step, for chunks too busy or too irregular for a cycle of
+    /// their own.
+    steps: [(u64, u32); 8],
+    events: Vec<String>,
+}
+
+pub struct Predictive {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Predictive {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the policy expects of one chunk.
+enum Expect {
+    /// Predicted next access (a late one counts as the next tick).
+    At(u64),
+    /// A model that failed or is switched off: recency stands in
+    /// (accessed at `last`).
+    Recency(u64),
+    /// Seen once (accessed at `last`): no interval yet.
+    Unknown(u64),
+}
+
+/// Misra-Gries: count `v` among the summary's candidates.
+fn note_step(steps: &mut [(u64, u32); 8], v: u64) {
+    if let Some(e) = steps.iter_mut().find(|e| e.1 > 0 && e.0 == v) {
+        e.1 = e.1.saturating_add(1);
+    } else if let Some(e) = steps.iter_mut().find(|e| e.1 == 0) {
+        *e = (v, 1);
+    } else {
+        for e in steps.iter_mut() {
+            e.1 -= 1;
+        }
+    }
+}
+
+impl Inner {
+    fn warming(&self) -> bool {
+        self.secs < self.warm_until
+    }
+
+    /// The workload's step: the dominant verified cycle (0: none yet).
+    fn step(&self) -> u64 {
+        self.steps.iter().max_by_key(|e| e.1).filter(|e| e.1 >= 8).map_or(0, |e| e.0)
+    }
+
+    fn push(&mut self, e: String) {
+        if self.events.len() < MAX_EVENTS {
+            self.events.push(e);
+        }
+    }
+
+    /// `w`: the window `predicts` asks about (None: for eviction order).
+    fn expect(&self, now: u64, key: u64, last_hint: u64, w: Option<u64>) -> Expect {
+        let Some(c) = self.chunks.get(&key) else { return Expect::Unknown(last_hint) };
+        let last = c.last.max(last_hint);
+        if c.n < 2 {
+            return Expect::Unknown(last);
+        }
+        if self.cls[c.class as usize].fallback {
+            return Expect::Recency(last);
+        }
+        // a chunk without a cycle of its own as long as half the step (busy
+        // chunks whose ring shows only a burst, irregular ones) repeats what
+        // it did one step ago
+        let step = self.step();
+        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+            match c.shift_next(now, step) {
+                // idle for a whole step: no access expected within the next
+                // step — which says nothing about a longer window, and
+                // eviction still wants the model's estimate of how far
+                Some(u64::MAX) if w.is_none_or(|w| w >= step) => {}
+                Some(x) => return Expect::At(x),
+                None => {}
+            }
+        }
+        // a late prediction still stands within its tolerance for eviction;
+        // asked about a window, only just late (2 ticks) counts as imminent
+        let late = if w.is_some() { 2 } else { u64::MAX };
+        match c.prediction() {
+            Some((p, _)) if p > now => Expect::At(p),
+            Some((p, tol)) if now - p <= (tol as u64).min(late) => Expect::At(now + 1),
+            _ => Expect::Recency(last),
+        }
+    }
+
+    fn calibrate(&mut self) {
+        let warming = self.warming();
+        for c in 0..CLASSES {
+            let cal = self.cls[c];
+            self.cls[c].predicted = 0;
+            self.cls[c].hits = 0;
+            if warming || cal.predicted < MIN_PREDICTIONS {
+                continue;
+            }
+            let rate = cal.hits as f64 / cal.predicted as f64;
+            let name = OpClass::from_u8(c as u8).map_or("?", |k| k.name());
+            let head =
+                format!("predictive: class {name} hit rate {rate:.3} ({}/{} predictions in {} s)", cal.hits, cal.predicted, self.calib_s);
+            if rate < HIT_TARGET {
+                if cal.fallback {
+                    continue;
+                }
+                if cal.smoothing > SMOOTH_LOW {
+                    self.cls[c].smoothing = SMOOTH_LOW;
+                    self.push(format!("{head} < {HIT_TARGET}; EMA smoothing {SMOOTH_HIGH} -> {SMOOTH_LOW}"));
+                } else {
+                    self.cls[c].fallback = true;
+                    self.push(format!("{head} < {HIT_TARGET} at smoothing {SMOOTH_LOW}; class falls back to LRU"));
+                }
+            } else if cal.fallback {
+                // the model keeps predicting in the background: a class whose
+                // pattern settled earns its predictions back
+                self.cls[c].fallback = false;
+                self.push(format!("{head} >= {HIT_TARGET} in LRU fallback; predictions back on"));
+            }
+        }
+    }
+}
+
+impl Predictive {
+    /// With the defaults (U3M_CALIB_S = 600 s, U3M_WARMUP_S = 30 s).
+    pub fn new() -> Predictive {
+        Predictive::with_params(600.0, 30.0)
+    }
+
+    /// Calibration every `calib_s` seconds, `warmup_s` of re-warming after a
+    /// mode switch.
+    pub fn with_params(calib_s: f64, warmup_s: f64) -> Predictive {
+        let calib_s = if calib_s.is_finite() && calib_s > 0.0 { calib_s } else { 600.0 };
+        let warmup_s = if warmup_s.is_finite() && warmup_s >= 0.0 { warmup_s } else { 30.0 };
+        Predictive {
+            inner: Mutex::new(Inner {
+                chunks: KeyMap::default(),
+                cls: [ClassCal::FRESH; CLASSES],
+                mode: ModeDetector::new(),
+                calib_s,
+                warmup_s,
+                secs: 0.0,
+                next_calib: calib_s,
+                warm_until: 0.0,
+                prefetch: PREFETCH_TICKS,
+                typical: 0.0,
+                steps: [(0, 0); 8],
+                events: Vec::new(),
+            }),
+        }
+    }
+
+    /// `place` says Hbm for chunks predicted within `ticks`.
+    pub fn set_prefetch_horizon(&self, ticks: u64) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.prefetch = ticks;
+        }
+    }
+
+    /// (smoothing, in LRU fallback) of a class, for tests and reports.
+    pub fn class_state(&self, class: u8) -> Option<(f32, bool)> {
+        let g = self.inner.lock().ok()?;
+        g.cls.get(class as usize).map(|c| (c.smoothing, c.fallback))
+    }
+
+    /// The current mode's name and whether the thrash guard locked it.
+    pub fn mode(&self) -> Option<(&'static str, bool)> {
+        let g = self.inner.lock().ok()?;
+        Some((g.mode.mode.name(), g.mode.locked))
+    }
+}
+
+impl Placement for Predictive {
+    fn name(&self) -> &'static str {
+        "predictive"
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        let g = &mut *g;
+        let class = class.min(CLASSES as u8 - 1);
+        match g.mode.on_op(class, now, g.secs) {
+            Some(e @ ModeEvent::Switch { .. }) => {
+                // a new mode: what was learned describes the old one
+                g.chunks.clear();
+                g.cls = [ClassCal::FRESH; CLASSES];
+                g.steps = [(0, 0); 8];
+                g.typical = 0.0;
+                g.warm_until = g.secs + g.warmup_s;
+                let t = e.text(g.warmup_s);
+                g.push(t);
+            }
+            Some(e @ ModeEvent::Locked { .. }) => {
+                let t = e.text(g.warmup_s);
+                g.push(t);
+            }
+            None => {}
+        }
+        let s = g.cls[class as usize].smoothing;
+        let count = !g.warming();
+        for &k in keys {
+            match g.chunks.get_mut(&k) {
+                Some(c) => {
+                    if let Some((pc, hit)) = c.update(now, class, s) {
+                        if count {
+                            let cal = &mut g.cls[pc as usize];
+                            cal.predicted += 1;
+                            cal.hits += hit as u32;
+                        }
+                    }
+                    let sc = c.strict_cycle();
+                    let cyc = c.cycle() as f64;
+                    if cyc > 0.0 {
+                        g.typical = if g.typical == 0.0 { cyc } else { 0.99 * g.typical + 0.01 * cyc };
+                    }
+                    if let Some(v) = sc {
+                        note_step(&mut g.steps, v);
+                    }
+                }
+                None => {
+                    g.chunks.insert(k, ChunkModel::new(now, class));
+                }
+            }
+        }
+    }
+
+    fn on_free(&self, key: u64) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.chunks.remove(&key);
+        }
+    }
+
+    fn order(&self, now: u64, cands: &mut [Cand]) {
+        let Ok(g) = self.inner.lock() else { return super::lru_order(cands) };
+        let mut v: Vec<(u64, Cand)> = Vec::with_capacity(cands.len());
+        for c in cands.iter() {
+            let at = match g.expect(now, c.key, c.last, None) {
+                Expect::At(p) => p,
+                // time since the last use stands for the time to the next
+                Expect::Recency(last) => now.saturating_add(now.saturating_sub(last)),
+                // a chunk seen once is expected to behave like a typical one
+                // (a scan's chunks then leave before a loop's), or by its age
+                Expect::Unknown(last) => now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64)),
+            };
+            v.push((at, *c));
+        }
+        drop(g);
+        // furthest first; among equals a clean chunk (no copy-out), then LRU
+        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
+        for (slot, (_, c)) in cands.iter_mut().zip(v) {
+            *slot = c;
+        }
+    }
+
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        let Ok(g) = self.inner.lock() else { return false };
+        if !g.chunks.contains_key(&key) {
+            return false;
+        }
+        match g.expect(now, key, 0, Some(w)) {
+            Expect::At(p) => p <= now.saturating_add(w),
+            Expect::Recency(last) => now.saturating_sub(last) < w,
+            // seen once: expected back after a typical cycle
+            Expect::Unknown(last) if g.typical > 0.0 => {
+                let p = last.saturating_add(g.typical.round() as u64);
+                p > now && p <= now.saturating_add(w)
+            }
+            Expect::Unknown(last) => now.saturating_sub(last) < w,
+        }
+    }
+
+    fn place(&self, now: u64, key: u64) -> Option<Place> {
+        let g = self.inner.lock().ok()?;
+        if !g.chunks.contains_key(&key) {
+            return None;
+        }
+        match g.expect(now, key, 0, Some(g.prefetch)) {
+            Expect::At(p) if p <= now.saturating_add(g.prefetch) => Some(Place::Hbm),
+            _ => None,
+        }
+    }
+
+    fn tick(&self, secs: f64, _resident_fraction: f64) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        if !secs.is_finite() {
+            return;
+        }
+        g.secs = secs;
+        if secs >= g.next_calib {
+            g.calibrate();
+            let p = g.calib_s;
+            g.next_calib = ((secs / p).floor() + 1.0) * p;
+        }
+    }
+
+    fn drain_events(&self, out: &mut Vec<String>) {
+        if let Ok(mut g) = self.inner.lock() {
+            out.append(&mut g.events);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mode::tests::{decode_step, train_step};
+    use super::super::Lru;
+    use super::*;
+
+    const MB2: u64 = 2 << 20;
+
+    fn events(p: &Predictive) -> Vec<String> {
+        let mut v = Vec::new();
+        p.drain_events(&mut v);
+        v
+    }
+
+    /// (precision, recall) of `p.predicts(t, k, w)` against the future of
+    /// `log` (tick, key) sampled every `every` ticks from `from`.
+    fn score(p: &dyn Placement, log: &[(u64, u64)], keys: &[u64], from: u64, every: u64, w: u64) -> (f64, f64) {
+        // the policy sees accesses up to t, then is asked about (t, t+w]
+        let (mut tp, mut fp, mut fn_) = (0u64, 0u64, 0u64);
+        let end = log.last().map_or(0, |e| e.0);
+        let mut i = 0;
+        let mut t = from;
+        while t + w <= end {
+            while i < log.len() && log[i].0 <= t {
+                p.on_access(log[i].0, 0, &[log[i].1], &[false]);
+                i += 1;
+            }
+            for &k in keys {
+                let pred = p.predicts(t, k, w);
+                let real = log[i..].iter().take_while(|e| e.0 <= t + w).any(|e| e.1 == k);
+                match (pred, real) {
+                    (true, true) => tp += 1,
+                    (true, false) => fp += 1,
+                    (false, true) => fn_ += 1,
+                    _ => {}
+                }
+            }
+            t += every;
+        }
+        (tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fn_).max(1) as f64)
+    }
+
+    /// A training loop: `n` tensors of one chunk each, every one read in the
+    /// forward pass, again in the backward pass (reverse order) and updated
+    /// by the optimizer; one tick per access.
+    fn training_log(n: u64, steps: u64) -> Vec<(u64, u64)> {
+        let mut log = Vec::new();
+        let mut t = 0;
+        for _ in 0..steps {
+            for k in 0..n {
+                t += 1;
+                log.push((t, k * MB2));
+            }
+            for k in (0..n).rev() {
+                t += 1;
+                log.push((t, k * MB2));
+            }
+            for k in 0..n {
+                t += 1;
+                log.push((t, k * MB2));
+            }
+        }
+        log
+    }
+
+    #[test]
+    fn strict_loop_is_predicted_exactly() {
+        let p = Predictive::new();
+        let n = 50;
+        let log: Vec<(u64, u64)> = (0..20 * n).map(|i| (i + 1, (i % n) * MB2)).collect();
+        let keys: Vec<u64> = (0..n).map(|k| k * MB2).collect();
+        let (pr, rc) = score(&p, &log, &keys, 4 * n, 7, 10);
+        assert!(pr == 1.0 && rc == 1.0, "precision {pr} recall {rc}");
+        // eviction: the chunk just used is needed furthest away
+        let mut c: Vec<Cand> = keys[..5].iter().map(|&k| Cand { key: k, last: 0, dirty: false }).collect();
+        let now = 20 * n; // key 49 was last; key 0 is next
+        p.order(now, &mut c);
+        assert_eq!(c.iter().map(|c| c.key / MB2).collect::<Vec<_>>(), vec![4, 3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn training_steps_with_three_uses_per_step() {
+        let n = 40;
+        let log = training_log(n, 12);
+        let keys: Vec<u64> = (0..n).map(|k| k * MB2).collect();
+        for w in [5, 30, 100] {
+            let p2 = Predictive::new();
+            let (pr, rc) = score(&p2, &log, &keys, 4 * 3 * n, 11, w);
+            assert!(pr >= 0.99 && rc >= 0.99, "w {w}: precision {pr} recall {rc}");
+            if w < 79 {
+                let (lp, lr) = score(&Lru::new(), &log, &keys, 4 * 3 * n, 11, w);
+                assert!(lp < 0.9 * pr || lr < 0.9 * rc, "w {w}: lru {lp} {lr} is not worse");
+            }
+        }
+    }
+
+    #[test]
+    fn a_scan_is_predicted_by_recency_only() {
+        let p = Predictive::new();
+        for i in 0..1000u64 {
+            p.on_access(i + 1, 9, &[i * MB2], &[false]);
+        }
+        let predicted = (0..1000u64).filter(|&i| p.predicts(1000, i * MB2, 50)).count();
+        // only recency stands for keys seen once: the last 50
+        assert_eq!(predicted, 50);
+        let mut c: Vec<Cand> = (0..10u64).map(|i| Cand { key: i * 100 * MB2, last: i * 100 + 1, dirty: false }).collect();
+        p.order(1000, &mut c);
+        assert_eq!(c[0].key, 0, "the oldest of a scan leaves first");
+    }
+
+    #[test]
+    fn hot_chunks_stay_cold_chunks_leave() {
+        let p = Predictive::new();
+        // keys 0..4 every 10 ticks; keys 100.. once each
+        let mut t = 0;
+        for r in 0..100u64 {
+            for k in 0..4u64 {
+                t += 1;
+                p.on_access(t, 0, &[k * MB2], &[false]);
+            }
+            for j in 0..6u64 {
+                t += 1;
+                p.on_access(t, 4, &[(100 + r * 6 + j) * MB2], &[true]);
+            }
+        }
+        let mut c: Vec<Cand> = (0..4u64).map(|k| Cand { key: k * MB2, last: t - 9 + k, dirty: false }).collect();
+        c.extend((0..4u64).map(|j| Cand { key: (100 + 99 * 6 + j) * MB2, last: t - 5 + j, dirty: true }));
+        p.order(t, &mut c);
+        assert!(c[..4].iter().all(|c| c.key >= 100 * MB2), "{c:?}");
+        assert!((0..4u64).all(|k| p.predicts(t, k * MB2, 10)));
+        assert_eq!(p.place(t, 0), Some(Place::Hbm));
+    }
+
+    #[test]
+    fn train_to_infer_switch_clears_and_rewarms() {
+        let p = Predictive::with_params(1.0, 5.0);
+        let mut t = 0;
+        let mut secs = 0.0;
+        let weights: Vec<u64> = (0..8).map(|k| k * MB2).collect();
+        for _ in 0..30 {
+            for c in train_step(4) {
+                t += 1;
+                p.on_access(t, c, &weights[(t % 8) as usize..(t % 8) as usize + 1], &[false]);
+            }
+            secs += 0.5;
+            p.tick(secs, 0.5);
+        }
+        assert!(events(&p).iter().all(|e| !e.contains("mode")));
+        for _ in 0..200 {
+            for c in decode_step(4) {
+                t += 1;
+                p.on_access(t, c, &weights[(t % 8) as usize..(t % 8) as usize + 1], &[false]);
+            }
+            secs += 0.05;
+            p.tick(secs, 0.5);
+        }
+        let ev = events(&p);
+        let modes: Vec<&String> = ev.iter().filter(|e| e.contains("mode")).collect();
+        assert_eq!(modes.len(), 1, "{ev:?}");
+        assert!(modes[0].starts_with("predictive: mode train -> infer at tick") && modes[0].contains("re-warming 5 s"));
+        assert_eq!(p.mode(), Some(("infer", false)));
+    }
+
+    #[test]
+    fn alternating_modes_lock_after_two_switches_in_a_minute() {
+        let p = Predictive::with_params(600.0, 1.0);
+        let (mut t, mut secs) = (0u64, 0.0);
+        for phase in 0..6 {
+            for _ in 0..20 {
+                let ops = if phase % 2 == 0 { train_step(4) } else { decode_step(8) };
+                for c in ops {
+                    t += 1;
+                    p.on_access(t, c, &[(t % 16) * MB2], &[false]);
+                }
+                secs += 0.5;
+                p.tick(secs, 0.5);
+            }
+        }
+        let ev = events(&p);
+        let switches = ev.iter().filter(|e| e.starts_with("predictive: mode ") && e.contains(" -> ")).count();
+        let locks: Vec<&String> = ev.iter().filter(|e| e.starts_with("predictive: mode locked")).collect();
+        assert_eq!((switches, locks.len()), (2, 1), "{ev:?}");
+        assert!(locks[0].contains("thrash guard"));
+        assert_eq!(p.mode(), Some(("train", true)));
+    }
+
+    #[test]
+    fn calibration_lowers_smoothing_then_falls_back_to_lru() {
+        let p = Predictive::with_params(1.0, 30.0);
+        // class 11 (other): one chunk at pseudo-random intervals; class 0: a strict loop
+        let mut t = 0u64;
+        let mut x = 12345u64;
+        let mut secs = 0.0;
+        let mut ev = Vec::new();
+        for period in 0..4 {
+            for _ in 0..200 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                p.on_access(t + 1 + (x >> 58), 11, &[7 * MB2], &[true]);
+                t += 100;
+                p.on_access(t, 0, &[100 * MB2], &[false]);
+            }
+            secs += 1.0;
+            p.tick(secs, 0.5);
+            p.drain_events(&mut ev);
+            match period {
+                0 => assert_eq!(p.class_state(11), Some((SMOOTH_LOW, false)), "{ev:?}"),
+                _ => assert_eq!(p.class_state(11), Some((SMOOTH_LOW, true)), "{ev:?}"),
+            }
+            assert_eq!(p.class_state(0), Some((SMOOTH_HIGH, false)), "{ev:?}");
+        }
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert!(ev[0].starts_with("predictive: class other hit rate") && ev[0].contains("smoothing 0.9 -> 0.7"), "{ev:?}");
+        assert!(ev[1].contains("falls back to LRU"), "{ev:?}");
+        // in fallback the class predicts by recency
+        assert!(p.predicts(t, 7 * MB2, 100) && !p.predicts(t, 7 * MB2, 30));
+    }
+
+    #[test]
+    fn calibration_waits_for_its_period() {
+        let p = Predictive::with_params(10.0, 30.0);
+        let mut x = 1u64;
+        for t in 1..500u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            p.on_access(t * 8 + (x >> 61), 11, &[MB2], &[true]);
+        }
+        p.tick(9.9, 0.5);
+        assert_eq!(p.class_state(11), Some((SMOOTH_HIGH, false)));
+        p.tick(10.0, 0.5);
+        assert_eq!(p.class_state(11), Some((SMOOTH_LOW, false)));
+    }
+
+    #[test]
+    fn decode_loop_over_a_growing_kv_cache() {
+        let p = Predictive::new();
+        // each decode step: per layer three matmul calls on the layer's
+        // weights, one attention call over the layer's KV chunks, two more
+        // matmuls; every 16 steps each layer's KV grows by a chunk
+        let layers = 4u64;
+        let mut log = Vec::new();
+        let mut t = 0;
+        let mut steps = Vec::new();
+        for step in 0..200u64 {
+            steps.push(t);
+            let n = 2 + step / 16;
+            for l in 0..layers {
+                for _ in 0..3 {
+                    t += 1;
+                    log.push((t, (1000 + l) * MB2));
+                }
+                t += 1;
+                for k in 0..n {
+                    log.push((t, (l * 100 + k) * MB2));
+                }
+                for _ in 0..2 {
+                    t += 1;
+                    log.push((t, (1000 + l) * MB2));
+                }
+            }
+        }
+        let mut keys: Vec<u64> = (0..layers).flat_map(|l| (0..2 + 200 / 16).map(move |k| (l * 100 + k) * MB2)).collect();
+        keys.extend((0..layers).map(|l| (1000 + l) * MB2));
+        let (pr, rc) = score(&p, &log, &keys, 200, 5, 12);
+        assert!(pr >= 0.95 && rc >= 0.9, "precision {pr} recall {rc}");
+    }
+
+    /// Demand faults of a cache of `cap` chunks evicting in `p`'s order,
+    /// and the accuracy of `p.predicts` sampled along the way.
+    fn simulate(p: &dyn Placement, log: &[(u64, u8, u64)], cap: usize) -> u64 {
+        let mut res: Vec<Cand> = Vec::new();
+        let mut faults = 0;
+        for &(t, class, k) in log {
+            if let Some(c) = res.iter_mut().find(|c| c.key == k) {
+                c.last = t;
+            } else {
+                faults += 1;
+                if res.len() == cap {
+                    p.order(t - 1, &mut res);
+                    res.remove(0);
+                }
+                res.push(Cand { key: k, last: t, dirty: false });
+            }
+            p.on_access(t, class, &[k], &[false]);
+        }
+        faults
+    }
+
+    /// A mixed trace: `train` training steps over `n` weight chunks
+    /// (forward, backward in reverse, optimizer), then `decode` decode steps
+    /// over `n / 2` weight chunks and a KV chunk per layer.
+    fn mixed_log(n: u64, train: u64, decode: u64) -> Vec<(u64, u8, u64)> {
+        let mut log = Vec::new();
+        let mut t = 0;
+        for _ in 0..train {
+            for k in 0..n {
+                t += 1;
+                log.push((t, if k % 8 == 4 { 1 } else { 0 }, k * MB2));
+            }
+            for k in (0..n).rev() {
+                t += 1;
+                log.push((t, if k % 8 == 4 { 1 } else { 0 }, k * MB2));
+            }
+            for k in 0..n {
+                t += 1;
+                log.push((t, 8, k * MB2));
+            }
+        }
+        for _ in 0..decode {
+            for k in 0..n / 2 {
+                t += 1;
+                log.push((t, 0, k * MB2));
+                if k % 4 == 3 {
+                    t += 1;
+                    log.push((t, 2, (500 + k) * MB2));
+                }
+            }
+        }
+        log
+    }
+
+    #[test]
+    fn eviction_near_belady_ahead_of_lru_and_markov() {
+        for (name, log, cap) in
+            [("training", mixed_log(40, 30, 0), 30), ("decode", mixed_log(40, 0, 200), 20), ("mixed", mixed_log(40, 20, 300), 24)]
+        {
+            let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
+            let opt = simulate(&super::super::Belady::new(plain), &log, cap);
+            let pred = simulate(&Predictive::new(), &log, cap);
+            let lru = simulate(&Lru::new(), &log, cap);
+            let mk = simulate(&super::super::Markov::new(), &log, cap);
+            eprintln!("{name}: faults belady {opt} predictive {pred} lru {lru} markov {mk}");
+            assert!(opt <= pred && pred as f64 <= 1.25 * opt as f64, "{name}: predictive {pred} vs belady {opt}");
+            assert!(pred < lru && pred < mk, "{name}: predictive {pred} lru {lru} markov {mk}");
+        }
+    }
+
+    #[test]
+    fn mixed_trace_precision_and_recall() {
+        let log = mixed_log(40, 20, 300);
+        let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
+        let mut keys: Vec<u64> = (0..40).map(|k| k * MB2).collect();
+        keys.extend((0..20).filter(|k| k % 4 == 3).map(|k| (500 + k) * MB2));
+        for w in [10u64, 50, 200] {
+            let mut r = Vec::new();
+            for p in [&Predictive::new() as &dyn Placement, &Lru::new(), &super::super::Markov::new()] {
+                // feed with classes, score like the replayer: every live chunk at sampling points
+                let (mut tp, mut fp, mut fn_) = (0u64, 0u64, 0u64);
+                let mut i = 0;
+                let end = log.last().map_or(0, |e| e.0);
+                let mut t = 400;
+                while t + w <= end {
+                    while i < log.len() && log[i].0 <= t {
+                        p.on_access(log[i].0, log[i].1, &[log[i].2], &[false]);
+                        i += 1;
+                    }
+                    for &k in &keys {
+                        let pred = p.predicts(t, k, w);
+                        let real = plain[i..].iter().take_while(|e| e.0 <= t + w).any(|e| e.1 == k);
+                        match (pred, real) {
+                            (true, true) => tp += 1,
+                            (true, false) => fp += 1,
+                            (false, true) => fn_ += 1,
+                            _ => {}
+                        }
+                    }
+                    t += 13;
+                }
+                r.push((p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fn_).max(1) as f64));
+            }
+            eprintln!("w {w}: {r:?}");
+            let (_, pr, rc) = r[0];
+            assert!(pr >= 0.95 && rc >= 0.9, "w {w}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn order_of_30k_candidates_is_by_predicted_next_use() {
+        let p = Predictive::new();
+        let n = 30_000u64;
+        // chunk k is touched every n ticks at phase k: next use of k is k + 2n
+        for round in 0..2 {
+            for k in 0..n {
+                p.on_access(round * n + k + 1, 0, &[k * MB2], &[true]);
+            }
+        }
+        let mut c: Vec<Cand> = (0..n).map(|k| Cand { key: k * MB2, last: n + k + 1, dirty: true }).collect();
+        let t0 = std::time::Instant::now();
+        p.order(2 * n, &mut c);
+        eprintln!("order of {n}: {:?}", t0.elapsed());
+        assert!(c.windows(2).all(|w| w[0].key > w[1].key), "furthest next use first");
+    }
+
+    #[test]
+    fn busy_chunks_repeat_the_last_step() {
+        // a workload step of 300 ticks: 40 weight chunks once per step keep
+        // the step visible; chunk B is touched 30 times per step at
+        // irregular offsets (a longer cycle than the model verifies: 24)
+        let offs: Vec<u64> = (0..30u64).map(|i| 5 + i * 9 + (i * i) % 7).collect();
+        let mut log = Vec::new();
+        for step in 0..12u64 {
+            let base = step * 300;
+            for k in 0..40u64 {
+                log.push((base + 1 + k * 7, k * MB2));
+            }
+            for &o in &offs {
+                log.push((base + o, 999 * MB2));
+            }
+        }
+        log.sort_unstable();
+        log.dedup_by_key(|e| e.0);
+        let keys = [999 * MB2];
+        let (pr, rc) = score(&Predictive::new(), &log, &keys, 4 * 300, 3, 4);
+        let (lp, lr) = score(&Lru::new(), &log, &keys, 4 * 300, 3, 4);
+        assert!(pr >= 0.95 && rc >= 0.95, "predictive {pr} {rc} (lru {lp} {lr})");
+    }
+
+    /// Development aid: precision/recall and faults of predictive, lru and
+    /// markov (and belady's faults) on a trace file, chunks at VA
+    /// granularity. `U3M_EVAL_TRACE=t.trace cargo test --release -p u3m-core
+    /// eval_trace -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn eval_trace() {
+        use crate::trace::{read_file, Body};
+        use std::collections::HashMap;
+        let Ok(path) = std::env::var("U3M_EVAL_TRACE") else { return };
+        let events = read_file(&path).expect("trace");
+        // (tick, class, keys) per call; frees as (tick, keys)
+        let mut calls: Vec<(u64, u8, Vec<u64>)> = Vec::new();
+        let mut frees: Vec<(u64, Vec<u64>)> = Vec::new();
+        let mut sizes: HashMap<u64, u64> = HashMap::new();
+        let chunks = |a: u64, b: u64| -> Vec<u64> {
+            if b == 0 {
+                vec![]
+            } else {
+                (a / MB2..(a + b).div_ceil(MB2)).map(|c| c * MB2).collect()
+            }
+        };
+        for e in &events {
+            let t = calls.len() as u64 + 1;
+            match &e.body {
+                Body::Alloc { addr, bytes } => {
+                    sizes.insert(*addr, *bytes);
+                }
+                Body::Free { addr } => {
+                    let b = sizes.remove(addr).unwrap_or(0);
+                    frees.push((t, chunks(*addr, b)));
+                }
+                Body::Op { op_type, inputs, outputs } => {
+                    let mut k: Vec<u64> = inputs.iter().chain(outputs).flat_map(|r| chunks(r.addr, r.bytes)).collect();
+                    k.sort_unstable();
+                    k.dedup();
+                    calls.push((t, OpClass::of(op_type) as u8, k));
+                }
+                Body::Copy { kind, dst, src, bytes } => {
+                    let mut k = Vec::new();
+                    if kind.dst_on_device() {
+                        k.extend(chunks(*dst, *bytes));
+                    }
+                    if kind.src_on_device() {
+                        k.extend(chunks(*src, *bytes));
+                    }
+                    k.sort_unstable();
+                    k.dedup();
+                    calls.push((t, 9, k));
+                }
+                Body::Set { addr, bytes } => calls.push((t, 9, chunks(*addr, *bytes))),
+            }
+        }
+        let mut uses: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (t, _, ks) in &calls {
+            for &k in ks {
+                uses.entry(k).or_default().push(*t);
+            }
+        }
+        let end = calls.len() as u64;
+        let secs_per_tick: f64 = std::env::var("U3M_EVAL_SPT").ok().and_then(|v| v.parse().ok()).unwrap_or(0.001);
+        eprintln!("{path}: {} calls, {} chunks", end, uses.len());
+        for w in [10u64, 100, 1000] {
+            let mut line = format!("W={w}:");
+            let pols: Vec<Box<dyn Placement>> =
+                vec![Box::new(Predictive::with_params(60.0, 5.0)), Box::new(Lru::new()), Box::new(super::super::Markov::new())];
+            for p in &pols {
+                let (mut tp, mut fp, mut fnn) = (0u64, 0u64, 0u64);
+                let mut live: std::collections::BTreeSet<u64> = Default::default();
+                let (mut i, mut f) = (0usize, 0usize);
+                let every = (end / 400).max(1);
+                let envu = |n: &str, d: u64| std::env::var(n).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+                let (from, to) = (envu("U3M_EVAL_FROM", 0), envu("U3M_EVAL_TO", u64::MAX));
+                let mut t = every;
+                while t + w <= end {
+                    if t < from || t > to {
+                        while i < calls.len() && calls[i].0 <= t {
+                            while f < frees.len() && frees[f].0 <= calls[i].0 {
+                                for k in &frees[f].1 {
+                                    p.on_free(*k);
+                                    live.remove(k);
+                                }
+                                f += 1;
+                            }
+                            let (ct, cl, ks) = &calls[i];
+                            p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
+                            live.extend(ks.iter().copied());
+                            if ct % 100 == 0 {
+                                p.tick(*ct as f64 * secs_per_tick, 0.5);
+                            }
+                            i += 1;
+                        }
+                        t += every;
+                        continue;
+                    }
+                    while i < calls.len() && calls[i].0 <= t {
+                        while f < frees.len() && frees[f].0 <= calls[i].0 {
+                            for k in &frees[f].1 {
+                                p.on_free(*k);
+                                live.remove(k);
+                            }
+                            f += 1;
+                        }
+                        let (ct, cl, ks) = &calls[i];
+                        p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
+                        live.extend(ks.iter().copied());
+                        if ct % 100 == 0 {
+                            p.tick(*ct as f64 * secs_per_tick, 0.5);
+                        }
+                        i += 1;
+                    }
+                    for &k in &live {
+                        let v = &uses[&k];
+                        let j = v.partition_point(|&x| x <= t);
+                        let real = v.get(j).is_some_and(|&x| x <= t + w);
+                        match (p.predicts(t, k, w), real) {
+                            (true, true) => tp += 1,
+                            (true, false) => fp += 1,
+                            (false, true) => fnn += 1,
+                            _ => {}
+                        }
+                    }
+                    t += every;
+                }
+                line +=
+                    &format!("  {} P {:.3} R {:.3}", p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fnn).max(1) as f64);
+                if w == 10 {
+                    let mut ev = Vec::new();
+                    p.drain_events(&mut ev);
+                    for e in ev {
+                        eprintln!("  event: {e}");
+                    }
+                }
+            }
+            eprintln!("{line}");
+        }
+        // faults at a capacity of a fraction of the chunks
+        let flat: Vec<(u64, u8, u64)> = calls.iter().flat_map(|(t, c, ks)| ks.iter().map(move |&k| (*t, *c, k))).collect();
+        let plain: Vec<(u64, u64)> = flat.iter().map(|e| (e.0, e.2)).collect();
+        let cap = std::env::var("U3M_EVAL_CAP").ok().and_then(|v| v.parse().ok()).unwrap_or(uses.len() * 2 / 3);
+        let sim = |p: &dyn Placement| -> u64 {
+            let mut res: Vec<Cand> = Vec::new();
+            let mut faults = 0;
+            let mut k0 = 0;
+            while k0 < calls.len() {
+                let (t, cl, ks) = &calls[k0];
+                for &k in ks {
+                    if let Some(c) = res.iter_mut().find(|c| c.key == k) {
+                        c.last = *t;
+                        continue;
+                    }
+                    faults += 1;
+                    if res.len() >= cap {
+                        p.order(t - 1, &mut res);
+                        if let Some(pos) = res.iter().position(|c| !ks.contains(&c.key)) {
+                            res.remove(pos);
+                        }
+                    }
+                    res.push(Cand { key: k, last: *t, dirty: false });
+                }
+                p.on_access(*t, *cl, ks, &vec![false; ks.len()]);
+                k0 += 1;
+            }
+            faults
+        };
+        eprintln!(
+            "faults at {cap} of {} chunks: belady {} predictive {} lru {} markov {}",
+            uses.len(),
+            sim(&super::super::Belady::new(plain)),
+            sim(&Predictive::new()),
+            sim(&Lru::new()),
+            sim(&super::super::Markov::new())
+        );
+    }
+}

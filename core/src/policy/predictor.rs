@@ -1,0 +1,325 @@
+//! The per-chunk access model behind the predictive policy (docs/prediction.md).
+//!
+//! Each chunk keeps its last access tick, a short ring of its latest access
+//! intervals and three EMA parameters of its *cycle*: mean length, trend
+//! (EMA of the change of the length) and deviation. A chunk touched `m` times
+//! per training step at irregular sub-intervals (forward, backward, optimizer)
+//! has an interval sequence that repeats every `m` entries; the model finds
+//! the smallest such `m` (up to [`MAX_M`]) and predicts the next access as the
+//! access that started the same phase one cycle ago plus the cycle length:
+//! `next = t[n+1-m] + mean + trend`. With `m = 1` this is the seed's
+//! `last + mean interval + trend`. Every update is O(RING) at worst with
+//! early exits, and nothing allocates.
+
+use std::hash::{BuildHasher, Hasher};
+
+/// Intervals remembered per chunk.
+pub const RING: usize = 48;
+/// Longest cycle (in accesses) the model looks for: two cycles must fit.
+pub const MAX_M: usize = RING / 2;
+
+/// Where the model stands for one chunk.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkModel {
+    /// Tick of the latest access.
+    pub last: u64,
+    /// Accesses seen (saturating).
+    pub n: u32,
+    /// Ring of intervals (ticks, saturating), newest at `head - 1`.
+    iv: [u32; RING],
+    head: u8,
+    /// Accesses per cycle; 0: no prediction yet.
+    pub m: u8,
+    /// The interval sequence is verified periodic with period `m` (else the
+    /// model is the seed's plain EMA over single intervals).
+    pub strict: bool,
+    /// Accesses off the verified cycle since it was last confirmed.
+    outliers: u8,
+    /// Class (OpClass as u8) of the latest access: the class the pending
+    /// prediction is scored to and whose calibration governs this chunk.
+    pub class: u8,
+    mean: f32,
+    trend: f32,
+    dev: f32,
+    prev_obs: f32,
+    /// Predicted next access (valid when `m > 0`).
+    pub next: u64,
+    /// How far from `next` an access still counts as the predicted one.
+    pub tol: u32,
+}
+
+impl ChunkModel {
+    pub fn new(now: u64, class: u8) -> ChunkModel {
+        ChunkModel {
+            last: now,
+            n: 1,
+            iv: [0; RING],
+            head: 0,
+            m: 0,
+            strict: false,
+            outliers: 0,
+            class,
+            mean: 0.0,
+            trend: 0.0,
+            dev: 0.0,
+            prev_obs: 0.0,
+            next: 0,
+            tol: 0,
+        }
+    }
+
+    /// The k-th newest interval (k = 0: the latest).
+    #[inline]
+    fn iv(&self, k: usize) -> u32 {
+        self.iv[(self.head as usize + RING - 1 - k) % RING]
+    }
+
+    /// Intervals held.
+    #[inline]
+    fn have(&self) -> usize {
+        (self.n.saturating_sub(1) as usize).min(RING)
+    }
+
+    /// The cycle length the model predicts with (0: none yet).
+    pub fn cycle(&self) -> f32 {
+        if self.m > 0 {
+            self.mean
+        } else {
+            0.0
+        }
+    }
+
+    /// Step shift: the chunk's next access if it repeats what it did one
+    /// `step` ago — the first access in the ring after `now - step`, plus
+    /// `step`. None when the ring does not reach back a whole step (the
+    /// chunk is used more than RING times per step) or holds no such access.
+    pub fn shift_next(&self, now: u64, step: u64) -> Option<u64> {
+        if step == 0 || now < step {
+            return None;
+        }
+        let from = now - step;
+        let mut t = self.last;
+        let mut best: Option<u64> = None;
+        if t <= from {
+            // nothing in the last step: nothing expected within the next
+            return Some(u64::MAX);
+        }
+        for k in 0..self.have() {
+            best = Some(t);
+            t = t.saturating_sub(self.iv(k) as u64);
+            if t <= from {
+                return best.map(|b| b + step);
+            }
+        }
+        // the ring ends inside the last step: covered only if it holds the
+        // chunk's first access (all it did is known)
+        if self.n as usize == self.have() + 1 {
+            best.map(|b| b + step)
+        } else {
+            None
+        }
+    }
+
+    /// The verified cycle length, ticks.
+    pub fn strict_cycle(&self) -> Option<u64> {
+        (self.strict && self.m > 0).then(|| self.mean.round() as u64)
+    }
+
+    /// The predicted next access and its tolerance, when there is a model.
+    #[inline]
+    pub fn prediction(&self) -> Option<(u64, u32)> {
+        (self.m > 0).then_some((self.next, self.tol))
+    }
+
+    /// An access at `now` by `class`, with EMA smoothing `s` (weight of the
+    /// old value). Returns the outcome of the prediction this access settles:
+    /// (class it was made for, hit).
+    pub fn update(&mut self, now: u64, class: u8, s: f32) -> Option<(u8, bool)> {
+        if now <= self.last {
+            self.class = class;
+            return None;
+        }
+        let d = (now - self.last).min(u32::MAX as u64) as u32;
+        let scored = self.prediction().map(|(p, tol)| (self.class, now.abs_diff(p) <= tol as u64));
+        self.iv[self.head as usize] = d;
+        self.head = ((self.head as usize + 1) % RING) as u8;
+        self.last = now;
+        self.n = self.n.saturating_add(1);
+        self.class = class;
+
+        // the smallest m whose last m intervals repeat the m before them
+        // exactly, else the smallest that does within a tolerance (jitter)
+        let have = self.have();
+        let (mut found, mut cycle) = (0usize, 0u64);
+        let mut sum: u64 = 0;
+        for m in 1..=(have / 2).min(MAX_M) {
+            sum += self.iv(m - 1) as u64;
+            // each interval may differ from its match by 1/16 of their size
+            let (mut exact, mut close) = (true, true);
+            for k in 0..m {
+                let (a, b) = (self.iv(k) as u64, self.iv(k + m) as u64);
+                exact &= a == b;
+                if a.abs_diff(b) > ((a + b) / 32).max(2) {
+                    close = false;
+                    break;
+                }
+            }
+            if close && exact {
+                (found, cycle) = (m, sum);
+                break;
+            }
+            if close && found == 0 {
+                (found, cycle) = (m, sum);
+            }
+        }
+        if found == 0 && self.strict && (self.outliers as usize) < 2 * self.m as usize {
+            // an access off the verified cycle: keep the cycle (one late
+            // access should not unlearn a training loop) until the ring has
+            // had time to show a new one
+            self.outliers += 1;
+        } else {
+            let (m, obs) = if found > 0 { (found, cycle as f32) } else { (1, d as f32) };
+            let regime_change = found > 0 && (!self.strict || self.m as usize != m || (obs - self.mean).abs() > obs / 8.0);
+            if self.m == 0 || regime_change || (found == 0 && self.strict) {
+                self.mean = obs;
+                self.trend = 0.0;
+                self.dev = 0.0;
+            } else {
+                let a = 1.0 - s;
+                self.trend = s * self.trend + a * (obs - self.prev_obs);
+                self.dev = s * self.dev + a * (obs - self.mean).abs();
+                self.mean = s * self.mean + a * obs;
+            }
+            self.prev_obs = obs;
+            self.m = m as u8;
+            self.strict = found > 0;
+            self.outliers = 0;
+        }
+        let m = self.m as usize;
+        // the access that began the next access's phase one cycle ago
+        let back: u64 = (0..m - 1).map(|k| self.iv(k) as u64).sum();
+        let base = self.last.saturating_sub(back) as f64;
+        let next = base + (self.mean + self.trend).max(1.0) as f64;
+        self.next = (next.round() as u64).max(self.last + 1);
+        let tol = (self.mean / 16.0).max(2.0 * self.dev).max(2.0);
+        self.tol = tol.min(u32::MAX as f32) as u32;
+        scored
+    }
+}
+
+/// Multiplicative hashing for chunk keys: keys are 2 MiB-aligned VAs whose
+/// low 21 bits are zero, which the identity hash would pile into few buckets.
+#[derive(Clone, Copy, Default)]
+pub struct KeyHash;
+
+pub struct KeyHasher(u64);
+
+impl BuildHasher for KeyHash {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        let h = self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        h ^ (h >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8)) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+/// A chunk-keyed map that allocates only when a new key is first seen (or
+/// the table grows).
+pub type KeyMap<V> = std::collections::HashMap<u64, V, KeyHash>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(ticks: &[u64]) -> ChunkModel {
+        let mut c = ChunkModel::new(ticks[0], 0);
+        for &t in &ticks[1..] {
+            c.update(t, 0, 0.9);
+        }
+        c
+    }
+
+    #[test]
+    fn strict_loop_predicts_last_plus_period() {
+        let ticks: Vec<u64> = (0..10).map(|i| 5 + i * 100).collect();
+        let c = feed(&ticks);
+        assert_eq!((c.m, c.strict), (1, true));
+        assert_eq!(c.next, 905 + 100);
+    }
+
+    #[test]
+    fn three_accesses_per_step_find_the_cycle() {
+        // forward at +10, backward at +700, optimizer at +950, step 1000
+        let mut ticks = Vec::new();
+        for s in 0..5u64 {
+            for o in [10, 700, 950] {
+                ticks.push(s * 1000 + o);
+            }
+        }
+        let mut c = feed(&ticks);
+        assert_eq!((c.m, c.strict), (3, true));
+        assert_eq!(c.next, 5010, "the next forward");
+        let hit = c.update(5010, 0, 0.9);
+        assert_eq!(hit, Some((0, true)));
+        assert_eq!(c.next, 5700, "then the backward");
+    }
+
+    #[test]
+    fn jitter_stays_within_tolerance() {
+        let mut c = ChunkModel::new(0, 0);
+        let mut t = 0u64;
+        let mut hits = 0;
+        for i in 0..200u64 {
+            t += 500 + (i * 7919 % 21) - 10;
+            if let Some((_, true)) = c.update(t, 0, 0.9) {
+                hits += 1;
+            }
+        }
+        assert!(hits > 190, "{hits}");
+    }
+
+    #[test]
+    fn period_change_is_followed_within_two_cycles() {
+        let mut ticks: Vec<u64> = (0..10).map(|i| i * 100).collect();
+        let t0 = *ticks.last().unwrap();
+        ticks.extend((1..4).map(|i| t0 + i * 300));
+        let c = feed(&ticks);
+        assert_eq!(c.next, t0 + 4 * 300);
+    }
+
+    #[test]
+    fn one_late_access_does_not_unlearn_the_loop() {
+        let mut ticks: Vec<u64> = (0..10).map(|i| i * 100).collect();
+        ticks.push(950); // 50 early
+        let mut c = feed(&ticks);
+        assert_eq!(c.next, 1050);
+        for t in [1050, 1150, 1250] {
+            assert_eq!(c.update(t, 0, 0.9), Some((0, true)), "at {t}");
+        }
+    }
+
+    #[test]
+    fn key_hash_spreads_aligned_keys() {
+        let b = KeyHash;
+        let mut buckets = [0u32; 64];
+        for i in 0..6400u64 {
+            let mut h = b.build_hasher();
+            h.write_u64(0x1240_0000_0000 + i * (2 << 20));
+            buckets[(h.finish() >> 58) as usize] += 1;
+        }
+        assert!(buckets.iter().all(|&n| n > 50 && n < 150), "{buckets:?}");
+    }
+}
