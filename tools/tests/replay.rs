@@ -151,6 +151,16 @@ fn belady_is_never_beaten() {
 }
 
 #[test]
+fn every_policy_is_available() {
+    // seed-heat, lru, markov, predictive and belady are all in u3m_core:
+    // none may be skipped (the `optional` rows above are then never None)
+    let t = replay(&[&trace("loop"), "--hbm", "8M"]);
+    assert_eq!(t["unavailable"].as_array().unwrap().len(), 0, "{}", t["unavailable"]);
+    let names: Vec<&str> = t["policies"].as_array().unwrap().iter().map(|p| p["policy"].as_str().unwrap()).collect();
+    assert_eq!(names, ["seed-heat", "lru", "markov", "predictive", "belady"]);
+}
+
+#[test]
 fn malformed_trace_is_a_line_numbered_error_with_status_3() {
     let o = u3m(&[&trace("malformed"), "--hbm", "8M"]);
     assert_eq!(o.status.code(), Some(3));
