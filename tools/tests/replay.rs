@@ -1,4 +1,4 @@
-//! `u3m replay` on hand-built traces (tests/traces/replay_*.trace) whose
+//! `u3m replay` on hand-built traces (tests/traces/replay/*.trace) whose
 //! right answers are known: what each policy must do, and that Belady's MIN
 //! is never beaten.
 
@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 const MIB2: u64 = 2 << 20;
 
 fn trace(name: &str) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces").join(format!("replay_{name}.trace"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/traces/replay").join(format!("{name}.trace"));
     p.to_str().unwrap().to_string()
 }
 
@@ -165,7 +165,7 @@ fn malformed_trace_is_a_line_numbered_error_with_status_3() {
     let o = u3m(&[&trace("malformed"), "--hbm", "8M"]);
     assert_eq!(o.status.code(), Some(3));
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.contains("replay_malformed.trace:4: O Relu: input 0 0x90000000:4096 is not inside one live allocation"), "{e}");
+    assert!(e.contains("malformed.trace:4: O Relu: input 0 0x90000000:4096 is not inside one live allocation"), "{e}");
     assert!(o.stdout.is_empty());
 }
 
