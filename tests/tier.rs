@@ -222,7 +222,7 @@ fn a_full_swap_keeps_the_data_in_dram() {
 
 #[test]
 fn background_prefetch_brings_evicted_chunks_back_before_use() {
-    // B (80 MiB) is written, A (80 MiB) pushes 32 of B's chunks to DRAM, A is
+    // B (80 MiB) is written, A (80 MiB) pushes 16 or more of B's chunks to DRAM, A is
     // freed: while the program idles, the background thread has room below
     // the low watermark and brings B back, so reading B faults nothing in
     let args = ["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "300"];
@@ -232,7 +232,7 @@ fn background_prefetch_brings_evicted_chunks_back_before_use() {
     assert_eq!(r.fact("b_ok").as_deref(), Some("1"));
     let t = &s["tier"];
     let evicted = t["evictions"].as_u64().unwrap();
-    assert!(evicted >= 30, "{s}");
+    assert!(evicted >= 16, "A pushes at least 16 of B's chunks out: {s}");
     assert_eq!(t["prefetches"].as_u64().unwrap(), evicted, "every evicted chunk of B comes back: {s}");
     // 40 + 40 first touches; B's read needed none
     assert_eq!(t["faults_in"].as_u64().unwrap(), 80, "{s}");

@@ -45,8 +45,6 @@ pub enum Prep {
 /// Background prefetch per 20 ms round: 25 GB/s (PCIe 4.0 x16 in practice,
 /// design.md §2) × 20 ms.
 const PREFETCH_BYTES_PER_TICK: u64 = 500_000_000;
-/// How far ahead (tracked calls) a chunk must be expected to be prefetched.
-const PREFETCH_HORIZON: u64 = 256;
 
 /// Most ranges one launch reports (more are cut and counted).
 pub const MAX_OP_RANGES: usize = 64;
@@ -916,7 +914,7 @@ impl Engine {
             if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
                 // room below the low watermark: bring back what the policy
                 // expects soon, within the link's share of this round
-                t.prefetch(dev, PREFETCH_BYTES_PER_TICK, self.cfg.hbm_low, PREFETCH_HORIZON);
+                t.prefetch(dev, PREFETCH_BYTES_PER_TICK, self.cfg.hbm_low, tier::BACKGROUND_HORIZON);
             }
             let Some(s) = &self.seg else { continue };
             let Ok((free, total)) = t.runtime().mem_info() else { continue };

@@ -30,6 +30,14 @@ use crate::tier::nvme::{NvmeSlot, NvmeTier};
 use crate::tier::TierError;
 
 pub const MAX_DEVICES: usize = 16;
+/// How far ahead (tracked calls) the background prefetch looks: it brings
+/// back what the policy expects within this many calls.
+pub const BACKGROUND_HORIZON: u64 = 256;
+/// Background eviction leaves every chunk the policy expects within this
+/// many calls (about a training step of a mid-sized model): under a cyclic
+/// working set larger than HBM such a chunk would come straight back, and the
+/// headroom would only shrink the cache. Demand eviction still makes room.
+pub const KEEP_HORIZON: u64 = 4096;
 const E_ALLOC: i32 = 207001; // ACL_ERROR_RT_MEMORY_ALLOCATION
 const E_PARAM: i32 = 107000;
 /// ACL_ERROR_RT_DEVICE_TASK_ABORT: what the runtime returns for a device
@@ -1231,28 +1239,18 @@ impl Tier {
     /// Evicts the least recently used evictable chunk of `dev`. Ok(false):
     /// nothing can move.
     fn evict_one(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<bool, i32> {
-        let mut cands: Vec<Cand> = Vec::new();
-        let mut at: HashMap<u64, (u64, u32)> = HashMap::new();
-        for (&id, b) in st.backings.iter() {
-            if b.dev != dev || b.pinned {
-                continue;
-            }
-            for (i, c) in b.chunks.iter().enumerate() {
-                if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
-                    let key = chunk_key(b, id, i as u32);
-                    cands.push(Cand { key, last: c.last, dirty: c.dirty || c.host.is_none() });
-                    at.insert(key, (id, i as u32));
-                }
-            }
+        let ordered = self.candidates(st, dev, protect);
+        if ordered.is_empty() {
+            return Ok(false);
         }
+        let cands: Vec<(u64, u64, u32)> =
+            ordered.iter().take(64).filter_map(|c| resolve(st, c.key).map(|(id, i)| (c.last, id, i))).collect();
         if cands.is_empty() {
             return Ok(false);
         }
-        self.policy.order(st.clock, &mut cands);
-        let cands: Vec<(u64, u64, u32)> = cands.iter().map(|c| (c.last, at[&c.key].0, at[&c.key].1)).collect();
         // prefer a chunk whose uses are complete; else wait for the oldest
         let mut pick = None;
-        for &(_, id, i) in cands.iter().take(64) {
+        for &(_, id, i) in cands.iter() {
             let c = &st.backings[&id].chunks[i as usize];
             if c.uses.iter().all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true)) {
                 pick = Some((id, i));
@@ -1274,6 +1272,24 @@ impl Tier {
         };
         self.evict(st, id, i)?;
         Ok(true)
+    }
+
+    /// Resident chunks of `dev` that may leave HBM (not pinned, not in a
+    /// call, not in `protect`), in the policy's eviction order.
+    fn candidates(&self, st: &State, dev: u32, protect: &[(u64, u32)]) -> Vec<Cand> {
+        let mut cands: Vec<Cand> = Vec::new();
+        for (&id, b) in st.backings.iter() {
+            if b.dev != dev || b.pinned {
+                continue;
+            }
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
+                    cands.push(Cand { key: chunk_key(b, id, i as u32), last: c.last, dirty: c.dirty || c.host.is_none() });
+                }
+            }
+        }
+        self.policy.order(st.clock, &mut cands);
+        cands
     }
 
     /// Moves one resident chunk out of HBM (copying it out unless a clean
@@ -1420,9 +1436,10 @@ impl Tier {
         st.dram.alloc(CHUNK).map(Host::Dram).map_err(|_| E_ALLOC)
     }
 
-    /// Background watermark work for `dev`: evict least recently used chunks
-    /// until resident bytes are at or below `low` × capacity, when above
-    /// `high` × capacity. Returns the chunks evicted.
+    /// Background watermark work for `dev`: when HBM use is above `high` ×
+    /// capacity, evict in the policy's order until it is at or below `low` ×
+    /// capacity, stopping at the first chunk the policy expects within
+    /// `KEEP_HORIZON` calls. Returns the chunks evicted.
     /// HBM use counts everything on the device (managed chunks and memory
     /// u3m does not manage), as the runtime reports it; the calling thread's
     /// device must be `dev`.
@@ -1433,12 +1450,26 @@ impl Tier {
         }
         let Ok(mut st) = self.st.lock() else { return 0 };
         let target = (total.saturating_sub(free) as f64 - low * total as f64).max(0.0) as u64;
+        // one ordering per round; a chunk the policy expects within the
+        // horizon ends the round: evicting it would only bring it back (the
+        // headroom is a wish, demand eviction still makes room when needed)
+        let now = st.clock;
+        let ordered = self.candidates(&st, dev, &[]);
         let mut n = 0u32;
-        while (n as u64) * CHUNK < target {
-            match self.evict_one(&mut st, dev, &[]) {
-                Ok(true) => n += 1,
-                _ => break,
+        for c in ordered {
+            if (n as u64) * CHUNK >= target || self.policy.predicts(now, c.key, KEEP_HORIZON) {
+                break;
             }
+            let Some((id, i)) = resolve(&st, c.key) else { continue };
+            let ch = &st.backings[&id].chunks[i as usize];
+            // busy chunks are skipped: the background never waits
+            if ch.phys == 0 || ch.pins != 0 || !ch.uses.iter().all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true)) {
+                continue;
+            }
+            if self.evict(&mut st, id, i).is_err() {
+                break;
+            }
+            n += 1;
         }
         n
     }
@@ -1759,6 +1790,25 @@ fn id_of(h: u64) -> Option<u64> {
     } else {
         None
     }
+}
+
+/// Chunk (backing id, index) of a policy key (`chunk_key`'s inverse).
+fn resolve(st: &State, key: u64) -> Option<(u64, u32)> {
+    if key & (1 << 63) != 0 {
+        let id = (key & !(1 << 63)) >> 24;
+        let i = (key & 0xff_ffff) as u32;
+        return st.backings.get(&id).filter(|b| (i as usize) < b.chunks.len() && b.vas.is_empty()).map(|_| (id, i));
+    }
+    let (&start, &(id, len)) = st.vas.range(..=key).next_back()?;
+    if key >= start + len {
+        return None;
+    }
+    let b = st.backings.get(&id)?;
+    // keys name a chunk by its backing's first VA
+    if b.vas.first() != Some(&start) {
+        return None;
+    }
+    Some((id, ((key - start) / CHUNK) as u32))
 }
 
 /// The policy's name for chunk `i` of backing `id`: the device VA of its
