@@ -245,11 +245,12 @@ fn background_prefetch_brings_evicted_chunks_back_before_use() {
 
 #[test]
 fn a_lost_device_keeps_what_dram_holds_readable() {
-    // 4 x 40 MiB on device 1 of 128 MiB: the first buffer lives in DRAM when
+    // 6 x 30 MiB on device 1 of 128 MiB: the first buffer lives in DRAM when
     // the card disappears (injected at its 200th work item); the others had
     // chunks only in HBM. Device 0 carries on.
-    let args = ["--scenario", "lose", "--buffers", "4", "--bytes", "40M", "--touches", "400"];
-    let env = [("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "lose:1@200")];
+    let args = ["--scenario", "lose", "--buffers", "6", "--bytes", "30M", "--touches", "400"];
+    // lru: the eviction order (oldest buffer first) is then known
+    let env = [("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "lose:1@200"), ("U3M_POLICY", "lru")];
     let stock = run("tier_probe", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "1G"), ("ACLSIM_FAULTS", "lose:1@200")]);
     assert_eq!(stock.code, 0, "{}", stock.stderr);
     assert_eq!(stock.fact("readable").as_deref(), Some("0"), "stock: nothing survives the card\n{}", stock.stdout);
@@ -258,14 +259,14 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
     assert!(r.stdout.contains("buf=0 rc=0 ok=1"), "the DRAM-held buffer reads back intact:\n{}", r.stdout);
     assert_eq!(r.fact("dev0_ok").as_deref(), Some("1"));
-    for i in 1..4 {
+    for i in 1..6 {
         assert!(r.stdout.contains(&format!("buf={i} rc=107022 ok=0")), "buffer {i}: the runtime's error\n{}", r.stdout);
     }
     let lost = &s["lost_devices"][0];
     assert_eq!(lost["device"], 1, "{s}");
-    assert_eq!(lost["allocations_lost"], 3, "{s}");
+    assert_eq!(lost["allocations_lost"], 5, "{s}");
     assert_eq!(lost["allocations_readable"], 1, "{s}");
-    assert!(r.stderr.contains("u3m: device 1 lost: 3 managed allocations lost"), "{}", r.stderr);
+    assert!(r.stderr.contains("u3m: device 1 lost: 5 managed allocations lost"), "{}", r.stderr);
 }
 
 #[test]

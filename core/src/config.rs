@@ -55,7 +55,7 @@ pub const VARS: &[VarSpec] = &[
     VarSpec { name: "U3M_SSD_RATE", default: "1G", doc: "tier mode: emergency spill rate limit to NVMe, bytes/s" },
     VarSpec { name: "U3M_ALLOC_WAIT_MS", default: "1000", doc: "tier mode: how long a new allocation waits when every tier is full" },
     VarSpec { name: "U3M_OVERSUB", default: "1.5", doc: "tier mode: virtual HBM capacity as a multiple of physical" },
-    VarSpec { name: "U3M_POLICY", default: "seed-heat", doc: "placement policy: seed-heat (coldest by the seed's heat first) | lru | predictive (furthest predicted next use first, prefetch of the predicted next)" },
+    VarSpec { name: "U3M_POLICY", default: "predictive", doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
     VarSpec { name: "U3M_CALIB_S", default: "600", doc: "predictor calibration period, seconds" },
     VarSpec { name: "U3M_DEBUG_PANIC_AT_OP", default: "0", doc: "testing aid: the engine panics at this operator launch (proves a panic falls back to pass-through)" },
     VarSpec { name: "U3M_WARMUP_S", default: "30", doc: "predictor re-warm time after a mode switch, seconds" },

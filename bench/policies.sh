@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# bench/policies.sh — the policy evaluation of BENCHMARKS.md ("Prediction and
+# policies"): `u3m replay` of u3m synth traces and of recorded workload runs,
+# every policy side by side with Belady's MIN.
+#
+#   bench/policies.sh [--out DIR] [--no-build]
+# Traces, JSON results and the printed tables land in DIR (default
+# /tmp/u3m-policies.XXXXXX).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=""
+BUILD=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT=$2; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "policies.sh: unknown argument '$1'" >&2; exit 3 ;;
+    esac
+done
+[ "$BUILD" = 1 ] && (cd "$ROOT" && cargo build --release --workspace >&2)
+[ -n "$OUT" ] || OUT=$(mktemp -d /tmp/u3m-policies.XXXXXX)
+mkdir -p "$OUT"
+U3M="$ROOT/target/release/u3m"
+APPS="$ROOT/target/release/acl-apps"
+echo "policies.sh: results in $OUT" >&2
+
+# name | how the trace is made | HBM as a fraction of the footprint
+synth() { "$U3M" synth "$@"; }
+synth --model llama2-7b --workload adam --scale 8 --steps 6 -o "$OUT/adam.trace"
+synth --model llama2-7b --workload lora --scale 4 --steps 6 -o "$OUT/lora.trace"
+synth --model llama3-8b --workload rag --scale 4 --requests 8 --context 2048 --decode-tokens 32 -o "$OUT/rag.trace"
+synth --model llama3-8b --workload mixed --scale 8 --steps 3 -o "$OUT/mixed.trace"
+# recorded runs of the workload programs (observe mode: nothing moves)
+rec() {
+    local name=$1; shift
+    env ACLSIM_HBM_BYTES=16G LD_PRELOAD="$ROOT/target/release/libu3m.so" U3M_MODE=observe \
+        U3M_TRACE="$OUT/$name.trace" "$@" > "$OUT/$name.rec.out"
+}
+rec mlp_train "$APPS/mlp_train" --footprint 384M --hidden 1023 --steps 6
+rec kv_decode "$APPS/kv_decode" --requests 12 --max-context 2047 --decode 16
+
+exec python3 - "$U3M" "$OUT" <<'PY'
+import json, subprocess, sys, os
+U3M, OUT = sys.argv[1], sys.argv[2]
+# trace, HBM / footprint, extra replay options
+CASES = [("adam", 1 / 1.5, []), ("lora", 1 / 1.5, []), ("rag", 1 / 2.1, []), ("mixed", 1 / 1.5, []),
+         ("mlp_train", 1 / 1.5, ["--pageable"]), ("kv_decode", 1 / 2.1, [])]
+MIB = 1 << 20
+def fmt_b(b):
+    return "%.2f GiB" % (b / (1 << 30)) if b >= 1 << 30 else "%.0f MiB" % (b / MIB)
+rows, acc = [], []
+for name, frac, extra in CASES:
+    tr = os.path.join(OUT, name + ".trace")
+    probe = json.loads(subprocess.run([U3M, "replay", tr, "--hbm", "1T", "--policy", "lru", "--json"] + extra,
+                                      capture_output=True, text=True, check=True).stdout)
+    foot = probe["traces"][0]["footprint_bytes"]
+    hbm = max(8 * MIB, int(foot * frac) // (2 * MIB) * (2 * MIB))
+    cmd = [U3M, "replay", tr, "--hbm", str(hbm), "--json"] + extra
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print("%s: u3m replay failed: %s" % (name, p.stderr.strip()), file=sys.stderr)
+        continue
+    d = json.loads(p.stdout)
+    json.dump(d, open(os.path.join(OUT, name + ".json"), "w"), indent=1)
+    t = d["traces"][0]
+    base = t["baseline_ns"]
+    for pol in t["policies"]:
+        if pol.get("error"):
+            continue
+        rows.append([name, fmt_b(foot), "%.2f×" % (foot / hbm), pol["policy"], fmt_b(pol["fault_in_bytes"]["total"]),
+                     fmt_b(pol["writeback_bytes"]["total"]), "%d" % pol["clean_drops"],
+                     "%.2f" % pol["moved_vs_belady"] if pol.get("moved_vs_belady") is not None else "—",
+                     "%.2f×" % (pol["total_ns"] / base)])
+        pr = pol["prediction"]
+        acc.append([name, pol["policy"]] + ["%s / %s" % ("—" if x["precision"] is None else "%.2f" % x["precision"],
+                                                       "—" if x["recall"] is None else "%.2f" % x["recall"]) for x in pr])
+    print("%s: %s" % (name, " ".join(cmd[1:])), file=sys.stderr)
+def table(h, rs):
+    print("| " + " | ".join(h) + " |")
+    print("|" + "---|" * len(h))
+    for r in rs:
+        print("| " + " | ".join(str(c) for c in r) + " |")
+    print()
+table(["trace", "footprint", "footprint / HBM", "policy", "copied in", "written back", "clean drops",
+       "bytes moved / belady", "sim time / unlimited HBM"], rows)
+table(["trace", "policy", "P / R, W=16", "P / R, W=64", "P / R, W=256"], acc)
+PY
