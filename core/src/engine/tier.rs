@@ -378,6 +378,10 @@ impl Tier {
                 + self.nvme_limit.saturating_sub(st.nvme.as_ref().map(|n| n.used()).unwrap_or(0));
             let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
             let fits_tiers = (dv.managed_virtual + vlen).saturating_sub(dv.capacity.saturating_sub(unmanaged)) <= room_below;
+            // DRAM holding clean copies of resident chunks is room too
+            if fits_virtual && !fits_tiers && self.drop_duplicates(&mut st, u64::MAX) > 0 {
+                continue;
+            }
             if fits_virtual && fits_tiers {
                 let va = match self.rt.reserve(vlen) {
                     Ok(v) => v,
@@ -1433,7 +1437,45 @@ impl Tier {
                 Err(_) => self.spill_errors.fetch_add(1, Relaxed),
             };
         }
-        st.dram.alloc(CHUNK).map(Host::Dram).map_err(|_| E_ALLOC)
+        if let Ok(s) = st.dram.alloc(CHUNK) {
+            return Ok(Host::Dram(s));
+        }
+        // full: the clean copies of resident chunks make room
+        if self.drop_duplicates(st, 64 * CHUNK) > 0 {
+            if let Ok(s) = st.dram.alloc(CHUNK) {
+                return Ok(Host::Dram(s));
+            }
+        }
+        Err(E_ALLOC)
+    }
+
+    /// Gives back up to `bytes` of DRAM held as clean copies of resident
+    /// chunks (they become dirty: their next eviction copies out). Returns
+    /// the bytes freed.
+    fn drop_duplicates(&self, st: &mut State, bytes: u64) -> u64 {
+        let mut dropped = Vec::new();
+        let mut freed = 0u64;
+        'outer: for b in st.backings.values_mut() {
+            for c in b.chunks.iter_mut() {
+                if freed >= bytes {
+                    break 'outer;
+                }
+                if c.phys != 0 && !c.dirty && matches!(c.host, Some(Host::Dram(_))) {
+                    if let Some(h) = c.host.take() {
+                        dropped.push(h);
+                        c.dirty = true;
+                        freed += CHUNK;
+                    }
+                }
+            }
+        }
+        if dropped.is_empty() {
+            return 0;
+        }
+        // a queued copy-in may still read these slots: freed after a sync
+        st.pending_free.extend(dropped);
+        self.reclaim(st);
+        freed
     }
 
     /// Background watermark work for `dev`: when HBM use is above `high` ×
