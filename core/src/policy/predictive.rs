@@ -288,18 +288,25 @@ impl Placement for Predictive {
         let Ok(g) = self.inner.lock() else { return super::lru_order(cands) };
         let mut v: Vec<(u64, Cand)> = Vec::with_capacity(cands.len());
         for c in cands.iter() {
-            let at = match g.expect(now, c.key, c.last, None) {
-                Expect::At(p) => p,
+            let (at, modelled) = match g.expect(now, c.key, c.last, None) {
+                Expect::At(p) => (p, true),
                 // time since the last use stands for the time to the next
-                Expect::Recency(last) => now.saturating_add(now.saturating_sub(last)),
+                Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false),
                 // a chunk seen once is expected to behave like a typical one
                 // (a scan's chunks then leave before a loop's), or by its age
-                Expect::Unknown(last) => now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64)),
+                Expect::Unknown(last) => (now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64)), false),
             };
-            v.push((at, *c));
+            // what evicting it costs: a clean chunk one transfer (back in
+            // later), a dirty one two (out now, back in later) — so a clean
+            // chunk whose next use the model knows goes first unless a dirty
+            // one is needed over twice as late (guesses, and uses within the
+            // next 64 calls, where the order matters more than the copy-out,
+            // are not weighted)
+            let dist = at.saturating_sub(now);
+            v.push((if c.dirty || !modelled || dist <= 64 { dist } else { dist.saturating_mul(2) }, *c));
         }
         drop(g);
-        // furthest first; among equals a clean chunk (no copy-out), then LRU
+        // furthest (cost-weighted) first; among equals a clean chunk, then LRU
         v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
