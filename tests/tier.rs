@@ -287,3 +287,20 @@ fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
     // 10 + 15 + 15 first touches: nothing of the handle came back after export
     assert_eq!(t["faults_in"].as_u64().unwrap(), 40, "{s}");
 }
+
+#[test]
+fn a_captured_graph_replays_under_pressure() {
+    // a D2D copy chain captured once (part of it out of HBM while captured:
+    // u3m may add no work to a capturing stream — the simulator refuses
+    // events there) and replayed 3 times, each after new input and a
+    // pressure write that pushes the chain out of HBM
+    let args = ["--bytes", "12M", "--pressure", "40M", "--rounds", "3"];
+    let big = run("graph_app", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    assert_eq!(big.fact("captured_not_run").as_deref(), Some("1"), "capture records, it does not run");
+    assert_eq!(big.fact("rounds_ok").as_deref(), Some("3"));
+    stock_fails("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
+    let (r, s) = tier("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
+    assert_clean(&r, 64 * MIB, "graph_app");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
+    assert!(s["tier"]["evictions"].as_u64().unwrap() >= 60, "{s}");
+}

@@ -32,6 +32,7 @@ struct sim_stream {
     int stop;
     sim_stream_rec *rec;
     sim_stream *next_all;
+    struct sim_model *capture;   /* aclmdlRICaptureBegin..End: work is recorded here */
 };
 
 typedef struct sim_event {
@@ -234,6 +235,8 @@ static void enqueue(sim_stream *s, sim_work *w) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static aclError capture_record(sim_stream *s, sim_work *w);
+
 SIM_API aclError aclsim_submit(aclrtStream stream, sim_work *w) {
     aclError rc;
     sim_stream *s = sim_stream_resolve(stream, &rc);
@@ -241,6 +244,7 @@ SIM_API aclError aclsim_submit(aclrtStream stream, sim_work *w) {
         free_work(w);
         return rc;
     }
+    if (s->capture) return capture_record(s, w);
     if (w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC && (rc = sim_work_tick(s->dev))) {
         free_work(w);
         return rc;
@@ -624,4 +628,147 @@ ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEv
         *ms = (float)(((double)b->time_ns - (double)a->time_ns) / 1e6);
     pthread_mutex_unlock(&g_lock);
     return rc;
+}
+
+/* ---- stream capture (aclmdlRI) -------------------------------------------
+ * Work submitted to a capturing stream is recorded, not run (as on the real
+ * runtime, nothing executes until the graph is replayed). A replay submits a
+ * proxy of every recorded item, in order, whose exec runs the original:
+ * operators, copies and memsets read their device addresses at replay time,
+ * so a replay sees the memory as it is then — and touches exactly the ranges
+ * recorded, checked like any other work (an unmapped range is an MMU fault). */
+#define SIM_MAGIC_MODEL 0x4d4f444cu
+typedef struct sim_model {
+    uint32_t magic;
+    int dev;
+    int n, cap;
+    sim_work **items;
+} sim_model;
+
+static sim_ptrset g_models;
+
+static aclError capture_record(sim_stream *s, sim_work *w) {
+    sim_model *m = s->capture;
+    if (w->kind == SIM_WORK_EVENT || w->kind == SIM_WORK_HOST_FUNC || w->kind == SIM_WORK_COLLECTIVE) {
+        aclsim_log("%s on a capturing stream: not supported by the simulator's capture", w->what);
+        free_work(w);
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    }
+    if (m->n == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 16;
+        sim_work **items = realloc(m->items, (size_t)cap * sizeof *items);
+        if (!items) abort();
+        m->items = items;
+        m->cap = cap;
+    }
+    m->items[m->n++] = w;
+    return ACL_SUCCESS;
+}
+
+static aclError proxy_exec(sim_work *p) {
+    sim_work *o = p->payload;
+    o->device = p->device;
+    o->stream_id = p->stream_id;
+    o->start_ns = p->start_ns;
+    o->end_ns = p->end_ns;
+    aclError rc = o->exec ? o->exec(o) : ACL_SUCCESS;
+    p->end_ns = o->end_ns;
+    return rc;
+}
+
+static sim_model *model_resolve(aclmdlRI ri) {
+    pthread_mutex_lock(&g_lock);
+    int ok = ri && ps_has(&g_models, ri);
+    pthread_mutex_unlock(&g_lock);
+    if (!ok || ((sim_model *)ri)->magic != SIM_MAGIC_MODEL) {
+        aclsim_log("%p is not a live captured model", ri);
+        return NULL;
+    }
+    return ri;
+}
+
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode) {
+    aclError rc;
+    if (!stream || (int)mode < ACL_MODEL_RI_CAPTURE_MODE_GLOBAL || (int)mode > ACL_MODEL_RI_CAPTURE_MODE_RELAXED) {
+        if (!stream) aclsim_log("aclmdlRICaptureBegin: the default stream cannot be captured");
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    if (s->capture) {
+        aclsim_log("aclmdlRICaptureBegin: stream %p is already capturing", stream);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    sim_model *m = calloc(1, sizeof *m);
+    if (!m) abort();
+    m->magic = SIM_MAGIC_MODEL;
+    m->dev = s->dev;
+    s->capture = m;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI *modelRI) {
+    aclError rc;
+    if (!stream || !modelRI) return ACL_ERROR_INVALID_PARAM;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    if (!s->capture) {
+        aclsim_log("aclmdlRICaptureEnd: stream %p is not capturing", stream);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    sim_model *m = s->capture;
+    s->capture = NULL;
+    pthread_mutex_lock(&g_lock);
+    ps_add(&g_models, m);
+    pthread_mutex_unlock(&g_lock);
+    *modelRI = m;
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream) {
+    sim_model *m = model_resolve(modelRI);
+    if (!m) return ACL_ERROR_INVALID_PARAM;
+    aclError rc;
+    sim_stream *s = sim_stream_resolve(stream, &rc);
+    if (!s) return rc;
+    if (s->dev != m->dev) {
+        aclsim_log("aclmdlRIExecuteAsync: model of device %d on a stream of device %d", m->dev, s->dev);
+        return ACL_ERROR_RT_STREAM_CONTEXT;
+    }
+    for (int i = 0; i < m->n; i++) {
+        sim_work *o = m->items[i];
+        sim_work *p = aclsim_work_new(o->nranges);
+        memcpy(p->what, o->what, sizeof p->what);
+        p->kind = o->kind;
+        p->copy_kind = o->copy_kind;
+        p->flags = o->flags;
+        if (o->nranges) memcpy(p->ranges, o->ranges, (size_t)o->nranges * sizeof *p->ranges);
+        p->cost_ns = o->cost_ns;
+        p->bytes = o->bytes;
+        p->exec = proxy_exec;
+        p->payload = o;
+        if ((rc = aclsim_submit(stream, p)) != ACL_SUCCESS) return rc;
+    }
+    return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout) {
+    aclError rc = aclmdlRIExecuteAsync(modelRI, NULL);
+    if (rc) return rc;
+    return sim_stream_sync_handle(NULL);
+}
+
+ACL_FUNC_VISIBILITY aclError aclmdlRIDestroy(aclmdlRI modelRI) {
+    sim_model *m = model_resolve(modelRI);
+    if (!m) return ACL_ERROR_INVALID_PARAM;
+    /* replays still queued run the recorded items: let them finish */
+    sim_sync_all(m->dev);
+    pthread_mutex_lock(&g_lock);
+    ps_del(&g_models, m);
+    pthread_mutex_unlock(&g_lock);
+    for (int i = 0; i < m->n; i++) free_work(m->items[i]);
+    free(m->items);
+    m->magic = 0;
+    free(m);
+    return ACL_SUCCESS;
 }
