@@ -22,7 +22,8 @@
 //! `d2d_bytes`, `mmu_faults` (from the simulator, null without its stats),
 //! `tier` (libu3m.so's counters: `faults_in`, `fault_bytes`, `evictions`,
 //! `eviction_bytes`, `clean_drops`, `to_dram`, `to_dram_bytes`, `to_nvme`,
-//! `to_nvme_bytes`, `from_nvme`, `from_nvme_bytes`; null for stock arms),
+//! `to_nvme_bytes`, `from_nvme`, `from_nvme_bytes`, `prefetches`,
+//! `prefetch_bytes`; null for stock arms),
 //! `last_error` (the last line of stderr of a failed arm, or null), and the
 //! raw `simulator` (ACLSIM_STATS) and `summary` (U3M_SUMMARY) objects.
 
@@ -712,6 +713,10 @@ impl Report {
             ("to DRAM", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_dram"]))))),
             ("to NVMe", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_nvme"]))))),
             ("from NVMe", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["from_nvme"]))))),
+            (
+                "prefetched (to HBM)",
+                Box::new(move |r: &Row| tier(r, &|t| count_bytes(u(t, &["prefetches"]), u(t, &["prefetch_bytes"])))),
+            ),
             ("MMU faults (simulator)", Box::new(move |r: &Row| sim(r, &|v| Some(u(v, &["mmu_faults"])?.to_string())))),
             ("wall time", Box::new(|r: &Row| format!("{:.2} s", r.out.wall_s))),
         ];
@@ -770,6 +775,8 @@ fn arm_json(r: &Row) -> Value {
             "to_dram",
             "to_nvme",
             "from_nvme",
+            "prefetches",
+            "prefetch_bytes",
         ] {
             m.insert(k.into(), json!(u(t, &[k])));
         }
