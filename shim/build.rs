@@ -36,20 +36,40 @@ fn main() {
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
     let include = manifest.join("include");
     let src = manifest.join("src");
-    let profile_opt = if env::var("PROFILE").as_deref() == Ok("release") { "-O2" } else { "-O1" };
+    let profile_opt = if env::var("PROFILE").as_deref() == Ok("release") {
+        "-O2"
+    } else {
+        "-O1"
+    };
 
     println!("cargo:rustc-env=ACLSIM_TARGET_DIR={}", target.display());
-    println!("cargo:rerun-if-changed={}", manifest.join("include").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        manifest.join("include").display()
+    );
     println!("cargo:rerun-if-changed={}", src.display());
-    println!("cargo:rerun-if-changed={}", root.join("tests/apps").display());
-    println!("cargo:rerun-if-changed={}", root.join("tests/torch").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("tests/apps").display()
+    );
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("tests/torch").display()
+    );
     println!("cargo:rerun-if-env-changed=CXX");
     println!("cargo:rerun-if-env-changed=CC");
 
     let common: Vec<String> = vec![
-        profile_opt.into(), "-g".into(), "-std=gnu11".into(), "-Wall".into(), "-Wextra".into(),
-        "-Wno-unused-parameter".into(), "-Werror=implicit-function-declaration".into(),
-        "-pthread".into(), format!("-I{}", include.display()), format!("-I{}", src.display()),
+        profile_opt.into(),
+        "-g".into(),
+        "-std=gnu11".into(),
+        "-Wall".into(),
+        "-Wextra".into(),
+        "-Wno-unused-parameter".into(),
+        "-Werror=implicit-function-declaration".into(),
+        "-pthread".into(),
+        format!("-I{}", include.display()),
+        format!("-I{}", src.display()),
     ];
 
     for (lib, dir, deps) in LIBS {
@@ -63,7 +83,8 @@ fn main() {
             .args(["-shared", "-fPIC", "-fvisibility=hidden"])
             .arg(format!("-Wl,-soname,{lib}"))
             .args(&sources)
-            .arg("-o").arg(&out)
+            .arg("-o")
+            .arg(&out)
             .arg(format!("-L{}", target.display()))
             .arg("-Wl,-rpath,$ORIGIN")
             // a library's calls to its own exports bind locally, so an
@@ -96,14 +117,21 @@ fn main() {
             .arg(format!("-I{}", apps_src.display()))
             .arg(&app)
             .args(&common_c)
-            .arg("-o").arg(&out)
+            .arg("-o")
+            .arg(&out)
             .arg(format!("-L{}", target.display()))
             .arg("-Wl,-rpath,$ORIGIN/..")
             .arg("-Wl,--enable-new-dtags");
         // dlsym_app reaches every ACL function through dlopen + dlsym, the way
         // torch_npu does: it must not link the runtime at all.
         if !name.starts_with("dlsym") {
-            cmd.args(["-lhccl", "-lopapi", "-lnnopbase", "-lacl_op_compiler", "-lascendcl"]);
+            cmd.args([
+                "-lhccl",
+                "-lopapi",
+                "-lnnopbase",
+                "-lacl_op_compiler",
+                "-lascendcl",
+            ]);
         }
         cmd.args(["-lm", "-ldl"]);
         run(cmd, &name);
@@ -120,11 +148,20 @@ fn build_torch_harness(root: &Path, target: &Path) {
     }
     let cxx = env::var("CXX").unwrap_or_else(|_| "c++".into());
     let mut cmd = Command::new(&cxx);
-    cmd.args(["-O2", "-g", "-std=gnu++17", "-Wall", "-Wextra", "-shared", "-fPIC", "-fvisibility=hidden"])
-        .arg(&src)
-        .arg("-o")
-        .arg(target.join("torch_harness_preload.so"))
-        .arg("-ldl");
+    cmd.args([
+        "-O2",
+        "-g",
+        "-std=gnu++17",
+        "-Wall",
+        "-Wextra",
+        "-shared",
+        "-fPIC",
+        "-fvisibility=hidden",
+    ])
+    .arg(&src)
+    .arg("-o")
+    .arg(target.join("torch_harness_preload.so"))
+    .arg("-ldl");
     run(cmd, "torch_harness_preload.so");
 }
 
@@ -167,7 +204,10 @@ fn make_cann_home(target: &Path) {
             home.display()),
     );
     for sub in ["runtime", "compiler", "opp"] {
-        write(&format!("{sub}/version.info"), format!("Version={version}\n"));
+        write(
+            &format!("{sub}/version.info"),
+            format!("Version={version}\n"),
+        );
     }
     write("opp/vendors/config.ini", "load_priority=\n".into());
     write(
@@ -196,7 +236,9 @@ fn c_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn run(mut cmd: Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run the C compiler for {what}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler for {what}: {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         panic!("building {what} failed:\n{cmd:?}\n{stderr}");

@@ -84,7 +84,11 @@ unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void)
         crate::real::remember_handle(handle);
         // The handle's scope may contain u3m itself (RTLD_DEFAULT, the main
         // program's handle): then the real definition is the next one.
-        let real = if found == h.wrapper as *mut c_void { real_next(name) } else { found };
+        let real = if found == h.wrapper as *mut c_void {
+            real_next(name)
+        } else {
+            found
+        };
         if real.is_null() {
             return std::ptr::null_mut(); // the runtime lacks it: as without u3m
         }
@@ -160,7 +164,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     )
 }
 
-unsafe extern "C" fn dlvsym_impl(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+unsafe extern "C" fn dlvsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
     let found = real_dlvsym(handle, name, version);
     redirect(handle, name, found)
 }
@@ -168,7 +176,11 @@ unsafe extern "C" fn dlvsym_impl(handle: *mut c_void, name: *const c_char, versi
 #[cfg(all(not(test), target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
     core::arch::naked_asm!(
         "cmp rdi, -1",
         "jne 2f",
@@ -197,7 +209,11 @@ pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, versio
 #[cfg(all(not(test), target_arch = "aarch64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
     core::arch::naked_asm!(
         "cmn x0, #1",
         "b.ne 2f",

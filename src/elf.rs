@@ -43,7 +43,9 @@ struct Search {
 }
 
 fn contains(info: &libc::dl_phdr_info, addr: usize) -> bool {
-    let phdrs = unsafe { std::slice::from_raw_parts(info.dlpi_phdr as *const Phdr, info.dlpi_phnum as usize) };
+    let phdrs = unsafe {
+        std::slice::from_raw_parts(info.dlpi_phdr as *const Phdr, info.dlpi_phnum as usize)
+    };
     phdrs.iter().any(|p| {
         let start = info.dlpi_addr as usize + p.p_vaddr as usize;
         p.p_type == PT_LOAD && addr >= start && addr < start + p.p_memsz as usize
@@ -75,7 +77,11 @@ unsafe fn gnu_hash_nsyms(gh: *const u32) -> usize {
     last + 1
 }
 
-unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+unsafe extern "C" fn visit(
+    info: *mut libc::dl_phdr_info,
+    _size: usize,
+    data: *mut c_void,
+) -> c_int {
     let s = &mut *(data as *mut Search);
     let info = &*info;
     if contains(info, s.skip) {
@@ -83,11 +89,20 @@ unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *m
     }
     let base = info.dlpi_addr as usize;
     let phdrs = std::slice::from_raw_parts(info.dlpi_phdr as *const Phdr, info.dlpi_phnum as usize);
-    let Some(dynamic) = phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) else { return 0 };
+    let Some(dynamic) = phdrs.iter().find(|p| p.p_type == PT_DYNAMIC) else {
+        return 0;
+    };
     let mut d = (base + dynamic.p_vaddr as usize) as *const Dyn;
-    let (mut symtab, mut strtab, mut hash, mut gnu_hash, mut versym) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut symtab, mut strtab, mut hash, mut gnu_hash, mut versym) =
+        (0usize, 0usize, 0usize, 0usize, 0usize);
     // ld.so relocates these pointers in place on most targets; not in the vDSO
-    let fix = |v: u64| -> usize { if (v as usize) < base { base + v as usize } else { v as usize } };
+    let fix = |v: u64| -> usize {
+        if (v as usize) < base {
+            base + v as usize
+        } else {
+            v as usize
+        }
+    };
     while (*d).d_tag != DT_NULL {
         match (*d).d_tag {
             DT_SYMTAB => symtab = fix((*d).d_val),
@@ -132,7 +147,11 @@ unsafe extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *m
 /// Address of the default-version definition of `name` in the first loaded
 /// object other than the one containing `skip`, or null.
 pub fn find_function(name: &'static [u8], skip: usize) -> *mut c_void {
-    let mut s = Search { name, skip, found: 0 };
+    let mut s = Search {
+        name,
+        skip,
+        found: 0,
+    };
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut c_void) };
     s.found as *mut c_void
 }

@@ -82,23 +82,23 @@ const _: () = assert!(std::mem::size_of::<HcclSendRecvItem>() == 32);
 /// sub-byte (those are sized by the caller from the byte footprint).
 pub fn acl_dtype_size(dt: c_int) -> u64 {
     match dt {
-        0 => 4,         // FLOAT
-        1 => 2,         // FLOAT16
-        2 => 1,         // INT8
-        3 => 4,         // INT32
-        4 => 1,         // UINT8
-        6 => 2,         // INT16
-        7 => 2,         // UINT16
-        8 => 4,         // UINT32
-        9 => 8,         // INT64
-        10 => 8,        // UINT64
-        11 => 8,        // DOUBLE
-        12 => 1,        // BOOL
-        16 => 8,        // COMPLEX64
-        17 => 16,       // COMPLEX128
-        27 => 2,        // BF16
-        33 => 4,        // COMPLEX32
-        34..=37 => 1,   // HIFLOAT8, FLOAT8_*
+        0 => 4,       // FLOAT
+        1 => 2,       // FLOAT16
+        2 => 1,       // INT8
+        3 => 4,       // INT32
+        4 => 1,       // UINT8
+        6 => 2,       // INT16
+        7 => 2,       // UINT16
+        8 => 4,       // UINT32
+        9 => 8,       // INT64
+        10 => 8,      // UINT64
+        11 => 8,      // DOUBLE
+        12 => 1,      // BOOL
+        16 => 8,      // COMPLEX64
+        17 => 16,     // COMPLEX128
+        27 => 2,      // BF16
+        33 => 4,      // COMPLEX32
+        34..=37 => 1, // HIFLOAT8, FLOAT8_*
         _ => 0,
     }
 }

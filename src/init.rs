@@ -32,7 +32,10 @@ thread_local! {
 pub fn log_line(parts: &[&str]) {
     let mut buf = [0u8; 512];
     let mut n = 0;
-    for p in std::iter::once(&"u3m: ").chain(parts.iter()).chain(std::iter::once(&"\n")) {
+    for p in std::iter::once(&"u3m: ")
+        .chain(parts.iter())
+        .chain(std::iter::once(&"\n"))
+    {
         let b = p.as_bytes();
         let k = b.len().min(buf.len() - n);
         buf[n..n + k].copy_from_slice(&b[..k]);
@@ -88,7 +91,10 @@ fn engine_slow() -> Option<&'static Engine> {
 
 /// Runs once (per process: again in a forked child).
 pub fn init() {
-    if STATE.compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if STATE
+        .compare_exchange(UNINIT, INITIALIZING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return;
     }
     crate::dl::resolve_real();
@@ -104,7 +110,11 @@ pub fn init() {
             c
         }
         Err(e) => {
-            log_line(&["configuration error: ", &e.to_string(), " — running as pass-through"]);
+            log_line(&[
+                "configuration error: ",
+                &e.to_string(),
+                " — running as pass-through",
+            ]);
             STATE.store(DISABLED, Ordering::Release);
             return;
         }
@@ -116,7 +126,9 @@ pub fn init() {
     }
     let names: Vec<&'static str> = crate::hooks::names().collect();
     static RT: crate::runtime::Real = crate::runtime::Real;
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Engine::new(cfg, &names, Some(&RT)))) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        Engine::new(cfg, &names, Some(&RT))
+    })) {
         Ok(Ok(e)) => {
             let e: &'static Engine = Box::leak(Box::new(e));
             e.start_background();

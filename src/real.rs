@@ -9,7 +9,8 @@ use std::os::raw::c_char;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 const MAX_HANDLES: usize = 16;
-static HANDLES: [AtomicPtr<c_void>; MAX_HANDLES] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HANDLES];
+static HANDLES: [AtomicPtr<c_void>; MAX_HANDLES] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HANDLES];
 /// Bumped whenever a handle is added: a cached miss is retried after that.
 static HANDLES_GEN: AtomicU32 = AtomicU32::new(1);
 
@@ -23,7 +24,11 @@ pub fn remember_handle(h: *mut c_void) {
         if cur == h {
             return;
         }
-        if cur.is_null() && slot.compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if cur.is_null()
+            && slot
+                .compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
             HANDLES_GEN.fetch_add(1, Ordering::AcqRel);
             return;
         }
@@ -45,7 +50,12 @@ const CANN_LIBS: &[&[u8]] = &[
 /// Remembers every CANN library already loaded, without loading any.
 fn remember_loaded_cann_libs() {
     for lib in CANN_LIBS {
-        let h = unsafe { libc::dlopen(lib.as_ptr() as *const c_char, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        let h = unsafe {
+            libc::dlopen(
+                lib.as_ptr() as *const c_char,
+                libc::RTLD_LAZY | libc::RTLD_NOLOAD,
+            )
+        };
         if !h.is_null() {
             remember_handle(h);
         }
@@ -90,7 +100,11 @@ pub struct RealFn {
 
 impl RealFn {
     pub const fn new(name: &'static [u8]) -> RealFn {
-        RealFn { name, ptr: AtomicPtr::new(std::ptr::null_mut()), tried: AtomicU32::new(0) }
+        RealFn {
+            name,
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            tried: AtomicU32::new(0),
+        }
     }
 
     /// The real function, or None if no library defines it.
@@ -112,17 +126,28 @@ impl RealFn {
         if self.tried.load(Ordering::Acquire) != gen {
             let p = lookup(self.name.as_ptr() as *const c_char);
             if !p.is_null() {
-                let _ = self.ptr.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
+                let _ = self.ptr.compare_exchange(
+                    std::ptr::null_mut(),
+                    p,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
             }
             self.tried.store(gen, Ordering::Release);
         }
         let p = self.ptr.load(Ordering::Acquire);
-        if p.is_null() { None } else { Some(p) }
+        if p.is_null() {
+            None
+        } else {
+            Some(p)
+        }
     }
 
     /// A definition found through a library handle; the first one wins.
     pub fn offer(&self, p: *mut c_void) {
-        let _ = self.ptr.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
+        let _ =
+            self.ptr
+                .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
     }
 
     pub fn name(&self) -> &'static str {

@@ -36,7 +36,11 @@ pub struct Real;
 
 impl Runtime for Real {
     fn set_device(&self, dev: u32) -> i32 {
-        call!(real::aclrtSetDevice, unsafe extern "C" fn(i32) -> i32, dev as i32)
+        call!(
+            real::aclrtSetDevice,
+            unsafe extern "C" fn(i32) -> i32,
+            dev as i32
+        )
     }
 
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
@@ -44,89 +48,221 @@ impl Runtime for Real {
             handle_type: 0,
             allocation_type: 0,
             mem_attr: 4, // ACL_HBM_MEM_HUGE: 2 MiB pages
-            location: aclrtMemLocation { id: dev, type_: MEM_LOCATION_DEVICE },
+            location: aclrtMemLocation {
+                id: dev,
+                type_: MEM_LOCATION_DEVICE,
+            },
             reserve: 0,
         };
         let mut h: aclrtDrvMemHandle = std::ptr::null_mut();
-        let rc = call!(real::aclrtMallocPhysical, unsafe extern "C" fn(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> i32, &mut h, bytes as usize, &prop, 0);
-        if rc == 0 { Ok(h as u64) } else { Err(rc) }
+        let rc = call!(
+            real::aclrtMallocPhysical,
+            unsafe extern "C" fn(
+                *mut aclrtDrvMemHandle,
+                usize,
+                *const aclrtPhysicalMemProp,
+                u64,
+            ) -> i32,
+            &mut h,
+            bytes as usize,
+            &prop,
+            0
+        );
+        if rc == 0 {
+            Ok(h as u64)
+        } else {
+            Err(rc)
+        }
     }
 
     fn free_physical(&self, handle: u64) -> i32 {
-        call!(real::aclrtFreePhysical, unsafe extern "C" fn(aclrtDrvMemHandle) -> i32, handle as aclrtDrvMemHandle)
+        call!(
+            real::aclrtFreePhysical,
+            unsafe extern "C" fn(aclrtDrvMemHandle) -> i32,
+            handle as aclrtDrvMemHandle
+        )
     }
 
     fn reserve(&self, bytes: u64) -> Result<u64, i32> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        let rc = call!(real::aclrtReserveMemAddress, unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> i32, &mut p, bytes as usize, 0, std::ptr::null_mut(), 1);
-        if rc == 0 { Ok(p as u64) } else { Err(rc) }
+        let rc = call!(
+            real::aclrtReserveMemAddress,
+            unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> i32,
+            &mut p,
+            bytes as usize,
+            0,
+            std::ptr::null_mut(),
+            1
+        );
+        if rc == 0 {
+            Ok(p as u64)
+        } else {
+            Err(rc)
+        }
     }
 
     fn release(&self, va: u64) -> i32 {
-        call!(real::aclrtReleaseMemAddress, unsafe extern "C" fn(*mut c_void) -> i32, va as *mut c_void)
+        call!(
+            real::aclrtReleaseMemAddress,
+            unsafe extern "C" fn(*mut c_void) -> i32,
+            va as *mut c_void
+        )
     }
 
     fn map(&self, va: u64, bytes: u64, handle: u64) -> i32 {
-        call!(real::aclrtMapMem, unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> i32, va as *mut c_void, bytes as usize, 0, handle as aclrtDrvMemHandle, 0)
+        call!(
+            real::aclrtMapMem,
+            unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> i32,
+            va as *mut c_void,
+            bytes as usize,
+            0,
+            handle as aclrtDrvMemHandle,
+            0
+        )
     }
 
     fn unmap(&self, va: u64) -> i32 {
-        call!(real::aclrtUnmapMem, unsafe extern "C" fn(*mut c_void) -> i32, va as *mut c_void)
+        call!(
+            real::aclrtUnmapMem,
+            unsafe extern "C" fn(*mut c_void) -> i32,
+            va as *mut c_void
+        )
     }
 
     fn create_stream(&self) -> Result<u64, i32> {
         let mut s: aclrtStream = std::ptr::null_mut();
-        let rc = call!(CREATE_STREAM, unsafe extern "C" fn(*mut aclrtStream) -> i32, &mut s);
-        if rc == 0 { Ok(s as u64) } else { Err(rc) }
+        let rc = call!(
+            CREATE_STREAM,
+            unsafe extern "C" fn(*mut aclrtStream) -> i32,
+            &mut s
+        );
+        if rc == 0 {
+            Ok(s as u64)
+        } else {
+            Err(rc)
+        }
     }
 
     fn memcpy_async(&self, dst: u64, src: u64, bytes: u64, kind: i32, stream: u64) -> i32 {
-        call!(real::aclrtMemcpyAsync, unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int, aclrtStream) -> i32,
-            dst as *mut c_void, bytes as usize, src as *const c_void, bytes as usize, kind, stream as aclrtStream)
+        call!(
+            real::aclrtMemcpyAsync,
+            unsafe extern "C" fn(
+                *mut c_void,
+                usize,
+                *const c_void,
+                usize,
+                c_int,
+                aclrtStream,
+            ) -> i32,
+            dst as *mut c_void,
+            bytes as usize,
+            src as *const c_void,
+            bytes as usize,
+            kind,
+            stream as aclrtStream
+        )
     }
 
     fn sync_stream(&self, stream: u64) -> i32 {
-        call!(SYNC_STREAM, unsafe extern "C" fn(aclrtStream) -> i32, stream as aclrtStream)
+        call!(
+            SYNC_STREAM,
+            unsafe extern "C" fn(aclrtStream) -> i32,
+            stream as aclrtStream
+        )
     }
 
     fn create_event(&self) -> Result<u64, i32> {
         let mut e: aclrtEvent = std::ptr::null_mut();
-        let rc = call!(CREATE_EVENT, unsafe extern "C" fn(*mut aclrtEvent) -> i32, &mut e);
-        if rc == 0 { Ok(e as u64) } else { Err(rc) }
+        let rc = call!(
+            CREATE_EVENT,
+            unsafe extern "C" fn(*mut aclrtEvent) -> i32,
+            &mut e
+        );
+        if rc == 0 {
+            Ok(e as u64)
+        } else {
+            Err(rc)
+        }
     }
 
     fn record_event(&self, event: u64, stream: u64) -> i32 {
-        call!(RECORD_EVENT, unsafe extern "C" fn(aclrtEvent, aclrtStream) -> i32, event as aclrtEvent, stream as aclrtStream)
+        call!(
+            RECORD_EVENT,
+            unsafe extern "C" fn(aclrtEvent, aclrtStream) -> i32,
+            event as aclrtEvent,
+            stream as aclrtStream
+        )
     }
 
     fn event_done(&self, event: u64) -> Result<bool, i32> {
         let mut st: c_int = 0;
-        let rc = call!(QUERY_EVENT, unsafe extern "C" fn(aclrtEvent, *mut c_int) -> i32, event as aclrtEvent, &mut st);
-        if rc == 0 { Ok(st == 1) } else { Err(rc) } // ACL_EVENT_RECORDED_STATUS_COMPLETE
+        let rc = call!(
+            QUERY_EVENT,
+            unsafe extern "C" fn(aclrtEvent, *mut c_int) -> i32,
+            event as aclrtEvent,
+            &mut st
+        );
+        if rc == 0 {
+            Ok(st == 1)
+        } else {
+            Err(rc)
+        } // ACL_EVENT_RECORDED_STATUS_COMPLETE
     }
 
     fn sync_event(&self, event: u64) -> i32 {
-        call!(SYNC_EVENT, unsafe extern "C" fn(aclrtEvent) -> i32, event as aclrtEvent)
+        call!(
+            SYNC_EVENT,
+            unsafe extern "C" fn(aclrtEvent) -> i32,
+            event as aclrtEvent
+        )
     }
 
     fn stream_wait(&self, stream: u64, event: u64) -> i32 {
-        call!(WAIT_EVENT, unsafe extern "C" fn(aclrtStream, aclrtEvent) -> i32, stream as aclrtStream, event as aclrtEvent)
+        call!(
+            WAIT_EVENT,
+            unsafe extern "C" fn(aclrtStream, aclrtEvent) -> i32,
+            stream as aclrtStream,
+            event as aclrtEvent
+        )
     }
 
     fn malloc_host(&self, bytes: u64) -> Result<*mut u8, i32> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        let rc = call!(real::aclrtMallocHost, unsafe extern "C" fn(*mut *mut c_void, usize) -> i32, &mut p, bytes as usize);
-        if rc == 0 { Ok(p as *mut u8) } else { Err(rc) }
+        let rc = call!(
+            real::aclrtMallocHost,
+            unsafe extern "C" fn(*mut *mut c_void, usize) -> i32,
+            &mut p,
+            bytes as usize
+        );
+        if rc == 0 {
+            Ok(p as *mut u8)
+        } else {
+            Err(rc)
+        }
     }
 
     fn free_host(&self, ptr: *mut u8) -> i32 {
-        call!(real::aclrtFreeHost, unsafe extern "C" fn(*mut c_void) -> i32, ptr as *mut c_void)
+        call!(
+            real::aclrtFreeHost,
+            unsafe extern "C" fn(*mut c_void) -> i32,
+            ptr as *mut c_void
+        )
     }
 
     fn mem_info(&self) -> Result<(u64, u64), i32> {
         let (mut f, mut t) = (0usize, 0usize);
-        let rc = call!(real::aclrtGetMemInfo, unsafe extern "C" fn(c_int, *mut usize, *mut usize) -> i32, 1, &mut f, &mut t);
-        if rc == 0 { Ok((f as u64, t as u64)) } else { Err(rc) }
+        let rc = call!(
+            real::aclrtGetMemInfo,
+            unsafe extern "C" fn(c_int, *mut usize, *mut usize) -> i32,
+            1,
+            &mut f,
+            &mut t
+        );
+        if rc == 0 {
+            Ok((f as u64, t as u64))
+        } else {
+            Err(rc)
+        }
     }
 }
 

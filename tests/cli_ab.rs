@@ -18,7 +18,11 @@ const MLP: &[&str] = &["--hidden", "1620", "--batch", "16", "--steps", "2"];
 
 fn u3m() -> PathBuf {
     let p = common::target_dir().join("u3m");
-    assert!(p.exists(), "{} missing: run `cargo build --release --workspace` first", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --release --workspace` first",
+        p.display()
+    );
     p
 }
 
@@ -27,14 +31,22 @@ fn u3m() -> PathBuf {
 fn ab(name: &str, args: &[&str]) -> Output {
     let shm = common::scratch(&format!("ab-{name}-shm"));
     let mut c = Command::new(u3m());
-    c.arg("ab").arg("-e").arg(format!("U3M_SHM_DIR={}", shm.display())).args(args);
+    c.arg("ab")
+        .arg("-e")
+        .arg(format!("U3M_SHM_DIR={}", shm.display()))
+        .args(args);
     for (k, _) in std::env::vars() {
         if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
             c.env_remove(k);
         }
     }
     let out = c.output().unwrap();
-    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0, "a stats segment was left in {}", shm.display());
+    assert_eq!(
+        std::fs::read_dir(&shm).unwrap().count(),
+        0,
+        "a stats segment was left in {}",
+        shm.display()
+    );
     out
 }
 
@@ -87,7 +99,8 @@ fn mlp_train_at_1_5x_hbm_fails_stock_and_matches_under_tier() {
     args.extend_from_slice(MLP);
     let out = ab("mlp", &args);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
 
     assert_eq!(v["schema"], 1);
     assert_eq!(v["command"][0], prog.as_str());
@@ -105,63 +118,138 @@ fn mlp_train_at_1_5x_hbm_fails_stock_and_matches_under_tier() {
 
     assert_eq!(r["exit_code"], 0);
     assert_eq!(r["result"], "reference");
-    assert_eq!(r["checksum"].as_str(), reference.fact("checksum").as_deref());
+    assert_eq!(
+        r["checksum"].as_str(),
+        reference.fact("checksum").as_deref()
+    );
     assert_eq!(r["hbm_bytes"], 1u64 << 30);
 
     assert_eq!(stock["exit_code"], 2, "{stock}");
     assert_eq!(stock["acl_error"], 207001);
-    assert!(stock["status"].as_str().unwrap().contains("207001"), "{}", stock["status"]);
+    assert!(
+        stock["status"].as_str().unwrap().contains("207001"),
+        "{}",
+        stock["status"]
+    );
     assert_eq!(stock["result"], "-");
     assert_eq!(stock["preload"], false);
     assert!(stock["tier"].is_null() && stock["summary"].is_null());
-    assert!(stock["last_error"].as_str().unwrap().contains("ACL error 207001"));
+    assert!(stock["last_error"]
+        .as_str()
+        .unwrap()
+        .contains("ACL error 207001"));
 
     assert_eq!(tier["exit_code"], 0, "{tier}");
     assert_eq!(tier["result"], "same");
     assert_eq!(tier["mode"], "tier");
-    assert_eq!(tier["checksum"].as_str(), reference.fact("checksum").as_deref(), "checksum of an unconstrained run");
-    assert_eq!(tier["final_loss"].as_str(), reference.fact("final_loss").as_deref());
+    assert_eq!(
+        tier["checksum"].as_str(),
+        reference.fact("checksum").as_deref(),
+        "checksum of an unconstrained run"
+    );
+    assert_eq!(
+        tier["final_loss"].as_str(),
+        reference.fact("final_loss").as_deref()
+    );
     assert_eq!(tier["results"], r["results"]);
     assert_eq!(tier["hbm_bytes"], 66 * MIB);
     assert!(tier["peak_hbm_bytes"].as_u64().unwrap() <= 66 * MIB);
     assert!(tier["sim_ns"].as_u64().unwrap() > 0);
-    assert!(tier["h2d_bytes"].as_u64().unwrap() > r["h2d_bytes"].as_u64().unwrap(), "fault-in copies");
+    assert!(
+        tier["h2d_bytes"].as_u64().unwrap() > r["h2d_bytes"].as_u64().unwrap(),
+        "fault-in copies"
+    );
     let t = &tier["tier"];
-    assert!(t["evictions"].as_u64().unwrap() > 0 && t["faults_in"].as_u64().unwrap() > 0, "{t}");
-    assert_eq!(t["to_dram_bytes"].as_u64().unwrap(), t["to_dram"].as_u64().unwrap() * 2 * MIB);
+    assert!(
+        t["evictions"].as_u64().unwrap() > 0 && t["faults_in"].as_u64().unwrap() > 0,
+        "{t}"
+    );
+    assert_eq!(
+        t["to_dram_bytes"].as_u64().unwrap(),
+        t["to_dram"].as_u64().unwrap() * 2 * MIB
+    );
     assert_eq!(tier["summary"]["mode"], "tier");
     assert!(tier["last_error"].is_null());
-    assert!(tier["requests_served"].is_null(), "mlp_train serves no requests");
+    assert!(
+        tier["requests_served"].is_null(),
+        "mlp_train serves no requests"
+    );
 }
 
 #[test]
 fn table_shows_arms_side_by_side() {
     let prog = app("mlp_train");
-    let out =
-        ab("table", &["--arms", "stock,observe,tier", "--", &prog, "--hidden", "64", "--batch", "4", "--steps", "1"]);
+    let out = ab(
+        "table",
+        &[
+            "--arms",
+            "stock,observe,tier",
+            "--",
+            &prog,
+            "--hidden",
+            "64",
+            "--batch",
+            "4",
+            "--steps",
+            "1",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let t = text(&out.stdout);
     let row = |label: &str| -> Vec<String> {
-        let l = t.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no row {label}:\n{t}"));
-        l[label.len()..].split("  ").map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()
+        let l = t
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label}:\n{t}"));
+        l[label.len()..]
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect()
     };
     let lines: Vec<&str> = t.lines().collect();
-    let header = lines[lines.iter().position(|l| l.starts_with("exit status")).expect(&t) - 1];
-    assert_eq!(header.split_whitespace().collect::<Vec<_>>(), ["stock", "observe", "tier"], "{t}");
+    let header = lines[lines
+        .iter()
+        .position(|l| l.starts_with("exit status"))
+        .expect(&t)
+        - 1];
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["stock", "observe", "tier"],
+        "{t}"
+    );
     assert_eq!(row("exit status"), ["0", "0", "0"], "{t}");
     assert_eq!(row("result"), ["reference", "same", "same"], "{t}");
     let ck = row("checksum");
     assert!(ck.iter().all(|c| c == &ck[0] && c.len() == 16), "{t}");
-    assert_eq!(row("faults-in (to HBM)")[0], "-", "no u3m counters for the stock arm:\n{t}");
+    assert_eq!(
+        row("faults-in (to HBM)")[0],
+        "-",
+        "no u3m counters for the stock arm:\n{t}"
+    );
     assert_eq!(row("MMU faults (simulator)"), ["0", "0", "0"]);
-    assert!(row("device time (simulated)").iter().all(|c| c.ends_with(" ms")));
+    assert!(row("device time (simulated)")
+        .iter()
+        .all(|c| c.ends_with(" ms")));
     assert!(t.contains("libu3m.so, U3M_MODE=observe"), "{t}");
 }
 
 #[test]
 fn failures_of_the_program_are_results_not_errors() {
     // killed by a signal, and a program that prints different results per arm
-    let out = ab("signal", &["--json", "--arms", "stock,observe", "--", "sh", "-c", "kill -9 $$"]);
+    let out = ab(
+        "signal",
+        &[
+            "--json",
+            "--arms",
+            "stock,observe",
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $$",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     for a in v["arms"].as_array().unwrap() {
@@ -171,8 +259,18 @@ fn failures_of_the_program_are_results_not_errors() {
         assert_eq!(a["result"], "-");
     }
     assert!(v["reference"].is_null());
-    let out =
-        ab("differs", &["--json", "--mode", "observe", "--", "sh", "-c", r#"echo "checksum=${LD_PRELOAD:+u3m}stock""#]);
+    let out = ab(
+        "differs",
+        &[
+            "--json",
+            "--mode",
+            "observe",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "checksum=${LD_PRELOAD:+u3m}stock""#,
+        ],
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["arms"][0]["checksum"], "stock");
     assert_eq!(v["arms"][1]["checksum"], "u3mstock");
@@ -187,12 +285,24 @@ fn files_the_user_names_are_used_and_read_per_arm() {
     let _ = std::fs::remove_file(&stats);
     let prog = app("mlp_train");
     let e = format!("ACLSIM_STATS={}", stats.display());
-    let out = ab("user", &["--json", "--mode", "observe", "-e", &e, "--", &prog, "--hidden", "64", "--steps", "1"]);
+    let out = ab(
+        "user",
+        &[
+            "--json", "--mode", "observe", "-e", &e, "--", &prog, "--hidden", "64", "--steps", "1",
+        ],
+    );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     for a in v["arms"].as_array().unwrap() {
         assert!(a["simulator"]["ops"].as_u64().unwrap() > 0, "{a}");
-        assert_eq!(a["result"], if a["arm"] == "stock" { "reference" } else { "same" });
+        assert_eq!(
+            a["result"],
+            if a["arm"] == "stock" {
+                "reference"
+            } else {
+                "same"
+            }
+        );
     }
     assert!(stats.exists(), "the user's stats file is theirs to keep");
 }
@@ -200,29 +310,64 @@ fn files_the_user_names_are_used_and_read_per_arm() {
 #[test]
 fn usage_errors_and_missing_pieces() {
     let code = |args: &[&str]| ab("usage", args);
-    for bad in [&["--arms", "stock,bogus", "--", "true"][..], &["--mode", "tier", "--arms", "stock", "true"], &[]] {
+    for bad in [
+        &["--arms", "stock,bogus", "--", "true"][..],
+        &["--mode", "tier", "--arms", "stock", "true"],
+        &[],
+    ] {
         let out = code(bad);
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", text(&out.stderr));
         assert!(out.stdout.is_empty());
     }
     let out = code(&["--lib", "/nonexistent/libu3m.so", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("libu3m.so not found at /nonexistent/libu3m.so"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("libu3m.so not found at /nonexistent/libu3m.so"),
+        "{}",
+        text(&out.stderr)
+    );
     // The stock arm alone needs no libu3m.so.
-    let out = code(&["--arms", "stock", "--lib", "/nonexistent/libu3m.so", "--", "true"]);
+    let out = code(&[
+        "--arms",
+        "stock",
+        "--lib",
+        "/nonexistent/libu3m.so",
+        "--",
+        "true",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let out = code(&["--", "/nonexistent/program"]);
     assert_eq!(out.status.code(), Some(127));
-    assert!(text(&out.stderr).contains("cannot run '/nonexistent/program'"), "{}", text(&out.stderr));
-    let out = code(&["--dry-run", "--hbm", "64M", "--oversub", "3", "--", "prog", "a"]);
+    assert!(
+        text(&out.stderr).contains("cannot run '/nonexistent/program'"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = code(&[
+        "--dry-run",
+        "--hbm",
+        "64M",
+        "--oversub",
+        "3",
+        "--",
+        "prog",
+        "a",
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let t = text(&out.stdout);
     let tier = &t[t.find("# arm tier").expect(&t)..];
     let stock = &t[..t.find("# arm tier").unwrap()];
     assert!(
-        stock.contains("ACLSIM_HBM_BYTES=64M") && !stock.contains("U3M_OVERSUB") && !stock.contains("libu3m"),
+        stock.contains("ACLSIM_HBM_BYTES=64M")
+            && !stock.contains("U3M_OVERSUB")
+            && !stock.contains("libu3m"),
         "{t}"
     );
-    assert!(tier.contains("U3M_MODE=tier\n") && tier.contains("U3M_OVERSUB=3\n") && tier.contains("libu3m.so"), "{t}");
+    assert!(
+        tier.contains("U3M_MODE=tier\n")
+            && tier.contains("U3M_OVERSUB=3\n")
+            && tier.contains("libu3m.so"),
+        "{t}"
+    );
     assert!(t.ends_with("prog a\n"), "{t}");
 }

@@ -14,7 +14,11 @@ const MIB: u64 = 1 << 20;
 
 fn bin(name: &str) -> PathBuf {
     let p = common::target_dir().join(name);
-    assert!(p.exists(), "{} missing: run `cargo build --release --workspace` first", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --release --workspace` first",
+        p.display()
+    );
     p
 }
 
@@ -54,9 +58,19 @@ impl Drop for Running {
 fn start(mode: &str, dir: &Path, env: &[(&str, &str)], args: &[&str], out: &Path) -> Running {
     let mut c = Command::new(bin("u3m"));
     hermetic(&mut c);
-    c.args(["run", "--mode", mode, "--shm-dir", dir.to_str().unwrap(), "--"]).arg(common::app("mlp_train")).args(args);
+    c.args([
+        "run",
+        "--mode",
+        mode,
+        "--shm-dir",
+        dir.to_str().unwrap(),
+        "--",
+    ])
+    .arg(common::app("mlp_train"))
+    .args(args);
     c.envs(env.iter().copied());
-    c.stdout(std::fs::File::create(out).unwrap()).stderr(std::fs::File::create(out.with_extension("err")).unwrap());
+    c.stdout(std::fs::File::create(out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap());
     Running(c.spawn().unwrap(), out.with_extension("err"))
 }
 
@@ -72,7 +86,14 @@ fn text(b: &[u8]) -> String {
 
 /// `u3m stat --json --dir DIR`: the one process in it, if any.
 fn sample(dir: &Path) -> Option<Value> {
-    let out = u3m(&["stat", "--json", "--events", "4096", "--dir", dir.to_str().unwrap()]);
+    let out = u3m(&[
+        "stat",
+        "--json",
+        "--events",
+        "4096",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "u3m stat: {}", text(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("stat JSON");
     let procs = v["processes"].as_array().unwrap();
@@ -81,7 +102,12 @@ fn sample(dir: &Path) -> Option<Value> {
 }
 
 /// Samples until `want` holds, while the child runs (None if it exited first).
-fn sample_until(dir: &Path, child: &mut Running, limit: Duration, want: impl Fn(&Value) -> bool) -> Option<Value> {
+fn sample_until(
+    dir: &Path,
+    child: &mut Running,
+    limit: Duration,
+    want: impl Fn(&Value) -> bool,
+) -> Option<Value> {
     let t0 = Instant::now();
     while t0.elapsed() < limit {
         if let Some(p) = sample(dir) {
@@ -99,7 +125,10 @@ fn sample_until(dir: &Path, child: &mut Running, limit: Duration, want: impl Fn(
 
 fn finish(mut child: Running) -> (i32, String) {
     let status = child.0.wait().unwrap();
-    (status.code().unwrap_or(-1), std::fs::read_to_string(&child.1).unwrap_or_default())
+    (
+        status.code().unwrap_or(-1),
+        std::fs::read_to_string(&child.1).unwrap_or_default(),
+    )
 }
 
 fn get(v: &Value, path: &[&str]) -> Option<u64> {
@@ -131,38 +160,65 @@ fn observe_run_is_visible_live_and_leaves_nothing() {
     let dir = shm_dir("observe");
     let out = shm_dir("observe-out").join("stdout");
     let stats = out.with_file_name("stats.json");
-    let env = [("ACLSIM_HBM_BYTES", "256M"), ("ACLSIM_STATS", stats.to_str().unwrap())];
+    let env = [
+        ("ACLSIM_HBM_BYTES", "256M"),
+        ("ACLSIM_STATS", stats.to_str().unwrap()),
+    ];
     let mut child = start("observe", &dir, &env, OBSERVE_ARGS, &out);
     let pid = child.0.id() as u64;
 
-    let a = sample_until(&dir, &mut child, Duration::from_secs(20), |p| dev(p, &["launches", "ops"]) > 0)
-        .expect("the process never showed operator launches in u3m stat");
+    let a = sample_until(&dir, &mut child, Duration::from_secs(20), |p| {
+        dev(p, &["launches", "ops"]) > 0
+    })
+    .expect("the process never showed operator launches in u3m stat");
     let ops_a = u(&a, &["devices", "0", "launches", "ops"]);
     let calls_a = u(&a, &["calls", "aclopExecuteV2"]);
     let b = sample_until(&dir, &mut child, Duration::from_secs(20), |p| {
-        dev(p, &["launches", "ops"]) > ops_a && get(p, &["calls", "aclopExecuteV2"]).unwrap_or(0) > calls_a
+        dev(p, &["launches", "ops"]) > ops_a
+            && get(p, &["calls", "aclopExecuteV2"]).unwrap_or(0) > calls_a
     })
     .expect("operator counters did not grow while the program ran");
 
     for p in [&a, &b] {
-        assert_eq!(u(p, &["pid"]), pid, "u3m run execs: the segment is the child's");
+        assert_eq!(
+            u(p, &["pid"]),
+            pid,
+            "u3m run execs: the segment is the child's"
+        );
         assert_eq!(p["state"], "running");
         let cfg = &p["config"];
-        assert_eq!(cfg.get("mode").or(cfg.get("U3M_MODE")), Some(&Value::from("observe")), "{cfg}");
+        assert_eq!(
+            cfg.get("mode").or(cfg.get("U3M_MODE")),
+            Some(&Value::from("observe")),
+            "{cfg}"
+        );
         assert_eq!(u(p, &["devices", "0", "hbm", "capacity"]), 256 * MIB);
         assert!(u(p, &["devices", "0", "allocs", "live"]) > 0);
     }
     assert!(u(&b, &["calls", "aclrtMalloc"]) > 0);
-    let kinds: Vec<&str> =
-        a["events"]["recent"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert!(kinds.contains(&"start") && kinds.contains(&"alloc"), "events: {kinds:?}");
-    let start = a["events"]["recent"].as_array().unwrap().iter().find(|e| e["kind"] == "start").unwrap();
+    let kinds: Vec<&str> = a["events"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"start") && kinds.contains(&"alloc"),
+        "events: {kinds:?}"
+    );
+    let start = a["events"]["recent"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "start")
+        .unwrap();
     assert_eq!(u(start, &["value"]), pid, "the start event carries the pid");
 
     let (code, err) = finish(child);
     assert_eq!(code, 0, "stderr: {err}");
     let stdout = std::fs::read_to_string(&out).unwrap();
-    let plain = common::run("mlp_train", OBSERVE_ARGS, &[("ACLSIM_HBM_BYTES", "256M")]).must_succeed();
+    let plain =
+        common::run("mlp_train", OBSERVE_ARGS, &[("ACLSIM_HBM_BYTES", "256M")]).must_succeed();
     let ck = common::facts(&stdout).remove("checksum");
     assert!(
         ck.is_some() && ck == plain.fact("checksum"),
@@ -170,9 +226,20 @@ fn observe_run_is_visible_live_and_leaves_nothing() {
         plain.fact("checksum")
     );
     let sim: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
-    assert_eq!(sim["devices"][0]["hbm_bytes"].as_u64(), Some(256 * MIB), "the simulator's HBM, as u3m stat showed it");
-    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(left.is_empty(), "left behind in {}: {left:?}", dir.display());
+    assert_eq!(
+        sim["devices"][0]["hbm_bytes"].as_u64(),
+        Some(256 * MIB),
+        "the simulator's HBM, as u3m stat showed it"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left behind in {}: {left:?}",
+        dir.display()
+    );
 }
 
 #[test]
@@ -188,8 +255,10 @@ fn a_killed_process_leaves_a_segment_that_stat_removes() {
     );
     let pid = child.0.id();
     let seg = dir.join(format!("u3m.{pid}"));
-    sample_until(&dir, &mut child, Duration::from_secs(20), |p| dev(p, &["launches", "ops"]) > 0)
-        .expect("the process never showed up in u3m stat");
+    sample_until(&dir, &mut child, Duration::from_secs(20), |p| {
+        dev(p, &["launches", "ops"]) > 0
+    })
+    .expect("the process never showed up in u3m stat");
     child.0.kill().unwrap(); // SIGKILL: no exit handler runs
     child.0.wait().unwrap();
     assert!(seg.exists(), "SIGKILL leaves the segment behind");
@@ -197,8 +266,17 @@ fn a_killed_process_leaves_a_segment_that_stat_removes() {
     let o = u3m(&["stat", "--dir", dir.to_str().unwrap()]);
     assert!(o.status.success());
     let err = text(&o.stderr);
-    assert!(err.contains(&format!("u3m: removed stale segment {} (process no longer exists)", seg.display())), "{err}");
-    assert_eq!(text(&o.stdout), format!("no u3m processes (segments in {})\n", dir.display()));
+    assert!(
+        err.contains(&format!(
+            "u3m: removed stale segment {} (process no longer exists)",
+            seg.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        text(&o.stdout),
+        format!("no u3m processes (segments in {})\n", dir.display())
+    );
     assert!(!seg.exists());
     let o = u3m(&["stat", "--dir", dir.to_str().unwrap()]);
     assert_eq!(text(&o.stderr), "", "the note comes once");
@@ -219,13 +297,25 @@ fn tier_run_under_pressure_shows_dram_and_evictions_while_running() {
         panic!("no DRAM use and evictions seen while running (exit {code}): {err}")
     };
     let d = &p["devices"][0];
-    assert_eq!(p["config"].get("mode").or(p["config"].get("U3M_MODE")), Some(&Value::from("tier")));
-    assert_eq!(u(d, &["hbm", "virtual_capacity"]), (66.0 * MIB as f64 * 1.5) as u64, "default U3M_OVERSUB 1.5");
+    assert_eq!(
+        p["config"].get("mode").or(p["config"].get("U3M_MODE")),
+        Some(&Value::from("tier"))
+    );
+    assert_eq!(
+        u(d, &["hbm", "virtual_capacity"]),
+        (66.0 * MIB as f64 * 1.5) as u64,
+        "default U3M_OVERSUB 1.5"
+    );
     assert!(u(d, &["hbm", "used"]) <= 66 * MIB, "{d}");
     assert!(u(d, &["evictions", "bytes"]) >= 2 * MIB);
     assert!(u(d, &["dram", "capacity"]) >= u(d, &["dram", "used"]));
     let (code, err) = finish(child);
     assert_eq!(code, 0, "stderr: {err}");
     assert!(std::fs::read_to_string(&out).unwrap().contains("checksum="));
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "segment left in {}", dir.display());
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "segment left in {}",
+        dir.display()
+    );
 }

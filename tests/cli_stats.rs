@@ -12,14 +12,24 @@ use u3m_core::monitor::{Monitor, MonitorConfig};
 use u3m_core::shm::layout::*;
 use u3m_core::shm::{EventKind, HotEntry, SegmentConfig, StatsSegment};
 
-const HOOKS: &[&str] = &["aclrtMalloc", "aclrtFree", "aclrtMemcpy", "aclopExecuteV2", "aclrtMemset"];
+const HOOKS: &[&str] = &[
+    "aclrtMalloc",
+    "aclrtFree",
+    "aclrtMemcpy",
+    "aclopExecuteV2",
+    "aclrtMemset",
+];
 const CLASSES: &[&str] = &["matmul", "elementwise", "norm", "attention"];
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 fn u3m() -> PathBuf {
     let p = common::target_dir().join("u3m");
-    assert!(p.exists(), "{} missing: run `cargo build --release --workspace` first", p.display());
+    assert!(
+        p.exists(),
+        "{} missing: run `cargo build --release --workspace` first",
+        p.display()
+    );
     p
 }
 
@@ -33,7 +43,9 @@ fn scratch(name: &str) -> PathBuf {
 
 fn run_u3m(args: &[&str]) -> Output {
     let mut c = Command::new(u3m());
-    c.args(args).env_remove("U3M_SHM_DIR").env_remove("LD_PRELOAD");
+    c.args(args)
+        .env_remove("U3M_SHM_DIR")
+        .env_remove("LD_PRELOAD");
     c.output().unwrap()
 }
 
@@ -117,10 +129,42 @@ fn fill(dir: &Path) -> StatsSegment {
             last_ns: 0,
         },
     ]);
-    seg.event_at(t0 + 120_000_000, EventKind::Alloc, 0, 0x1000_0000, 2 * MIB, 1, "");
-    seg.event_at(t0 + 500_000_000, EventKind::Evict, 1, 0x2000_0000, 2 * MIB, TIER_DRAM as u64, "");
-    seg.event_at(t0 + 750_000_000, EventKind::Monitor, 0, 0, 3 * GIB + 448 * MIB, 1, "hbm 86.0% warning (was ok)");
-    seg.event_at(t0 + 1_000_000_000, EventKind::ConfigError, NO_DEVICE, 0, 0, 0, "U3M_HBM_HIGH=2: not a fraction");
+    seg.event_at(
+        t0 + 120_000_000,
+        EventKind::Alloc,
+        0,
+        0x1000_0000,
+        2 * MIB,
+        1,
+        "",
+    );
+    seg.event_at(
+        t0 + 500_000_000,
+        EventKind::Evict,
+        1,
+        0x2000_0000,
+        2 * MIB,
+        TIER_DRAM as u64,
+        "",
+    );
+    seg.event_at(
+        t0 + 750_000_000,
+        EventKind::Monitor,
+        0,
+        0,
+        3 * GIB + 448 * MIB,
+        1,
+        "hbm 86.0% warning (was ok)",
+    );
+    seg.event_at(
+        t0 + 1_000_000_000,
+        EventKind::ConfigError,
+        NO_DEVICE,
+        0,
+        0,
+        0,
+        "U3M_HBM_HIGH=2: not a fraction",
+    );
     seg
 }
 
@@ -185,7 +229,10 @@ fn stat_table_snapshot() {
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stderr), "", "no notes for a live segment");
     let got = normalise(&text(&out.stdout), std::process::id());
-    assert!(got == TABLE, "table changed; got:\n{got}\nexpected:\n{TABLE}");
+    assert!(
+        got == TABLE,
+        "table changed; got:\n{got}\nexpected:\n{TABLE}"
+    );
     seg.remove();
 }
 
@@ -193,7 +240,14 @@ fn stat_table_snapshot() {
 fn stat_json_snapshot() {
     let dir = scratch("json");
     let seg = fill(&dir);
-    let out = run_u3m(&["stat", "--json", "--events", "3", "--dir", dir.to_str().unwrap()]);
+    let out = run_u3m(&[
+        "stat",
+        "--json",
+        "--events",
+        "3",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
     // Volatile fields: present and of the right type, then normalised.
@@ -348,31 +402,61 @@ fn stat_removes_segments_of_dead_and_reused_pids() {
 
     let out = run_u3m(&["stat", "--dir", dir.to_str().unwrap()]);
     assert!(out.status.success());
-    assert_eq!(text(&out.stdout), format!("no u3m processes (segments in {})\n", dir.display()));
+    assert_eq!(
+        text(&out.stdout),
+        format!("no u3m processes (segments in {})\n", dir.display())
+    );
     let err = text(&out.stderr);
     assert!(
-        err.contains(&format!("u3m: removed stale segment {} (process no longer exists)", dead.display())),
+        err.contains(&format!(
+            "u3m: removed stale segment {} (process no longer exists)",
+            dead.display()
+        )),
         "{err}"
     );
     assert!(
-        err.contains(&format!("u3m: removed stale segment {} (pid now belongs to another process)", reused.display())),
+        err.contains(&format!(
+            "u3m: removed stale segment {} (pid now belongs to another process)",
+            reused.display()
+        )),
         "{err}"
     );
     assert!(
-        err.contains(&format!("u3m: removed stale segment {} (process no longer exists)", half.display())),
+        err.contains(&format!(
+            "u3m: removed stale segment {} (process no longer exists)",
+            half.display()
+        )),
         "{err}"
     );
-    assert!(err.contains(&format!("u3m: skipping {}: not a u3m stats segment", foreign.display())), "{err}");
+    assert!(
+        err.contains(&format!(
+            "u3m: skipping {}: not a u3m stats segment",
+            foreign.display()
+        )),
+        "{err}"
+    );
     assert!(!dead.exists() && !reused.exists() && !half.exists());
     assert!(foreign.exists());
 
     // -p of a dead process: a clear error, exit 1.
     plant(seg.path(), &dir, gone, None);
-    let out = run_u3m(&["stat", "-p", &gone.to_string(), "--dir", dir.to_str().unwrap()]);
+    let out = run_u3m(&[
+        "stat",
+        "-p",
+        &gone.to_string(),
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.contains(&format!("u3m: no live u3m process with pid {gone}")), "{err}");
-    assert!(err.contains("process no longer exists (stale segment removed)"), "{err}");
+    assert!(
+        err.contains(&format!("u3m: no live u3m process with pid {gone}")),
+        "{err}"
+    );
+    assert!(
+        err.contains("process no longer exists (stale segment removed)"),
+        "{err}"
+    );
     seg.remove();
 }
 
@@ -387,7 +471,11 @@ fn stat_selects_one_pid_and_reports_missing_ones() {
     assert_eq!(v["processes"].as_array().unwrap().len(), 1);
     let out = run_u3m(&["stat", "-p", "999999999", "--dir", dir.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).starts_with("u3m: no live u3m process with pid 999999999"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).starts_with("u3m: no live u3m process with pid 999999999"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run_u3m(&["stat", "--dir", "/nonexistent/u3m-dir"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -401,7 +489,13 @@ fn stat_selects_one_pid_and_reports_missing_ones() {
     let empty = scratch("empty");
     let out = run_u3m(&["stat", "--json", "--dir", empty.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((v["schema"].as_u64(), v["processes"].as_array().map(Vec::len)), (Some(1), Some(0)));
+    assert_eq!(
+        (
+            v["schema"].as_u64(),
+            v["processes"].as_array().map(Vec::len)
+        ),
+        (Some(1), Some(0))
+    );
     seg.remove();
 }
 
@@ -410,7 +504,15 @@ fn top_prints_plain_lines_with_rates_when_not_a_terminal() {
     let dir = scratch("top");
     let seg = fill(&dir);
     let mut child = Command::new(u3m())
-        .args(["top", "--dir", dir.to_str().unwrap(), "--iterations", "3", "--interval", "300"])
+        .args([
+            "top",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--iterations",
+            "3",
+            "--interval",
+            "300",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -432,35 +534,72 @@ fn top_prints_plain_lines_with_rates_when_not_a_terminal() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let me = std::process::id();
-    let dev0: Vec<&str> = so.lines().filter(|l| l.contains(&format!("pid {me} dev 0 "))).collect();
+    let dev0: Vec<&str> = so
+        .lines()
+        .filter(|l| l.contains(&format!("pid {me} dev 0 ")))
+        .collect();
     assert_eq!(dev0.len(), 3, "one line per refresh:\n{so}");
-    assert!(dev0[0].contains("hbm 3.4 GiB / 4.0 GiB 85.9%") && dev0[0].contains("level warning oom 5s"), "{}", dev0[0]);
+    assert!(
+        dev0[0].contains("hbm 3.4 GiB / 4.0 GiB 85.9%") && dev0[0].contains("level warning oom 5s"),
+        "{}",
+        dev0[0]
+    );
     assert!(
         dev0[0].contains("ops/s - ") && dev0[0].ends_with("calls/s -"),
         "no rate before two refreshes: {}",
         dev0[0]
     );
-    let rated: Vec<&&str> = dev0[1..].iter().filter(|l| l.contains("aclopExecuteV2")).collect();
-    assert_eq!(rated.len(), 1, "the 30 calls show up as a rate in exactly one refresh:\n{so}");
-    assert!(dev0[1..].iter().any(|l| l.ends_with("calls/s 0")), "idle refresh shows 0:\n{so}");
+    let rated: Vec<&&str> = dev0[1..]
+        .iter()
+        .filter(|l| l.contains("aclopExecuteV2"))
+        .collect();
+    assert_eq!(
+        rated.len(),
+        1,
+        "the 30 calls show up as a rate in exactly one refresh:\n{so}"
+    );
     assert!(
-        so.contains(&format!("pid {me} hot 0x000010000000 2.0 MiB dev0 heat 0.900 accesses 40 [matmul,attention]")),
+        dev0[1..].iter().any(|l| l.ends_with("calls/s 0")),
+        "idle refresh shows 0:\n{so}"
+    );
+    assert!(
+        so.contains(&format!(
+            "pid {me} hot 0x000010000000 2.0 MiB dev0 heat 0.900 accesses 40 [matmul,attention]"
+        )),
         "{so}"
     );
     let events: Vec<&str> = so.lines().filter(|l| l.contains(" event ")).collect();
-    assert_eq!(events.len(), 6, "5 recent events at start, 1 new one:\n{so}");
-    assert!(events[5].contains("free dev0 0x000010000000 2.0 MiB"), "{}", events[5]);
+    assert_eq!(
+        events.len(),
+        6,
+        "5 recent events at start, 1 new one:\n{so}"
+    );
+    assert!(
+        events[5].contains("free dev0 0x000010000000 2.0 MiB"),
+        "{}",
+        events[5]
+    );
     seg.remove();
 }
 
 #[test]
 fn top_without_processes_says_so() {
     let dir = scratch("top-empty");
-    let out = run_u3m(&["top", "--dir", dir.to_str().unwrap(), "--iterations", "2", "--interval", "10"]);
+    let out = run_u3m(&[
+        "top",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--iterations",
+        "2",
+        "--interval",
+        "10",
+    ]);
     assert!(out.status.success());
     let so = text(&out.stdout);
     assert_eq!(
-        so.lines().filter(|l| l.ends_with(&format!("no u3m processes (segments in {})", dir.display()))).count(),
+        so.lines()
+            .filter(|l| l.ends_with(&format!("no u3m processes (segments in {})", dir.display())))
+            .count(),
         2,
         "{so}"
     );
@@ -472,7 +611,11 @@ fn install(name: &str, with_lib: bool) -> PathBuf {
     let d = scratch(name);
     std::fs::copy(u3m(), d.join("u3m")).unwrap();
     if with_lib {
-        std::fs::copy(common::target_dir().join("libgraph.so"), d.join("libu3m.so")).unwrap();
+        std::fs::copy(
+            common::target_dir().join("libgraph.so"),
+            d.join("libu3m.so"),
+        )
+        .unwrap();
     }
     d
 }
@@ -525,7 +668,15 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     // For real: the program sees the variables, and its exit status is u3m's.
     let out = output(
         Command::new(d.join("u3m"))
-            .args(["run", "--min-bytes", "4096", "--", "sh", "-c", "echo \"$LD_PRELOAD|$U3M_MIN_BYTES\"; exit 7"])
+            .args([
+                "run",
+                "--min-bytes",
+                "4096",
+                "--",
+                "sh",
+                "-c",
+                "echo \"$LD_PRELOAD|$U3M_MIN_BYTES\"; exit 7",
+            ])
             .env_remove("LD_PRELOAD"),
     );
     assert_eq!(out.status.code(), Some(7), "{}", text(&out.stderr));
@@ -533,7 +684,11 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     // A program that cannot be found: 127 and its name.
     let out = output(Command::new(d.join("u3m")).args(["run", "--", "/no/such/program"]));
     assert_eq!(out.status.code(), Some(127));
-    assert!(text(&out.stderr).contains("u3m: cannot run '/no/such/program'"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("u3m: cannot run '/no/such/program'"),
+        "{}",
+        text(&out.stderr)
+    );
     // No command: usage error.
     let out = output(Command::new(d.join("u3m")).args(["run", "--mode", "observe"]));
     assert_eq!(out.status.code(), Some(2));
@@ -546,7 +701,13 @@ fn run_without_the_library_is_a_clear_error() {
     let out = output(Command::new(d.join("u3m")).args(["run", "--", "true"]));
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
-    assert!(err.starts_with(&format!("u3m: libu3m.so not found at {}", d.join("libu3m.so").display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "u3m: libu3m.so not found at {}",
+            d.join("libu3m.so").display()
+        )),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -559,7 +720,8 @@ fn version_is_kept() {
 
 #[test]
 fn docs_describe_every_counter_and_event_kind() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/stats.md")).unwrap();
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/stats.md"))
+        .unwrap();
     // SAFETY: all-zero atomics are valid.
     let g: Box<DeviceGauges> = Box::new(unsafe { std::mem::zeroed() });
     let base = &*g as *const DeviceGauges as usize;
@@ -587,6 +749,9 @@ fn docs_describe_every_counter_and_event_kind() {
         ("OFF_HOT", OFF_HOT),
         ("OFF_EVENTS", OFF_EVENTS),
     ] {
-        assert!(doc.contains(&format!("| {v} |")), "docs/stats.md lacks {what} = {v}");
+        assert!(
+            doc.contains(&format!("| {v} |")),
+            "docs/stats.md lacks {what} = {v}"
+        );
     }
 }

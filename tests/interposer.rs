@@ -15,7 +15,10 @@ fn run_u3m(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, std::path::
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = common::scratch(&format!("shm-{prog}-{n}"));
     let lib = libu3m();
-    let mut e: Vec<(&str, &str)> = vec![("LD_PRELOAD", lib.to_str().unwrap()), ("U3M_SHM_DIR", dir.to_str().unwrap())];
+    let mut e: Vec<(&str, &str)> = vec![
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+    ];
     if !env.iter().any(|(k, _)| *k == "U3M_MODE") {
         e.push(("U3M_MODE", "observe"));
     }
@@ -24,7 +27,9 @@ fn run_u3m(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, std::path::
 }
 
 fn table_names() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hooks/table.rs")).unwrap();
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/hooks/table.rs"))
+            .unwrap();
     src.lines()
         .filter_map(|l| l.trim().strip_prefix("fn "))
         .map(|l| l.split('(').next().unwrap().trim().to_string())
@@ -33,13 +38,18 @@ fn table_names() -> BTreeSet<String> {
 
 #[test]
 fn exports_match_the_hook_table() {
-    let out = std::process::Command::new("nm").args(["-D", "--defined-only"]).arg(libu3m()).output().expect("nm");
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(libu3m())
+        .output()
+        .expect("nm");
     assert!(out.status.success());
     let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 3 && (f[1] == "T" || f[1] == "W")).then(|| f[2].split('@').next().unwrap().to_string())
+            (f.len() == 3 && (f[1] == "T" || f[1] == "W"))
+                .then(|| f[2].split('@').next().unwrap().to_string())
         })
         .collect();
     let table = table_names();
@@ -50,7 +60,10 @@ fn exports_match_the_hook_table() {
     allowed.insert("dlsym".into());
     allowed.insert("dlvsym".into());
     let extra: Vec<_> = exported.difference(&allowed).collect();
-    assert!(extra.is_empty(), "exported but not in the hook table: {extra:?}");
+    assert!(
+        extra.is_empty(),
+        "exported but not in the hook table: {extra:?}"
+    );
 }
 
 #[test]
@@ -58,9 +71,17 @@ fn handle_lookups_end_at_u3m_and_the_rest_resolves_as_without_it() {
     let plain = run("dlsym_loader", &[], &[]).must_succeed();
     let (hooked, _) = run_u3m("dlsym_loader", &[], &[]);
     let hooked = hooked.must_succeed();
-    let f = |r: &Run, k: &str| r.fact(k).unwrap_or_else(|| panic!("{k} missing:\n{}", r.stdout));
+    let f = |r: &Run, k: &str| {
+        r.fact(k)
+            .unwrap_or_else(|| panic!("{k} missing:\n{}", r.stdout))
+    };
     // torch_npu's ways of loading functions end at u3m's wrappers
-    for k in ["handle_aclrtMallocAlign32", "handle_aclrtFree", "opapi_aclnnAdd", "opapi_aclCreateTensor"] {
+    for k in [
+        "handle_aclrtMallocAlign32",
+        "handle_aclrtFree",
+        "opapi_aclnnAdd",
+        "opapi_aclCreateTensor",
+    ] {
         assert_eq!(f(&hooked, k), "libu3m.so", "{k}");
         assert_ne!(f(&plain, k), "libu3m.so", "{k}");
     }
@@ -98,18 +119,41 @@ fn programs(trace: &str) -> Vec<(&'static str, Vec<String>, Vec<(&'static str, &
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     vec![
         ("mlp_train", s(&["--steps", "5"]), vec![]),
-        ("kv_decode", s(&["--requests", "2", "--decode", "4"]), vec![]),
+        (
+            "kv_decode",
+            s(&["--requests", "2", "--decode", "4"]),
+            vec![],
+        ),
         ("dlsym_app", s(&[]), vec![]),
         ("vmm_app", s(&[]), vec![]),
-        ("allreduce_app", s(&["--steps", "4"]), vec![("ACLSIM_DEVICES", "2")]),
+        (
+            "allreduce_app",
+            s(&["--steps", "4"]),
+            vec![("ACLSIM_DEVICES", "2")],
+        ),
         ("acl_replay", vec![trace.to_string()], vec![]),
         ("mt_stress", s(&["--iters", "200"]), vec![]),
         ("rtcheck", s(&["errors"]), vec![]),
-        ("rtcheck", s(&["capacity"]), vec![("ACLSIM_HBM_BYTES", "256M")]),
+        (
+            "rtcheck",
+            s(&["capacity"]),
+            vec![("ACLSIM_HBM_BYTES", "256M")],
+        ),
         ("rtcheck", s(&["race"]), vec![]),
         ("rtcheck", s(&["events"]), vec![]),
-        ("rtcheck", s(&["faults"]), vec![("ACLSIM_FAULTS", "malloc:2,copy:1,memset:2,phys:2,map:1,host:1")]),
-        ("rtcheck", s(&["lose"]), vec![("ACLSIM_DEVICES", "2"), ("ACLSIM_FAULTS", "lose:1@3")]),
+        (
+            "rtcheck",
+            s(&["faults"]),
+            vec![(
+                "ACLSIM_FAULTS",
+                "malloc:2,copy:1,memset:2,phys:2,map:1,host:1",
+            )],
+        ),
+        (
+            "rtcheck",
+            s(&["lose"]),
+            vec![("ACLSIM_DEVICES", "2"), ("ACLSIM_FAULTS", "lose:1@3")],
+        ),
         ("rtcheck", s(&["mmu"]), vec![]),
         ("optest_aclnn", s(&["add"]), vec![]),
         ("optest_aclnn", s(&["inplace"]), vec![]),
@@ -140,11 +184,23 @@ fn observe_mode_is_bit_for_bit_transparent() {
         let plain = run(prog, &args, &env);
         let (hooked, _) = run_u3m(prog, &args, &env);
         let what = format!("{prog} {args:?}");
-        assert_eq!(plain.code, hooked.code, "{what}: exit status\n{}", hooked.stderr);
+        assert_eq!(
+            plain.code, hooked.code,
+            "{what}: exit status\n{}",
+            hooked.stderr
+        );
         assert_eq!(plain.stdout, hooked.stdout, "{what}: stdout differs");
         assert!(!plain.stats.is_null(), "{what}: no simulator stats");
-        assert_eq!(comparable_stats(prog, &plain.stats), comparable_stats(prog, &hooked.stats), "{what}: simulator statistics differ");
-        assert!(!hooked.stderr.contains("u3m: "), "{what}: u3m complained:\n{}", hooked.stderr);
+        assert_eq!(
+            comparable_stats(prog, &plain.stats),
+            comparable_stats(prog, &hooked.stats),
+            "{what}: simulator statistics differ"
+        );
+        assert!(
+            !hooked.stderr.contains("u3m: "),
+            "{what}: u3m complained:\n{}",
+            hooked.stderr
+        );
     }
 }
 
@@ -152,15 +208,36 @@ fn observe_mode_is_bit_for_bit_transparent() {
 fn a_forked_child_starts_clean_with_its_own_segment() {
     let (r, dir) = run_u3m("fork_app", &[], &[]);
     let r = r.must_succeed();
-    assert_eq!(r.fact("parent_segment_before").as_deref(), Some("1"), "{}", r.stderr);
+    assert_eq!(
+        r.fact("parent_segment_before").as_deref(),
+        Some("1"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(r.fact("child_malloc_host").as_deref(), Some("0"));
-    assert_eq!(r.fact("child_segment").as_deref(), Some("1"), "the child has its own segment");
+    assert_eq!(
+        r.fact("child_segment").as_deref(),
+        Some("1"),
+        "the child has its own segment"
+    );
     assert_eq!(r.fact("child_sees_parent_segment").as_deref(), Some("1"));
     assert_eq!(r.fact("child_exit").as_deref(), Some("0"));
-    assert_eq!(r.fact("child_segment_after_exit").as_deref(), Some("0"), "the child removed its segment");
-    assert_eq!(r.fact("parent_segment_after").as_deref(), Some("1"), "the child's exit left the parent's segment");
+    assert_eq!(
+        r.fact("child_segment_after_exit").as_deref(),
+        Some("0"),
+        "the child removed its segment"
+    );
+    assert_eq!(
+        r.fact("parent_segment_after").as_deref(),
+        Some("1"),
+        "the child's exit left the parent's segment"
+    );
     // and the parent removed its own at exit
-    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
     assert!(left.is_empty(), "segments left behind: {left:?}");
 }
 
@@ -175,18 +252,39 @@ fn configuration_errors_fall_back_to_pass_through() {
         let (r, dir) = run_u3m("mlp_train", &["--steps", "3"], &[(var, val)]);
         assert_eq!(r.code, 0);
         assert_eq!(r.stdout, plain.stdout, "{var}: output changed");
-        assert_eq!(r.stderr.matches("u3m: ").count(), 1, "{var}: reported once:\n{}", r.stderr);
-        assert!(r.stderr.contains(needle) && r.stderr.contains("pass-through"), "{var}:\n{}", r.stderr);
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{var}: pass-through must not create a segment");
+        assert_eq!(
+            r.stderr.matches("u3m: ").count(),
+            1,
+            "{var}: reported once:\n{}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains(needle) && r.stderr.contains("pass-through"),
+            "{var}:\n{}",
+            r.stderr
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{var}: pass-through must not create a segment"
+        );
     }
 }
 
 #[test]
 fn a_panic_in_the_engine_falls_back_to_pass_through() {
     let plain = run("mlp_train", &["--steps", "4"], &[]).must_succeed();
-    let (r, _) = run_u3m("mlp_train", &["--steps", "4"], &[("U3M_DEBUG_PANIC_AT_OP", "25")]);
+    let (r, _) = run_u3m(
+        "mlp_train",
+        &["--steps", "4"],
+        &[("U3M_DEBUG_PANIC_AT_OP", "25")],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stdout, plain.stdout);
     assert_eq!(r.stats, plain.stats);
-    assert!(r.stderr.contains("u3m: disabled: internal error"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("u3m: disabled: internal error"),
+        "{}",
+        r.stderr
+    );
 }

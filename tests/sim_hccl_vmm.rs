@@ -12,13 +12,23 @@ const TWO: (&str, &str) = ("ACLSIM_DEVICES", "2");
 
 fn fact_i64(r: &Run, key: &str) -> i64 {
     r.fact(key)
-        .unwrap_or_else(|| panic!("no fact {key} in output:\n{}\nstderr:\n{}", r.stdout, r.stderr))
+        .unwrap_or_else(|| {
+            panic!(
+                "no fact {key} in output:\n{}\nstderr:\n{}",
+                r.stdout, r.stderr
+            )
+        })
         .parse()
         .unwrap_or_else(|e| panic!("fact {key} is not an integer: {e}"))
 }
 
 fn fact_str(r: &Run, key: &str) -> String {
-    r.fact(key).unwrap_or_else(|| panic!("no fact {key} in output:\n{}\nstderr:\n{}", r.stdout, r.stderr))
+    r.fact(key).unwrap_or_else(|| {
+        panic!(
+            "no fact {key} in output:\n{}\nstderr:\n{}",
+            r.stdout, r.stderr
+        )
+    })
 }
 
 /// Every `step=<i> loss=<f>` line, in order.
@@ -69,10 +79,16 @@ fn allreduce_app_trains_on_two_devices_with_identical_replicas() {
 
     // two all-reduces (gradients, loss) per step on each of the 2 ranks
     assert_eq!(a.stat_u64(&["hccl_ops"]), 20 * 2 * 2);
-    assert!(a.stat_u64(&["ops"]) >= 20 * 2 * 15, "operators ran on both devices");
+    assert!(
+        a.stat_u64(&["ops"]) >= 20 * 2 * 15,
+        "operators ran on both devices"
+    );
     assert_eq!(a.stat_u64(&["mmu_faults"]), 0);
     for d in 0..2 {
-        assert!(a.stats["devices"][d]["peak_bytes"].as_u64().unwrap() > 0, "device {d} held memory");
+        assert!(
+            a.stats["devices"][d]["peak_bytes"].as_u64().unwrap() > 0,
+            "device {d} held memory"
+        );
     }
     // The program ends with a collective on each device's stream: both
     // streams finish at the same simulated time.
@@ -92,7 +108,12 @@ fn allreduce_app_trains_on_two_devices_with_identical_replicas() {
     assert!(ls[19] < ls[0], "sgd loss falls: {ls:?}");
     assert_eq!(fact_i64(&sgd, "replicas_identical"), 1);
     assert_ne!(fact_str(&sgd, "checksum"), sum);
-    let four = run("allreduce_app", &["--devices", "4", "--steps", "5"], &[("ACLSIM_DEVICES", "4")]).must_succeed();
+    let four = run(
+        "allreduce_app",
+        &["--devices", "4", "--steps", "5"],
+        &[("ACLSIM_DEVICES", "4")],
+    )
+    .must_succeed();
     assert_eq!(fact_i64(&four, "replicas_identical"), 1);
     assert_eq!(four.stat_u64(&["hccl_ops"]), 5 * 2 * 4);
 }
@@ -103,11 +124,19 @@ fn data_parallel_training_matches_one_device_on_the_whole_batch() {
     // gradient of the whole 32-row batch: the loss curves agree up to float
     // summation order. Fails if the all-reduce drops or double-counts a rank.
     let dp = run("allreduce_app", &["--steps", "12"], &[TWO]).must_succeed();
-    let one = run("allreduce_app", &["--devices", "1", "--batch", "32", "--steps", "12"], &[]).must_succeed();
+    let one = run(
+        "allreduce_app",
+        &["--devices", "1", "--batch", "32", "--steps", "12"],
+        &[],
+    )
+    .must_succeed();
     let (a, b) = (losses(&dp), losses(&one));
     assert_eq!(a.len(), 12);
     for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!((x - y).abs() <= 1e-3 * y.abs() + 1e-6, "step {i}: 2 devices {x}, 1 device {y}");
+        assert!(
+            (x - y).abs() <= 1e-3 * y.abs() + 1e-6,
+            "step {i}: 2 devices {x}, 1 device {y}"
+        );
     }
 }
 
@@ -121,7 +150,12 @@ fn allreduce_app_needs_the_devices_it_asks_for() {
 
 #[test]
 fn allreduce_app_completes_in_phantom_mode() {
-    let r = run("allreduce_app", &["--steps", "3", "--dim", "256"], &[TWO, ("ACLSIM_PHANTOM", "1")]).must_succeed();
+    let r = run(
+        "allreduce_app",
+        &["--steps", "3", "--dim", "256"],
+        &[TWO, ("ACLSIM_PHANTOM", "1")],
+    )
+    .must_succeed();
     assert_eq!(r.stats["phantom"].as_bool(), Some(true));
     assert_eq!(r.stat_u64(&["hccl_ops"]), 3 * 2 * 2);
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
@@ -136,7 +170,12 @@ fn allreduce_app_completes_in_phantom_mode() {
 #[test]
 fn hccl_collectives_compute_the_right_results() {
     let r = run("hccltest_cases", &["--case", "ops"], &[TWO]).must_succeed();
-    for k in ["ok_allreduce", "ok_allgather", "ok_reducescatter", "ok_broadcast"] {
+    for k in [
+        "ok_allreduce",
+        "ok_allgather",
+        "ok_reducescatter",
+        "ok_broadcast",
+    ] {
         assert_eq!(fact_i64(&r, k), 1, "{k}:\n{}", r.stderr);
     }
     assert_eq!(fact_i64(&r, "rank_size"), 2);
@@ -164,11 +203,23 @@ fn hccl_collective_on_missing_memory_is_an_mmu_fault_on_every_rank() {
     assert_eq!(fact_i64(&r, "unmapped_sync0"), 507053);
     assert_eq!(fact_i64(&r, "unmapped_sync1"), 507057);
     assert_eq!(fact_i64(&r, "unmapped_rank1_untouched"), 1);
-    assert_eq!(fact_i64(&r, "partial_sync0"), 507053, "a range running off its mapping faults");
+    assert_eq!(
+        fact_i64(&r, "partial_sync0"),
+        507053,
+        "a range running off its mapping faults"
+    );
     assert_eq!(fact_i64(&r, "partial_sync1"), 507057);
-    assert_eq!(fact_i64(&r, "after_ok"), 1, "the group keeps working after a fault");
+    assert_eq!(
+        fact_i64(&r, "after_ok"),
+        1,
+        "the group keeps working after a fault"
+    );
     assert_eq!(r.stat_u64(&["mmu_faults"]), 3);
-    assert!(r.stderr.contains("MMU fault") && r.stderr.contains("HcclAllReduce"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("MMU fault") && r.stderr.contains("HcclAllReduce"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -211,14 +262,26 @@ fn hccl_bad_input_gets_hccl_codes() {
         assert_eq!(fact_i64(&r, k), *v, "{k}");
     }
     assert_eq!(r.stat_u64(&["hccl_ops"]), 0, "no bad call queued anything");
-    assert!(!r.stdout.lines().any(|l| l.starts_with("aclsim:")), "library wrote to stdout");
+    assert!(
+        !r.stdout.lines().any(|l| l.starts_with("aclsim:")),
+        "library wrote to stdout"
+    );
 }
 
 #[test]
 fn hccl_missing_peer_times_out_instead_of_hanging() {
     let t = Instant::now();
-    let r = run("hccltest_cases", &["--case", "timeout"], &[TWO, ("ACLSIM_HCCL_TIMEOUT", "0.5")]).must_succeed();
-    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    let r = run(
+        "hccltest_cases",
+        &["--case", "timeout"],
+        &[TWO, ("ACLSIM_HCCL_TIMEOUT", "0.5")],
+    )
+    .must_succeed();
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
     assert_eq!(fact_i64(&r, "sync0"), 107020, "ACL_ERROR_RT_TASK_TIMEOUT");
     assert!(r.stderr.contains("HCCL_E_TIMEOUT"), "{}", r.stderr);
     assert!(r.stderr.contains("rank(s) 1 never arrived"), "{}", r.stderr);
@@ -227,17 +290,39 @@ fn hccl_missing_peer_times_out_instead_of_hanging() {
 #[test]
 fn hccl_peer_losing_its_device_fails_the_collective_promptly() {
     let t = Instant::now();
-    let r = run("hccltest_cases", &["--case", "lost"], &[TWO, ("ACLSIM_FAULTS", "lose:1@1")]).must_succeed();
-    assert!(t.elapsed() < Duration::from_secs(10), "no 60 s timeout wait: {:?}", t.elapsed());
+    let r = run(
+        "hccltest_cases",
+        &["--case", "lost"],
+        &[TWO, ("ACLSIM_FAULTS", "lose:1@1")],
+    )
+    .must_succeed();
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "no 60 s timeout wait: {:?}",
+        t.elapsed()
+    );
     assert_eq!(fact_i64(&r, "call0"), 0);
-    assert_eq!(fact_i64(&r, "call1"), 15, "HCCL_E_RUNTIME on the lost device");
-    assert_eq!(fact_i64(&r, "sync0"), 507057, "ACL_ERROR_RT_SUSPECT_REMOTE_ERROR");
+    assert_eq!(
+        fact_i64(&r, "call1"),
+        15,
+        "HCCL_E_RUNTIME on the lost device"
+    );
+    assert_eq!(
+        fact_i64(&r, "sync0"),
+        507057,
+        "ACL_ERROR_RT_SUSPECT_REMOTE_ERROR"
+    );
     assert_eq!(r.stats["devices"][1]["lost"].as_bool(), Some(true));
 }
 
 #[test]
 fn hccl_injected_fault_fails_the_call_only() {
-    let r = run("hccltest_cases", &["--case", "inject"], &[TWO, ("ACLSIM_FAULTS", "coll:1")]).must_succeed();
+    let r = run(
+        "hccltest_cases",
+        &["--case", "inject"],
+        &[TWO, ("ACLSIM_FAULTS", "coll:1")],
+    )
+    .must_succeed();
     assert_eq!(fact_i64(&r, "first"), 15, "HCCL_E_RUNTIME");
     assert_eq!(fact_i64(&r, "second_ok"), 1);
     assert_eq!(r.stat_u64(&["injected_faults"]), 1);
@@ -257,12 +342,22 @@ fn hccl_collective_ends_at_the_same_simulated_time_on_every_rank() {
     let r = run("hccltest_cases", &["--case", "timing"], &[TWO]).must_succeed();
     let (b0, a0) = (fact_i64(&r, "t0_before"), fact_i64(&r, "t0_after"));
     let (b1, a1) = (fact_i64(&r, "t1_before"), fact_i64(&r, "t1_after"));
-    assert!(b0 > 300_000, "device 0 was busy with a 256 MiB memset first ({b0} ns)");
+    assert!(
+        b0 > 300_000,
+        "device 0 was busy with a 256 MiB memset first ({b0} ns)"
+    );
     assert!(b1 < 1_000, "device 1 was idle ({b1} ns)");
     // ring all-reduce of 4 MiB over 2 ranks at 25 GB/s, plus 5 us launch
     let cost = (2.0 * 0.5 * (4u64 << 20) as f64 / 25e9 * 1e9) as i64 + 5_000;
-    assert!((a0 - a1).abs() <= 1, "both ranks finish together: {a0} vs {a1}");
-    assert!((a0 - (b0 + cost)).abs() <= 64, "finish = slowest start + cost: {a0} vs {} + {cost}", b0);
+    assert!(
+        (a0 - a1).abs() <= 1,
+        "both ranks finish together: {a0} vs {a1}"
+    );
+    assert!(
+        (a0 - (b0 + cost)).abs() <= 64,
+        "finish = slowest start + cost: {a0} vs {} + {cost}",
+        b0
+    );
 }
 
 // -------------------------------------------------------------------- VMM
@@ -271,25 +366,48 @@ fn hccl_collective_ends_at_the_same_simulated_time_on_every_rank() {
 fn vmm_app_expandable_segments_reproduce() {
     let a = run("vmm_app", &[], &[]).must_succeed();
     assert_eq!(fact_i64(&a, "granularity"), 2 << 20);
-    assert_eq!(fact_i64(&a, "fresh_zero"), 1, "fresh physical memory reads as zeros");
-    assert_eq!(fact_i64(&a, "remap_preserves"), 1, "a remapped handle keeps its contents");
+    assert_eq!(
+        fact_i64(&a, "fresh_zero"),
+        1,
+        "fresh physical memory reads as zeros"
+    );
+    assert_eq!(
+        fact_i64(&a, "remap_preserves"),
+        1,
+        "a remapped handle keeps its contents"
+    );
     assert_eq!(fact_i64(&a, "memory_restored"), 1);
     assert!(fact_i64(&a, "spans") > 0, "some tensors span two handles");
     assert!(fact_i64(&a, "large_peak_segments") >= 2);
     assert!(fact_i64(&a, "small_peak_segments") >= 2);
-    assert!(fact_i64(&a, "shrinks") > 6, "pools also shrink when full, not only per step");
+    assert!(
+        fact_i64(&a, "shrinks") > 6,
+        "pools also shrink when full, not only per step"
+    );
     let peak = fact_i64(&a, "mapped_peak") as u64;
     assert!(peak >= 40 << 20, "mapped_peak {peak}");
     let dev = &a.stats["devices"][0];
-    assert!(dev["peak_bytes"].as_u64().unwrap() >= peak, "physical peak covers the mapped peak");
-    assert_eq!(dev["current_bytes"].as_u64(), Some(0), "everything was freed");
+    assert!(
+        dev["peak_bytes"].as_u64().unwrap() >= peak,
+        "physical peak covers the mapped peak"
+    );
+    assert_eq!(
+        dev["current_bytes"].as_u64(),
+        Some(0),
+        "everything was freed"
+    );
     assert_eq!(a.stat_u64(&["mmu_faults"]), 0);
     assert_eq!(a.stat_u64(&["ops"]), 3 * 24 * 4);
 
     let b = run("vmm_app", &[], &[]).must_succeed();
     assert_eq!(fact_str(&b, "checksum"), fact_str(&a, "checksum"));
     assert_eq!(b.stdout, a.stdout);
-    let c = run("vmm_app", &["--tensors", "10", "--segments", "2", "--steps", "2"], &[]).must_succeed();
+    let c = run(
+        "vmm_app",
+        &["--tensors", "10", "--segments", "2", "--steps", "2"],
+        &[],
+    )
+    .must_succeed();
     assert_ne!(fact_str(&c, "checksum"), fact_str(&a, "checksum"));
     assert!(fact_i64(&c, "large_peak_segments") <= 2);
 }
@@ -301,7 +419,10 @@ fn vmm_app_completes_in_phantom_mode() {
     assert_eq!(r.stats["phantom"].as_bool(), Some(true));
     // Same allocation pattern, same checks against the mappings, no data.
     assert_eq!(fact_str(&r, "mapped_peak"), fact_str(&real, "mapped_peak"));
-    assert_eq!(fact_str(&r, "handles_allocated"), fact_str(&real, "handles_allocated"));
+    assert_eq!(
+        fact_str(&r, "handles_allocated"),
+        fact_str(&real, "handles_allocated")
+    );
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
     assert_eq!(r.stat_u64(&["ops"]), real.stat_u64(&["ops"]));
 }
@@ -356,9 +477,18 @@ fn vmm_misuse_gets_the_runtime_codes() {
 
 #[test]
 fn vmm_physical_memory_is_bounded_by_capacity() {
-    let r = run("vmmtest_errors", &["--case", "fill"], &[("ACLSIM_HBM_BYTES", "64M")]).must_succeed();
+    let r = run(
+        "vmmtest_errors",
+        &["--case", "fill"],
+        &[("ACLSIM_HBM_BYTES", "64M")],
+    )
+    .must_succeed();
     assert_eq!(fact_i64(&r, "total"), 64 << 20);
-    assert_eq!(fact_i64(&r, "filled"), 32, "64 MiB holds 32 handles of 2 MiB");
+    assert_eq!(
+        fact_i64(&r, "filled"),
+        32,
+        "64 MiB holds 32 handles of 2 MiB"
+    );
     assert_eq!(fact_i64(&r, "fail"), 207001);
     assert_eq!(fact_i64(&r, "free_when_full"), 0);
     assert_eq!(fact_i64(&r, "after_free"), 0);
@@ -367,7 +497,12 @@ fn vmm_physical_memory_is_bounded_by_capacity() {
 
 #[test]
 fn vmm_injected_physical_allocation_failure() {
-    let r = run("vmmtest_errors", &["--case", "faults"], &[("ACLSIM_FAULTS", "phys:2")]).must_succeed();
+    let r = run(
+        "vmmtest_errors",
+        &["--case", "faults"],
+        &[("ACLSIM_FAULTS", "phys:2")],
+    )
+    .must_succeed();
     assert_eq!(fact_i64(&r, "phys1"), 0);
     assert_eq!(fact_i64(&r, "phys2"), 207001);
     assert_eq!(fact_i64(&r, "phys3"), 0);

@@ -18,25 +18,46 @@ fn aclnn(args: &[&str]) -> Run {
 
 /// The float array a program printed as `key=v0,v1,...`.
 fn arr(r: &Run, key: &str) -> Vec<f32> {
-    let v = r.fact(key).unwrap_or_else(|| panic!("no {key} in output:\n{}", r.stdout));
-    v.split(',').map(|x| x.parse::<f32>().unwrap_or_else(|e| panic!("{key}: bad float {x}: {e}"))).collect()
+    let v = r
+        .fact(key)
+        .unwrap_or_else(|| panic!("no {key} in output:\n{}", r.stdout));
+    v.split(',')
+        .map(|x| {
+            x.parse::<f32>()
+                .unwrap_or_else(|e| panic!("{key}: bad float {x}: {e}"))
+        })
+        .collect()
 }
 
 fn int(r: &Run, key: &str) -> i64 {
-    r.fact(key).unwrap_or_else(|| panic!("no {key} in output:\n{}\nstderr:\n{}", r.stdout, r.stderr)).parse().unwrap()
+    r.fact(key)
+        .unwrap_or_else(|| panic!("no {key} in output:\n{}\nstderr:\n{}", r.stdout, r.stderr))
+        .parse()
+        .unwrap()
 }
 
 fn assert_close(got: &[f32], want: &[f64], tol: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         let err = (*g as f64 - w).abs();
-        assert!(err <= tol * (1.0 + w.abs()), "{what}[{i}]: got {g}, want {w} (err {err})");
+        assert!(
+            err <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, want {w} (err {err})"
+        );
     }
 }
 
 /// y[m,n] = op(x1)[m,k] * op(x2)[k,n] in f64; op = transpose when flagged.
 /// x1 is stored [k,m] when ta, x2 is stored [n,k] when tb.
-fn matmul_ref(x1: &[f32], x2: &[f32], m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Vec<f64> {
+fn matmul_ref(
+    x1: &[f32],
+    x2: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: bool,
+    tb: bool,
+) -> Vec<f64> {
     let mut y = vec![0f64; m * n];
     for i in 0..m {
         for j in 0..n {
@@ -73,7 +94,11 @@ fn matmul_through_every_aclop_entry_point() {
     assert_close(&arr(&base, "y"), &want, 1e-5, "aclopExecuteV2");
     for api in ["v1", "compile", "compile2"] {
         let r = aclop(&["matmul", "4", "6", "5", "1", "0", api]);
-        assert_eq!(arr(&r, "y"), arr(&base, "y"), "{api} differs from aclopExecuteV2");
+        assert_eq!(
+            arr(&r, "y"),
+            arr(&base, "y"),
+            "{api} differs from aclopExecuteV2"
+        );
     }
 }
 
@@ -81,7 +106,15 @@ fn matmul_through_every_aclop_entry_point() {
 fn batch_matmul_with_adjoints() {
     let (b, m, k, n) = (3usize, 4usize, 5usize, 2usize);
     for (ta, tb) in [(0, 0), (1, 1), (0, 1)] {
-        let r = aclop(&["batchmatmul", "3", "4", "5", "2", &ta.to_string(), &tb.to_string()]);
+        let r = aclop(&[
+            "batchmatmul",
+            "3",
+            "4",
+            "5",
+            "2",
+            &ta.to_string(),
+            &tb.to_string(),
+        ]);
         let (x1, x2, y) = (arr(&r, "x1"), arr(&r, "x2"), arr(&r, "y"));
         let mut want = Vec::new();
         for i in 0..b {
@@ -113,7 +146,11 @@ fn elementwise_ops_broadcast() {
         let r = aclop(&["binary", op, s1, s2, sy]);
         let (x1, x2, y) = (arr(&r, "x1"), arr(&r, "x2"), arr(&r, "y"));
         let dims = |s: &str| -> Vec<usize> {
-            if s == "s" { vec![] } else { s.split('x').map(|d| d.parse().unwrap()).collect() }
+            if s == "s" {
+                vec![]
+            } else {
+                s.split('x').map(|d| d.parse().unwrap()).collect()
+            }
         };
         let (d1, d2, dy) = (dims(s1), dims(s2), dims(sy));
         let at = |x: &[f32], d: &[usize], idx: &[usize]| -> f32 {
@@ -172,7 +209,10 @@ fn softmax_is_stable_and_rows_sum_to_one() {
         let s: f64 = e.iter().sum();
         let want: Vec<f64> = e.iter().map(|v| v / s).collect();
         let got = &y[i * cols..(i + 1) * cols];
-        assert!(got.iter().all(|v| v.is_finite()), "row {i} not finite (max not subtracted?): {got:?}");
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "row {i} not finite (max not subtracted?): {got:?}"
+        );
         let sum: f64 = got.iter().map(|v| *v as f64).sum();
         assert!((sum - 1.0).abs() < 1e-5, "row {i} sums to {sum}");
         assert_close(got, &want, 1e-5, "Softmax");
@@ -185,7 +225,11 @@ fn reduce_sum_over_each_axis() {
     for axis in [0i64, 1, 2, -1, -3] {
         let r = aclop(&["reducesum", "3x4x5", &axis.to_string()]);
         let (x, y) = (arr(&r, "x"), arr(&r, "y"));
-        let ax = if axis < 0 { (axis + 3) as usize } else { axis as usize };
+        let ax = if axis < 0 {
+            (axis + 3) as usize
+        } else {
+            axis as usize
+        };
         let outer: usize = d[..ax].iter().product();
         let inner: usize = d[ax + 1..].iter().product();
         let mut want = vec![0f64; outer * inner];
@@ -232,8 +276,16 @@ fn apply_adam_one_step_matches_formula() {
 fn hash_kernel_is_deterministic_and_sees_every_byte() {
     let r = aclop(&["hash"]);
     for key in [
-        "same0", "same1", "flip_tail0", "flip_tail1", "flip_mid0", "flip_mid1", "restored", "outputs_differ",
-        "type_matters", "bytes_matmul_hashed",
+        "same0",
+        "same1",
+        "flip_tail0",
+        "flip_tail1",
+        "flip_mid0",
+        "flip_mid1",
+        "restored",
+        "outputs_differ",
+        "type_matters",
+        "bytes_matmul_hashed",
     ] {
         assert_eq!(int(&r, key), 1, "{key}:\n{}", r.stdout);
     }
@@ -246,7 +298,10 @@ fn hash_kernel_is_deterministic_and_sees_every_byte() {
 #[test]
 fn in_place_operators_read_inputs_before_writing() {
     let r = aclop(&["inplace"]);
-    assert_eq!(arr(&r, "add_inplace"), vec![2.0, -4.0, 7.0, 8.0, 10.0, -12.0]);
+    assert_eq!(
+        arr(&r, "add_inplace"),
+        vec![2.0, -4.0, 7.0, 8.0, 10.0, -12.0]
+    );
     let want = matmul_ref(&arr(&r, "mm_x1"), &arr(&r, "mm_x2"), 4, 4, 4, false, false);
     assert_close(&arr(&r, "mm_y"), &want, 1e-5, "MatMul y aliasing x1");
     assert_eq!(int(&r, "hash_inplace_same"), 1);
@@ -257,11 +312,21 @@ fn float16_operands_compute_through_f32() {
     let r = aclop(&["f16"]);
     let (x1, x2, y, z) = (arr(&r, "x1"), arr(&r, "x2"), arr(&r, "y"), arr(&r, "z"));
     // results are rounded to f16 (11-bit significand): relative error <= 2^-11
-    let add: Vec<f64> = x1.iter().zip(&x2).map(|(a, b)| *a as f64 + *b as f64).collect();
+    let add: Vec<f64> = x1
+        .iter()
+        .zip(&x2)
+        .map(|(a, b)| *a as f64 + *b as f64)
+        .collect();
     assert_close(&y, &add, 1.0 / 2048.0, "f16 Add");
-    assert_close(&z, &matmul_ref(&x1, &x2, 4, 4, 4, false, false), 1.0 / 1024.0, "f16 MatMul");
+    assert_close(
+        &z,
+        &matmul_ref(&x1, &x2, 4, 4, 4, false, false),
+        1.0 / 1024.0,
+        "f16 MatMul",
+    );
     // and they really are f16 values, not f32 ones
-    let is_f16 = |v: f32| v == 0.0 || (v * 2f32.powi(10 - v.abs().log2().floor() as i32)).fract() == 0.0;
+    let is_f16 =
+        |v: f32| v == 0.0 || (v * 2f32.powi(10 - v.abs().log2().floor() as i32)).fract() == 0.0;
     assert!(y.iter().chain(&z).all(|v| is_f16(*v)), "{y:?} {z:?}");
     assert!(!is_f16(0.1f32), "the f16 check itself");
 }
@@ -330,11 +395,23 @@ fn validation_is_the_same_in_phantom_mode() {
     let real = aclop(&["errors"]);
     let phantom = run("optest_aclop", &["errors"], &[("ACLSIM_PHANTOM", "1")]).must_succeed();
     assert_eq!(phantom.stats["phantom"], serde_json::Value::Bool(true));
-    for key in ["null_buffer", "small_buffer", "matmul_one_input", "matmul_bad_shape", "add_double", "bad_stream"] {
+    for key in [
+        "null_buffer",
+        "small_buffer",
+        "matmul_one_input",
+        "matmul_bad_shape",
+        "add_double",
+        "bad_stream",
+    ] {
         assert_eq!(real.fact(key), phantom.fact(key), "{key}");
     }
     // and an op is still timed and counted
-    let r = run("optest_aclop", &["flops", "2800000000000"], &[("ACLSIM_PHANTOM", "1")]).must_succeed();
+    let r = run(
+        "optest_aclop",
+        &["flops", "2800000000000"],
+        &[("ACLSIM_PHANTOM", "1")],
+    )
+    .must_succeed();
     assert_eq!(r.stat_u64(&["ops"]), 1);
     assert!(r.stat_u64(&["sim_ns"]) >= 10_000_000, "{}", r.stats);
 }
@@ -342,14 +419,26 @@ fn validation_is_the_same_in_phantom_mode() {
 #[test]
 fn op_on_freed_buffer_is_an_mmu_fault() {
     let r = aclop(&["mmu"]);
-    assert_eq!(int(&r, "launch_rc"), 0, "the launch is asynchronous: the fault shows at sync");
+    assert_eq!(
+        int(&r, "launch_rc"),
+        0,
+        "the launch is asynchronous: the fault shows at sync"
+    );
     assert_eq!(int(&r, "sync_rc"), 507053);
-    assert_eq!(int(&r, "sync_again_rc"), 0, "the stream error is reported once");
+    assert_eq!(
+        int(&r, "sync_again_rc"),
+        0,
+        "the stream error is reported once"
+    );
     assert_eq!(int(&r, "after_rc"), 0);
     assert_eq!(r.fact("after_y63").as_deref(), Some("63"));
     assert_eq!(r.stat_u64(&["mmu_faults"]), 1);
     assert_eq!(r.stats["devices"][0]["mmu_faults"].as_u64(), Some(1));
-    assert!(r.stderr.contains("aclopExecuteV2(Relu)"), "fault message names the op:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("aclopExecuteV2(Relu)"),
+        "fault message names the op:\n{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -360,18 +449,32 @@ fn flops_attr_drives_simulated_time() {
     let big = aclop(&["flops", "2800000000000"]).stat_u64(&["sim_ns"]);
     assert_eq!(none, zero, "an unknown op has no flops of its own");
     assert!(none < 1_000_000, "small hash op took {none} ns");
-    assert!(big >= 10_000_000 && big < 10_000_000 + 1_000_000, "flops=2.8e12 took {big} ns");
+    assert!(
+        big >= 10_000_000 && big < 10_000_000 + 1_000_000,
+        "flops=2.8e12 took {big} ns"
+    );
     // the rate comes from ACLSIM_TFLOPS
-    let slow = run("optest_aclop", &["flops", "2800000000000"], &[("ACLSIM_TFLOPS", "28")])
-        .must_succeed()
-        .stat_u64(&["sim_ns"]);
-    assert!(slow >= 100_000_000 && slow < 101_000_000, "at 28 TFLOPS: {slow} ns");
+    let slow = run(
+        "optest_aclop",
+        &["flops", "2800000000000"],
+        &[("ACLSIM_TFLOPS", "28")],
+    )
+    .must_succeed()
+    .stat_u64(&["sim_ns"]);
+    assert!(
+        slow >= 100_000_000 && slow < 101_000_000,
+        "at 28 TFLOPS: {slow} ns"
+    );
 }
 
 #[test]
 fn injected_op_fault_fails_the_launch() {
     let r = run("optest_aclop", &["relu", "4"], &[("ACLSIM_FAULTS", "op:1")]);
-    assert_eq!(r.code, 2, "ACL_CHECK exits 2 on the failed launch:\n{}", r.stderr);
+    assert_eq!(
+        r.code, 2,
+        "ACL_CHECK exits 2 on the failed launch:\n{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("507015"), "{}", r.stderr);
 }
 
@@ -401,7 +504,15 @@ fn aclnn_matmul_reads_a_transposed_view() {
     let (m, k, n) = (5usize, 6usize, 3usize);
     let r = aclnn(&["matmul_t", "5", "6", "3"]);
     // mat2 is the [K,N] transposed view of an [N,K] buffer: exactly the tb case
-    let want = matmul_ref(&arr(&r, "self"), &arr(&r, "mat2_storage"), m, k, n, false, true);
+    let want = matmul_ref(
+        &arr(&r, "self"),
+        &arr(&r, "mat2_storage"),
+        m,
+        k,
+        n,
+        false,
+        true,
+    );
     assert_close(&arr(&r, "out"), &want, 1e-5, "aclnnMatmul transposed mat2");
     assert_eq!(r.fact("view_shape").as_deref(), Some("2:6,3"));
 }
@@ -413,7 +524,15 @@ fn aclnn_batched_matmul_with_offset_view() {
     let (x1, x2) = (arr(&r, "self"), arr(&r, "mat2"));
     let mut want = Vec::new();
     for i in 0..b {
-        want.extend(matmul_ref(&x1[i * m * k..(i + 1) * m * k], &x2[i * k * n..(i + 1) * k * n], m, k, n, false, false));
+        want.extend(matmul_ref(
+            &x1[i * m * k..(i + 1) * m * k],
+            &x2[i * k * n..(i + 1) * k * n],
+            m,
+            k,
+            n,
+            false,
+            false,
+        ));
     }
     assert_close(&arr(&r, "out"), &want, 1e-5, "aclnnMatmul batched");
 }
@@ -425,9 +544,19 @@ fn aclnn_softmax_along_either_dim() {
         let r = aclnn(&["softmax", "3", "7", dim]);
         let (x, y) = (arr(&r, "x"), arr(&r, "y"));
         let along_rows = dim == "0";
-        let (outer, len) = if along_rows { (cols, rows) } else { (rows, cols) };
+        let (outer, len) = if along_rows {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
         for o in 0..outer {
-            let idx = |i: usize| if along_rows { i * cols + o } else { o * cols + i };
+            let idx = |i: usize| {
+                if along_rows {
+                    i * cols + o
+                } else {
+                    o * cols + i
+                }
+            };
             let e: Vec<f64> = (0..len).map(|i| (x[idx(i)] as f64).exp()).collect();
             let s: f64 = e.iter().sum();
             let got: Vec<f32> = (0..len).map(|i| y[idx(i)]).collect();

@@ -20,20 +20,20 @@ fn code(r: &Run, key: &str) -> i64 {
 fn bad_input_gets_the_real_error_codes() {
     let r = run("rtcheck", &["errors"], &[]).must_succeed();
     let expect: &[(&str, i64)] = &[
-        ("malloc_before_init", 100001),   // ACL_ERROR_UNINITIALIZE
+        ("malloc_before_init", 100001), // ACL_ERROR_UNINITIALIZE
         ("finalize_before_init", 100001),
         ("init", 0),
-        ("init_again", 100002),           // ACL_ERROR_REPEAT_INITIALIZE
-        ("malloc_no_device", 107002),     // ACL_ERROR_RT_CONTEXT_NULL
+        ("init_again", 100002),       // ACL_ERROR_REPEAT_INITIALIZE
+        ("malloc_no_device", 107002), // ACL_ERROR_RT_CONTEXT_NULL
         ("get_device_none", 107002),
         ("set_device_out_of_range", 107001), // ACL_ERROR_RT_INVALID_DEVICEID
-        ("malloc_null_out", 100000),      // ACL_ERROR_INVALID_PARAM
+        ("malloc_null_out", 100000),         // ACL_ERROR_INVALID_PARAM
         ("malloc_size0", 100000),
         ("malloc_bad_policy", 100000),
-        ("malloc_absurd", 207001),        // ACL_ERROR_RT_MEMORY_ALLOCATION
+        ("malloc_absurd", 207001), // ACL_ERROR_RT_MEMORY_ALLOCATION
         ("malloc", 0),
         ("free_null", 100000),
-        ("free_interior", 107000),        // ACL_ERROR_RT_PARAM_INVALID
+        ("free_interior", 107000), // ACL_ERROR_RT_PARAM_INVALID
         ("free_host_ptr", 107000),
         ("memcpy_count_gt_destmax", 100000),
         ("memcpy_wrong_kind", 107000),
@@ -50,19 +50,27 @@ fn bad_input_gets_the_real_error_codes() {
         ("host_func_null", 100000),
         ("reserve_expect_ptr", 100000),
         ("reserve_alignment", 100000),
-        ("map_bogus_handle", 107017),     // ACL_ERROR_RT_INVALID_HANDLE
+        ("map_bogus_handle", 107017), // ACL_ERROR_RT_INVALID_HANDLE
         ("free_physical_bogus", 107017),
         ("unmap_not_mapped", 107000),
         ("meminfo_null", 100000),
         ("finalize", 0),
-        ("finalize_again", 100037),       // ACL_ERROR_REPEAT_FINALIZE
+        ("finalize_again", 100037), // ACL_ERROR_REPEAT_FINALIZE
         ("malloc_after_finalize", 100001),
     ];
     let f = facts(&r);
     for (k, v) in expect {
-        assert_eq!(f.get(*k).map(|s| s.parse::<i64>().unwrap()), Some(*v), "{k}\nstderr:\n{}", r.stderr);
+        assert_eq!(
+            f.get(*k).map(|s| s.parse::<i64>().unwrap()),
+            Some(*v),
+            "{k}\nstderr:\n{}",
+            r.stderr
+        );
     }
-    assert!(r.stdout.lines().all(|l| !l.starts_with("aclsim:")), "the runtime wrote to stdout");
+    assert!(
+        r.stdout.lines().all(|l| !l.starts_with("aclsim:")),
+        "the runtime wrote to stdout"
+    );
 }
 
 #[test]
@@ -76,23 +84,39 @@ fn capacity_is_enforced_with_207001_and_meminfo_is_true() {
     // aclrtMalloc(2 MiB) is padded by 32 bytes and so takes two 2 MiB pages
     assert_eq!(code(&r, "malloc_2m_physical"), 4 << 20);
     assert_eq!(r.stat_u64(&["failed_allocs"]), 1);
-    assert_eq!(r.stat_u64(&["devices", "0", "peak_bytes"]).min(256 << 20), 256 << 20);
+    assert_eq!(
+        r.stat_u64(&["devices", "0", "peak_bytes"]).min(256 << 20),
+        256 << 20
+    );
 }
 
 #[test]
 fn streams_are_asynchronous_and_races_are_visible() {
     let r = run("rtcheck", &["race"], &[]).must_succeed();
     assert_eq!(code(&r, "query_while_busy"), 1); // ACL_STREAM_STATUS_NOT_READY
-    assert_eq!(code(&r, "unsynchronised_read"), 0, "a read without synchronising must see the old data");
+    assert_eq!(
+        code(&r, "unsynchronised_read"),
+        0,
+        "a read without synchronising must see the old data"
+    );
     assert_eq!(code(&r, "query_after_sync"), 0);
     assert_eq!(code(&r, "synchronised_read"), 0x5a);
 }
 
 #[test]
 fn events_order_streams_and_carry_simulated_time() {
-    let r = run("rtcheck", &["events"], &[("ACLSIM_HBM_GBPS", "800"), ("ACLSIM_LAUNCH_US", "5")]).must_succeed();
+    let r = run(
+        "rtcheck",
+        &["events"],
+        &[("ACLSIM_HBM_GBPS", "800"), ("ACLSIM_LAUNCH_US", "5")],
+    )
+    .must_succeed();
     assert_eq!(code(&r, "event_status_before"), 0); // NOT_READY
-    assert_eq!(code(&r, "ordered_value"), 5, "stream B ran before the event it waited on");
+    assert_eq!(
+        code(&r, "ordered_value"),
+        5,
+        "stream B ran before the event it waited on"
+    );
     assert_eq!(code(&r, "event_status_after"), 1); // COMPLETE
     let us: f64 = r.fact("elapsed_sim_us").unwrap().parse().unwrap();
     // 8 MiB memset at 800 GB/s (10.486 us) + 5 us launch latency
@@ -107,8 +131,15 @@ fn events_order_streams_and_carry_simulated_time() {
 
 #[test]
 fn injected_faults_return_the_real_codes() {
-    let r = run("rtcheck", &["faults"], &[("ACLSIM_FAULTS", "malloc:2,copy:1,memset:2,phys:2,map:1,host:1")])
-        .must_succeed();
+    let r = run(
+        "rtcheck",
+        &["faults"],
+        &[(
+            "ACLSIM_FAULTS",
+            "malloc:2,copy:1,memset:2,phys:2,map:1,host:1",
+        )],
+    )
+    .must_succeed();
     let want: &[(&str, i64)] = &[
         ("malloc1", 0),
         ("malloc2", 207001),
@@ -137,9 +168,17 @@ fn injected_faults_return_the_real_codes() {
 
 #[test]
 fn malformed_fault_spec_is_named() {
-    let r = run("rtcheck", &["faults"], &[("ACLSIM_FAULTS", "malloc:2,bogus:1")]);
+    let r = run(
+        "rtcheck",
+        &["faults"],
+        &[("ACLSIM_FAULTS", "malloc:2,bogus:1")],
+    );
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("ACLSIM_FAULTS") && r.stderr.contains("bogus:1"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("ACLSIM_FAULTS") && r.stderr.contains("bogus:1"),
+        "{}",
+        r.stderr
+    );
     assert!(r.stderr.contains("100000"));
     let r = run("rtcheck", &["faults"], &[("ACLSIM_HBM_BYTES", "lots")]);
     assert_eq!(r.code, 2);
@@ -148,16 +187,30 @@ fn malformed_fault_spec_is_named() {
 
 #[test]
 fn a_lost_device_fails_its_calls_and_spares_the_others() {
-    let r = run("rtcheck", &["lose"], &[("ACLSIM_DEVICES", "2"), ("ACLSIM_FAULTS", "lose:1@3")]).must_succeed();
+    let r = run(
+        "rtcheck",
+        &["lose"],
+        &[("ACLSIM_DEVICES", "2"), ("ACLSIM_FAULTS", "lose:1@3")],
+    )
+    .must_succeed();
     assert_eq!(code(&r, "dev1_copy1"), 0);
     assert_eq!(code(&r, "dev1_copy2"), 0);
-    for k in ["dev1_copy3", "dev1_copy4", "dev1_malloc_after", "dev1_sync_after", "dev1_set_after"] {
+    for k in [
+        "dev1_copy3",
+        "dev1_copy4",
+        "dev1_malloc_after",
+        "dev1_sync_after",
+        "dev1_set_after",
+    ] {
         assert_eq!(code(&r, k), 107022, "{k}"); // ACL_ERROR_RT_DEVICE_TASK_ABORT
     }
     assert_eq!(code(&r, "dev0_copy"), 0);
     assert_eq!(code(&r, "dev0_value"), 3);
     assert_eq!(r.stats["devices"][1]["lost"], serde_json::Value::Bool(true));
-    assert_eq!(r.stats["devices"][0]["lost"], serde_json::Value::Bool(false));
+    assert_eq!(
+        r.stats["devices"][0]["lost"],
+        serde_json::Value::Bool(false)
+    );
 }
 
 #[test]
@@ -169,7 +222,11 @@ fn touching_freed_memory_is_an_mmu_fault() {
     assert_eq!(code(&r, "sync_copy"), 507053);
     assert_eq!(r.stat_u64(&["mmu_faults"]), 2);
     assert_eq!(r.stat_u64(&["devices", "0", "mmu_faults"]), 2);
-    assert!(r.stderr.contains("device MMU fault") && r.stderr.contains("0x"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("device MMU fault") && r.stderr.contains("0x"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -187,5 +244,8 @@ fn phantom_mode_holds_20_gib_with_a_small_rss() {
 fn phantom_rss_stays_small() {
     let r = run("rtcheck", &["phantom"], &[("ACLSIM_PHANTOM", "1")]).must_succeed();
     let kb = code(&r, "peak_rss_kb");
-    assert!(kb > 0 && kb < 256 * 1024, "peak RSS {kb} KiB for a 20 GiB phantom footprint");
+    assert!(
+        kb > 0 && kb < 256 * 1024,
+        "peak RSS {kb} KiB for a 20 GiB phantom footprint"
+    );
 }

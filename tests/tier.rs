@@ -23,7 +23,10 @@ fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Va
     ];
     e.extend_from_slice(env);
     let r = run(prog, args, &e);
-    let s = std::fs::read_to_string(&summary).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(serde_json::Value::Null);
+    let s = std::fs::read_to_string(&summary)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null);
     (r, s)
 }
 
@@ -31,16 +34,29 @@ fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Va
 fn results(stdout: &str) -> Vec<&str> {
     stdout
         .lines()
-        .filter(|l| !l.starts_with("sim_") && !l.contains("tokens_per_s") && !l.contains("sim_ms") && !l.starts_with("reserved="))
+        .filter(|l| {
+            !l.starts_with("sim_")
+                && !l.contains("tokens_per_s")
+                && !l.contains("sim_ms")
+                && !l.starts_with("reserved=")
+        })
         .map(|l| l.split(" sim_ns=").next().unwrap())
         .collect()
 }
 
 fn assert_clean(r: &Run, hbm: u64, what: &str) {
     assert_eq!(r.code, 0, "{what}: exit\n{}", r.stderr);
-    assert_eq!(r.stat_u64(&["mmu_faults"]), 0, "{what}: device MMU faults\n{}", r.stderr);
+    assert_eq!(
+        r.stat_u64(&["mmu_faults"]),
+        0,
+        "{what}: device MMU faults\n{}",
+        r.stderr
+    );
     for d in r.stats["devices"].as_array().unwrap() {
-        assert!(d["peak_bytes"].as_u64().unwrap() <= hbm, "{what}: physical peak above HBM");
+        assert!(
+            d["peak_bytes"].as_u64().unwrap() <= hbm,
+            "{what}: physical peak above HBM"
+        );
     }
 }
 
@@ -65,10 +81,17 @@ fn mlp_train_at_1_5x_hbm_matches_an_unconstrained_run() {
     assert!(s["tier"]["faults_in"].as_u64().unwrap() > 0);
     // the other eviction orders move different chunks, with the same result
     for policy in ["lru", "predictive"] {
-        let (r, s) = tier("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M"), ("U3M_POLICY", policy)]);
+        let (r, s) = tier(
+            "mlp_train",
+            &args,
+            &[("ACLSIM_HBM_BYTES", "128M"), ("U3M_POLICY", policy)],
+        );
         assert_clean(&r, 128 * MIB, policy);
         assert_eq!(results(&r.stdout), results(&big.stdout), "{policy}");
-        assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{policy}: {s}");
+        assert!(
+            s["tier"]["evictions"].as_u64().unwrap() > 0,
+            "{policy}: {s}"
+        );
     }
 }
 
@@ -76,15 +99,27 @@ fn mlp_train_at_1_5x_hbm_matches_an_unconstrained_run() {
 fn kv_decode_serves_2_1x_the_kv_that_fits() {
     // 128 MiB of HBM holds the weights and 2 requests' KV (4 MiB buffers);
     // 2.1 x that is 5 requests
-    let fit = run("kv_decode", &["--requests", "2", "--max-context", "2048", "--decode", "6"], &[("ACLSIM_HBM_BYTES", "128M")]);
+    let fit = run(
+        "kv_decode",
+        &["--requests", "2", "--max-context", "2048", "--decode", "6"],
+        &[("ACLSIM_HBM_BYTES", "128M")],
+    );
     assert_eq!(fit.code, 0, "{}", fit.stderr);
-    stock_fails("kv_decode", &["--requests", "3", "--max-context", "2048", "--decode", "6"], &[("ACLSIM_HBM_BYTES", "128M")]);
+    stock_fails(
+        "kv_decode",
+        &["--requests", "3", "--max-context", "2048", "--decode", "6"],
+        &[("ACLSIM_HBM_BYTES", "128M")],
+    );
     let args = ["--requests", "5", "--max-context", "2048", "--decode", "6"];
     let big = run("kv_decode", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
     let (r, _) = tier("kv_decode", &args, &[("ACLSIM_HBM_BYTES", "128M")]);
     assert_clean(&r, 128 * MIB, "kv_decode");
     assert_eq!(r.fact("requests_served").as_deref(), Some("5"));
-    assert_eq!(results(&r.stdout), results(&big.stdout), "per-request checksums");
+    assert_eq!(
+        results(&r.stdout),
+        results(&big.stdout),
+        "per-request checksums"
+    );
 }
 
 /// A trace whose live set is `n` allocations of `mib` MiB, touched in turn.
@@ -93,11 +128,21 @@ fn ring_trace(dir: &Path, n: u64, mib: u64) -> PathBuf {
     let sz = mib << 20;
     let a = |i: u64| 0x1000_0000u64 + i * sz;
     for i in 0..n {
-        t += &format!("A {:#x} {sz}\nM H2D {:#x} 0x7f0000000000 {sz}\n", a(i), a(i));
+        t += &format!(
+            "A {:#x} {sz}\nM H2D {:#x} 0x7f0000000000 {sz}\n",
+            a(i),
+            a(i)
+        );
     }
     for _ in 0..3 {
         for i in 0..n {
-            t += &format!("O Mix 2 1 {:#x}:{sz} {:#x}:65536 {:#x}:{} flops=1000000\n", a(i), a((i + 5) % n) + 4096, a((i + 1) % n), 1 << 20);
+            t += &format!(
+                "O Mix 2 1 {:#x}:{sz} {:#x}:65536 {:#x}:{} flops=1000000\n",
+                a(i),
+                a((i + 5) % n) + 4096,
+                a((i + 1) % n),
+                1 << 20
+            );
         }
     }
     for i in 0..n {
@@ -130,26 +175,57 @@ fn replay_at_2x_hbm_with_dram_capped_uses_nvme_and_matches() {
     );
     assert_clean(&r, 64 * MIB, "acl_replay");
     assert_eq!(r.fact("checksum"), big.fact("checksum"));
-    assert!(s["tier"]["to_nvme"].as_u64().unwrap() > 0, "NVMe not used: {s}");
+    assert!(
+        s["tier"]["to_nvme"].as_u64().unwrap() > 0,
+        "NVMe not used: {s}"
+    );
     assert!(s["tier"]["from_nvme"].as_u64().unwrap() > 0, "{s}");
-    assert!(s["tier"]["clean_drops"].as_u64().unwrap() > 0, "clean chunks should be dropped without a copy: {s}");
+    assert!(
+        s["tier"]["clean_drops"].as_u64().unwrap() > 0,
+        "clean chunks should be dropped without a copy: {s}"
+    );
     // the swap file was private and unlinked; its directory is gone at exit
-    assert_eq!(std::fs::read_dir(&swap).unwrap().count(), 0, "swap dir left behind");
+    assert_eq!(
+        std::fs::read_dir(&swap).unwrap().count(),
+        0,
+        "swap dir left behind"
+    );
 }
 
 #[test]
 fn expandable_segments_and_two_device_allreduce_match() {
     let big = run("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
     stock_fails("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "32M")]);
-    let (r, s) = tier("vmm_app", &[], &[("ACLSIM_HBM_BYTES", "32M"), ("U3M_OVERSUB", "3")]);
+    let (r, s) = tier(
+        "vmm_app",
+        &[],
+        &[("ACLSIM_HBM_BYTES", "32M"), ("U3M_OVERSUB", "3")],
+    );
     assert_clean(&r, 32 * MIB, "vmm_app");
     assert_eq!(r.fact("checksum"), big.fact("checksum"));
     assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
 
     let args = ["--steps", "3", "--dim", "1024"];
-    let big = run("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
-    stock_fails("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "26M")]);
-    let (r, _) = tier("allreduce_app", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "26M"), ("U3M_OVERSUB", "3")]);
+    let big = run(
+        "allreduce_app",
+        &args,
+        &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "2G")],
+    )
+    .must_succeed();
+    stock_fails(
+        "allreduce_app",
+        &args,
+        &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "26M")],
+    );
+    let (r, _) = tier(
+        "allreduce_app",
+        &args,
+        &[
+            ("ACLSIM_DEVICES", "2"),
+            ("ACLSIM_HBM_BYTES", "26M"),
+            ("U3M_OVERSUB", "3"),
+        ],
+    );
     assert_clean(&r, 26 * MIB, "allreduce_app");
     assert_eq!(results(&r.stdout), results(&big.stdout));
     assert_eq!(r.fact("replicas_identical").as_deref(), Some("1"));
@@ -157,16 +233,32 @@ fn expandable_segments_and_two_device_allreduce_match() {
 
 #[test]
 fn mt_stress_under_constant_eviction_pressure_loses_nothing() {
-    let (r, s) = tier("mt_stress", &["--iters", "120", "--max-bytes", "8M"], &[("ACLSIM_HBM_BYTES", "48M"), ("U3M_OVERSUB", "4")]);
+    let (r, s) = tier(
+        "mt_stress",
+        &["--iters", "120", "--max-bytes", "8M"],
+        &[("ACLSIM_HBM_BYTES", "48M"), ("U3M_OVERSUB", "4")],
+    );
     assert_clean(&r, 48 * MIB, "mt_stress");
-    assert_eq!(r.fact("corrupted_bytes").as_deref(), Some("0"), "{}", r.stdout);
+    assert_eq!(
+        r.fact("corrupted_bytes").as_deref(),
+        Some("0"),
+        "{}",
+        r.stdout
+    );
     assert!(r.fact("verified_bytes").unwrap().parse::<u64>().unwrap() > 0);
-    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "no pressure: {s}");
+    assert!(
+        s["tier"]["evictions"].as_u64().unwrap() > 0,
+        "no pressure: {s}"
+    );
 }
 
 #[test]
 fn meminfo_reports_the_virtual_capacity() {
-    let (r, _) = tier("rtcheck", &["capacity"], &[("ACLSIM_HBM_BYTES", "256M"), ("U3M_OVERSUB", "1.5")]);
+    let (r, _) = tier(
+        "rtcheck",
+        &["capacity"],
+        &[("ACLSIM_HBM_BYTES", "256M"), ("U3M_OVERSUB", "1.5")],
+    );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.fact("total").unwrap().parse::<u64>().unwrap(), 384 * MIB);
     // 16 MiB allocations now succeed up to the virtual capacity
@@ -180,7 +272,11 @@ fn a_failing_physical_allocation_during_fault_in_is_absorbed() {
     let args = ["--footprint", "180M", "--steps", "2"];
     let big = run("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
     for rule in ["phys:7", "phys:40", "phys:41"] {
-        let (r, _) = tier("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", rule)]);
+        let (r, _) = tier(
+            "mlp_train",
+            &args,
+            &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", rule)],
+        );
         assert_clean(&r, 128 * MIB, rule);
         assert_eq!(results(&r.stdout), results(&big.stdout), "{rule}");
     }
@@ -190,7 +286,11 @@ fn a_failing_physical_allocation_during_fault_in_is_absorbed() {
 fn a_failing_copy_surfaces_as_the_runtime_error() {
     // a migration copy fails: the call that needed it returns the copy error
     // (507052) to the program, which reports it; nothing crashes
-    let (r, _) = tier("mlp_train", &["--footprint", "180M", "--steps", "2"], &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "copy:30+")]);
+    let (r, _) = tier(
+        "mlp_train",
+        &["--footprint", "180M", "--steps", "2"],
+        &[("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "copy:30+")],
+    );
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("ACL error 507052"), "{}", r.stderr);
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
@@ -225,7 +325,14 @@ fn background_prefetch_brings_evicted_chunks_back_before_use() {
     // B (80 MiB) is written, A (80 MiB) pushes 16 or more of B's chunks to DRAM, A is
     // freed: while the program idles, the background thread has room below
     // the low watermark and brings B back, so reading B faults nothing in
-    let args = ["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "300"];
+    let args = [
+        "--scenario",
+        "prefetch",
+        "--bytes",
+        "80M",
+        "--idle-ms",
+        "300",
+    ];
     let env = [("ACLSIM_HBM_BYTES", "128M"), ("U3M_POLICY", "lru")];
     let (r, s) = tier("tier_probe", &args, &env);
     assert_clean(&r, 128 * MIB, "prefetch");
@@ -233,14 +340,26 @@ fn background_prefetch_brings_evicted_chunks_back_before_use() {
     let t = &s["tier"];
     let evicted = t["evictions"].as_u64().unwrap();
     assert!(evicted >= 16, "A pushes at least 16 of B's chunks out: {s}");
-    assert_eq!(t["prefetches"].as_u64().unwrap(), evicted, "every evicted chunk of B comes back: {s}");
+    assert_eq!(
+        t["prefetches"].as_u64().unwrap(),
+        evicted,
+        "every evicted chunk of B comes back: {s}"
+    );
     // 40 + 40 first touches; B's read needed none
     assert_eq!(t["faults_in"].as_u64().unwrap(), 80, "{s}");
     // without the idle time the same read faults B's chunks in on demand
-    let (r, s) = tier("tier_probe", &["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "0"], &env);
+    let (r, s) = tier(
+        "tier_probe",
+        &["--scenario", "prefetch", "--bytes", "80M", "--idle-ms", "0"],
+        &env,
+    );
     assert_clean(&r, 128 * MIB, "no idle");
     assert_eq!(r.fact("b_ok").as_deref(), Some("1"));
-    assert_eq!(s["tier"]["faults_in"].as_u64().unwrap(), 80 + s["tier"]["evictions"].as_u64().unwrap() - s["tier"]["prefetches"].as_u64().unwrap(), "{s}");
+    assert_eq!(
+        s["tier"]["faults_in"].as_u64().unwrap(),
+        80 + s["tier"]["evictions"].as_u64().unwrap() - s["tier"]["prefetches"].as_u64().unwrap(),
+        "{s}"
+    );
 }
 
 #[test]
@@ -248,25 +367,65 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
     // 6 x 30 MiB on device 1 of 128 MiB: the first buffer lives in DRAM when
     // the card disappears (injected at its 200th work item); the others had
     // chunks only in HBM. Device 0 carries on.
-    let args = ["--scenario", "lose", "--buffers", "6", "--bytes", "30M", "--touches", "400"];
+    let args = [
+        "--scenario",
+        "lose",
+        "--buffers",
+        "6",
+        "--bytes",
+        "30M",
+        "--touches",
+        "400",
+    ];
     // lru: the eviction order (oldest buffer first) is then known
-    let env = [("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "128M"), ("ACLSIM_FAULTS", "lose:1@200"), ("U3M_POLICY", "lru")];
-    let stock = run("tier_probe", &args, &[("ACLSIM_DEVICES", "2"), ("ACLSIM_HBM_BYTES", "1G"), ("ACLSIM_FAULTS", "lose:1@200")]);
+    let env = [
+        ("ACLSIM_DEVICES", "2"),
+        ("ACLSIM_HBM_BYTES", "128M"),
+        ("ACLSIM_FAULTS", "lose:1@200"),
+        ("U3M_POLICY", "lru"),
+    ];
+    let stock = run(
+        "tier_probe",
+        &args,
+        &[
+            ("ACLSIM_DEVICES", "2"),
+            ("ACLSIM_HBM_BYTES", "1G"),
+            ("ACLSIM_FAULTS", "lose:1@200"),
+        ],
+    );
     assert_eq!(stock.code, 0, "{}", stock.stderr);
-    assert_eq!(stock.fact("readable").as_deref(), Some("0"), "stock: nothing survives the card\n{}", stock.stdout);
+    assert_eq!(
+        stock.fact("readable").as_deref(),
+        Some("0"),
+        "stock: nothing survives the card\n{}",
+        stock.stdout
+    );
     let (r, s) = tier("tier_probe", &args, &env);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
-    assert!(r.stdout.contains("buf=0 rc=0 ok=1"), "the DRAM-held buffer reads back intact:\n{}", r.stdout);
+    assert!(
+        r.stdout.contains("buf=0 rc=0 ok=1"),
+        "the DRAM-held buffer reads back intact:\n{}",
+        r.stdout
+    );
     assert_eq!(r.fact("dev0_ok").as_deref(), Some("1"));
     for i in 1..6 {
-        assert!(r.stdout.contains(&format!("buf={i} rc=107022 ok=0")), "buffer {i}: the runtime's error\n{}", r.stdout);
+        assert!(
+            r.stdout.contains(&format!("buf={i} rc=107022 ok=0")),
+            "buffer {i}: the runtime's error\n{}",
+            r.stdout
+        );
     }
     let lost = &s["lost_devices"][0];
     assert_eq!(lost["device"], 1, "{s}");
     assert_eq!(lost["allocations_lost"], 5, "{s}");
     assert_eq!(lost["allocations_readable"], 1, "{s}");
-    assert!(r.stderr.contains("u3m: device 1 lost: 5 managed allocations lost"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("u3m: device 1 lost: 5 managed allocations lost"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -279,7 +438,11 @@ fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
     let stock = run("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
     let (r, s) = tier("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
     assert_clean(&r, 64 * MIB, "export");
-    assert_eq!(r.fact("export_rc"), stock.fact("export_rc"), "the runtime's own answer to the export");
+    assert_eq!(
+        r.fact("export_rc"),
+        stock.fact("export_rc"),
+        "the runtime's own answer to the export"
+    );
     assert_eq!(r.fact("h_ok").as_deref(), Some("1"));
     assert_eq!(r.fact("remap_ok").as_deref(), Some("1"));
     let t = &s["tier"];
@@ -296,7 +459,11 @@ fn a_captured_graph_replays_under_pressure() {
     // pressure write that pushes the chain out of HBM
     let args = ["--bytes", "12M", "--pressure", "40M", "--rounds", "3"];
     let big = run("graph_app", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
-    assert_eq!(big.fact("captured_not_run").as_deref(), Some("1"), "capture records, it does not run");
+    assert_eq!(
+        big.fact("captured_not_run").as_deref(),
+        Some("1"),
+        "capture records, it does not run"
+    );
     assert_eq!(big.fact("rounds_ok").as_deref(), Some("3"));
     stock_fails("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
     let (r, s) = tier("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);

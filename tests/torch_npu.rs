@@ -25,7 +25,10 @@ fn repo() -> PathBuf {
 
 /// True (after a notice the harness does not capture) when asked to skip.
 fn skipped(test: &str) -> bool {
-    if std::env::var("U3M_SKIP_TORCH").map(|v| v == "1").unwrap_or(false) {
+    if std::env::var("U3M_SKIP_TORCH")
+        .map(|v| v == "1")
+        .unwrap_or(false)
+    {
         let _ = writeln!(
             std::io::stderr(),
             "NOTICE: torch_npu::{test} SKIPPED because U3M_SKIP_TORCH=1 (it needs torch and torch-npu \
@@ -78,7 +81,10 @@ impl Loop {
             .lines()
             .filter(|l| l.starts_with("step="))
             .map(|l| {
-                let v = l.split_whitespace().find_map(|t| t.strip_prefix("loss=")).expect("loss= on a step line");
+                let v = l
+                    .split_whitespace()
+                    .find_map(|t| t.strip_prefix("loss="))
+                    .expect("loss= on a step line");
                 v.parse().expect("a number")
             })
             .collect()
@@ -91,10 +97,15 @@ impl Loop {
                 Err(_) => &v[*p],
             };
         }
-        v.as_u64().unwrap_or_else(|| panic!("stats {path:?} missing in {}", self.stats))
+        v.as_u64()
+            .unwrap_or_else(|| panic!("stats {path:?} missing in {}", self.stats))
     }
     fn must_succeed(&self, what: &str) {
-        assert_eq!(self.code, 0, "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}", self.code, self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
     }
 }
 
@@ -113,7 +124,13 @@ fn run_loop(npu: bool, env: &[(&str, &str)], preload: &[&Path]) -> Loop {
     run_py(None, &["--steps", STEPS], npu, env, preload)
 }
 
-fn run_py(script: Option<&str>, args: &[&str], npu: bool, env: &[(&str, &str)], preload: &[&Path]) -> Loop {
+fn run_py(
+    script: Option<&str>,
+    args: &[&str],
+    npu: bool,
+    env: &[(&str, &str)],
+    preload: &[&Path],
+) -> Loop {
     let target = common::target_dir();
     let dir = common::scratch("torch");
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -121,7 +138,12 @@ fn run_py(script: Option<&str>, args: &[&str], npu: bool, env: &[(&str, &str)], 
     let stats = dir.join(format!("stats-{n}.json"));
     let _ = std::fs::remove_file(&stats);
     let mut cmd = Command::new(python());
-    cmd.arg(repo().join("tests/torch").join(script.unwrap_or("train_mlp.py"))).args(args);
+    cmd.arg(
+        repo()
+            .join("tests/torch")
+            .join(script.unwrap_or("train_mlp.py")),
+    )
+    .args(args);
     for (k, _) in std::env::vars() {
         if k.starts_with("ACLSIM_")
             || k.starts_with("U3M_")
@@ -136,9 +158,17 @@ fn run_py(script: Option<&str>, args: &[&str], npu: bool, env: &[(&str, &str)], 
     cmd.env("PYTHONDONTWRITEBYTECODE", "1");
     if npu {
         let home = target.join("cann");
-        assert!(home.join("lib64/libascendcl.so").exists(), "fake CANN tree missing: {}", home.display());
+        assert!(
+            home.join("lib64/libascendcl.so").exists(),
+            "fake CANN tree missing: {}",
+            home.display()
+        );
         let harness = target.join("torch_harness_preload.so");
-        assert!(harness.exists(), "harness preload missing: {}", harness.display());
+        assert!(
+            harness.exists(),
+            "harness preload missing: {}",
+            harness.display()
+        );
         let mut pre = vec![harness.display().to_string()];
         pre.extend(preload.iter().map(|p| p.display().to_string()));
         if script.is_none() {
@@ -153,13 +183,17 @@ fn run_py(script: Option<&str>, args: &[&str], npu: bool, env: &[(&str, &str)], 
             .env("ACLSIM_STATS", &stats);
     } else {
         // the reference: PyTorch alone (torch_npu not even loaded)
-        cmd.arg("--device").arg("cpu").env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0");
+        cmd.arg("--device")
+            .arg("cpu")
+            .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0");
     }
     for (k, v) in env {
         cmd.env(k, v);
     }
     let t0 = Instant::now();
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run python: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run python: {e}"));
     let secs = t0.elapsed().as_secs_f64();
     let stats_v = std::fs::read_to_string(&stats)
         .ok()
@@ -177,7 +211,11 @@ fn run_py(script: Option<&str>, args: &[&str], npu: bool, env: &[(&str, &str)], 
         "{} ({}, {env:?}{}): exit {} in {:.1} s, losses {:?}",
         script.unwrap_or("train_mlp.py"),
         if npu { "npu" } else { "cpu" },
-        if preload.is_empty() { "" } else { ", preloaded" },
+        if preload.is_empty() {
+            ""
+        } else {
+            ", preloaded"
+        },
         l.code,
         l.secs,
         l.losses()
@@ -192,7 +230,13 @@ fn cpu_losses() -> Vec<f64> {
         let l = run_loop(false, &[], &[]);
         l.must_succeed("the CPU reference run");
         let v = l.losses();
-        assert_eq!(v.len(), STEPS.parse::<usize>().unwrap(), "CPU run printed {} losses:\n{}", v.len(), l.stdout);
+        assert_eq!(
+            v.len(),
+            STEPS.parse::<usize>().unwrap(),
+            "CPU run printed {} losses:\n{}",
+            v.len(),
+            l.stdout
+        );
         v
     })
     .clone()
@@ -202,26 +246,61 @@ fn cpu_losses() -> Vec<f64> {
 fn assert_matches_cpu(npu: &Loop) {
     let cpu = cpu_losses();
     let got = npu.losses();
-    assert_eq!(got.len(), cpu.len(), "NPU run printed {} losses, CPU {}:\nstdout:\n{}\nstderr:\n{}", got.len(),
-        cpu.len(), npu.stdout, npu.stderr);
+    assert_eq!(
+        got.len(),
+        cpu.len(),
+        "NPU run printed {} losses, CPU {}:\nstdout:\n{}\nstderr:\n{}",
+        got.len(),
+        cpu.len(),
+        npu.stdout,
+        npu.stderr
+    );
     for (i, (a, b)) in got.iter().zip(&cpu).enumerate() {
         let rel = (a - b).abs() / b.abs().max(1e-12);
-        assert!(rel <= 1e-4, "step {i}: NPU loss {a} vs CPU {b} (relative difference {rel:.2e} > 1e-4)");
+        assert!(
+            rel <= 1e-4,
+            "step {i}: NPU loss {a} vs CPU {b} (relative difference {rel:.2e} > 1e-4)"
+        );
     }
-    assert!(cpu[cpu.len() - 1] < cpu[0] - 0.1, "the loop does not learn: losses {cpu:?}");
+    assert!(
+        cpu[cpu.len() - 1] < cpu[0] - 0.1,
+        "the loop does not learn: losses {cpu:?}"
+    );
 }
 
 /// What every healthy NPU run shows in the simulator's statistics.
 fn assert_healthy(l: &Loop) {
     assert!(l.stat(&["ops"]) > 100, "too few operators ran: {}", l.stats);
     assert_eq!(l.stat(&["mmu_faults"]), 0, "device MMU faults: {}", l.stats);
-    assert_eq!(l.stat(&["failed_allocs"]), 0, "failed allocations: {}", l.stats);
+    assert_eq!(
+        l.stat(&["failed_allocs"]),
+        0,
+        "failed allocations: {}",
+        l.stats
+    );
     // batches go up through pinned memory (aclrtMallocHost + aclrtMemcpyAsync),
     // losses and weights come back
-    assert!(l.stat(&["allocs", "host"]) >= 1, "no pinned host memory: {}", l.stats);
-    assert!(l.stat(&["copies", "H2D"]) > 0 && l.stat(&["copies", "D2H"]) > 0, "no copies: {}", l.stats);
-    assert_eq!(l.stat(&["devices", "0", "current_bytes"]), 0, "device memory left allocated at exit: {}", l.stats);
-    assert!(!l.stderr.contains("has no simulated kernel"), "an operator without a kernel:\n{}", l.stderr);
+    assert!(
+        l.stat(&["allocs", "host"]) >= 1,
+        "no pinned host memory: {}",
+        l.stats
+    );
+    assert!(
+        l.stat(&["copies", "H2D"]) > 0 && l.stat(&["copies", "D2H"]) > 0,
+        "no copies: {}",
+        l.stats
+    );
+    assert_eq!(
+        l.stat(&["devices", "0", "current_bytes"]),
+        0,
+        "device memory left allocated at exit: {}",
+        l.stats
+    );
+    assert!(
+        !l.stderr.contains("has no simulated kernel"),
+        "an operator without a kernel:\n{}",
+        l.stderr
+    );
 }
 
 #[test]
@@ -235,9 +314,22 @@ fn default_allocator_matches_cpu() {
     assert_healthy(&l);
     // the caching allocator's blocks: aclrtMallocAlign32, a 2 MiB small-pool
     // block and a 20 MiB large-pool block at least; no VMM
-    assert!(l.stat(&["allocs", "malloc"]) >= 2, "no caching-allocator blocks: {}", l.stats);
-    assert!(l.stat(&["allocs", "malloc_bytes"]) >= 22 << 20, "blocks smaller than 2 + 20 MiB: {}", l.stats);
-    assert_eq!(l.stat(&["allocs", "map"]), 0, "VMM used without expandable segments: {}", l.stats);
+    assert!(
+        l.stat(&["allocs", "malloc"]) >= 2,
+        "no caching-allocator blocks: {}",
+        l.stats
+    );
+    assert!(
+        l.stat(&["allocs", "malloc_bytes"]) >= 22 << 20,
+        "blocks smaller than 2 + 20 MiB: {}",
+        l.stats
+    );
+    assert_eq!(
+        l.stat(&["allocs", "map"]),
+        0,
+        "VMM used without expandable segments: {}",
+        l.stats
+    );
 }
 
 #[test]
@@ -245,17 +337,42 @@ fn expandable_segments_match_cpu() {
     if skipped("expandable_segments_match_cpu") {
         return;
     }
-    let l = run_loop(true, &[("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True")], &[]);
+    let l = run_loop(
+        true,
+        &[("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True")],
+        &[],
+    );
     l.must_succeed("the NPU run (expandable segments)");
     assert_matches_cpu(&l);
     assert_healthy(&l);
     // segments are VMM reservations backed by mapped 2 MiB / 20 MiB handles;
     // nothing comes from aclrtMalloc*
-    assert_eq!(l.stat(&["allocs", "malloc"]), 0, "aclrtMalloc* used with expandable segments: {}", l.stats);
-    assert!(l.stat(&["allocs", "reserve"]) >= 2, "no segment reservations: {}", l.stats);
-    let (phys, bytes, maps) = (l.stat(&["allocs", "phys"]), l.stat(&["allocs", "phys_bytes"]), l.stat(&["allocs", "map"]));
-    assert!(phys >= 2 && maps >= phys, "handles {phys}, maps {maps}: {}", l.stats);
-    assert!(bytes >= 22 << 20 && bytes % (2 << 20) == 0, "physical bytes {bytes}: {}", l.stats);
+    assert_eq!(
+        l.stat(&["allocs", "malloc"]),
+        0,
+        "aclrtMalloc* used with expandable segments: {}",
+        l.stats
+    );
+    assert!(
+        l.stat(&["allocs", "reserve"]) >= 2,
+        "no segment reservations: {}",
+        l.stats
+    );
+    let (phys, bytes, maps) = (
+        l.stat(&["allocs", "phys"]),
+        l.stat(&["allocs", "phys_bytes"]),
+        l.stat(&["allocs", "map"]),
+    );
+    assert!(
+        phys >= 2 && maps >= phys,
+        "handles {phys}, maps {maps}: {}",
+        l.stats
+    );
+    assert!(
+        bytes >= 22 << 20 && bytes % (2 << 20) == 0,
+        "physical bytes {bytes}: {}",
+        l.stats
+    );
 }
 
 #[test]
@@ -270,10 +387,26 @@ fn over_capacity_raises_torch_npu_out_of_memory() {
             env.push(("PYTORCH_NPU_ALLOC_CONF", conf));
         }
         let l = run_loop(true, &env, &[]);
-        assert_ne!(l.code, 0, "[{conf}] the run succeeded in 4 MiB:\n{}", l.stdout);
-        assert!(l.stderr.contains("NPU out of memory"), "[{conf}] no torch_npu OOM error:\n{}", l.stderr);
-        assert!(l.stderr.contains("OutOfMemoryError"), "[{conf}] not torch.OutOfMemoryError:\n{}", l.stderr);
-        assert!(l.stat(&["failed_allocs"]) >= 1, "[{conf}] the simulator refused nothing: {}", l.stats);
+        assert_ne!(
+            l.code, 0,
+            "[{conf}] the run succeeded in 4 MiB:\n{}",
+            l.stdout
+        );
+        assert!(
+            l.stderr.contains("NPU out of memory"),
+            "[{conf}] no torch_npu OOM error:\n{}",
+            l.stderr
+        );
+        assert!(
+            l.stderr.contains("OutOfMemoryError"),
+            "[{conf}] not torch.OutOfMemoryError:\n{}",
+            l.stderr
+        );
+        assert!(
+            l.stat(&["failed_allocs"]) >= 1,
+            "[{conf}] the simulator refused nothing: {}",
+            l.stats
+        );
         assert_eq!(l.stat(&["devices", "0", "hbm_bytes"]), 4 << 20);
     }
 }
@@ -287,10 +420,21 @@ fn operators_match_cpu() {
         return;
     }
     let l = run_script("op_check.py", &[], &[]);
-    let failed: Vec<&str> = l.stdout.lines().filter(|s| s.starts_with("case=") && s.ends_with("ok=0")).collect();
-    assert!(failed.is_empty() && l.code == 0, "operators differ from the CPU:\n{}\nstderr:\n{}", failed.join("\n"),
-        l.stderr);
-    let cases: usize = common::facts(&l.stdout).get("cases").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let failed: Vec<&str> = l
+        .stdout
+        .lines()
+        .filter(|s| s.starts_with("case=") && s.ends_with("ok=0"))
+        .collect();
+    assert!(
+        failed.is_empty() && l.code == 0,
+        "operators differ from the CPU:\n{}\nstderr:\n{}",
+        failed.join("\n"),
+        l.stderr
+    );
+    let cases: usize = common::facts(&l.stdout)
+        .get("cases")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     assert!(cases >= 50, "op_check ran {cases} cases:\n{}", l.stdout);
     assert_eq!(l.stat(&["mmu_faults"]), 0, "device MMU faults: {}", l.stats);
 }
@@ -311,20 +455,38 @@ fn observe_mode_under_libu3m_matches_and_traces() {
     let trace = common::scratch("torch-u3m").join("run.u3mt");
     let _ = std::fs::remove_file(&trace);
     let tr = trace.display().to_string();
-    let l = run_loop(true, &[("U3M_MODE", "observe"), ("U3M_TRACE", tr.as_str())], &[u3m.as_path()]);
+    let l = run_loop(
+        true,
+        &[("U3M_MODE", "observe"), ("U3M_TRACE", tr.as_str())],
+        &[u3m.as_path()],
+    );
     l.must_succeed("the NPU run under libu3m.so (observe)");
-    assert_eq!(l.losses(), plain.losses(), "observe mode changed the losses");
+    assert_eq!(
+        l.losses(),
+        plain.losses(),
+        "observe mode changed the losses"
+    );
     assert_matches_cpu(&l);
     assert_healthy(&l);
     let text = std::fs::read_to_string(&trace).unwrap_or_else(|e| panic!("no trace at {tr}: {e}"));
-    assert!(text.starts_with("# u3m-trace 1"), "not a u3m trace:\n{}", &text[..text.len().min(200)]);
+    assert!(
+        text.starts_with("# u3m-trace 1"),
+        "not a u3m trace:\n{}",
+        &text[..text.len().min(200)]
+    );
     let count = |p: &str| text.lines().filter(|l| l.starts_with(p)).count();
     assert!(count("A ") >= 2, "no allocations traced");
     assert!(count("O ") > 100, "only {} operators traced", count("O "));
-    assert!(count("M H2D ") > 0 && count("M D2H ") > 0, "copies missing from the trace");
+    assert!(
+        count("M H2D ") > 0 && count("M D2H ") > 0,
+        "copies missing from the trace"
+    );
     // aclnn operators reached through op-plugin's dlsym lookups are seen
-    assert!(text.lines().any(|l| l.starts_with("O ") && (l.contains("Addmm") || l.contains("MatMul"))),
-        "no matrix product traced");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("O ") && (l.contains("Addmm") || l.contains("MatMul"))),
+        "no matrix product traced"
+    );
     let r = common::run("acl_replay", &[tr.as_str(), "--no-verify"], &[]);
     assert_eq!(r.code, 0, "acl_replay rejects the trace:\n{}", r.stderr);
 }
@@ -346,13 +508,24 @@ fn tier_mode_runs_the_loop_below_its_footprint() {
             env.push(("PYTORCH_NPU_ALLOC_CONF", conf));
         }
         let stock = run_loop(true, &env, &[]);
-        assert_ne!(stock.code, 0, "{conf}: the stock run should not fit in 16 MiB");
-        assert!(stock.stderr.contains("out of memory"), "{conf}: {}", stock.stderr);
+        assert_ne!(
+            stock.code, 0,
+            "{conf}: the stock run should not fit in 16 MiB"
+        );
+        assert!(
+            stock.stderr.contains("out of memory"),
+            "{conf}: {}",
+            stock.stderr
+        );
         env.push(("U3M_MODE", "tier"));
         env.push(("U3M_OVERSUB", "3"));
         let l = run_loop(true, &env, &[u3m.as_path()]);
         l.must_succeed(&format!("{conf}: the tier run under libu3m.so"));
-        assert_eq!(l.losses(), plain.losses(), "{conf}: tier mode changed the losses");
+        assert_eq!(
+            l.losses(),
+            plain.losses(),
+            "{conf}: tier mode changed the losses"
+        );
         assert_eq!(l.stat(&["mmu_faults"]), 0, "{conf}: device MMU faults");
     }
 }

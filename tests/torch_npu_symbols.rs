@@ -49,13 +49,18 @@ fn family(n: &str) -> Option<&'static str> {
     if up("aclnn") {
         return Some("aclnn");
     }
-    if ["aclrt", "aclmdl", "aclop", "aclprof", "aclsys", "aclsk", "acl"]
-        .iter()
-        .any(|p| up(p))
+    if [
+        "aclrt", "aclmdl", "aclop", "aclprof", "aclsys", "aclsk", "acl",
+    ]
+    .iter()
+    .any(|p| up(p))
     {
         return Some("acl");
     }
-    if ["aclshmem_", "aclshmemx_", "shmem_", "shmemx_"].iter().any(|p| low(p)) {
+    if ["aclshmem_", "aclshmemx_", "shmem_", "shmemx_"]
+        .iter()
+        .any(|p| low(p))
+    {
         return Some("shmem");
     }
     let fam = [
@@ -116,7 +121,10 @@ fn c_string_names(data: &[u8]) -> BTreeSet<String> {
 fn immediate_chunks(data: &[u8]) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for w in data.windows(10) {
-        if (w[0] == 0x48 || w[0] == 0x49) && (0xb8..=0xbf).contains(&w[1]) && w[2..].iter().all(|&c| is_ident(c)) {
+        if (w[0] == 0x48 || w[0] == 0x49)
+            && (0xb8..=0xbf).contains(&w[1])
+            && w[2..].iter().all(|&c| is_ident(c))
+        {
             let s = std::str::from_utf8(&w[2..]).unwrap();
             if family(s).is_some() {
                 out.insert(s.to_string());
@@ -151,7 +159,8 @@ fn undefined_symbols(lib: &std::path::Path) -> BTreeMap<String, Option<String>> 
 // ---------------------------------------------------------- what u3m hooks
 
 fn table_names() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(repo().join("src/hooks/table.rs")).expect("read src/hooks/table.rs");
+    let src = std::fs::read_to_string(repo().join("src/hooks/table.rs"))
+        .expect("read src/hooks/table.rs");
     src.lines()
         .filter_map(|l| l.trim().strip_prefix("fn "))
         .map(|l| l.split('(').next().unwrap().trim().to_string())
@@ -160,11 +169,21 @@ fn table_names() -> BTreeSet<String> {
 
 /// `const NAME: usize = N;` from a source file.
 fn const_usize(file: &str, name: &str) -> usize {
-    let src = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("read {file}: {e}"));
+    let src =
+        std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("read {file}: {e}"));
     let key = format!("const {name}: usize = ");
     src.lines()
-        .find_map(|l| l.trim().strip_prefix(&key)?.strip_suffix(';')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{file} no longer has `{key}N;` (tests/torch_npu_symbols.rs mirrors it)"))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(&key)?
+                .strip_suffix(';')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| {
+            panic!("{file} no longer has `{key}N;` (tests/torch_npu_symbols.rs mirrors it)")
+        })
 }
 
 /// The generic aclnn rule of src/hooks/aclnn.rs (`redirect`): a dlsym lookup
@@ -215,7 +234,9 @@ fn parse_allow_list(text: &str) -> Result<Vec<Group>, String> {
         }
         in_header = false;
         let Some(g) = groups.last_mut() else {
-            return Err(format!("line {ln}: name before any \"## reason\" group header: {line}"));
+            return Err(format!(
+                "line {ln}: name before any \"## reason\" group header: {line}"
+            ));
         };
         let (name, note) = match line.split_once(" -- ") {
             Some((n, note)) => (n.trim(), note.trim()),
@@ -275,7 +296,12 @@ fn analyse(
         .keys()
         .map(String::as_str)
         .filter(|n| family(n).is_some())
-        .chain(strings.iter().map(String::as_str).filter(|n| family(n).is_some()))
+        .chain(
+            strings
+                .iter()
+                .map(String::as_str)
+                .filter(|n| family(n).is_some()),
+        )
         .collect();
     let mut allowed: BTreeMap<&str, usize> = BTreeMap::new();
     let mut problems = Vec::new();
@@ -304,7 +330,10 @@ fn analyse(
         {
             generic += 1;
             Cover::AclnnExecute
-        } else if n.len() > WS.len() && n.ends_with(WS) && selected.contains(&n[..n.len() - WS.len()]) {
+        } else if n.len() > WS.len()
+            && n.ends_with(WS)
+            && selected.contains(&n[..n.len() - WS.len()])
+        {
             Cover::Phase1
         } else if let Some(&gi) = allowed.get(n) {
             Cover::Allowed(gi)
@@ -322,7 +351,11 @@ fn analyse(
             }
             problems.push(format!(
                 "{n} ({}, family {}) is neither hooked nor allow-listed{why}",
-                if imported { "imported" } else { "looked up by name" },
+                if imported {
+                    "imported"
+                } else {
+                    "looked up by name"
+                },
                 family(n).unwrap()
             ));
             Cover::Missing
@@ -355,7 +388,13 @@ fn analyse(
     Analysis { names, problems }
 }
 
-fn summary(a: &Analysis, groups: &[Group], table: &BTreeSet<String>, rule: &AclnnRule, imports: usize) -> String {
+fn summary(
+    a: &Analysis,
+    groups: &[Group],
+    table: &BTreeSet<String>,
+    rule: &AclnnRule,
+    imports: usize,
+) -> String {
     let count = |f: &dyn Fn(&Cover) -> bool| a.names.values().filter(|(_, c)| f(c)).count();
     let imported = a.names.values().filter(|(i, _)| *i).count();
     let mut s = String::new();
@@ -462,7 +501,8 @@ fn torch_npu_lib(test: &str) -> Option<PathBuf> {
 }
 
 fn real_allow_list() -> Vec<Group> {
-    let text = std::fs::read_to_string(repo().join("tests/torch_npu_allowlist.txt")).expect("read allow-list");
+    let text = std::fs::read_to_string(repo().join("tests/torch_npu_allowlist.txt"))
+        .expect("read allow-list");
     parse_allow_list(&text).unwrap_or_else(|e| panic!("tests/torch_npu_allowlist.txt: {e}"))
 }
 
@@ -475,8 +515,9 @@ fn real_rule() -> AclnnRule {
 
 #[test]
 fn every_memory_or_launch_function_torch_npu_reaches_is_intercepted_or_allow_listed() {
-    let Some(lib) = torch_npu_lib("every_memory_or_launch_function_torch_npu_reaches_is_intercepted_or_allow_listed")
-    else {
+    let Some(lib) = torch_npu_lib(
+        "every_memory_or_launch_function_torch_npu_reaches_is_intercepted_or_allow_listed",
+    ) else {
         return;
     };
     let data = std::fs::read(&lib).expect("read libtorch_npu.so");
@@ -498,7 +539,9 @@ fn every_memory_or_launch_function_torch_npu_reaches_is_intercepted_or_allow_lis
     ] {
         match a.names.get(n) {
             Some((i, _)) if *i == imported => {}
-            other => problems.push(format!("scan anchor {n}: expected imported={imported}, got {other:?}")),
+            other => problems.push(format!(
+                "scan anchor {n}: expected imported={imported}, got {other:?}"
+            )),
         }
     }
     if !a.names.contains_key(&format!("aclnnAdd{WS}")) {
@@ -518,7 +561,9 @@ fn every_memory_or_launch_function_torch_npu_reaches_is_intercepted_or_allow_lis
     // Versioned imports would need a versioned definition to interpose.
     for (n, v) in &imports {
         if let (Some(_), Some(v)) = (family(n), v) {
-            problems.push(format!("{n} is imported with version {v}: u3m exports it unversioned"));
+            problems.push(format!(
+                "{n} is imported with version {v}: u3m exports it unversioned"
+            ));
         }
     }
 
@@ -541,9 +586,17 @@ fn allow_list_is_well_formed() {
     let groups = real_allow_list();
     // Titles identify groups in the summary (the gap group by its "TODO" prefix).
     let titles: BTreeSet<&str> = groups.iter().map(|g| g.title.as_str()).collect();
-    assert_eq!(titles.len(), groups.len(), "two allow-list groups share a title");
+    assert_eq!(
+        titles.len(),
+        groups.len(),
+        "two allow-list groups share a title"
+    );
     assert!(
-        groups.iter().filter(|g| g.title.starts_with("TODO")).count() <= 1,
+        groups
+            .iter()
+            .filter(|g| g.title.starts_with("TODO"))
+            .count()
+            <= 1,
         "one TODO group only"
     );
     let table = table_names();
@@ -619,10 +672,14 @@ fn families_select_the_cann_surface_only() {
 /// The analysis fails on each kind of gap and dishonest entry.
 #[test]
 fn analysis_reports_gaps_and_dishonest_entries() {
-    let imports: BTreeMap<String, Option<String>> = ["aclrtFree", "aclnnImported", "aclnnImportedGetWorkspaceSize"]
-        .iter()
-        .map(|n| (n.to_string(), None))
-        .collect();
+    let imports: BTreeMap<String, Option<String>> = [
+        "aclrtFree",
+        "aclnnImported",
+        "aclnnImportedGetWorkspaceSize",
+    ]
+    .iter()
+    .map(|n| (n.to_string(), None))
+    .collect();
     let strings: BTreeSet<String> = [
         "aclrtMallocAlign32",
         "aclnnMul",
@@ -645,7 +702,10 @@ fn analysis_reports_gaps_and_dishonest_entries() {
     let text = "## stream ordering only; touches no device memory\naclrtCreateStream\naclrtMallocAlign32\naclrtGone\n\
                 ## TODO: to be intercepted -- a cache operation on a device range\naclrtCmoAsync\naclnnMulGetWorkspaceSize\n";
     let groups = parse_allow_list(text).unwrap();
-    let rule = AclnnRule { name_max: 40, slots: 1 };
+    let rule = AclnnRule {
+        name_max: 40,
+        slots: 1,
+    };
     let a = analyse(&imports, &strings, &table, &groups, &rule);
     let p = a.problems.join("\n");
     let expect = [
@@ -686,8 +746,14 @@ fn analysis_reports_gaps_and_dishonest_entries() {
 
 #[test]
 fn allow_list_parser_rejects_malformed_lists() {
-    assert!(parse_allow_list("aclrtFree\n").is_err(), "name before a group");
-    assert!(parse_allow_list("## x\naclrtFree\n").is_err(), "reason too short");
+    assert!(
+        parse_allow_list("aclrtFree\n").is_err(),
+        "name before a group"
+    );
+    assert!(
+        parse_allow_list("## x\naclrtFree\n").is_err(),
+        "reason too short"
+    );
     assert!(
         parse_allow_list("## stream ordering only here\n").is_err(),
         "empty group"
@@ -700,8 +766,10 @@ fn allow_list_parser_rejects_malformed_lists() {
         parse_allow_list("## stream ordering only here\naclrtFree -- \n").is_err(),
         "empty note"
     );
-    let g =
-        parse_allow_list("## stream ordering only\n## and more words\naclrtFree -- why\n\n# c\naclrtMalloc\n").unwrap();
+    let g = parse_allow_list(
+        "## stream ordering only\n## and more words\naclrtFree -- why\n\n# c\naclrtMalloc\n",
+    )
+    .unwrap();
     assert_eq!(g.len(), 1);
     assert_eq!(g[0].reason, "stream ordering only and more words");
     assert_eq!(

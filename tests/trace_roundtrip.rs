@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use common::{libu3m, run, Run};
 use u3m_core::trace::normalize::{first_difference, normalize, NormBody, NormEvent};
-use u3m_core::trace::{read_file, read_str, write_string, ErrorKind, Event, Recorder, RecorderConfig, TraceReader};
+use u3m_core::trace::{
+    read_file, read_str, write_string, ErrorKind, Event, Recorder, RecorderConfig, TraceReader,
+};
 
 fn samples() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/traces");
@@ -35,7 +37,8 @@ fn replay(trace: &Path, extra: &[&str], env: &[(&str, &str)]) -> Run {
 }
 
 fn checksum(r: &Run) -> String {
-    r.fact("checksum").unwrap_or_else(|| panic!("no checksum:\n{}\n{}", r.stdout, r.stderr))
+    r.fact("checksum")
+        .unwrap_or_else(|| panic!("no checksum:\n{}\n{}", r.stdout, r.stderr))
 }
 
 fn strip_t(mut e: Event) -> Event {
@@ -48,8 +51,17 @@ fn sample_traces_round_trip_through_the_canonical_writer() {
     for p in samples() {
         let evs = read_file(&p).unwrap_or_else(|e| panic!("{e}"));
         let text = write_string(&evs);
-        assert_eq!(read_str(&text, "canonical").unwrap(), evs, "{}", p.display());
-        assert_eq!(write_string(&read_str(&text, "again").unwrap()), text, "canonical form is stable");
+        assert_eq!(
+            read_str(&text, "canonical").unwrap(),
+            evs,
+            "{}",
+            p.display()
+        );
+        assert_eq!(
+            write_string(&read_str(&text, "again").unwrap()),
+            text,
+            "canonical form is stable"
+        );
     }
 }
 
@@ -63,7 +75,12 @@ fn the_recorder_reproduces_each_sample_and_acl_replay_agrees() {
         let out = dir.join(p.file_name().unwrap());
         let rec = Recorder::start_with(
             &out,
-            RecorderConfig { capacity: 64, lossless: true, report: false, ..Default::default() },
+            RecorderConfig {
+                capacity: 64,
+                lossless: true,
+                report: false,
+                ..Default::default()
+            },
         )
         .unwrap();
         for e in &evs {
@@ -71,10 +88,20 @@ fn the_recorder_reproduces_each_sample_and_acl_replay_agrees() {
         }
         let st = rec.stop();
         assert_eq!((st.dropped, st.repaired), (0, 0), "{}", p.display());
-        let back: Vec<Event> = read_file(&out).unwrap_or_else(|e| panic!("{e}")).into_iter().map(strip_t).collect();
+        let back: Vec<Event> = read_file(&out)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_iter()
+            .map(strip_t)
+            .collect();
         assert_eq!(back, evs, "{}", p.display());
 
-        let env = [("ACLSIM_DEVICES", "2"), ("ACLSIM_PHANTOM", if p.ends_with("large.trace") { "1" } else { "0" })];
+        let env = [
+            ("ACLSIM_DEVICES", "2"),
+            (
+                "ACLSIM_PHANTOM",
+                if p.ends_with("large.trace") { "1" } else { "0" },
+            ),
+        ];
         let a = replay(&p, &[], &env).must_succeed();
         let b = replay(&out, &[], &env).must_succeed();
         // memset values are the low byte of the line number: equal only when
@@ -177,7 +204,10 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
             let k = rng.below(toks.len());
             let t = &toks[k];
             let delta = if rng.below(2) == 0 { 1i128 } else { -1 };
-            if let Some(h) = t.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()) {
+            if let Some(h) = t
+                .strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+            {
                 toks[k] = format!("{:#x}", (h as i128 + delta).max(0));
             } else if let Ok(d) = t.parse::<u64>() {
                 toks[k] = (d as i128 + delta).max(0).to_string();
@@ -195,7 +225,10 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
 #[test]
 fn the_reader_agrees_with_acl_replay_on_mutated_traces() {
     let dir = common::scratch("trace-mut");
-    let texts: Vec<String> = samples().iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    let texts: Vec<String> = samples()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
     let mut rng = Rng(0x5eed);
     let (mut accepted, mut rejected, mut skipped) = (0, 0, 0);
     for i in 0..160 {
@@ -207,30 +240,57 @@ fn the_reader_agrees_with_acl_replay_on_mutated_traces() {
         std::fs::write(&path, &t).unwrap();
         let mine = TraceReader::new(t.as_bytes(), "m").find_map(Result::err);
         if let Some(e) = &mine {
-            if matches!(e.kind, ErrorKind::NotUtf8 | ErrorKind::EmptyTag | ErrorKind::LineTooLong) {
+            if matches!(
+                e.kind,
+                ErrorKind::NotUtf8 | ErrorKind::EmptyTag | ErrorKind::LineTooLong
+            ) {
                 skipped += 1;
                 continue;
             }
         }
-        let r = replay(&path, &["--no-verify"], &[("ACLSIM_PHANTOM", "1"), ("ACLSIM_DEVICES", "2")]);
+        let r = replay(
+            &path,
+            &["--no-verify"],
+            &[("ACLSIM_PHANTOM", "1"), ("ACLSIM_DEVICES", "2")],
+        );
         let prefix = format!("acl_replay: {}:", path.display());
         match mine {
             Some(e) => {
                 rejected += 1;
-                assert_eq!(r.code, 3, "mine: {e}\nacl_replay accepted:\n{}\n--- trace:\n{t}", r.stderr);
+                assert_eq!(
+                    r.code, 3,
+                    "mine: {e}\nacl_replay accepted:\n{}\n--- trace:\n{t}",
+                    r.stderr
+                );
                 let want = format!("{prefix}{}:", e.line);
-                assert!(r.stderr.contains(&want), "mine: {e}\nacl_replay: {}--- trace:\n{t}", r.stderr);
+                assert!(
+                    r.stderr.contains(&want),
+                    "mine: {e}\nacl_replay: {}--- trace:\n{t}",
+                    r.stderr
+                );
             }
             None => {
                 accepted += 1;
                 // 2: a runtime error after validation (e.g. an allocation too large)
-                assert!(r.code == 0 || r.code == 2, "I accept; acl_replay ({}): {}--- trace:\n{t}", r.code, r.stderr);
-                assert!(!r.stderr.contains(&prefix), "acl_replay rejected: {}--- trace:\n{t}", r.stderr);
+                assert!(
+                    r.code == 0 || r.code == 2,
+                    "I accept; acl_replay ({}): {}--- trace:\n{t}",
+                    r.code,
+                    r.stderr
+                );
+                assert!(
+                    !r.stderr.contains(&prefix),
+                    "acl_replay rejected: {}--- trace:\n{t}",
+                    r.stderr
+                );
             }
         }
     }
     eprintln!("mutants: accepted {accepted}, rejected {rejected}, skipped {skipped}");
-    assert!(accepted >= 20 && rejected >= 60, "accepted {accepted}, rejected {rejected}, skipped {skipped}");
+    assert!(
+        accepted >= 20 && rejected >= 60,
+        "accepted {accepted}, rejected {rejected}, skipped {skipped}"
+    );
 }
 
 // ---------------------------------------------------------------- end to end
@@ -254,12 +314,19 @@ fn run_recorded(prog: &str, args: &[&str], env: &[(&str, &str)], trace: &Path) -
 /// A recorded trace: parses, and has neither drops nor repairs (either means
 /// the interposer lost or mis-ordered something).
 fn read_recorded(trace: &Path, what: &str) -> Result<Vec<Event>, String> {
-    let text = std::fs::read_to_string(trace).map_err(|e| format!("{what}: no trace at {}: {e}", trace.display()))?;
+    let text = std::fs::read_to_string(trace)
+        .map_err(|e| format!("{what}: no trace at {}: {e}", trace.display()))?;
     let evs = read_str(&text, &trace.display().to_string()).map_err(|e| format!("{what}: {e}"))?;
-    let notes: Vec<&str> =
-        text.lines().filter(|l| l.starts_with("# dropped") || l.starts_with("# u3m:")).take(10).collect();
+    let notes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("# dropped") || l.starts_with("# u3m:"))
+        .take(10)
+        .collect();
     if !notes.is_empty() {
-        return Err(format!("{what}: the recorder dropped or repaired events:\n{}", notes.join("\n")));
+        return Err(format!(
+            "{what}: the recorder dropped or repaired events:\n{}",
+            notes.join("\n")
+        ));
     }
     Ok(evs)
 }
@@ -268,7 +335,13 @@ fn read_recorded(trace: &Path, what: &str) -> Result<Vec<Event>, String> {
 /// is still live when the trace ends; the original program may not have).
 fn comparable(evs: &[Event]) -> Vec<NormEvent> {
     let mut n = normalize(evs);
-    while matches!(n.last(), Some(NormEvent { body: NormBody::Free { .. }, .. })) {
+    while matches!(
+        n.last(),
+        Some(NormEvent {
+            body: NormBody::Free { .. },
+            ..
+        })
+    ) {
         n.pop();
     }
     n
@@ -294,27 +367,51 @@ fn workloads(sample: &Path) -> Vec<Workload> {
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     vec![
         ("mlp_train", s(&["--steps", "3"]), vec![]),
-        ("kv_decode", s(&["--requests", "2", "--decode", "4"]), vec![]),
+        (
+            "kv_decode",
+            s(&["--requests", "2", "--decode", "4"]),
+            vec![],
+        ),
         ("vmm_app", s(&["--steps", "2"]), vec![]),
-        ("allreduce_app", s(&["--steps", "3"]), vec![("ACLSIM_DEVICES", "2")]),
+        (
+            "allreduce_app",
+            s(&["--steps", "3"]),
+            vec![("ACLSIM_DEVICES", "2")],
+        ),
         ("mt_stress", s(&["--iters", "200"]), vec![]),
         ("dlsym_app", s(&["--steps", "2"]), vec![]),
-        ("acl_replay", vec!["--no-verify".into(), sample.to_str().unwrap().to_string()], vec![("ACLSIM_DEVICES", "2")]),
+        (
+            "acl_replay",
+            vec!["--no-verify".into(), sample.to_str().unwrap().to_string()],
+            vec![("ACLSIM_DEVICES", "2")],
+        ),
     ]
 }
 
 /// Records `prog`, replays the recording, records the replay, compares.
-fn round_trip(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, sample: &Path) -> Result<(), String> {
+fn round_trip(
+    prog: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    dir: &Path,
+    sample: &Path,
+) -> Result<(), String> {
     let what = format!("{prog} {}", args.join(" "));
     let first = dir.join(format!("{prog}.trace"));
     let r = run_recorded(prog, args, env, &first);
     if r.code != 0 {
-        return Err(format!("{what} under libu3m.so exited {}:\n{}\n{}", r.code, r.stdout, r.stderr));
+        return Err(format!(
+            "{what} under libu3m.so exited {}:\n{}\n{}",
+            r.code, r.stdout, r.stderr
+        ));
     }
     let evs = read_recorded(&first, &what)?;
     for k in ['A', 'O'] {
         if !evs.iter().any(|e| e.body.letter() == k) {
-            return Err(format!("{what}: no {k} event recorded ({} events)", evs.len()));
+            return Err(format!(
+                "{what}: no {k} event recorded ({} events)",
+                evs.len()
+            ));
         }
     }
     let devs = devices(&evs);
@@ -331,19 +428,35 @@ fn round_trip(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, sampl
     // and recording that replay gives the same events (addresses aside)
     let second = dir.join(format!("{prog}.replayed.trace"));
     let path = first.to_str().unwrap().to_string();
-    let r2 = run_recorded("acl_replay", &["--no-verify", &path], &[("ACLSIM_DEVICES", &devs)], &second);
+    let r2 = run_recorded(
+        "acl_replay",
+        &["--no-verify", &path],
+        &[("ACLSIM_DEVICES", &devs)],
+        &second,
+    );
     if r2.code != 0 {
-        return Err(format!("{what}: recorded replay exited {}:\n{}{}", r2.code, r2.stdout, r2.stderr));
+        return Err(format!(
+            "{what}: recorded replay exited {}:\n{}{}",
+            r2.code, r2.stdout, r2.stderr
+        ));
     }
     let evs2 = read_recorded(&second, &format!("replay of {what}"))?;
     same_sequence(&what, &evs, &evs2)?;
     if plain.fact("ops") != r2.fact("ops") {
-        return Err(format!("{what}: ops {:?} vs {:?}", plain.fact("ops"), r2.fact("ops")));
+        return Err(format!(
+            "{what}: ops {:?} vs {:?}",
+            plain.fact("ops"),
+            r2.fact("ops")
+        ));
     }
 
     // acl_replay recorded without read-backs is the trace it was given
     if prog == "acl_replay" {
-        same_sequence("acl_replay of the sample", &read_file(sample).unwrap(), &evs)?;
+        same_sequence(
+            "acl_replay of the sample",
+            &read_file(sample).unwrap(),
+            &evs,
+        )?;
     }
     Ok(())
 }
@@ -360,5 +473,10 @@ fn every_workload_records_a_trace_that_replays_and_rerecords_the_same() {
             failures.push(e);
         }
     }
-    assert!(failures.is_empty(), "{} of 7 workloads fail:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of 7 workloads fail:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }

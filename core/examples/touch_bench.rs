@@ -54,7 +54,13 @@ fn thread_base(t: usize) -> u64 {
 fn case_touch_1chunk(f: &Fx, n: u64) {
     // 16 distinct 64 KiB tensors in the first chunk, one operator each
     for i in 0..n {
-        let a = Access { seq: i + 1, ns: i * 1000, class: f.class, op_hash: f.hash, write: i & 1 == 0 };
+        let a = Access {
+            seq: i + 1,
+            ns: i * 1000,
+            class: f.class,
+            op_hash: f.hash,
+            write: i & 1 == 0,
+        };
         black_box(f.heat.touch(f.base + (i & 15) * RANGE, RANGE, &a));
     }
 }
@@ -63,7 +69,13 @@ fn case_touch_1chunk(f: &Fx, n: u64) {
 fn case_touch_2chunk(f: &Fx, n: u64) {
     // a 64 KiB tensor straddling the first chunk boundary
     for i in 0..n {
-        let a = Access { seq: i + 1, ns: i * 1000, class: f.class, op_hash: f.hash, write: false };
+        let a = Access {
+            seq: i + 1,
+            ns: i * 1000,
+            class: f.class,
+            op_hash: f.hash,
+            write: false,
+        };
         black_box(f.heat.touch(f.base + 2 * MIB - RANGE / 2, RANGE, &a));
     }
 }
@@ -72,7 +84,13 @@ fn case_touch_2chunk(f: &Fx, n: u64) {
 fn case_touch_host(f: &Fx, n: u64) {
     // a host pointer: resolves to nothing, counted as unattributed
     for i in 0..n {
-        let a = Access { seq: i + 1, ns: i * 1000, class: f.class, op_hash: f.hash, write: false };
+        let a = Access {
+            seq: i + 1,
+            ns: i * 1000,
+            class: f.class,
+            op_hash: f.hash,
+            write: false,
+        };
         black_box(f.heat.touch(0x7f00_0000_0000 + (i & 15) * 4096, 4096, &a));
     }
 }
@@ -123,7 +141,8 @@ fn case_op_16(f: &Fx, n: u64) {
 fn case_copy_d2d(f: &Fx, n: u64) {
     // aclrtMemcpyAsync device -> device, 256 B (ACL_MEMCPY_DEVICE_TO_DEVICE = 3)
     for _ in 0..n {
-        f.eng.copy(0, 0x1234, 3, f.base + 20 * MIB, 256, f.base, 256, 256);
+        f.eng
+            .copy(0, 0x1234, 3, f.base + 20 * MIB, 256, f.base, 256, 256);
     }
 }
 
@@ -131,7 +150,16 @@ fn case_copy_d2d(f: &Fx, n: u64) {
 fn case_copy_h2d(f: &Fx, n: u64) {
     // ACL_MEMCPY_HOST_TO_DEVICE = 1: only the device side is an access
     for _ in 0..n {
-        f.eng.copy(0, 0x1234, 1, f.base + 20 * MIB, 256, 0x7f00_0000_0000, 256, 256);
+        f.eng.copy(
+            0,
+            0x1234,
+            1,
+            f.base + 20 * MIB,
+            256,
+            0x7f00_0000_0000,
+            256,
+            256,
+        );
     }
 }
 
@@ -189,7 +217,10 @@ const CASES: &[(&str, CaseFn, u32)] = &[
 ];
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -201,10 +232,21 @@ fn main() {
     let mut only: Option<String> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
-        let mut val = |what: &str| args.next().unwrap_or_else(|| die(&format!("{what} needs a value")));
+        let mut val = |what: &str| {
+            args.next()
+                .unwrap_or_else(|| die(&format!("{what} needs a value")))
+        };
         match a.as_str() {
-            "--iters" => iters = val("--iters").parse().unwrap_or_else(|_| die("--iters: not a number")),
-            "--threads" => threads = val("--threads").parse().unwrap_or_else(|_| die("--threads: not a number")),
+            "--iters" => {
+                iters = val("--iters")
+                    .parse()
+                    .unwrap_or_else(|_| die("--iters: not a number"))
+            }
+            "--threads" => {
+                threads = val("--threads")
+                    .parse()
+                    .unwrap_or_else(|_| die("--threads: not a number"))
+            }
             "--case" => only = Some(val("--case")),
             "--list" => {
                 for c in CASES {
@@ -223,7 +265,10 @@ fn main() {
     // in a private directory.
     let dir = std::env::temp_dir().join(format!("u3m-touch-bench.{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| die(&format!("{}: {e}", dir.display())));
-    let vars = [("U3M_SHM_DIR", dir.display().to_string()), ("U3M_MODE", "observe".to_string())];
+    let vars = [
+        ("U3M_SHM_DIR", dir.display().to_string()),
+        ("U3M_MODE", "observe".to_string()),
+    ];
     let cfg = Config::from_vars(vars.into_iter().map(|(k, v)| (k.to_string(), v)))
         .unwrap_or_else(|e| die(&format!("config: {e:?}")));
     let eng = Engine::new(cfg, &["aclrtMalloc"], None).unwrap_or_else(|e| die(&e));
@@ -254,10 +299,22 @@ fn main() {
                         let base = thread_base(t);
                         let mut rs = [Range::ZERO; 16];
                         for (i, r) in rs.iter_mut().enumerate() {
-                            *r = Range { addr: base + i as u64 * RANGE, len: RANGE, write: i == 15 };
+                            *r = Range {
+                                addr: base + i as u64 * RANGE,
+                                len: RANGE,
+                                write: i == 15,
+                            };
                         }
                         let words = [const { AtomicU64::new(0) }; 6];
-                        let f = Fx { heat: eng.heat(), eng, base, hash, class, ranges: rs, words };
+                        let f = Fx {
+                            heat: eng.heat(),
+                            eng,
+                            base,
+                            hash,
+                            class,
+                            ranges: rs,
+                            words,
+                        };
                         fun(&f, (iters / 10).max(1)); // warm-up: first-touch entries, caches
                         barrier.wait();
                         let (w0, c0) = (Instant::now(), thread_cpu_ns());
@@ -268,7 +325,9 @@ fn main() {
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().expect("bench thread")).collect()
+            hs.into_iter()
+                .map(|h| h.join().expect("bench thread"))
+                .collect()
         });
         let n = results.len() as f64;
         let wall = results.iter().map(|r| r.0).sum::<f64>() / n;

@@ -116,13 +116,20 @@ impl fmt::Display for ConfigError {
 /// a trailing B accepted).
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let v: f64 = num.parse().ok()?;
     if !v.is_finite() || v < 0.0 {
         return None;
     }
-    let mul = match unit.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+    let mul = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches('B')
+        .trim_end_matches('I')
+    {
         "" => 1.0,
         "K" => 1024.0,
         "M" => 1024.0 * 1024.0,
@@ -131,7 +138,11 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     let b = v * mul;
-    if b > u64::MAX as f64 { None } else { Some(b as u64) }
+    if b > u64::MAX as f64 {
+        None
+    } else {
+        Some(b as u64)
+    }
 }
 
 impl Config {
@@ -142,32 +153,58 @@ impl Config {
 
     /// From the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_vars(std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))))
+        Config::from_vars(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+        )
     }
 
     /// From (name, value) pairs; names not starting with U3M_ are ignored.
-    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(vars: I) -> Result<Config, ConfigError> {
-        let mut set: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| k.starts_with("U3M_")).collect();
+    pub fn from_vars<I: IntoIterator<Item = (String, String)>>(
+        vars: I,
+    ) -> Result<Config, ConfigError> {
+        let mut set: Vec<(String, String)> = vars
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("U3M_"))
+            .collect();
         set.sort();
         for (k, _) in &set {
             if !VARS.iter().any(|v| v.name == k) {
-                return Err(ConfigError { var: k.clone(), reason: "unknown variable (see `u3m run --help` for the list)".into() });
+                return Err(ConfigError {
+                    var: k.clone(),
+                    reason: "unknown variable (see `u3m run --help` for the list)".into(),
+                });
             }
         }
         let get = |name: &str| -> String {
             set.iter()
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| VARS.iter().find(|v| v.name == name).map(|v| v.default.to_string()).unwrap_or_default())
+                .unwrap_or_else(|| {
+                    VARS.iter()
+                        .find(|v| v.name == name)
+                        .map(|v| v.default.to_string())
+                        .unwrap_or_default()
+                })
         };
-        let err = |name: &str, reason: String| ConfigError { var: name.to_string(), reason };
+        let err = |name: &str, reason: String| ConfigError {
+            var: name.to_string(),
+            reason,
+        };
         let size = |name: &str| -> Result<u64, ConfigError> {
             let v = get(name);
-            parse_size(&v).ok_or_else(|| err(name, format!("'{v}' is not a byte size (e.g. 4096, 512M, 2G)")))
+            parse_size(&v).ok_or_else(|| {
+                err(
+                    name,
+                    format!("'{v}' is not a byte size (e.g. 4096, 512M, 2G)"),
+                )
+            })
         };
         let int = |name: &str| -> Result<u64, ConfigError> {
             let v = get(name);
-            v.trim().parse::<u64>().map_err(|_| err(name, format!("'{v}' is not a non-negative integer")))
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| err(name, format!("'{v}' is not a non-negative integer")))
         };
         let num = |name: &str, lo: f64, hi: f64| -> Result<f64, ConfigError> {
             let v = get(name);
@@ -187,35 +224,64 @@ impl Config {
             "off" => Mode::Off,
             "observe" => Mode::Observe,
             "tier" => Mode::Tier,
-            v => return Err(err("U3M_MODE", format!("'{v}' is not off, observe or tier"))),
+            v => {
+                return Err(err(
+                    "U3M_MODE",
+                    format!("'{v}' is not off, observe or tier"),
+                ))
+            }
         };
         let log = match get("U3M_LOG").trim() {
             "quiet" => LogLevel::Quiet,
             "warn" => LogLevel::Warn,
             "info" => LogLevel::Info,
             "debug" => LogLevel::Debug,
-            v => return Err(err("U3M_LOG", format!("'{v}' is not quiet, warn, info or debug"))),
+            v => {
+                return Err(err(
+                    "U3M_LOG",
+                    format!("'{v}' is not quiet, warn, info or debug"),
+                ))
+            }
         };
         let path = |name: &str| -> Option<PathBuf> {
             let v = get(name);
-            if v.is_empty() { None } else { Some(PathBuf::from(v)) }
+            if v.is_empty() {
+                None
+            } else {
+                Some(PathBuf::from(v))
+            }
         };
         let policy = get("U3M_POLICY");
         if !crate::policy::LIBRARY_POLICIES.contains(&policy.trim()) {
-            return Err(err("U3M_POLICY", format!("'{policy}' is not one of {}", crate::policy::LIBRARY_POLICIES.join(", "))));
+            return Err(err(
+                "U3M_POLICY",
+                format!(
+                    "'{policy}' is not one of {}",
+                    crate::policy::LIBRARY_POLICIES.join(", ")
+                ),
+            ));
         }
         let hbm_low = num("U3M_HBM_LOW", 0.0, 1.0)?;
         let hbm_high = num("U3M_HBM_HIGH", 0.0, 1.0)?;
         if hbm_low > hbm_high {
-            return Err(err("U3M_HBM_LOW", format!("{hbm_low} is above U3M_HBM_HIGH ({hbm_high})")));
+            return Err(err(
+                "U3M_HBM_LOW",
+                format!("{hbm_low} is above U3M_HBM_HIGH ({hbm_high})"),
+            ));
         }
         let max_allocs = int("U3M_MAX_ALLOCS")?;
         if !(1024..=(1 << 26)).contains(&max_allocs) {
-            return Err(err("U3M_MAX_ALLOCS", format!("{max_allocs} is outside 1024..67108864")));
+            return Err(err(
+                "U3M_MAX_ALLOCS",
+                format!("{max_allocs} is outside 1024..67108864"),
+            ));
         }
         let max_ranges = int("U3M_MAX_RANGES")?;
         if !(1024..=(1 << 26)).contains(&max_ranges) {
-            return Err(err("U3M_MAX_RANGES", format!("{max_ranges} is outside 1024..67108864")));
+            return Err(err(
+                "U3M_MAX_RANGES",
+                format!("{max_ranges} is outside 1024..67108864"),
+            ));
         }
         Ok(Config {
             mode,
@@ -286,23 +352,52 @@ mod tests {
     #[test]
     fn bad_values_are_named() {
         assert_eq!(cfg(&[("U3M_MODE", "fast")]).unwrap_err().var, "U3M_MODE");
-        assert_eq!(cfg(&[("U3M_MIN_BYTES", "lots")]).unwrap_err().var, "U3M_MIN_BYTES");
-        assert_eq!(cfg(&[("U3M_HBM_LOW", "0.95")]).unwrap_err().var, "U3M_HBM_LOW");
-        assert_eq!(cfg(&[("U3M_OVERSUB", "-1")]).unwrap_err().var, "U3M_OVERSUB");
-        assert_eq!(cfg(&[("U3M_TRACE_LOSSLESS", "yes")]).unwrap_err().var, "U3M_TRACE_LOSSLESS");
+        assert_eq!(
+            cfg(&[("U3M_MIN_BYTES", "lots")]).unwrap_err().var,
+            "U3M_MIN_BYTES"
+        );
+        assert_eq!(
+            cfg(&[("U3M_HBM_LOW", "0.95")]).unwrap_err().var,
+            "U3M_HBM_LOW"
+        );
+        assert_eq!(
+            cfg(&[("U3M_OVERSUB", "-1")]).unwrap_err().var,
+            "U3M_OVERSUB"
+        );
+        assert_eq!(
+            cfg(&[("U3M_TRACE_LOSSLESS", "yes")]).unwrap_err().var,
+            "U3M_TRACE_LOSSLESS"
+        );
         let e = cfg(&[("U3M_POLICY", "belady")]).unwrap_err();
-        assert!(e.var == "U3M_POLICY" && e.reason.contains("not one of seed-heat, lru, predictive"), "{e}");
+        assert!(
+            e.var == "U3M_POLICY" && e.reason.contains("not one of seed-heat, lru, predictive"),
+            "{e}"
+        );
         assert_eq!(cfg(&[("U3M_CALIB_S", "0")]).unwrap_err().var, "U3M_CALIB_S");
-        assert_eq!(cfg(&[("U3M_WARMUP_S", "-1")]).unwrap_err().var, "U3M_WARMUP_S");
+        assert_eq!(
+            cfg(&[("U3M_WARMUP_S", "-1")]).unwrap_err().var,
+            "U3M_WARMUP_S"
+        );
     }
 
     #[test]
     fn predictive_takes_its_periods() {
-        let c = cfg(&[("U3M_POLICY", "predictive"), ("U3M_CALIB_S", "2.5"), ("U3M_WARMUP_S", "0")]).unwrap();
-        assert_eq!((c.policy.as_str(), c.calib_s, c.warmup_s), ("predictive", 2.5, 0.0));
+        let c = cfg(&[
+            ("U3M_POLICY", "predictive"),
+            ("U3M_CALIB_S", "2.5"),
+            ("U3M_WARMUP_S", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            (c.policy.as_str(), c.calib_s, c.warmup_s),
+            ("predictive", 2.5, 0.0)
+        );
         let d = Config::defaults();
         assert_eq!((d.calib_s, d.warmup_s), (600.0, 30.0));
-        assert_eq!(crate::policy::by_config(&c).map(|p| p.name()), Some("predictive"));
+        assert_eq!(
+            crate::policy::by_config(&c).map(|p| p.name()),
+            Some("predictive")
+        );
     }
 
     #[test]

@@ -7,10 +7,10 @@
 pub mod config;
 pub mod engine;
 pub mod heat;
+pub mod monitor;
 pub mod opclass;
 pub mod plan;
 pub mod policy;
-pub mod monitor;
 pub mod shm;
 pub mod tier;
 pub mod trace;

@@ -77,9 +77,18 @@ impl Default for MonitorConfig {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Transition {
     /// The level changed.
-    Level { from: Level, to: Level, used: u64, capacity: u64 },
+    Level {
+        from: Level,
+        to: Level,
+        used: u64,
+        capacity: u64,
+    },
     /// The predicted time to OOM fell below the horizon.
-    OomPredicted { seconds: f64, used: u64, capacity: u64 },
+    OomPredicted {
+        seconds: f64,
+        used: u64,
+        capacity: u64,
+    },
 }
 
 impl Transition {
@@ -88,10 +97,25 @@ impl Transition {
     pub fn text(&self) -> ShortText {
         let mut t = ShortText::new();
         match *self {
-            Transition::Level { from, to, used, capacity } => {
-                let _ = write!(t, "hbm {:.1}% {} (was {})", pct(used, capacity), to.name(), from.name());
+            Transition::Level {
+                from,
+                to,
+                used,
+                capacity,
+            } => {
+                let _ = write!(
+                    t,
+                    "hbm {:.1}% {} (was {})",
+                    pct(used, capacity),
+                    to.name(),
+                    from.name()
+                );
             }
-            Transition::OomPredicted { seconds, used, capacity } => {
+            Transition::OomPredicted {
+                seconds,
+                used,
+                capacity,
+            } => {
                 let _ = write!(t, "hbm {:.1}% full in {:.1}s", pct(used, capacity), seconds);
             }
         }
@@ -190,12 +214,21 @@ impl Monitor {
         if to != self.level {
             let from = self.level;
             self.level = to;
-            return Some(Transition::Level { from, to, used, capacity });
+            return Some(Transition::Level {
+                from,
+                to,
+                used,
+                capacity,
+            });
         }
         match self.seconds_to_oom() {
             Some(s) if s < self.cfg.oom_horizon_s && self.oom_armed => {
                 self.oom_armed = false;
-                Some(Transition::OomPredicted { seconds: s, used, capacity })
+                Some(Transition::OomPredicted {
+                    seconds: s,
+                    used,
+                    capacity,
+                })
             }
             Some(s) if s <= 2.0 * self.cfg.oom_horizon_s => None,
             _ => {
@@ -224,7 +257,11 @@ impl Monitor {
     pub fn status(&self) -> Status {
         Status {
             level: self.level,
-            use_fraction: if self.last_capacity == 0 { 0.0 } else { self.last_used as f64 / self.last_capacity as f64 },
+            use_fraction: if self.last_capacity == 0 {
+                0.0
+            } else {
+                self.last_used as f64 / self.last_capacity as f64
+            },
             seconds_to_oom: self.seconds_to_oom(),
             growth_bps: self.growth_bps.unwrap_or(0.0),
         }
@@ -248,7 +285,11 @@ impl Monitor {
         // Falling: step down only past each threshold minus the hysteresis.
         let mut l = self.level;
         while l > Level::Ok && f < self.threshold(l) - self.cfg.hysteresis {
-            l = if l == Level::Critical { Level::Warning } else { Level::Ok };
+            l = if l == Level::Critical {
+                Level::Warning
+            } else {
+                Level::Ok
+            };
         }
         l
     }
@@ -289,8 +330,9 @@ impl Monitor {
     /// None with fewer than 3 of them.
     fn estimate_growth(&self, now: u64) -> Option<f64> {
         let since = now.saturating_sub(self.cfg.window_ns);
-        let pts =
-            (0..self.n).map(|i| self.samples[(self.next + SAMPLES - 1 - i) % SAMPLES]).filter(|&(t, _)| t >= since);
+        let pts = (0..self.n)
+            .map(|i| self.samples[(self.next + SAMPLES - 1 - i) % SAMPLES])
+            .filter(|&(t, _)| t >= since);
         let (mut k, mut st, mut su) = (0.0f64, 0.0f64, 0.0f64);
         let t0 = since;
         for (t, u) in pts.clone() {
@@ -329,13 +371,25 @@ unsafe impl Send for SharedMonitor {}
 
 impl SharedMonitor {
     pub fn new(cfg: MonitorConfig) -> Self {
-        SharedMonitor { busy: AtomicBool::new(false), inner: UnsafeCell::new(Monitor::new(cfg)) }
+        SharedMonitor {
+            busy: AtomicBool::new(false),
+            inner: UnsafeCell::new(Monitor::new(cfg)),
+        }
     }
 
     /// `Monitor::observe` plus the resulting status, or None if another
     /// thread is observing right now.
-    pub fn try_observe(&self, now_ns: u64, used: u64, capacity: u64) -> Option<(Option<Transition>, Status)> {
-        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+    pub fn try_observe(
+        &self,
+        now_ns: u64,
+        used: u64,
+        capacity: u64,
+    ) -> Option<(Option<Transition>, Status)> {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
             return None;
         }
         // SAFETY: we hold `busy`.
@@ -364,10 +418,12 @@ mod tests {
         fractions
             .iter()
             .enumerate()
-            .map(|(i, f)| match m.observe(i as u64 * MS, (f * cap as f64) as u64, cap) {
-                Some(Transition::Level { from, to, .. }) => Some((from, to)),
-                _ => None,
-            })
+            .map(
+                |(i, f)| match m.observe(i as u64 * MS, (f * cap as f64) as u64, cap) {
+                    Some(Transition::Level { from, to, .. }) => Some((from, to)),
+                    _ => None,
+                },
+            )
             .collect()
     }
 
@@ -377,21 +433,37 @@ mod tests {
         let t = levels(&mut m, &[0.5, 0.849, 0.85, 0.949, 0.95, 1.2]);
         assert_eq!(
             t,
-            vec![None, None, Some((Level::Ok, Level::Warning)), None, Some((Level::Warning, Level::Critical)), None]
+            vec![
+                None,
+                None,
+                Some((Level::Ok, Level::Warning)),
+                None,
+                Some((Level::Warning, Level::Critical)),
+                None
+            ]
         );
         let mut m = Monitor::default();
-        assert_eq!(levels(&mut m, &[0.97]), vec![Some((Level::Ok, Level::Critical))], "jumps straight to critical");
+        assert_eq!(
+            levels(&mut m, &[0.97]),
+            vec![Some((Level::Ok, Level::Critical))],
+            "jumps straight to critical"
+        );
     }
 
     #[test]
     fn hysteresis_stops_flapping_at_a_threshold() {
         let mut m = Monitor::default();
         // Oscillating around 85 % raises once, never clears.
-        let seq: Vec<f64> = (0..40).map(|i| if i % 2 == 0 { 0.851 } else { 0.84 }).collect();
+        let seq: Vec<f64> = (0..40)
+            .map(|i| if i % 2 == 0 { 0.851 } else { 0.84 })
+            .collect();
         let changes: Vec<_> = levels(&mut m, &seq).into_iter().flatten().collect();
         assert_eq!(changes, vec![(Level::Ok, Level::Warning)]);
         // Clears only below 80 %.
-        assert_eq!(levels(&mut m, &[0.81, 0.801, 0.799]), vec![None, None, Some((Level::Warning, Level::Ok))]);
+        assert_eq!(
+            levels(&mut m, &[0.81, 0.801, 0.799]),
+            vec![None, None, Some((Level::Warning, Level::Ok))]
+        );
         // Critical falls to warning below 90 %, to ok below 80 %.
         let mut m = Monitor::default();
         let t = levels(&mut m, &[0.96, 0.93, 0.905, 0.899, 0.85, 0.79]);
@@ -408,7 +480,10 @@ mod tests {
         );
         // A big drop from critical goes straight to ok.
         let mut m = Monitor::default();
-        assert_eq!(levels(&mut m, &[0.99, 0.1]).into_iter().flatten().last(), Some((Level::Critical, Level::Ok)));
+        assert_eq!(
+            levels(&mut m, &[0.99, 0.1]).into_iter().flatten().last(),
+            Some((Level::Critical, Level::Ok))
+        );
     }
 
     #[test]
@@ -424,7 +499,10 @@ mod tests {
         let used = 10 * GIB + rate * 5;
         let expect = (cap - used) as f64 / rate as f64;
         let got = m.seconds_to_oom().expect("growing");
-        assert!((got - expect).abs() / expect < 0.02, "predicted {got:.1}s, expected {expect:.1}s");
+        assert!(
+            (got - expect).abs() / expect < 0.02,
+            "predicted {got:.1}s, expected {expect:.1}s"
+        );
         let g = m.status().growth_bps;
         assert!((g - rate as f64).abs() / (rate as f64) < 0.02, "growth {g}");
     }
@@ -445,7 +523,12 @@ mod tests {
         assert_eq!(flat.seconds_to_oom(), None);
         assert_eq!(shrink.seconds_to_oom(), None);
         assert!(shrink.status().growth_bps < 0.0);
-        assert_eq!(saw.seconds_to_oom(), None, "growth {}", saw.status().growth_bps);
+        assert_eq!(
+            saw.seconds_to_oom(),
+            None,
+            "growth {}",
+            saw.status().growth_bps
+        );
     }
 
     #[test]
@@ -484,7 +567,9 @@ mod tests {
         // Grow 1 GiB/s from 0: OOM in < 60 s once past 4 GiB (still < 85 %).
         for i in 0..=200u64 {
             let t = i * 50 * MS;
-            if let Some(Transition::OomPredicted { seconds, .. }) = m.observe(t, GIB * t / 1_000_000_000, cap) {
+            if let Some(Transition::OomPredicted { seconds, .. }) =
+                m.observe(t, GIB * t / 1_000_000_000, cap)
+            {
                 fired.push((i, seconds));
             }
         }
@@ -494,14 +579,19 @@ mod tests {
         let base = 10 * GIB;
         let t0 = 20_000 * MS;
         for i in 0..100u64 {
-            assert!(!matches!(m.observe(t0 + i * 200 * MS, base, cap), Some(Transition::OomPredicted { .. })));
+            assert!(!matches!(
+                m.observe(t0 + i * 200 * MS, base, cap),
+                Some(Transition::OomPredicted { .. })
+            ));
         }
         assert_eq!(m.seconds_to_oom(), None);
         let t1 = t0 + 100 * 200 * MS;
         let mut again = 0;
         for i in 0..200u64 {
             let t = i * 50 * MS;
-            if let Some(Transition::OomPredicted { .. }) = m.observe(t1 + t, base + GIB * t / 1_000_000_000, cap) {
+            if let Some(Transition::OomPredicted { .. }) =
+                m.observe(t1 + t, base + GIB * t / 1_000_000_000, cap)
+            {
                 again += 1;
             }
         }
@@ -510,9 +600,18 @@ mod tests {
 
     #[test]
     fn transition_text_is_short_and_readable() {
-        let t = Transition::Level { from: Level::Ok, to: Level::Warning, used: 86, capacity: 100 };
+        let t = Transition::Level {
+            from: Level::Ok,
+            to: Level::Warning,
+            used: 86,
+            capacity: 100,
+        };
         assert_eq!(&*t.text(), "hbm 86.0% warning (was ok)");
-        let t = Transition::OomPredicted { seconds: 42.0, used: 50, capacity: 100 };
+        let t = Transition::OomPredicted {
+            seconds: 42.0,
+            used: 50,
+            capacity: 100,
+        };
         assert_eq!(&*t.text(), "hbm 50.0% full in 42.0s");
     }
 
@@ -550,8 +649,13 @@ mod tests {
             assert_eq!(done + skipped, N);
             levels.extend(l);
         }
-        assert!(levels.contains(&Level::Warning) && levels.contains(&Level::Critical), "{levels:?}");
-        let (tr, st) = m.try_observe(N * 1000 + 10, 99 * GIB, cap).expect("uncontended");
+        assert!(
+            levels.contains(&Level::Warning) && levels.contains(&Level::Critical),
+            "{levels:?}"
+        );
+        let (tr, st) = m
+            .try_observe(N * 1000 + 10, 99 * GIB, cap)
+            .expect("uncontended");
         assert_eq!(st.level, Level::Critical);
         assert_eq!(tr, None, "already critical");
     }

@@ -908,7 +908,10 @@ const fn sorted(t: &[(&[u8], OpClass)]) -> bool {
 }
 
 // Binary search needs strictly increasing keys; a mis-sorted edit fails the build.
-const _: () = assert!(sorted(EXACT), "opclass::EXACT must be sorted by bytes, without duplicates");
+const _: () = assert!(
+    sorted(EXACT),
+    "opclass::EXACT must be sorted by bytes, without duplicates"
+);
 
 #[cfg(test)]
 mod tests {
@@ -1057,7 +1060,13 @@ mod tests {
 
     #[test]
     fn classify_cache_agrees_with_table() {
-        let names = ["aclnnFooBarSoftmaxV9", "MatMulV2", "aclnnZzz", "aclnnInplaceAdd", "HcclSend"];
+        let names = [
+            "aclnnFooBarSoftmaxV9",
+            "MatMulV2",
+            "aclnnZzz",
+            "aclnnInplaceAdd",
+            "HcclSend",
+        ];
         for _ in 0..3 {
             for n in names {
                 let (c, h) = classify(n);
@@ -1082,7 +1091,12 @@ mod tests {
     #[test]
     fn lookup_cost() {
         // Reported, not asserted: the table runs once per operator launch.
-        let names = ["MatMulV2", "aclnnInplaceAdd", "aclnnGroupedMatmulSwigluQuant", "aclnnUnknownOp"];
+        let names = [
+            "MatMulV2",
+            "aclnnInplaceAdd",
+            "aclnnGroupedMatmulSwigluQuant",
+            "aclnnUnknownOp",
+        ];
         let n = 20_000;
         let t = std::time::Instant::now();
         let mut acc = 0u64;

@@ -70,26 +70,54 @@ pub struct Preset {
 }
 
 const fn arch(layers: u64, hidden: u64, heads: u64, kv_heads: u64, vocab: u64, ffn: u64) -> Arch {
-    Arch { layers, hidden, heads, kv_heads, vocab, ffn }
+    Arch {
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        vocab,
+        ffn,
+    }
 }
 
 /// Published configurations (config.json of each model).
 pub const PRESETS: &[Preset] = &[
-    Preset { name: "llama2-7b", arch: arch(32, 4096, 32, 32, 32000, 11008) },
-    Preset { name: "llama2-13b", arch: arch(40, 5120, 40, 40, 32000, 13824) },
-    Preset { name: "llama2-70b", arch: arch(80, 8192, 64, 8, 32000, 28672) },
-    Preset { name: "llama3-8b", arch: arch(32, 4096, 32, 8, 128256, 14336) },
-    Preset { name: "llama3-70b", arch: arch(80, 8192, 64, 8, 128256, 28672) },
+    Preset {
+        name: "llama2-7b",
+        arch: arch(32, 4096, 32, 32, 32000, 11008),
+    },
+    Preset {
+        name: "llama2-13b",
+        arch: arch(40, 5120, 40, 40, 32000, 13824),
+    },
+    Preset {
+        name: "llama2-70b",
+        arch: arch(80, 8192, 64, 8, 32000, 28672),
+    },
+    Preset {
+        name: "llama3-8b",
+        arch: arch(32, 4096, 32, 8, 128256, 14336),
+    },
+    Preset {
+        name: "llama3-70b",
+        arch: arch(80, 8192, 64, 8, 128256, 28672),
+    },
 ];
 
 /// Case, '-', '_' and '.' do not matter: "Llama-2-13B" is llama2-13b.
 fn norm_name(s: &str) -> String {
-    s.chars().filter(|c| !matches!(c, '-' | '_' | '.' | ' ')).map(|c| c.to_ascii_lowercase()).collect()
+    s.chars()
+        .filter(|c| !matches!(c, '-' | '_' | '.' | ' '))
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }
 
 pub fn preset(name: &str) -> Result<&'static Preset, PlanError> {
     let n = norm_name(name);
-    PRESETS.iter().find(|p| norm_name(p.name) == n).ok_or_else(|| PlanError::UnknownPreset(name.to_string()))
+    PRESETS
+        .iter()
+        .find(|p| norm_name(p.name) == n)
+        .ok_or_else(|| PlanError::UnknownPreset(name.to_string()))
 }
 
 /// Architecture fields given on the command line; with a preset they
@@ -118,7 +146,11 @@ pub fn resolve_arch(preset_name: Option<&str>, i: &ArchInput) -> Result<Arch, Pl
         ("--kv-heads", pick(i.kv_heads, base.map(|a| a.kv_heads))),
         ("--vocab", pick(i.vocab, base.map(|a| a.vocab))),
     ];
-    let missing: Vec<&str> = fields.iter().filter(|(_, v)| v.is_none()).map(|(n, _)| *n).collect();
+    let missing: Vec<&str> = fields
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(n, _)| *n)
+        .collect();
     if !missing.is_empty() {
         return Err(PlanError::MissingArch(missing.join(", ")));
     }
@@ -130,7 +162,14 @@ pub fn resolve_arch(preset_name: Option<&str>, i: &ArchInput) -> Result<Arch, Pl
         (None, None, Some(b)) => b.ffn,
         _ => default_ffn(h),
     };
-    let a = Arch { layers: l, hidden: h, heads: a, kv_heads: k, vocab: v, ffn };
+    let a = Arch {
+        layers: l,
+        hidden: h,
+        heads: a,
+        kv_heads: k,
+        vocab: v,
+        ffn,
+    };
     validate_arch(&a)?;
     Ok(a)
 }
@@ -139,7 +178,11 @@ fn in_range(what: &'static str, v: u64, max: u64) -> Result<(), PlanError> {
     if v == 0 {
         Err(PlanError::Zero(what))
     } else if v > max {
-        Err(PlanError::Absurd { what, value: v.to_string(), max: max.to_string() })
+        Err(PlanError::Absurd {
+            what,
+            value: v.to_string(),
+            max: max.to_string(),
+        })
     } else {
         Ok(())
     }
@@ -154,10 +197,20 @@ pub fn validate_arch(a: &Arch) -> Result<(), PlanError> {
     in_range("--vocab", a.vocab, MAX_VOCAB)?;
     in_range("--ffn", a.ffn, MAX_FFN)?;
     if a.hidden % a.heads != 0 {
-        return Err(PlanError::NotDividing { what: "--heads", by: a.heads, of: "--hidden", value: a.hidden });
+        return Err(PlanError::NotDividing {
+            what: "--heads",
+            by: a.heads,
+            of: "--hidden",
+            value: a.hidden,
+        });
     }
     if a.heads % a.kv_heads != 0 {
-        return Err(PlanError::NotDividing { what: "--kv-heads", by: a.kv_heads, of: "--heads", value: a.heads });
+        return Err(PlanError::NotDividing {
+            what: "--kv-heads",
+            by: a.kv_heads,
+            of: "--heads",
+            value: a.heads,
+        });
     }
     Ok(())
 }
@@ -208,8 +261,12 @@ pub struct Capacity {
 }
 
 /// HBM sizes of Ascend 910B parts (design.md §2), for `--hbm 910b4`.
-pub const DEVICES: &[(&str, u64)] =
-    &[("910b1", 64 << 30), ("910b2", 64 << 30), ("910b3", 64 << 30), ("910b4", 32 << 30)];
+pub const DEVICES: &[(&str, u64)] = &[
+    ("910b1", 64 << 30),
+    ("910b2", 64 << 30),
+    ("910b3", 64 << 30),
+    ("910b4", 32 << 30),
+];
 
 /// A capacity: a device name from `DEVICES` or a size as U3M_* sizes take it
 /// (4096, 64K, 1.5G, 32GiB: binary units).
@@ -256,7 +313,16 @@ pub fn params(a: &Arch, train: Train) -> Params {
         Train::Lora { .. } => lora,
         Train::None => 0,
     };
-    Params { embedding, attention, mlp, norms, lm_head, total, lora, trainable }
+    Params {
+        embedding,
+        attention,
+        mlp,
+        norms,
+        lm_head,
+        total,
+        lora,
+        trainable,
+    }
 }
 
 /// A rank-r adapter on a d_in → d_out projection is A (r × d_in) and
@@ -276,7 +342,13 @@ pub fn kv_bytes_per_token(a: &Arch) -> u64 {
 /// recomputation), expanded so it is exact in integers:
 /// 34·s·b·h·L + 5·a·s²·b·L.
 pub fn activation_bytes(a: &Arch, seq: u64, batch: u64) -> u128 {
-    let (s, b, h, n, l) = (seq as u128, batch as u128, a.hidden as u128, a.heads as u128, a.layers as u128);
+    let (s, b, h, n, l) = (
+        seq as u128,
+        batch as u128,
+        a.hidden as u128,
+        a.heads as u128,
+        a.layers as u128,
+    );
     34 * s * b * h * l + 5 * n * s * s * b * l
 }
 
@@ -305,8 +377,22 @@ impl Component {
     pub fn claim_order(train: Train) -> [Component; 6] {
         use Component::*;
         match train {
-            Train::Lora { .. } => [Activations, Adapters, Gradients, Optimizer, KvCache, Weights],
-            Train::Adam | Train::None => [Activations, Adapters, Weights, Gradients, KvCache, Optimizer],
+            Train::Lora { .. } => [
+                Activations,
+                Adapters,
+                Gradients,
+                Optimizer,
+                KvCache,
+                Weights,
+            ],
+            Train::Adam | Train::None => [
+                Activations,
+                Adapters,
+                Weights,
+                Gradients,
+                KvCache,
+                Optimizer,
+            ],
         }
     }
     pub fn name(self) -> &'static str {
@@ -377,11 +463,16 @@ pub struct Plan {
 
 impl Plan {
     pub fn row(&self, c: Component) -> &Row {
-        self.rows.iter().find(|r| r.component == c).expect("every component has a row")
+        self.rows
+            .iter()
+            .find(|r| r.component == c)
+            .expect("every component has a row")
     }
     /// Bytes per tier: (hbm, dram, nvme, unplaced).
     pub fn placed(&self) -> (u64, u64, u64, u64) {
-        self.rows.iter().fold((0, 0, 0, 0), |t, r| (t.0 + r.hbm, t.1 + r.dram, t.2 + r.nvme, t.3 + r.unplaced))
+        self.rows.iter().fold((0, 0, 0, 0), |t, r| {
+            (t.0 + r.hbm, t.1 + r.dram, t.2 + r.nvme, t.3 + r.unplaced)
+        })
     }
     /// Footprint as a multiple of HBM: the smallest --oversub that admits it.
     pub fn hbm_ratio(&self) -> f64 {
@@ -396,7 +487,12 @@ impl Plan {
         let c = &self.capacity;
         match self.verdict {
             Verdict::Hbm { free } => {
-                format!("the footprint {} fits in HBM {} with {} free", g(self.total), g(c.hbm), g(free))
+                format!(
+                    "the footprint {} fits in HBM {} with {} free",
+                    g(self.total),
+                    g(c.hbm),
+                    g(free)
+                )
             }
             Verdict::Spill { spill } => {
                 let (_, dram, nvme, _) = self.placed();
@@ -458,7 +554,11 @@ pub fn validate_capacity(c: &Capacity) -> Result<(), PlanError> {
     }
     for (what, v) in [("--dram", c.dram.unwrap_or(0)), ("--swap", c.swap)] {
         if v > MAX_CAPACITY {
-            return Err(PlanError::Absurd { what, value: v.to_string(), max: MAX_CAPACITY.to_string() });
+            return Err(PlanError::Absurd {
+                what,
+                value: v.to_string(),
+                max: MAX_CAPACITY.to_string(),
+            });
         }
     }
     Ok(())
@@ -481,7 +581,9 @@ pub fn plan(arch: Arch, workload: Workload, capacity: Capacity) -> Result<Plan, 
         Component::Adapters => p_lora * HALF as u128,
         Component::Weights => p_total * HALF as u128,
         Component::Gradients => p_train * HALF as u128,
-        Component::KvCache => kv_per_token as u128 * workload.seq as u128 * workload.requests as u128,
+        Component::KvCache => {
+            kv_per_token as u128 * workload.seq as u128 * workload.requests as u128
+        }
         Component::Optimizer => p_train * ADAM_STATE as u128,
     });
     let total: u128 = sizes.iter().sum();
@@ -515,21 +617,44 @@ pub fn plan(arch: Arch, workload: Workload, capacity: Capacity) -> Result<Plan, 
         let nvme = take(&mut below, &mut room_nvme);
         room_below -= dram + nvme;
         let unplaced = left - dram - nvme;
-        Row { component: order[i], bytes, hbm, dram, nvme, unplaced }
+        Row {
+            component: order[i],
+            bytes,
+            hbm,
+            dram,
+            nvme,
+            unplaced,
+        }
     });
     let verdict = if total <= capacity.hbm {
-        Verdict::Hbm { free: capacity.hbm - total }
+        Verdict::Hbm {
+            free: capacity.hbm - total,
+        }
     } else if total > budget {
-        Verdict::Oversub { short: total - budget }
+        Verdict::Oversub {
+            short: total - budget,
+        }
     } else {
         let unplaced: u64 = rows.iter().map(|r: &Row| r.unplaced).sum();
         if unplaced > 0 {
             Verdict::Host { short: unplaced }
         } else {
-            Verdict::Spill { spill: total - capacity.hbm }
+            Verdict::Spill {
+                spill: total - capacity.hbm,
+            }
         }
     };
-    Ok(Plan { arch, workload, capacity, params: p, kv_per_token, rows, total, budget, verdict })
+    Ok(Plan {
+        arch,
+        workload,
+        capacity,
+        params: p,
+        kv_per_token,
+        rows,
+        total,
+        budget,
+        verdict,
+    })
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -537,8 +662,17 @@ pub enum PlanError {
     UnknownPreset(String),
     MissingArch(String),
     Zero(&'static str),
-    Absurd { what: &'static str, value: String, max: String },
-    NotDividing { what: &'static str, by: u64, of: &'static str, value: u64 },
+    Absurd {
+        what: &'static str,
+        value: String,
+        max: String,
+    },
+    NotDividing {
+        what: &'static str,
+        by: u64,
+        of: &'static str,
+        value: u64,
+    },
     Oversub(f64),
 }
 
@@ -584,7 +718,12 @@ mod tests {
     }
 
     fn cap(hbm: u64, oversub: f64) -> Capacity {
-        Capacity { hbm, oversub, dram: None, swap: 0 }
+        Capacity {
+            hbm,
+            oversub,
+            dram: None,
+            swap: 0,
+        }
     }
 
     #[test]
@@ -623,7 +762,12 @@ mod tests {
 
     #[test]
     fn seed_llama2_13b_full_adam_training() {
-        let w = Workload { train: Train::Adam, seq: 1024, batch: 1, requests: 0 };
+        let w = Workload {
+            train: Train::Adam,
+            seq: 1024,
+            batch: 1,
+            requests: 0,
+        };
         let pl = plan(p("llama2-13b"), w, cap(32 * GIB, 1.0)).unwrap();
         let n = 13_015_864_320u64;
         // The seed: weights 13 B × 2 = 26 GB, gradients 26 GB, Adam states
@@ -654,10 +798,19 @@ mod tests {
         assert_eq!(kv_bytes_per_token(&p("llama3-8b")), 128 * KIB);
         // The seed's request: seq 2048, batch 1 → 800 KiB × 2048 = 1,600 MiB = 1.5625 GiB
         // ("1.56 GB"); 120 concurrent → 187.5 GiB.
-        let w = Workload { train: Train::None, seq: 2048, batch: 1, requests: 120 };
+        let w = Workload {
+            train: Train::None,
+            seq: 2048,
+            batch: 1,
+            requests: 120,
+        };
         let pl = plan(p("llama2-13b"), w, cap(32 * GIB, 1.5)).unwrap();
         assert_eq!(pl.row(Component::KvCache).bytes, 120 * 1600 * (1 << 20));
-        assert_eq!(pl.row(Component::Activations).bytes, 0, "inference keeps no activations");
+        assert_eq!(
+            pl.row(Component::Activations).bytes,
+            0,
+            "inference keeps no activations"
+        );
         assert_eq!(pl.row(Component::Gradients).bytes, 0);
         assert_eq!(pl.row(Component::Optimizer).bytes, 0);
     }
@@ -671,7 +824,12 @@ mod tests {
         // Llama-3-8B, GQA: q, o 16·(4096 + 4096) = 131,072 each; k, v 16·(4096 + 1024) = 81,920
         // each; 425,984 per layer; × 32 = 13,631,488.
         assert_eq!(lora_params(&p("llama3-8b"), 16), 13_631_488);
-        let w = Workload { train: Train::Lora { rank: 16 }, seq: 1024, batch: 1, requests: 0 };
+        let w = Workload {
+            train: Train::Lora { rank: 16 },
+            seq: 1024,
+            batch: 1,
+            requests: 0,
+        };
         let pl = plan(a, w, cap(32 * GIB, 1.5)).unwrap();
         // Frozen base: weights only, no gradients or Adam state for them.
         assert_eq!(pl.row(Component::Weights).bytes, 13_015_864_320 * 2);
@@ -682,14 +840,34 @@ mod tests {
         // 26,031,728,640 + 16·26,214,400 = 419,430,400 + 15,518,924,800 activations
         // = 41,970,083,840 B = 39.09 GiB: over 32 GiB, within 1.5 × 32 = 48 GiB.
         assert_eq!(pl.total, 41_970_083_840);
-        assert_eq!(pl.verdict, Verdict::Spill { spill: 41_970_083_840 - 32 * GIB });
+        assert_eq!(
+            pl.verdict,
+            Verdict::Spill {
+                spill: 41_970_083_840 - 32 * GIB
+            }
+        );
     }
 
     #[test]
     fn placement_fills_hbm_hottest_first_then_dram_then_nvme() {
-        let w = Workload { train: Train::Lora { rank: 16 }, seq: 1024, batch: 1, requests: 0 };
+        let w = Workload {
+            train: Train::Lora { rank: 16 },
+            seq: 1024,
+            batch: 1,
+            requests: 0,
+        };
         let a = p("llama2-13b");
-        let pl = plan(a, w, Capacity { hbm: 32 * GIB, oversub: 1.5, dram: Some(4 * GIB), swap: 8 * GIB }).unwrap();
+        let pl = plan(
+            a,
+            w,
+            Capacity {
+                hbm: 32 * GIB,
+                oversub: 1.5,
+                dram: Some(4 * GIB),
+                swap: 8 * GIB,
+            },
+        )
+        .unwrap();
         let act = 15_518_924_800u64;
         let adapters = 26_214_400u64 * 2;
         // HBM takes activations, the adapters with their gradients and Adam states
@@ -710,8 +888,16 @@ mod tests {
         assert!(pl.verdict.fits());
         // 1 GiB less NVMe than the spill needs: short by exactly the difference.
         let need_nvme = n;
-        let tight = Capacity { hbm: 32 * GIB, oversub: 1.5, dram: Some(4 * GIB), swap: need_nvme - GIB };
-        assert_eq!(plan(a, w, tight).unwrap().verdict, Verdict::Host { short: GIB });
+        let tight = Capacity {
+            hbm: 32 * GIB,
+            oversub: 1.5,
+            dram: Some(4 * GIB),
+            swap: need_nvme - GIB,
+        };
+        assert_eq!(
+            plan(a, w, tight).unwrap().verdict,
+            Verdict::Host { short: GIB }
+        );
     }
 
     #[test]
@@ -719,22 +905,47 @@ mod tests {
         // Llama-3-8B inference, 64 requests of 4096 tokens:
         // weights 8,030,261,248 × 2 = 16,060,522,496 B (14.96 GiB);
         // KV 128 KiB × 4096 × 64 = 32 GiB; total 46.96 GiB.
-        let w = Workload { train: Train::None, seq: 4096, batch: 1, requests: 64 };
+        let w = Workload {
+            train: Train::None,
+            seq: 4096,
+            batch: 1,
+            requests: 64,
+        };
         let a = p("llama3-8b");
         let total = 16_060_522_496 + 32 * GIB;
         let at = |hbm: u64, x: f64| plan(a, w, cap(hbm, x)).unwrap();
         // 64 GiB (910B2): fits in HBM with 64 GiB − total free.
         let v = at(64 * GIB, 1.0);
         assert_eq!(v.total, total);
-        assert_eq!(v.verdict, Verdict::Hbm { free: 64 * GIB - total });
+        assert_eq!(
+            v.verdict,
+            Verdict::Hbm {
+                free: 64 * GIB - total
+            }
+        );
         // 32 GiB (910B4) without oversubscription: total − 32 GiB short.
-        assert_eq!(at(32 * GIB, 1.0).verdict, Verdict::Oversub { short: total - 32 * GIB });
+        assert_eq!(
+            at(32 * GIB, 1.0).verdict,
+            Verdict::Oversub {
+                short: total - 32 * GIB
+            }
+        );
         // 32 GiB at 1.4: budget 44.8 GiB = 48,103,633,715 B (rounded down) < 46.96 GiB.
-        assert_eq!(at(32 * GIB, 1.4).verdict, Verdict::Oversub { short: total - 48_103_633_715 });
+        assert_eq!(
+            at(32 * GIB, 1.4).verdict,
+            Verdict::Oversub {
+                short: total - 48_103_633_715
+            }
+        );
         // 32 GiB at the default 1.5: budget 48 GiB ≥ total: fits, total − 32 GiB spilled, all
         // to DRAM (not limited), and it is the KV cache that spills (weights claim HBM first).
         let v = at(32 * GIB, 1.5);
-        assert_eq!(v.verdict, Verdict::Spill { spill: total - 32 * GIB });
+        assert_eq!(
+            v.verdict,
+            Verdict::Spill {
+                spill: total - 32 * GIB
+            }
+        );
         assert_eq!(v.row(Component::Weights).hbm, 16_060_522_496);
         assert_eq!(v.row(Component::KvCache).hbm, 32 * GIB - 16_060_522_496);
         assert_eq!(v.row(Component::KvCache).dram, total - 32 * GIB);
@@ -748,12 +959,22 @@ mod tests {
     fn oversub_bounds_what_goes_below_hbm_even_with_room_there() {
         // Full Adam for Llama-2-7B (6,738,415,616 × 16 = 107,814,649,856 B ≈ 100.4 GiB plus
         // activations) on 64 GiB at 1.5: budget 96 GiB; DRAM unlimited does not help.
-        let w = Workload { train: Train::Adam, seq: 512, batch: 1, requests: 0 };
+        let w = Workload {
+            train: Train::Adam,
+            seq: 512,
+            batch: 1,
+            requests: 0,
+        };
         let pl = plan(p("llama2-7b"), w, cap(64 * GIB, 1.5)).unwrap();
         // activations: 512·1·4096·(34 + 5·32·512/4096)·32 = 512·4096·54·32 = 3,623,878,656.
         assert_eq!(pl.row(Component::Activations).bytes, 3_623_878_656);
         let total = 107_814_649_856 + 3_623_878_656;
-        assert_eq!(pl.verdict, Verdict::Oversub { short: total - 96 * GIB });
+        assert_eq!(
+            pl.verdict,
+            Verdict::Oversub {
+                short: total - 96 * GIB
+            }
+        );
         let (h, d, n, u) = pl.placed();
         assert_eq!((h, d, n, u), (64 * GIB, 32 * GIB, 0, total - 96 * GIB));
         // The coldest (optimizer states) is what is left unplaced.
@@ -765,10 +986,27 @@ mod tests {
         let none = ArchInput::default();
         let e = resolve_arch(Some("llama3-13b"), &none).unwrap_err();
         let m = e.to_string();
-        assert!(m.contains("llama2-13b") && m.contains("llama3-8b") && m.contains("no Llama-3-13B"), "{m}");
-        assert_eq!(resolve_arch(Some("Llama-2-13B"), &none).unwrap(), p("llama2-13b"));
-        let e = resolve_arch(None, &ArchInput { layers: Some(2), hidden: Some(64), ..none }).unwrap_err();
-        assert_eq!(e, PlanError::MissingArch("--heads, --kv-heads, --vocab".into()));
+        assert!(
+            m.contains("llama2-13b") && m.contains("llama3-8b") && m.contains("no Llama-3-13B"),
+            "{m}"
+        );
+        assert_eq!(
+            resolve_arch(Some("Llama-2-13B"), &none).unwrap(),
+            p("llama2-13b")
+        );
+        let e = resolve_arch(
+            None,
+            &ArchInput {
+                layers: Some(2),
+                hidden: Some(64),
+                ..none
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            PlanError::MissingArch("--heads, --kv-heads, --vocab".into())
+        );
         let full = ArchInput {
             layers: Some(2),
             hidden: Some(64),
@@ -780,31 +1018,93 @@ mod tests {
         let a = resolve_arch(None, &full).unwrap();
         assert_eq!(a.ffn, 256, "8·64/3 = 170 → 256");
         assert!(matches!(
-            resolve_arch(None, &ArchInput { heads: Some(5), ..full }),
-            Err(PlanError::NotDividing { what: "--heads", .. })
+            resolve_arch(
+                None,
+                &ArchInput {
+                    heads: Some(5),
+                    ..full
+                }
+            ),
+            Err(PlanError::NotDividing {
+                what: "--heads",
+                ..
+            })
         ));
         assert!(matches!(
-            resolve_arch(None, &ArchInput { kv_heads: Some(3), ..full }),
-            Err(PlanError::NotDividing { what: "--kv-heads", .. })
+            resolve_arch(
+                None,
+                &ArchInput {
+                    kv_heads: Some(3),
+                    ..full
+                }
+            ),
+            Err(PlanError::NotDividing {
+                what: "--kv-heads",
+                ..
+            })
         ));
-        assert_eq!(resolve_arch(None, &ArchInput { layers: Some(0), ..full }), Err(PlanError::Zero("--layers")));
+        assert_eq!(
+            resolve_arch(
+                None,
+                &ArchInput {
+                    layers: Some(0),
+                    ..full
+                }
+            ),
+            Err(PlanError::Zero("--layers"))
+        );
         assert!(matches!(
-            resolve_arch(None, &ArchInput { layers: Some(1 << 40), ..full }),
+            resolve_arch(
+                None,
+                &ArchInput {
+                    layers: Some(1 << 40),
+                    ..full
+                }
+            ),
             Err(PlanError::Absurd { .. })
         ));
         // Preset overrides: --layers on top of llama2-13b keeps the rest.
-        let o = resolve_arch(Some("llama2-13b"), &ArchInput { layers: Some(20), ..none }).unwrap();
+        let o = resolve_arch(
+            Some("llama2-13b"),
+            &ArchInput {
+                layers: Some(20),
+                ..none
+            },
+        )
+        .unwrap();
         assert_eq!((o.layers, o.hidden, o.ffn), (20, 5120, 13824));
-        let w = Workload { train: Train::Adam, seq: 1 << 24, batch: 1 << 16, requests: 0 };
-        assert!(matches!(plan(p("llama2-7b"), w, cap(GIB, 1.0)), Err(PlanError::Absurd { what: "footprint", .. })));
-        let ok = Workload { train: Train::Adam, seq: 1, batch: 1, requests: 0 };
+        let w = Workload {
+            train: Train::Adam,
+            seq: 1 << 24,
+            batch: 1 << 16,
+            requests: 0,
+        };
+        assert!(matches!(
+            plan(p("llama2-7b"), w, cap(GIB, 1.0)),
+            Err(PlanError::Absurd {
+                what: "footprint",
+                ..
+            })
+        ));
+        let ok = Workload {
+            train: Train::Adam,
+            seq: 1,
+            batch: 1,
+            requests: 0,
+        };
         assert_eq!(
             plan(p("llama2-7b"), Workload { seq: 0, ..ok }, cap(GIB, 1.0)).unwrap_err(),
             PlanError::Zero("--seq")
         );
-        assert_eq!(plan(p("llama2-7b"), ok, cap(GIB, 0.5)).unwrap_err(), PlanError::Oversub(0.5));
+        assert_eq!(
+            plan(p("llama2-7b"), ok, cap(GIB, 0.5)).unwrap_err(),
+            PlanError::Oversub(0.5)
+        );
         assert!(plan(p("llama2-7b"), ok, cap(GIB, f64::NAN)).is_err());
-        assert_eq!(plan(p("llama2-7b"), ok, cap(0, 1.0)).unwrap_err(), PlanError::Zero("--hbm"));
+        assert_eq!(
+            plan(p("llama2-7b"), ok, cap(0, 1.0)).unwrap_err(),
+            PlanError::Zero("--hbm")
+        );
     }
 
     #[test]

@@ -21,7 +21,17 @@ fn base_of(i: u8) -> u64 {
     }
 }
 
-const SIZES: [u64; 9] = [64, 700, 1536, 4096, 5000, 100_000, CH - 4096, CH + 1, 3 * CH];
+const SIZES: [u64; 9] = [
+    64,
+    700,
+    1536,
+    4096,
+    5000,
+    100_000,
+    CH - 4096,
+    CH + 1,
+    3 * CH,
+];
 const LENS: [u64; 7] = [1, 100, 4096, 10_000, CH, 3 * CH, 5 * CH];
 
 #[derive(Clone, Debug)]
@@ -70,15 +80,24 @@ struct Model {
 
 fn chunks_of(s: u64, e: u64) -> impl Iterator<Item = u64> {
     let first = s & !(CH - 1);
-    (0..).map(move |k| first + k * CH).take_while(move |&c| c < e)
+    (0..)
+        .map(move |k| first + k * CH)
+        .take_while(move |&c| c < e)
 }
 
 impl Model {
     fn overlapping(&self, s: u64, e: u64) -> Vec<(u64, MAlloc)> {
-        self.allocs.iter().filter(|(&b, a)| b < e && b + a.len > s).map(|(&b, a)| (b, *a)).collect()
+        self.allocs
+            .iter()
+            .filter(|(&b, a)| b < e && b + a.len > s)
+            .map(|(&b, a)| (b, *a))
+            .collect()
     }
     fn chunk_bytes(&self, c: u64) -> u64 {
-        self.overlapping(c, c + CH).iter().map(|(b, a)| (b + a.len).min(c + CH) - b.max(&c)).sum()
+        self.overlapping(c, c + CH)
+            .iter()
+            .map(|(b, a)| (b + a.len).min(c + CH) - b.max(&c))
+            .sum()
     }
     fn owners(&self, c: u64) -> u32 {
         self.overlapping(c, c + CH).len() as u32
@@ -86,14 +105,22 @@ impl Model {
 }
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let t = HeatTable::with_config(HeatConfig { max_allocs: 64, max_ranges: 4096, max_chunks: 64 });
+    let t = HeatTable::with_config(HeatConfig {
+        max_allocs: 64,
+        max_ranges: 4096,
+        max_chunks: 64,
+    });
     let mut m = Model::default();
     for (seq, op) in ops.into_iter().enumerate() {
         let seq = seq as u64;
         match op {
             Op::Alloc { at, size, host } => {
                 let (base, len) = (base_of(at), SIZES[size as usize]);
-                let kind = if host { AllocKind::HostAlias } else { AllocKind::Malloc };
+                let kind = if host {
+                    AllocKind::HostAlias
+                } else {
+                    AllocKind::Malloc
+                };
                 let got = t.on_alloc(0, base, len, kind);
                 if !m.overlapping(base, base + len).is_empty() {
                     prop_assert_eq!(got, None);
@@ -101,8 +128,21 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let id = got.expect("free range must be accepted");
                 prop_assert!(m.ids.insert(id), "id {:?} handed out twice", id);
-                let pins = if host { PinReason::HostRegistered.bit() } else { 0 };
-                m.allocs.insert(base, MAlloc { len, id, accesses: 0, pins, host });
+                let pins = if host {
+                    PinReason::HostRegistered.bit()
+                } else {
+                    0
+                };
+                m.allocs.insert(
+                    base,
+                    MAlloc {
+                        len,
+                        id,
+                        accesses: 0,
+                        pins,
+                        host,
+                    },
+                );
                 for c in chunks_of(base, base + len) {
                     m.chunks.entry(c).or_insert((0, 0)).1 |= pins;
                 }
@@ -131,10 +171,19 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Touch { at, len, write } => {
                 let (addr, len) = (addr_of(at), LENS[len as usize]);
-                let access = Access { seq, ns: seq * 1000, class: OpClass::Reduction, op_hash: seq, write };
+                let access = Access {
+                    seq,
+                    ns: seq * 1000,
+                    class: OpClass::Reduction,
+                    op_hash: seq,
+                    write,
+                };
                 let r = t.touch(addr, len, &access);
                 let parts = m.overlapping(addr, addr + len);
-                let mut want = TouchResult { alloc: parts.first().map(|p| p.1.id), ..Default::default() };
+                let mut want = TouchResult {
+                    alloc: parts.first().map(|p| p.1.id),
+                    ..Default::default()
+                };
                 let mut covered = 0;
                 for (b, a) in &parts {
                     let (s, e) = (addr.max(*b), (addr + len).min(b + a.len));
@@ -151,7 +200,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Lookup { at } => {
                 let addr = addr_of(at);
-                let want = m.overlapping(addr, addr + 1).first().map(|(b, a)| (a.id, *b, a.len));
+                let want = m
+                    .overlapping(addr, addr + 1)
+                    .first()
+                    .map(|(b, a)| (a.id, *b, a.len));
                 prop_assert_eq!(t.lookup(addr), want);
             }
             Op::Pin { at, len, reason } => {
@@ -173,14 +225,22 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         let dev: u64 = m.allocs.values().filter(|a| !a.host).map(|a| a.len).sum();
         let host: u64 = m.allocs.values().filter(|a| a.host).map(|a| a.len).sum();
         prop_assert_eq!((tot.device_bytes, tot.host_alias_bytes), (dev, host));
-        let pinned: u64 = m.chunks.iter().filter(|(_, v)| v.1 != 0).map(|(c, _)| m.chunk_bytes(*c)).sum();
+        let pinned: u64 = m
+            .chunks
+            .iter()
+            .filter(|(_, v)| v.1 != 0)
+            .map(|(c, _)| m.chunk_bytes(*c))
+            .sum();
         prop_assert_eq!(tot.pinned_bytes, pinned);
         prop_assert_eq!(tot.chunks_tracked, m.chunks.len() as u64);
     }
     // Final state in detail.
     for (&b, a) in &m.allocs {
         let i = t.alloc_info(a.id).expect("live");
-        prop_assert_eq!((i.base, i.len, i.stats.accesses, i.pinned.0), (b, a.len, a.accesses, a.pins));
+        prop_assert_eq!(
+            (i.base, i.len, i.stats.accesses, i.pinned.0),
+            (b, a.len, a.accesses, a.pins)
+        );
     }
     for (&c, &(acc, pins)) in &m.chunks {
         let ci = t.chunk_info(c).expect("occupied chunk");
@@ -191,8 +251,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             c
         );
     }
-    let mut got: Vec<((u64, u64, AllocId), u64)> =
-        t.hottest_ranges(usize::MAX, 0).iter().map(|r| ((r.start, r.len, r.alloc), r.stats.accesses)).collect();
+    let mut got: Vec<((u64, u64, AllocId), u64)> = t
+        .hottest_ranges(usize::MAX, 0)
+        .iter()
+        .map(|r| ((r.start, r.len, r.alloc), r.stats.accesses))
+        .collect();
     let mut want: Vec<((u64, u64, AllocId), u64)> = m.ranges.into_iter().collect();
     got.sort();
     want.sort();

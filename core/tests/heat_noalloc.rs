@@ -61,9 +61,11 @@ fn table() -> HeatTable {
     t.on_alloc(0, B, 64 * CH, AllocKind::Malloc).unwrap();
     // A chunk shared by small allocations, some sharing a page.
     for i in 0..6 {
-        t.on_alloc(0, B + 64 * CH + i * 1536, 1000, AllocKind::Malloc).unwrap();
+        t.on_alloc(0, B + 64 * CH + i * 1536, 1000, AllocKind::Malloc)
+            .unwrap();
     }
-    t.on_alloc(0, B + 80 * CH, 16 * CH, AllocKind::Reserved).unwrap();
+    t.on_alloc(0, B + 80 * CH, 16 * CH, AllocKind::Reserved)
+        .unwrap();
     t.on_map(B + 80 * CH, 4 * CH);
     t
 }
@@ -71,11 +73,22 @@ fn table() -> HeatTable {
 #[test]
 fn hot_path_does_not_allocate() {
     let t = table();
-    let names = ["MatMulV2", "aclnnInplaceAdd", "aclnnSomethingUnknown", "aclnnFlashAttentionScoreGradV3"];
+    let names = [
+        "MatMulV2",
+        "aclnnInplaceAdd",
+        "aclnnSomethingUnknown",
+        "aclnnFlashAttentionScoreGradV3",
+    ];
     let (_, n) = watched(|| {
         for i in 0..20_000u64 {
             let (class, h) = classify(names[i as usize % 4]);
-            let a = Access { seq: i, ns: i * 100, class, op_hash: h, write: i % 3 == 0 };
+            let a = Access {
+                seq: i,
+                ns: i * 100,
+                class,
+                op_hash: h,
+                write: i % 3 == 0,
+            };
             // New and repeated ranges, interior pointers, multi-chunk ranges,
             // shared chunks, reservation chunks, host pointers.
             black_box(t.touch(B + (i % 700) * 4096, 4096 + (i % 5) * 100, &a));
@@ -109,7 +122,13 @@ fn per_op(n: u64, f: impl FnMut(u64)) -> f64 {
 fn touch_cost() {
     let t = table();
     let mh = op_hash("MatMul");
-    let acc = |i: u64| Access { seq: i, ns: i * 50, class: OpClass::MatMul, op_hash: mh, write: false };
+    let acc = |i: u64| Access {
+        seq: i,
+        ns: i * 50,
+        class: OpClass::MatMul,
+        op_hash: mh,
+        write: false,
+    };
     let n = 200_000;
     // Warm the ranges first so that the figure is the steady state.
     for i in 0..1000 {
@@ -121,7 +140,13 @@ fn touch_cost() {
     // An operator with four tensors in the same segment: one seq and time
     // for four touches (the common case under a caching allocator).
     let op4 = per_op(n, |i| {
-        let a = Access { seq: i / 4, ns: (i / 4) * 5000, class: OpClass::MatMul, op_hash: mh, write: i % 4 == 3 };
+        let a = Access {
+            seq: i / 4,
+            ns: (i / 4) * 5000,
+            class: OpClass::MatMul,
+            op_hash: mh,
+            write: i % 4 == 3,
+        };
         black_box(t.touch(B + (i % 256) * 65536, 65536, &a));
     });
     let three_chunks = per_op(n, |i| {

@@ -28,7 +28,15 @@ const B: u64 = 0x1200_0000_0000;
 /// Allocator k frees and re-allocates at BASES[k] with SIZES[k][i % n].
 const BASES: [u64; 3] = [B, B + MIB + 4096, B + 16 * MIB];
 const SIZES: [&[u64]; 3] = [
-    &[4096, 3 * 4096 + 64, 65536 + 512, MIB - 4096, 200_000, 8192 + 32, 777],
+    &[
+        4096,
+        3 * 4096 + 64,
+        65536 + 512,
+        MIB - 4096,
+        200_000,
+        8192 + 32,
+        777,
+    ],
     &[3 * MIB, 4096, MIB + 100, 2 * MIB - 4096 - 7, 123_456, 64],
     &[2 * MIB, 6 * MIB - 5000, 4096, 2 * MIB + 1, 700_000],
 ];
@@ -88,7 +96,9 @@ fn concurrent_free_and_realloc_never_misattribute() {
                 for i in 0..CYCLES {
                     let len = SIZES[k][i % SIZES[k].len()];
                     let born = clock.fetch_add(1, SeqCst);
-                    let id = t.on_alloc(0, BASES[k], len, AllocKind::Malloc).expect("alloc");
+                    let id = t
+                        .on_alloc(0, BASES[k], len, AllocKind::Malloc)
+                        .expect("alloc");
                     // Let touchers at it for a moment.
                     for _ in 0..(xorshift(&mut rng) % 2000) {
                         std::hint::spin_loop();
@@ -107,7 +117,10 @@ fn concurrent_free_and_realloc_never_misattribute() {
                         closed_chunk_accesses: info.closed_chunk_accesses,
                         k,
                     };
-                    assert!(lives.lock().unwrap().insert(id, life).is_none(), "id {id:?} reused");
+                    assert!(
+                        lives.lock().unwrap().insert(id, life).is_none(),
+                        "id {id:?} reused"
+                    );
                 }
             })
         })
@@ -115,7 +128,13 @@ fn concurrent_free_and_realloc_never_misattribute() {
 
     let touchers: Vec<_> = (0..TOUCHERS)
         .map(|n| {
-            let (t, clock, seq, stop, start) = (t.clone(), clock.clone(), seq.clone(), stop.clone(), start.clone());
+            let (t, clock, seq, stop, start) = (
+                t.clone(),
+                clock.clone(),
+                seq.clone(),
+                stop.clone(),
+                start.clone(),
+            );
             std::thread::spawn(move || {
                 start.wait();
                 let mut rng = 0x1234_5678_9abc_def1u64 ^ (n as u64) << 40;
@@ -152,7 +171,10 @@ fn concurrent_free_and_realloc_never_misattribute() {
                     touches += 1;
                     match res.alloc {
                         Some(id) => {
-                            let s = seen.entry(id).or_insert(Seen { min_end: u64::MAX, ..Seen::default() });
+                            let s = seen.entry(id).or_insert(Seen {
+                                min_end: u64::MAX,
+                                ..Seen::default()
+                            });
                             s.touches += 1;
                             s.chunks += res.chunks as u64;
                             s.max_off = s.max_off.max(off);
@@ -167,7 +189,10 @@ fn concurrent_free_and_realloc_never_misattribute() {
                     if let Some((id, base, len)) = t.lookup(addr) {
                         assert_eq!(base, BASES[k]);
                         assert!(addr - base < len);
-                        let s = seen.entry(id).or_insert(Seen { min_end: u64::MAX, ..Seen::default() });
+                        let s = seen.entry(id).or_insert(Seen {
+                            min_end: u64::MAX,
+                            ..Seen::default()
+                        });
                         s.max_off = s.max_off.max(off);
                     }
                 }
@@ -187,7 +212,10 @@ fn concurrent_free_and_realloc_never_misattribute() {
         touches += n;
         unattributed += u;
         for (id, x) in s {
-            let e = seen.entry(id).or_insert(Seen { min_end: u64::MAX, ..Seen::default() });
+            let e = seen.entry(id).or_insert(Seen {
+                min_end: u64::MAX,
+                ..Seen::default()
+            });
             e.touches += x.touches;
             e.chunks += x.chunks;
             e.max_off = e.max_off.max(x.max_off);
@@ -200,8 +228,14 @@ fn concurrent_free_and_realloc_never_misattribute() {
     assert_eq!(lives.len(), 3 * CYCLES);
     let mut attributed = 0;
     for (id, life) in lives.iter() {
-        let s = seen.get(id).copied().unwrap_or(Seen { min_end: u64::MAX, ..Seen::default() });
-        assert_eq!(s.touches, life.final_accesses, "{id:?}: touches reported for it vs accesses it ended with");
+        let s = seen.get(id).copied().unwrap_or(Seen {
+            min_end: u64::MAX,
+            ..Seen::default()
+        });
+        assert_eq!(
+            s.touches, life.final_accesses,
+            "{id:?}: touches reported for it vs accesses it ended with"
+        );
         if life.k == EXCLUSIVE {
             assert_eq!(
                 s.chunks, life.closed_chunk_accesses,
@@ -209,22 +243,39 @@ fn concurrent_free_and_realloc_never_misattribute() {
             );
         }
         if s.touches > 0 || s.max_off > 0 {
-            assert!(s.max_off < life.len, "{id:?}: offset {} outside its {} bytes", s.max_off, life.len);
+            assert!(
+                s.max_off < life.len,
+                "{id:?}: offset {} outside its {} bytes",
+                s.max_off,
+                life.len
+            );
         }
         if s.touches > 0 {
-            assert!(s.min_end >= life.born, "{id:?}: a touch ended before it was allocated");
-            assert!(s.max_start <= life.died, "{id:?}: a touch started after it was freed");
+            assert!(
+                s.min_end >= life.born,
+                "{id:?}: a touch ended before it was allocated"
+            );
+            assert!(
+                s.max_start <= life.died,
+                "{id:?}: a touch started after it was freed"
+            );
         }
         attributed += s.touches;
     }
     for id in seen.keys() {
-        assert!(lives.contains_key(id), "{id:?} reported but never allocated");
+        assert!(
+            lives.contains_key(id),
+            "{id:?} reported but never allocated"
+        );
     }
     let tot = t.totals();
     assert_eq!(tot.live_allocs, 0);
     assert_eq!(tot.touches, touches);
     assert_eq!(attributed + unattributed, touches);
-    assert!(attributed > 1000, "too few attributed touches ({attributed}) to mean anything");
+    assert!(
+        attributed > 1000,
+        "too few attributed touches ({attributed}) to mean anything"
+    );
     assert!(t.hottest_ranges(10, 0).is_empty() && t.hottest_chunks(10, 0).is_empty());
     eprintln!(
         "heat stress: {} generations, {touches} touches, {attributed} attributed, {} stale parts rejected, {:.2} s",
@@ -247,7 +298,13 @@ fn records_restart_clean_after_churn() {
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Relaxed) {
-                    let a = Access { seq: i, ns: i, class: OpClass::MatMul, op_hash: n, write: false };
+                    let a = Access {
+                        seq: i,
+                        ns: i,
+                        class: OpClass::MatMul,
+                        op_hash: n,
+                        write: false,
+                    };
                     t.touch(B + (i % 4) * 4096, 4096, &a);
                     i += 1;
                 }
@@ -267,10 +324,19 @@ fn records_restart_clean_after_churn() {
     assert_eq!(t.chunk_info(B).unwrap().stats.accesses, 0);
     assert_eq!(t.alloc_info(id).unwrap().stats.accesses, 0);
     assert!(t.hottest_ranges(10, 0).is_empty());
-    let a = Access { seq: 1, ns: 1, class: OpClass::Layout, op_hash: 1, write: true };
+    let a = Access {
+        seq: 1,
+        ns: 1,
+        class: OpClass::Layout,
+        op_hash: 1,
+        write: true,
+    };
     t.touch(B + 4096, 4096, &a);
     assert_eq!(t.chunk_info(B).unwrap().stats.accesses, 1);
     let r = t.hottest_ranges(10, 0);
     assert_eq!(r.len(), 1);
-    assert_eq!((r[0].start, r[0].len, r[0].stats.accesses), (B + 4096, 4096, 1));
+    assert_eq!(
+        (r[0].start, r[0].len, r[0].stats.accesses),
+        (B + 4096, 4096, 1)
+    );
 }

@@ -48,7 +48,11 @@ impl HostAllocator for MmapHost {
 
     fn free(&self, ptr: *mut u8, bytes: usize) {
         let mut s = self.0.lock().unwrap();
-        assert_eq!(s.live.remove(&(ptr as usize)), Some(bytes), "free of a region not handed out");
+        assert_eq!(
+            s.live.remove(&(ptr as usize)),
+            Some(bytes),
+            "free of a region not handed out"
+        );
         s.frees += 1;
         // SAFETY: the region came from mmap above with this length.
         unsafe { libc::munmap(ptr as *mut libc::c_void, bytes) };
@@ -66,19 +70,29 @@ impl MmapHost {
 
 fn fill(slot: &DramSlot, tag: u8) {
     // SAFETY: the slot is live and only this test touches it.
-    unsafe { slot.as_mut_slice() }.iter_mut().enumerate().for_each(|(i, b)| *b = tag ^ (i as u8));
+    unsafe { slot.as_mut_slice() }
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = tag ^ (i as u8));
 }
 
 fn intact(slot: &DramSlot, tag: u8) -> bool {
     // SAFETY: the slot is live.
-    unsafe { slot.as_slice() }.iter().enumerate().all(|(i, &b)| b == tag ^ (i as u8))
+    unsafe { slot.as_slice() }
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == tag ^ (i as u8))
 }
 
 #[test]
 fn grows_by_slabs_and_slots_do_not_overlap() {
     let host = MmapHost::default();
     let mut t = DramTier::new(4 * MIB, MIB, host.clone());
-    assert_eq!((t.capacity(), host.live_slabs()), (0, 0), "nothing until the first alloc");
+    assert_eq!(
+        (t.capacity(), host.live_slabs()),
+        (0, 0),
+        "nothing until the first alloc"
+    );
     let slots: Vec<DramSlot> = (0..16).map(|_| t.alloc(64 * KIB).unwrap()).collect();
     assert_eq!((t.capacity(), host.live_slabs()), (MIB, 1));
     let more = t.alloc(64 * KIB).unwrap();
@@ -93,7 +107,10 @@ fn grows_by_slabs_and_slots_do_not_overlap() {
     assert_eq!(t.used(), 17 * 64 * KIB);
     assert!((t.fill_fraction() - (17.0 * 64.0 / 4096.0)).abs() < 1e-12);
     let st = t.stats();
-    assert_eq!((st.allocs, st.segments, st.grows, st.limit), (17, 2, 2, 4 * MIB));
+    assert_eq!(
+        (st.allocs, st.segments, st.grows, st.limit),
+        (17, 2, 2, 4 * MIB)
+    );
 }
 
 #[test]
@@ -161,9 +178,18 @@ fn shrink_returns_only_empty_slabs() {
 fn bad_frees_are_errors() {
     let mut t = DramTier::new(4 * MIB, MIB, MmapHost::default());
     let s = t.alloc(1000).unwrap();
-    let copy = DramSlot { ptr: s.ptr, len: s.len };
-    let inner = DramSlot { ptr: s.ptr.wrapping_add(32), len: 32 };
-    let foreign = DramSlot { ptr: 0x1000 as *mut u8, len: 32 };
+    let copy = DramSlot {
+        ptr: s.ptr,
+        len: s.len,
+    };
+    let inner = DramSlot {
+        ptr: s.ptr.wrapping_add(32),
+        len: 32,
+    };
+    let foreign = DramSlot {
+        ptr: 0x1000 as *mut u8,
+        len: 32,
+    };
     assert_eq!(t.free(inner), Err(TierError::BadSlot));
     assert_eq!(t.free(foreign), Err(TierError::BadSlot));
     t.free(s).unwrap();
@@ -198,7 +224,10 @@ fn fragmentation_in_stats() {
     }
     let st = t.stats();
     // Four separate 128 KiB holes: largest / total free = 1/4.
-    assert_eq!((st.free_blocks, st.largest_free, st.free), (4, 128 * KIB, 512 * KIB));
+    assert_eq!(
+        (st.free_blocks, st.largest_free, st.free),
+        (4, 128 * KIB, 512 * KIB)
+    );
     assert!((st.fragmentation - 0.75).abs() < 1e-12);
 }
 

@@ -21,7 +21,10 @@ impl SwapDir {
         SwapDir(p)
     }
     fn entries(&self) -> Vec<PathBuf> {
-        std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().path()).collect()
+        std::fs::read_dir(&self.0)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
     }
 }
 
@@ -32,7 +35,9 @@ impl Drop for SwapDir {
 }
 
 fn pattern(tag: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| tag.wrapping_mul(31) ^ (i as u8) ^ ((i >> 8) as u8)).collect()
+    (0..n)
+        .map(|i| tag.wrapping_mul(31) ^ (i as u8) ^ ((i >> 8) as u8))
+        .collect()
 }
 
 /// Descriptors of this process whose target lies in `dir`.
@@ -54,20 +59,36 @@ fn private_dir_0700_file_0600_and_unlinked() {
     let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
     let pd = t.private_dir().to_path_buf();
     assert_eq!(pd.parent(), Some(sd.0.as_path()));
-    assert!(pd.file_name().unwrap().to_str().unwrap().starts_with(&format!("u3m-{}-", std::process::id())));
+    assert!(pd
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with(&format!("u3m-{}-", std::process::id())));
     let md = std::fs::symlink_metadata(&pd).unwrap();
     assert!(md.is_dir());
     assert_eq!(md.permissions().mode() & 0o7777, 0o700);
-    assert_eq!(sd.entries(), vec![pd.clone()], "only the private directory in the swap dir");
+    assert_eq!(
+        sd.entries(),
+        vec![pd.clone()],
+        "only the private directory in the swap dir"
+    );
 
     let s = t.alloc(300 * KIB).unwrap();
     t.write(&s, &pattern(1, 300 * KIB as usize)).unwrap();
-    assert_eq!(std::fs::read_dir(&pd).unwrap().count(), 0, "no entry left in the private dir");
+    assert_eq!(
+        std::fs::read_dir(&pd).unwrap().count(),
+        0,
+        "no entry left in the private dir"
+    );
 
     let open = open_files_in(&pd);
     assert_eq!(open.len(), 1, "one swap file open: {open:?}");
     let (fd, target) = &open[0];
-    assert!(target.ends_with(" (deleted)"), "swap file still linked: {target}");
+    assert!(
+        target.ends_with(" (deleted)"),
+        "swap file still linked: {target}"
+    );
     let fmd = std::fs::metadata(fd).unwrap(); // follows /proc/self/fd/N to the file
     assert!(fmd.is_file());
     assert_eq!(fmd.permissions().mode() & 0o7777, 0o600);
@@ -87,7 +108,11 @@ fn round_trip_across_extents_and_through_the_mapping() {
     let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
     let n = 300 * KIB as usize;
     let slots: Vec<NvmeSlot> = (0..10).map(|_| t.alloc(n as u64).unwrap()).collect();
-    assert_eq!(t.capacity(), 4 * MIB, "three 300 KiB slots per 1 MiB extent");
+    assert_eq!(
+        t.capacity(),
+        4 * MIB,
+        "three 300 KiB slots per 1 MiB extent"
+    );
     for (i, s) in slots.iter().enumerate() {
         t.write(s, &pattern(i as u8, n)).unwrap();
     }
@@ -138,8 +163,15 @@ fn limit_gives_full() {
 #[test]
 fn disk_full_on_write_loses_nothing_already_written() {
     let sd = SwapDir::new("enospc");
-    let faults = NvmeFaults { fail_writes_after_bytes: Some(MIB), ..NvmeFaults::default() };
-    let mut t = NvmeTier::with_config(NvmeConfig { faults, ..NvmeConfig::new(&sd.0, 16 * MIB, MIB) }).unwrap();
+    let faults = NvmeFaults {
+        fail_writes_after_bytes: Some(MIB),
+        ..NvmeFaults::default()
+    };
+    let mut t = NvmeTier::with_config(NvmeConfig {
+        faults,
+        ..NvmeConfig::new(&sd.0, 16 * MIB, MIB)
+    })
+    .unwrap();
     let n = 256 * KIB as usize;
     let slots: Vec<NvmeSlot> = (0..5).map(|_| t.alloc(n as u64).unwrap()).collect();
     for (i, s) in slots.iter().enumerate().take(4) {
@@ -150,16 +182,29 @@ fn disk_full_on_write_loses_nothing_already_written() {
     for (i, s) in slots.iter().enumerate().take(4) {
         let mut back = vec![0u8; n];
         t.read(s, &mut back).unwrap();
-        assert!(back == pattern(i as u8, n), "slot {i} damaged by the failed write");
+        assert!(
+            back == pattern(i as u8, n),
+            "slot {i} damaged by the failed write"
+        );
     }
     // The disk "frees up": writing works again.
     t.set_faults(NvmeFaults::default());
     t.write(&slots[4], &pattern(4, n)).unwrap();
     // An EIO instead of ENOSPC is an Io error.
-    t.set_faults(NvmeFaults { fail_writes_after_bytes: Some(0), write_errno: libc::EIO, ..NvmeFaults::default() });
+    t.set_faults(NvmeFaults {
+        fail_writes_after_bytes: Some(0),
+        write_errno: libc::EIO,
+        ..NvmeFaults::default()
+    });
     assert_eq!(t.write(&slots[0], &[0]), Err(TierError::Io(libc::EIO)));
-    t.set_faults(NvmeFaults { fail_read_errno: Some(libc::EIO), ..NvmeFaults::default() });
-    assert_eq!(t.read(&slots[0], &mut [0u8; 4]), Err(TierError::Io(libc::EIO)));
+    t.set_faults(NvmeFaults {
+        fail_read_errno: Some(libc::EIO),
+        ..NvmeFaults::default()
+    });
+    assert_eq!(
+        t.read(&slots[0], &mut [0u8; 4]),
+        Err(TierError::Io(libc::EIO))
+    );
 }
 
 #[test]
@@ -168,14 +213,24 @@ fn disk_full_when_growing_leaves_the_tier_as_it_was() {
     let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
     let a = t.alloc(MIB).unwrap();
     t.write(&a, &pattern(5, MIB as usize)).unwrap();
-    t.set_faults(NvmeFaults { fail_grow_errno: Some(libc::ENOSPC), ..NvmeFaults::default() });
+    t.set_faults(NvmeFaults {
+        fail_grow_errno: Some(libc::ENOSPC),
+        ..NvmeFaults::default()
+    });
     assert_eq!(t.alloc(MIB).unwrap_err(), TierError::NoSpace);
-    t.set_faults(NvmeFaults { fail_grow_errno: Some(libc::EIO), ..NvmeFaults::default() });
+    t.set_faults(NvmeFaults {
+        fail_grow_errno: Some(libc::EIO),
+        ..NvmeFaults::default()
+    });
     assert_eq!(t.alloc(MIB).unwrap_err(), TierError::Io(libc::EIO));
     let st = t.stats();
     assert_eq!((st.capacity, st.segments, st.grow_failures), (MIB, 1, 2));
     let (fd, _) = open_files_in(t.private_dir()).pop().unwrap();
-    assert_eq!(std::fs::metadata(fd).unwrap().len(), MIB, "file truncated back");
+    assert_eq!(
+        std::fs::metadata(fd).unwrap().len(),
+        MIB,
+        "file truncated back"
+    );
     let mut back = vec![0u8; MIB as usize];
     t.read(&a, &mut back).unwrap();
     assert!(back == pattern(5, MIB as usize));
@@ -191,14 +246,32 @@ fn bad_slots_are_errors() {
     let sd = SwapDir::new("bad");
     let mut t = NvmeTier::new(&sd.0, 4 * MIB, MIB).unwrap();
     let s = t.alloc(1000).unwrap();
-    assert_eq!(t.write(&s, &[0u8; 1001]), Err(TierError::BadSlot), "longer than the slot");
+    assert_eq!(
+        t.write(&s, &[0u8; 1001]),
+        Err(TierError::BadSlot),
+        "longer than the slot"
+    );
     assert_eq!(t.write_at(&s, 999, &[0u8; 2]), Err(TierError::BadSlot));
     assert_eq!(t.write_at(&s, u64::MAX, &[0u8; 2]), Err(TierError::BadSlot));
-    let copy = NvmeSlot { ptr: s.ptr, len: s.len, extent: s.extent, off: s.off };
-    let wrong_extent = NvmeSlot { ptr: s.ptr, len: s.len, extent: u3m_core::tier::pool::SegmentId(9), off: s.off };
+    let copy = NvmeSlot {
+        ptr: s.ptr,
+        len: s.len,
+        extent: s.extent,
+        off: s.off,
+    };
+    let wrong_extent = NvmeSlot {
+        ptr: s.ptr,
+        len: s.len,
+        extent: u3m_core::tier::pool::SegmentId(9),
+        off: s.off,
+    };
     assert_eq!(t.free(wrong_extent), Err(TierError::BadSlot));
     t.free(s).unwrap();
-    assert_eq!(t.write(&copy, &[1]), Err(TierError::BadSlot), "write to a freed slot");
+    assert_eq!(
+        t.write(&copy, &[1]),
+        Err(TierError::BadSlot),
+        "write to a freed slot"
+    );
     assert_eq!(t.read(&copy, &mut [0u8; 1]), Err(TierError::BadSlot));
     assert_eq!(t.free(copy), Err(TierError::BadSlot));
 }
@@ -212,14 +285,23 @@ fn shrink_releases_extents_and_space_is_reused() {
         t.write(s, &pattern(i as u8, MIB as usize)).unwrap();
     }
     let mut it = slots.into_iter();
-    let (s0, s1, s2, s3) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
+    let (s0, s1, s2, s3) = (
+        it.next().unwrap(),
+        it.next().unwrap(),
+        it.next().unwrap(),
+        it.next().unwrap(),
+    );
     t.free(s1).unwrap();
     t.free(s3).unwrap();
     assert_eq!(t.shrink(), 2 * MIB);
     let (fd, _) = open_files_in(t.private_dir()).pop().unwrap();
     let md = std::fs::metadata(&fd).unwrap();
     assert_eq!(md.len(), 3 * MIB, "tail extent truncated away");
-    assert!(md.blocks() * 512 <= 2 * MIB + 64 * KIB, "middle extent hole-punched: {} blocks", md.blocks());
+    assert!(
+        md.blocks() * 512 <= 2 * MIB + 64 * KIB,
+        "middle extent hole-punched: {} blocks",
+        md.blocks()
+    );
     assert_eq!(t.capacity(), 2 * MIB);
     // The hole in the middle is reused before the file grows.
     let s4 = t.alloc(MIB).unwrap();
@@ -244,13 +326,25 @@ fn unusable_directories_are_named_in_the_error() {
     let sd = SwapDir::new("errs");
     let missing = sd.0.join("nope");
     let e = NvmeTier::new(&missing, MIB, MIB).err().unwrap();
-    assert_eq!(e, TierError::SwapDir { dir: missing.clone(), what: "does not exist".into() });
+    assert_eq!(
+        e,
+        TierError::SwapDir {
+            dir: missing.clone(),
+            what: "does not exist".into()
+        }
+    );
     assert!(e.to_string().contains(missing.to_str().unwrap()));
 
     let file = sd.0.join("file");
     std::fs::write(&file, b"x").unwrap();
     let e = NvmeTier::new(&file, MIB, MIB).err().unwrap();
-    assert_eq!(e, TierError::SwapDir { dir: file.clone(), what: "is not a directory".into() });
+    assert_eq!(
+        e,
+        TierError::SwapDir {
+            dir: file.clone(),
+            what: "is not a directory".into()
+        }
+    );
 
     // Root ignores mode bits, so use a directory the kernel refuses.
     // SAFETY: geteuid has no preconditions.
@@ -265,7 +359,10 @@ fn unusable_directories_are_named_in_the_error() {
     match NvmeTier::new(&ro, MIB, MIB).err().unwrap() {
         TierError::SwapDir { dir, what } => {
             assert_eq!(dir, ro);
-            assert!(what.contains("not writable") || what.contains("cannot create"), "{what}");
+            assert!(
+                what.contains("not writable") || what.contains("cannot create"),
+                "{what}"
+            );
         }
         e => panic!("unexpected {e:?}"),
     }

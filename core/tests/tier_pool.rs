@@ -31,12 +31,18 @@ fn free_coalesces_both_neighbours() {
     let c = p.alloc(256).unwrap();
     p.free(a).unwrap();
     p.free(c).unwrap();
-    assert_eq!(p.free_blocks().collect::<Vec<_>>(), vec![(0, 256), (512, 512)]);
+    assert_eq!(
+        p.free_blocks().collect::<Vec<_>>(),
+        vec![(0, 256), (512, 512)]
+    );
     assert!((p.stats().fragmentation - (1.0 - 512.0 / 768.0)).abs() < 1e-12);
     p.free(b).unwrap();
     assert_eq!(p.free_blocks().collect::<Vec<_>>(), vec![(0, 1024)]);
     let s = p.stats();
-    assert_eq!((s.free_blocks, s.largest_free, s.fragmentation, s.allocs), (1, 1024, 0.0, 0));
+    assert_eq!(
+        (s.free_blocks, s.largest_free, s.fragmentation, s.allocs),
+        (1, 1024, 0.0, 0)
+    );
 }
 
 #[test]
@@ -133,12 +139,21 @@ impl Model {
     /// Where the seed's policy must place a request of `need` bytes.
     fn expected(&self, need: u64) -> Option<u64> {
         let gaps = self.gaps();
-        (bucket_of(need)..BUCKETS)
-            .find_map(|b| gaps.iter().filter(|&&(_, l)| bucket_of(l) == b && l >= need).map(|&(o, _)| o).min())
+        (bucket_of(need)..BUCKETS).find_map(|b| {
+            gaps.iter()
+                .filter(|&&(_, l)| bucket_of(l) == b && l >= need)
+                .map(|&(o, _)| o)
+                .min()
+        })
     }
 
     fn seg_of(&self, off: u64) -> SegmentId {
-        *self.segs.iter().find(|(_, &(b, l))| off >= b && off < b + l).unwrap().0
+        *self
+            .segs
+            .iter()
+            .find(|(_, &(b, l))| off >= b && off < b + l)
+            .unwrap()
+            .0
     }
 }
 
@@ -152,7 +167,13 @@ enum Op {
 }
 
 fn size() -> impl Strategy<Value = u64> {
-    prop_oneof![0u64..1100, 1000u64..20_000, 15_000u64..300_000, 200_000u64..1_500_000, Just(2 << 20),]
+    prop_oneof![
+        0u64..1100,
+        1000u64..20_000,
+        15_000u64..300_000,
+        200_000u64..1_500_000,
+        Just(2 << 20),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -180,7 +201,11 @@ fn check(p: &Pool, m: &Model) -> Result<(), TestCaseError> {
     prop_assert_eq!(s.allocs, m.live.len() as u64);
     prop_assert_eq!(s.free_blocks, gaps.len() as u64);
     prop_assert_eq!(s.largest_free, largest);
-    let frag = if total == used { 0.0 } else { 1.0 - largest as f64 / (total - used) as f64 };
+    let frag = if total == used {
+        0.0
+    } else {
+        1.0 - largest as f64 / (total - used) as f64
+    };
     prop_assert!((s.fragmentation - frag).abs() < 1e-12);
     // No overlap, each block inside its segment.
     let mut end = 0;

@@ -6,10 +6,20 @@ use proptest::prelude::*;
 use u3m_core::trace::event::is_word;
 use u3m_core::trace::live::LiveSet;
 use u3m_core::trace::repair::{Input, Output, Repair};
-use u3m_core::trace::{read_str, write_string, Body, CopyKind, Event, Range, TraceReader, TraceWriter};
+use u3m_core::trace::{
+    read_str, write_string, Body, CopyKind, Event, Range, TraceReader, TraceWriter,
+};
 
-const OPS: &[&str] =
-    &["MatMul", "aclnnAdd", "FlashAttention", "x:y", "#notacomment", "Ünïcödé", "a.b/c", "HcclAllReduce"];
+const OPS: &[&str] = &[
+    "MatMul",
+    "aclnnAdd",
+    "FlashAttention",
+    "x:y",
+    "#notacomment",
+    "Ünïcödé",
+    "a.b/c",
+    "HcclAllReduce",
+];
 const TAGS: &[&str] = &["weight", "kv", "a=b", "größe", "x:1"];
 
 /// One step of a generated trace; interpreted against a model of live allocations.
@@ -38,12 +48,23 @@ fn step() -> impl Strategy<Value = Step> {
             prop::option::of(0..TAGS.len()),
         ),
     )
-        .prop_map(|(what, a, b, c, picks, keys)| Step { what, a, b, c, picks, keys })
+        .prop_map(|(what, a, b, c, picks, keys)| Step {
+            what,
+            a,
+            b,
+            c,
+            picks,
+            keys,
+        })
 }
 
 /// A sub-range of a live allocation on `dev` chosen by `(i, x, y)`, if any is live.
 fn pick(live: &LiveSet, dev: u32, (i, x, y): (u64, u64, u64)) -> Option<Range> {
-    let allocs: Vec<_> = live.iter().filter(|(d, _)| *d == dev).map(|(_, a)| *a).collect();
+    let allocs: Vec<_> = live
+        .iter()
+        .filter(|(d, _)| *d == dev)
+        .map(|(_, a)| *a)
+        .collect();
     if allocs.is_empty() {
         return None;
     }
@@ -62,7 +83,11 @@ fn build(steps: &[Step]) -> Vec<Event> {
         let body = match s.what {
             0 => {
                 // 64 KiB slots: allocations in distinct slots never overlap
-                let high = if s.a & 8 != 0 { 0xffff_0000_0000_0000 } else { 0 };
+                let high = if s.a & 8 != 0 {
+                    0xffff_0000_0000_0000
+                } else {
+                    0
+                };
                 let addr = high | ((s.b % 4096) << 16) | (s.a >> 48 & 0xfff);
                 let bytes = s.c % 0x1_0000 - (s.a >> 48 & 0xfff).min(s.c % 0x1_0000);
                 if live.insert(dev, addr, bytes).is_err() {
@@ -71,7 +96,11 @@ fn build(steps: &[Step]) -> Vec<Event> {
                 Body::Alloc { addr, bytes }
             }
             1 => {
-                let allocs: Vec<_> = live.iter().filter(|(d, _)| *d == dev).map(|(_, a)| a.addr).collect();
+                let allocs: Vec<_> = live
+                    .iter()
+                    .filter(|(d, _)| *d == dev)
+                    .map(|(_, a)| a.addr)
+                    .collect();
                 if allocs.is_empty() {
                     continue;
                 }
@@ -80,7 +109,11 @@ fn build(steps: &[Step]) -> Vec<Event> {
                 Body::Free { addr }
             }
             2 => {
-                let ranges: Vec<Range> = s.picks.iter().filter_map(|p| pick(&live, dev, *p)).collect();
+                let ranges: Vec<Range> = s
+                    .picks
+                    .iter()
+                    .filter_map(|p| pick(&live, dev, *p))
+                    .collect();
                 let n_in = (s.a as usize) % (ranges.len() + 1);
                 Body::Op {
                     op_type: OPS[(s.b % OPS.len() as u64) as usize].to_string(),
@@ -95,7 +128,9 @@ fn build(steps: &[Step]) -> Vec<Event> {
                     out.push(Event::copy(CopyKind::H2H, s.b, s.c, s.a >> 20).on_dev(dev));
                     continue;
                 };
-                let other = pick(&live, dev, (s.c, s.b, u64::MAX)).map(|o| o.addr).unwrap_or(s.c);
+                let other = pick(&live, dev, (s.c, s.b, u64::MAX))
+                    .map(|o| o.addr)
+                    .unwrap_or(s.c);
                 // the device side(s) must hold `bytes`; the second device side uses a range at least as long
                 let (dst, src, bytes) = match kind {
                     CopyKind::H2H => (s.b, s.c, r.bytes),
@@ -106,11 +141,21 @@ fn build(steps: &[Step]) -> Vec<Event> {
                         (r.addr, r.addr, r.bytes)
                     }
                 };
-                Body::Copy { kind, dst, src, bytes }
+                Body::Copy {
+                    kind,
+                    dst,
+                    src,
+                    bytes,
+                }
             }
             _ => {
-                let Some(r) = s.picks.first().and_then(|p| pick(&live, dev, *p)) else { continue };
-                Body::Set { addr: r.addr, bytes: r.bytes }
+                let Some(r) = s.picks.first().and_then(|p| pick(&live, dev, *p)) else {
+                    continue;
+                };
+                Body::Set {
+                    addr: r.addr,
+                    bytes: r.bytes,
+                }
             }
         };
         let mut e = Event::new(body).on_dev(dev).on_stream(stream);
@@ -204,13 +249,19 @@ fn check_mutant(text: &str) -> Result<(), TestCaseError> {
                     }
             });
             if words_ok {
-                let back = read_str(&write_string(&evs), "again").map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let back = read_str(&write_string(&evs), "again")
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(back, evs);
             }
         }
         Err(e) => {
             let lines = text.split('\n').count() as u64;
-            prop_assert!(e.line >= 1 && e.line <= lines.max(1), "line {} of {}", e.line, lines);
+            prop_assert!(
+                e.line >= 1 && e.line <= lines.max(1),
+                "line {} of {}",
+                e.line,
+                lines
+            );
         }
     }
     Ok(())
@@ -283,11 +334,13 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         any::<usize>().prop_map(Mutation::DeleteByte),
-        (any::<usize>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::InsertToken(i, t)),
+        (any::<usize>(), prop::sample::select(TOKENS))
+            .prop_map(|(i, t)| Mutation::InsertToken(i, t)),
         any::<usize>().prop_map(Mutation::DuplicateLine),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Mutation::SwapLines(a, b)),
         any::<usize>().prop_map(Mutation::DeleteLine),
-        (any::<usize>(), prop::sample::select(TOKENS)).prop_map(|(i, t)| Mutation::ReplaceToken(i, t)),
+        (any::<usize>(), prop::sample::select(TOKENS))
+            .prop_map(|(i, t)| Mutation::ReplaceToken(i, t)),
         any::<usize>().prop_map(Mutation::Respace),
         any::<usize>().prop_map(Mutation::AppendUnknownKey),
     ]
@@ -354,19 +407,35 @@ fn input() -> impl Strategy<Value = Input> {
         (dev(), addr(), bytes()).prop_map(|(d, a, b)| Input::Event(Event::alloc(a, b).on_dev(d))),
         (dev(), addr(), bytes()).prop_map(|(d, a, b)| Input::Event(Event::alloc(a, b).on_dev(d))),
         (dev(), addr()).prop_map(|(d, a)| Input::Event(Event::free(a).on_dev(d))),
-        (dev(), prop::collection::vec(range(), 0..4), prop::collection::vec(range(), 0..3))
+        (
+            dev(),
+            prop::collection::vec(range(), 0..4),
+            prop::collection::vec(range(), 0..3)
+        )
             .prop_map(|(d, i, o)| Input::Event(Event::op("Op", &i, &o).on_dev(d))),
-        (dev(), 0usize..4, addr(), addr(), bytes())
-            .prop_map(|(d, k, a, b, n)| Input::Event(Event::copy(CopyKind::ALL[k], a, b, n).on_dev(d))),
+        (dev(), 0usize..4, addr(), addr(), bytes()).prop_map(|(d, k, a, b, n)| Input::Event(
+            Event::copy(CopyKind::ALL[k], a, b, n).on_dev(d)
+        )),
         (dev(), addr(), bytes()).prop_map(|(d, a, b)| Input::Event(Event::set(a, b).on_dev(d))),
-        (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000), 0u64..0x2000])
-            .prop_map(|(dev, addr, bytes)| Input::Map { dev, addr, bytes, t: None }),
-        (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000)]).prop_map(|(dev, addr, bytes)| Input::Map {
-            dev,
-            addr,
-            bytes,
-            t: None
-        }),
+        (
+            dev(),
+            addr(),
+            prop_oneof![Just(0x800u64), Just(0x1000), 0u64..0x2000]
+        )
+            .prop_map(|(dev, addr, bytes)| Input::Map {
+                dev,
+                addr,
+                bytes,
+                t: None
+            }),
+        (dev(), addr(), prop_oneof![Just(0x800u64), Just(0x1000)]).prop_map(
+            |(dev, addr, bytes)| Input::Map {
+                dev,
+                addr,
+                bytes,
+                t: None
+            }
+        ),
         (dev(), addr()).prop_map(|(dev, addr)| Input::Unmap { dev, addr, t: None }),
         (dev(), addr(), addr(), bytes()).prop_map(|(dev, dst, src, bytes)| Input::CopyAuto {
             dev,

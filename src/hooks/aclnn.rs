@@ -33,7 +33,12 @@ static NAMES: Names = Names(UnsafeCell::new([[0; NAME_MAX]; SLOTS]));
 static USED: AtomicUsize = AtomicUsize::new(0);
 static CLAIM: spin::Mutex<()> = spin::Mutex::new(());
 
-unsafe extern "C" fn tramp<const N: usize>(ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+unsafe extern "C" fn tramp<const N: usize>(
+    ws: *mut c_void,
+    ws_size: u64,
+    exec: *mut c_void,
+    stream: aclrtStream,
+) -> aclnnStatus {
     launch(N, ws, ws_size, exec, stream)
 }
 
@@ -46,11 +51,18 @@ fn slot_name(slot: usize) -> &'static [u8] {
 /// For the dlsym override: the trampoline for an aclnn execute-phase lookup,
 /// or None when `name` is not one (or the pool is exhausted: then the real
 /// function is returned unobserved, and counted).
-pub unsafe fn redirect(handle: *mut c_void, name: &[u8], found: *mut c_void) -> Option<*mut c_void> {
+pub unsafe fn redirect(
+    handle: *mut c_void,
+    name: &[u8],
+    found: *mut c_void,
+) -> Option<*mut c_void> {
     // every two-phase operator: aclnnXxx, and the few op-api operators
     // without the aclnn prefix (aclStft, aclRfft1D); the companion check
     // below is what decides
-    if !name.starts_with(b"acl") || name.ends_with(b"GetWorkspaceSize") || name.len() + 17 > NAME_MAX {
+    if !name.starts_with(b"acl")
+        || name.ends_with(b"GetWorkspaceSize")
+        || name.len() + 17 > NAME_MAX
+    {
         return None;
     }
     // only two-phase operators: "<name>GetWorkspaceSize" must exist alongside
@@ -68,7 +80,9 @@ pub unsafe fn redirect(handle: *mut c_void, name: &[u8], found: *mut c_void) -> 
         }
     }
     if used == SLOTS {
-        crate::init::warn_once("aclnn trampoline pool exhausted: further operators are not observed");
+        crate::init::warn_once(
+            "aclnn trampoline pool exhausted: further operators are not observed",
+        );
         return None;
     }
     (&mut (*NAMES.0.get())[used])[..name.len()].copy_from_slice(name);
@@ -77,7 +91,13 @@ pub unsafe fn redirect(handle: *mut c_void, name: &[u8], found: *mut c_void) -> 
     Some(TRAMPOLINES[used] as *mut c_void)
 }
 
-unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+unsafe fn launch(
+    slot: usize,
+    ws: *mut c_void,
+    ws_size: u64,
+    exec: *mut c_void,
+    stream: aclrtStream,
+) -> aclnnStatus {
     let p = REAL[slot].load(Ordering::Acquire);
     if p.is_null() {
         return ACLNN_ERR_INNER_NULLPTR;
@@ -91,11 +111,23 @@ unsafe fn launch(slot: usize, ws: *mut c_void, ws_size: u64, exec: *mut c_void, 
 
 /// The execute phase of an aclnn operator named `name` (with its prefix):
 /// the pending tensors of this thread and the workspace are its accesses.
-pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
+pub unsafe fn launch_with(
+    cx: &Cx,
+    f: ExecFn,
+    name: &[u8],
+    ws: *mut c_void,
+    ws_size: u64,
+    exec: *mut c_void,
+    stream: aclrtStream,
+) -> aclnnStatus {
     let mut ranges = [Range::default(); MAX_OP_RANGES];
     let mut n = PENDING.with(|p| p.drain_into(&mut ranges));
     if !ws.is_null() && ws_size > 0 && n < MAX_OP_RANGES {
-        ranges[n] = Range { addr: ws as u64, len: ws_size, write: true };
+        ranges[n] = Range {
+            addr: ws as u64,
+            len: ws_size,
+            write: true,
+        };
         n += 1;
     }
     let dev = current_device();
@@ -111,7 +143,18 @@ pub unsafe fn launch_with(cx: &Cx, f: ExecFn, name: &[u8], ws: *mut c_void, ws_s
     } else {
         &ranges[..n]
     };
-    let r = super::around(cx, u3m_core::opclass::classify_bytes(name).0, dev, stream as u64, tier_ranges, false, false, || f(ws, ws_size, exec, stream), |r| *r == 0, |e| e);
+    let r = super::around(
+        cx,
+        u3m_core::opclass::classify_bytes(name).0,
+        dev,
+        stream as u64,
+        tier_ranges,
+        false,
+        false,
+        || f(ws, ws_size, exec, stream),
+        |r| *r == 0,
+        |e| e,
+    );
     if r == 0 {
         cx.note(|e| {
             e.count_aclnn_launch();
@@ -149,7 +192,11 @@ fn live_ranges(ws: *mut c_void, ws_size: u64) -> Vec<Range> {
         }
     }
     if !ws.is_null() && ws_size > 0 {
-        v.push(Range { addr: ws as u64, len: ws_size, write: true });
+        v.push(Range {
+            addr: ws as u64,
+            len: ws_size,
+            write: true,
+        });
     }
     v
 }
@@ -162,7 +209,10 @@ struct Pending {
 
 impl Pending {
     const fn new() -> Pending {
-        Pending { t: UnsafeCell::new([(0, Range::ZERO); MAX_OP_RANGES]), n: std::cell::Cell::new(0) }
+        Pending {
+            t: UnsafeCell::new([(0, Range::ZERO); MAX_OP_RANGES]),
+            n: std::cell::Cell::new(0),
+        }
     }
     fn push(&self, tensor: usize, r: Range) {
         let n = self.n.get();
@@ -219,12 +269,38 @@ unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn create_tensor(cx: &Cx, f: unsafe extern "C" fn(*const i64, u64, c_int, *const i64, i64, c_int, *const i64, u64, *mut c_void) -> *mut c_void, vd: *const i64, vn: u64, dt: c_int, st: *const i64, off: i64, fmt: c_int, sd: *const i64, sn: u64, data: *mut c_void) -> *mut c_void {
+pub unsafe fn create_tensor(
+    cx: &Cx,
+    f: unsafe extern "C" fn(
+        *const i64,
+        u64,
+        c_int,
+        *const i64,
+        i64,
+        c_int,
+        *const i64,
+        u64,
+        *mut c_void,
+    ) -> *mut c_void,
+    vd: *const i64,
+    vn: u64,
+    dt: c_int,
+    st: *const i64,
+    off: i64,
+    fmt: c_int,
+    sd: *const i64,
+    sn: u64,
+    data: *mut c_void,
+) -> *mut c_void {
     let t = f(vd, vn, dt, st, off, fmt, sd, sn, data);
     if !t.is_null() && !data.is_null() {
         let len = footprint(dt, sd, sn);
         if len > 0 {
-            let r = Range { addr: data as u64, len, write: true };
+            let r = Range {
+                addr: data as u64,
+                len,
+                write: true,
+            };
             PENDING.with(|p| p.push(t as usize, r));
             if cx.note(|e| e.tier().is_some()) {
                 let mut l = LIVE.lock();
@@ -238,7 +314,11 @@ pub unsafe fn create_tensor(cx: &Cx, f: unsafe extern "C" fn(*const i64, u64, c_
     t
 }
 
-pub unsafe fn destroy_tensor(_cx: &Cx, f: unsafe extern "C" fn(*const c_void) -> aclnnStatus, t: *const c_void) -> aclnnStatus {
+pub unsafe fn destroy_tensor(
+    _cx: &Cx,
+    f: unsafe extern "C" fn(*const c_void) -> aclnnStatus,
+    t: *const c_void,
+) -> aclnnStatus {
     PENDING.with(|p| p.forget(t as usize));
     forget_live(t as usize);
     f(t)
@@ -251,11 +331,20 @@ fn forget_live(t: usize) {
     }
 }
 
-pub unsafe fn create_tensor_list(_cx: &Cx, f: unsafe extern "C" fn(*const *const c_void, u64) -> *mut c_void, v: *const *const c_void, n: u64) -> *mut c_void {
+pub unsafe fn create_tensor_list(
+    _cx: &Cx,
+    f: unsafe extern "C" fn(*const *const c_void, u64) -> *mut c_void,
+    v: *const *const c_void,
+    n: u64,
+) -> *mut c_void {
     f(v, n)
 }
 
-pub unsafe fn destroy_tensor_list(_cx: &Cx, f: unsafe extern "C" fn(*const c_void) -> aclnnStatus, l: *const c_void) -> aclnnStatus {
+pub unsafe fn destroy_tensor_list(
+    _cx: &Cx,
+    f: unsafe extern "C" fn(*const c_void) -> aclnnStatus,
+    l: *const c_void,
+) -> aclnnStatus {
     f(l)
 }
 

@@ -9,10 +9,10 @@
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use u3m_core::opclass::OpClass;
 use crate::guard::Guard;
 use crate::real::RealFn;
 use u3m_core::engine::Engine;
+use u3m_core::opclass::OpClass;
 
 pub mod aclnn;
 mod alloc;
@@ -111,7 +111,9 @@ pub fn find(name: &[u8]) -> Option<&'static HookEntry> {
     // TABLE is sorted by name at compile time order-independent: binary search
     // over a sorted index built once.
     let idx = sorted_index();
-    idx.binary_search_by(|&i| TABLE[i as usize].name.as_bytes().cmp(name)).ok().map(|k| &TABLE[idx[k] as usize])
+    idx.binary_search_by(|&i| TABLE[i as usize].name.as_bytes().cmp(name))
+        .ok()
+        .map(|k| &TABLE[idx[k] as usize])
 }
 
 fn sorted_index() -> &'static [u16] {

@@ -8,7 +8,15 @@ use super::Cx;
 use crate::ffi::*;
 use crate::init::current_device;
 
-pub unsafe fn reserve(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError, p: *mut *mut c_void, size: usize, alignment: usize, expect: *mut c_void, flags: u64) -> aclError {
+pub unsafe fn reserve(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError,
+    p: *mut *mut c_void,
+    size: usize,
+    alignment: usize,
+    expect: *mut c_void,
+    flags: u64,
+) -> aclError {
     let r = f(p, size, alignment, expect, flags);
     if r == ACL_SUCCESS && !p.is_null() {
         let va = *p as u64;
@@ -18,7 +26,11 @@ pub unsafe fn reserve(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, usize, 
     r
 }
 
-pub unsafe fn release(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, p: *mut c_void) -> aclError {
+pub unsafe fn release(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut c_void) -> aclError,
+    p: *mut c_void,
+) -> aclError {
     let r = f(p);
     if r == ACL_SUCCESS {
         cx.note(|e| e.release(p as u64));
@@ -26,8 +38,24 @@ pub unsafe fn release(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError,
     r
 }
 
-pub unsafe fn malloc_physical(cx: &Cx, f: unsafe extern "C" fn(*mut aclrtDrvMemHandle, usize, *const aclrtPhysicalMemProp, u64) -> aclError, h: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) -> aclError {
-    let dev = if prop.is_null() { current_device() } else { (*prop).location.id as i32 };
+pub unsafe fn malloc_physical(
+    cx: &Cx,
+    f: unsafe extern "C" fn(
+        *mut aclrtDrvMemHandle,
+        usize,
+        *const aclrtPhysicalMemProp,
+        u64,
+    ) -> aclError,
+    h: *mut aclrtDrvMemHandle,
+    size: usize,
+    prop: *const aclrtPhysicalMemProp,
+    flags: u64,
+) -> aclError {
+    let dev = if prop.is_null() {
+        current_device()
+    } else {
+        (*prop).location.id as i32
+    };
     super::alloc::learn_capacity(cx, dev);
     // tier mode: u3m's own handle, backed by 2 MiB chunks that move
     // independently; shareable (POSIX) handles stay real
@@ -41,7 +69,14 @@ pub unsafe fn malloc_physical(cx: &Cx, f: unsafe extern "C" fn(*mut aclrtDrvMemH
                     ACL_SUCCESS
                 }
                 Err(code) => {
-                    cx.note(|e| e.alloc_failed(dev, size as u64, code, u3m_core::engine::AllocApi::MallocPhysical));
+                    cx.note(|e| {
+                        e.alloc_failed(
+                            dev,
+                            size as u64,
+                            code,
+                            u3m_core::engine::AllocApi::MallocPhysical,
+                        )
+                    });
                     code
                 }
             };
@@ -52,12 +87,23 @@ pub unsafe fn malloc_physical(cx: &Cx, f: unsafe extern "C" fn(*mut aclrtDrvMemH
         let handle = *h as u64;
         cx.note(|e| e.phys_alloc(dev, handle, size as u64));
     } else if r != ACL_SUCCESS {
-        cx.note(|e| e.alloc_failed(dev, size as u64, r, u3m_core::engine::AllocApi::MallocPhysical));
+        cx.note(|e| {
+            e.alloc_failed(
+                dev,
+                size as u64,
+                r,
+                u3m_core::engine::AllocApi::MallocPhysical,
+            )
+        });
     }
     r
 }
 
-pub unsafe fn free_physical(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle) -> aclError, h: aclrtDrvMemHandle) -> aclError {
+pub unsafe fn free_physical(
+    cx: &Cx,
+    f: unsafe extern "C" fn(aclrtDrvMemHandle) -> aclError,
+    h: aclrtDrvMemHandle,
+) -> aclError {
     let r = match cx.note(|e| e.tier_free_physical(h as u64)) {
         Some(r) => r,
         None => f(h),
@@ -68,9 +114,21 @@ pub unsafe fn free_physical(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle) 
     r
 }
 
-pub unsafe fn map(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError, va: *mut c_void, size: usize, offset: usize, h: aclrtDrvMemHandle, flags: u64) -> aclError {
+pub unsafe fn map(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError,
+    va: *mut c_void,
+    size: usize,
+    offset: usize,
+    h: aclrtDrvMemHandle,
+    flags: u64,
+) -> aclError {
     let ours = !va.is_null() && flags == 0;
-    let r = match if ours { cx.note(|e| e.tier_map(va as u64, size as u64, offset as u64, h as u64)) } else { None } {
+    let r = match if ours {
+        cx.note(|e| e.tier_map(va as u64, size as u64, offset as u64, h as u64))
+    } else {
+        None
+    } {
         Some(r) => r,
         None => f(va, size, offset, h, flags),
     };
@@ -80,7 +138,11 @@ pub unsafe fn map(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, usize, ac
     r
 }
 
-pub unsafe fn unmap(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, va: *mut c_void) -> aclError {
+pub unsafe fn unmap(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut c_void) -> aclError,
+    va: *mut c_void,
+) -> aclError {
     cx.note(|e| e.unmap_begin(va as u64));
     let r = match cx.note(|e| e.tier_unmap(va as u64)) {
         Some(r) => r,
@@ -92,7 +154,14 @@ pub unsafe fn unmap(cx: &Cx, f: unsafe extern "C" fn(*mut c_void) -> aclError, v
     r
 }
 
-pub unsafe fn export_shareable(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandle, c_int, u64, *mut u64) -> aclError, h: aclrtDrvMemHandle, ty: c_int, flags: u64, out: *mut u64) -> aclError {
+pub unsafe fn export_shareable(
+    cx: &Cx,
+    f: unsafe extern "C" fn(aclrtDrvMemHandle, c_int, u64, *mut u64) -> aclError,
+    h: aclrtDrvMemHandle,
+    ty: c_int,
+    flags: u64,
+    out: *mut u64,
+) -> aclError {
     // a handle of u3m's: export the real chunk under it (pinned from now on)
     let real = match cx.note(|e| e.tier_export(h as u64)) {
         Some(Ok(real)) => real as aclrtDrvMemHandle,
@@ -109,7 +178,13 @@ pub unsafe fn export_shareable(cx: &Cx, f: unsafe extern "C" fn(aclrtDrvMemHandl
     r
 }
 
-pub unsafe fn import_shareable(cx: &Cx, f: unsafe extern "C" fn(u64, i32, *mut aclrtDrvMemHandle) -> aclError, s: u64, dev: i32, h: *mut aclrtDrvMemHandle) -> aclError {
+pub unsafe fn import_shareable(
+    cx: &Cx,
+    f: unsafe extern "C" fn(u64, i32, *mut aclrtDrvMemHandle) -> aclError,
+    s: u64,
+    dev: i32,
+    h: *mut aclrtDrvMemHandle,
+) -> aclError {
     let r = f(s, dev, h);
     if r == ACL_SUCCESS && !h.is_null() {
         let handle = *h as u64;
@@ -118,26 +193,52 @@ pub unsafe fn import_shareable(cx: &Cx, f: unsafe extern "C" fn(u64, i32, *mut a
     r
 }
 
-pub unsafe fn set_pid_shareable(_cx: &Cx, f: unsafe extern "C" fn(u64, *mut i32, usize) -> aclError, s: u64, pid: *mut i32, n: usize) -> aclError {
+pub unsafe fn set_pid_shareable(
+    _cx: &Cx,
+    f: unsafe extern "C" fn(u64, *mut i32, usize) -> aclError,
+    s: u64,
+    pid: *mut i32,
+    n: usize,
+) -> aclError {
     f(s, pid, n)
 }
 
 /// A device range exported to other processes: it must never move (tier
 /// mode makes it resident and pins it first).
-pub unsafe fn ipc_export_key(cx: &Cx, f: unsafe extern "C" fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError, p: *mut c_void, size: usize, key: *mut c_char, len: usize, flags: u64) -> aclError {
+pub unsafe fn ipc_export_key(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError,
+    p: *mut c_void,
+    size: usize,
+    key: *mut c_char,
+    len: usize,
+    flags: u64,
+) -> aclError {
     let dev = current_device();
     if let Some(code) = cx.note(|e| e.tier_pin_range(dev, p as u64, size as u64)) {
         return code;
     }
     let r = f(p, size, key, len, flags);
     if r == ACL_SUCCESS {
-        cx.note(|e| e.pin(p as u64, size as u64, u3m_core::engine::PinReason::IpcExported));
+        cx.note(|e| {
+            e.pin(
+                p as u64,
+                size as u64,
+                u3m_core::engine::PinReason::IpcExported,
+            )
+        });
     }
     r
 }
 
 /// Another process's allocation mapped into this one: not u3m's to move.
-pub unsafe fn ipc_import_key(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, *const c_char, u64) -> aclError, p: *mut *mut c_void, key: *const c_char, flags: u64) -> aclError {
+pub unsafe fn ipc_import_key(
+    cx: &Cx,
+    f: unsafe extern "C" fn(*mut *mut c_void, *const c_char, u64) -> aclError,
+    p: *mut *mut c_void,
+    key: *const c_char,
+    flags: u64,
+) -> aclError {
     let r = f(p, key, flags);
     if r == ACL_SUCCESS {
         cx.note(|e| e.ipc_imported());
@@ -145,6 +246,10 @@ pub unsafe fn ipc_import_key(cx: &Cx, f: unsafe extern "C" fn(*mut *mut c_void, 
     r
 }
 
-pub unsafe fn ipc_close(_cx: &Cx, f: unsafe extern "C" fn(*const c_char) -> aclError, key: *const c_char) -> aclError {
+pub unsafe fn ipc_close(
+    _cx: &Cx,
+    f: unsafe extern "C" fn(*const c_char) -> aclError,
+    key: *const c_char,
+) -> aclError {
     f(key)
 }

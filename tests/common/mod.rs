@@ -26,7 +26,11 @@ impl Run {
         facts(&self.stdout).remove(key)
     }
     pub fn must_succeed(self) -> Self {
-        assert_eq!(self.code, 0, "program failed ({}):\nstdout:\n{}\nstderr:\n{}", self.code, self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "program failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
         self
     }
     pub fn stat_u64(&self, path: &[&str]) -> u64 {
@@ -37,7 +41,8 @@ impl Run {
                 Err(_) => &v[*p],
             };
         }
-        v.as_u64().unwrap_or_else(|| panic!("stats {path:?} missing in {}", self.stats))
+        v.as_u64()
+            .unwrap_or_else(|| panic!("stats {path:?} missing in {}", self.stats))
     }
 }
 
@@ -92,7 +97,9 @@ pub fn run_path(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", path.display()));
     let stats_v = std::fs::read_to_string(&stats)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())

@@ -83,7 +83,9 @@ fn mode(s: &str) -> Result<&'static str, String> {
         "tier" => Ok("tier"),
         "observe" => Ok("observe"),
         "off" => Ok("off"),
-        _ => Err(format!("'{s}' is not an arm (ref, stock, observe, tier, off)")),
+        _ => Err(format!(
+            "'{s}' is not an arm (ref, stock, observe, tier, off)"
+        )),
     }
 }
 
@@ -160,15 +162,23 @@ fn size_arg(s: &str) -> Result<String, String> {
 impl FromArgMatches for AbArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
         let mut run = RunArgs::from_arg_matches(m)?;
-        let mode_opt = run.env.iter().position(|(k, _)| *k == "U3M_MODE").map(|i| run.env.remove(i).1);
+        let mode_opt = run
+            .env
+            .iter()
+            .position(|(k, _)| *k == "U3M_MODE")
+            .map(|i| run.env.remove(i).1);
         let given: Option<Vec<Arm>> = m.get_many::<Arm>("arms").map(|v| v.copied().collect());
-        let usage = |msg: String| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg + "\n");
+        let usage =
+            |msg: String| clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, msg + "\n");
         let mut arms = match (given, mode_opt) {
             (Some(_), Some(_)) => return Err(usage("give --mode or --arms, not both".into())),
             (Some(a), None) => a,
             (None, Some(mo)) => {
                 let mo = mo.to_string_lossy().into_owned();
-                vec![Arm::Stock, Arm::U3m(mode(&mo).map_err(|e| usage(format!("--mode: {e}")))?)]
+                vec![
+                    Arm::Stock,
+                    Arm::U3m(mode(&mo).map_err(|e| usage(format!("--mode: {e}")))?),
+                ]
             }
             (None, None) => vec![Arm::Stock, Arm::U3m("tier")],
         };
@@ -237,7 +247,9 @@ fn preload_without_u3m(existing: Option<OsString>, lib: &Path) -> Option<OsStrin
     let keep: Vec<&str> = e
         .split([':', ' '])
         .filter(|w| !w.is_empty())
-        .filter(|w| Path::new(w) != lib && Path::new(w).file_name() != Some(OsStr::new("libu3m.so")))
+        .filter(|w| {
+            Path::new(w) != lib && Path::new(w).file_name() != Some(OsStr::new("libu3m.so"))
+        })
         .collect();
     if keep.is_empty() {
         None
@@ -290,7 +302,10 @@ fn plan(a: &AbArgs, lib: &Path, dir: &Path) -> Vec<Plan> {
                     None => env.remove("LD_PRELOAD"),
                 },
                 Arm::U3m(mode) => {
-                    env.set("LD_PRELOAD", preload_value(lib, preload_without_u3m(existing.clone(), lib)));
+                    env.set(
+                        "LD_PRELOAD",
+                        preload_value(lib, preload_without_u3m(existing.clone(), lib)),
+                    );
                     for (k, v) in &a.run.env {
                         env.set(k, v.clone());
                     }
@@ -356,10 +371,14 @@ fn read_json(p: &Path, chosen: bool, since: SystemTime) -> Option<Value> {
 }
 
 fn run_arm(p: &Plan, cmd: &[OsString]) -> Result<Outcome, CliError> {
-    let (prog, args) = cmd.split_first().ok_or_else(|| CliError::Usage("u3m ab: no command given".into()))?;
+    let (prog, args) = cmd
+        .split_first()
+        .ok_or_else(|| CliError::Usage("u3m ab: no command given".into()))?;
     let io = |what, err| CliError::Io { what, err };
-    let out = std::fs::File::create(&p.files.stdout).map_err(|e| io("creating an arm's stdout file", e))?;
-    let err = std::fs::File::create(&p.files.stderr).map_err(|e| io("creating an arm's stderr file", e))?;
+    let out = std::fs::File::create(&p.files.stdout)
+        .map_err(|e| io("creating an arm's stdout file", e))?;
+    let err = std::fs::File::create(&p.files.stderr)
+        .map_err(|e| io("creating an arm's stderr file", e))?;
     for (path, chosen) in std::iter::once(&p.files.stats).chain(p.files.summary.iter()) {
         if *chosen {
             let _ = std::fs::remove_file(path);
@@ -378,9 +397,16 @@ fn run_arm(p: &Plan, cmd: &[OsString]) -> Result<Outcome, CliError> {
     let status = c
         .spawn()
         .and_then(|mut ch| ch.wait())
-        .map_err(|err| CliError::Exec { cmd: prog.to_string_lossy().into_owned(), err })?;
+        .map_err(|err| CliError::Exec {
+            cmd: prog.to_string_lossy().into_owned(),
+            err,
+        })?;
     let wall_s = t0.elapsed().as_secs_f64();
-    let text = |f: &Path| std::fs::read(f).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let text = |f: &Path| {
+        std::fs::read(f)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
     Ok(Outcome {
         exit_code: status.code(),
         signal: status.signal(),
@@ -388,7 +414,11 @@ fn run_arm(p: &Plan, cmd: &[OsString]) -> Result<Outcome, CliError> {
         stdout: text(&p.files.stdout),
         stderr: text(&p.files.stderr),
         stats: read_json(&p.files.stats.0, p.files.stats.1, since),
-        summary: p.files.summary.as_ref().and_then(|(s, c)| read_json(s, *c, since)),
+        summary: p
+            .files
+            .summary
+            .as_ref()
+            .and_then(|(s, c)| read_json(s, *c, since)),
     })
 }
 
@@ -398,16 +428,26 @@ struct Scratch(PathBuf);
 impl Scratch {
     fn new() -> Result<Scratch, CliError> {
         let base = std::env::temp_dir();
-        let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         let mut last = None;
         for i in 0..16u32 {
-            let d = base.join(format!("u3m-ab.{}.{:x}", std::process::id(), nanos.wrapping_add(i)));
+            let d = base.join(format!(
+                "u3m-ab.{}.{:x}",
+                std::process::id(),
+                nanos.wrapping_add(i)
+            ));
             match std::fs::DirBuilder::new().mode(0o700).create(&d) {
                 Ok(()) => return Ok(Scratch(d)),
                 Err(e) => last = Some(e),
             }
         }
-        Err(CliError::Io { what: "creating a scratch directory", err: last.expect("tried") })
+        Err(CliError::Io {
+            what: "creating a scratch directory",
+            err: last.expect("tried"),
+        })
     }
 }
 
@@ -443,7 +483,9 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Usage("u3m ab: no command given".into()));
     }
     let lib = match &a.run.lib {
-        Some(l) if l.is_relative() => std::env::current_dir().map(|d| d.join(l)).unwrap_or_else(|_| l.clone()),
+        Some(l) if l.is_relative() => std::env::current_dir()
+            .map(|d| d.join(l))
+            .unwrap_or_else(|_| l.clone()),
         Some(l) => l.clone(),
         None => default_lib()?,
     };
@@ -454,7 +496,10 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
     let scratch;
     let dir = match &a.keep {
         Some(d) => {
-            std::fs::create_dir_all(d).map_err(|err| CliError::Io { what: "creating the --keep directory", err })?;
+            std::fs::create_dir_all(d).map_err(|err| CliError::Io {
+                what: "creating the --keep directory",
+                err,
+            })?;
             d.clone()
         }
         None => {
@@ -499,7 +544,10 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
 }
 
 fn dry_run(plans: &[Plan], cmd: &[OsString]) -> String {
-    let words: Vec<String> = cmd.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let words: Vec<String> = cmd
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
     let mut s = String::new();
     for p in plans {
         let _ = writeln!(s, "# arm {}", p.arm.name());
@@ -540,7 +588,11 @@ pub fn results(stdout: &str) -> Vec<(String, String)> {
 /// Last value of a `key=value` token on stdout.
 fn fact<'a>(stdout: &'a str, key: &str) -> Option<&'a str> {
     let pre = format!("{key}=");
-    stdout.lines().rev().find_map(|l| l.split_whitespace().rev().find_map(|t| t.strip_prefix(pre.as_str())))
+    stdout.lines().rev().find_map(|l| {
+        l.split_whitespace()
+            .rev()
+            .find_map(|t| t.strip_prefix(pre.as_str()))
+    })
 }
 
 /// The ACL error code a failed program reported: "ACL error 207001" (the
@@ -555,7 +607,10 @@ pub fn acl_error(stderr: &str) -> Option<u64> {
             return Some(c);
         }
     }
-    stderr.lines().rev().find_map(|l| l.rsplit_once("-> ").and_then(|(_, c)| digits(c)))
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.rsplit_once("-> ").and_then(|(_, c)| digits(c)))
 }
 
 fn signal_name(s: i32) -> String {
@@ -602,7 +657,9 @@ struct Report {
 }
 
 fn u(v: &Value, path: &[&str]) -> Option<u64> {
-    path.iter().try_fold(v, |v, k| v.get(k)).and_then(Value::as_u64)
+    path.iter()
+        .try_fold(v, |v, k| v.get(k))
+        .and_then(Value::as_u64)
 }
 
 impl Report {
@@ -626,11 +683,22 @@ impl Report {
                     }
                     _ => "-",
                 };
-                Row { arm: p.arm, status: status(&out), result, results: res.clone(), out }
+                Row {
+                    arm: p.arm,
+                    status: status(&out),
+                    result,
+                    results: res.clone(),
+                    out,
+                }
             })
             .collect();
         Report {
-            cmd: a.run.cmd.iter().map(|w| w.to_string_lossy().into_owned()).collect(),
+            cmd: a
+                .run
+                .cmd
+                .iter()
+                .map(|w| w.to_string_lossy().into_owned())
+                .collect(),
             hbm: a.hbm.clone(),
             ref_hbm: a.ref_hbm.clone(),
             reference,
@@ -640,26 +708,48 @@ impl Report {
 
     fn describe(&self, arm: Arm) -> String {
         let hbm = |s: &Option<String>, none: &str| match s {
-            Some(h) => format!("HBM {} (ACLSIM_HBM_BYTES={h})", bytes(parse_size(h).unwrap_or(0))),
+            Some(h) => format!(
+                "HBM {} (ACLSIM_HBM_BYTES={h})",
+                bytes(parse_size(h).unwrap_or(0))
+            ),
             None => none.to_string(),
         };
         match arm {
-            Arm::Ref => format!("stock runtime, {}; the reference", hbm(&self.ref_hbm, "the preset's HBM")),
-            Arm::Stock => format!("stock runtime (no libu3m.so), {}", hbm(&self.hbm, "HBM as configured")),
-            Arm::U3m(m) => format!("libu3m.so, U3M_MODE={m}, {}", hbm(&self.hbm, "HBM as configured")),
+            Arm::Ref => format!(
+                "stock runtime, {}; the reference",
+                hbm(&self.ref_hbm, "the preset's HBM")
+            ),
+            Arm::Stock => format!(
+                "stock runtime (no libu3m.so), {}",
+                hbm(&self.hbm, "HBM as configured")
+            ),
+            Arm::U3m(m) => format!(
+                "libu3m.so, U3M_MODE={m}, {}",
+                hbm(&self.hbm, "HBM as configured")
+            ),
         }
     }
 
     pub fn table(&self) -> String {
         let mut s = format!("u3m ab: {}\n", self.cmd.join(" "));
-        let arms: Vec<Vec<String>> =
-            self.rows.iter().map(|r| vec![r.arm.name().to_string(), self.describe(r.arm)]).collect();
+        let arms: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| vec![r.arm.name().to_string(), self.describe(r.arm)])
+            .collect();
         s.push_str(&columns(&arms, "  "));
         s.push('\n');
         let dash = || "-".to_string();
-        let sim = |r: &Row, f: &dyn Fn(&Value) -> Option<String>| r.out.stats.as_ref().and_then(f).unwrap_or_else(dash);
+        let sim = |r: &Row, f: &dyn Fn(&Value) -> Option<String>| {
+            r.out.stats.as_ref().and_then(f).unwrap_or_else(dash)
+        };
         let tier = |r: &Row, f: &dyn Fn(&Value) -> Option<String>| {
-            r.out.summary.as_ref().and_then(|v| v.get("tier")).and_then(f).unwrap_or_else(dash)
+            r.out
+                .summary
+                .as_ref()
+                .and_then(|v| v.get("tier"))
+                .and_then(f)
+                .unwrap_or_else(dash)
         };
         let count_bytes = |n: Option<u64>, b: Option<u64>| Some(format!("{} ({})", n?, bytes(b?)));
         let chunks = |n: Option<u64>| n.map(|n| format!("{n} ({})", bytes(n * CHUNK)));
@@ -670,7 +760,11 @@ impl Report {
             (
                 "checksum",
                 Box::new(|r: &Row| {
-                    let n = r.results.iter().filter(|(k, _)| k.ends_with("checksum")).count();
+                    let n = r
+                        .results
+                        .iter()
+                        .filter(|(k, _)| k.ends_with("checksum"))
+                        .count();
                     match fact(&r.out.stdout, "checksum") {
                         Some(c) if n == 1 => c.to_string(),
                         _ if n > 1 => format!("{n} checksums"),
@@ -680,23 +774,51 @@ impl Report {
             ),
             (
                 "final loss",
-                Box::new(|r: &Row| fact(&r.out.stdout, "final_loss").map(str::to_string).unwrap_or_else(dash)),
+                Box::new(|r: &Row| {
+                    fact(&r.out.stdout, "final_loss")
+                        .map(str::to_string)
+                        .unwrap_or_else(dash)
+                }),
             ),
             (
                 "requests served",
-                Box::new(|r: &Row| fact(&r.out.stdout, "requests_served").map(str::to_string).unwrap_or_else(dash)),
+                Box::new(|r: &Row| {
+                    fact(&r.out.stdout, "requests_served")
+                        .map(str::to_string)
+                        .unwrap_or_else(dash)
+                }),
             ),
-            ("HBM (physical)", Box::new(move |r: &Row| sim(r, &|v| Some(bytes(max_dev(v, "hbm_bytes")?))))),
-            ("peak HBM (physical)", Box::new(move |r: &Row| sim(r, &|v| Some(bytes(max_dev(v, "peak_bytes")?))))),
+            (
+                "HBM (physical)",
+                Box::new(move |r: &Row| sim(r, &|v| Some(bytes(max_dev(v, "hbm_bytes")?)))),
+            ),
+            (
+                "peak HBM (physical)",
+                Box::new(move |r: &Row| sim(r, &|v| Some(bytes(max_dev(v, "peak_bytes")?)))),
+            ),
             (
                 "device time (simulated)",
-                Box::new(move |r: &Row| sim(r, &|v| Some(format!("{:.1} ms", u(v, &["sim_ns"])? as f64 / 1e6)))),
+                Box::new(move |r: &Row| {
+                    sim(r, &|v| {
+                        Some(format!("{:.1} ms", u(v, &["sim_ns"])? as f64 / 1e6))
+                    })
+                }),
             ),
-            ("H2D copied", Box::new(move |r: &Row| sim(r, &|v| Some(bytes(u(v, &["copy_bytes", "H2D"])?))))),
-            ("D2H copied", Box::new(move |r: &Row| sim(r, &|v| Some(bytes(u(v, &["copy_bytes", "D2H"])?))))),
+            (
+                "H2D copied",
+                Box::new(move |r: &Row| sim(r, &|v| Some(bytes(u(v, &["copy_bytes", "H2D"])?)))),
+            ),
+            (
+                "D2H copied",
+                Box::new(move |r: &Row| sim(r, &|v| Some(bytes(u(v, &["copy_bytes", "D2H"])?)))),
+            ),
             (
                 "faults-in (to HBM)",
-                Box::new(move |r: &Row| tier(r, &|t| count_bytes(u(t, &["faults_in"]), u(t, &["fault_bytes"])))),
+                Box::new(move |r: &Row| {
+                    tier(r, &|t| {
+                        count_bytes(u(t, &["faults_in"]), u(t, &["fault_bytes"]))
+                    })
+                }),
             ),
             (
                 "evictions (from HBM)",
@@ -710,24 +832,51 @@ impl Report {
                     })
                 }),
             ),
-            ("to DRAM", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_dram"]))))),
-            ("to NVMe", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_nvme"]))))),
-            ("from NVMe", Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["from_nvme"]))))),
+            (
+                "to DRAM",
+                Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_dram"])))),
+            ),
+            (
+                "to NVMe",
+                Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["to_nvme"])))),
+            ),
+            (
+                "from NVMe",
+                Box::new(move |r: &Row| tier(r, &|t| chunks(u(t, &["from_nvme"])))),
+            ),
             (
                 "prefetched (to HBM)",
-                Box::new(move |r: &Row| tier(r, &|t| count_bytes(u(t, &["prefetches"]), u(t, &["prefetch_bytes"])))),
+                Box::new(move |r: &Row| {
+                    tier(r, &|t| {
+                        count_bytes(u(t, &["prefetches"]), u(t, &["prefetch_bytes"]))
+                    })
+                }),
             ),
-            ("MMU faults (simulator)", Box::new(move |r: &Row| sim(r, &|v| Some(u(v, &["mmu_faults"])?.to_string())))),
-            ("wall time", Box::new(|r: &Row| format!("{:.2} s", r.out.wall_s))),
+            (
+                "MMU faults (simulator)",
+                Box::new(move |r: &Row| sim(r, &|v| Some(u(v, &["mmu_faults"])?.to_string()))),
+            ),
+            (
+                "wall time",
+                Box::new(|r: &Row| format!("{:.2} s", r.out.wall_s)),
+            ),
         ];
-        let mut rows =
-            vec![std::iter::once(String::new()).chain(self.rows.iter().map(|r| r.arm.name().into())).collect()];
+        let mut rows = vec![std::iter::once(String::new())
+            .chain(self.rows.iter().map(|r| r.arm.name().into()))
+            .collect()];
         for (label, cell) in &lines {
-            rows.push(std::iter::once(label.to_string()).chain(self.rows.iter().map(cell)).collect());
+            rows.push(
+                std::iter::once(label.to_string())
+                    .chain(self.rows.iter().map(cell))
+                    .collect(),
+            );
         }
         s.push_str(&columns(&rows, ""));
-        let failed: Vec<Vec<String>> =
-            self.rows.iter().filter_map(|r| Some(vec![format!("{}:", r.arm.name()), last_error(&r.out)?])).collect();
+        let failed: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .filter_map(|r| Some(vec![format!("{}:", r.arm.name()), last_error(&r.out)?]))
+            .collect();
         if !failed.is_empty() {
             s.push('\n');
             s.push_str(&columns(&failed, ""));
@@ -749,7 +898,11 @@ impl Report {
 
 /// Largest value of a per-device field of the simulator's stats.
 fn max_dev(v: &Value, field: &str) -> Option<u64> {
-    v.get("devices")?.as_array()?.iter().filter_map(|d| d.get(field)?.as_u64()).max()
+    v.get("devices")?
+        .as_array()?
+        .iter()
+        .filter_map(|d| d.get(field)?.as_u64())
+        .max()
 }
 
 /// The last line of stderr of an arm that did not exit 0.
@@ -757,7 +910,12 @@ fn last_error(o: &Outcome) -> Option<String> {
     if o.ok() {
         return None;
     }
-    o.stderr.lines().rev().map(str::trim).find(|l| !l.is_empty()).map(str::to_string)
+    o.stderr
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
 }
 
 fn arm_json(r: &Row) -> Value {
@@ -785,7 +943,11 @@ fn arm_json(r: &Row) -> Value {
         }
         Value::Object(m)
     });
-    let results: Map<String, Value> = r.results.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    let results: Map<String, Value> = r
+        .results
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
     json!({
         "arm": r.arm.name(),
         "preload": matches!(r.arm, Arm::U3m(_)),
@@ -837,9 +999,25 @@ mod tests {
         assert!(a.run.env.is_empty());
         let a = parse(&["--mode", "observe", "--oversub", "3", "prog"]).unwrap();
         assert_eq!(a.arms, vec![Arm::Stock, Arm::U3m("observe")]);
-        assert_eq!(a.run.env.len(), 1, "U3M_MODE is the arm's, not an option for every arm");
-        let a = parse(&["--arms", "stock,observe,tier", "--ref-hbm", "1G", "--hbm", "64M", "prog"]).unwrap();
-        assert_eq!(a.arms, vec![Arm::Ref, Arm::Stock, Arm::U3m("observe"), Arm::U3m("tier")]);
+        assert_eq!(
+            a.run.env.len(),
+            1,
+            "U3M_MODE is the arm's, not an option for every arm"
+        );
+        let a = parse(&[
+            "--arms",
+            "stock,observe,tier",
+            "--ref-hbm",
+            "1G",
+            "--hbm",
+            "64M",
+            "prog",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.arms,
+            vec![Arm::Ref, Arm::Stock, Arm::U3m("observe"), Arm::U3m("tier")]
+        );
         assert_eq!(a.hbm.as_deref(), Some("64M"));
         for bad in [
             &["--mode", "tier", "--arms", "stock", "prog"][..],
@@ -855,7 +1033,18 @@ mod tests {
 
     #[test]
     fn environments_per_arm() {
-        let a = parse(&["--arms", "ref,stock,tier", "--hbm", "64M", "--oversub", "3", "-e", "X=1", "prog"]).unwrap();
+        let a = parse(&[
+            "--arms",
+            "ref,stock,tier",
+            "--hbm",
+            "64M",
+            "--oversub",
+            "3",
+            "-e",
+            "X=1",
+            "prog",
+        ])
+        .unwrap();
         let lib = Path::new("/l/libu3m.so");
         let p = plan(&a, lib, Path::new("/d"));
         let get = |i: usize, k: &str| p[i].env.get(k).map(|v| v.to_string_lossy().into_owned());
@@ -864,14 +1053,24 @@ mod tests {
         assert_eq!(get(2, "ACLSIM_HBM_BYTES").as_deref(), Some("64M"));
         for i in 0..3 {
             assert_eq!(get(i, "X").as_deref(), Some("1"));
-            assert_eq!(get(i, "ACLSIM_STATS"), Some(format!("/d/{}.stats.json", a.arms[i].name())));
+            assert_eq!(
+                get(i, "ACLSIM_STATS"),
+                Some(format!("/d/{}.stats.json", a.arms[i].name()))
+            );
         }
         assert!(!matches!(get(1, "LD_PRELOAD"), Some(v) if v.contains("libu3m")));
-        assert_eq!(get(1, "U3M_OVERSUB"), None, "options are for the libu3m.so arms");
+        assert_eq!(
+            get(1, "U3M_OVERSUB"),
+            None,
+            "options are for the libu3m.so arms"
+        );
         assert!(get(2, "LD_PRELOAD").unwrap().starts_with("/l/libu3m.so"));
         assert_eq!(get(2, "U3M_MODE").as_deref(), Some("tier"));
         assert_eq!(get(2, "U3M_OVERSUB").as_deref(), Some("3"));
-        assert_eq!(get(2, "U3M_SUMMARY").as_deref(), Some("/d/tier.summary.json"));
+        assert_eq!(
+            get(2, "U3M_SUMMARY").as_deref(),
+            Some("/d/tier.summary.json")
+        );
         // A file the user names is used as is.
         let a = parse(&["-e", "ACLSIM_STATS=/mine.json", "prog"]).unwrap();
         let p = plan(&a, lib, Path::new("/d"));
@@ -883,7 +1082,10 @@ mod tests {
         let lib = Path::new("/l/libu3m.so");
         assert_eq!(preload_without_u3m(None, lib), None);
         assert_eq!(preload_without_u3m(Some("/l/libu3m.so".into()), lib), None);
-        assert_eq!(preload_without_u3m(Some("/x/libu3m.so:/a.so /b.so".into()), lib), Some("/a.so:/b.so".into()));
+        assert_eq!(
+            preload_without_u3m(Some("/x/libu3m.so:/a.so /b.so".into()), lib),
+            Some("/a.so:/b.so".into())
+        );
     }
 
     #[test]
@@ -898,13 +1100,23 @@ mod tests {
             ]
         );
         assert_eq!(fact(out, "requests_served"), Some("1"));
-        assert_eq!(acl_error("x: ACL error 207001 at y.c:3: call\n"), Some(207001));
-        assert_eq!(acl_error("aclsim: aclrtMalloc(4) on device 0: out of memory -> 207001\n"), Some(207001));
+        assert_eq!(
+            acl_error("x: ACL error 207001 at y.c:3: call\n"),
+            Some(207001)
+        );
+        assert_eq!(
+            acl_error("aclsim: aclrtMalloc(4) on device 0: out of memory -> 207001\n"),
+            Some(207001)
+        );
         assert_eq!(acl_error("segfault\n"), None);
     }
 
     fn outcome(code: i32, stdout: &str) -> Outcome {
-        Outcome { exit_code: Some(code), stdout: stdout.into(), ..Default::default() }
+        Outcome {
+            exit_code: Some(code),
+            stdout: stdout.into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -912,7 +1124,11 @@ mod tests {
         let a = parse(&["--arms", "stock,observe,tier,off", "prog"]).unwrap();
         let p = plan(&a, Path::new("/l/libu3m.so"), Path::new("/d"));
         let outs = vec![
-            Outcome { exit_code: Some(2), stderr: "p: ACL error 207001 at x\n".into(), ..Default::default() },
+            Outcome {
+                exit_code: Some(2),
+                stderr: "p: ACL error 207001 at x\n".into(),
+                ..Default::default()
+            },
             outcome(0, "checksum=aa\n"),
             outcome(0, "checksum=aa\n"),
             outcome(0, "checksum=ab\n"),

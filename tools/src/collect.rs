@@ -28,7 +28,12 @@ pub struct Scanner {
 
 impl Scanner {
     pub fn new(dir: PathBuf, only: Option<u32>) -> Self {
-        Scanner { dir, only, noted: HashSet::new(), only_why: None }
+        Scanner {
+            dir,
+            only,
+            noted: HashSet::new(),
+            only_why: None,
+        }
     }
 
     /// Brings `open` up to date with the directory: drops segments that went
@@ -36,10 +41,16 @@ impl Scanner {
     /// Returns notes for stderr (each given once per scanner).
     pub fn scan(&mut self, open: &mut BTreeMap<u32, Found>) -> Result<Vec<String>, CliError> {
         let mut notes = Vec::new();
-        let files = list(&self.dir).map_err(|err| CliError::Dir { dir: self.dir.clone(), err })?;
+        let files = list(&self.dir).map_err(|err| CliError::Dir {
+            dir: self.dir.clone(),
+            err,
+        })?;
         let present: BTreeMap<u32, PathBuf> = files.into_iter().collect();
         open.retain(|pid, f| {
-            present.get(pid).is_some_and(|p| file_id(p) == Some(f.file_id)) && f.reader.liveness() == Liveness::Alive
+            present
+                .get(pid)
+                .is_some_and(|p| file_id(p) == Some(f.file_id))
+                && f.reader.liveness() == Liveness::Alive
         });
         for (pid, path) in present {
             if open.contains_key(&pid) {
@@ -66,10 +77,17 @@ impl Scanner {
             Ok(r) => match r.liveness() {
                 Liveness::Alive => {
                     if r.pid() != pid {
-                        notes.push(format!("skipping {}: it says it belongs to pid {}", path.display(), r.pid()));
+                        notes.push(format!(
+                            "skipping {}: it says it belongs to pid {}",
+                            path.display(),
+                            r.pid()
+                        ));
                         return None;
                     }
-                    Some(Found { reader: r, file_id: id })
+                    Some(Found {
+                        reader: r,
+                        file_id: id,
+                    })
                 }
                 Liveness::Dead(why) => {
                     self.remove(path, why, notes);
@@ -95,12 +113,19 @@ impl Scanner {
                     }
                     OpenError::NotReady => {}
                     OpenError::Io(ref io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
-                        notes.push(format!("skipping {}: not readable by this user", path.display()))
+                        notes.push(format!(
+                            "skipping {}: not readable by this user",
+                            path.display()
+                        ))
                     }
                     other => notes.push(format!("skipping {}: {other}", path.display())),
                 }
                 if mine {
-                    self.only_why = Some(if dead { "process no longer exists".into() } else { msg });
+                    self.only_why = Some(if dead {
+                        "process no longer exists".into()
+                    } else {
+                        msg
+                    });
                 }
                 None
             }
@@ -111,13 +136,18 @@ impl Scanner {
         match std::fs::remove_file(path) {
             Ok(()) => notes.push(format!("removed stale segment {} ({why})", path.display())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => notes.push(format!("cannot remove stale segment {} ({why}): {e}", path.display())),
+            Err(e) => notes.push(format!(
+                "cannot remove stale segment {} ({why}): {e}",
+                path.display()
+            )),
         }
     }
 }
 
 fn file_id(p: &Path) -> Option<(u64, u64)> {
-    std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// One scan for `stat`: every live process (or `only`), notes on stderr.
@@ -129,7 +159,11 @@ pub fn scan_once(dir: PathBuf, only: Option<u32>) -> Result<Vec<Found>, CliError
     }
     if let Some(pid) = only {
         if !open.contains_key(&pid) {
-            return Err(CliError::NoProcess { pid, dir: s.dir.clone(), why: s.only_why.take() });
+            return Err(CliError::NoProcess {
+                pid,
+                dir: s.dir.clone(),
+                why: s.only_why.take(),
+            });
         }
     }
     Ok(open.into_values().collect())

@@ -12,7 +12,11 @@ pub enum CliError {
     /// The segment directory cannot be read.
     Dir { dir: PathBuf, err: io::Error },
     /// `-p PID` names no live u3m process.
-    NoProcess { pid: u32, dir: PathBuf, why: Option<String> },
+    NoProcess {
+        pid: u32,
+        dir: PathBuf,
+        why: Option<String>,
+    },
     /// `u3m run`: libu3m.so is not where it must be.
     LibMissing(PathBuf),
     /// `u3m run`: the command could not be executed.

@@ -53,7 +53,11 @@ pub fn duration(secs: f64) -> String {
 
 /// Seconds since an origin, for event times: +0.120s.
 pub fn offset(ns_since: i128) -> String {
-    format!("{}{:.3}s", if ns_since < 0 { "-" } else { "+" }, (ns_since.abs() as f64) / 1e9)
+    format!(
+        "{}{:.3}s",
+        if ns_since < 0 { "-" } else { "+" },
+        (ns_since.abs() as f64) / 1e9
+    )
 }
 
 pub fn addr(a: u64) -> String {

@@ -37,9 +37,17 @@ fn round3(v: f64) -> f64 {
 
 pub fn process(p: &ProcView) -> Value {
     let s = p.snap;
-    let config: Map<String, Value> = s.config_pairs().into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-    let calls: Map<String, Value> =
-        s.calls.iter().filter(|c| c.count > 0).map(|c| (c.name.clone(), json!(c.count))).collect();
+    let config: Map<String, Value> = s
+        .config_pairs()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    let calls: Map<String, Value> = s
+        .calls
+        .iter()
+        .filter(|c| c.count > 0)
+        .map(|c| (c.name.clone(), json!(c.count)))
+        .collect();
     let hot: Vec<Value> = s
         .hot
         .iter()
@@ -105,7 +113,9 @@ fn insert_path(m: &mut Map<String, Value>, path: &str, v: Value) {
             m.insert(path.to_string(), v);
         }
         Some((head, rest)) => {
-            let e = m.entry(head.to_string()).or_insert_with(|| Value::Object(Map::new()));
+            let e = m
+                .entry(head.to_string())
+                .or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(inner) = e {
                 insert_path(inner, rest, v);
             }
@@ -136,6 +146,9 @@ mod tests {
         insert_path(&mut m, "copies.h2d.bytes", json!(1));
         insert_path(&mut m, "copies.h2d.calls", json!(2));
         insert_path(&mut m, "pinned_bytes", json!(3));
-        assert_eq!(Value::Object(m), json!({"copies": {"h2d": {"bytes": 1, "calls": 2}}, "pinned_bytes": 3}));
+        assert_eq!(
+            Value::Object(m),
+            json!({"copies": {"h2d": {"bytes": 1, "calls": 2}}, "pinned_bytes": 3})
+        );
     }
 }

@@ -122,9 +122,12 @@ mod tests {
 
     #[test]
     fn usage_errors_are_reported_by_clap_with_status_2() {
-        for args in
-            [&["u3m", "stat", "--bogus"][..], &["u3m", "top", "--interval", "1"], &["u3m", "nosuch"], &["u3m", "run"]]
-        {
+        for args in [
+            &["u3m", "stat", "--bogus"][..],
+            &["u3m", "top", "--interval", "1"],
+            &["u3m", "nosuch"],
+            &["u3m", "run"],
+        ] {
             let e = Cli::try_parse_from(args).expect_err("must fail");
             assert_eq!(e.exit_code(), 2, "{args:?}");
         }

@@ -93,19 +93,34 @@ pub fn build(a: &PlanArgs) -> Result<Plan, CliError> {
     let arch = core::resolve_arch(a.model.as_deref(), &input).map_err(usage)?;
     let train = match a.train {
         TrainArg::Adam => Train::Adam,
-        TrainArg::Lora => Train::Lora { rank: core::LORA_RANK },
+        TrainArg::Lora => Train::Lora {
+            rank: core::LORA_RANK,
+        },
         TrainArg::None => Train::None,
     };
-    let requests = a.requests.unwrap_or(if train == Train::None { a.batch } else { 0 });
-    let workload = Workload { train, seq: a.seq, batch: a.batch, requests };
-    let cap = Capacity { hbm: a.hbm, oversub: a.oversub, dram: a.dram, swap: a.swap.unwrap_or(0) };
+    let requests = a
+        .requests
+        .unwrap_or(if train == Train::None { a.batch } else { 0 });
+    let workload = Workload {
+        train,
+        seq: a.seq,
+        batch: a.batch,
+        requests,
+    };
+    let cap = Capacity {
+        hbm: a.hbm,
+        oversub: a.oversub,
+        dram: a.dram,
+        swap: a.swap.unwrap_or(0),
+    };
     core::plan(arch, workload, cap).map_err(usage)
 }
 
 pub fn main(a: &PlanArgs) -> Result<ExitCode, CliError> {
     let p = build(a)?;
     let out = if a.json {
-        let mut s = serde_json::to_string_pretty(&document(&p, a.model.as_deref())).expect("JSON of plain values");
+        let mut s = serde_json::to_string_pretty(&document(&p, a.model.as_deref()))
+            .expect("JSON of plain values");
         s.push('\n');
         s
     } else {
@@ -123,7 +138,9 @@ pub fn document(p: &Plan, preset: Option<&str>) -> Value {
     let c = &p.capacity;
     let (hbm, dram, nvme, unplaced) = p.placed();
     let lora = match p.workload.train {
-        Train::Lora { rank } => json!({ "rank": rank, "alpha": core::LORA_ALPHA, "targets": core::LORA_TARGETS }),
+        Train::Lora { rank } => {
+            json!({ "rank": rank, "alpha": core::LORA_ALPHA, "targets": core::LORA_TARGETS })
+        }
         _ => Value::Null,
     };
     json!({
@@ -185,7 +202,10 @@ fn formula(c: Component, p: &Plan) -> String {
         Component::Activations if w.train == Train::None => "none kept (inference)".into(),
         Component::Activations => format!("s·b·h·(34 + 5·a·s/h)·L, s {} b {}", w.seq, w.batch),
         Component::Adapters => match w.train {
-            Train::Lora { rank } => format!("2 B × {} adapter params (r {rank} on q,k,v,o)", grouped(p.params.lora)),
+            Train::Lora { rank } => format!(
+                "2 B × {} adapter params (r {rank} on q,k,v,o)",
+                grouped(p.params.lora)
+            ),
             _ => "no LoRA".into(),
         },
         Component::Weights => match w.train {
@@ -194,9 +214,17 @@ fn formula(c: Component, p: &Plan) -> String {
         },
         Component::Gradients => format!("2 B × {} trainable", grouped(p.params.trainable)),
         Component::KvCache => {
-            format!("{} KiB/token × {} tokens × {} requests", p.kv_per_token as f64 / 1024.0, w.seq, w.requests)
+            format!(
+                "{} KiB/token × {} tokens × {} requests",
+                p.kv_per_token as f64 / 1024.0,
+                w.seq,
+                w.requests
+            )
         }
-        Component::Optimizer => format!("12 B × {} trainable (fp32 master, m, v)", grouped(p.params.trainable)),
+        Component::Optimizer => format!(
+            "12 B × {} trainable (fp32 master, m, v)",
+            grouped(p.params.trainable)
+        ),
     }
 }
 
@@ -205,7 +233,9 @@ pub fn text(p: &Plan, preset: Option<&str>) -> String {
     let pr = &p.params;
     let c = &p.capacity;
     let mut s = String::new();
-    let name = preset.map(|n| core::preset(n).map(|p| p.name).unwrap_or(n)).unwrap_or("custom");
+    let name = preset
+        .map(|n| core::preset(n).map(|p| p.name).unwrap_or(n))
+        .unwrap_or("custom");
     let _ = writeln!(
         s,
         "model      {name}: {} layers, hidden {}, {} heads ({} kv heads of {}), vocab {}, ffn {}",
@@ -237,7 +267,12 @@ pub fn text(p: &Plan, preset: Option<&str>) -> String {
         p.workload.batch,
         p.workload.requests
     );
-    let _ = writeln!(s, "kv cache   {} B per token ({} KiB)", grouped(p.kv_per_token), p.kv_per_token as f64 / 1024.0);
+    let _ = writeln!(
+        s,
+        "kv cache   {} B per token ({} KiB)",
+        grouped(p.kv_per_token),
+        p.kv_per_token as f64 / 1024.0
+    );
     s.push('\n');
 
     let mut rows: Vec<[String; 7]> =
@@ -254,8 +289,18 @@ pub fn text(p: &Plan, preset: Option<&str>) -> String {
         ]);
     }
     let (h, d, n, u) = p.placed();
-    rows.push(["total".into(), g2(p.total), g2(h), g2(d), g2(n), g2(u), String::new()]);
-    let widths: Vec<usize> = (0..7).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    rows.push([
+        "total".into(),
+        g2(p.total),
+        g2(h),
+        g2(d),
+        g2(n),
+        g2(u),
+        String::new(),
+    ]);
+    let widths: Vec<usize> = (0..7)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
     for r in &rows {
         let mut line = format!("{:<w$}", r[0], w = widths[0]);
         for i in 1..6 {
@@ -273,11 +318,27 @@ pub fn text(p: &Plan, preset: Option<&str>) -> String {
         g2(c.hbm),
         c.oversub,
         g2(p.budget),
-        c.dram.map_or("not limited".into(), |b| format!("{} GiB", g2(b))),
-        if c.swap == 0 { "none".into() } else { format!("{} GiB", g2(c.swap)) }
+        c.dram
+            .map_or("not limited".into(), |b| format!("{} GiB", g2(b))),
+        if c.swap == 0 {
+            "none".into()
+        } else {
+            format!("{} GiB", g2(c.swap))
+        }
     );
-    let _ = writeln!(s, "footprint  {} GiB = {:.2} GB, {:.2} × HBM", g2(p.total), p.total as f64 / 1e9, p.hbm_ratio());
-    let _ = writeln!(s, "fits       {}: {}", if p.verdict.fits() { "yes" } else { "no" }, p.reason());
+    let _ = writeln!(
+        s,
+        "footprint  {} GiB = {:.2} GB, {:.2} × HBM",
+        g2(p.total),
+        p.total as f64 / 1e9,
+        p.hbm_ratio()
+    );
+    let _ = writeln!(
+        s,
+        "fits       {}: {}",
+        if p.verdict.fits() { "yes" } else { "no" },
+        p.reason()
+    );
     let _ = writeln!(
         s,
         "no u3m     {}",
@@ -305,7 +366,10 @@ mod tests {
 
     #[test]
     fn default_oversub_is_u3ms() {
-        assert_eq!(DEFAULT_OVERSUB, u3m_core::config::Config::defaults().oversub);
+        assert_eq!(
+            DEFAULT_OVERSUB,
+            u3m_core::config::Config::defaults().oversub
+        );
     }
 
     #[test]

@@ -100,16 +100,29 @@ fn size(s: &str) -> Result<u64, String> {
 }
 
 pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
-    if a.watermarks.len() != 2 || !(0.0..=1.0).contains(&a.watermarks[0]) || a.watermarks[0] > a.watermarks[1] || a.watermarks[1] > 1.0 {
-        return Err(CliError::Usage(format!("--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1", a.watermarks)));
+    if a.watermarks.len() != 2
+        || !(0.0..=1.0).contains(&a.watermarks[0])
+        || a.watermarks[0] > a.watermarks[1]
+        || a.watermarks[1] > 1.0
+    {
+        return Err(CliError::Usage(format!(
+            "--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1",
+            a.watermarks
+        )));
     }
     for p in &a.policy {
         if !POLICIES.contains(&p.as_str()) {
-            return Err(CliError::Usage(format!("--policy: unknown policy '{p}' (known: {})", POLICIES.join(", "))));
+            return Err(CliError::Usage(format!(
+                "--policy: unknown policy '{p}' (known: {})",
+                POLICIES.join(", ")
+            )));
         }
     }
     if a.hbm < (2 << 20) {
-        return Err(CliError::Usage(format!("--hbm {}: at least one 2 MiB chunk", a.hbm)));
+        return Err(CliError::Usage(format!(
+            "--hbm {}: at least one 2 MiB chunk",
+            a.hbm
+        )));
     }
     let setup = Setup {
         costs: Costs {
@@ -151,9 +164,18 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
             }
         }
     }
-    let out = if a.json { report::json(&setup, a.hbm, &reports) } else { report::text(&setup, a.hbm, &reports, a.events) };
+    let out = if a.json {
+        report::json(&setup, a.hbm, &reports)
+    } else {
+        report::text(&setup, a.hbm, &reports, a.events)
+    };
     use std::io::Write;
-    std::io::stdout().write_all(out.as_bytes()).map_err(|err| CliError::Io { what: "writing the report", err })?;
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .map_err(|err| CliError::Io {
+            what: "writing the report",
+            err,
+        })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -170,9 +192,17 @@ fn load(path: &PathBuf) -> Result<Trace, String> {
         lines.push(r.line());
     }
     if devices > u3m_core::engine::tier::MAX_DEVICES {
-        return Err(format!("{name}: {devices} devices; the engine handles at most {}", u3m_core::engine::tier::MAX_DEVICES));
+        return Err(format!(
+            "{name}: {devices} devices; the engine handles at most {}",
+            u3m_core::engine::tier::MAX_DEVICES
+        ));
     }
-    Ok(Trace { name, events, lines, devices })
+    Ok(Trace {
+        name,
+        events,
+        lines,
+        devices,
+    })
 }
 
 /// A policy by name, built as the library builds U3M_POLICY's (with the
@@ -186,8 +216,19 @@ fn make_policy(name: &str, s: &Setup, log: &[(u64, u64)]) -> Result<Box<dyn Plac
     u3m_core::policy::by_config(&cfg).ok_or_else(|| format!("not in this build's u3m_core::policy yet ({name} arrives with the predictive-policy work)"))
 }
 
-fn replay_trace(trace: &Trace, s: &Setup, hbm: u64, policies: &[String]) -> Result<TraceReport, String> {
-    let base = drive::run(trace, s, drive::UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)?;
+fn replay_trace(
+    trace: &Trace,
+    s: &Setup,
+    hbm: u64,
+    policies: &[String],
+) -> Result<TraceReport, String> {
+    let base = drive::run(
+        trace,
+        s,
+        drive::UNLIMITED,
+        Box::new(u3m_core::policy::Lru::new()),
+        None,
+    )?;
     let future = Future::new(&base.log);
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();

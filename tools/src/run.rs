@@ -33,11 +33,23 @@ pub fn env_options() -> &'static [EnvOption] {
             // Testing aids stay out of --help (`-e` still sets them).
             .filter(|v| !v.name.starts_with("U3M_DEBUG_"))
             .map(|v| {
-                let long = v.name.trim_start_matches("U3M_").to_ascii_lowercase().replace('_', "-");
-                let help =
-                    if v.default.is_empty() { v.doc.to_string() } else { format!("{} (default {})", v.doc, v.default) };
+                let long = v
+                    .name
+                    .trim_start_matches("U3M_")
+                    .to_ascii_lowercase()
+                    .replace('_', "-");
+                let help = if v.default.is_empty() {
+                    v.doc.to_string()
+                } else {
+                    format!("{} (default {})", v.doc, v.default)
+                };
                 // clap keeps &'static str names; this table lives for the whole run.
-                EnvOption { long: leak(long), var: v.name, value: value_name(v.name), help: leak(help) }
+                EnvOption {
+                    long: leak(long),
+                    var: v.name,
+                    value: value_name(v.name),
+                    help: leak(help),
+                }
             })
             .collect()
     })
@@ -73,8 +85,18 @@ pub fn markdown_table() -> String {
     let mut s = String::from("| option | variable | meaning |\n| --- | --- | --- |\n");
     for o in env_options() {
         // A bare | would end the cell, even inside a code span; <pid> would be a tag.
-        let md = |t: &str| t.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;");
-        s.push_str(&format!("| `--{} {}` | `{}` | {} |\n", o.long, md(o.value), o.var, md(o.help)));
+        let md = |t: &str| {
+            t.replace('|', "\\|")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        };
+        s.push_str(&format!(
+            "| `--{} {}` | `{}` | {} |\n",
+            o.long,
+            md(o.value),
+            o.var,
+            md(o.help)
+        ));
     }
     s
 }
@@ -150,14 +172,22 @@ fn parse_pair(s: &str) -> Result<(String, OsString), String> {
 
 impl FromArgMatches for RunArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let env =
-            env_options().iter().filter_map(|o| m.get_one::<OsString>(o.long).map(|v| (o.var, v.clone()))).collect();
+        let env = env_options()
+            .iter()
+            .filter_map(|o| m.get_one::<OsString>(o.long).map(|v| (o.var, v.clone())))
+            .collect();
         Ok(RunArgs {
             env,
-            extra: m.get_many::<(String, OsString)>("env").map(|v| v.cloned().collect()).unwrap_or_default(),
+            extra: m
+                .get_many::<(String, OsString)>("env")
+                .map(|v| v.cloned().collect())
+                .unwrap_or_default(),
             lib: m.get_one::<PathBuf>("lib").cloned(),
             dry_run: m.get_flag("dry-run"),
-            cmd: m.get_many::<OsString>("cmd").map(|v| v.cloned().collect()).unwrap_or_default(),
+            cmd: m
+                .get_many::<OsString>("cmd")
+                .map(|v| v.cloned().collect())
+                .unwrap_or_default(),
         })
     }
 
@@ -169,9 +199,15 @@ impl FromArgMatches for RunArgs {
 
 /// libu3m.so next to the running u3m binary.
 pub fn default_lib() -> Result<PathBuf, CliError> {
-    let exe = std::env::current_exe().map_err(|err| CliError::Io { what: "finding the u3m binary", err })?;
+    let exe = std::env::current_exe().map_err(|err| CliError::Io {
+        what: "finding the u3m binary",
+        err,
+    })?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    Ok(exe.parent().map(|d| d.join("libu3m.so")).unwrap_or_else(|| PathBuf::from("libu3m.so")))
+    Ok(exe
+        .parent()
+        .map(|d| d.join("libu3m.so"))
+        .unwrap_or_else(|| PathBuf::from("libu3m.so")))
 }
 
 /// LD_PRELOAD with `lib` first, keeping what was there.
@@ -186,7 +222,9 @@ pub fn preload_value(lib: &std::path::Path, existing: Option<OsString>) -> OsStr
 
 pub fn main(a: RunArgs) -> Result<ExitCode, CliError> {
     let lib = match &a.lib {
-        Some(l) if l.is_relative() => std::env::current_dir().map(|d| d.join(l)).unwrap_or_else(|_| l.clone()),
+        Some(l) if l.is_relative() => std::env::current_dir()
+            .map(|d| d.join(l))
+            .unwrap_or_else(|_| l.clone()),
         Some(l) => l.clone(),
         None => default_lib()?,
     };
@@ -197,12 +235,19 @@ pub fn main(a: RunArgs) -> Result<ExitCode, CliError> {
     let mut vars: Vec<(String, OsString)> = vec![("LD_PRELOAD".into(), preload)];
     vars.extend(a.env.iter().map(|(k, v)| (k.to_string(), v.clone())));
     vars.extend(a.extra.iter().cloned());
-    let (prog, args) = a.cmd.split_first().ok_or_else(|| CliError::Usage("u3m run: no command given".into()))?;
+    let (prog, args) = a
+        .cmd
+        .split_first()
+        .ok_or_else(|| CliError::Usage("u3m run: no command given".into()))?;
     if a.dry_run {
         for (k, v) in &vars {
             println!("{k}={}", v.to_string_lossy());
         }
-        let words: Vec<String> = a.cmd.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+        let words: Vec<String> = a
+            .cmd
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
         println!("{}", words.join(" "));
         return Ok(ExitCode::SUCCESS);
     }
@@ -213,7 +258,10 @@ pub fn main(a: RunArgs) -> Result<ExitCode, CliError> {
     }
     // Only returns on failure.
     let err = c.exec();
-    Err(CliError::Exec { cmd: prog.to_string_lossy().into_owned(), err })
+    Err(CliError::Exec {
+        cmd: prog.to_string_lossy().into_owned(),
+        err,
+    })
 }
 
 #[cfg(test)]
@@ -243,14 +291,36 @@ mod tests {
             "x",
         ])
         .unwrap();
-        let env: Vec<(&str, &str)> = t.run.env.iter().map(|(k, v)| (*k, v.to_str().unwrap())).collect();
+        let env: Vec<(&str, &str)> = t
+            .run
+            .env
+            .iter()
+            .map(|(k, v)| (*k, v.to_str().unwrap()))
+            .collect();
         assert_eq!(env, vec![("U3M_MODE", "observe"), ("U3M_OVERSUB", "2.0")]);
-        assert_eq!(t.run.extra, vec![("ACLSIM_HBM".to_string(), OsString::from("1G"))]);
-        assert_eq!(t.run.cmd, vec!["prog", "--mode", "x"], "options after the command belong to it");
+        assert_eq!(
+            t.run.extra,
+            vec![("ACLSIM_HBM".to_string(), OsString::from("1G"))]
+        );
+        assert_eq!(
+            t.run.cmd,
+            vec!["prog", "--mode", "x"],
+            "options after the command belong to it"
+        );
         let t = T::try_parse_from(["u3m", "--trace", "/t", "prog", "-v"]).unwrap();
         assert_eq!(t.run.cmd, vec!["prog", "-v"], "-- is optional");
-        assert_eq!(T::try_parse_from(["u3m", "-e", "novalue", "prog"]).unwrap_err().exit_code(), 2);
-        assert_eq!(T::try_parse_from(["u3m", "--mode"]).unwrap_err().exit_code(), 2);
+        assert_eq!(
+            T::try_parse_from(["u3m", "-e", "novalue", "prog"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+        assert_eq!(
+            T::try_parse_from(["u3m", "--mode"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
     }
 
     #[test]
@@ -260,7 +330,10 @@ mod tests {
         vars.sort_unstable();
         vars.dedup();
         assert_eq!(vars.len(), env_options().len());
-        let o = env_options().iter().find(|o| o.var == "U3M_HBM_HIGH").unwrap();
+        let o = env_options()
+            .iter()
+            .find(|o| o.var == "U3M_HBM_HIGH")
+            .unwrap();
         assert_eq!((o.long, o.value), ("hbm-high", "FRACTION"));
         assert!(o.help.ends_with("(default 0.90)"), "{}", o.help);
     }
@@ -270,13 +343,16 @@ mod tests {
         let lib = std::path::Path::new("/x/libu3m.so");
         assert_eq!(preload_value(lib, None), "/x/libu3m.so");
         assert_eq!(preload_value(lib, Some("".into())), "/x/libu3m.so");
-        assert_eq!(preload_value(lib, Some("/a.so /b.so".into())), "/x/libu3m.so:/a.so /b.so");
+        assert_eq!(
+            preload_value(lib, Some("/a.so /b.so".into())),
+            "/x/libu3m.so:/a.so /b.so"
+        );
     }
 
     #[test]
     fn docs_hold_the_same_table() {
-        let doc =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/stats.md")).expect("docs/stats.md");
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/stats.md"))
+            .expect("docs/stats.md");
         let begin = "<!-- run-options:begin -->\n";
         let end = "<!-- run-options:end -->";
         let start = doc.find(begin).expect("begin marker") + begin.len();

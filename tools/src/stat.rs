@@ -29,11 +29,20 @@ pub fn read(r: &SegmentReader, n: usize) -> (Snapshot, Vec<Event>, u64) {
 pub fn main(a: &StatArgs) -> Result<ExitCode, CliError> {
     let dir = a.target.dir();
     let found = scan_once(dir.clone(), a.target.pid)?;
-    let data: Vec<(Snapshot, Vec<Event>, u64)> = found.iter().map(|f| read(&f.reader, a.events)).collect();
-    let views: Vec<ProcView> = data.iter().map(|(s, e, l)| ProcView { snap: s, events: e, lost: *l }).collect();
+    let data: Vec<(Snapshot, Vec<Event>, u64)> =
+        found.iter().map(|f| read(&f.reader, a.events)).collect();
+    let views: Vec<ProcView> = data
+        .iter()
+        .map(|(s, e, l)| ProcView {
+            snap: s,
+            events: e,
+            lost: *l,
+        })
+        .collect();
     let mut out = String::new();
     if a.json {
-        out = serde_json::to_string_pretty(&json::document(&views, unix_ns())).expect("JSON of plain values");
+        out = serde_json::to_string_pretty(&json::document(&views, unix_ns()))
+            .expect("JSON of plain values");
         out.push('\n');
     } else if views.is_empty() {
         out = format!("no u3m processes (segments in {})\n", dir.display());
@@ -50,6 +59,9 @@ pub fn main(a: &StatArgs) -> Result<ExitCode, CliError> {
         Ok(()) => Ok(ExitCode::SUCCESS),
         // `u3m stat | head`: a closed pipe is not an error worth a message.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
-        Err(err) => Err(CliError::Io { what: "writing to stdout", err }),
+        Err(err) => Err(CliError::Io {
+            what: "writing to stdout",
+            err,
+        }),
     }
 }

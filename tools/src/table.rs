@@ -10,8 +10,15 @@ use u3m_core::shm::{Event, Snapshot};
 /// Left-aligned columns separated by two spaces; the last column is not padded.
 pub fn columns(rows: &[Vec<String>], indent: &str) -> String {
     let n = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> =
-        (0..n).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     let mut out = String::new();
     for r in rows {
         let mut line = String::from(indent);
@@ -42,7 +49,11 @@ pub fn process_header(s: &Snapshot) -> String {
 }
 
 pub fn config_line(s: &Snapshot) -> String {
-    let pairs: Vec<String> = s.config_pairs().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let pairs: Vec<String> = s
+        .config_pairs()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     if pairs.is_empty() {
         "(none)".into()
     } else {
@@ -55,7 +66,12 @@ pub fn monitor_line(d: &DeviceSnapshot) -> String {
     let mut s = format!("{}, hbm {:.1}%", m.level.name(), m.use_fraction * 100.0);
     match m.seconds_to_oom {
         Some(t) => {
-            let _ = write!(s, ", OOM in {} at {}", duration(t), crate::human::rate_bytes(m.growth_bps as f64));
+            let _ = write!(
+                s,
+                ", OOM in {} at {}",
+                duration(t),
+                crate::human::rate_bytes(m.growth_bps as f64)
+            );
         }
         None => s.push_str(", not growing"),
     }
@@ -63,8 +79,17 @@ pub fn monitor_line(d: &DeviceSnapshot) -> String {
 }
 
 fn tier_rows(d: &DeviceSnapshot) -> Vec<Vec<String>> {
-    let mut rows =
-        vec![["tier", "used", "capacity", "use", "peak", "moved in", "moved out"].map(String::from).to_vec()];
+    let mut rows = vec![[
+        "tier",
+        "used",
+        "capacity",
+        "use",
+        "peak",
+        "moved in",
+        "moved out",
+    ]
+    .map(String::from)
+    .to_vec()];
     for t in TIER_NAMES {
         let used = d.get(&format!("{t}.used"));
         let cap = d.get(&format!("{t}.capacity"));
@@ -89,7 +114,11 @@ fn counters(d: &DeviceSnapshot) -> Vec<Vec<String>> {
     let copies: Vec<String> = COPY_NAMES
         .iter()
         .map(|k| {
-            format!("{k} {} ({})", d.get(&format!("copies.{k}.calls")), bytes(d.get(&format!("copies.{k}.bytes"))))
+            format!(
+                "{k} {} ({})",
+                d.get(&format!("copies.{k}.calls")),
+                bytes(d.get(&format!("copies.{k}.bytes")))
+            )
         })
         .collect();
     vec![
@@ -140,8 +169,12 @@ fn counters(d: &DeviceSnapshot) -> Vec<Vec<String>> {
 }
 
 pub fn calls_line(s: &Snapshot) -> String {
-    let mut called: Vec<(&str, u64)> =
-        s.calls.iter().filter(|c| c.count > 0).map(|c| (c.name.as_str(), c.count)).collect();
+    let mut called: Vec<(&str, u64)> = s
+        .calls
+        .iter()
+        .filter(|c| c.count > 0)
+        .map(|c| (c.name.as_str(), c.count))
+        .collect();
     called.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let mut parts: Vec<String> = called.iter().map(|(n, c)| format!("{n} {c}")).collect();
     if s.calls_overflow > 0 {
@@ -155,7 +188,9 @@ pub fn calls_line(s: &Snapshot) -> String {
 }
 
 pub fn hot_rows(s: &Snapshot, limit: usize) -> Vec<Vec<String>> {
-    let mut rows = vec![["address", "len", "dev", "accesses", "heat", "classes"].map(String::from).to_vec()];
+    let mut rows = vec![["address", "len", "dev", "accesses", "heat", "classes"]
+        .map(String::from)
+        .to_vec()];
     for h in s.hot.iter().take(limit) {
         let classes = s.class_list(h.class_mask).join(",");
         rows.push(vec![
@@ -164,7 +199,11 @@ pub fn hot_rows(s: &Snapshot, limit: usize) -> Vec<Vec<String>> {
             h.device.to_string(),
             h.accesses.to_string(),
             format!("{:.3}", h.heat),
-            if classes.is_empty() { "-".into() } else { classes },
+            if classes.is_empty() {
+                "-".into()
+            } else {
+                classes
+            },
         ]);
     }
     rows
@@ -175,7 +214,11 @@ pub fn event_row(e: &Event, start_mono_ns: u64) -> Vec<String> {
         offset(e.time_ns as i128 - start_mono_ns as i128),
         e.kind_name(),
         e.device.map_or("-".into(), |d| format!("dev{d}")),
-        if e.addr == 0 { "-".into() } else { addr(e.addr) },
+        if e.addr == 0 {
+            "-".into()
+        } else {
+            addr(e.addr)
+        },
         if e.len == 0 { "-".into() } else { bytes(e.len) },
         e.text.clone(),
     ]
@@ -217,7 +260,11 @@ pub fn render(p: &ProcView) -> String {
         p.lost,
         s.events_dropped
     );
-    let rows: Vec<Vec<String>> = p.events.iter().map(|e| event_row(e, s.start_mono_ns)).collect();
+    let rows: Vec<Vec<String>> = p
+        .events
+        .iter()
+        .map(|e| event_row(e, s.start_mono_ns))
+        .collect();
     out.push_str(&columns(&rows, "    "));
     out
 }

@@ -46,19 +46,27 @@ pub fn rates(prev: &Snapshot, cur: &Snapshot) -> Option<Rates> {
     }
     let mut r = Rates::default();
     for c in &cur.calls {
-        let before = prev.calls.iter().find(|p| p.id == c.id).map_or(0, |p| p.count);
+        let before = prev
+            .calls
+            .iter()
+            .find(|p| p.id == c.id)
+            .map_or(0, |p| p.count);
         let d = c.count.saturating_sub(before);
         if d > 0 {
             r.calls.push((c.name.clone(), d as f64 / dt));
             r.calls_total += d as f64 / dt;
         }
     }
-    r.calls.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    r.calls
+        .sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     for d in &cur.devices {
         let p = prev.devices.iter().find(|p| p.index == d.index);
         let delta = |k: &str| d.get(k).saturating_sub(p.map_or(0, |p| p.get(k))) as f64 / dt;
         r.ops.insert(d.index, delta("launches.ops"));
-        let copied: f64 = COPY_NAMES.iter().map(|k| delta(&format!("copies.{k}.bytes"))).sum();
+        let copied: f64 = COPY_NAMES
+            .iter()
+            .map(|k| delta(&format!("copies.{k}.bytes")))
+            .sum();
         r.copy_bps.insert(d.index, copied);
     }
     Some(r)
@@ -96,7 +104,9 @@ impl Top {
                 lost: 0,
                 prev: None,
             });
-            let t = f.reader.tail(&mut s.cursor, u3m_core::shm::layout::EVENT_CAPACITY);
+            let t = f
+                .reader
+                .tail(&mut s.cursor, u3m_core::shm::layout::EVENT_CAPACITY);
             s.lost += t.lost;
             s.fresh = t.events;
             for e in &s.fresh {
@@ -118,8 +128,16 @@ fn device_row(v: &View, d: &u3m_core::shm::reader::DeviceSnapshot) -> Vec<String
         let (u, c) = (d.get(&format!("{t}.used")), d.get(&format!("{t}.capacity")));
         format!("{} / {} {}", bytes(u), bytes(c), percent(u, c))
     };
-    let ops = v.rates.as_ref().and_then(|r| r.ops.get(&d.index)).map_or("-".into(), |x| rate(*x));
-    let copy = v.rates.as_ref().and_then(|r| r.copy_bps.get(&d.index)).map_or("-".into(), |x| rate_bytes(*x));
+    let ops = v
+        .rates
+        .as_ref()
+        .and_then(|r| r.ops.get(&d.index))
+        .map_or("-".into(), |x| rate(*x));
+    let copy = v
+        .rates
+        .as_ref()
+        .and_then(|r| r.copy_bps.get(&d.index))
+        .map_or("-".into(), |x| rate_bytes(*x));
     vec![
         d.index.to_string(),
         tier("hbm"),
@@ -137,7 +155,12 @@ fn calls_rate_line(v: &View) -> String {
         None => "-".into(),
         Some(r) if r.calls.is_empty() => "0".into(),
         Some(r) => {
-            let parts: Vec<String> = r.calls.iter().take(6).map(|(n, x)| format!("{n} {}", rate(*x))).collect();
+            let parts: Vec<String> = r
+                .calls
+                .iter()
+                .take(6)
+                .map(|(n, x)| format!("{n} {}", rate(*x)))
+                .collect();
             format!("{} total: {}", rate(r.calls_total), parts.join(" · "))
         }
     }
@@ -163,8 +186,14 @@ fn event_line(e: &Event, start: u64) -> String {
 /// The full-screen frame.
 fn nobody(top: &Top) -> String {
     match top.scanner.only {
-        Some(pid) => format!("no u3m process with pid {pid} (segments in {})", top.scanner.dir.display()),
-        None => format!("no u3m processes (segments in {})", top.scanner.dir.display()),
+        Some(pid) => format!(
+            "no u3m process with pid {pid} (segments in {})",
+            top.scanner.dir.display()
+        ),
+        None => format!(
+            "no u3m processes (segments in {})",
+            top.scanner.dir.display()
+        ),
     }
 }
 
@@ -183,18 +212,39 @@ fn frame(top: &Top, views: &[View], interval: Duration) -> Vec<String> {
     for v in views {
         let s = &v.snap;
         out.push(String::new());
-        out.push(format!("{} · {}", table::process_header(s), table::config_line(s)));
-        let mut rows = vec![["dev", "hbm used / capacity", "dram", "nvme", "ops/s", "copied/s", "level", "OOM in"]
-            .map(String::from)
-            .to_vec()];
+        out.push(format!(
+            "{} · {}",
+            table::process_header(s),
+            table::config_line(s)
+        ));
+        let mut rows = vec![[
+            "dev",
+            "hbm used / capacity",
+            "dram",
+            "nvme",
+            "ops/s",
+            "copied/s",
+            "level",
+            "OOM in",
+        ]
+        .map(String::from)
+        .to_vec()];
         rows.extend(s.devices.iter().map(|d| device_row(v, d)));
         out.extend(columns(&rows, "  ").lines().map(String::from));
         out.push(format!("  calls/s  {}", calls_rate_line(v)));
         for (i, h) in s.hot.iter().take(HOT_SHOWN).enumerate() {
-            out.push(format!("  {}  {}", if i == 0 { "hot     " } else { "        " }, hot_line(s, h)));
+            out.push(format!(
+                "  {}  {}",
+                if i == 0 { "hot     " } else { "        " },
+                hot_line(s, h)
+            ));
         }
         if let Some(seen) = top.seen.get(&s.pid) {
-            let lost = if seen.lost > 0 { format!(" ({} lost)", seen.lost) } else { String::new() };
+            let lost = if seen.lost > 0 {
+                format!(" ({} lost)", seen.lost)
+            } else {
+                String::new()
+            };
             out.push(format!("  events{lost}"));
             for e in &seen.recent {
                 out.push(format!("    {}", event_line(e, s.start_mono_ns)));
@@ -221,7 +271,10 @@ fn plain(top: &Top, views: &[View]) -> Vec<String> {
         let s = &v.snap;
         let p = format!("{now} pid {}", s.pid);
         if s.devices.is_empty() {
-            out.push(format!("{p} no device used yet; calls/s {}", calls_rate_line(v)));
+            out.push(format!(
+                "{p} no device used yet; calls/s {}",
+                calls_rate_line(v)
+            ));
         }
         for d in &s.devices {
             let r = device_row(v, d);
@@ -265,7 +318,11 @@ pub fn main(a: &TopArgs) -> Result<ExitCode, CliError> {
     }
 }
 
-fn run_plain(top: &mut Top, interval: Duration, iterations: Option<u64>) -> Result<ExitCode, CliError> {
+fn run_plain(
+    top: &mut Top,
+    interval: Duration,
+    iterations: Option<u64>,
+) -> Result<ExitCode, CliError> {
     let mut n = 0u64;
     loop {
         let views = top.refresh()?;
@@ -278,7 +335,12 @@ fn run_plain(top: &mut Top, interval: Duration, iterations: Option<u64>) -> Resu
         match so.write_all(text.as_bytes()).and_then(|_| so.flush()) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-            Err(err) => return Err(CliError::Io { what: "writing to stdout", err }),
+            Err(err) => {
+                return Err(CliError::Io {
+                    what: "writing to stdout",
+                    err,
+                })
+            }
         }
         n += 1;
         if iterations.is_some_and(|max| n >= max) {
@@ -305,13 +367,21 @@ mod tty {
                 restore();
                 prev(info)
             }));
-            execute!(std::io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)?;
+            execute!(
+                std::io::stdout(),
+                terminal::EnterAlternateScreen,
+                cursor::Hide
+            )?;
             Ok(Screen)
         }
     }
 
     fn restore() {
-        let _ = execute!(std::io::stdout(), cursor::Show, terminal::LeaveAlternateScreen);
+        let _ = execute!(
+            std::io::stdout(),
+            cursor::Show,
+            terminal::LeaveAlternateScreen
+        );
         let _ = terminal::disable_raw_mode();
     }
 
@@ -322,7 +392,10 @@ mod tty {
     }
 
     fn io(err: std::io::Error) -> CliError {
-        CliError::Io { what: "drawing on the terminal", err }
+        CliError::Io {
+            what: "drawing on the terminal",
+            err,
+        }
     }
 
     fn draw(lines: &[String]) -> std::io::Result<()> {
@@ -330,16 +403,29 @@ mod tty {
         let mut so = std::io::stdout().lock();
         for (i, l) in lines.iter().take(rows as usize).enumerate() {
             let cut: String = l.chars().take(cols as usize).collect();
-            queue!(so, cursor::MoveTo(0, i as u16), Print(cut), terminal::Clear(terminal::ClearType::UntilNewLine))?;
+            queue!(
+                so,
+                cursor::MoveTo(0, i as u16),
+                Print(cut),
+                terminal::Clear(terminal::ClearType::UntilNewLine)
+            )?;
         }
         let used = lines.len().min(rows as usize) as u16;
         if used < rows {
-            queue!(so, cursor::MoveTo(0, used), terminal::Clear(terminal::ClearType::FromCursorDown))?;
+            queue!(
+                so,
+                cursor::MoveTo(0, used),
+                terminal::Clear(terminal::ClearType::FromCursorDown)
+            )?;
         }
         so.flush()
     }
 
-    pub fn run(top: &mut Top, interval: Duration, iterations: Option<u64>) -> Result<ExitCode, CliError> {
+    pub fn run(
+        top: &mut Top,
+        interval: Duration,
+        iterations: Option<u64>,
+    ) -> Result<ExitCode, CliError> {
         let _screen = Screen::enter().map_err(io)?;
         let mut n = 0u64;
         loop {
@@ -357,8 +443,14 @@ mod tty {
                 }
                 match event::read().map_err(io)? {
                     TermEvent::Key(k) if k.kind != KeyEventKind::Release => {
-                        let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
-                        if ctrl_c || matches!(k.code, KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc) {
+                        let ctrl_c = k.code == KeyCode::Char('c')
+                            && k.modifiers.contains(KeyModifiers::CONTROL);
+                        if ctrl_c
+                            || matches!(
+                                k.code,
+                                KeyCode::Char('q') | KeyCode::Char('Q') | KeyCode::Esc
+                            )
+                        {
                             return Ok(ExitCode::SUCCESS);
                         }
                     }
@@ -401,8 +493,16 @@ mod tests {
                 },
             }],
             calls: vec![
-                CallCount { id: 0, name: "aclrtMalloc".into(), count: malloc },
-                CallCount { id: 1, name: "aclrtFree".into(), count: 3 },
+                CallCount {
+                    id: 0,
+                    name: "aclrtMalloc".into(),
+                    count: malloc,
+                },
+                CallCount {
+                    id: 1,
+                    name: "aclrtFree".into(),
+                    count: 3,
+                },
             ],
             calls_overflow: 0,
             class_names: vec![],
@@ -420,7 +520,11 @@ mod tests {
         let a = snap(1_000_000_000, 10, 100, 0);
         let b = snap(1_500_000_000, 60, 400, 1 << 20);
         let r = rates(&a, &b).unwrap();
-        assert_eq!(r.calls, vec![("aclrtMalloc".to_string(), 100.0)], "unchanged hooks are left out");
+        assert_eq!(
+            r.calls,
+            vec![("aclrtMalloc".to_string(), 100.0)],
+            "unchanged hooks are left out"
+        );
         assert_eq!(r.calls_total, 100.0);
         assert_eq!(r.ops[&0], 600.0);
         assert_eq!(r.copy_bps[&0], 2.0 * (1 << 20) as f64);

@@ -312,7 +312,10 @@ fn sizes_agree_with_plan_and_hand_figures() {
     let tr = &s["trace"];
     assert!(n(&tr["reserved_bytes"]) >= n(&tr["peak_allocated_bytes"]));
     // Segments are whole 2 MiB pages: each takes one more page on the simulator (its 32 B pad).
-    assert_eq!(n(&tr["device_bytes"]), n(&tr["reserved_bytes"]) + n(&tr["segments"]) * (2 << 20));
+    assert_eq!(
+        n(&tr["device_bytes"]),
+        n(&tr["reserved_bytes"]) + n(&tr["segments"]) * (2 << 20)
+    );
 
     // Llama-3-8B serving: KV per token with GQA = 2 · 32 layers · 8 kv heads · 128 · 2 B = 131,072 B.
     let s = sizes(&[
@@ -773,6 +776,17 @@ fn bad_input_is_named() {
 
 #[test]
 fn a_repeated_option_takes_its_last_value() {
-    let s = sizes(&["--model", "llama2-7b", "--workload", "lora", "--seq", "1024", "--layers", "2", "--seq", "256"]);
+    let s = sizes(&[
+        "--model",
+        "llama2-7b",
+        "--workload",
+        "lora",
+        "--seq",
+        "1024",
+        "--layers",
+        "2",
+        "--seq",
+        "256",
+    ]);
     assert_eq!(n(&s["workload"]["seq"]), 256);
 }

@@ -39,7 +39,11 @@ impl SmallIds {
                     std::hint::spin_loop(); // the inserting thread is about to publish it
                 }
             }
-            if k == 0 && self.keys[i].compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            if k == 0
+                && self.keys[i]
+                    .compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
                 let id = self.next.fetch_add(1, Ordering::Relaxed);
                 self.vals[i].store(id, Ordering::Release);
                 return id;

@@ -58,7 +58,11 @@ pub struct Range {
 }
 
 impl Range {
-    pub const ZERO: Range = Range { addr: 0, len: 0, write: false };
+    pub const ZERO: Range = Range {
+        addr: 0,
+        len: 0,
+        write: false,
+    };
 }
 
 /// Which call allocated device memory.
@@ -130,13 +134,20 @@ fn sat_sub(a: &AtomicU64, v: u64) {
 /// the heat table, so the precise clock (26 ns here) would be wasted.
 #[inline]
 fn coarse_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn dev_index(dev: i32) -> usize {
-    if dev < 0 { 0 } else { (dev as usize).min(MAX_DEVICES - 1) }
+    if dev < 0 {
+        0
+    } else {
+        (dev as usize).min(MAX_DEVICES - 1)
+    }
 }
 
 /// Class and refcount identity of an operator name (names from C are ASCII).
@@ -149,7 +160,11 @@ impl Engine {
     /// Starts the engine: stats segment, trace recorder, publisher thread.
     /// An error (e.g. the segment cannot be created) is returned as text; the
     /// caller falls back to pass-through.
-    pub fn new(cfg: Config, hook_names: &[&str], rt: Option<&'static dyn Runtime>) -> Result<Engine, String> {
+    pub fn new(
+        cfg: Config,
+        hook_names: &[&str],
+        rt: Option<&'static dyn Runtime>,
+    ) -> Result<Engine, String> {
         let tier = match (cfg.mode, rt) {
             (crate::config::Mode::Tier, Some(rt)) => Some(Tier::new(rt, &cfg)?),
             (crate::config::Mode::Tier, None) => return Err("tier mode needs a runtime".into()),
@@ -163,14 +178,20 @@ impl Engine {
             Ok(s) => Some(s),
             Err(e) => {
                 if cfg.log >= LogLevel::Warn {
-                    eprintln!("u3m: stats segment unavailable in {}: {e} (continuing without it)", cfg.shm_dir.display());
+                    eprintln!(
+                        "u3m: stats segment unavailable in {}: {e} (continuing without it)",
+                        cfg.shm_dir.display()
+                    );
                 }
                 None
             }
         };
         let rec = match &cfg.trace {
             Some(p) => {
-                let rc = RecorderConfig { lossless: cfg.trace_lossless, ..RecorderConfig::default() };
+                let rc = RecorderConfig {
+                    lossless: cfg.trace_lossless,
+                    ..RecorderConfig::default()
+                };
                 match Recorder::start_with(p, rc) {
                     Ok(r) => Some(r),
                     Err(e) => return Err(format!("U3M_TRACE={}: {e}", p.display())),
@@ -196,7 +217,9 @@ impl Engine {
             graphs: Mutex::new(Graphs::default()),
             capturing: AtomicU64::new(0),
             lost: Mutex::new(Vec::new()),
-            monitors: (0..MAX_DEVICES).map(|_| Mutex::new(Monitor::default())).collect(),
+            monitors: (0..MAX_DEVICES)
+                .map(|_| Mutex::new(Monitor::default()))
+                .collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
             tier,
@@ -211,7 +234,12 @@ impl Engine {
     pub fn start_background(&'static self) {
         if let Some(t) = &self.tier {
             // eviction asks the heat table; the engine now has its final address
-            t.set_heat_fn(Box::new(move |va| self.heat.chunk_info(va).map(|c| c.heat(coarse_ns())).unwrap_or(0.0)));
+            t.set_heat_fn(Box::new(move |va| {
+                self.heat
+                    .chunk_info(va)
+                    .map(|c| c.heat(coarse_ns()))
+                    .unwrap_or(0.0)
+            }));
         }
         if self.seg.is_some() || self.tier.is_some() {
             self.publisher.start(self);
@@ -344,25 +372,43 @@ impl Engine {
 
     fn observe_monitor_used(&self, d: usize, used: u64, cap: u64) {
         let Some(s) = &self.seg else { return };
-        let Ok(mut m) = self.monitors[d].lock() else { return };
+        let Ok(mut m) = self.monitors[d].lock() else {
+            return;
+        };
         let now = mono_ns();
         if let Some(t) = m.observe(now, used, cap) {
             let text = t.text();
             match t {
-                crate::monitor::Transition::Level { to, .. } => {
-                    s.event_value(EventKind::Monitor, d as u32, 0, used, to as u64, text.as_str())
-                }
-                crate::monitor::Transition::OomPredicted { seconds, .. } => {
-                    s.event_value(EventKind::OomPredicted, d as u32, 0, used, (seconds * 1000.0) as u64, text.as_str())
-                }
+                crate::monitor::Transition::Level { to, .. } => s.event_value(
+                    EventKind::Monitor,
+                    d as u32,
+                    0,
+                    used,
+                    to as u64,
+                    text.as_str(),
+                ),
+                crate::monitor::Transition::OomPredicted { seconds, .. } => s.event_value(
+                    EventKind::OomPredicted,
+                    d as u32,
+                    0,
+                    used,
+                    (seconds * 1000.0) as u64,
+                    text.as_str(),
+                ),
             }
         }
         s.publish_monitor(d, &m.status());
     }
 
     pub fn alloc(&self, dev: i32, ptr: u64, size: u64, api: AllocApi) {
-        self.heat.on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
-        if !self.tier.as_ref().map(|t| t.is_managed(ptr)).unwrap_or(false) {
+        self.heat
+            .on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
+        if !self
+            .tier
+            .as_ref()
+            .map(|t| t.is_managed(ptr))
+            .unwrap_or(false)
+        {
             self.unmanaged[dev_index(dev)].fetch_add(size, Relaxed);
         }
         let _ = api;
@@ -371,7 +417,14 @@ impl Engine {
             s.event_value(EventKind::Alloc, dev_index(dev) as u32, ptr, size, 0, "");
         }
         if let Some(r) = &self.rec {
-            r.record(dev.max(0) as u32, 0, Rec::Alloc { addr: ptr, bytes: size });
+            r.record(
+                dev.max(0) as u32,
+                0,
+                Rec::Alloc {
+                    addr: ptr,
+                    bytes: size,
+                },
+            );
         }
     }
 
@@ -387,7 +440,11 @@ impl Engine {
     /// the trace shows F before the runtime can hand the address to another
     /// thread — afterwards, a re-allocation could be recorded first.
     pub fn free(&self, ptr: u64) {
-        let managed = self.tier.as_ref().map(|t| t.is_managed(ptr)).unwrap_or(false);
+        let managed = self
+            .tier
+            .as_ref()
+            .map(|t| t.is_managed(ptr))
+            .unwrap_or(false);
         if let Some(info) = self.heat.on_free(ptr) {
             if let Some(r) = &self.rec {
                 r.record(info.dev, 0, Rec::Free { addr: ptr });
@@ -420,7 +477,11 @@ impl Engine {
         if let Ok(mut h) = self.host.lock() {
             h.insert(host, size);
         }
-        if self.heat.on_alloc(dev.max(0) as u32, alias, size, AllocKind::HostAlias).is_some() {
+        if self
+            .heat
+            .on_alloc(dev.max(0) as u32, alias, size, AllocKind::HostAlias)
+            .is_some()
+        {
             self.heat.set_pinned(alias, size, PinReason::HostRegistered);
         }
         self.note_pinned(dev_index(dev), size);
@@ -443,7 +504,11 @@ impl Engine {
 
     pub fn pin(&self, addr: u64, len: u64, reason: PinReason) {
         if self.heat.set_pinned(addr, len, reason) {
-            let d = self.heat.lookup(addr).map(|(id, _, _)| self.heat.alloc_info(id).map(|i| i.dev).unwrap_or(0)).unwrap_or(0);
+            let d = self
+                .heat
+                .lookup(addr)
+                .map(|(id, _, _)| self.heat.alloc_info(id).map(|i| i.dev).unwrap_or(0))
+                .unwrap_or(0);
             self.note_pinned(d as usize, len);
         }
     }
@@ -453,7 +518,8 @@ impl Engine {
     pub fn reserve(&self, dev: i32, va: u64, size: u64) {
         // the reservation is the "allocation" interior pointers resolve to;
         // its bytes count only as they are mapped
-        self.heat.on_alloc(dev.max(0) as u32, va, size, AllocKind::Reserved);
+        self.heat
+            .on_alloc(dev.max(0) as u32, va, size, AllocKind::Reserved);
     }
 
     pub fn release(&self, va: u64) {
@@ -462,7 +528,15 @@ impl Engine {
 
     pub fn phys_alloc(&self, dev: i32, handle: u64, size: u64) {
         if let Ok(mut h) = self.handles.lock() {
-            h.insert(handle, Handle { dev: dev.max(0) as u32, size, maps: Vec::new(), exported: false });
+            h.insert(
+                handle,
+                Handle {
+                    dev: dev.max(0) as u32,
+                    size,
+                    maps: Vec::new(),
+                    exported: false,
+                },
+            );
         }
         self.gauge_alloc(dev, size, 1);
     }
@@ -492,16 +566,32 @@ impl Engine {
             self.heat.set_pinned(va, size, PinReason::IpcExported);
         }
         if let Some(r) = &self.rec {
-            r.record(dev, 0, Rec::Map { addr: va, bytes: size });
+            r.record(
+                dev,
+                0,
+                Rec::Map {
+                    addr: va,
+                    bytes: size,
+                },
+            );
         }
     }
 
     /// Before the real unmap (trace ordering, as for frees).
     pub fn unmap_begin(&self, va: u64) {
         if let Some(r) = &self.rec {
-            let handle = self.mappings.lock().ok().and_then(|m| m.get(&va).map(|x| x.1));
+            let handle = self
+                .mappings
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&va).map(|x| x.1));
             if let Some(h) = handle {
-                let dev = self.handles.lock().ok().and_then(|hs| hs.get(&h).map(|x| x.dev)).unwrap_or(0);
+                let dev = self
+                    .handles
+                    .lock()
+                    .ok()
+                    .and_then(|hs| hs.get(&h).map(|x| x.dev))
+                    .unwrap_or(0);
                 r.record(dev, 0, Rec::Unmap { addr: va });
             }
         }
@@ -540,7 +630,15 @@ impl Engine {
     pub fn phys_imported(&self, dev: i32, handle: u64) {
         if let Ok(mut h) = self.handles.lock() {
             // imported memory belongs to another process: never move it
-            h.insert(handle, Handle { dev: dev.max(0) as u32, size: 0, maps: Vec::new(), exported: true });
+            h.insert(
+                handle,
+                Handle {
+                    dev: dev.max(0) as u32,
+                    size: 0,
+                    maps: Vec::new(),
+                    exported: true,
+                },
+            );
         }
     }
 
@@ -549,7 +647,13 @@ impl Engine {
     #[inline]
     fn access(&self, name: &[u8], write: bool, seq: u64, ns: u64) -> Access {
         let (class, op_hash) = classify(name);
-        Access { seq, ns, class, op_hash, write }
+        Access {
+            seq,
+            ns,
+            class,
+            op_hash,
+            write,
+        }
     }
 
     fn touch_all(&self, name: &[u8], ranges: &[Range]) {
@@ -558,7 +662,17 @@ impl Engine {
         let (class, h) = classify(name);
         for r in ranges {
             if r.len > 0 {
-                self.heat.touch(r.addr, r.len, &Access { seq, ns, class, op_hash: h, write: r.write });
+                self.heat.touch(
+                    r.addr,
+                    r.len,
+                    &Access {
+                        seq,
+                        ns,
+                        class,
+                        op_hash: h,
+                        write: r.write,
+                    },
+                );
             }
         }
         self.note_capture(ranges);
@@ -588,7 +702,10 @@ impl Engine {
         let mut outs = [TraceRange::default(); MAX_OP_RANGES];
         let (mut ni, mut no) = (0, 0);
         for r in ranges.iter().take(MAX_OP_RANGES) {
-            let t = TraceRange { addr: r.addr, bytes: r.len };
+            let t = TraceRange {
+                addr: r.addr,
+                bytes: r.len,
+            };
             if r.write {
                 outs[no] = t;
                 no += 1;
@@ -597,7 +714,16 @@ impl Engine {
                 ni += 1;
             }
         }
-        rec.record(d as u32, self.stream_id(stream), Rec::Op { op_type: name, inputs: &ins[..ni], outputs: &outs[..no], flops });
+        rec.record(
+            d as u32,
+            self.stream_id(stream),
+            Rec::Op {
+                op_type: name,
+                inputs: &ins[..ni],
+                outputs: &outs[..no],
+                flops,
+            },
+        );
     }
 
     pub fn collective(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range]) {
@@ -606,14 +732,25 @@ impl Engine {
         if let Some(s) = &self.seg {
             let g = s.device(d);
             g.collectives.fetch_add(1, Relaxed);
-            g.collective_bytes.fetch_add(ranges.iter().map(|r| r.len).sum(), Relaxed);
+            g.collective_bytes
+                .fetch_add(ranges.iter().map(|r| r.len).sum(), Relaxed);
         }
         self.record_op(d, stream, name, ranges, None);
     }
 
     /// A copy; `kind` is the aclrtMemcpyKind the program passed.
     #[allow(clippy::too_many_arguments)]
-    pub fn copy(&self, dev: i32, stream: u64, kind: i32, dst: u64, dspan: u64, src: u64, sspan: u64, bytes: u64) {
+    pub fn copy(
+        &self,
+        dev: i32,
+        stream: u64,
+        kind: i32,
+        dst: u64,
+        dspan: u64,
+        src: u64,
+        sspan: u64,
+        bytes: u64,
+    ) {
         let ck = CopyKind::from_acl(kind);
         let (dst_dev, src_dev) = match ck {
             Some(k) => (k.dst_on_device(), k.src_on_device()),
@@ -623,11 +760,19 @@ impl Engine {
         let mut rs = [Range::ZERO; 2];
         let mut n = 0;
         if src_dev {
-            rs[n] = Range { addr: src, len: sspan, write: false };
+            rs[n] = Range {
+                addr: src,
+                len: sspan,
+                write: false,
+            };
             n += 1;
         }
         if dst_dev {
-            rs[n] = Range { addr: dst, len: dspan, write: true };
+            rs[n] = Range {
+                addr: dst,
+                len: dspan,
+                write: true,
+            };
             n += 1;
         }
         if n > 0 {
@@ -643,14 +788,30 @@ impl Engine {
         if let Some(rec) = &self.rec {
             let sid = self.stream_id(stream);
             match ck {
-                Some(k) => rec.record(d as u32, sid, Rec::Copy { kind: k, dst, src, bytes }),
+                Some(k) => rec.record(
+                    d as u32,
+                    sid,
+                    Rec::Copy {
+                        kind: k,
+                        dst,
+                        src,
+                        bytes,
+                    },
+                ),
                 None => rec.record(d as u32, sid, Rec::CopyAuto { dst, src, bytes }),
             }
         }
     }
 
     pub fn memset(&self, dev: i32, stream: u64, addr: u64, bytes: u64) {
-        self.touch_all(b"Memset", &[Range { addr, len: bytes, write: true }]);
+        self.touch_all(
+            b"Memset",
+            &[Range {
+                addr,
+                len: bytes,
+                write: true,
+            }],
+        );
         let d = dev_index(dev);
         if let Some(s) = &self.seg {
             let g = s.device(d);
@@ -686,7 +847,11 @@ impl Engine {
                 continue;
             }
             if let Some((_, base, len)) = self.heat.lookup(v) {
-                out[n] = Range { addr: v, len: base + len - v, write: true };
+                out[n] = Range {
+                    addr: v,
+                    len: base + len - v,
+                    write: true,
+                };
                 n += 1;
             }
         }
@@ -696,12 +861,21 @@ impl Engine {
     /// tier mode: make [addr, addr+len) resident and keep it so (IPC export).
     /// Some(code) if that failed.
     pub fn tier_pin_range(&self, dev: i32, addr: u64, len: u64) -> Option<i32> {
-        self.tier.as_ref()?.pin_range(dev.max(0) as u32, addr, len).err()
+        self.tier
+            .as_ref()?
+            .pin_range(dev.max(0) as u32, addr, len)
+            .err()
     }
 
     pub fn ipc_imported(&self) {
         if let Some(s) = &self.seg {
-            s.event(EventKind::Info, crate::shm::NO_DEVICE as u32, 0, 0, "IPC memory imported (never moved)");
+            s.event(
+                EventKind::Info,
+                crate::shm::NO_DEVICE as u32,
+                0,
+                0,
+                "IPC memory imported (never moved)",
+            );
         }
     }
 
@@ -721,12 +895,20 @@ impl Engine {
     /// summary line).
     pub fn device_lost(&self, dev: i32) {
         let Some(t) = &self.tier else { return };
-        let Some((lost, kept)) = t.device_lost(dev.max(0) as u32) else { return };
+        let Some((lost, kept)) = t.device_lost(dev.max(0) as u32) else {
+            return;
+        };
         let d = dev_index(dev) as u32;
         let bytes: u64 = lost.iter().map(|l| l.1).sum();
         if let Some(s) = &self.seg {
             for &(addr, len) in lost.iter().take(256) {
-                s.event(EventKind::DeviceLost, d, addr, len, "allocation lost with the device");
+                s.event(
+                    EventKind::DeviceLost,
+                    d,
+                    addr,
+                    len,
+                    "allocation lost with the device",
+                );
             }
             let text = format!("device {dev} lost: {} managed allocations lost ({bytes} bytes), {} readable from DRAM/NVMe", lost.len(), kept.len());
             s.event(EventKind::DeviceLost, d, 0, bytes, &text);
@@ -735,7 +917,12 @@ impl Engine {
             eprintln!("u3m: device {dev} lost: {} managed allocations lost ({bytes} bytes), {} still readable from DRAM/NVMe", lost.len(), kept.len());
         }
         if let Ok(mut l) = self.lost.lock() {
-            l.push((dev.max(0) as u32, lost.len() as u64, bytes, kept.len() as u64));
+            l.push((
+                dev.max(0) as u32,
+                lost.len() as u64,
+                bytes,
+                kept.len() as u64,
+            ));
         }
     }
 
@@ -798,14 +985,25 @@ impl Engine {
     }
 
     pub fn graph_replay(&self, dev: i32, _stream: u64, model: u64) {
-        let ranges = self.graphs.lock().ok().and_then(|g| g.models.get(&model).cloned()).unwrap_or_default();
+        let ranges = self
+            .graphs
+            .lock()
+            .ok()
+            .and_then(|g| g.models.get(&model).cloned())
+            .unwrap_or_default();
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = mono_ns();
         for r in &ranges {
-            self.heat.touch(r.addr, r.len, &self.access(b"GraphReplay", r.write, seq, ns));
+            self.heat.touch(
+                r.addr,
+                r.len,
+                &self.access(b"GraphReplay", r.write, seq, ns),
+            );
         }
         if let Some(s) = &self.seg {
-            s.device(dev_index(dev)).graph_launches.fetch_add(1, Relaxed);
+            s.device(dev_index(dev))
+                .graph_launches
+                .fetch_add(1, Relaxed);
         }
     }
 
@@ -832,7 +1030,10 @@ impl Engine {
     /// After an unmanaged allocation failed with 207001: evict managed chunks
     /// so that a retry can succeed. false: nothing could move.
     pub fn tier_make_room(&self, dev: i32, bytes: u64) -> bool {
-        self.tier.as_ref().map(|t| t.make_room(dev.max(0) as u32, bytes)).unwrap_or(false)
+        self.tier
+            .as_ref()
+            .map(|t| t.make_room(dev.max(0) as u32, bytes))
+            .unwrap_or(false)
     }
 
     pub fn tier_free(&self, ptr: u64) -> Option<i32> {
@@ -844,8 +1045,15 @@ impl Engine {
         Some(self.tier.as_ref()?.mem_info(dev.max(0) as u32, free, total))
     }
 
-    pub fn tier_malloc_physical(&self, dev: i32, size: u64, shareable: bool) -> Option<Result<u64, i32>> {
-        self.tier.as_ref()?.malloc_physical(dev.max(0) as u32, size, shareable)
+    pub fn tier_malloc_physical(
+        &self,
+        dev: i32,
+        size: u64,
+        shareable: bool,
+    ) -> Option<Result<u64, i32>> {
+        self.tier
+            .as_ref()?
+            .malloc_physical(dev.max(0) as u32, size, shareable)
     }
 
     pub fn tier_free_physical(&self, h: u64) -> Option<i32> {
@@ -866,12 +1074,26 @@ impl Engine {
 
     /// Before a call that touches `ranges` on `stream` (0 = default stream;
     /// `sync`: the call completes before it returns).
-    pub fn tier_prepare(&self, dev: i32, class: u8, stream: u64, ranges: &[Range], overwrite: bool, sync: bool) -> Prep {
-        let Some(t) = &self.tier else { return Prep::Pass };
+    pub fn tier_prepare(
+        &self,
+        dev: i32,
+        class: u8,
+        stream: u64,
+        ranges: &[Range],
+        overwrite: bool,
+        sync: bool,
+    ) -> Prep {
+        let Some(t) = &self.tier else {
+            return Prep::Pass;
+        };
         if !t.active() {
             return Prep::Pass;
         }
-        let order = if sync || self.is_capturing(stream) { Order::Host } else { Order::Stream(stream) };
+        let order = if sync || self.is_capturing(stream) {
+            Order::Host
+        } else {
+            Order::Stream(stream)
+        };
         match t.prepare(dev.max(0) as u32, class, ranges, overwrite, order) {
             Ok(tok) => Prep::Go(tok),
             Err(e) => Prep::Fail(e),
@@ -886,12 +1108,21 @@ impl Engine {
     }
 
     fn is_capturing(&self, stream: u64) -> bool {
-        self.capturing.load(Relaxed) != 0 && self.graphs.lock().map(|g| g.capturing.contains_key(&stream)).unwrap_or(false)
+        self.capturing.load(Relaxed) != 0
+            && self
+                .graphs
+                .lock()
+                .map(|g| g.capturing.contains_key(&stream))
+                .unwrap_or(false)
     }
 
     /// The ranges a captured graph touches (for residency before replay).
     pub fn graph_ranges(&self, model: u64) -> Vec<Range> {
-        self.graphs.lock().ok().and_then(|g| g.models.get(&model).cloned()).unwrap_or_default()
+        self.graphs
+            .lock()
+            .ok()
+            .and_then(|g| g.models.get(&model).cloned())
+            .unwrap_or_default()
     }
 
     /// One round of background tier work; called by the publisher thread.
@@ -914,10 +1145,17 @@ impl Engine {
             if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
                 // room below the low watermark: bring back what the policy
                 // expects soon, within the link's share of this round
-                t.prefetch(dev, PREFETCH_BYTES_PER_TICK, self.cfg.hbm_low, tier::BACKGROUND_HORIZON);
+                t.prefetch(
+                    dev,
+                    PREFETCH_BYTES_PER_TICK,
+                    self.cfg.hbm_low,
+                    tier::BACKGROUND_HORIZON,
+                );
             }
             let Some(s) = &self.seg else { continue };
-            let Ok((free, total)) = t.runtime().mem_info() else { continue };
+            let Ok((free, total)) = t.runtime().mem_info() else {
+                continue;
+            };
             let d = (dev as usize).min(MAX_DEVICES - 1);
             let g = s.device(d);
             // physical truth from the runtime: managed chunks and the rest
@@ -932,7 +1170,8 @@ impl Engine {
             g.peak[2].fetch_max(nvme, Relaxed);
             g.capacity[1].store(dram_limit, Relaxed);
             g.capacity[2].store(nvme_limit, Relaxed);
-            g.virtual_capacity.store((total as f64 * self.cfg.oversub) as u64, Relaxed);
+            g.virtual_capacity
+                .store((total as f64 * self.cfg.oversub) as u64, Relaxed);
             // DRAM/NVMe and the traffic counters are process-wide: shown once
             if d == 0 {
                 g.faults_in.store(c.faults_in, Relaxed);
@@ -1012,6 +1251,10 @@ impl Engine {
     }
 
     pub fn counters(&self) -> (u64, u64, u64) {
-        (self.aclnn_launches.load(Relaxed), self.tensors.load(Relaxed), self.cut_ranges.load(Relaxed))
+        (
+            self.aclnn_launches.load(Relaxed),
+            self.tensors.load(Relaxed),
+            self.cut_ranges.load(Relaxed),
+        )
     }
 }

@@ -20,20 +20,22 @@ pub struct Publisher {
 impl Publisher {
     pub fn start(&self, e: &'static Engine) {
         let interval = Duration::from_millis(e.cfg.hot_interval_ms);
-        let h = std::thread::Builder::new().name("u3m-publish".into()).spawn(move || {
-            // tier work runs every 20 ms; the hot table at its own interval
-            let tick = Duration::from_millis(20).min(interval);
-            let mut since = Duration::ZERO;
-            while !e.publisher.stop.load(Ordering::Acquire) {
-                std::thread::sleep(tick);
-                e.tier_tick();
-                since += tick;
-                if since >= interval {
-                    since = Duration::ZERO;
-                    publish_once(e);
+        let h = std::thread::Builder::new()
+            .name("u3m-publish".into())
+            .spawn(move || {
+                // tier work runs every 20 ms; the hot table at its own interval
+                let tick = Duration::from_millis(20).min(interval);
+                let mut since = Duration::ZERO;
+                while !e.publisher.stop.load(Ordering::Acquire) {
+                    std::thread::sleep(tick);
+                    e.tier_tick();
+                    since += tick;
+                    if since >= interval {
+                        since = Duration::ZERO;
+                        publish_once(e);
+                    }
                 }
-            }
-        });
+            });
         if let (Ok(h), Ok(mut t)) = (h, self.thread.lock()) {
             *t = Some(h);
         }
@@ -63,7 +65,11 @@ pub fn publish_once(e: &Engine) {
         .map(|c| HotEntry {
             addr: c.addr,
             len: c.bytes,
-            device: c.alloc.and_then(|id| e.heat.alloc_info(id)).map(|a| a.dev).unwrap_or(0),
+            device: c
+                .alloc
+                .and_then(|id| e.heat.alloc_info(id))
+                .map(|a| a.dev)
+                .unwrap_or(0),
             accesses: c.stats.accesses,
             heat: c.heat(now),
             class_mask: c.stats.classes.0 as u64,
@@ -77,7 +83,13 @@ pub fn warn_opaque(e: &Engine) {
     static ONCE: AtomicBool = AtomicBool::new(false);
     if !ONCE.swap(true, Ordering::Relaxed) {
         if let Some(s) = &e.seg {
-            s.event(crate::shm::EventKind::Info, crate::shm::NO_DEVICE as u32, 0, 0, "opaque kernel launch (args handle)");
+            s.event(
+                crate::shm::EventKind::Info,
+                crate::shm::NO_DEVICE as u32,
+                0,
+                0,
+                "opaque kernel launch (args handle)",
+            );
         }
     }
 }

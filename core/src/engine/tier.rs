@@ -108,7 +108,15 @@ struct Dev {
 
 impl Dev {
     const fn new() -> Dev {
-        Dev { stream: 0, staging: 0, scratch_va: 0, resident: 0, managed_virtual: 0, capacity: 0, lost: false }
+        Dev {
+            stream: 0,
+            staging: 0,
+            scratch_va: 0,
+            resident: 0,
+            managed_virtual: 0,
+            capacity: 0,
+            lost: false,
+        }
     }
 }
 
@@ -217,19 +225,33 @@ fn round_up(v: u64, a: u64) -> u64 {
 impl Tier {
     /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
     pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Tier, String> {
-        let policy = crate::policy::by_config(cfg).ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
+        let policy = crate::policy::by_config(cfg)
+            .ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
         Tier::with_policy(rt, cfg, policy)
     }
 
     /// With a policy object of the caller's (`u3m replay` passes policies
     /// that need the trace's future).
-    pub fn with_policy(rt: &'static dyn Runtime, cfg: &Config, policy: Box<dyn Placement>) -> Result<Tier, String> {
-        let dram_limit = if cfg.dram_bytes == 0 { physical_ram() / 2 } else { cfg.dram_bytes };
-        let dram = DramTier::new(dram_limit, 256 << 20, Box::new(RtHost(rt)) as Box<dyn HostAllocator>);
+    pub fn with_policy(
+        rt: &'static dyn Runtime,
+        cfg: &Config,
+        policy: Box<dyn Placement>,
+    ) -> Result<Tier, String> {
+        let dram_limit = if cfg.dram_bytes == 0 {
+            physical_ram() / 2
+        } else {
+            cfg.dram_bytes
+        };
+        let dram = DramTier::new(
+            dram_limit,
+            256 << 20,
+            Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
+        );
         let nvme = match &cfg.swap_dir {
-            Some(d) if cfg.swap_bytes > 0 => {
-                Some(NvmeTier::new(d, cfg.swap_bytes, 256 << 20).map_err(|e| format!("U3M_SWAP_DIR: {e}"))?)
-            }
+            Some(d) if cfg.swap_bytes > 0 => Some(
+                NvmeTier::new(d, cfg.swap_bytes, 256 << 20)
+                    .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
+            ),
             _ => None,
         };
         let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
@@ -308,9 +330,15 @@ impl Tier {
     /// Bytes per tier on `dev`: (hbm resident, dram, nvme) — DRAM and NVMe
     /// are process-wide.
     pub fn usage(&self, dev: usize) -> (u64, u64, u64) {
-        let Ok(st) = self.st.lock() else { return (0, 0, 0) };
+        let Ok(st) = self.st.lock() else {
+            return (0, 0, 0);
+        };
         let nv = st.nvme.as_ref().map(|n| n.used()).unwrap_or(0);
-        (st.devs[dev.min(MAX_DEVICES - 1)].resident, st.dram.used(), nv)
+        (
+            st.devs[dev.min(MAX_DEVICES - 1)].resident,
+            st.dram.used(),
+            nv,
+        )
     }
 
     pub fn limits(&self) -> (u64, u64) {
@@ -319,13 +347,26 @@ impl Tier {
 
     /// `ptr` is the start of a managed aclrtMalloc allocation.
     pub fn is_managed(&self, ptr: u64) -> bool {
-        self.st.lock().map(|st| st.vas.get(&ptr).map(|&(id, _)| matches!(st.backings.get(&id).map(|b| &b.kind), Some(Kind::Malloc))).unwrap_or(false)).unwrap_or(false)
+        self.st
+            .lock()
+            .map(|st| {
+                st.vas
+                    .get(&ptr)
+                    .map(|&(id, _)| {
+                        matches!(st.backings.get(&id).map(|b| &b.kind), Some(Kind::Malloc))
+                    })
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false)
     }
 
     /// `ptr` was a managed allocation just freed (the free hook's note comes
     /// after the free): remembered in a small ring.
     pub fn was_managed(&self, ptr: u64) -> bool {
-        self.st.lock().map(|st| st.recently_freed.contains(&ptr)).unwrap_or(false)
+        self.st
+            .lock()
+            .map(|st| st.recently_freed.contains(&ptr))
+            .unwrap_or(false)
     }
 
     #[inline]
@@ -340,17 +381,24 @@ impl Tier {
     }
 
     pub fn capacity(&self, dev: u32) -> u64 {
-        self.st.lock().map(|st| st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity).unwrap_or(0)
+        self.st
+            .lock()
+            .map(|st| st.devs[(dev as usize).min(MAX_DEVICES - 1)].capacity)
+            .unwrap_or(0)
     }
 
     /// What aclrtGetMemInfo(HBM) reports in tier mode, from the runtime's
     /// (free, total): the virtual capacity and the matching free figure.
     pub fn mem_info(&self, dev: u32, free: u64, total: u64) -> (u64, u64) {
-        let Ok(st) = self.st.lock() else { return (free, total) };
+        let Ok(st) = self.st.lock() else {
+            return (free, total);
+        };
         let d = &st.devs[(dev as usize).min(MAX_DEVICES - 1)];
         let vtotal = (total as f64 * self.oversub) as u64;
         let unmanaged = total.saturating_sub(free).saturating_sub(d.resident);
-        let vfree = vtotal.saturating_sub(unmanaged).saturating_sub(d.managed_virtual);
+        let vfree = vtotal
+            .saturating_sub(unmanaged)
+            .saturating_sub(d.managed_virtual);
         (vfree, vtotal)
     }
 
@@ -363,7 +411,8 @@ impl Tier {
             return None;
         }
         let vlen = round_up(size, CHUNK);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
         loop {
             let mut st = self.st.lock().ok()?;
             let d = (dev as usize).min(MAX_DEVICES - 1);
@@ -375,9 +424,13 @@ impl Tier {
             let unmanaged = total.saturating_sub(free).saturating_sub(dv.resident);
             // what cannot be resident must fit below HBM
             let room_below = self.dram_limit.saturating_sub(st.dram.used())
-                + self.nvme_limit.saturating_sub(st.nvme.as_ref().map(|n| n.used()).unwrap_or(0));
+                + self
+                    .nvme_limit
+                    .saturating_sub(st.nvme.as_ref().map(|n| n.used()).unwrap_or(0));
             let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
-            let fits_tiers = (dv.managed_virtual + vlen).saturating_sub(dv.capacity.saturating_sub(unmanaged)) <= room_below;
+            let fits_tiers = (dv.managed_virtual + vlen)
+                .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                <= room_below;
             // DRAM holding clean copies of resident chunks is room too
             if fits_virtual && !fits_tiers && self.drop_duplicates(&mut st, u64::MAX) > 0 {
                 continue;
@@ -399,7 +452,7 @@ impl Tier {
                         chunks: (0..n).map(|_| Chunk::default()).collect(),
                         vas: vec![va],
                         pinned: false,
-                real: 0,
+                        real: 0,
                     },
                 );
                 st.vas.insert(va, (id, vlen));
@@ -478,14 +531,21 @@ impl Tier {
     // ------------------------------------------------------------------ VMM
 
     /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
-    pub fn malloc_physical(&self, dev: u32, size: u64, shareable: bool) -> Option<Result<u64, i32>> {
+    pub fn malloc_physical(
+        &self,
+        dev: u32,
+        size: u64,
+        shareable: bool,
+    ) -> Option<Result<u64, i32>> {
         if shareable || size < self.min_bytes || size % CHUNK != 0 {
             return None;
         }
         let mut st = self.st.lock().ok()?;
         let d = (dev as usize).min(MAX_DEVICES - 1);
         let dv = &st.devs[d];
-        if dv.capacity != 0 && dv.managed_virtual + size > (dv.capacity as f64 * self.oversub) as u64 {
+        if dv.capacity != 0
+            && dv.managed_virtual + size > (dv.capacity as f64 * self.oversub) as u64
+        {
             return Some(Err(E_ALLOC));
         }
         let id = st.next_id;
@@ -508,7 +568,14 @@ impl Tier {
     }
 
     pub fn is_handle(&self, h: u64) -> bool {
-        id_of(h).map(|id| self.st.lock().map(|st| st.backings.contains_key(&id)).unwrap_or(false)).unwrap_or(false)
+        id_of(h)
+            .map(|id| {
+                self.st
+                    .lock()
+                    .map(|st| st.backings.contains_key(&id))
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false)
     }
 
     pub fn free_physical(&self, h: u64) -> Option<i32> {
@@ -531,7 +598,13 @@ impl Tier {
         if offset != 0 || size != b.size {
             return Some(100000); // as the runtime: whole handles at offset 0
         }
-        if st.vas.range(..va + size).next_back().map(|(&s, &(_, l))| s + l > va).unwrap_or(false) {
+        if st
+            .vas
+            .range(..va + size)
+            .next_back()
+            .map(|(&s, &(_, l))| s + l > va)
+            .unwrap_or(false)
+        {
             return Some(E_PARAM);
         }
         if b.real != 0 {
@@ -542,7 +615,13 @@ impl Tier {
             }
             return Some(rc);
         }
-        let phys: Vec<(usize, u64)> = b.chunks.iter().enumerate().filter(|(_, c)| c.phys != 0).map(|(i, c)| (i, c.phys)).collect();
+        let phys: Vec<(usize, u64)> = b
+            .chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.phys != 0)
+            .map(|(i, c)| (i, c.phys))
+            .collect();
         for (i, p) in phys {
             let rc = self.rt.map(va + i as u64 * CHUNK, CHUNK, p);
             if rc != 0 {
@@ -593,7 +672,10 @@ impl Tier {
             if b.real != 0 {
                 return Some(Ok(b.real));
             }
-            b.chunks.iter().flat_map(|c| c.uses.iter().map(|u| u.1)).collect()
+            b.chunks
+                .iter()
+                .flat_map(|c| c.uses.iter().map(|u| u.1))
+                .collect()
         };
         if self.st.lock().ok()?.backings.get(&id)?.chunks.len() > 1 {
             for ev in uses {
@@ -620,7 +702,9 @@ impl Tier {
     /// Replaces backing `id`'s chunks by one real handle with their data.
     fn materialize(&self, st: &mut State, id: u64) -> Result<u64, i32> {
         let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
-        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32).map(|i| (id, i)).collect();
+        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32)
+            .map(|i| (id, i))
+            .collect();
         // room for the whole handle: evict other chunks (never this one's)
         let real = loop {
             match self.rt.malloc_physical(dev, size) {
@@ -679,7 +763,9 @@ impl Tier {
                         Err(e) => return fail(st, va, e),
                     },
                 };
-                let rc = self.rt.memcpy_async(va + off, src, CHUNK, MEMCPY_D2D, stream);
+                let rc = self
+                    .rt
+                    .memcpy_async(va + off, src, CHUNK, MEMCPY_D2D, stream);
                 if mapped_at.is_none() {
                     // the scratch VA is reused for the next chunk
                     self.rt.sync_stream(stream);
@@ -690,15 +776,27 @@ impl Tier {
                 let st2 = &mut *st;
                 match &st2.backings[&id].chunks[i as usize].host {
                     None => 0, // never written
-                    Some(Host::Dram(slot)) => self.rt.memcpy_async(va + off, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream),
+                    Some(Host::Dram(slot)) => {
+                        self.rt
+                            .memcpy_async(va + off, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream)
+                    }
                     Some(Host::Nvme(slot)) => {
                         self.rt.sync_stream(stream); // the staging buffer is free
-                        let buf = unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
-                        if st2.nvme.as_mut().map(|n| n.read(slot, buf)).unwrap_or(Err(TierError::BadSlot)).is_err() {
+                        let buf = unsafe {
+                            std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize)
+                        };
+                        if st2
+                            .nvme
+                            .as_mut()
+                            .map(|n| n.read(slot, buf))
+                            .unwrap_or(Err(TierError::BadSlot))
+                            .is_err()
+                        {
                             self.spill_errors.fetch_add(1, Relaxed);
                             E_ALLOC
                         } else {
-                            self.rt.memcpy_async(va + off, staging, CHUNK, MEMCPY_H2D, stream)
+                            self.rt
+                                .memcpy_async(va + off, staging, CHUNK, MEMCPY_H2D, stream)
                         }
                     }
                 }
@@ -737,7 +835,14 @@ impl Tier {
         for h in freed {
             free_host(st, h);
         }
-        let evs: Vec<u64> = st.backings.get_mut(&id).expect("backing").chunks.iter_mut().flat_map(|c| c.uses.drain(..).map(|u| u.1).collect::<Vec<_>>()).collect();
+        let evs: Vec<u64> = st
+            .backings
+            .get_mut(&id)
+            .expect("backing")
+            .chunks
+            .iter_mut()
+            .flat_map(|c| c.uses.drain(..).map(|u| u.1).collect::<Vec<_>>())
+            .collect();
         for ev in evs {
             unref_event(st, ev);
         }
@@ -766,7 +871,14 @@ impl Tier {
     /// and pinned. `overwrite`: write ranges replace whole chunks' contents
     /// (copies, memsets), so those chunks need no copy-in.
     /// `class`: the operator class of the call (OpClass as u8), for the policy.
-    pub fn prepare(&self, dev: u32, class: u8, ranges: &[Range], overwrite: bool, order: Order) -> Result<Token, i32> {
+    pub fn prepare(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+    ) -> Result<Token, i32> {
         let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
         let mut need: Vec<(u64, u32, bool)> = Vec::new();
         let mut tok = Token::default();
@@ -803,7 +915,14 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
-        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost || need.iter().any(|n| st.backings.get(&n.0).map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost).unwrap_or(false)) {
+        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost
+            || need.iter().any(|n| {
+                st.backings
+                    .get(&n.0)
+                    .map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost)
+                    .unwrap_or(false)
+            })
+        {
             return Err(E_DEVICE_LOST);
         }
         // a call that needs more chunks than the device holds can never run
@@ -886,7 +1005,11 @@ impl Tier {
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
             let mut old = None;
-            if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
                 c.pins = c.pins.saturating_sub(1);
                 if ok && tok.writes[k] {
                     c.dirty = true;
@@ -964,12 +1087,20 @@ impl Tier {
     /// Makes the listed chunks resident. Chunks of this call are protected
     /// from eviction; the caller's stream (or the host) is ordered after the
     /// copies.
-    fn fault_in(&self, st: &mut State, need: &[(u64, u32, bool)], dev: u32, order: Order) -> Result<(), i32> {
+    fn fault_in(
+        &self,
+        st: &mut State,
+        need: &[(u64, u32, bool)],
+        dev: u32,
+        order: Order,
+    ) -> Result<(), i32> {
         let protect: Vec<(u64, u32)> = need.iter().map(|n| (n.0, n.1)).collect();
         let mut copied = false;
         let mut filled: Vec<(u64, u32)> = Vec::new();
         for &(id, i, whole) in need {
-            let Some(b) = st.backings.get(&id) else { continue };
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
             let c = &b.chunks[i as usize];
             if c.phys != 0 {
                 continue;
@@ -1011,7 +1142,9 @@ impl Tier {
             match &c.host {
                 None => c.dirty = true, // fresh memory: nothing to copy
                 Some(Host::Dram(slot)) => {
-                    let rc = self.rt.memcpy_async(target, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream);
+                    let rc =
+                        self.rt
+                            .memcpy_async(target, slot.ptr as u64, CHUNK, MEMCPY_H2D, stream);
                     if rc != 0 {
                         return Err(rc);
                     }
@@ -1025,14 +1158,24 @@ impl Tier {
                     // the staging buffer may still feed an earlier copy-in
                     self.rt.sync_stream(stream);
                     let c = &mut st.backings.get_mut(&id).expect("backing").chunks[i as usize];
-                    let Some(Host::Nvme(slot)) = &c.host else { unreachable!() };
-                    let buf = unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
-                    let r = st.nvme.as_mut().map(|n| n.read(slot, buf)).unwrap_or(Err(TierError::BadSlot));
+                    let Some(Host::Nvme(slot)) = &c.host else {
+                        unreachable!()
+                    };
+                    let buf = unsafe {
+                        std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize)
+                    };
+                    let r = st
+                        .nvme
+                        .as_mut()
+                        .map(|n| n.read(slot, buf))
+                        .unwrap_or(Err(TierError::BadSlot));
                     if r.is_err() {
                         self.spill_errors.fetch_add(1, Relaxed);
                         return Err(E_ALLOC);
                     }
-                    let rc = self.rt.memcpy_async(target, staging, CHUNK, MEMCPY_H2D, stream);
+                    let rc = self
+                        .rt
+                        .memcpy_async(target, staging, CHUNK, MEMCPY_H2D, stream);
                     if rc != 0 {
                         return Err(rc);
                     }
@@ -1055,7 +1198,9 @@ impl Tier {
                     }
                 }
                 Order::Stream(s) => {
-                    let Some(ev) = self.use_event(st, stream) else { return Err(E_ALLOC) };
+                    let Some(ev) = self.use_event(st, stream) else {
+                        return Err(E_ALLOC);
+                    };
                     // the copy is a use of each chunk it fills: no eviction
                     // before it completes, and other streams' calls order
                     // themselves after it (`after_copy_ins`)
@@ -1075,10 +1220,17 @@ impl Tier {
 
     /// Orders the caller after copy-ins still in flight for chunks it needs
     /// that were already resident (issued by another call or the prefetch).
-    fn after_copy_ins(&self, st: &mut State, need: &[(u64, u32, bool)], order: Order) -> Result<(), i32> {
+    fn after_copy_ins(
+        &self,
+        st: &mut State,
+        need: &[(u64, u32, bool)],
+        order: Order,
+    ) -> Result<(), i32> {
         let mut evs: Vec<u64> = Vec::new();
         for &(id, i, _) in need {
-            let Some(b) = st.backings.get(&id) else { continue };
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
             let own = st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].stream;
             if own == 0 {
                 continue;
@@ -1115,7 +1267,9 @@ impl Tier {
         if self.demand_seen.swap(demand, Relaxed) != demand {
             return 0;
         }
-        let Ok((free, total)) = self.rt.mem_info() else { return 0 };
+        let Ok((free, total)) = self.rt.mem_info() else {
+            return 0;
+        };
         if total == 0 {
             return 0;
         }
@@ -1144,7 +1298,9 @@ impl Tier {
             return 0;
         }
         cands.sort_unstable_by_key(|c| c.2);
-        let Ok(stream) = self.dev_stream(&mut st, dev) else { return 0 };
+        let Ok(stream) = self.dev_stream(&mut st, dev) else {
+            return 0;
+        };
         let mut filled: Vec<(u64, u32)> = Vec::new();
         let mut bytes = 0u64;
         for (id, i, _) in cands {
@@ -1152,7 +1308,9 @@ impl Tier {
                 break;
             }
             // never evict for a prefetch: a refused allocation ends the round
-            let Ok(phys) = self.rt.malloc_physical(dev, CHUNK) else { break };
+            let Ok(phys) = self.rt.malloc_physical(dev, CHUNK) else {
+                break;
+            };
             let vas = st.backings[&id].vas.clone();
             let mut ok = true;
             let mut mapped = Vec::new();
@@ -1168,7 +1326,10 @@ impl Tier {
                 _ => 0,
             };
             if ok && src != 0 {
-                ok = self.rt.memcpy_async(vas[0] + i as u64 * CHUNK, src, CHUNK, MEMCPY_H2D, stream) == 0;
+                ok =
+                    self.rt
+                        .memcpy_async(vas[0] + i as u64 * CHUNK, src, CHUNK, MEMCPY_H2D, stream)
+                        == 0;
             }
             if !ok {
                 for va in mapped {
@@ -1217,7 +1378,12 @@ impl Tier {
     }
 
     /// `alloc_phys` with the number of chunks it evicted.
-    fn alloc_phys_evicting(&self, st: &mut State, dev: u32, protect: &[(u64, u32)]) -> Result<(u64, u32), i32> {
+    fn alloc_phys_evicting(
+        &self,
+        st: &mut State,
+        dev: u32,
+        protect: &[(u64, u32)],
+    ) -> Result<(u64, u32), i32> {
         let mut evicted = 0u32;
         // evict before asking when HBM is visibly full (a refused request
         // costs the runtime a failed allocation and a log line)
@@ -1247,8 +1413,11 @@ impl Tier {
         if ordered.is_empty() {
             return Ok(false);
         }
-        let cands: Vec<(u64, u64, u32)> =
-            ordered.iter().take(64).filter_map(|c| resolve(st, c.key).map(|(id, i)| (c.last, id, i))).collect();
+        let cands: Vec<(u64, u64, u32)> = ordered
+            .iter()
+            .take(64)
+            .filter_map(|c| resolve(st, c.key).map(|(id, i)| (c.last, id, i)))
+            .collect();
         if cands.is_empty() {
             return Ok(false);
         }
@@ -1256,7 +1425,10 @@ impl Tier {
         let mut pick = None;
         for &(_, id, i) in cands.iter() {
             let c = &st.backings[&id].chunks[i as usize];
-            if c.uses.iter().all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true)) {
+            if c.uses
+                .iter()
+                .all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true))
+            {
                 pick = Some((id, i));
                 break;
             }
@@ -1270,7 +1442,11 @@ impl Tier {
                 // this lock. The caller drops the lock and waits (E_BUSY).
                 let (_, id, i) = cands[0];
                 let uses = &st.backings[&id].chunks[i as usize].uses;
-                st.wait_for = uses.iter().find(|u| !self.rt.event_done(u.1).unwrap_or(true)).or(uses.first()).map(|u| u.1);
+                st.wait_for = uses
+                    .iter()
+                    .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
+                    .or(uses.first())
+                    .map(|u| u.1);
                 return Err(E_BUSY);
             }
         };
@@ -1288,7 +1464,11 @@ impl Tier {
             }
             for (i, c) in b.chunks.iter().enumerate() {
                 if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
-                    cands.push(Cand { key: chunk_key(b, id, i as u32), last: c.last, dirty: c.dirty || c.host.is_none() });
+                    cands.push(Cand {
+                        key: chunk_key(b, id, i as u32),
+                        last: c.last,
+                        dirty: c.dirty || c.host.is_none(),
+                    });
                 }
             }
         }
@@ -1315,29 +1495,48 @@ impl Tier {
             let slot = self.host_slot(st, id, i)?;
             match slot {
                 Host::Dram(s) => {
-                    let rc = self.rt.memcpy_async(s.ptr as u64, src, CHUNK, MEMCPY_D2H, stream);
-                    let rc = if rc == 0 { self.rt.sync_stream(stream) } else { rc };
+                    let rc = self
+                        .rt
+                        .memcpy_async(s.ptr as u64, src, CHUNK, MEMCPY_D2H, stream);
+                    let rc = if rc == 0 {
+                        self.rt.sync_stream(stream)
+                    } else {
+                        rc
+                    };
                     if rc != 0 {
                         free_host(st, Host::Dram(s));
                         return Err(rc);
                     }
                     self.to_dram.fetch_add(1, Relaxed);
-                    st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(s));
+                    st.backings.get_mut(&id).expect("backing").chunks[i as usize].host =
+                        Some(Host::Dram(s));
                 }
                 Host::Nvme(s) => {
                     let staging = self.staging(st, dev)?;
-                    let rc = self.rt.memcpy_async(staging, src, CHUNK, MEMCPY_D2H, stream);
-                    let rc = if rc == 0 { self.rt.sync_stream(stream) } else { rc };
+                    let rc = self
+                        .rt
+                        .memcpy_async(staging, src, CHUNK, MEMCPY_D2H, stream);
+                    let rc = if rc == 0 {
+                        self.rt.sync_stream(stream)
+                    } else {
+                        rc
+                    };
                     if rc != 0 {
                         free_host(st, Host::Nvme(s));
                         return Err(rc);
                     }
-                    let buf = unsafe { std::slice::from_raw_parts(staging as *const u8, CHUNK as usize) };
-                    let w = st.nvme.as_mut().map(|n| n.write(&s, buf)).unwrap_or(Err(TierError::BadSlot));
+                    let buf =
+                        unsafe { std::slice::from_raw_parts(staging as *const u8, CHUNK as usize) };
+                    let w = st
+                        .nvme
+                        .as_mut()
+                        .map(|n| n.write(&s, buf))
+                        .unwrap_or(Err(TierError::BadSlot));
                     match w {
                         Ok(()) => {
                             self.to_nvme.fetch_add(1, Relaxed);
-                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Nvme(s));
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host =
+                                Some(Host::Nvme(s));
                         }
                         Err(_) => {
                             // disk full or I/O error: keep the data in DRAM
@@ -1346,9 +1545,16 @@ impl Tier {
                                 let _ = n.free(s);
                             }
                             let ds = st.dram.alloc(CHUNK).map_err(|_| E_ALLOC)?;
-                            unsafe { std::ptr::copy_nonoverlapping(staging as *const u8, ds.ptr, CHUNK as usize) };
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    staging as *const u8,
+                                    ds.ptr,
+                                    CHUNK as usize,
+                                )
+                            };
                             self.to_dram.fetch_add(1, Relaxed);
-                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(ds));
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host =
+                                Some(Host::Dram(ds));
                         }
                     }
                 }
@@ -1400,7 +1606,9 @@ impl Tier {
             st.devs[d].scratch_va = self.rt.reserve(CHUNK)?;
         }
         let va = st.devs[d].scratch_va;
-        let rc = self.rt.map(va, CHUNK, st.backings[&id].chunks[i as usize].phys);
+        let rc = self
+            .rt
+            .map(va, CHUNK, st.backings[&id].chunks[i as usize].phys);
         if rc != 0 {
             return Err(rc);
         }
@@ -1411,7 +1619,10 @@ impl Tier {
     /// the policy places it there, else DRAM below 95 % full, else NVMe,
     /// else DRAM anyway.
     fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, i32> {
-        if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize].host.take() {
+        if let Some(h) = st.backings.get_mut(&id).expect("backing").chunks[i as usize]
+            .host
+            .take()
+        {
             return Ok(h);
         }
         self.reclaim(st);
@@ -1486,7 +1697,9 @@ impl Tier {
     /// u3m does not manage), as the runtime reports it; the calling thread's
     /// device must be `dev`.
     pub fn enforce_watermarks(&self, dev: u32, low: f64, high: f64) -> u32 {
-        let Ok((free, total)) = self.rt.mem_info() else { return 0 };
+        let Ok((free, total)) = self.rt.mem_info() else {
+            return 0;
+        };
         if total == 0 || (total.saturating_sub(free) as f64) <= high * total as f64 {
             return 0;
         }
@@ -1502,10 +1715,18 @@ impl Tier {
             if (n as u64) * CHUNK >= target || self.policy.predicts(now, c.key, KEEP_HORIZON) {
                 break;
             }
-            let Some((id, i)) = resolve(&st, c.key) else { continue };
+            let Some((id, i)) = resolve(&st, c.key) else {
+                continue;
+            };
             let ch = &st.backings[&id].chunks[i as usize];
             // busy chunks are skipped: the background never waits
-            if ch.phys == 0 || ch.pins != 0 || !ch.uses.iter().all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true)) {
+            if ch.phys == 0
+                || ch.pins != 0
+                || !ch
+                    .uses
+                    .iter()
+                    .all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true))
+            {
                 continue;
             }
             if self.evict(&mut st, id, i).is_err() {
@@ -1519,7 +1740,9 @@ impl Tier {
     /// An allocation u3m does not manage failed for lack of HBM: evict
     /// managed chunks of `dev` to make room for `bytes`. Ok(true) if any moved.
     pub fn make_room(&self, dev: u32, bytes: u64) -> bool {
-        let Ok(mut st) = self.st.lock() else { return false };
+        let Ok(mut st) = self.st.lock() else {
+            return false;
+        };
         let mut freed = 0;
         while freed < bytes {
             match self.evict_one(&mut st, dev, &[]) {
@@ -1536,7 +1759,17 @@ impl Tier {
         if !self.active() {
             return Ok(());
         }
-        let tok = self.prepare(dev, crate::opclass::OpClass::Other as u8, &[Range { addr, len, write: false }], false, Order::Host)?;
+        let tok = self.prepare(
+            dev,
+            crate::opclass::OpClass::Other as u8,
+            &[Range {
+                addr,
+                len,
+                write: false,
+            }],
+            false,
+            Order::Host,
+        )?;
         if let Ok(mut st) = self.st.lock() {
             for &(id, _) in &tok.chunks {
                 if let Some(b) = st.backings.get_mut(&id) {
@@ -1552,7 +1785,12 @@ impl Tier {
     /// those backings without calling it (their memory is already gone).
     pub fn forget_device(&self, dev: u32) {
         let Ok(mut st) = self.st.lock() else { return };
-        let ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        let ids: Vec<u64> = st
+            .backings
+            .iter()
+            .filter(|(_, b)| b.dev == dev)
+            .map(|(&id, _)| id)
+            .collect();
         for id in ids {
             if let Some(mut b) = st.backings.remove(&id) {
                 for va in &b.vas {
@@ -1595,16 +1833,22 @@ impl Tier {
             if bytes >= budget || (st.dram.used() as f64) <= 0.90 * self.dram_limit as f64 {
                 break;
             }
-            let Some(Host::Dram(ds)) = st.backings.get_mut(&id).and_then(|b| b.chunks[i as usize].host.take()) else {
+            let Some(Host::Dram(ds)) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks[i as usize].host.take())
+            else {
                 continue;
             };
             let slot = st.nvme.as_mut().map(|n| n.alloc(CHUNK));
             let ok = match slot {
                 Some(Ok(ns)) => {
-                    let src = unsafe { std::slice::from_raw_parts(ds.ptr as *const u8, CHUNK as usize) };
+                    let src =
+                        unsafe { std::slice::from_raw_parts(ds.ptr as *const u8, CHUNK as usize) };
                     match st.nvme.as_mut().map(|n| n.write(&ns, src)) {
                         Some(Ok(())) => {
-                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Nvme(ns));
+                            st.backings.get_mut(&id).expect("backing").chunks[i as usize].host =
+                                Some(Host::Nvme(ns));
                             true
                         }
                         _ => {
@@ -1625,7 +1869,8 @@ impl Tier {
             } else {
                 // disk full or I/O error: the data stays in DRAM
                 self.spill_errors.fetch_add(1, Relaxed);
-                st.backings.get_mut(&id).expect("backing").chunks[i as usize].host = Some(Host::Dram(ds));
+                st.backings.get_mut(&id).expect("backing").chunks[i as usize].host =
+                    Some(Host::Dram(ds));
                 break;
             }
         }
@@ -1644,8 +1889,15 @@ impl Tier {
     /// events since the last call.
     pub fn tick_policy(&self, secs: f64) -> Vec<String> {
         let frac = self.st.lock().map(|st| {
-            let (r, c) = st.devs.iter().fold((0u64, 0u64), |(r, c), d| (r + d.resident, c + d.capacity));
-            if c == 0 { 0.0 } else { r as f64 / c as f64 }
+            let (r, c) = st
+                .devs
+                .iter()
+                .fold((0u64, 0u64), |(r, c), d| (r + d.resident, c + d.capacity));
+            if c == 0 {
+                0.0
+            } else {
+                r as f64 / c as f64
+            }
         });
         self.policy.tick(secs, frac.unwrap_or(0.0));
         let mut ev = Vec::new();
@@ -1667,7 +1919,12 @@ impl Tier {
         st.devs[d].lost = true;
         st.devs[d].resident = 0;
         let (mut lost, mut kept) = (Vec::new(), Vec::new());
-        let mut ids: Vec<u64> = st.backings.iter().filter(|(_, b)| b.dev == dev).map(|(&id, _)| id).collect();
+        let mut ids: Vec<u64> = st
+            .backings
+            .iter()
+            .filter(|(_, b)| b.dev == dev)
+            .map(|(&id, _)| id)
+            .collect();
         ids.sort_unstable();
         for id in ids {
             let st2 = &mut *st;
@@ -1739,9 +1996,17 @@ impl Tier {
             }
             match &c.host {
                 None => out.fill(0), // never written: fresh memory reads as zeros
-                Some(Host::Dram(slot)) => std::ptr::copy_nonoverlapping(slot.ptr.add(within as usize), out.as_mut_ptr(), n as usize),
+                Some(Host::Dram(slot)) => std::ptr::copy_nonoverlapping(
+                    slot.ptr.add(within as usize),
+                    out.as_mut_ptr(),
+                    n as usize,
+                ),
                 Some(Host::Nvme(slot)) => {
-                    let r = st2.nvme.as_mut().map(|nv| nv.read_at(slot, within, out)).unwrap_or(Err(TierError::BadSlot));
+                    let r = st2
+                        .nvme
+                        .as_mut()
+                        .map(|nv| nv.read_at(slot, within, out))
+                        .unwrap_or(Err(TierError::BadSlot));
                     if r.is_err() {
                         self.spill_errors.fetch_add(1, Relaxed);
                         return Some(E_DEVICE_LOST);
@@ -1755,13 +2020,23 @@ impl Tier {
 
     /// Whether any device has been lost (the copy hooks' fast check).
     pub fn any_lost(&self) -> bool {
-        self.st.lock().map(|st| st.devs.iter().any(|d| d.lost)).unwrap_or(false)
+        self.st
+            .lock()
+            .map(|st| st.devs.iter().any(|d| d.lost))
+            .unwrap_or(false)
     }
 
     /// Devices with managed memory (for the background thread).
     pub fn devices(&self) -> Vec<u32> {
-        let Ok(st) = self.st.lock() else { return Vec::new() };
-        let mut v: Vec<u32> = st.backings.values().map(|b| b.dev).filter(|&d| !st.devs[(d as usize).min(MAX_DEVICES - 1)].lost).collect();
+        let Ok(st) = self.st.lock() else {
+            return Vec::new();
+        };
+        let mut v: Vec<u32> = st
+            .backings
+            .values()
+            .map(|b| b.dev)
+            .filter(|&d| !st.devs[(d as usize).min(MAX_DEVICES - 1)].lost)
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -1790,7 +2065,11 @@ fn free_host(st: &mut State, h: Host) {
 /// replaces.
 fn set_use(st: &mut State, id: u64, i: u32, stream: u64, ev: u64) {
     let mut old = None;
-    if let Some(c) = st.backings.get_mut(&id).and_then(|b| b.chunks.get_mut(i as usize)) {
+    if let Some(c) = st
+        .backings
+        .get_mut(&id)
+        .and_then(|b| b.chunks.get_mut(i as usize))
+    {
         match c.uses.iter_mut().find(|u| u.0 == stream) {
             Some(u) => {
                 if u.1 == ev {
@@ -1827,7 +2106,9 @@ fn handle_of(id: u64) -> u64 {
     HANDLE_TAG | (id << 1)
 }
 fn id_of(h: u64) -> Option<u64> {
-    if h & 0xffff_0000_0000_0001 == HANDLE_TAG & 0xffff_0000_0000_0001 && h & 0x0000_ff00_0000_0000 == HANDLE_TAG & 0x0000_ff00_0000_0000 {
+    if h & 0xffff_0000_0000_0001 == HANDLE_TAG & 0xffff_0000_0000_0001
+        && h & 0x0000_ff00_0000_0000 == HANDLE_TAG & 0x0000_ff00_0000_0000
+    {
         Some((h & 0x0000_00ff_ffff_fffe) >> 1)
     } else {
         None
@@ -1839,7 +2120,11 @@ fn resolve(st: &State, key: u64) -> Option<(u64, u32)> {
     if key & (1 << 63) != 0 {
         let id = (key & !(1 << 63)) >> 24;
         let i = (key & 0xff_ffff) as u32;
-        return st.backings.get(&id).filter(|b| (i as usize) < b.chunks.len() && b.vas.is_empty()).map(|_| (id, i));
+        return st
+            .backings
+            .get(&id)
+            .filter(|b| (i as usize) < b.chunks.len() && b.vas.is_empty())
+            .map(|_| (id, i));
     }
     let (&start, &(id, len)) = st.vas.range(..=key).next_back()?;
     if key >= start + len {
@@ -1865,7 +2150,11 @@ fn chunk_key(b: &Backing, id: u64, i: u32) -> u64 {
 fn physical_ram() -> u64 {
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if pages > 0 && size > 0 { pages as u64 * size as u64 } else { 8 << 30 }
+    if pages > 0 && size > 0 {
+        pages as u64 * size as u64
+    } else {
+        8 << 30
+    }
 }
 
 #[cfg(test)]

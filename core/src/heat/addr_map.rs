@@ -116,7 +116,12 @@ impl Meta {
 
 pub(crate) enum Resolved {
     /// `addr` lies in live allocation `(idx, gen)` spanning `[base, base+len)`.
-    Found { idx: u32, gen: u32, base: u64, len: u64 },
+    Found {
+        idx: u32,
+        gen: u32,
+        base: u64,
+        len: u64,
+    },
     /// Nothing owns `addr`; nothing owns anything before this address either.
     Gap(u64),
 }
@@ -134,7 +139,12 @@ fn end_of(addr: u64, unit: u64) -> u64 {
 fn check(w: u64, addr: u64, end: u64, allocs: &AllocTable) -> Resolved {
     let (idx, gen) = decode(w);
     match allocs.live_extent(idx, gen) {
-        Some((base, len)) if addr >= base && addr - base < len => Resolved::Found { idx, gen, base, len },
+        Some((base, len)) if addr >= base && addr - base < len => Resolved::Found {
+            idx,
+            gen,
+            base,
+            len,
+        },
         Some((base, _)) if addr < base => Resolved::Gap(base.min(end)),
         _ => Resolved::Gap(end),
     }
@@ -142,7 +152,9 @@ fn check(w: u64, addr: u64, end: u64, allocs: &AllocTable) -> Resolved {
 
 impl AddrMap {
     pub fn new() -> Option<AddrMap> {
-        Some(AddrMap { top: zeroed::slice(TOP)? })
+        Some(AddrMap {
+            top: zeroed::slice(TOP)?,
+        })
     }
 
     #[inline]
@@ -155,7 +167,8 @@ impl AddrMap {
 
     #[inline]
     pub fn chunk(&self, addr: u64) -> Option<&ChunkSlot> {
-        self.region(addr).map(|r| &r.chunks[(addr >> CHUNK_SHIFT) as usize & (SLOTS - 1)])
+        self.region(addr)
+            .map(|r| &r.chunks[(addr >> CHUNK_SHIFT) as usize & (SLOTS - 1)])
     }
 
     /// Hot: who owns `addr`.
@@ -266,7 +279,10 @@ impl AddrMap {
                 let mut k = 0; // first owner that can overlap page p
                 let mut p = 0;
                 while p < PAGES {
-                    let (ps, pe) = (chunk_base + (p as u64) * PAGE, chunk_base + (p as u64 + 1) * PAGE);
+                    let (ps, pe) = (
+                        chunk_base + (p as u64) * PAGE,
+                        chunk_base + (p as u64 + 1) * PAGE,
+                    );
                     while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
                         k += 1;
                     }
@@ -284,7 +300,8 @@ impl AddrMap {
                                 n += 1;
                             }
                             // the page after this owner's last one starts a new run
-                            run_end = run_end.min(page_of((b + l - 1).min(chunk_base + CHUNK - 1)) + 1);
+                            run_end =
+                                run_end.min(page_of((b + l - 1).min(chunk_base + CHUNK - 1)) + 1);
                         }
                     }
                     let run_end = run_end.max(p + 1);
@@ -305,7 +322,10 @@ impl AddrMap {
     }
 
     /// Installed regions' slots, for readers and for drop.
-    pub fn regions<'a>(&'a self, indices: &'a [usize]) -> impl Iterator<Item = (u64, &'a Region)> + 'a {
+    pub fn regions<'a>(
+        &'a self,
+        indices: &'a [usize],
+    ) -> impl Iterator<Item = (u64, &'a Region)> + 'a {
         indices.iter().filter_map(move |&i| {
             // SAFETY: as in `region`.
             unsafe { self.top[i].load(Acquire).as_ref() }.map(|r| ((i as u64) << REGION_SHIFT, r))
@@ -397,7 +417,10 @@ mod tests {
         let mut list: Vec<u64> = Vec::with_capacity(MULTI_OWNERS);
         let mut k = 0;
         for p in 0..PAGES {
-            let (ps, pe) = (chunk_base + (p as u64) * PAGE, chunk_base + (p as u64 + 1) * PAGE);
+            let (ps, pe) = (
+                chunk_base + (p as u64) * PAGE,
+                chunk_base + (p as u64 + 1) * PAGE,
+            );
             while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
                 k += 1;
             }
@@ -419,7 +442,15 @@ mod tests {
             .map(|p| {
                 let e = pt.entries[p].load(Relaxed);
                 let m = pt.multi[p].load(Relaxed);
-                let mv = if m.is_null() { vec![] } else { unsafe { &*m }.owners.iter().map(|o| o.load(Relaxed)).collect() };
+                let mv = if m.is_null() {
+                    vec![]
+                } else {
+                    unsafe { &*m }
+                        .owners
+                        .iter()
+                        .map(|o| o.load(Relaxed))
+                        .collect()
+                };
                 (if e & TAG == T_PTR { 1 } else { e }, mv)
             })
             .collect()
@@ -449,22 +480,42 @@ mod tests {
             let mut a = cb - if rnd(2) == 0 { rnd(3 * PAGE) } else { 0 };
             let mut id = 1u64;
             while a < cb + CHUNK {
-                a += match rnd(4) { 0 => 0, 1 => rnd(512) * 8, 2 => rnd(8) * PAGE, _ => rnd(64) * PAGE + rnd(PAGE) };
-                let len = match rnd(4) { 0 => 256 + rnd(1024), 1 => rnd(4) * PAGE + 256, 2 => rnd(100) * PAGE + rnd(PAGE) + 1, _ => rnd(2 * CHUNK) + 1 };
-                if a >= cb + CHUNK { break; }
+                a += match rnd(4) {
+                    0 => 0,
+                    1 => rnd(512) * 8,
+                    2 => rnd(8) * PAGE,
+                    _ => rnd(64) * PAGE + rnd(PAGE),
+                };
+                let len = match rnd(4) {
+                    0 => 256 + rnd(1024),
+                    1 => rnd(4) * PAGE + 256,
+                    2 => rnd(100) * PAGE + rnd(PAGE) + 1,
+                    _ => rnd(2 * CHUNK) + 1,
+                };
+                if a >= cb + CHUNK {
+                    break;
+                }
                 owners.push((id << 32 | 1, a, len));
                 id += 1;
                 a += len;
             }
             // sizes >= 256: a page never holds more than MULTI_OWNERS
             for p in 0..PAGES {
-                let j = if rnd(3) == 0 { (rnd(50) + 1) << 32 | 1 } else { 0 };
+                let j = if rnd(3) == 0 {
+                    (rnd(50) + 1) << 32 | 1
+                } else {
+                    0
+                };
                 unsafe { &*ca.pages.load(Relaxed) }.entries[p].store(j, Relaxed);
                 unsafe { &*cbs.pages.load(Relaxed) }.entries[p].store(j, Relaxed);
             }
             let pa = unsafe { &*ca.pages.load(Relaxed) };
             let pb = unsafe { &*cbs.pages.load(Relaxed) };
-            let inchunk: Vec<_> = owners.iter().copied().filter(|&(_, b, l)| b < cb + CHUNK && b + l > cb).collect();
+            let inchunk: Vec<_> = owners
+                .iter()
+                .copied()
+                .filter(|&(_, b, l)| b < cb + CHUNK && b + l > cb)
+                .collect();
             set_owners_ref(pa, cb, &inchunk);
             if inchunk.len() >= 2 {
                 map_b.set_owners(cbs, cb, &inchunk);

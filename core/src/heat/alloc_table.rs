@@ -35,7 +35,9 @@ pub(crate) struct AllocTable {
 
 impl AllocTable {
     pub fn new(n: usize) -> Option<AllocTable> {
-        Some(AllocTable { slots: zeroed::slice(n)? })
+        Some(AllocTable {
+            slots: zeroed::slice(n)?,
+        })
     }
 
     #[inline]
@@ -63,7 +65,8 @@ impl AllocTable {
 
     #[inline]
     pub fn is_live(&self, idx: u32, gen: u32) -> bool {
-        self.slot(idx).is_some_and(|s| s.state.load(Acquire) == (gen as u64) << 32 | LIVE)
+        self.slot(idx)
+            .is_some_and(|s| s.state.load(Acquire) == (gen as u64) << 32 | LIVE)
     }
 }
 
@@ -92,7 +95,8 @@ impl AllocSlot {
     /// the caller once the address map no longer points here).
     pub fn kill(&self) -> u32 {
         let gen = self.gen();
-        self.state.store((gen.wrapping_add(1) as u64) << 32, Release);
+        self.state
+            .store((gen.wrapping_add(1) as u64) << 32, Release);
         gen
     }
 }

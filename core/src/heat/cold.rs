@@ -5,11 +5,14 @@
 
 use std::sync::atomic::Ordering::*;
 
-use super::addr_map::{owner_word, ChunkSlot, Meta, CHUNK, MULTI_OWNERS, PAGE, PAGE_SHIFT, VA_LIMIT};
+use super::addr_map::{
+    owner_word, ChunkSlot, Meta, CHUNK, MULTI_OWNERS, PAGE, PAGE_SHIFT, VA_LIMIT,
+};
 use super::alloc_table::AllocSlot;
 use super::record::Raw;
 use super::{
-    chunk_base, info_word, overlap, AllocId, AllocInfo, AllocKind, Cold, HeatTable, Owner, PinMask, PinReason,
+    chunk_base, info_word, overlap, AllocId, AllocInfo, AllocKind, Cold, HeatTable, Owner, PinMask,
+    PinReason,
 };
 
 impl HeatTable {
@@ -20,12 +23,21 @@ impl HeatTable {
     }
 
     /// [`owners_in`](Self::owners_in) without collecting (no allocation).
-    pub(super) fn owners_iter<'a>(&'a self, c: &'a Cold, start: u64, end: u64) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
+    pub(super) fn owners_iter<'a>(
+        &'a self,
+        c: &'a Cold,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
         let before = c.by_base.range(..start).next_back().and_then(|(&b, &i)| {
             let l = self.slot(i).len.load(Relaxed);
             (b + l > start).then_some((i, b, l))
         });
-        before.into_iter().chain(c.by_base.range(start..end).map(move |(&b, &i)| (i, b, self.slot(i).len.load(Relaxed))))
+        before.into_iter().chain(
+            c.by_base
+                .range(start..end)
+                .map(move |(&b, &i)| (i, b, self.slot(i).len.load(Relaxed))),
+        )
     }
 
     pub(super) fn slot(&self, idx: u32) -> &AllocSlot {
@@ -93,7 +105,14 @@ impl HeatTable {
         id
     }
 
-    pub(super) fn try_alloc(&self, c: &mut Cold, dev: u32, base: u64, len: u64, kind: AllocKind) -> Option<AllocId> {
+    pub(super) fn try_alloc(
+        &self,
+        c: &mut Cold,
+        dev: u32,
+        base: u64,
+        len: u64,
+        kind: AllocKind,
+    ) -> Option<AllocId> {
         let end = base.checked_add(len)?;
         if len == 0 || end > VA_LIMIT {
             return None;
@@ -142,7 +161,11 @@ impl HeatTable {
         }
         let idx = c.alloc_pool.take()?;
         let slot = self.slot(idx);
-        let pins = if kind == AllocKind::HostAlias { PinReason::HostRegistered.bit() } else { 0 };
+        let pins = if kind == AllocKind::HostAlias {
+            PinReason::HostRegistered.bit()
+        } else {
+            0
+        };
         let gen = slot.open(base, len, info_word(dev, kind, pins));
         c.by_base.insert(base, idx);
         let w = owner_word(idx, gen);
@@ -159,7 +182,11 @@ impl HeatTable {
             m.pins |= pins;
             if m.pins != 0 {
                 // Newly pinned chunks count whole; already pinned ones grow.
-                c.pinned_bytes += if Meta::load(cs).pins == 0 { m.bytes as u64 } else { part };
+                c.pinned_bytes += if Meta::load(cs).pins == 0 {
+                    m.bytes as u64
+                } else {
+                    part
+                };
             }
             m.store(cs);
             if part == CHUNK {
@@ -239,7 +266,15 @@ impl HeatTable {
         Some(fin)
     }
 
-    pub(super) fn make_info(&self, id: AllocId, base: u64, len: u64, info: u64, mapped: u64, raw: Raw) -> AllocInfo {
+    pub(super) fn make_info(
+        &self,
+        id: AllocId,
+        base: u64,
+        len: u64,
+        info: u64,
+        mapped: u64,
+        raw: Raw,
+    ) -> AllocInfo {
         let kind = AllocKind::from_code(info >> 32 & 0xff);
         AllocInfo {
             id,
@@ -248,7 +283,11 @@ impl HeatTable {
             len,
             kind,
             pinned: PinMask((info >> 40) as u8),
-            mapped_bytes: if kind == AllocKind::Reserved { mapped } else { len },
+            mapped_bytes: if kind == AllocKind::Reserved {
+                mapped
+            } else {
+                len
+            },
             stats: raw.stats(),
             closed_chunk_accesses: 0,
         }
@@ -329,7 +368,8 @@ impl HeatTable {
                 if m.mapped {
                     m.mapped = false;
                     m.store(cs);
-                    slot.mapped.fetch_sub(part.min(slot.mapped.load(Relaxed)), Relaxed);
+                    slot.mapped
+                        .fetch_sub(part.min(slot.mapped.load(Relaxed)), Relaxed);
                     c.mapped_bytes = c.mapped_bytes.saturating_sub(part);
                 }
             },

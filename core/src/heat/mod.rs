@@ -113,7 +113,11 @@ impl HeatTable {
     /// ranges (chunk records: the default). Aborts like `Box::new` if the
     /// tables cannot be reserved; see [`HeatTable::try_with_config`].
     pub fn new(max_allocs: usize, max_ranges: usize) -> HeatTable {
-        Self::with_config(HeatConfig { max_allocs, max_ranges, ..HeatConfig::default() })
+        Self::with_config(HeatConfig {
+            max_allocs,
+            max_ranges,
+            ..HeatConfig::default()
+        })
     }
 
     pub fn with_config(config: HeatConfig) -> HeatTable {
@@ -152,7 +156,11 @@ impl HeatTable {
                 chunks_tracked: 0,
                 chunks_untracked: 0,
             }),
-            config: HeatConfig { max_allocs, max_chunks, max_ranges: 0 },
+            config: HeatConfig {
+                max_allocs,
+                max_chunks,
+                max_ranges: 0,
+            },
         })
         .map(|mut t| {
             t.config.max_ranges = t.ranges.capacity();
@@ -204,7 +212,12 @@ impl HeatTable {
                     res.unattributed_bytes += n - cur;
                     cur = n;
                 }
-                Resolved::Found { idx, gen, base, len } => {
+                Resolved::Found {
+                    idx,
+                    gen,
+                    base,
+                    len,
+                } => {
                     let pend = end.min(base + len);
                     self.attribute(idx, gen, cur, pend, &hit, &mut res, shard);
                     cur = pend;
@@ -213,14 +226,25 @@ impl HeatTable {
         }
         if res.unattributed_bytes != 0 {
             shard.unattributed_touches.fetch_add(1, Relaxed);
-            shard.unattributed_bytes.fetch_add(res.unattributed_bytes, Relaxed);
+            shard
+                .unattributed_bytes
+                .fetch_add(res.unattributed_bytes, Relaxed);
         }
         res
     }
 
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    fn attribute(&self, idx: u32, gen: u32, p0: u64, p1: u64, hit: &Hit, res: &mut TouchResult, shard: &Shard) {
+    fn attribute(
+        &self,
+        idx: u32,
+        gen: u32,
+        p0: u64,
+        p1: u64,
+        hit: &Hit,
+        res: &mut TouchResult,
+        shard: &Shard,
+    ) {
         let Some(slot) = self.allocs.slot(idx) else {
             return;
         };
@@ -261,7 +285,12 @@ impl HeatTable {
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<(AllocId, u64, u64)> {
         match self.map.resolve(addr, &self.allocs) {
-            Resolved::Found { idx, gen, base, len } => Some((AllocId(idx, gen), base, len)),
+            Resolved::Found {
+                idx,
+                gen,
+                base,
+                len,
+            } => Some((AllocId(idx, gen), base, len)),
             Resolved::Gap(_) => None,
         }
     }
@@ -278,7 +307,13 @@ mod tests {
     const B: u64 = 0x1000_0000_0000;
 
     fn acc(seq: u64) -> Access {
-        Access { seq, ns: seq * 1000, class: OpClass::MatMul, op_hash: 7 << 32, write: false }
+        Access {
+            seq,
+            ns: seq * 1000,
+            class: OpClass::MatMul,
+            op_hash: 7 << 32,
+            write: false,
+        }
     }
 
     #[test]
@@ -296,7 +331,9 @@ mod tests {
         // Three allocations in one chunk, two of them sharing a page.
         let a = t.on_alloc(0, B, 4096, AllocKind::Malloc).unwrap();
         let b = t.on_alloc(0, B + 8192, 512, AllocKind::Malloc).unwrap();
-        let c = t.on_alloc(0, B + 8192 + 1024, 512, AllocKind::Malloc).unwrap();
+        let c = t
+            .on_alloc(0, B + 8192 + 1024, 512, AllocKind::Malloc)
+            .unwrap();
         assert_eq!(t.lookup(B + 100).unwrap().0, a);
         assert_eq!(t.lookup(B + 4096), None);
         assert_eq!(t.lookup(B + 8192 + 511).unwrap().0, b);
@@ -319,7 +356,10 @@ mod tests {
     fn too_many_owners_in_a_page_is_refused() {
         let t = HeatTable::new(64, 1024);
         for i in 0..MULTI_OWNERS as u64 {
-            assert!(t.on_alloc(0, B + i * 64, 64, AllocKind::Malloc).is_some(), "{i}");
+            assert!(
+                t.on_alloc(0, B + i * 64, 64, AllocKind::Malloc).is_some(),
+                "{i}"
+            );
         }
         assert!(t.on_alloc(0, B + 16 * 64, 64, AllocKind::Malloc).is_none());
         assert_eq!(t.totals().failed_allocs, 1);
@@ -331,12 +371,28 @@ mod tests {
     #[test]
     fn touch_crossing_regions() {
         let t = HeatTable::new(8, 1024);
-        let a = t.on_alloc(0, B + GIB - 2 * MIB, 4 * MIB, AllocKind::Malloc).unwrap();
+        let a = t
+            .on_alloc(0, B + GIB - 2 * MIB, 4 * MIB, AllocKind::Malloc)
+            .unwrap();
         let r = t.touch(B + GIB - MIB, 2 * MIB, &acc(1));
-        assert_eq!(r, TouchResult { alloc: Some(a), chunks: 2, unattributed_bytes: 0 });
+        assert_eq!(
+            r,
+            TouchResult {
+                alloc: Some(a),
+                chunks: 2,
+                unattributed_bytes: 0
+            }
+        );
         // A range far beyond anything mapped is cheap and unattributed.
         let r = t.touch(0x7fff_0000_0000, 4 * GIB, &acc(2));
-        assert_eq!(r, TouchResult { alloc: None, chunks: 0, unattributed_bytes: 4 * GIB });
+        assert_eq!(
+            r,
+            TouchResult {
+                alloc: None,
+                chunks: 0,
+                unattributed_bytes: 4 * GIB
+            }
+        );
         let r = t.touch(u64::MAX - 10, 100, &acc(3));
         assert_eq!(r.unattributed_bytes, 10);
     }

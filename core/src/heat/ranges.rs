@@ -81,7 +81,10 @@ impl RangeTable {
     /// `cap` is rounded up to a power of two (at least PROBE).
     pub fn new(cap: usize) -> Option<RangeTable> {
         let n = cap.max(PROBE).checked_next_power_of_two()?;
-        Some(RangeTable { entries: zeroed::slice(n)?, mask: n - 1 })
+        Some(RangeTable {
+            entries: zeroed::slice(n)?,
+            mask: n - 1,
+        })
     }
 
     pub fn capacity(&self) -> usize {
@@ -91,7 +94,15 @@ impl RangeTable {
     /// Hot: count one access of `[start, start+len)` inside allocation
     /// `(idx, gen)` (a part of a touch that resolved to that owner).
     #[inline]
-    pub fn hit(&self, start: u64, len: u64, idx: u32, gen: u32, h: &Hit, allocs: &AllocTable) -> RangeHit {
+    pub fn hit(
+        &self,
+        start: u64,
+        len: u64,
+        idx: u32,
+        gen: u32,
+        h: &Hit,
+        allocs: &AllocTable,
+    ) -> RangeHit {
         let ks = start & PAYLOAD | (gen as u64 & 0xffff) << 48;
         let kl = len.min(PAYLOAD) | (gen as u64 >> 16) << 48;
         let home = hash(start, len, idx);
@@ -114,7 +125,11 @@ impl RangeTable {
                             continue;
                         }
                         if s == ks && l == kl && owner_of(t1) == idx {
-                            return if e.rec.hit(t1 >> 48, h) { RangeHit::Counted } else { RangeHit::Stale };
+                            return if e.rec.hit(t1 >> 48, h) {
+                                RangeHit::Counted
+                            } else {
+                                RangeHit::Stale
+                            };
                         }
                         if claim.is_none() {
                             let og = (s >> 48 | (l >> 48) << 16) as u32;
@@ -133,7 +148,10 @@ impl RangeTable {
             let old = t1 >> 48;
             let epoch = (old + 1) & 0xffff;
             let base = epoch << 48 | (idx as u64 & 0x3fff_ffff) << 2;
-            if e.tag.compare_exchange(t1, base | BUSY, Acquire, Relaxed).is_err() {
+            if e.tag
+                .compare_exchange(t1, base | BUSY, Acquire, Relaxed)
+                .is_err()
+            {
                 continue; // someone else took it: look again
             }
             // Seqlock writer: readers that see the new key see the BUSY tag.
@@ -142,7 +160,11 @@ impl RangeTable {
             e.len.store(kl, Relaxed);
             e.rec.swap_epoch(old, epoch);
             e.tag.store(base | LIVE, Release);
-            return if e.rec.hit(epoch, h) { RangeHit::Counted } else { RangeHit::Stale };
+            return if e.rec.hit(epoch, h) {
+                RangeHit::Counted
+            } else {
+                RangeHit::Stale
+            };
         }
         RangeHit::Dropped
     }
@@ -172,7 +194,13 @@ impl RangeTable {
                 Some(&i) => out[i].raw = out[i].raw.merge(&raw),
                 None => {
                     seen.insert(key, out.len());
-                    out.push(RangeRead { start: key.0, len: key.1, idx, gen, raw });
+                    out.push(RangeRead {
+                        start: key.0,
+                        len: key.1,
+                        idx,
+                        gen,
+                        raw,
+                    });
                 }
             }
         }

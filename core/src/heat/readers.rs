@@ -5,7 +5,10 @@
 use std::sync::atomic::Ordering::*;
 
 use super::addr_map::{decode, ChunkSlot, Meta, CHUNK_SHIFT};
-use super::{chunk_base, AccessStats, AllocId, AllocInfo, ChunkInfo, HeatTable, HeatTotals, PinMask, RangeInfo};
+use super::{
+    chunk_base, AccessStats, AllocId, AllocInfo, ChunkInfo, HeatTable, HeatTotals, PinMask,
+    RangeInfo,
+};
 
 impl HeatTable {
     /// Current statistics of a live allocation.
@@ -37,7 +40,10 @@ impl HeatTable {
         let stats = if rw == 0 {
             AccessStats::default()
         } else {
-            self.chunk_recs[(rw as u32 - 1) as usize].rec.read(rw >> 32).stats()
+            self.chunk_recs[(rw as u32 - 1) as usize]
+                .rec
+                .read(rw >> 32)
+                .stats()
         };
         let w = cs.owner.load(Acquire);
         let alloc = if m.owners == 1 && w & 0b11 == 0b01 {
@@ -85,7 +91,12 @@ impl HeatTable {
             .read_live(&self.allocs)
             .into_iter()
             .map(|r| {
-                let ri = RangeInfo { start: r.start, len: r.len, alloc: AllocId(r.idx, r.gen), stats: r.raw.stats() };
+                let ri = RangeInfo {
+                    start: r.start,
+                    len: r.len,
+                    alloc: AllocId(r.idx, r.gen),
+                    stats: r.raw.stats(),
+                };
                 (ri.heat(now_ns), ri)
             })
             .collect();

@@ -103,7 +103,11 @@ impl Record {
         }
         update(&self.last_seq, tag, |p| p.max(h.seq));
         update(&self.last_t, tag, |p| p.max(h.t));
-        update(&self.first_t, tag, |p| if p == 0 || h.t < p { h.t } else { p });
+        update(
+            &self.first_t,
+            tag,
+            |p| if p == 0 || h.t < p { h.t } else { p },
+        );
         if h.wseq != 0 {
             update(&self.write_seq, tag, |p| p.max(h.wseq));
         }
@@ -112,7 +116,14 @@ impl Record {
     }
 
     fn words(&self) -> [&AtomicU64; 6] {
-        [&self.count, &self.last_seq, &self.last_t, &self.first_t, &self.write_seq, &self.ops]
+        [
+            &self.count,
+            &self.last_seq,
+            &self.last_t,
+            &self.first_t,
+            &self.write_seq,
+            &self.ops,
+        ]
     }
 
     /// End epoch `old` and start `new`: every word becomes `(tag(new), 0)`;
@@ -244,7 +255,13 @@ mod tests {
     use super::*;
 
     fn hit(seq: u64, t: u64, write: bool) -> Hit {
-        Hit::new(seq, t << TICK_SHIFT, write, OpClass::MatMul, 0x1234_5678_9abc_def0)
+        Hit::new(
+            seq,
+            t << TICK_SHIFT,
+            write,
+            OpClass::MatMul,
+            0x1234_5678_9abc_def0,
+        )
     }
 
     #[test]
@@ -252,7 +269,10 @@ mod tests {
         let r = Record::default();
         assert!(r.hit(0, &hit(5, 10, false)));
         assert!(r.hit(0, &hit(3, 20, true)));
-        assert!(!r.hit(1, &hit(9, 30, false)), "wrong epoch must be rejected");
+        assert!(
+            !r.hit(1, &hit(9, 30, false)),
+            "wrong epoch must be rejected"
+        );
         let s = r.read(0).stats();
         assert_eq!(s.accesses, 2);
         assert_eq!(s.last_seq, 5);
@@ -276,7 +296,10 @@ mod tests {
         let r = Record::default();
         r.swap_epoch(0, 0x1_0005);
         assert!(r.hit(0x1_0005, &hit(1, 1, false)));
-        assert!(r.hit(5, &hit(2, 2, false)), "epochs equal mod 2^16 share a tag");
+        assert!(
+            r.hit(5, &hit(2, 2, false)),
+            "epochs equal mod 2^16 share a tag"
+        );
         assert_eq!(r.read(5).stats().accesses, 2);
     }
 
@@ -296,7 +319,10 @@ mod tests {
 
     #[test]
     fn refcount_estimate_corrects_collisions() {
-        let mut s = AccessStats { refcount: 0, ..Default::default() };
+        let mut s = AccessStats {
+            refcount: 0,
+            ..Default::default()
+        };
         assert_eq!(s.refcount_estimate(), 0.0);
         s.refcount = 18;
         let e = s.refcount_estimate();

@@ -51,8 +51,12 @@ pub enum PinReason {
 }
 
 impl PinReason {
-    pub const ALL: [PinReason; 4] =
-        [PinReason::IpcExported, PinReason::HcclRegistered, PinReason::HostRegistered, PinReason::Opaque];
+    pub const ALL: [PinReason; 4] = [
+        PinReason::IpcExported,
+        PinReason::HcclRegistered,
+        PinReason::HostRegistered,
+        PinReason::Opaque,
+    ];
     pub const fn bit(self) -> u8 {
         1 << self as u8
     }
@@ -70,7 +74,9 @@ impl PinMask {
         self.0 != 0
     }
     pub fn iter(self) -> impl Iterator<Item = PinReason> {
-        PinReason::ALL.into_iter().filter(move |r| self.contains(*r))
+        PinReason::ALL
+            .into_iter()
+            .filter(move |r| self.contains(*r))
     }
 }
 
@@ -216,6 +222,10 @@ pub struct HeatConfig {
 
 impl Default for HeatConfig {
     fn default() -> Self {
-        HeatConfig { max_allocs: 1 << 18, max_ranges: 1 << 18, max_chunks: 1 << 19 }
+        HeatConfig {
+            max_allocs: 1 << 18,
+            max_ranges: 1 << 18,
+            max_chunks: 1 << 19,
+        }
     }
 }

@@ -36,7 +36,10 @@ pub(crate) fn slice<T: Zeroable>(n: usize) -> Option<Box<[T]>> {
         if p.is_null() {
             None
         } else {
-            Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n.max(1))))
+            Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                p,
+                n.max(1),
+            )))
         }
     }
 }

@@ -24,7 +24,10 @@ impl Belady {
             v.sort_unstable();
             v.dedup();
         }
-        Belady { uses, prefetch: PREFETCH_TICKS }
+        Belady {
+            uses,
+            prefetch: PREFETCH_TICKS,
+        }
     }
 
     /// `place` says Hbm for chunks used within `ticks` (as the predictive
@@ -49,20 +52,31 @@ impl Placement for Belady {
     fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
-        let mut v: Vec<(u64, Cand)> = cands.iter().map(|c| (self.next_use(now, c.key).unwrap_or(u64::MAX), *c)).collect();
+        let mut v: Vec<(u64, Cand)> = cands
+            .iter()
+            .map(|c| (self.next_use(now, c.key).unwrap_or(u64::MAX), *c))
+            .collect();
         // furthest next use first; among equals (never used again) clean first, then LRU
-        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
+        v.sort_unstable_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.dirty.cmp(&b.1.dirty))
+                .then(a.1.last.cmp(&b.1.last))
+                .then(a.1.key.cmp(&b.1.key))
+        });
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }
     }
 
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
-        self.next_use(now, key).is_some_and(|t| t <= now.saturating_add(w))
+        self.next_use(now, key)
+            .is_some_and(|t| t <= now.saturating_add(w))
     }
 
     fn place(&self, now: u64, key: u64) -> Option<Place> {
-        self.next_use(now, key).filter(|&t| t <= now.saturating_add(self.prefetch)).map(|_| Place::Hbm)
+        self.next_use(now, key)
+            .filter(|&t| t <= now.saturating_add(self.prefetch))
+            .map(|_| Place::Hbm)
     }
 }
 
@@ -73,13 +87,35 @@ mod tests {
     #[test]
     fn evicts_furthest_next_use_and_never_used_first() {
         // a: 1, 10   b: 2, 5   c: 3   d: 4, 7
-        let log = vec![(1, 0xa), (2, 0xb), (3, 0xc), (4, 0xd), (5, 0xb), (7, 0xd), (10, 0xa)];
+        let log = vec![
+            (1, 0xa),
+            (2, 0xb),
+            (3, 0xc),
+            (4, 0xd),
+            (5, 0xb),
+            (7, 0xd),
+            (10, 0xa),
+        ];
         let b = Belady::new(log);
-        let mut c: Vec<Cand> = [0xa, 0xb, 0xc, 0xd].iter().map(|&k| Cand { key: k, last: 0, dirty: false }).collect();
+        let mut c: Vec<Cand> = [0xa, 0xb, 0xc, 0xd]
+            .iter()
+            .map(|&k| Cand {
+                key: k,
+                last: 0,
+                dirty: false,
+            })
+            .collect();
         b.order(4, &mut c);
-        assert_eq!(c.iter().map(|c| c.key).collect::<Vec<_>>(), vec![0xc, 0xa, 0xd, 0xb]);
+        assert_eq!(
+            c.iter().map(|c| c.key).collect::<Vec<_>>(),
+            vec![0xc, 0xa, 0xd, 0xb]
+        );
         b.order(7, &mut c);
-        assert_eq!(c.iter().map(|c| c.key).collect::<Vec<_>>(), vec![0xb, 0xc, 0xd, 0xa], "never used again first");
+        assert_eq!(
+            c.iter().map(|c| c.key).collect::<Vec<_>>(),
+            vec![0xb, 0xc, 0xd, 0xa],
+            "never used again first"
+        );
         assert!(b.predicts(4, 0xb, 1) && !b.predicts(4, 0xa, 5) && b.predicts(4, 0xa, 6));
         assert!(!b.predicts(3, 0xc, 1000));
         assert_eq!(b.place(8, 0xa), Some(Place::Hbm));
@@ -99,7 +135,11 @@ mod tests {
                     p.order(t - 1, &mut res);
                     res.remove(0);
                 }
-                res.push(Cand { key: k, last: t, dirty: false });
+                res.push(Cand {
+                    key: k,
+                    last: t,
+                    dirty: false,
+                });
             }
             p.on_access(t, 0, &[k], &[false]);
         }
@@ -112,8 +152,14 @@ mod tests {
         for round in 0..20 {
             let mut log = Vec::new();
             for t in 1..=600u64 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let k = if x >> 62 == 0 { (x >> 40) % 40 } else { (x >> 40) % 12 };
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let k = if x >> 62 == 0 {
+                    (x >> 40) % 40
+                } else {
+                    (x >> 40) % 12
+                };
                 log.push((t, k));
             }
             let b = Belady::new(log.clone());
@@ -121,7 +167,10 @@ mod tests {
             let lru = faults(&super::super::Lru::new(), &log, 8);
             let pred = faults(&super::super::Predictive::new(), &log, 8);
             let mk = faults(&super::super::Markov::new(), &log, 8);
-            assert!(opt <= lru && opt <= pred && opt <= mk, "round {round}: belady {opt} lru {lru} predictive {pred} markov {mk}");
+            assert!(
+                opt <= lru && opt <= pred && opt <= mk,
+                "round {round}: belady {opt} lru {lru} predictive {pred} markov {mk}"
+            );
         }
     }
 }

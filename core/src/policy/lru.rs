@@ -43,6 +43,11 @@ impl Placement for Lru {
     }
 
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
-        self.last.lock().ok().and_then(|m| m.get(&key).copied()).map(|t| now.saturating_sub(t) < w).unwrap_or(false)
+        self.last
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).copied())
+            .map(|t| now.saturating_sub(t) < w)
+            .unwrap_or(false)
     }
 }

@@ -95,7 +95,14 @@ impl Default for Markov {
 impl Markov {
     /// H from the running median reuse distance.
     pub fn new() -> Markov {
-        Markov { inner: Mutex::new(Inner { chunks: KeyMap::default(), trans: [[0; 3]; 3], h: 0.0, fixed: false }) }
+        Markov {
+            inner: Mutex::new(Inner {
+                chunks: KeyMap::default(),
+                trans: [[0; 3]; 3],
+                h: 0.0,
+                fixed: false,
+            }),
+        }
     }
 
     /// A fixed H (ticks).
@@ -129,7 +136,13 @@ impl Placement for Markov {
         let g = &mut *g;
         for &k in keys {
             let Some(c) = g.chunks.get(&k).copied() else {
-                g.chunks.insert(k, Chunk { last: now, state: HOT });
+                g.chunks.insert(
+                    k,
+                    Chunk {
+                        last: now,
+                        state: HOT,
+                    },
+                );
                 continue;
             };
             if now <= c.last {
@@ -147,7 +160,13 @@ impl Placement for Markov {
             }
             let s = g.classify(d);
             g.trans[c.state as usize][s as usize] += 1;
-            g.chunks.insert(k, Chunk { last: now, state: s });
+            g.chunks.insert(
+                k,
+                Chunk {
+                    last: now,
+                    state: s,
+                },
+            );
         }
     }
 
@@ -158,17 +177,29 @@ impl Placement for Markov {
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
-        let Ok(g) = self.inner.lock() else { return lru_order(cands) };
+        let Ok(g) = self.inner.lock() else {
+            return lru_order(cands);
+        };
         let mut v: Vec<(u8, Cand)> = Vec::with_capacity(cands.len());
         for c in cands.iter() {
             let s = match g.chunks.get(&c.key) {
-                Some(ch) => g.predicted(now, &Chunk { last: ch.last.max(c.last), state: ch.state }),
+                Some(ch) => g.predicted(
+                    now,
+                    &Chunk {
+                        last: ch.last.max(c.last),
+                        state: ch.state,
+                    },
+                ),
                 None => COLD,
             };
             v.push((s, *c));
         }
         drop(g);
-        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
+        v.sort_unstable_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.last.cmp(&b.1.last))
+                .then(a.1.key.cmp(&b.1.key))
+        });
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }
@@ -178,8 +209,12 @@ impl Placement for Markov {
     /// 8H after it; Cold: not within 8H — "not soon", never predicted. True
     /// when the predicted interval meets (now, now + w].
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
-        let Ok(g) = self.inner.lock() else { return false };
-        let Some(c) = g.chunks.get(&key) else { return false };
+        let Ok(g) = self.inner.lock() else {
+            return false;
+        };
+        let Some(c) = g.chunks.get(&key) else {
+            return false;
+        };
         let (lo, hi) = match g.predicted(now, c) {
             HOT => (0.0, g.h),
             WARM => (g.h, WARM_SPAN * g.h),
@@ -235,10 +270,24 @@ mod tests {
             }
         }
         let now = t;
-        let mut c: Vec<Cand> = [1u64, 2, 3, 4].iter().map(|&k| Cand { key: k * MB2, last: now - k, dirty: false }).collect();
+        let mut c: Vec<Cand> = [1u64, 2, 3, 4]
+            .iter()
+            .map(|&k| Cand {
+                key: k * MB2,
+                last: now - k,
+                dirty: false,
+            })
+            .collect();
         m.order(now, &mut c);
-        assert_eq!(c.iter().map(|c| c.key / MB2).collect::<Vec<_>>(), vec![4, 3, 2, 1]);
-        assert_eq!(m.place(now, 4 * MB2), Some(Place::Nvme), "predicted cold bypasses DRAM");
+        assert_eq!(
+            c.iter().map(|c| c.key / MB2).collect::<Vec<_>>(),
+            vec![4, 3, 2, 1]
+        );
+        assert_eq!(
+            m.place(now, 4 * MB2),
+            Some(Place::Nvme),
+            "predicted cold bypasses DRAM"
+        );
         assert_eq!(m.place(now, 3 * MB2), None);
         assert_eq!(m.place(now, MB2), None);
         assert!(!m.predicts(now, 4 * MB2, 50));

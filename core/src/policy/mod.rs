@@ -109,7 +109,11 @@ pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
 /// watermarks for seed-heat; U3M_CALIB_S and U3M_WARMUP_S for predictive).
 pub fn by_config(cfg: &crate::config::Config) -> Option<Box<dyn Placement>> {
     match cfg.policy.as_str() {
-        "seed-heat" => Some(Box::new(SeedHeat::with(cfg.hbm_low, cfg.hbm_high, seed_heat::RECAL_S))),
+        "seed-heat" => Some(Box::new(SeedHeat::with(
+            cfg.hbm_low,
+            cfg.hbm_high,
+            seed_heat::RECAL_S,
+        ))),
         "predictive" => Some(Box::new(Predictive::with_params(cfg.calib_s, cfg.warmup_s))),
         other => by_name(other),
     }

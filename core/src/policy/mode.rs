@@ -55,7 +55,13 @@ impl Mode {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ModeEvent {
     /// Mode changed: (attention share, decode share) at the reference and now.
-    Switch { from: Mode, to: Mode, tick: u64, before: (f64, f64), after: (f64, f64) },
+    Switch {
+        from: Mode,
+        to: Mode,
+        tick: u64,
+        before: (f64, f64),
+        after: (f64, f64),
+    },
     /// A third switch within GUARD_S seconds: the mode stays `mode` for good.
     Locked { mode: Mode, tick: u64, secs: f64 },
 }
@@ -144,7 +150,11 @@ impl ModeDetector {
         }
         let a = self.attn as f64 / WINDOW as f64;
         // a window without attention decodes nothing: its decode share is 0
-        let d = Some(if self.attn > 0 { self.dec as f64 / self.attn as f64 } else { 0.0 });
+        let d = Some(if self.attn > 0 {
+            self.dec as f64 / self.attn as f64
+        } else {
+            0.0
+        });
         self.mm = 0;
         self.attn = 0;
         self.dec = 0;
@@ -165,19 +175,28 @@ impl ModeDetector {
             if self.est_n < ESTABLISH {
                 return None;
             }
-            let steady = spread(self.hist.iter().map(|h| h.0)) <= STEADY && spread(self.hist.iter().filter_map(|h| h.1)) <= STEADY;
+            let steady = spread(self.hist.iter().map(|h| h.0)) <= STEADY
+                && spread(self.hist.iter().filter_map(|h| h.1)) <= STEADY;
             if !steady && self.est_n < ESTABLISH * 8 {
                 return None;
             }
             let n = ESTABLISH as f64;
             let ra = self.hist.iter().map(|h| h.0).sum::<f64>() / n;
-            let (dn, dsum) = self.hist.iter().filter_map(|h| h.1).fold((0u32, 0.0), |(n, s), d| (n + 1, s + d));
+            let (dn, dsum) = self
+                .hist
+                .iter()
+                .filter_map(|h| h.1)
+                .fold((0u32, 0.0), |(n, s), d| (n + 1, s + d));
             let rd = (dn > 0).then(|| dsum / dn as f64);
             self.reference = Some((ra, rd));
             self.s_attn = Some(ra);
             self.s_dec = rd;
             if self.switches == 0 && !self.locked {
-                self.mode = if rd.unwrap_or(0.0) > 0.5 { Mode::Infer } else { Mode::Train };
+                self.mode = if rd.unwrap_or(0.0) > 0.5 {
+                    Mode::Infer
+                } else {
+                    Mode::Train
+                };
             }
             self.persist = 0;
             return None;
@@ -204,7 +223,11 @@ impl ModeDetector {
         // (incremental attention, KV-cache writes) is a real part of the
         // attention; a change that keeps the mode (prefill to decode, a new
         // sequence length) only moves the reference
-        let to = if sd.unwrap_or(0.0) > THRESHOLD { Mode::Infer } else { Mode::Train };
+        let to = if sd.unwrap_or(0.0) > THRESHOLD {
+            Mode::Infer
+        } else {
+            Mode::Train
+        };
         if to == self.mode {
             self.reference = None;
             self.est_n = 0;
@@ -212,7 +235,11 @@ impl ModeDetector {
         }
         if self.recent.iter().filter(|&&t| t > secs - GUARD_S).count() >= GUARD_N {
             self.locked = true;
-            return Some(ModeEvent::Locked { mode: self.mode, tick, secs });
+            return Some(ModeEvent::Locked {
+                mode: self.mode,
+                tick,
+                secs,
+            });
         }
         self.recent.rotate_left(1);
         self.recent[GUARD_N - 1] = secs;
@@ -221,7 +248,13 @@ impl ModeDetector {
         self.mode = to;
         self.reference = None;
         self.est_n = 0;
-        Some(ModeEvent::Switch { from, to: self.mode, tick, before: (ra, rd.unwrap_or(0.0)), after: (sa, sd.unwrap_or(0.0)) })
+        Some(ModeEvent::Switch {
+            from,
+            to: self.mode,
+            tick,
+            before: (ra, rd.unwrap_or(0.0)),
+            after: (sa, sd.unwrap_or(0.0)),
+        })
     }
 }
 
@@ -282,14 +315,27 @@ pub(crate) mod tests {
         }
         assert!(ev.is_empty());
         for s in 0..300 {
-            run(&mut d, &decode_step(4), &mut t, 30.0 + s as f64 * 0.1, &mut ev);
+            run(
+                &mut d,
+                &decode_step(4),
+                &mut t,
+                30.0 + s as f64 * 0.1,
+                &mut ev,
+            );
         }
         assert_eq!(ev.len(), 1, "{ev:?}");
         match ev[0] {
-            ModeEvent::Switch { from: Mode::Train, to: Mode::Infer, after, .. } => assert!(after.1 > 0.3),
+            ModeEvent::Switch {
+                from: Mode::Train,
+                to: Mode::Infer,
+                after,
+                ..
+            } => assert!(after.1 > 0.3),
             e => panic!("{e:?}"),
         }
-        assert!(ev[0].text(30.0).starts_with("predictive: mode train -> infer at tick "));
+        assert!(ev[0]
+            .text(30.0)
+            .starts_with("predictive: mode train -> infer at tick "));
         assert_eq!(d.mode, Mode::Infer);
     }
 
@@ -300,15 +346,31 @@ pub(crate) mod tests {
         let mut secs = 0.0;
         for phase in 0..8 {
             for _ in 0..20 {
-                let ops = if phase % 2 == 0 { train_step(4) } else { decode_step(8) };
+                let ops = if phase % 2 == 0 {
+                    train_step(4)
+                } else {
+                    decode_step(8)
+                };
                 run(&mut d, &ops, &mut t, secs, &mut ev);
                 secs += 0.25;
             }
         }
-        let switches = ev.iter().filter(|e| matches!(e, ModeEvent::Switch { .. })).count();
-        let locks = ev.iter().filter(|e| matches!(e, ModeEvent::Locked { .. })).count();
+        let switches = ev
+            .iter()
+            .filter(|e| matches!(e, ModeEvent::Switch { .. }))
+            .count();
+        let locks = ev
+            .iter()
+            .filter(|e| matches!(e, ModeEvent::Locked { .. }))
+            .count();
         assert_eq!((switches, locks), (2, 1), "{ev:?}");
-        assert!(matches!(ev[2], ModeEvent::Locked { mode: Mode::Train, .. }));
+        assert!(matches!(
+            ev[2],
+            ModeEvent::Locked {
+                mode: Mode::Train,
+                ..
+            }
+        ));
         assert!(d.locked);
     }
 
@@ -319,7 +381,11 @@ pub(crate) mod tests {
         let mut secs = 0.0;
         for phase in 0..5 {
             for _ in 0..20 {
-                let ops = if phase % 2 == 0 { train_step(4) } else { decode_step(8) };
+                let ops = if phase % 2 == 0 {
+                    train_step(4)
+                } else {
+                    decode_step(8)
+                };
                 run(&mut d, &ops, &mut t, secs, &mut ev);
                 secs += 2.0;
             }
@@ -333,7 +399,9 @@ pub(crate) mod tests {
     fn prefill_then_decode_then_training_switches_twice() {
         // serving as u3m synth writes it: per layer a KV-cache write (decode
         // class) and a prefill attention per request, then decode steps
-        let prefill: Vec<u8> = (0..4).flat_map(|_| [3, 0, 0, 0, 2, 1, 0, 4, 3, 0, 5, 0, 0, 4]).collect();
+        let prefill: Vec<u8> = (0..4)
+            .flat_map(|_| [3, 0, 0, 0, 2, 1, 0, 4, 3, 0, 5, 0, 0, 4])
+            .collect();
         let mut d = ModeDetector::new();
         let (mut t, mut ev) = (0, Vec::new());
         let mut secs = 0.0;
@@ -360,6 +428,10 @@ pub(crate) mod tests {
                 e => panic!("{e:?}"),
             })
             .collect();
-        assert_eq!(modes, vec![(Mode::Train, Mode::Infer), (Mode::Infer, Mode::Train)], "{ev:?}");
+        assert_eq!(
+            modes,
+            vec![(Mode::Train, Mode::Infer), (Mode::Infer, Mode::Train)],
+            "{ev:?}"
+        );
     }
 }

@@ -34,7 +34,12 @@ struct ClassCal {
 }
 
 impl ClassCal {
-    const FRESH: ClassCal = ClassCal { smoothing: SMOOTH_HIGH, fallback: false, predicted: 0, hits: 0 };
+    const FRESH: ClassCal = ClassCal {
+        smoothing: SMOOTH_HIGH,
+        fallback: false,
+        predicted: 0,
+        hits: 0,
+    };
 }
 
 struct Inner {
@@ -98,7 +103,11 @@ impl Inner {
 
     /// The workload's step: the dominant verified cycle (0: none yet).
     fn step(&self) -> u64 {
-        self.steps.iter().max_by_key(|e| e.1).filter(|e| e.1 >= 8).map_or(0, |e| e.0)
+        self.steps
+            .iter()
+            .max_by_key(|e| e.1)
+            .filter(|e| e.1 >= 8)
+            .map_or(0, |e| e.0)
     }
 
     fn push(&mut self, e: String) {
@@ -109,7 +118,9 @@ impl Inner {
 
     /// `w`: the window `predicts` asks about (None: for eviction order).
     fn expect(&self, now: u64, key: u64, last_hint: u64, w: Option<u64>) -> Expect {
-        let Some(c) = self.chunks.get(&key) else { return Expect::Unknown(last_hint) };
+        let Some(c) = self.chunks.get(&key) else {
+            return Expect::Unknown(last_hint);
+        };
         let last = c.last.max(last_hint);
         if c.n < 2 {
             return Expect::Unknown(last);
@@ -152,24 +163,32 @@ impl Inner {
             }
             let rate = cal.hits as f64 / cal.predicted as f64;
             let name = OpClass::from_u8(c as u8).map_or("?", |k| k.name());
-            let head =
-                format!("predictive: class {name} hit rate {rate:.3} ({}/{} predictions in {} s)", cal.hits, cal.predicted, self.calib_s);
+            let head = format!(
+                "predictive: class {name} hit rate {rate:.3} ({}/{} predictions in {} s)",
+                cal.hits, cal.predicted, self.calib_s
+            );
             if rate < HIT_TARGET {
                 if cal.fallback {
                     continue;
                 }
                 if cal.smoothing > SMOOTH_LOW {
                     self.cls[c].smoothing = SMOOTH_LOW;
-                    self.push(format!("{head} < {HIT_TARGET}; EMA smoothing {SMOOTH_HIGH} -> {SMOOTH_LOW}"));
+                    self.push(format!(
+                        "{head} < {HIT_TARGET}; EMA smoothing {SMOOTH_HIGH} -> {SMOOTH_LOW}"
+                    ));
                 } else {
                     self.cls[c].fallback = true;
-                    self.push(format!("{head} < {HIT_TARGET} at smoothing {SMOOTH_LOW}; class falls back to LRU"));
+                    self.push(format!(
+                        "{head} < {HIT_TARGET} at smoothing {SMOOTH_LOW}; class falls back to LRU"
+                    ));
                 }
             } else if cal.fallback {
                 // the model keeps predicting in the background: a class whose
                 // pattern settled earns its predictions back
                 self.cls[c].fallback = false;
-                self.push(format!("{head} >= {HIT_TARGET} in LRU fallback; predictions back on"));
+                self.push(format!(
+                    "{head} >= {HIT_TARGET} in LRU fallback; predictions back on"
+                ));
             }
         }
     }
@@ -184,8 +203,16 @@ impl Predictive {
     /// Calibration every `calib_s` seconds, `warmup_s` of re-warming after a
     /// mode switch.
     pub fn with_params(calib_s: f64, warmup_s: f64) -> Predictive {
-        let calib_s = if calib_s.is_finite() && calib_s > 0.0 { calib_s } else { 600.0 };
-        let warmup_s = if warmup_s.is_finite() && warmup_s >= 0.0 { warmup_s } else { 30.0 };
+        let calib_s = if calib_s.is_finite() && calib_s > 0.0 {
+            calib_s
+        } else {
+            600.0
+        };
+        let warmup_s = if warmup_s.is_finite() && warmup_s >= 0.0 {
+            warmup_s
+        } else {
+            30.0
+        };
         Predictive {
             inner: Mutex::new(Inner {
                 chunks: KeyMap::default(),
@@ -265,7 +292,11 @@ impl Placement for Predictive {
                     let sc = c.strict_cycle();
                     let cyc = c.cycle() as f64;
                     if cyc > 0.0 {
-                        g.typical = if g.typical == 0.0 { cyc } else { 0.99 * g.typical + 0.01 * cyc };
+                        g.typical = if g.typical == 0.0 {
+                            cyc
+                        } else {
+                            0.99 * g.typical + 0.01 * cyc
+                        };
                     }
                     if let Some(v) = sc {
                         note_step(&mut g.steps, v);
@@ -285,7 +316,9 @@ impl Placement for Predictive {
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
-        let Ok(g) = self.inner.lock() else { return super::lru_order(cands) };
+        let Ok(g) = self.inner.lock() else {
+            return super::lru_order(cands);
+        };
         let mut v: Vec<(u64, Cand)> = Vec::with_capacity(cands.len());
         for c in cands.iter() {
             let (at, modelled) = match g.expect(now, c.key, c.last, None) {
@@ -294,7 +327,11 @@ impl Placement for Predictive {
                 Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false),
                 // a chunk seen once is expected to behave like a typical one
                 // (a scan's chunks then leave before a loop's), or by its age
-                Expect::Unknown(last) => (now.saturating_add(now.saturating_sub(last)).max(last.saturating_add(g.typical as u64)), false),
+                Expect::Unknown(last) => (
+                    now.saturating_add(now.saturating_sub(last))
+                        .max(last.saturating_add(g.typical as u64)),
+                    false,
+                ),
             };
             // what evicting it costs: a clean chunk one transfer (back in
             // later), a dirty one two (out now, back in later) — so a clean
@@ -303,18 +340,32 @@ impl Placement for Predictive {
             // next 64 calls, where the order matters more than the copy-out,
             // are not weighted)
             let dist = at.saturating_sub(now);
-            v.push((if c.dirty || !modelled || dist <= 64 { dist } else { dist.saturating_mul(2) }, *c));
+            v.push((
+                if c.dirty || !modelled || dist <= 64 {
+                    dist
+                } else {
+                    dist.saturating_mul(2)
+                },
+                *c,
+            ));
         }
         drop(g);
         // furthest (cost-weighted) first; among equals a clean chunk, then LRU
-        v.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.dirty.cmp(&b.1.dirty)).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
+        v.sort_unstable_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.dirty.cmp(&b.1.dirty))
+                .then(a.1.last.cmp(&b.1.last))
+                .then(a.1.key.cmp(&b.1.key))
+        });
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }
     }
 
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
-        let Ok(g) = self.inner.lock() else { return false };
+        let Ok(g) = self.inner.lock() else {
+            return false;
+        };
         if !g.chunks.contains_key(&key) {
             return false;
         }
@@ -377,7 +428,14 @@ mod tests {
 
     /// (precision, recall) of `p.predicts(t, k, w)` against the future of
     /// `log` (tick, key) sampled every `every` ticks from `from`.
-    fn score(p: &dyn Placement, log: &[(u64, u64)], keys: &[u64], from: u64, every: u64, w: u64) -> (f64, f64) {
+    fn score(
+        p: &dyn Placement,
+        log: &[(u64, u64)],
+        keys: &[u64],
+        from: u64,
+        every: u64,
+        w: u64,
+    ) -> (f64, f64) {
         // the policy sees accesses up to t, then is asked about (t, t+w]
         let (mut tp, mut fp, mut fn_) = (0u64, 0u64, 0u64);
         let end = log.last().map_or(0, |e| e.0);
@@ -390,7 +448,10 @@ mod tests {
             }
             for &k in keys {
                 let pred = p.predicts(t, k, w);
-                let real = log[i..].iter().take_while(|e| e.0 <= t + w).any(|e| e.1 == k);
+                let real = log[i..]
+                    .iter()
+                    .take_while(|e| e.0 <= t + w)
+                    .any(|e| e.1 == k);
                 match (pred, real) {
                     (true, true) => tp += 1,
                     (true, false) => fp += 1,
@@ -400,7 +461,10 @@ mod tests {
             }
             t += every;
         }
-        (tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fn_).max(1) as f64)
+        (
+            tp as f64 / (tp + fp).max(1) as f64,
+            tp as f64 / (tp + fn_).max(1) as f64,
+        )
     }
 
     /// A training loop: `n` tensors of one chunk each, every one read in the
@@ -435,10 +499,20 @@ mod tests {
         let (pr, rc) = score(&p, &log, &keys, 4 * n, 7, 10);
         assert!(pr == 1.0 && rc == 1.0, "precision {pr} recall {rc}");
         // eviction: the chunk just used is needed furthest away
-        let mut c: Vec<Cand> = keys[..5].iter().map(|&k| Cand { key: k, last: 0, dirty: false }).collect();
+        let mut c: Vec<Cand> = keys[..5]
+            .iter()
+            .map(|&k| Cand {
+                key: k,
+                last: 0,
+                dirty: false,
+            })
+            .collect();
         let now = 20 * n; // key 49 was last; key 0 is next
         p.order(now, &mut c);
-        assert_eq!(c.iter().map(|c| c.key / MB2).collect::<Vec<_>>(), vec![4, 3, 2, 1, 0]);
+        assert_eq!(
+            c.iter().map(|c| c.key / MB2).collect::<Vec<_>>(),
+            vec![4, 3, 2, 1, 0]
+        );
     }
 
     #[test]
@@ -449,10 +523,16 @@ mod tests {
         for w in [5, 30, 100] {
             let p2 = Predictive::new();
             let (pr, rc) = score(&p2, &log, &keys, 4 * 3 * n, 11, w);
-            assert!(pr >= 0.99 && rc >= 0.99, "w {w}: precision {pr} recall {rc}");
+            assert!(
+                pr >= 0.99 && rc >= 0.99,
+                "w {w}: precision {pr} recall {rc}"
+            );
             if w < 79 {
                 let (lp, lr) = score(&Lru::new(), &log, &keys, 4 * 3 * n, 11, w);
-                assert!(lp < 0.9 * pr || lr < 0.9 * rc, "w {w}: lru {lp} {lr} is not worse");
+                assert!(
+                    lp < 0.9 * pr || lr < 0.9 * rc,
+                    "w {w}: lru {lp} {lr} is not worse"
+                );
             }
         }
     }
@@ -463,10 +543,18 @@ mod tests {
         for i in 0..1000u64 {
             p.on_access(i + 1, 9, &[i * MB2], &[false]);
         }
-        let predicted = (0..1000u64).filter(|&i| p.predicts(1000, i * MB2, 50)).count();
+        let predicted = (0..1000u64)
+            .filter(|&i| p.predicts(1000, i * MB2, 50))
+            .count();
         // only recency stands for keys seen once: the last 50
         assert_eq!(predicted, 50);
-        let mut c: Vec<Cand> = (0..10u64).map(|i| Cand { key: i * 100 * MB2, last: i * 100 + 1, dirty: false }).collect();
+        let mut c: Vec<Cand> = (0..10u64)
+            .map(|i| Cand {
+                key: i * 100 * MB2,
+                last: i * 100 + 1,
+                dirty: false,
+            })
+            .collect();
         p.order(1000, &mut c);
         assert_eq!(c[0].key, 0, "the oldest of a scan leaves first");
     }
@@ -486,8 +574,18 @@ mod tests {
                 p.on_access(t, 4, &[(100 + r * 6 + j) * MB2], &[true]);
             }
         }
-        let mut c: Vec<Cand> = (0..4u64).map(|k| Cand { key: k * MB2, last: t - 9 + k, dirty: false }).collect();
-        c.extend((0..4u64).map(|j| Cand { key: (100 + 99 * 6 + j) * MB2, last: t - 5 + j, dirty: true }));
+        let mut c: Vec<Cand> = (0..4u64)
+            .map(|k| Cand {
+                key: k * MB2,
+                last: t - 9 + k,
+                dirty: false,
+            })
+            .collect();
+        c.extend((0..4u64).map(|j| Cand {
+            key: (100 + 99 * 6 + j) * MB2,
+            last: t - 5 + j,
+            dirty: true,
+        }));
         p.order(t, &mut c);
         assert!(c[..4].iter().all(|c| c.key >= 100 * MB2), "{c:?}");
         assert!((0..4u64).all(|k| p.predicts(t, k * MB2, 10)));
@@ -503,7 +601,12 @@ mod tests {
         for _ in 0..30 {
             for c in train_step(4) {
                 t += 1;
-                p.on_access(t, c, &weights[(t % 8) as usize..(t % 8) as usize + 1], &[false]);
+                p.on_access(
+                    t,
+                    c,
+                    &weights[(t % 8) as usize..(t % 8) as usize + 1],
+                    &[false],
+                );
             }
             secs += 0.5;
             p.tick(secs, 0.5);
@@ -512,7 +615,12 @@ mod tests {
         for _ in 0..200 {
             for c in decode_step(4) {
                 t += 1;
-                p.on_access(t, c, &weights[(t % 8) as usize..(t % 8) as usize + 1], &[false]);
+                p.on_access(
+                    t,
+                    c,
+                    &weights[(t % 8) as usize..(t % 8) as usize + 1],
+                    &[false],
+                );
             }
             secs += 0.05;
             p.tick(secs, 0.5);
@@ -520,7 +628,10 @@ mod tests {
         let ev = events(&p);
         let modes: Vec<&String> = ev.iter().filter(|e| e.contains("mode")).collect();
         assert_eq!(modes.len(), 1, "{ev:?}");
-        assert!(modes[0].starts_with("predictive: mode train -> infer at tick") && modes[0].contains("re-warming 5 s"));
+        assert!(
+            modes[0].starts_with("predictive: mode train -> infer at tick")
+                && modes[0].contains("re-warming 5 s")
+        );
         assert_eq!(p.mode(), Some(("infer", false)));
     }
 
@@ -530,7 +641,11 @@ mod tests {
         let (mut t, mut secs) = (0u64, 0.0);
         for phase in 0..6 {
             for _ in 0..20 {
-                let ops = if phase % 2 == 0 { train_step(4) } else { decode_step(8) };
+                let ops = if phase % 2 == 0 {
+                    train_step(4)
+                } else {
+                    decode_step(8)
+                };
                 for c in ops {
                     t += 1;
                     p.on_access(t, c, &[(t % 16) * MB2], &[false]);
@@ -540,8 +655,14 @@ mod tests {
             }
         }
         let ev = events(&p);
-        let switches = ev.iter().filter(|e| e.starts_with("predictive: mode ") && e.contains(" -> ")).count();
-        let locks: Vec<&String> = ev.iter().filter(|e| e.starts_with("predictive: mode locked")).collect();
+        let switches = ev
+            .iter()
+            .filter(|e| e.starts_with("predictive: mode ") && e.contains(" -> "))
+            .count();
+        let locks: Vec<&String> = ev
+            .iter()
+            .filter(|e| e.starts_with("predictive: mode locked"))
+            .collect();
         assert_eq!((switches, locks.len()), (2, 1), "{ev:?}");
         assert!(locks[0].contains("thrash guard"));
         assert_eq!(p.mode(), Some(("train", true)));
@@ -557,7 +678,9 @@ mod tests {
         let mut ev = Vec::new();
         for period in 0..4 {
             for _ in 0..200 {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 p.on_access(t + 1 + (x >> 58), 11, &[7 * MB2], &[true]);
                 t += 100;
                 p.on_access(t, 0, &[100 * MB2], &[false]);
@@ -572,7 +695,11 @@ mod tests {
             assert_eq!(p.class_state(0), Some((SMOOTH_HIGH, false)), "{ev:?}");
         }
         assert_eq!(ev.len(), 2, "{ev:?}");
-        assert!(ev[0].starts_with("predictive: class other hit rate") && ev[0].contains("smoothing 0.9 -> 0.7"), "{ev:?}");
+        assert!(
+            ev[0].starts_with("predictive: class other hit rate")
+                && ev[0].contains("smoothing 0.9 -> 0.7"),
+            "{ev:?}"
+        );
         assert!(ev[1].contains("falls back to LRU"), "{ev:?}");
         // in fallback the class predicts by recency
         assert!(p.predicts(t, 7 * MB2, 100) && !p.predicts(t, 7 * MB2, 30));
@@ -583,7 +710,9 @@ mod tests {
         let p = Predictive::with_params(10.0, 30.0);
         let mut x = 1u64;
         for t in 1..500u64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             p.on_access(t * 8 + (x >> 61), 11, &[MB2], &[true]);
         }
         p.tick(9.9, 0.5);
@@ -620,7 +749,9 @@ mod tests {
                 }
             }
         }
-        let mut keys: Vec<u64> = (0..layers).flat_map(|l| (0..2 + 200 / 16).map(move |k| (l * 100 + k) * MB2)).collect();
+        let mut keys: Vec<u64> = (0..layers)
+            .flat_map(|l| (0..2 + 200 / 16).map(move |k| (l * 100 + k) * MB2))
+            .collect();
         keys.extend((0..layers).map(|l| (1000 + l) * MB2));
         let (pr, rc) = score(&p, &log, &keys, 200, 5, 12);
         assert!(pr >= 0.95 && rc >= 0.9, "precision {pr} recall {rc}");
@@ -640,7 +771,11 @@ mod tests {
                     p.order(t - 1, &mut res);
                     res.remove(0);
                 }
-                res.push(Cand { key: k, last: t, dirty: false });
+                res.push(Cand {
+                    key: k,
+                    last: t,
+                    dirty: false,
+                });
             }
             p.on_access(t, class, &[k], &[false]);
         }
@@ -682,17 +817,25 @@ mod tests {
 
     #[test]
     fn eviction_near_belady_ahead_of_lru_and_markov() {
-        for (name, log, cap) in
-            [("training", mixed_log(40, 30, 0), 30), ("decode", mixed_log(40, 0, 200), 20), ("mixed", mixed_log(40, 20, 300), 24)]
-        {
+        for (name, log, cap) in [
+            ("training", mixed_log(40, 30, 0), 30),
+            ("decode", mixed_log(40, 0, 200), 20),
+            ("mixed", mixed_log(40, 20, 300), 24),
+        ] {
             let plain: Vec<(u64, u64)> = log.iter().map(|e| (e.0, e.2)).collect();
             let opt = simulate(&super::super::Belady::new(plain), &log, cap);
             let pred = simulate(&Predictive::new(), &log, cap);
             let lru = simulate(&Lru::new(), &log, cap);
             let mk = simulate(&super::super::Markov::new(), &log, cap);
             eprintln!("{name}: faults belady {opt} predictive {pred} lru {lru} markov {mk}");
-            assert!(opt <= pred && pred as f64 <= 1.25 * opt as f64, "{name}: predictive {pred} vs belady {opt}");
-            assert!(pred < lru && pred < mk, "{name}: predictive {pred} lru {lru} markov {mk}");
+            assert!(
+                opt <= pred && pred as f64 <= 1.25 * opt as f64,
+                "{name}: predictive {pred} vs belady {opt}"
+            );
+            assert!(
+                pred < lru && pred < mk,
+                "{name}: predictive {pred} lru {lru} markov {mk}"
+            );
         }
     }
 
@@ -704,7 +847,11 @@ mod tests {
         keys.extend((0..20).filter(|k| k % 4 == 3).map(|k| (500 + k) * MB2));
         for w in [10u64, 50, 200] {
             let mut r = Vec::new();
-            for p in [&Predictive::new() as &dyn Placement, &Lru::new(), &super::super::Markov::new()] {
+            for p in [
+                &Predictive::new() as &dyn Placement,
+                &Lru::new(),
+                &super::super::Markov::new(),
+            ] {
                 // feed with classes, score like the replayer: every live chunk at sampling points
                 let (mut tp, mut fp, mut fn_) = (0u64, 0u64, 0u64);
                 let mut i = 0;
@@ -717,7 +864,10 @@ mod tests {
                     }
                     for &k in &keys {
                         let pred = p.predicts(t, k, w);
-                        let real = plain[i..].iter().take_while(|e| e.0 <= t + w).any(|e| e.1 == k);
+                        let real = plain[i..]
+                            .iter()
+                            .take_while(|e| e.0 <= t + w)
+                            .any(|e| e.1 == k);
                         match (pred, real) {
                             (true, true) => tp += 1,
                             (true, false) => fp += 1,
@@ -727,7 +877,11 @@ mod tests {
                     }
                     t += 13;
                 }
-                r.push((p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fn_).max(1) as f64));
+                r.push((
+                    p.name(),
+                    tp as f64 / (tp + fp).max(1) as f64,
+                    tp as f64 / (tp + fn_).max(1) as f64,
+                ));
             }
             eprintln!("w {w}: {r:?}");
             let (_, pr, rc) = r[0];
@@ -745,11 +899,20 @@ mod tests {
                 p.on_access(round * n + k + 1, 0, &[k * MB2], &[true]);
             }
         }
-        let mut c: Vec<Cand> = (0..n).map(|k| Cand { key: k * MB2, last: n + k + 1, dirty: true }).collect();
+        let mut c: Vec<Cand> = (0..n)
+            .map(|k| Cand {
+                key: k * MB2,
+                last: n + k + 1,
+                dirty: true,
+            })
+            .collect();
         let t0 = std::time::Instant::now();
         p.order(2 * n, &mut c);
         eprintln!("order of {n}: {:?}", t0.elapsed());
-        assert!(c.windows(2).all(|w| w[0].key > w[1].key), "furthest next use first");
+        assert!(
+            c.windows(2).all(|w| w[0].key > w[1].key),
+            "furthest next use first"
+        );
     }
 
     #[test]
@@ -773,7 +936,10 @@ mod tests {
         let keys = [999 * MB2];
         let (pr, rc) = score(&Predictive::new(), &log, &keys, 4 * 300, 3, 4);
         let (lp, lr) = score(&Lru::new(), &log, &keys, 4 * 300, 3, 4);
-        assert!(pr >= 0.95 && rc >= 0.95, "predictive {pr} {rc} (lru {lp} {lr})");
+        assert!(
+            pr >= 0.95 && rc >= 0.95,
+            "predictive {pr} {rc} (lru {lp} {lr})"
+        );
     }
 
     /// Development aid: precision/recall and faults of predictive, lru and
@@ -785,7 +951,9 @@ mod tests {
     fn eval_trace() {
         use crate::trace::{read_file, Body};
         use std::collections::HashMap;
-        let Ok(path) = std::env::var("U3M_EVAL_TRACE") else { return };
+        let Ok(path) = std::env::var("U3M_EVAL_TRACE") else {
+            return;
+        };
         let events = read_file(&path).expect("trace");
         // (tick, class, keys) per call; frees as (tick, keys)
         let mut calls: Vec<(u64, u8, Vec<u64>)> = Vec::new();
@@ -808,13 +976,26 @@ mod tests {
                     let b = sizes.remove(addr).unwrap_or(0);
                     frees.push((t, chunks(*addr, b)));
                 }
-                Body::Op { op_type, inputs, outputs } => {
-                    let mut k: Vec<u64> = inputs.iter().chain(outputs).flat_map(|r| chunks(r.addr, r.bytes)).collect();
+                Body::Op {
+                    op_type,
+                    inputs,
+                    outputs,
+                } => {
+                    let mut k: Vec<u64> = inputs
+                        .iter()
+                        .chain(outputs)
+                        .flat_map(|r| chunks(r.addr, r.bytes))
+                        .collect();
                     k.sort_unstable();
                     k.dedup();
                     calls.push((t, OpClass::of(op_type) as u8, k));
                 }
-                Body::Copy { kind, dst, src, bytes } => {
+                Body::Copy {
+                    kind,
+                    dst,
+                    src,
+                    bytes,
+                } => {
                     let mut k = Vec::new();
                     if kind.dst_on_device() {
                         k.extend(chunks(*dst, *bytes));
@@ -836,18 +1017,29 @@ mod tests {
             }
         }
         let end = calls.len() as u64;
-        let secs_per_tick: f64 = std::env::var("U3M_EVAL_SPT").ok().and_then(|v| v.parse().ok()).unwrap_or(0.001);
+        let secs_per_tick: f64 = std::env::var("U3M_EVAL_SPT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.001);
         eprintln!("{path}: {} calls, {} chunks", end, uses.len());
         for w in [10u64, 100, 1000] {
             let mut line = format!("W={w}:");
-            let pols: Vec<Box<dyn Placement>> =
-                vec![Box::new(Predictive::with_params(60.0, 5.0)), Box::new(Lru::new()), Box::new(super::super::Markov::new())];
+            let pols: Vec<Box<dyn Placement>> = vec![
+                Box::new(Predictive::with_params(60.0, 5.0)),
+                Box::new(Lru::new()),
+                Box::new(super::super::Markov::new()),
+            ];
             for p in &pols {
                 let (mut tp, mut fp, mut fnn) = (0u64, 0u64, 0u64);
                 let mut live: std::collections::BTreeSet<u64> = Default::default();
                 let (mut i, mut f) = (0usize, 0usize);
                 let every = (end / 400).max(1);
-                let envu = |n: &str, d: u64| std::env::var(n).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+                let envu = |n: &str, d: u64| {
+                    std::env::var(n)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(d)
+                };
                 let (from, to) = (envu("U3M_EVAL_FROM", 0), envu("U3M_EVAL_TO", u64::MAX));
                 let mut t = every;
                 while t + w <= end {
@@ -900,8 +1092,12 @@ mod tests {
                     }
                     t += every;
                 }
-                line +=
-                    &format!("  {} P {:.3} R {:.3}", p.name(), tp as f64 / (tp + fp).max(1) as f64, tp as f64 / (tp + fnn).max(1) as f64);
+                line += &format!(
+                    "  {} P {:.3} R {:.3}",
+                    p.name(),
+                    tp as f64 / (tp + fp).max(1) as f64,
+                    tp as f64 / (tp + fnn).max(1) as f64
+                );
                 if w == 10 {
                     let mut ev = Vec::new();
                     p.drain_events(&mut ev);
@@ -913,9 +1109,15 @@ mod tests {
             eprintln!("{line}");
         }
         // faults at a capacity of a fraction of the chunks
-        let flat: Vec<(u64, u8, u64)> = calls.iter().flat_map(|(t, c, ks)| ks.iter().map(move |&k| (*t, *c, k))).collect();
+        let flat: Vec<(u64, u8, u64)> = calls
+            .iter()
+            .flat_map(|(t, c, ks)| ks.iter().map(move |&k| (*t, *c, k)))
+            .collect();
         let plain: Vec<(u64, u64)> = flat.iter().map(|e| (e.0, e.2)).collect();
-        let cap = std::env::var("U3M_EVAL_CAP").ok().and_then(|v| v.parse().ok()).unwrap_or(uses.len() * 2 / 3);
+        let cap = std::env::var("U3M_EVAL_CAP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(uses.len() * 2 / 3);
         let sim = |p: &dyn Placement| -> u64 {
             let mut res: Vec<Cand> = Vec::new();
             let mut faults = 0;
@@ -934,7 +1136,11 @@ mod tests {
                             res.remove(pos);
                         }
                     }
-                    res.push(Cand { key: k, last: *t, dirty: false });
+                    res.push(Cand {
+                        key: k,
+                        last: *t,
+                        dirty: false,
+                    });
                 }
                 p.on_access(*t, *cl, ks, &vec![false; ks.len()]);
                 k0 += 1;

@@ -140,7 +140,9 @@ impl ChunkModel {
             return None;
         }
         let d = (now - self.last).min(u32::MAX as u64) as u32;
-        let scored = self.prediction().map(|(p, tol)| (self.class, now.abs_diff(p) <= tol as u64));
+        let scored = self
+            .prediction()
+            .map(|(p, tol)| (self.class, now.abs_diff(p) <= tol as u64));
         self.iv[self.head as usize] = d;
         self.head = ((self.head as usize + 1) % RING) as u8;
         self.last = now;
@@ -178,8 +180,13 @@ impl ChunkModel {
             // had time to show a new one
             self.outliers += 1;
         } else {
-            let (m, obs) = if found > 0 { (found, cycle as f32) } else { (1, d as f32) };
-            let regime_change = found > 0 && (!self.strict || self.m as usize != m || (obs - self.mean).abs() > obs / 8.0);
+            let (m, obs) = if found > 0 {
+                (found, cycle as f32)
+            } else {
+                (1, d as f32)
+            };
+            let regime_change = found > 0
+                && (!self.strict || self.m as usize != m || (obs - self.mean).abs() > obs / 8.0);
             if self.m == 0 || regime_change || (found == 0 && self.strict) {
                 self.mean = obs;
                 self.trend = 0.0;

@@ -49,13 +49,21 @@ impl SeedHeat {
             low,
             high,
             recal_s: recal_s.max(0.001),
-            th: Mutex::new(Thresholds { hbm: SEED_HBM, dram: SEED_DRAM, next_recal: recal_s, events: Vec::new() }),
+            th: Mutex::new(Thresholds {
+                hbm: SEED_HBM,
+                dram: SEED_DRAM,
+                next_recal: recal_s,
+                events: Vec::new(),
+            }),
         }
     }
 
     /// The current (HBM, DRAM) thresholds.
     pub fn thresholds(&self) -> (f64, f64) {
-        self.th.lock().map(|t| (t.hbm, t.dram)).unwrap_or((SEED_HBM, SEED_DRAM))
+        self.th
+            .lock()
+            .map(|t| (t.hbm, t.dram))
+            .unwrap_or((SEED_HBM, SEED_DRAM))
     }
 
     fn heat_of(&self, key: u64) -> Option<f64> {
@@ -77,9 +85,15 @@ impl Placement for SeedHeat {
     fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
 
     fn order(&self, _now: u64, cands: &mut [Cand]) {
-        let Some(h) = self.heat.get() else { return lru_order(cands) };
+        let Some(h) = self.heat.get() else {
+            return lru_order(cands);
+        };
         let mut keyed: Vec<(f64, Cand)> = cands.iter().map(|c| (h(c.key), *c)).collect();
-        keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.last.cmp(&b.1.last)).then(a.1.key.cmp(&b.1.key)));
+        keyed.sort_unstable_by(|a, b| {
+            a.0.total_cmp(&b.0)
+                .then(a.1.last.cmp(&b.1.last))
+                .then(a.1.key.cmp(&b.1.key))
+        });
         for (k, (_, c)) in keyed.into_iter().enumerate() {
             cands[k] = c;
         }
@@ -174,7 +188,10 @@ mod tests {
         assert_eq!(p.thresholds(), (SEED_HBM, SEED_DRAM));
         p.tick(30.0, 0.95); // above high: raise
         let (h, d) = p.thresholds();
-        assert!((h - 1.0).abs() < 1e-9 && (d - 0.375).abs() < 1e-9, "{h} {d}");
+        assert!(
+            (h - 1.0).abs() < 1e-9 && (d - 0.375).abs() < 1e-9,
+            "{h} {d}"
+        );
         assert_eq!(p.place(0, 900), Some(Place::Dram), "0.9 is no longer hot");
         p.tick(45.0, 0.10); // within the period: nothing
         assert_eq!(p.thresholds().0, h);
@@ -196,9 +213,21 @@ mod tests {
         let p = SeedHeat::new();
         with_heat(&p);
         let mut c = vec![
-            Cand { key: 500, last: 1, dirty: false },
-            Cand { key: 100, last: 9, dirty: true },
-            Cand { key: 100 + 0, last: 3, dirty: false },
+            Cand {
+                key: 500,
+                last: 1,
+                dirty: false,
+            },
+            Cand {
+                key: 100,
+                last: 9,
+                dirty: true,
+            },
+            Cand {
+                key: 100 + 0,
+                last: 3,
+                dirty: false,
+            },
         ];
         c[2].key = 100; // equal heat: least recent first
         p.order(0, &mut c);

@@ -453,7 +453,10 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
 /// compile-time literals at every call site and tests cover them).
 pub fn field_index(key: &str) -> usize {
-    DEVICE_FIELDS.iter().position(|f| f.key == key).unwrap_or_else(|| panic!("unknown device field {key}"))
+    DEVICE_FIELDS
+        .iter()
+        .position(|f| f.key == key)
+        .unwrap_or_else(|| panic!("unknown device field {key}"))
 }
 
 #[cfg(test)]
@@ -530,6 +533,9 @@ mod tests {
         }
         assert_eq!(EventKind::from_u16(0), None);
         assert_eq!(EventKind::from_u16(999), None);
-        assert_eq!(unpack_meta(pack_meta(7, NO_DEVICE_WIRE, 80)), (7, NO_DEVICE_WIRE, 80));
+        assert_eq!(
+            unpack_meta(pack_meta(7, NO_DEVICE_WIRE, 80)),
+            (7, NO_DEVICE_WIRE, 80)
+        );
     }
 }

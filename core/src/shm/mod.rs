@@ -40,7 +40,9 @@ pub fn config_pairs(text: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
     for word in text.split_whitespace() {
         match word.split_once('=') {
-            Some((k, v)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') => {
+            Some((k, v))
+                if !k.is_empty() && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
                 out.push((k.to_string(), v.to_string()))
             }
             _ => {
@@ -79,10 +81,15 @@ pub fn unix_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer; clock ids are constants the kernel knows.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
 }
 
 /// Start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22),
@@ -129,7 +136,10 @@ pub struct ShortText {
 
 impl ShortText {
     pub const fn new() -> Self {
-        ShortText { buf: [0; layout::EVENT_TEXT_LEN], len: 0 }
+        ShortText {
+            buf: [0; layout::EVENT_TEXT_LEN],
+            len: 0,
+        }
     }
     pub fn as_str(&self) -> &str {
         // Only whole characters are ever copied in.
@@ -237,11 +247,23 @@ mod unit_tests {
 
     #[test]
     fn config_text_in_lines_or_words() {
-        let p = |t: &str| config_pairs(t).into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>();
-        assert_eq!(p("U3M_MODE=observe\nU3M_MIN_BYTES=2M\n"), ["U3M_MODE=observe", "U3M_MIN_BYTES=2M"]);
+        let p = |t: &str| {
+            config_pairs(t)
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            p("U3M_MODE=observe\nU3M_MIN_BYTES=2M\n"),
+            ["U3M_MODE=observe", "U3M_MIN_BYTES=2M"]
+        );
         assert_eq!(
             p("mode=observe U3M_TRACE=/tmp/my trace.u3mt U3M_LOG=info"),
-            ["mode=observe", "U3M_TRACE=/tmp/my trace.u3mt", "U3M_LOG=info"]
+            [
+                "mode=observe",
+                "U3M_TRACE=/tmp/my trace.u3mt",
+                "U3M_LOG=info"
+            ]
         );
         assert_eq!(p("stray words first"), Vec::<String>::new());
         assert_eq!(p("K=a=b"), ["K=a=b"]);

@@ -69,7 +69,12 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u32, PathBuf)>> {
         let ent = ent?;
         let name = ent.file_name();
         let Some(name) = name.to_str() else { continue };
-        let Some(pid) = name.strip_prefix(FILE_PREFIX).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = name
+            .strip_prefix(FILE_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
         if pid == 0 || !ent.file_type().map(|t| t.is_file()).unwrap_or(false) {
             continue;
         }
@@ -128,7 +133,10 @@ impl SegmentReader {
             return Err(if size == 0 {
                 OpenError::NotReady
             } else {
-                OpenError::TooSmall { size, need: SEGMENT_SIZE as u64 }
+                OpenError::TooSmall {
+                    size,
+                    need: SEGMENT_SIZE as u64,
+                }
             });
         }
         // Map the header first: a future major may be smaller or larger.
@@ -136,7 +144,14 @@ impl SegmentReader {
         let (magic, major, minor, total) = {
             // SAFETY: read-only shared mapping of an open file of >= hdr_len bytes.
             let p = unsafe {
-                libc::mmap(std::ptr::null_mut(), hdr_len, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0)
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    hdr_len,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                )
             };
             if p == libc::MAP_FAILED {
                 return Err(OpenError::Io(io::Error::last_os_error()));
@@ -159,17 +174,30 @@ impl SegmentReader {
             return Err(OpenError::Version { major, minor });
         }
         if total < SEGMENT_SIZE as u64 || size < total {
-            return Err(OpenError::TooSmall { size, need: total.max(SEGMENT_SIZE as u64) });
+            return Err(OpenError::TooSmall {
+                size,
+                need: total.max(SEGMENT_SIZE as u64),
+            });
         }
         // SAFETY: as above; the file holds at least SEGMENT_SIZE bytes.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), SEGMENT_SIZE, libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                SEGMENT_SIZE,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(OpenError::Io(io::Error::last_os_error()));
         }
         // SAFETY: non-null mapping.
-        let r = SegmentReader { seg: unsafe { NonNull::new_unchecked(p.cast()) }, path: path.to_path_buf() };
+        let r = SegmentReader {
+            seg: unsafe { NonNull::new_unchecked(p.cast()) },
+            path: path.to_path_buf(),
+        };
         let h = &r.seg().header;
         if h.max_devices as usize != MAX_DEVICES
             || h.max_hooks as usize != MAX_HOOKS
@@ -256,25 +284,42 @@ impl SegmentReader {
     pub fn snapshot(&self) -> Snapshot {
         let seg = self.seg();
         let h = &seg.header;
-        let hook_names: Vec<String> =
-            seg.names.hook_names[..(h.n_hook_names as usize).min(MAX_HOOKS)].iter().map(|n| name_from(n)).collect();
-        let class_names: Vec<String> =
-            seg.names.class_names[..(h.n_class_names as usize).min(MAX_CLASSES)].iter().map(|n| name_from(n)).collect();
+        let hook_names: Vec<String> = seg.names.hook_names
+            [..(h.n_hook_names as usize).min(MAX_HOOKS)]
+            .iter()
+            .map(|n| name_from(n))
+            .collect();
+        let class_names: Vec<String> = seg.names.class_names
+            [..(h.n_class_names as usize).min(MAX_CLASSES)]
+            .iter()
+            .map(|n| name_from(n))
+            .collect();
         let mut calls = Vec::new();
         for (id, c) in seg.calls.count.iter().enumerate() {
             let count = c.load(Relaxed);
             let name = hook_names.get(id).cloned();
             if count != 0 || name.is_some() {
-                calls.push(CallCount { id, name: name.unwrap_or_else(|| format!("hook#{id}")), count });
+                calls.push(CallCount {
+                    id,
+                    name: name.unwrap_or_else(|| format!("hook#{id}")),
+                    count,
+                });
             }
         }
         let mut devices = Vec::new();
         for (i, g) in seg.devices.iter().enumerate() {
-            let values: Vec<u64> = DEVICE_FIELDS.iter().map(|f| (f.get)(g).load(Relaxed)).collect();
+            let values: Vec<u64> = DEVICE_FIELDS
+                .iter()
+                .map(|f| (f.get)(g).load(Relaxed))
+                .collect();
             if g.present.load(Relaxed) == 0 && values.iter().all(|&v| v == 0) {
                 continue;
             }
-            devices.push(DeviceSnapshot { index: i, values, monitor: MonitorSnapshot::load(g) });
+            devices.push(DeviceSnapshot {
+                index: i,
+                values,
+                monitor: MonitorSnapshot::load(g),
+            });
         }
         let (hot, hot_published_ns) = self.hot().unwrap_or_default();
         Snapshot {
@@ -374,7 +419,11 @@ fn read_slot(slot: &EventSlot, q: u64) -> SlotRead {
     let want = 2 * q + 2;
     let s1 = slot.stamp.load(Acquire);
     if s1 != want {
-        return if s1 > want { SlotRead::Newer } else { SlotRead::Pending };
+        return if s1 > want {
+            SlotRead::Newer
+        } else {
+            SlotRead::Pending
+        };
     }
     let time_ns = slot.time_ns.load(Relaxed);
     let meta = slot.meta.load(Relaxed);
@@ -391,7 +440,11 @@ fn read_slot(slot: &EventSlot, q: u64) -> SlotRead {
         seq: q,
         time_ns,
         kind,
-        device: if device == NO_DEVICE_WIRE { None } else { Some(device) },
+        device: if device == NO_DEVICE_WIRE {
+            None
+        } else {
+            Some(device)
+        },
         addr,
         len,
         value,
@@ -410,7 +463,10 @@ pub struct EventCursor {
 
 impl EventCursor {
     pub fn from(seq: u64) -> Self {
-        EventCursor { next: seq, stuck_at: None }
+        EventCursor {
+            next: seq,
+            stuck_at: None,
+        }
     }
 }
 
@@ -475,7 +531,11 @@ impl MonitorSnapshot {
         let ms = g.monitor_oom_ms.load(Relaxed);
         MonitorSnapshot {
             level: Level::from_u64(g.monitor_level.load(Relaxed)),
-            seconds_to_oom: if ms == u64::MAX { None } else { Some(ms as f64 / 1000.0) },
+            seconds_to_oom: if ms == u64::MAX {
+                None
+            } else {
+                Some(ms as f64 / 1000.0)
+            },
             use_fraction: g.monitor_use_ppm.load(Relaxed) as f64 / 1e6,
             growth_bps: g.monitor_growth_bps.load(Relaxed) as i64,
             updated_ns: g.monitor_updated_ns.load(Relaxed),
@@ -527,7 +587,12 @@ impl Snapshot {
     pub fn class_list(&self, mask: u64) -> Vec<String> {
         (0..64)
             .filter(|b| mask & (1u64 << b) != 0)
-            .map(|b| self.class_names.get(b).cloned().unwrap_or_else(|| format!("class#{b}")))
+            .map(|b| {
+                self.class_names
+                    .get(b)
+                    .cloned()
+                    .unwrap_or_else(|| format!("class#{b}"))
+            })
             .collect()
     }
 

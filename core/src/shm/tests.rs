@@ -58,7 +58,12 @@ const HOOKS: &[&str] = &["aclrtMalloc", "aclrtFree", "aclrtMemcpy", "aclopExecut
 const CLASSES: &[&str] = &["matmul", "norm", "attention"];
 
 fn create(dir: &Path, config: &str) -> StatsSegment {
-    let cfg = SegmentConfig { dir: dir.to_path_buf(), config_text: config, hook_names: HOOKS, class_names: CLASSES };
+    let cfg = SegmentConfig {
+        dir: dir.to_path_buf(),
+        config_text: config,
+        hook_names: HOOKS,
+        class_names: CLASSES,
+    };
     StatsSegment::create(&cfg).expect("create segment")
 }
 
@@ -91,7 +96,15 @@ fn create_writes_a_0600_file_that_reads_back() {
     mon.observe(0, 62 << 30, 64 << 30);
     seg.publish_monitor(1, &mon.status());
     let hot = [
-        HotEntry { addr: 0x1000_0000, len: 2 << 20, device: 1, accesses: 40, heat: 0.9, class_mask: 0b101, last_ns: 5 },
+        HotEntry {
+            addr: 0x1000_0000,
+            len: 2 << 20,
+            device: 1,
+            accesses: 40,
+            heat: 0.9,
+            class_mask: 0b101,
+            last_ns: 5,
+        },
         HotEntry {
             addr: 0x2000_0000,
             len: 4 << 20,
@@ -111,7 +124,10 @@ fn create_writes_a_0600_file_that_reads_back() {
     assert_eq!(s.layout, (LAYOUT_MAJOR, LAYOUT_MINOR));
     assert_eq!(s.writer_version, crate::VERSION);
     assert!(!s.exiting);
-    assert_eq!(s.config_pairs()[1], ("U3M_MIN_BYTES".to_string(), "2097152".to_string()));
+    assert_eq!(
+        s.config_pairs()[1],
+        ("U3M_MIN_BYTES".to_string(), "2097152".to_string())
+    );
     assert_eq!(s.devices.len(), 1, "only touched devices are listed");
     let d = &s.devices[0];
     assert_eq!(d.index, 1);
@@ -128,7 +144,13 @@ fn create_writes_a_0600_file_that_reads_back() {
     let calls: Vec<(&str, u64)> = s.calls.iter().map(|c| (c.name.as_str(), c.count)).collect();
     assert_eq!(
         calls,
-        vec![("aclrtMalloc", 2), ("aclrtFree", 0), ("aclrtMemcpy", 0), ("aclopExecuteV2", 1), ("hook#200", 1)]
+        vec![
+            ("aclrtMalloc", 2),
+            ("aclrtFree", 0),
+            ("aclrtMemcpy", 0),
+            ("aclopExecuteV2", 1),
+            ("hook#200", 1)
+        ]
     );
     assert_eq!(s.calls_overflow, 1);
     assert_eq!(s.hot, hot.to_vec());
@@ -192,13 +214,22 @@ fn events_read_back_in_order_with_text_cut_at_a_char_boundary() {
         (TIER_HBM as u64) << 8 | TIER_DRAM as u64,
         &long,
     );
-    seg.event(EventKind::ConfigError, NO_DEVICE, 0, 0, "U3M_HBM_HIGH=2: not a fraction in (0,1]");
+    seg.event(
+        EventKind::ConfigError,
+        NO_DEVICE,
+        0,
+        0,
+        "U3M_HBM_HIGH=2: not a fraction in (0,1]",
+    );
     seg.event(EventKind::Free, 70_000, 1, 2, ""); // device out of range -> none
     let t = r.tail(&mut cur, 100);
     assert_eq!(t.lost, 0);
     assert_eq!(t.events.len(), 3);
     let e = &t.events[0];
-    assert_eq!((e.kind(), e.device, e.addr, e.len, e.value), (Some(EventKind::Migrate), Some(2), 0xabc000, 2 << 20, 1));
+    assert_eq!(
+        (e.kind(), e.device, e.addr, e.len, e.value),
+        (Some(EventKind::Migrate), Some(2), 0xabc000, 2 << 20, 1)
+    );
     assert_eq!(e.time_ns, seg.start_mono_ns() + 5);
     assert_eq!(e.text, "é".repeat(40));
     assert_eq!(t.events[1].kind_name(), "config-error");
@@ -230,7 +261,10 @@ fn overrun_is_reported_as_a_sequence_gap() {
     seg.event(EventKind::Free, 0, 3, 1, "");
     let t = r.tail(&mut cur, 2);
     assert_eq!((t.skipped, t.lost), (1, 0));
-    assert_eq!(t.events.iter().map(|e| e.addr).collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(
+        t.events.iter().map(|e| e.addr).collect::<Vec<_>>(),
+        vec![2, 3]
+    );
 }
 
 #[test]
@@ -269,7 +303,15 @@ fn concurrent_writers_and_reader_never_see_a_torn_record() {
                     text.clear();
                     use std::fmt::Write;
                     let _ = write!(text, "{addr:x}-{}", "x".repeat((i % 50) as usize));
-                    seg.event_at(addr ^ 0x5555, EventKind::Alloc, t as u32, addr, !addr, addr.wrapping_mul(31), &text);
+                    seg.event_at(
+                        addr ^ 0x5555,
+                        EventKind::Alloc,
+                        t as u32,
+                        addr,
+                        !addr,
+                        addr.wrapping_mul(31),
+                        &text,
+                    );
                 }
             })
         })
@@ -285,7 +327,11 @@ fn concurrent_writers_and_reader_never_see_a_torn_record() {
         assert_eq!(e.value, e.addr.wrapping_mul(31), "torn value {e:?}");
         assert_eq!(e.time_ns, e.addr ^ 0x5555, "torn time {e:?}");
         assert_eq!(e.device, Some(t as u16), "torn device {e:?}");
-        assert_eq!(e.text, format!("{:x}-{}", e.addr, "x".repeat((i % 50) as usize)), "torn text");
+        assert_eq!(
+            e.text,
+            format!("{:x}-{}", e.addr, "x".repeat((i % 50) as usize)),
+            "torn text"
+        );
         if let Some(p) = last[t as usize] {
             assert!(i > p, "per-thread order broken: {p} then {i}");
         }
@@ -315,9 +361,15 @@ fn concurrent_writers_and_reader_never_see_a_torn_record() {
     let total = THREADS * PER;
     let dropped = r.snapshot().events_dropped;
     assert_eq!(r.event_head(), total + start_events);
-    assert_eq!(read + lost, total, "every sequence number is read or counted lost");
+    assert_eq!(
+        read + lost,
+        total,
+        "every sequence number is read or counted lost"
+    );
     assert!(read > 0);
-    eprintln!("stress: {read} read, {lost} lost (of which {dropped} dropped by writers) of {total}");
+    eprintln!(
+        "stress: {read} read, {lost} lost (of which {dropped} dropped by writers) of {total}"
+    );
 }
 
 #[test]
@@ -327,21 +379,35 @@ fn reader_rejects_foreign_and_future_files() {
     std::fs::write(&p, b"").unwrap();
     assert!(matches!(SegmentReader::open(&p), Err(OpenError::NotReady)));
     std::fs::write(&p, vec![0u8; 100]).unwrap();
-    assert!(matches!(SegmentReader::open(&p), Err(OpenError::TooSmall { .. })));
+    assert!(matches!(
+        SegmentReader::open(&p),
+        Err(OpenError::TooSmall { .. })
+    ));
     std::fs::write(&p, vec![7u8; SEGMENT_SIZE]).unwrap();
-    assert!(matches!(SegmentReader::open(&p), Err(OpenError::BadMagic(_))));
+    assert!(matches!(
+        SegmentReader::open(&p),
+        Err(OpenError::BadMagic(_))
+    ));
 
     let seg = create(&dir, "");
-    let f = std::fs::OpenOptions::new().write(true).open(seg.path()).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(seg.path())
+        .unwrap();
     f.write_all_at(&2u32.to_le_bytes(), 8).unwrap();
-    let e = SegmentReader::open(seg.path()).err().expect("layout 2 refused");
+    let e = SegmentReader::open(seg.path())
+        .err()
+        .expect("layout 2 refused");
     assert!(matches!(e, OpenError::Version { major: 2, minor: 0 }));
     assert!(e.to_string().contains("layout 2.0"), "{e}");
     f.write_all_at(&1u32.to_le_bytes(), 8).unwrap();
     f.write_all_at(&7u32.to_le_bytes(), 12).unwrap(); // a newer minor is fine
     assert!(SegmentReader::open(seg.path()).is_ok());
     f.write_all_at(&8u32.to_le_bytes(), 100).unwrap(); // max_hooks
-    assert!(matches!(SegmentReader::open(seg.path()), Err(OpenError::Geometry(_))));
+    assert!(matches!(
+        SegmentReader::open(seg.path()),
+        Err(OpenError::Geometry(_))
+    ));
 }
 
 #[test]
@@ -349,8 +415,15 @@ fn liveness_tells_dead_and_reused_pids() {
     let me = std::process::id();
     let ticks = proc_start(me).unwrap().0;
     assert_eq!(liveness(me, ticks), Liveness::Alive);
-    assert_eq!(liveness(me, 0), Liveness::Alive, "unknown start time: trust kill()");
-    assert_eq!(liveness(me, ticks + 1), Liveness::Dead("pid now belongs to another process"));
+    assert_eq!(
+        liveness(me, 0),
+        Liveness::Alive,
+        "unknown start time: trust kill()"
+    );
+    assert_eq!(
+        liveness(me, ticks + 1),
+        Liveness::Dead("pid now belongs to another process")
+    );
     // A child that exited and was reaped.
     let mut c = std::process::Command::new("true").spawn().unwrap();
     let pid = c.id();
@@ -365,7 +438,10 @@ fn liveness_tells_dead_and_reused_pids() {
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    assert_eq!(liveness(pid, 0), Liveness::Dead("process has exited (zombie)"));
+    assert_eq!(
+        liveness(pid, 0),
+        Liveness::Dead("process has exited (zombie)")
+    );
     drop(c);
 }
 
@@ -376,14 +452,21 @@ fn stale_file_with_our_pid_is_replaced() {
     std::fs::write(&p, b"left over by a previous process with this pid").unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
     let seg = create(&dir, "");
-    assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     assert!(SegmentReader::open(&p).is_ok());
     drop(seg);
     let l = reader::list(&dir).unwrap();
     assert_eq!(l, vec![(std::process::id(), p.clone())]);
     std::fs::write(dir.join("u3m.notapid"), b"").unwrap();
     std::fs::write(dir.join("other.1"), b"").unwrap();
-    assert_eq!(reader::list(&dir).unwrap().len(), 1, "only u3m.<pid> files are listed");
+    assert_eq!(
+        reader::list(&dir).unwrap().len(),
+        1,
+        "only u3m.<pid> files are listed"
+    );
 }
 
 #[test]
@@ -397,7 +480,12 @@ fn config_and_hot_table_are_consistent_under_rewrites() {
             for i in 0..20_000u64 {
                 let n = (i % 60) as usize + 1;
                 let entries: Vec<HotEntry> = (0..n)
-                    .map(|k| HotEntry { addr: i, len: k as u64, accesses: i * 3, ..Default::default() })
+                    .map(|k| HotEntry {
+                        addr: i,
+                        len: k as u64,
+                        accesses: i * 3,
+                        ..Default::default()
+                    })
                     .collect();
                 seg.publish_hot(&entries);
                 let c = format!("GEN={i}\nCHECK={}\n", i * 7);
@@ -409,9 +497,16 @@ fn config_and_hot_table_are_consistent_under_rewrites() {
     while !w.is_finished() || seen == 0 {
         if let Some((hot, _)) = r.hot() {
             if let Some(first) = hot.first() {
-                assert_eq!(hot.len(), (first.addr % 60) as usize + 1, "mixed publications");
+                assert_eq!(
+                    hot.len(),
+                    (first.addr % 60) as usize + 1,
+                    "mixed publications"
+                );
                 for (k, e) in hot.iter().enumerate() {
-                    assert_eq!((e.addr, e.len, e.accesses), (first.addr, k as u64, first.addr * 3));
+                    assert_eq!(
+                        (e.addr, e.len, e.accesses),
+                        (first.addr, k as u64, first.addr * 3)
+                    );
                 }
                 seen += 1;
             }

@@ -27,8 +27,17 @@ pub struct SegmentConfig<'a> {
 }
 
 impl<'a> SegmentConfig<'a> {
-    pub fn new(config_text: &'a str, hook_names: &'a [&'a str], class_names: &'a [&'a str]) -> Self {
-        SegmentConfig { dir: super::default_dir(), config_text, hook_names, class_names }
+    pub fn new(
+        config_text: &'a str,
+        hook_names: &'a [&'a str],
+        class_names: &'a [&'a str],
+    ) -> Self {
+        SegmentConfig {
+            dir: super::default_dir(),
+            config_text,
+            hook_names,
+            class_names,
+        }
     }
 }
 
@@ -55,8 +64,9 @@ impl StatsSegment {
     pub fn create(cfg: &SegmentConfig) -> io::Result<StatsSegment> {
         let pid = std::process::id();
         let path_buf = cfg.dir.join(format!("{}{pid}", super::FILE_PREFIX));
-        let path = CString::new(path_buf.as_os_str().as_bytes())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "segment path contains NUL"))?;
+        let path = CString::new(path_buf.as_os_str().as_bytes()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "segment path contains NUL")
+        })?;
         let fd = match open_excl(&path) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                 // SAFETY: valid C string.
@@ -78,7 +88,13 @@ impl StatsSegment {
         };
         // SAFETY: zeroed atomics are valid values.
         let sink: Box<DeviceGauges> = Box::new(unsafe { std::mem::zeroed() });
-        let s = StatsSegment { seg: ptr, path, path_buf, pid, sink };
+        let s = StatsSegment {
+            seg: ptr,
+            path,
+            path_buf,
+            pid,
+            sink,
+        };
         s.init(cfg);
         Ok(s)
     }
@@ -114,8 +130,19 @@ impl StatsSegment {
         let seg = self.seg();
         seg.header.state.store(STATE_RUNNING, Relaxed);
         let pairs = super::config_pairs(cfg.config_text);
-        let mode = pairs.iter().find(|(k, _)| k == "U3M_MODE" || k == "mode").map_or("", |(_, v)| v.as_str());
-        self.event_at(start_mono, EventKind::Start, NO_DEVICE, 0, 0, self.pid as u64, mode);
+        let mode = pairs
+            .iter()
+            .find(|(k, _)| k == "U3M_MODE" || k == "mode")
+            .map_or("", |(_, v)| v.as_str());
+        self.event_at(
+            start_mono,
+            EventKind::Start,
+            NO_DEVICE,
+            0,
+            0,
+            self.pid as u64,
+            mode,
+        );
         seg.header.magic.store(MAGIC, Release);
     }
 
@@ -176,7 +203,15 @@ impl StatsSegment {
 
     /// Appends an event with a kind-specific value (docs/stats.md).
     #[inline]
-    pub fn event_value(&self, kind: EventKind, dev: u32, addr: u64, len: u64, value: u64, text: &str) {
+    pub fn event_value(
+        &self,
+        kind: EventKind,
+        dev: u32,
+        addr: u64,
+        len: u64,
+        value: u64,
+        text: &str,
+    ) {
         self.event_at(mono_ns(), kind, dev, addr, len, value, text);
     }
 
@@ -184,7 +219,16 @@ impl StatsSegment {
     /// slot is being rewritten by a writer that lapped the ring, the event is
     /// dropped and counted in `events_dropped`; readers see the gap.
     #[allow(clippy::too_many_arguments)]
-    pub fn event_at(&self, time_ns: u64, kind: EventKind, dev: u32, addr: u64, len: u64, value: u64, text: &str) {
+    pub fn event_at(
+        &self,
+        time_ns: u64,
+        kind: EventKind,
+        dev: u32,
+        addr: u64,
+        len: u64,
+        value: u64,
+        text: &str,
+    ) {
         let seg = self.seg();
         let h = &seg.header;
         let seq = h.event_head.fetch_add(1, Relaxed);
@@ -192,7 +236,13 @@ impl StatsSegment {
         let writing = 2 * seq + 1;
         let cur = slot.stamp.load(Relaxed);
         // Odd: another writer is in this slot; >= ours: a newer record is.
-        if cur & 1 == 1 || cur >= writing || slot.stamp.compare_exchange(cur, writing, Relaxed, Relaxed).is_err() {
+        if cur & 1 == 1
+            || cur >= writing
+            || slot
+                .stamp
+                .compare_exchange(cur, writing, Relaxed, Relaxed)
+                .is_err()
+        {
             h.events_dropped.fetch_add(1, Relaxed);
             return;
         }
@@ -201,9 +251,14 @@ impl StatsSegment {
         // release store of the even stamp.
         fence(Release);
         let tlen = floor_char_boundary(text, EVENT_TEXT_LEN);
-        let dev = if dev >= NO_DEVICE { NO_DEVICE_WIRE } else { dev as u16 };
+        let dev = if dev >= NO_DEVICE {
+            NO_DEVICE_WIRE
+        } else {
+            dev as u16
+        };
         slot.time_ns.store(time_ns, Relaxed);
-        slot.meta.store(pack_meta(kind as u16, dev, tlen as u16), Relaxed);
+        slot.meta
+            .store(pack_meta(kind as u16, dev, tlen as u16), Relaxed);
         slot.addr.store(addr, Relaxed);
         slot.len.store(len, Relaxed);
         slot.value.store(value, Relaxed);
@@ -217,7 +272,12 @@ impl StatsSegment {
         let seg = self.seg();
         let hot = &seg.hot;
         let cur = hot.seq.load(Relaxed);
-        if cur & 1 == 1 || hot.seq.compare_exchange(cur, cur + 1, Relaxed, Relaxed).is_err() {
+        if cur & 1 == 1
+            || hot
+                .seq
+                .compare_exchange(cur, cur + 1, Relaxed, Relaxed)
+                .is_err()
+        {
             seg.header.hot_skipped.fetch_add(1, Relaxed);
             return false;
         }
@@ -244,7 +304,11 @@ impl StatsSegment {
     pub fn set_config(&self, text: &str) -> bool {
         let c = &self.seg().config;
         let cur = c.seq.load(Relaxed);
-        if cur & 1 == 1 || c.seq.compare_exchange(cur, cur + 1, Relaxed, Relaxed).is_err() {
+        if cur & 1 == 1
+            || c.seq
+                .compare_exchange(cur, cur + 1, Relaxed, Relaxed)
+                .is_err()
+        {
             return false;
         }
         fence(Release);
@@ -264,8 +328,10 @@ impl StatsSegment {
             _ => u64::MAX,
         };
         g.monitor_oom_ms.store(oom_ms, Relaxed);
-        g.monitor_use_ppm.store((st.use_fraction.max(0.0) * 1e6) as u64, Relaxed);
-        g.monitor_growth_bps.store(st.growth_bps as i64 as u64, Relaxed);
+        g.monitor_use_ppm
+            .store((st.use_fraction.max(0.0) * 1e6) as u64, Relaxed);
+        g.monitor_growth_bps
+            .store(st.growth_bps as i64 as u64, Relaxed);
         g.monitor_updated_ns.store(mono_ns(), Relaxed);
     }
 
@@ -353,8 +419,14 @@ fn size_and_map(fd: i32) -> io::Result<NonNull<Segment>> {
             libc::EOPNOTSUPP | libc::EINVAL => zero_fill(fd)?,
             e => return Err(io::Error::from_raw_os_error(e)),
         }
-        let p =
-            libc::mmap(std::ptr::null_mut(), SEGMENT_SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            SEGMENT_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
         if p == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

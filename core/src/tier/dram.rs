@@ -102,11 +102,17 @@ impl<A: HostAllocator> DramTier<A> {
     /// refuses even the smallest slab that would hold the request.
     pub fn alloc(&mut self, len: u64) -> Result<DramSlot, TierError> {
         if let Some(off) = self.pool.alloc(len) {
-            return Ok(DramSlot { ptr: off as *mut u8, len });
+            return Ok(DramSlot {
+                ptr: off as *mut u8,
+                len,
+            });
         }
         self.grow(len)?;
         match self.pool.alloc(len) {
-            Some(off) => Ok(DramSlot { ptr: off as *mut u8, len }),
+            Some(off) => Ok(DramSlot {
+                ptr: off as *mut u8,
+                len,
+            }),
             None => Err(TierError::Full),
         }
     }
@@ -136,7 +142,13 @@ impl<A: HostAllocator> DramTier<A> {
                             return Err(TierError::HostAlloc(-1));
                         }
                     };
-                    self.slabs.insert(id, Slab { ptr: p, bytes: size as usize });
+                    self.slabs.insert(
+                        id,
+                        Slab {
+                            ptr: p,
+                            bytes: size as usize,
+                        },
+                    );
                     self.held += size;
                     self.grows += 1;
                     return Ok(());
@@ -157,7 +169,10 @@ impl<A: HostAllocator> DramTier<A> {
     /// Gives a slot back. `BadSlot` if this tier did not hand it out or it was
     /// already freed.
     pub fn free(&mut self, slot: DramSlot) -> Result<(), TierError> {
-        self.pool.free(slot.ptr as u64).map(|_| ()).map_err(|_| TierError::BadSlot)
+        self.pool
+            .free(slot.ptr as u64)
+            .map(|_| ())
+            .map_err(|_| TierError::BadSlot)
     }
 
     /// Returns every slab that holds no live slot to the allocator; the

@@ -52,10 +52,16 @@ impl fmt::Display for TierError {
         match self {
             TierError::Full => write!(f, "tier full (byte limit reached)"),
             TierError::NoSpace => write!(f, "no space left on the swap device"),
-            TierError::Io(n) => write!(f, "swap I/O error: {}", std::io::Error::from_raw_os_error(*n)),
+            TierError::Io(n) => write!(
+                f,
+                "swap I/O error: {}",
+                std::io::Error::from_raw_os_error(*n)
+            ),
             TierError::HostAlloc(c) => write!(f, "pinned host allocation failed (code {c})"),
             TierError::BadSlot => write!(f, "slot not owned by this tier"),
-            TierError::SwapDir { dir, what } => write!(f, "swap directory {}: {what}", dir.display()),
+            TierError::SwapDir { dir, what } => {
+                write!(f, "swap directory {}: {what}", dir.display())
+            }
         }
     }
 }

@@ -57,7 +57,12 @@ pub struct NvmeConfig {
 
 impl NvmeConfig {
     pub fn new(dir: impl Into<PathBuf>, limit_bytes: u64, extent_bytes: u64) -> NvmeConfig {
-        NvmeConfig { dir: dir.into(), limit_bytes, extent_bytes, faults: NvmeFaults::default() }
+        NvmeConfig {
+            dir: dir.into(),
+            limit_bytes,
+            extent_bytes,
+            faults: NvmeFaults::default(),
+        }
     }
 }
 
@@ -125,25 +130,38 @@ fn page_size() -> u64 {
 }
 
 fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 fn dir_error(dir: &Path, what: impl Into<String>) -> TierError {
-    TierError::SwapDir { dir: dir.to_path_buf(), what: what.into() }
+    TierError::SwapDir {
+        dir: dir.to_path_buf(),
+        what: what.into(),
+    }
 }
 
 /// Removes empty private directories left in `dir` by crashed processes:
 /// ours by uid, named u3m-<pid>-*, whose pid is gone. rmdir only removes
 /// empty directories, so nothing of a live tier can be lost.
 fn remove_stale_dirs(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("u3m-")) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-        let Ok(md) = e.path().symlink_metadata() else { continue };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("u3m-")) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(md) = e.path().symlink_metadata() else {
+            continue;
+        };
         if !md.is_dir() || md.uid() != uid || pid <= 0 {
             continue;
         }
@@ -167,7 +185,10 @@ fn make_private_dir(dir: &Path) -> Result<PathBuf, TierError> {
     let c = unsafe { CString::from_raw(raw) };
     if r.is_null() {
         let e = std::io::Error::from_raw_os_error(err);
-        return Err(dir_error(dir, format!("cannot create a private directory in it: {e}")));
+        return Err(dir_error(
+            dir,
+            format!("cannot create a private directory in it: {e}"),
+        ));
     }
     Ok(PathBuf::from(OsStr::from_bytes(c.as_bytes())))
 }
@@ -197,19 +218,26 @@ impl NvmeTier {
     /// A tier in a private directory under `dir`, up to `limit_bytes` of
     /// file, grown `extent_bytes` at a time. No file space is taken until
     /// the first `alloc`.
-    pub fn new(dir: impl AsRef<Path>, limit_bytes: u64, extent_bytes: u64) -> Result<NvmeTier, TierError> {
+    pub fn new(
+        dir: impl AsRef<Path>,
+        limit_bytes: u64,
+        extent_bytes: u64,
+    ) -> Result<NvmeTier, TierError> {
         NvmeTier::with_config(NvmeConfig::new(dir.as_ref(), limit_bytes, extent_bytes))
     }
 
     pub fn with_config(cfg: NvmeConfig) -> Result<NvmeTier, TierError> {
         let dir = cfg.dir.as_path();
         match std::fs::metadata(dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(dir_error(dir, "does not exist")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(dir_error(dir, "does not exist"))
+            }
             Err(e) => return Err(dir_error(dir, format!("cannot be examined: {e}"))),
             Ok(md) if !md.is_dir() => return Err(dir_error(dir, "is not a directory")),
             Ok(_) => {}
         }
-        let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| dir_error(dir, "path contains a NUL byte"))?;
+        let c = CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| dir_error(dir, "path contains a NUL byte"))?;
         // SAFETY: `c` is a valid NUL-terminated path.
         if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -230,7 +258,10 @@ impl NvmeTier {
                     if tries < 2 && e.raw_os_error() == Some(libc::ENOENT) {
                         continue;
                     }
-                    return Err(dir_error(dir, format!("cannot create a swap file in it: {e}")));
+                    return Err(dir_error(
+                        dir,
+                        format!("cannot create a swap file in it: {e}"),
+                    ));
                 }
             }
         };
@@ -288,11 +319,19 @@ impl NvmeTier {
         };
         // SAFETY: the block lies inside the extent, which is mapped whole.
         let ptr = unsafe { e.map.as_mut_ptr().add((off - e.file_off) as usize) };
-        Some(NvmeSlot { ptr, len, extent, off })
+        Some(NvmeSlot {
+            ptr,
+            len,
+            extent,
+            off,
+        })
     }
 
     fn grow(&mut self, len: u64) -> Result<(), TierError> {
-        let need = len.max(1).checked_next_multiple_of(self.page).ok_or(TierError::Full)?;
+        let need = len
+            .max(1)
+            .checked_next_multiple_of(self.page)
+            .ok_or(TierError::Full)?;
         let room = self.limit.saturating_sub(self.held) / self.page * self.page;
         let size = self.extent_bytes.max(need).min(room);
         if size < need {
@@ -326,7 +365,9 @@ impl NvmeTier {
         let r = match self.faults.fail_grow_errno {
             Some(e) => Err(e),
             // SAFETY: plain syscall on our descriptor.
-            None => match unsafe { libc::fallocate(fd, 0, file_off as libc::off_t, size as libc::off_t) } {
+            None => match unsafe {
+                libc::fallocate(fd, 0, file_off as libc::off_t, size as libc::off_t)
+            } {
                 0 => Ok(()),
                 _ => Err(errno()),
             },
@@ -342,7 +383,11 @@ impl NvmeTier {
             }
         }
         // MAP_SHARED over the range just allocated in the file.
-        let map = match MmapOptions::new().offset(file_off).len(size as usize).map_raw(&self.file) {
+        let map = match MmapOptions::new()
+            .offset(file_off)
+            .len(size as usize)
+            .map_raw(&self.file)
+        {
             Ok(m) => m,
             Err(e) => {
                 undo(self);
@@ -365,7 +410,15 @@ impl NvmeTier {
             }
         }
         self.file_len = self.file_len.max(end);
-        self.extents.insert(id, Extent { map, file_off, len: size, preallocated });
+        self.extents.insert(
+            id,
+            Extent {
+                map,
+                file_off,
+                len: size,
+                preallocated,
+            },
+        );
         self.held += size;
         self.grows += 1;
         Ok(())
@@ -377,7 +430,10 @@ impl NvmeTier {
         if self.pool.segment_of(slot.off) != Some(slot.extent) {
             return Err(TierError::BadSlot);
         }
-        self.pool.free(slot.off).map(|_| ()).map_err(|_| TierError::BadSlot)
+        self.pool
+            .free(slot.off)
+            .map(|_| ())
+            .map_err(|_| TierError::BadSlot)
     }
 
     /// Releases every extent that holds no live slot: unmaps it and returns
@@ -390,7 +446,9 @@ impl NvmeTier {
             if self.pool.remove_segment(id).is_err() {
                 continue;
             }
-            let Some(e) = self.extents.remove(&id) else { continue };
+            let Some(e) = self.extents.remove(&id) else {
+                continue;
+            };
             drop(e.map);
             punch_hole(fd, e.file_off, e.len);
             self.holes.push((e.file_off, e.len));
@@ -431,7 +489,11 @@ impl NvmeTier {
         if let Some(limit) = self.faults.fail_writes_after_bytes {
             if self.bytes_written + src.len() as u64 > limit {
                 self.io_errors += 1;
-                let e = if self.faults.write_errno == 0 { libc::ENOSPC } else { self.faults.write_errno };
+                let e = if self.faults.write_errno == 0 {
+                    libc::ENOSPC
+                } else {
+                    self.faults.write_errno
+                };
                 return Err(TierError::from_errno(e));
             }
         }
@@ -477,7 +539,9 @@ impl NvmeTier {
     /// the kernel reads a page back can still raise SIGBUS through the
     /// mapping, so data copies should use `write`/`read`, which return it.
     pub fn host_ptr_safe(&self, slot: &NvmeSlot) -> bool {
-        self.extents.get(&slot.extent).is_some_and(|e| e.preallocated)
+        self.extents
+            .get(&slot.extent)
+            .is_some_and(|e| e.preallocated)
     }
 
     /// Bytes in live slots (rounded to 32).

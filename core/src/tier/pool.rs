@@ -30,7 +30,10 @@ pub const BUCKETS: usize = 4;
 
 /// Bucket of a block or request of `len` bytes.
 pub fn bucket_of(len: u64) -> usize {
-    BUCKET_LIMITS.iter().position(|&lim| len < lim).unwrap_or(BUCKETS - 1)
+    BUCKET_LIMITS
+        .iter()
+        .position(|&lim| len < lim)
+        .unwrap_or(BUCKETS - 1)
 }
 
 /// Identifies a segment for `remove_segment`; never reused by one pool.
@@ -156,9 +159,23 @@ impl Pool {
         let id = SegmentId(self.next_seg);
         self.next_seg = self.next_seg.checked_add(1).ok_or(PoolError::Overlap)?;
         let len = end - start;
-        self.segments.insert(id, Segment { base: start, len, live: 0 });
+        self.segments.insert(
+            id,
+            Segment {
+                base: start,
+                len,
+                live: 0,
+            },
+        );
         self.seg_by_base.insert(start, id);
-        self.blocks.insert(start, Block { len, seg: id, free: true });
+        self.blocks.insert(
+            start,
+            Block {
+                len,
+                seg: id,
+                free: true,
+            },
+        );
         self.free_by_bucket[bucket_of(len)].insert(start, len);
         self.total += len;
         Ok(id)
@@ -173,8 +190,11 @@ impl Pool {
     /// the block's offset, or None when no free block is large enough.
     pub fn alloc(&mut self, len: u64) -> Option<u64> {
         let need = align_up(len.max(1))?;
-        let (off, blen, b) =
-            (bucket_of(need)..BUCKETS).find_map(|b| self.free_by_bucket[b].first_fit(need).map(|(o, l)| (o, l, b)))?;
+        let (off, blen, b) = (bucket_of(need)..BUCKETS).find_map(|b| {
+            self.free_by_bucket[b]
+                .first_fit(need)
+                .map(|(o, l)| (o, l, b))
+        })?;
         let blk = self.blocks.get_mut(&off)?;
         let seg = blk.seg;
         blk.len = need;
@@ -182,7 +202,14 @@ impl Pool {
         if blen > need {
             // The remainder keeps the block's place among the free blocks.
             let rest = blen - need;
-            self.blocks.insert(off + need, Block { len: rest, seg, free: true });
+            self.blocks.insert(
+                off + need,
+                Block {
+                    len: rest,
+                    seg,
+                    free: true,
+                },
+            );
             self.rekey_free(off, blen, off + need, rest);
         } else {
             self.free_by_bucket[b].remove(off);
@@ -217,12 +244,12 @@ impl Pool {
             .blocks
             .range(off + blk.len..)
             .next()
-            .and_then(|(&o, n)| (o == off + blk.len && n.free && n.seg == blk.seg).then_some((o, n.len)));
-        let prev = self
-            .blocks
-            .range(..off)
-            .next_back()
-            .and_then(|(&o, p)| (o + p.len == off && p.free && p.seg == blk.seg).then_some((o, p.len)));
+            .and_then(|(&o, n)| {
+                (o == off + blk.len && n.free && n.seg == blk.seg).then_some((o, n.len))
+            });
+        let prev = self.blocks.range(..off).next_back().and_then(|(&o, p)| {
+            (o + p.len == off && p.free && p.seg == blk.seg).then_some((o, p.len))
+        });
         let nlen = next.map_or(0, |n| n.1);
         if let Some((noff, _)) = next {
             self.blocks.remove(&noff);
@@ -241,11 +268,25 @@ impl Pool {
             }
             (None, Some((noff, nlen))) => {
                 let len = blk.len + nlen;
-                self.blocks.insert(off, Block { len, seg: blk.seg, free: true });
+                self.blocks.insert(
+                    off,
+                    Block {
+                        len,
+                        seg: blk.seg,
+                        free: true,
+                    },
+                );
                 self.rekey_free(noff, nlen, off, len);
             }
             (None, None) => {
-                self.blocks.insert(off, Block { len: blk.len, seg: blk.seg, free: true });
+                self.blocks.insert(
+                    off,
+                    Block {
+                        len: blk.len,
+                        seg: blk.seg,
+                        free: true,
+                    },
+                );
                 self.free_by_bucket[bucket_of(blk.len)].insert(off, blk.len);
             }
         }
@@ -276,17 +317,27 @@ impl Pool {
 
     /// Segments that hold no live allocation, in id order.
     pub fn free_segments(&self) -> Vec<SegmentId> {
-        self.segments.iter().filter(|(_, s)| s.live == 0).map(|(&id, _)| id).collect()
+        self.segments
+            .iter()
+            .filter(|(_, s)| s.live == 0)
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     /// Removes an entirely free segment; returns its aligned `(base, len)`.
     pub fn remove_segment(&mut self, id: SegmentId) -> Result<(u64, u64), PoolError> {
-        let s = *self.segments.get(&id).ok_or(PoolError::UnknownSegment(id))?;
+        let s = *self
+            .segments
+            .get(&id)
+            .ok_or(PoolError::UnknownSegment(id))?;
         if s.live != 0 {
             return Err(PoolError::SegmentInUse(id));
         }
         // With no live block, coalescing has left one free block spanning it.
-        debug_assert!(self.blocks.get(&s.base).is_some_and(|b| b.free && b.len == s.len));
+        debug_assert!(self
+            .blocks
+            .get(&s.base)
+            .is_some_and(|b| b.free && b.len == s.len));
         self.free_by_bucket[bucket_of(s.len)].remove(s.base);
         self.blocks.remove(&s.base);
         self.segments.remove(&id);
@@ -297,7 +348,10 @@ impl Pool {
 
     /// Free blocks as `(offset, len)`, by offset.
     pub fn free_blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.blocks.iter().filter(|(_, b)| b.free).map(|(&o, b)| (o, b.len))
+        self.blocks
+            .iter()
+            .filter(|(_, b)| b.free)
+            .map(|(&o, b)| (o, b.len))
     }
 
     pub fn used(&self) -> u64 {
@@ -310,7 +364,12 @@ impl Pool {
 
     pub fn stats(&self) -> PoolStats {
         let free = self.total - self.used;
-        let largest_free = self.free_by_bucket.iter().map(|t| t.max_len()).max().unwrap_or(0);
+        let largest_free = self
+            .free_by_bucket
+            .iter()
+            .map(|t| t.max_len())
+            .max()
+            .unwrap_or(0);
         PoolStats {
             segments: self.segments.len() as u64,
             total: self.total,
@@ -318,7 +377,11 @@ impl Pool {
             free,
             largest_free,
             free_blocks: self.free_by_bucket.iter().map(|t| t.len() as u64).sum(),
-            fragmentation: if free == 0 { 0.0 } else { 1.0 - largest_free as f64 / free as f64 },
+            fragmentation: if free == 0 {
+                0.0
+            } else {
+                1.0 - largest_free as f64 / free as f64
+            },
             allocs: self.allocs,
         }
     }
@@ -350,7 +413,13 @@ mod fit {
 
     impl Default for FitTree {
         fn default() -> Self {
-            FitTree { nodes: Vec::new(), spare: Vec::new(), root: NIL, count: 0, rng: 0x9e37_79b9 }
+            FitTree {
+                nodes: Vec::new(),
+                spare: Vec::new(),
+                root: NIL,
+                count: 0,
+                rng: 0x9e37_79b9,
+            }
         }
     }
 
@@ -429,7 +498,14 @@ mod fit {
         }
 
         pub fn insert(&mut self, key: u64, len: u64) {
-            let node = Node { key, len, max: len, prio: self.next_prio(), l: NIL, r: NIL };
+            let node = Node {
+                key,
+                len,
+                max: len,
+                prio: self.next_prio(),
+                l: NIL,
+                r: NIL,
+            };
             let idx = match self.spare.pop() {
                 Some(i) => {
                     self.nodes[i as usize] = node;

@@ -81,9 +81,18 @@ pub enum Body {
     /// `F <addr>`: the live allocation starting at `addr` is freed.
     Free { addr: u64 },
     /// `O <op_type> <n_in> <n_out> <range>...`: an operator ran.
-    Op { op_type: String, inputs: Vec<Range>, outputs: Vec<Range> },
+    Op {
+        op_type: String,
+        inputs: Vec<Range>,
+        outputs: Vec<Range>,
+    },
     /// `M <kind> <dst> <src> <bytes>`: a copy.
-    Copy { kind: CopyKind, dst: u64, src: u64, bytes: u64 },
+    Copy {
+        kind: CopyKind,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+    },
     /// `S <addr> <bytes>`: a memset of device memory.
     Set { addr: u64, bytes: u64 },
 }
@@ -115,7 +124,14 @@ pub struct Event {
 
 impl Event {
     pub fn new(body: Body) -> Event {
-        Event { body, dev: 0, stream: 0, t: None, flops: None, tag: None }
+        Event {
+            body,
+            dev: 0,
+            stream: 0,
+            t: None,
+            flops: None,
+            tag: None,
+        }
     }
     pub fn alloc(addr: u64, bytes: u64) -> Event {
         Event::new(Body::Alloc { addr, bytes })
@@ -124,10 +140,19 @@ impl Event {
         Event::new(Body::Free { addr })
     }
     pub fn op(op_type: &str, inputs: &[Range], outputs: &[Range]) -> Event {
-        Event::new(Body::Op { op_type: op_type.to_string(), inputs: inputs.to_vec(), outputs: outputs.to_vec() })
+        Event::new(Body::Op {
+            op_type: op_type.to_string(),
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        })
     }
     pub fn copy(kind: CopyKind, dst: u64, src: u64, bytes: u64) -> Event {
-        Event::new(Body::Copy { kind, dst, src, bytes })
+        Event::new(Body::Copy {
+            kind,
+            dst,
+            src,
+            bytes,
+        })
     }
     pub fn set(addr: u64, bytes: u64) -> Event {
         Event::new(Body::Set { addr, bytes })
@@ -167,7 +192,9 @@ impl fmt::Display for Event {
 /// back unchanged: non-empty, no whitespace, no control character, and (for an
 /// op type) no `=` (a token with `=` after its first byte reads as `key=value`).
 pub fn is_word(s: &str, allow_eq: bool) -> bool {
-    !s.is_empty() && s.chars().all(|c| !c.is_whitespace() && !c.is_control() && (allow_eq || c != '='))
+    !s.is_empty()
+        && s.chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && (allow_eq || c != '='))
 }
 
 /// Turns arbitrary bytes (an op type from a C caller) into a word that
@@ -175,8 +202,16 @@ pub fn is_word(s: &str, allow_eq: bool) -> bool {
 /// become `_`; empty becomes `_`.
 pub fn sanitize_word(bytes: &[u8]) -> String {
     let s = String::from_utf8_lossy(bytes);
-    let mut out: String =
-        s.chars().map(|c| if c.is_whitespace() || c.is_control() || c == '=' { '_' } else { c }).collect();
+    let mut out: String = s
+        .chars()
+        .map(|c| {
+            if c.is_whitespace() || c.is_control() || c == '=' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
     if out.is_empty() {
         out.push('_');
     }

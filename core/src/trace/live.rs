@@ -52,14 +52,20 @@ impl LiveSet {
 
     /// The live allocation with the largest start <= addr on `dev`.
     fn floor(&self, dev: u32, addr: u64) -> Option<&LiveAlloc> {
-        self.map.range((dev, 0)..=(dev, addr)).next_back().map(|(_, a)| a)
+        self.map
+            .range((dev, 0)..=(dev, addr))
+            .next_back()
+            .map(|(_, a)| a)
     }
     /// The live allocation with the smallest start > addr on `dev`.
     fn higher(&self, dev: u32, addr: u64) -> Option<&LiveAlloc> {
         if addr == u64::MAX {
             return None;
         }
-        self.map.range((dev, addr + 1)..=(dev, u64::MAX)).next().map(|(_, a)| a)
+        self.map
+            .range((dev, addr + 1)..=(dev, u64::MAX))
+            .next()
+            .map(|(_, a)| a)
     }
 
     /// The first live allocation on `dev` that `[addr, addr + max(bytes, 1))` overlaps.
@@ -85,7 +91,14 @@ impl LiveSet {
         }
         let ordinal = self.next_ordinal;
         self.next_ordinal += 1;
-        self.map.insert((dev, addr), LiveAlloc { addr, bytes, ordinal });
+        self.map.insert(
+            (dev, addr),
+            LiveAlloc {
+                addr,
+                bytes,
+                ordinal,
+            },
+        );
         Ok(ordinal)
     }
 
@@ -141,25 +154,42 @@ mod tests {
     fn overlap_and_containment() {
         let mut s = LiveSet::new();
         assert_eq!(s.insert(0, 0x1000, 0x1000), Ok(0));
-        assert_eq!(s.insert(1, 0x1000, 0x1000), Ok(1), "other device, same addresses");
-        assert!(matches!(s.insert(0, 0x1fff, 1), Err(InsertError::Overlaps(a)) if a.addr == 0x1000));
-        assert!(matches!(s.insert(0, 0x800, 0x801), Err(InsertError::Overlaps(a)) if a.addr == 0x1000));
+        assert_eq!(
+            s.insert(1, 0x1000, 0x1000),
+            Ok(1),
+            "other device, same addresses"
+        );
+        assert!(
+            matches!(s.insert(0, 0x1fff, 1), Err(InsertError::Overlaps(a)) if a.addr == 0x1000)
+        );
+        assert!(
+            matches!(s.insert(0, 0x800, 0x801), Err(InsertError::Overlaps(a)) if a.addr == 0x1000)
+        );
         assert_eq!(s.insert(0, 0x800, 0x800), Ok(2), "adjacent below");
         assert_eq!(s.insert(0, 0x2000, 0), Ok(3), "adjacent above, zero bytes");
-        assert!(matches!(s.insert(0, 0x2000, 5), Err(InsertError::Overlaps(a)) if a.addr == 0x2000));
+        assert!(
+            matches!(s.insert(0, 0x2000, 5), Err(InsertError::Overlaps(a)) if a.addr == 0x2000)
+        );
         assert_eq!(s.insert(0, u64::MAX - 1, 2), Err(InsertError::Wraps));
         assert_eq!(s.insert(0, u64::MAX - 1, 1), Ok(4));
 
         assert_eq!(s.resolve(0, 0x1000, 0x1000).map(|a| a.addr), Some(0x1000));
         assert_eq!(s.resolve(0, 0x1800, 0x800).map(|a| a.addr), Some(0x1000));
         assert_eq!(s.resolve(0, 0x1800, 0x801), None);
-        assert_eq!(s.resolve(0, 0x2000, 0).map(|a| a.addr), Some(0x2000), "zero bytes at a zero-byte alloc");
+        assert_eq!(
+            s.resolve(0, 0x2000, 0).map(|a| a.addr),
+            Some(0x2000),
+            "zero bytes at a zero-byte alloc"
+        );
         assert_eq!(s.resolve(0, 0x2001, 0), None);
         assert_eq!(s.resolve(0, 0x10, 1), None);
         assert_eq!(s.resolve(2, 0x1000, 1), None);
 
         assert_eq!(
-            s.all_overlapping(0, 0x900, 0x1800).iter().map(|a| a.addr).collect::<Vec<_>>(),
+            s.all_overlapping(0, 0x900, 0x1800)
+                .iter()
+                .map(|a| a.addr)
+                .collect::<Vec<_>>(),
             [0x800, 0x1000, 0x2000]
         );
         assert_eq!(s.remove(0, 0x1000).map(|a| a.ordinal), Some(0));

@@ -38,11 +38,26 @@ pub enum Side {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum NormBody {
-    Alloc { bytes: u64 },
-    Free { alloc: u64 },
-    Op { op_type: String, inputs: Vec<DevRange>, outputs: Vec<DevRange> },
-    Copy { kind: CopyKind, dst: Side, src: Side, bytes: u64 },
-    Set { range: DevRange },
+    Alloc {
+        bytes: u64,
+    },
+    Free {
+        alloc: u64,
+    },
+    Op {
+        op_type: String,
+        inputs: Vec<DevRange>,
+        outputs: Vec<DevRange>,
+    },
+    Copy {
+        kind: CopyKind,
+        dst: Side,
+        src: Side,
+        bytes: u64,
+    },
+    Set {
+        range: DevRange,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -67,15 +82,26 @@ impl Normalizer {
 
     fn dev_range(&self, dev: u32, r: Range) -> DevRange {
         match self.live.resolve_range(dev, r) {
-            Some(a) => DevRange { alloc: a.ordinal, offset: r.addr - a.addr, bytes: r.bytes },
-            None => DevRange { alloc: u64::MAX, offset: r.addr, bytes: r.bytes },
+            Some(a) => DevRange {
+                alloc: a.ordinal,
+                offset: r.addr - a.addr,
+                bytes: r.bytes,
+            },
+            None => DevRange {
+                alloc: u64::MAX,
+                offset: r.addr,
+                bytes: r.bytes,
+            },
         }
     }
 
     fn side(&mut self, dev: u32, on_device: bool, addr: u64, bytes: u64) -> Side {
         if on_device {
             let r = self.dev_range(dev, Range::new(addr, bytes));
-            Side::Dev { alloc: r.alloc, offset: r.offset }
+            Side::Dev {
+                alloc: r.alloc,
+                offset: r.offset,
+            }
         } else {
             let n = self.hosts.len() as u64;
             Side::Host(*self.hosts.entry(addr).or_insert(n))
@@ -100,18 +126,42 @@ impl Normalizer {
                 let alloc = self.live.remove(dev, *addr).map_or(u64::MAX, |a| a.ordinal);
                 (None, NormBody::Free { alloc })
             }
-            Body::Op { op_type, inputs, outputs } => {
+            Body::Op {
+                op_type,
+                inputs,
+                outputs,
+            } => {
                 let inputs = inputs.iter().map(|r| self.dev_range(dev, *r)).collect();
                 let outputs = outputs.iter().map(|r| self.dev_range(dev, *r)).collect();
-                (self.stream(dev, ev.stream), NormBody::Op { op_type: op_type.clone(), inputs, outputs })
+                (
+                    self.stream(dev, ev.stream),
+                    NormBody::Op {
+                        op_type: op_type.clone(),
+                        inputs,
+                        outputs,
+                    },
+                )
             }
-            Body::Copy { kind, dst, src, bytes } => {
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => {
                 if *bytes == 0 {
                     return None;
                 }
                 let dst = self.side(dev, kind.dst_on_device(), *dst, *bytes);
                 let src = self.side(dev, kind.src_on_device(), *src, *bytes);
-                (self.stream(dev, ev.stream), NormBody::Copy { kind: *kind, dst, src, bytes: *bytes })
+                (
+                    self.stream(dev, ev.stream),
+                    NormBody::Copy {
+                        kind: *kind,
+                        dst,
+                        src,
+                        bytes: *bytes,
+                    },
+                )
             }
             Body::Set { addr, bytes } => {
                 if *bytes == 0 {
@@ -133,7 +183,12 @@ pub fn normalize(events: &[Event]) -> Vec<NormEvent> {
 
 /// Where two normalised traces first differ (`None` if they are equal), with
 /// the index and both events (`None` past an end), for test messages.
-pub fn first_difference(a: &[NormEvent], b: &[NormEvent]) -> Option<(usize, Option<NormEvent>, Option<NormEvent>)> {
+pub fn first_difference(
+    a: &[NormEvent],
+    b: &[NormEvent],
+) -> Option<(usize, Option<NormEvent>, Option<NormEvent>)> {
     let n = a.len().max(b.len());
-    (0..n).find(|&i| a.get(i) != b.get(i)).map(|i| (i, a.get(i).cloned(), b.get(i).cloned()))
+    (0..n)
+        .find(|&i| a.get(i) != b.get(i))
+        .map(|i| (i, a.get(i).cloned(), b.get(i).cloned()))
 }

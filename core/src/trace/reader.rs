@@ -135,28 +135,67 @@ impl fmt::Display for ErrorKind {
             LineTooLong => write!(f, "line longer than {MAX_LINE} bytes"),
             MissingHeader => write!(f, "missing the header '{HEADER}' (no non-empty line)"),
             BadHeader { found } => {
-                write!(f, "expected the header '{HEADER}' as the first non-empty line, found '{found}'")
+                write!(
+                    f,
+                    "expected the header '{HEADER}' as the first non-empty line, found '{found}'"
+                )
             }
-            UnknownKind { found } => write!(f, "unknown event kind '{found}': expected A, F, O, M or S"),
+            UnknownKind { found } => {
+                write!(f, "unknown event kind '{found}': expected A, F, O, M or S")
+            }
             MissingField { kind, field } => write!(f, "{kind}: missing {field}"),
-            BadHex { field, found } => write!(f, "bad {field} '{found}': expected hexadecimal with a 0x prefix"),
-            BadDecimal { field, found } => write!(f, "bad {field} '{found}': expected a decimal number"),
-            BadCopyKind { found } => write!(f, "M: unknown copy kind '{found}': expected H2D, D2H, D2D or H2H"),
+            BadHex { field, found } => write!(
+                f,
+                "bad {field} '{found}': expected hexadecimal with a 0x prefix"
+            ),
+            BadDecimal { field, found } => {
+                write!(f, "bad {field} '{found}': expected a decimal number")
+            }
+            BadCopyKind { found } => write!(
+                f,
+                "M: unknown copy kind '{found}': expected H2D, D2H, D2D or H2H"
+            ),
             BadRange { found } => write!(f, "bad range '{found}': expected <0xaddr>:<bytes>"),
-            RangeCount { op, n_in, n_out, found } => {
-                write!(f, "O {op}: n_in={n_in} n_out={n_out} but {found} range(s) follow")?;
+            RangeCount {
+                op,
+                n_in,
+                n_out,
+                found,
+            } => {
+                write!(
+                    f,
+                    "O {op}: n_in={n_in} n_out={n_out} but {found} range(s) follow"
+                )?;
                 if *n_in > MAX_OP_RANGES || *n_out > MAX_OP_RANGES {
                     write!(f, " (at most {MAX_OP_RANGES} of each)")?;
                 }
                 Ok(())
             }
-            UnexpectedField { found } => write!(f, "unexpected field '{found}' (expected key=value)"),
-            BadKeyValue { key, found } => write!(f, "bad value in '{key}={found}': expected a decimal number"),
-            KeyOutOfRange { key, value, max } => write!(f, "{key}={value} out of range (at most {max})"),
+            UnexpectedField { found } => {
+                write!(f, "unexpected field '{found}' (expected key=value)")
+            }
+            BadKeyValue { key, found } => {
+                write!(f, "bad value in '{key}={found}': expected a decimal number")
+            }
+            KeyOutOfRange { key, value, max } => {
+                write!(f, "{key}={value} out of range (at most {max})")
+            }
             EmptyTag => write!(f, "empty tag= (expected a word)"),
-            Wraps { addr, bytes } => write!(f, "A {addr:#x} {bytes}: range wraps around the address space"),
-            Overlaps { dev, addr, bytes, live } => {
-                write!(f, "A {addr:#x} {bytes}: overlaps the live allocation {:#x} {}", live.addr, live.bytes)?;
+            Wraps { addr, bytes } => write!(
+                f,
+                "A {addr:#x} {bytes}: range wraps around the address space"
+            ),
+            Overlaps {
+                dev,
+                addr,
+                bytes,
+                live,
+            } => {
+                write!(
+                    f,
+                    "A {addr:#x} {bytes}: overlaps the live allocation {:#x} {}",
+                    live.addr, live.bytes
+                )?;
                 on_dev(f, *dev)
             }
             NotLiveStart { dev, addr } => {
@@ -171,7 +210,11 @@ impl fmt::Display for ErrorKind {
                     Role::CopySrc(k) => write!(f, "M {k}: source")?,
                     Role::Set => write!(f, "S")?,
                 }
-                write!(f, " {:#x}:{} is not inside one live allocation", range.addr, range.bytes)?;
+                write!(
+                    f,
+                    " {:#x}:{} is not inside one live allocation",
+                    range.addr, range.bytes
+                )?;
                 on_dev(f, *dev)
             }
         }
@@ -244,19 +287,44 @@ fn parse_dec(s: &str) -> Option<u64> {
 pub(crate) fn apply(live: &mut LiveSet, ev: &Event) -> Result<(), ErrorKind> {
     let dev = ev.dev;
     let inside = |role: Role, r: Range| -> Result<LiveAlloc, ErrorKind> {
-        live.resolve_range(dev, r).ok_or(ErrorKind::NotInside { dev, role, range: r })
+        live.resolve_range(dev, r).ok_or(ErrorKind::NotInside {
+            dev,
+            role,
+            range: r,
+        })
     };
     match &ev.body {
         Body::Alloc { .. } | Body::Free { .. } => {}
-        Body::Op { op_type, inputs, outputs } => {
+        Body::Op {
+            op_type,
+            inputs,
+            outputs,
+        } => {
             for (index, r) in inputs.iter().enumerate() {
-                inside(Role::OpInput { op: quote(op_type), index }, *r)?;
+                inside(
+                    Role::OpInput {
+                        op: quote(op_type),
+                        index,
+                    },
+                    *r,
+                )?;
             }
             for (index, r) in outputs.iter().enumerate() {
-                inside(Role::OpOutput { op: quote(op_type), index }, *r)?;
+                inside(
+                    Role::OpOutput {
+                        op: quote(op_type),
+                        index,
+                    },
+                    *r,
+                )?;
             }
         }
-        Body::Copy { kind, dst, src, bytes } => {
+        Body::Copy {
+            kind,
+            dst,
+            src,
+            bytes,
+        } => {
             if kind.dst_on_device() {
                 inside(Role::CopyDst(*kind), Range::new(*dst, *bytes))?;
             }
@@ -272,11 +340,17 @@ pub(crate) fn apply(live: &mut LiveSet, ev: &Event) -> Result<(), ErrorKind> {
         Body::Alloc { addr, bytes } => match live.insert(dev, addr, bytes) {
             Ok(_) => Ok(()),
             Err(InsertError::Wraps) => Err(ErrorKind::Wraps { addr, bytes }),
-            Err(InsertError::Overlaps(a)) => {
-                Err(ErrorKind::Overlaps { dev, addr, bytes, live: Range::new(a.addr, a.bytes) })
-            }
+            Err(InsertError::Overlaps(a)) => Err(ErrorKind::Overlaps {
+                dev,
+                addr,
+                bytes,
+                live: Range::new(a.addr, a.bytes),
+            }),
         },
-        Body::Free { addr } => live.remove(dev, addr).map(|_| ()).ok_or(ErrorKind::NotLiveStart { dev, addr }),
+        Body::Free { addr } => live
+            .remove(dev, addr)
+            .map(|_| ())
+            .ok_or(ErrorKind::NotLiveStart { dev, addr }),
         _ => Ok(()),
     }
 }
@@ -284,13 +358,19 @@ pub(crate) fn apply(live: &mut LiveSet, ev: &Event) -> Result<(), ErrorKind> {
 /// Parses the tokens of one event line (syntax only; no live-allocation check).
 pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
     let toks: Vec<&str> = line.split([' ', '\t']).filter(|t| !t.is_empty()).collect();
-    let Some(first) = toks.first() else { return Ok(None) };
+    let Some(first) = toks.first() else {
+        return Ok(None);
+    };
     if first.starts_with('#') {
         return Ok(None);
     }
     let kind = match *first {
         "A" | "F" | "O" | "M" | "S" => first.as_bytes()[0] as char,
-        other => return Err(ErrorKind::UnknownKind { found: quote(other) }),
+        other => {
+            return Err(ErrorKind::UnknownKind {
+                found: quote(other),
+            })
+        }
     };
     let mut i = 1;
     // A fixed field: present and not key=value.
@@ -303,8 +383,18 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
             _ => Err(ErrorKind::MissingField { kind, field: name }),
         }
     };
-    let hex = |name: &'static str, t: &str| parse_hex(t).ok_or(ErrorKind::BadHex { field: name, found: quote(t) });
-    let dec = |name: &'static str, t: &str| parse_dec(t).ok_or(ErrorKind::BadDecimal { field: name, found: quote(t) });
+    let hex = |name: &'static str, t: &str| {
+        parse_hex(t).ok_or(ErrorKind::BadHex {
+            field: name,
+            found: quote(t),
+        })
+    };
+    let dec = |name: &'static str, t: &str| {
+        parse_dec(t).ok_or(ErrorKind::BadDecimal {
+            field: name,
+            found: quote(t),
+        })
+    };
 
     let body = match kind {
         'A' => {
@@ -312,7 +402,9 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
             let bytes = dec("size", field("size")?)?;
             Body::Alloc { addr, bytes }
         }
-        'F' => Body::Free { addr: hex("address", field("address")?)? },
+        'F' => Body::Free {
+            addr: hex("address", field("address")?)?,
+        },
         'S' => {
             let addr = hex("address", field("address")?)?;
             let bytes = dec("size", field("size")?)?;
@@ -320,11 +412,17 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
         }
         'M' => {
             let k = field("copy kind")?;
-            let kind = CopyKind::parse(k).ok_or_else(|| ErrorKind::BadCopyKind { found: quote(k) })?;
+            let kind =
+                CopyKind::parse(k).ok_or_else(|| ErrorKind::BadCopyKind { found: quote(k) })?;
             let dst = hex("destination address", field("destination address")?)?;
             let src = hex("source address", field("source address")?)?;
             let bytes = dec("size", field("size")?)?;
-            Body::Copy { kind, dst, src, bytes }
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            }
         }
         _ => {
             let op_type = field("op_type")?.to_string();
@@ -336,7 +434,12 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
             }
             let found = i - first;
             if n_in > MAX_OP_RANGES || n_out > MAX_OP_RANGES || found as u64 != n_in + n_out {
-                return Err(ErrorKind::RangeCount { op: quote(&op_type), n_in, n_out, found });
+                return Err(ErrorKind::RangeCount {
+                    op: quote(&op_type),
+                    n_in,
+                    n_out,
+                    found,
+                });
             }
             let mut ranges = Vec::with_capacity(found);
             for t in &toks[first..i] {
@@ -347,7 +450,11 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
                 ranges.push(Range { addr, bytes });
             }
             let outputs = ranges.split_off(n_in as usize);
-            Body::Op { op_type, inputs: ranges, outputs }
+            Body::Op {
+                op_type,
+                inputs: ranges,
+                outputs,
+            }
         }
     };
     let mut ev = Event::new(body);
@@ -356,7 +463,10 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
             return Err(ErrorKind::UnexpectedField { found: quote(t) });
         };
         let num = |key: &'static str, max: u64| -> Result<u64, ErrorKind> {
-            let v = parse_dec(value).ok_or_else(|| ErrorKind::BadKeyValue { key, found: quote(value) })?;
+            let v = parse_dec(value).ok_or_else(|| ErrorKind::BadKeyValue {
+                key,
+                found: quote(value),
+            })?;
             if v > max {
                 return Err(ErrorKind::KeyOutOfRange { key, value: v, max });
             }
@@ -396,7 +506,10 @@ impl TraceReader<BufReader<File>> {
     pub fn open(path: impl AsRef<Path>) -> io::Result<Self> {
         let path = path.as_ref();
         let f = File::open(path)?;
-        Ok(TraceReader::new(BufReader::with_capacity(1 << 16, f), path.display().to_string()))
+        Ok(TraceReader::new(
+            BufReader::with_capacity(1 << 16, f),
+            path.display().to_string(),
+        ))
     }
 }
 
@@ -426,15 +539,21 @@ impl<R: BufRead> TraceReader<R> {
 
     fn fail(&mut self, line: u64, kind: ErrorKind) -> Option<Result<Event, TraceError>> {
         self.done = true;
-        Some(Err(TraceError { file: self.name.clone(), line, kind }))
+        Some(Err(TraceError {
+            file: self.name.clone(),
+            line,
+            kind,
+        }))
     }
 
     /// Reads the next line into `self.buf` without its line end; false at EOF.
     fn read_line(&mut self) -> Result<bool, ErrorKind> {
         self.buf.clear();
         let limit = MAX_LINE as u64 + 2; // room for "\r\n"
-        let n =
-            (&mut self.input).take(limit).read_until(b'\n', &mut self.buf).map_err(|e| ErrorKind::Io(e.to_string()))?;
+        let n = (&mut self.input)
+            .take(limit)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| ErrorKind::Io(e.to_string()))?;
         if n == 0 {
             return Ok(false);
         }

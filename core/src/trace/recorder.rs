@@ -259,8 +259,13 @@ impl Recorder {
             path,
         });
         let s = shared.clone();
-        let thread = std::thread::Builder::new().name("u3m-trace".into()).spawn(move || writer_main(&s, out))?;
-        Ok(Recorder { shared, thread: Mutex::new(Some(thread)) })
+        let thread = std::thread::Builder::new()
+            .name("u3m-trace".into())
+            .spawn(move || writer_main(&s, out))?;
+        Ok(Recorder {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// The file being written.
@@ -283,25 +288,48 @@ impl Recorder {
             return;
         }
         let t = sh.t0.elapsed().as_nanos() as u64;
-        let mut s = Slot { t, dev, stream, tag, ..EMPTY };
+        let mut s = Slot {
+            t,
+            dev,
+            stream,
+            tag,
+            ..EMPTY
+        };
         match rec {
             Rec::Alloc { addr, bytes } => (s.kind, s.a, s.b) = (K_ALLOC, addr, bytes),
             Rec::Free { addr } => (s.kind, s.a) = (K_FREE, addr),
-            Rec::Copy { kind, dst, src, bytes } => {
-                (s.kind, s.copy_kind, s.a, s.b, s.c) = (K_COPY, kind as u8, dst, src, bytes)
+            Rec::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => (s.kind, s.copy_kind, s.a, s.b, s.c) = (K_COPY, kind as u8, dst, src, bytes),
+            Rec::CopyAuto { dst, src, bytes } => {
+                (s.kind, s.a, s.b, s.c) = (K_COPY_AUTO, dst, src, bytes)
             }
-            Rec::CopyAuto { dst, src, bytes } => (s.kind, s.a, s.b, s.c) = (K_COPY_AUTO, dst, src, bytes),
             Rec::Set { addr, bytes } => (s.kind, s.a, s.b) = (K_SET, addr, bytes),
             Rec::Map { addr, bytes } => (s.kind, s.a, s.b) = (K_MAP, addr, bytes),
             Rec::Unmap { addr } => (s.kind, s.a) = (K_UNMAP, addr),
-            Rec::Op { op_type, inputs, outputs, flops } => return self.record_op(s, op_type, inputs, outputs, flops),
+            Rec::Op {
+                op_type,
+                inputs,
+                outputs,
+                flops,
+            } => return self.record_op(s, op_type, inputs, outputs, flops),
         }
         if self.reserve(1) {
             self.push(s);
         }
     }
 
-    fn record_op(&self, mut s: Slot, op_type: &[u8], inputs: &[Range], outputs: &[Range], flops: Option<u64>) {
+    fn record_op(
+        &self,
+        mut s: Slot,
+        op_type: &[u8],
+        inputs: &[Range],
+        outputs: &[Range],
+        flops: Option<u64>,
+    ) {
         let n = inputs.len() + outputs.len();
         let slots = n.div_ceil(RANGES_PER_SLOT).max(1);
         if n > u32::MAX as usize || !self.reserve(slots) {
@@ -325,7 +353,12 @@ impl Recorder {
         let mut ranges = inputs.iter().chain(outputs);
         for part in 0..slots {
             if part > 0 {
-                s = Slot { t: s.t, id: s.id, kind: K_MORE, ..EMPTY };
+                s = Slot {
+                    t: s.t,
+                    id: s.id,
+                    kind: K_MORE,
+                    ..EMPTY
+                };
             }
             let mut k = 0;
             for r in ranges.by_ref().take(RANGES_PER_SLOT) {
@@ -385,16 +418,44 @@ impl Recorder {
     /// event's dev, stream, flops and tag (a tag not among a few known words is
     /// written as `other`, since the queue holds only static strings).
     pub fn record_event(&self, ev: &Event) {
-        const TAGS: [&str; 8] = ["weight", "act", "kv", "optim", "grad", "pool", "vmm", "host"];
-        let tag = ev.tag.as_deref().map(|t| TAGS.iter().copied().find(|k| *k == t).unwrap_or("other"));
+        const TAGS: [&str; 8] = [
+            "weight", "act", "kv", "optim", "grad", "pool", "vmm", "host",
+        ];
+        let tag = ev
+            .tag
+            .as_deref()
+            .map(|t| TAGS.iter().copied().find(|k| *k == t).unwrap_or("other"));
         let rec = match &ev.body {
-            Body::Alloc { addr, bytes } => Rec::Alloc { addr: *addr, bytes: *bytes },
+            Body::Alloc { addr, bytes } => Rec::Alloc {
+                addr: *addr,
+                bytes: *bytes,
+            },
             Body::Free { addr } => Rec::Free { addr: *addr },
-            Body::Op { op_type, inputs, outputs } => {
-                Rec::Op { op_type: op_type.as_bytes(), inputs, outputs, flops: ev.flops }
-            }
-            Body::Copy { kind, dst, src, bytes } => Rec::Copy { kind: *kind, dst: *dst, src: *src, bytes: *bytes },
-            Body::Set { addr, bytes } => Rec::Set { addr: *addr, bytes: *bytes },
+            Body::Op {
+                op_type,
+                inputs,
+                outputs,
+            } => Rec::Op {
+                op_type: op_type.as_bytes(),
+                inputs,
+                outputs,
+                flops: ev.flops,
+            },
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => Rec::Copy {
+                kind: *kind,
+                dst: *dst,
+                src: *src,
+                bytes: *bytes,
+            },
+            Body::Set { addr, bytes } => Rec::Set {
+                addr: *addr,
+                bytes: *bytes,
+            },
         };
         self.record_tagged(ev.dev, ev.stream, tag, rec);
     }
@@ -417,7 +478,12 @@ impl Recorder {
             return sh.finished.load(Acquire);
         }
         let gen = sh.flush_req.fetch_add(1, SeqCst) + 1;
-        if let Some(t) = self.thread.lock().ok().and_then(|g| g.as_ref().map(|h| h.thread().clone())) {
+        if let Some(t) = self
+            .thread
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|h| h.thread().clone()))
+        {
             t.unpark();
         }
         let start = Instant::now();
@@ -451,7 +517,10 @@ impl Recorder {
             return false;
         }
         let gen = sh.flush_req.fetch_add(1, SeqCst) + 1;
-        let step = libc::timespec { tv_sec: 0, tv_nsec: 500_000 };
+        let step = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 500_000,
+        };
         let steps = (sh.cfg.signal_wait.as_micros() / 500).max(1);
         for _ in 0..steps {
             if sh.flushed.load(SeqCst) >= gen {
@@ -468,7 +537,11 @@ impl Recorder {
     /// Records after this are ignored. Idempotent; waits at most `flush_wait`.
     pub fn stop(&self) -> RecorderStats {
         let sh = &*self.shared;
-        if sh.state.compare_exchange(RUNNING, STOPPING, AcqRel, Acquire).is_err() {
+        if sh
+            .state
+            .compare_exchange(RUNNING, STOPPING, AcqRel, Acquire)
+            .is_err()
+        {
             return self.stats();
         }
         sh.paused.store(false, Release);
@@ -492,7 +565,10 @@ impl Recorder {
             let mut err = io::stderr().lock();
             let p = sh.path.display();
             if !finished {
-                let _ = writeln!(err, "u3m: trace {p}: the writer did not finish in time; the file may be incomplete");
+                let _ = writeln!(
+                    err,
+                    "u3m: trace {p}: the writer did not finish in time; the file may be incomplete"
+                );
             }
             if st.dropped > 0 {
                 let _ = writeln!(
@@ -527,7 +603,10 @@ impl Recorder {
         let sh = &*self.shared;
         sh.paused.store(paused, SeqCst);
         let start = Instant::now();
-        while paused && !sh.pause_seen.load(SeqCst) && !sh.finished.load(Acquire) && start.elapsed() < sh.cfg.flush_wait
+        while paused
+            && !sh.pause_seen.load(SeqCst)
+            && !sh.finished.load(Acquire)
+            && start.elapsed() < sh.cfg.flush_wait
         {
             std::thread::sleep(Duration::from_micros(100));
         }
@@ -561,7 +640,9 @@ fn slot_name(s: &Slot) -> String {
 
 impl Assembler {
     fn new() -> Assembler {
-        Assembler { pending: std::collections::VecDeque::new() }
+        Assembler {
+            pending: std::collections::VecDeque::new(),
+        }
     }
 
     /// Takes one slot; appends inputs that are complete and first in line.
@@ -574,16 +655,43 @@ impl Assembler {
             Input::Event(e)
         };
         let input = match s.kind {
-            K_ALLOC => ev(Body::Alloc { addr: s.a, bytes: s.b }),
+            K_ALLOC => ev(Body::Alloc {
+                addr: s.a,
+                bytes: s.b,
+            }),
             K_FREE => ev(Body::Free { addr: s.a }),
-            K_SET => ev(Body::Set { addr: s.a, bytes: s.b }),
+            K_SET => ev(Body::Set {
+                addr: s.a,
+                bytes: s.b,
+            }),
             K_COPY => match CopyKind::ALL.get(s.copy_kind as usize) {
-                Some(kind) => ev(Body::Copy { kind: *kind, dst: s.a, src: s.b, bytes: s.c }),
+                Some(kind) => ev(Body::Copy {
+                    kind: *kind,
+                    dst: s.a,
+                    src: s.b,
+                    bytes: s.c,
+                }),
                 None => return,
             },
-            K_COPY_AUTO => Input::CopyAuto { dev: s.dev, stream: s.stream, dst: s.a, src: s.b, bytes: s.c, t },
-            K_MAP => Input::Map { dev: s.dev, addr: s.a, bytes: s.b, t },
-            K_UNMAP => Input::Unmap { dev: s.dev, addr: s.a, t },
+            K_COPY_AUTO => Input::CopyAuto {
+                dev: s.dev,
+                stream: s.stream,
+                dst: s.a,
+                src: s.b,
+                bytes: s.c,
+                t,
+            },
+            K_MAP => Input::Map {
+                dev: s.dev,
+                addr: s.a,
+                bytes: s.b,
+                t,
+            },
+            K_UNMAP => Input::Unmap {
+                dev: s.dev,
+                addr: s.a,
+                t,
+            },
             K_OP => {
                 let total = s.n_in as usize + s.n_out as usize;
                 let mut inputs = Vec::with_capacity(s.n_in as usize);
@@ -595,20 +703,41 @@ impl Assembler {
                         outputs.push(*r);
                     }
                 }
-                let mut input = ev(Body::Op { op_type: slot_name(s), inputs, outputs });
+                let mut input = ev(Body::Op {
+                    op_type: slot_name(s),
+                    inputs,
+                    outputs,
+                });
                 if s.flags & F_FLOPS != 0 {
                     if let Input::Event(e) = &mut input {
                         e.flops = Some(s.flops);
                     }
                 }
                 let missing = total - s.nranges as usize;
-                self.pending.push_back(Pending { id: s.id, missing, n_in: s.n_in as usize, input });
+                self.pending.push_back(Pending {
+                    id: s.id,
+                    missing,
+                    n_in: s.n_in as usize,
+                    input,
+                });
                 self.release(ready);
                 return;
             }
             K_MORE => {
-                if let Some(p) = self.pending.iter_mut().rev().find(|p| p.id == s.id && p.missing > 0) {
-                    if let Input::Event(Event { body: Body::Op { inputs, outputs, .. }, .. }) = &mut p.input {
+                if let Some(p) = self
+                    .pending
+                    .iter_mut()
+                    .rev()
+                    .find(|p| p.id == s.id && p.missing > 0)
+                {
+                    if let Input::Event(Event {
+                        body:
+                            Body::Op {
+                                inputs, outputs, ..
+                            },
+                        ..
+                    }) = &mut p.input
+                    {
                         for r in &s.ranges[..s.nranges as usize] {
                             if inputs.len() < p.n_in {
                                 inputs.push(*r);
@@ -624,7 +753,12 @@ impl Assembler {
             }
             _ => return,
         };
-        self.pending.push_back(Pending { id: 0, missing: 0, n_in: 0, input });
+        self.pending.push_back(Pending {
+            id: 0,
+            missing: 0,
+            n_in: 0,
+            input,
+        });
         self.release(ready);
     }
 
@@ -646,20 +780,21 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
     let mut dropped_noted = 0u64;
     let mut idle = 0u32;
     let mut io_error: Option<io::Error> = None;
-    let write = |out: &mut TraceWriter<BufWriter<File>>, o: &Output, io_error: &mut Option<io::Error>| {
-        if io_error.is_some() {
-            return;
-        }
-        let r = match o {
-            Output::Event(e) => out.event(e).map(|_| {
-                sh.written.fetch_add(1, Release);
-            }),
-            Output::Comment(c) => out.comment(c),
+    let write =
+        |out: &mut TraceWriter<BufWriter<File>>, o: &Output, io_error: &mut Option<io::Error>| {
+            if io_error.is_some() {
+                return;
+            }
+            let r = match o {
+                Output::Event(e) => out.event(e).map(|_| {
+                    sh.written.fetch_add(1, Release);
+                }),
+                Output::Comment(c) => out.comment(c),
+            };
+            if let Err(e) = r {
+                *io_error = Some(e);
+            }
         };
-        if let Err(e) = r {
-            *io_error = Some(e);
-        }
-    };
     loop {
         let req = sh.flush_req.load(SeqCst);
         let stopping = sh.state.load(Acquire) != RUNNING;
@@ -682,7 +817,11 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
         }
         let dropped = sh.dropped.load(Acquire);
         if dropped > dropped_noted {
-            write(&mut out, &Output::Comment(format!("dropped {} events", dropped - dropped_noted)), &mut io_error);
+            write(
+                &mut out,
+                &Output::Comment(format!("dropped {} events", dropped - dropped_noted)),
+                &mut io_error,
+            );
             dropped_noted = dropped;
         }
         if stopping && repair.repaired() > 0 {
@@ -697,10 +836,15 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
         if let Some(e) = &io_error {
             if !sh.io_failed.swap(true, AcqRel) {
                 if sh.cfg.report {
-                    let _ =
-                        writeln!(io::stderr(), "u3m: trace {}: write failed: {e}; recording stops", sh.path.display());
+                    let _ = writeln!(
+                        io::stderr(),
+                        "u3m: trace {}: write failed: {e}; recording stops",
+                        sh.path.display()
+                    );
                 }
-                let _ = sh.state.compare_exchange(RUNNING, STOPPING, AcqRel, Acquire);
+                let _ = sh
+                    .state
+                    .compare_exchange(RUNNING, STOPPING, AcqRel, Acquire);
             }
         }
         if !paused {

@@ -93,7 +93,9 @@ impl Repair {
         if self.repaired <= NOTE_LIMIT {
             out.push(Output::Comment(format!("u3m: {}", what())));
             if self.repaired == NOTE_LIMIT {
-                out.push(Output::Comment(format!("u3m: further repairs are only counted (first {NOTE_LIMIT} noted)")));
+                out.push(Output::Comment(format!(
+                    "u3m: further repairs are only counted (first {NOTE_LIMIT} noted)"
+                )));
             }
         }
     }
@@ -107,7 +109,14 @@ impl Repair {
         // Runs are built from pieces that overlap nothing live, so this cannot fail.
         if self.live.insert(dev, start, end - start).is_ok() {
             self.runs.insert((dev, start), end);
-            let mut e = ev_at(Body::Alloc { addr: start, bytes: end - start }, dev, t);
+            let mut e = ev_at(
+                Body::Alloc {
+                    addr: start,
+                    bytes: end - start,
+                },
+                dev,
+                t,
+            );
             e.tag = Some("vmm".to_string());
             out.push(Output::Event(e));
         }
@@ -115,13 +124,28 @@ impl Repair {
 
     /// Frees live allocations overlapping `[addr, addr+bytes)` (their frees
     /// were not seen: the runtime handed the memory out again).
-    fn evict(&mut self, out: &mut Vec<Output>, dev: u32, addr: u64, bytes: u64, t: Option<u64>, why: &str) {
+    fn evict(
+        &mut self,
+        out: &mut Vec<Output>,
+        dev: u32,
+        addr: u64,
+        bytes: u64,
+        t: Option<u64>,
+        why: &str,
+    ) {
         for a in self.live.all_overlapping(dev, addr, bytes) {
             self.note(out, || {
-                format!("{why} {addr:#x} {bytes} overlaps the live allocation {:#x} {}: freed here", a.addr, a.bytes)
+                format!(
+                    "{why} {addr:#x} {bytes} overlaps the live allocation {:#x} {}: freed here",
+                    a.addr, a.bytes
+                )
             });
             if let Some(end) = self.runs.remove(&(dev, a.addr)) {
-                let gone: Vec<_> = self.pieces.range((dev, a.addr)..(dev, end)).map(|(k, _)| *k).collect();
+                let gone: Vec<_> = self
+                    .pieces
+                    .range((dev, a.addr)..(dev, end))
+                    .map(|(k, _)| *k)
+                    .collect();
                 for k in gone {
                     self.pieces.remove(&k);
                 }
@@ -134,9 +158,21 @@ impl Repair {
     pub fn push(&mut self, input: Input, out: &mut Vec<Output>) {
         match input {
             Input::Event(ev) => self.event(ev, out),
-            Input::Map { dev, addr, bytes, t } => self.map(dev, addr, bytes, t, out),
+            Input::Map {
+                dev,
+                addr,
+                bytes,
+                t,
+            } => self.map(dev, addr, bytes, t, out),
             Input::Unmap { dev, addr, t } => self.unmap(dev, addr, t, out),
-            Input::CopyAuto { dev, stream, dst, src, bytes, t } => {
+            Input::CopyAuto {
+                dev,
+                stream,
+                dst,
+                src,
+                bytes,
+                t,
+            } => {
                 let d = self.live.resolve(dev, dst, bytes).is_some();
                 let s = self.live.resolve(dev, src, bytes).is_some();
                 let kind = match (d, s) {
@@ -145,7 +181,16 @@ impl Repair {
                     (false, true) => CopyKind::D2H,
                     (false, false) => CopyKind::H2H,
                 };
-                let mut e = ev_at(Body::Copy { kind, dst, src, bytes }, dev, t);
+                let mut e = ev_at(
+                    Body::Copy {
+                        kind,
+                        dst,
+                        src,
+                        bytes,
+                    },
+                    dev,
+                    t,
+                );
                 e.stream = stream;
                 self.event(e, out);
             }
@@ -154,13 +199,21 @@ impl Repair {
 
     fn map(&mut self, dev: u32, addr: u64, bytes: u64, t: Option<u64>, out: &mut Vec<Output>) {
         let Some(end) = addr.checked_add(bytes).filter(|_| bytes > 0) else {
-            self.note(out, || format!("map {addr:#x} {bytes} on device {dev}: empty or wraps: left out"));
+            self.note(out, || {
+                format!("map {addr:#x} {bytes} on device {dev}: empty or wraps: left out")
+            });
             return;
         };
-        let clash = self.pieces.range((dev, 0)..(dev, end)).next_back().filter(|((_, a), b)| a + **b > addr);
+        let clash = self
+            .pieces
+            .range((dev, 0)..(dev, end))
+            .next_back()
+            .filter(|((_, a), b)| a + **b > addr);
         if let Some(((_, a), b)) = clash {
             let (a, b) = (*a, *b);
-            self.note(out, || format!("map {addr:#x} {bytes} overlaps the mapping {a:#x} {b}: left out"));
+            self.note(out, || {
+                format!("map {addr:#x} {bytes} overlaps the mapping {a:#x} {b}: left out")
+            });
             return;
         }
         self.evict(out, dev, addr, bytes, t, "map");
@@ -184,11 +237,15 @@ impl Repair {
 
     fn unmap(&mut self, dev: u32, addr: u64, t: Option<u64>, out: &mut Vec<Output>) {
         let Some(bytes) = self.pieces.remove(&(dev, addr)) else {
-            self.note(out, || format!("unmap {addr:#x} on device {dev}: no mapping starts there: left out"));
+            self.note(out, || {
+                format!("unmap {addr:#x} on device {dev}: no mapping starts there: left out")
+            });
             return;
         };
         let end = addr + bytes;
-        let Some((&(_, s), &e)) = self.runs.range((dev, 0)..=(dev, addr)).next_back() else { return };
+        let Some((&(_, s), &e)) = self.runs.range((dev, 0)..=(dev, addr)).next_back() else {
+            return;
+        };
         self.runs.remove(&(dev, s));
         self.emit_free(out, dev, s, t);
         if s < addr {
@@ -205,7 +262,9 @@ impl Repair {
             Body::Alloc { addr, bytes } => {
                 let (addr, bytes) = (*addr, *bytes);
                 if addr.checked_add(bytes.max(1)).is_none() {
-                    self.note(out, || format!("A {addr:#x} {bytes}: wraps around: left out"));
+                    self.note(out, || {
+                        format!("A {addr:#x} {bytes}: wraps around: left out")
+                    });
                     return;
                 }
                 self.evict(out, dev, addr, bytes, ev.t, "A");
@@ -220,7 +279,11 @@ impl Repair {
                     return;
                 }
             }
-            Body::Op { op_type, inputs, outputs } => {
+            Body::Op {
+                op_type,
+                inputs,
+                outputs,
+            } => {
                 let before = inputs.len() + outputs.len();
                 let live = &self.live;
                 inputs.retain(|r| live.resolve_range(dev, *r).is_some());
@@ -228,10 +291,17 @@ impl Repair {
                 let dropped = before - inputs.len() - outputs.len();
                 if dropped > 0 {
                     let op = op_type.clone();
-                    self.note(out, || format!("O {op}: {dropped} range(s) outside every live allocation left out"));
+                    self.note(out, || {
+                        format!("O {op}: {dropped} range(s) outside every live allocation left out")
+                    });
                 }
             }
-            Body::Copy { kind, dst, src, bytes } => {
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => {
                 let ok = (!kind.dst_on_device() || self.live.resolve(dev, *dst, *bytes).is_some())
                     && (!kind.src_on_device() || self.live.resolve(dev, *src, *bytes).is_some());
                 if !ok {
@@ -245,7 +315,9 @@ impl Repair {
             Body::Set { addr, bytes } => {
                 if self.live.resolve(dev, *addr, *bytes).is_none() {
                     let (a, b) = (*addr, *bytes);
-                    self.note(out, || format!("S {a:#x} {b}: outside every live allocation: left out"));
+                    self.note(out, || {
+                        format!("S {a:#x} {b}: outside every live allocation: left out")
+                    });
                     return;
                 }
             }

@@ -23,13 +23,22 @@ pub fn format_event(ev: &Event, out: &mut String) {
         Body::Free { addr } => {
             let _ = write!(out, "F {addr:#x}");
         }
-        Body::Op { op_type, inputs, outputs } => {
+        Body::Op {
+            op_type,
+            inputs,
+            outputs,
+        } => {
             let _ = write!(out, "O {op_type} {} {}", inputs.len(), outputs.len());
             for r in inputs.iter().chain(outputs) {
                 range(out, r);
             }
         }
-        Body::Copy { kind, dst, src, bytes } => {
+        Body::Copy {
+            kind,
+            dst,
+            src,
+            bytes,
+        } => {
             let _ = write!(out, "M {kind} {dst:#x} {src:#x} {bytes}");
         }
         Body::Set { addr, bytes } => {
@@ -71,7 +80,10 @@ impl<W: Write> TraceWriter<W> {
     pub fn new(mut out: W) -> io::Result<Self> {
         out.write_all(HEADER.as_bytes())?;
         out.write_all(b"\n")?;
-        Ok(TraceWriter { out, line: String::with_capacity(256) })
+        Ok(TraceWriter {
+            out,
+            line: String::with_capacity(256),
+        })
     }
 
     pub fn event(&mut self, ev: &Event) -> io::Result<()> {
@@ -85,7 +97,10 @@ impl<W: Write> TraceWriter<W> {
     pub fn comment(&mut self, text: &str) -> io::Result<()> {
         self.line.clear();
         self.line.push_str("# ");
-        self.line.extend(text.chars().map(|c| if c == '\n' || c == '\r' { ' ' } else { c }));
+        self.line.extend(
+            text.chars()
+                .map(|c| if c == '\n' || c == '\r' { ' ' } else { c }),
+        );
         self.line.push('\n');
         self.out.write_all(self.line.as_bytes())
     }

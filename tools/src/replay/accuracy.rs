@@ -89,12 +89,29 @@ pub struct Accuracy {
 impl Accuracy {
     pub fn new(every: u64, windows: &[u64]) -> Accuracy {
         let every = every.max(1);
-        Accuracy { every, samples: 0, windows: windows.iter().map(|&w| Window { w, ..Window::default() }).collect(), next: every }
+        Accuracy {
+            every,
+            samples: 0,
+            windows: windows
+                .iter()
+                .map(|&w| Window {
+                    w,
+                    ..Window::default()
+                })
+                .collect(),
+            next: every,
+        }
     }
 
     /// Called after each tracked call with the engine's clock; samples when
     /// it reached the next sampling point.
-    pub fn maybe_sample(&mut self, now: u64, policy: &dyn Placement, live: &BTreeMap<u64, u64>, future: &Future) {
+    pub fn maybe_sample(
+        &mut self,
+        now: u64,
+        policy: &dyn Placement,
+        live: &BTreeMap<u64, u64>,
+        future: &Future,
+    ) {
         if now < self.next {
             return;
         }
@@ -150,8 +167,24 @@ mod tests {
         assert_eq!(acc.samples, 1);
         // at 3, LRU predicts what it saw in the last w ticks: w=1 {A}, w=2 {A, B0}
         // accessed in (3, 3+w]: w=1 {B1}, w=2 {B1}
-        assert_eq!(acc.windows[0], Window { w: 1, predicted: CHUNK, accessed: CHUNK / 2, hit: 0 });
-        assert_eq!(acc.windows[1], Window { w: 2, predicted: 2 * CHUNK, accessed: CHUNK / 2, hit: 0 });
+        assert_eq!(
+            acc.windows[0],
+            Window {
+                w: 1,
+                predicted: CHUNK,
+                accessed: CHUNK / 2,
+                hit: 0
+            }
+        );
+        assert_eq!(
+            acc.windows[1],
+            Window {
+                w: 2,
+                predicted: 2 * CHUNK,
+                accessed: CHUNK / 2,
+                hit: 0
+            }
+        );
         assert_eq!(acc.windows[0].precision(), Some(0.0));
         assert_eq!(f.next_after(a, 1), Some(3));
         assert_eq!(f.next_after(a, 3), None);

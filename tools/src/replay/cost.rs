@@ -23,7 +23,15 @@ pub struct Costs {
 
 impl Default for Costs {
     fn default() -> Costs {
-        Costs { link_gbps: 25.0, hbm_gbps: 800.0, tflops: 280.0, launch_us: 5.0, nvme_read_gbps: 6.5, nvme_write_gbps: 4.5, pageable: false }
+        Costs {
+            link_gbps: 25.0,
+            hbm_gbps: 800.0,
+            tflops: 280.0,
+            launch_us: 5.0,
+            nvme_read_gbps: 6.5,
+            nvme_write_gbps: 4.5,
+            pageable: false,
+        }
     }
 }
 
@@ -34,7 +42,11 @@ impl Costs {
 
     /// An operator: max(flops / TFLOPS, bytes touched / HBM) + launch.
     pub fn op_ns(&self, flops: u64, bytes: u64) -> u64 {
-        let compute = if self.tflops > 0.0 { (flops as f64 / (self.tflops * 1e3)).ceil() as u64 } else { 0 };
+        let compute = if self.tflops > 0.0 {
+            (flops as f64 / (self.tflops * 1e3)).ceil() as u64
+        } else {
+            0
+        };
         compute.max(ns_at(bytes, self.hbm_gbps)) + self.launch_ns()
     }
 
@@ -46,7 +58,14 @@ impl Costs {
     /// A host↔device copy of the program's (a trace does not say whether
     /// its host memory is pinned: `pageable` decides).
     pub fn link_ns(&self, bytes: u64) -> u64 {
-        ns_at(bytes, if self.pageable { self.link_gbps / 2.0 } else { self.link_gbps })
+        ns_at(
+            bytes,
+            if self.pageable {
+                self.link_gbps / 2.0
+            } else {
+                self.link_gbps
+            },
+        )
     }
 
     /// A device-to-device copy.

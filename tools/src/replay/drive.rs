@@ -121,13 +121,24 @@ pub const UNLIMITED: u64 = 1 << 60;
 /// Replays `trace` with HBM `hbm` bytes per device (`UNLIMITED`: the
 /// baseline) and `policy`. `future`: the baseline's access log, for
 /// precision/recall.
-pub fn run(trace: &Trace, s: &Setup, hbm: u64, policy: Box<dyn Placement>, future: Option<&Future>) -> Result<RunOut, String> {
+pub fn run(
+    trace: &Trace,
+    s: &Setup,
+    hbm: u64,
+    policy: Box<dyn Placement>,
+    future: Option<&Future>,
+) -> Result<RunOut, String> {
     // the Tier keeps a &'static runtime (libu3m.so's lives for the process);
     // one small leak per run
     let rt: &'static SimRuntime = Box::leak(Box::new(SimRuntime::new(s.costs, trace.devices, hbm)));
     let swap = if s.nvme > 0 && hbm != UNLIMITED {
-        let d = std::env::temp_dir().join(format!("u3m-replay.{}.{}", std::process::id(), rt as *const _ as usize));
-        std::fs::create_dir_all(&d).map_err(|e| format!("NVMe swap directory {}: {e}", d.display()))?;
+        let d = std::env::temp_dir().join(format!(
+            "u3m-replay.{}.{}",
+            std::process::id(),
+            rt as *const _ as usize
+        ));
+        std::fs::create_dir_all(&d)
+            .map_err(|e| format!("NVMe swap directory {}: {e}", d.display()))?;
         Some(d)
     } else {
         None
@@ -154,7 +165,11 @@ fn run_in(
     let clock = Arc::new(AtomicU64::new(HEAT_EPOCH_NS));
     {
         let (heat, clock) = (heat.clone(), clock.clone());
-        tier.set_heat_fn(Box::new(move |va| heat.chunk_info(va).map(|c| c.heat(clock.load(Relaxed))).unwrap_or(0.0)));
+        tier.set_heat_fn(Box::new(move |va| {
+            heat.chunk_info(va)
+                .map(|c| c.heat(clock.load(Relaxed)))
+                .unwrap_or(0.0)
+        }));
     }
     let mut d = Driver {
         trace,
@@ -182,7 +197,12 @@ fn run_in(
     drop(d);
     let mut arrivals_by_tag = BTreeMap::new();
     for (va, n) in rt.arrivals() {
-        let tag = tags.range(..=va).next_back().filter(|(&s, (len, _))| va < s + len).map(|(_, (_, t))| t.as_str()).unwrap_or("-");
+        let tag = tags
+            .range(..=va)
+            .next_back()
+            .filter(|(&s, (len, _))| va < s + len)
+            .map(|(_, (_, t))| t.as_str())
+            .unwrap_or("-");
         *arrivals_by_tag.entry(tag.to_string()).or_insert(0) += n as u64;
     }
     let total_ns = rt.finish();
@@ -196,7 +216,10 @@ fn run_in(
         accuracy,
         events,
         ticks: tier.now(),
-        peak_hbm: (0..trace.devices as u32).map(|d| rt.peak(d)).max().unwrap_or(0),
+        peak_hbm: (0..trace.devices as u32)
+            .map(|d| rt.peak(d))
+            .max()
+            .unwrap_or(0),
         arrivals_by_tag,
     };
     drop(tier);
@@ -232,7 +255,8 @@ struct Driver<'a> {
 impl Driver<'_> {
     fn replay(&mut self) -> Result<(), String> {
         for (k, ev) in self.trace.events.iter().enumerate() {
-            self.event(ev).map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            self.event(ev)
+                .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
             self.background();
         }
         Ok(())
@@ -241,12 +265,16 @@ impl Driver<'_> {
     /// The Tier's VA for a trace range (None: unmanaged memory).
     fn translate(&self, dev: u32, addr: u64) -> Option<u64> {
         let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
-        a.va.filter(|_| addr - start < a.bytes.max(1)).map(|va| va + (addr - start))
+        a.va.filter(|_| addr - start < a.bytes.max(1))
+            .map(|va| va + (addr - start))
     }
 
     fn stream(&mut self, dev: u32, stream: u32) -> u64 {
         let rt = self.rt;
-        *self.streams.entry((dev, stream)).or_insert_with(|| rt.program_stream())
+        *self
+            .streams
+            .entry((dev, stream))
+            .or_insert_with(|| rt.program_stream())
     }
 
     fn event(&mut self, ev: &Event) -> Result<(), String> {
@@ -255,7 +283,9 @@ impl Driver<'_> {
         match &ev.body {
             Body::Alloc { addr, bytes } => self.alloc(dev, *addr, *bytes, ev.tag.as_deref()),
             Body::Free { addr } => {
-                let a = self.allocs[dev as usize].remove(addr).ok_or("free of an unknown allocation")?;
+                let a = self.allocs[dev as usize]
+                    .remove(addr)
+                    .ok_or("free of an unknown allocation")?;
                 match a.va {
                     Some(va) => {
                         self.heat.on_free(va);
@@ -268,7 +298,11 @@ impl Driver<'_> {
                 }
                 Ok(())
             }
-            Body::Op { op_type, inputs, outputs } => {
+            Body::Op {
+                op_type,
+                inputs,
+                outputs,
+            } => {
                 let ranges: Vec<(u64, u64, bool)> = inputs
                     .iter()
                     .map(|r| (r.addr, r.bytes, false))
@@ -278,16 +312,30 @@ impl Driver<'_> {
                 let cost = self.s.costs.op_ns(ev.flops.unwrap_or(0), touched);
                 self.call(ev, op_type, &ranges, false, cost)
             }
-            Body::Copy { kind, dst, src, bytes } => {
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => {
                 let (ranges, cost) = match kind {
                     CopyKind::H2D => (vec![(*dst, *bytes, true)], self.s.costs.link_ns(*bytes)),
                     CopyKind::D2H => (vec![(*src, *bytes, false)], self.s.costs.link_ns(*bytes)),
-                    CopyKind::D2D => (vec![(*src, *bytes, false), (*dst, *bytes, true)], self.s.costs.d2d_ns(*bytes)),
+                    CopyKind::D2D => (
+                        vec![(*src, *bytes, false), (*dst, *bytes, true)],
+                        self.s.costs.d2d_ns(*bytes),
+                    ),
                     CopyKind::H2H => return Ok(()), // no device involved
                 };
                 self.call(ev, "Memcpy", &ranges, true, cost)
             }
-            Body::Set { addr, bytes } => self.call(ev, "Memset", &[(*addr, *bytes, true)], true, self.s.costs.memset_ns(*bytes)),
+            Body::Set { addr, bytes } => self.call(
+                ev,
+                "Memset",
+                &[(*addr, *bytes, true)],
+                true,
+                self.s.costs.memset_ns(*bytes),
+            ),
         }
     }
 
@@ -326,7 +374,14 @@ impl Driver<'_> {
     /// spends the call's whole cost, as the simulator charges a blocking
     /// copy; the Tier orders it by the host (`Order::Host`), as the library
     /// does for synchronous calls. Everything else is queued on its stream.
-    fn call(&mut self, ev: &Event, name: &str, ranges: &[(u64, u64, bool)], overwrite: bool, cost: u64) -> Result<(), String> {
+    fn call(
+        &mut self,
+        ev: &Event,
+        name: &str,
+        ranges: &[(u64, u64, bool)],
+        overwrite: bool,
+        cost: u64,
+    ) -> Result<(), String> {
         let dev = ev.dev;
         let sync = ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
         let stream = self.stream(dev, ev.stream);
@@ -345,7 +400,11 @@ impl Driver<'_> {
         let mut managed = Vec::with_capacity(ranges.len());
         for &(addr, len, write) in ranges {
             if let Some(va) = self.translate(dev, addr) {
-                managed.push(Range { addr: va, len, write });
+                managed.push(Range {
+                    addr: va,
+                    len,
+                    write,
+                });
             }
         }
         let (class, op_hash) = opclass::classify(name);
@@ -354,14 +413,24 @@ impl Driver<'_> {
         self.seq += 1;
         for r in &managed {
             if r.len > 0 {
-                let a = Access { seq: self.seq, ns: HEAT_EPOCH_NS + now, class, op_hash, write: r.write };
+                let a = Access {
+                    seq: self.seq,
+                    ns: HEAT_EPOCH_NS + now,
+                    class,
+                    op_hash,
+                    write: r.write,
+                };
                 self.heat.touch(r.addr, r.len, &a);
             }
         }
         let tok = if managed.is_empty() {
             None
         } else {
-            let order = if sync { Order::Host } else { Order::Stream(stream) };
+            let order = if sync {
+                Order::Host
+            } else {
+                Order::Stream(stream)
+            };
             let tok = self
                 .tier
                 .prepare(dev, class as u8, &managed, overwrite, order)
@@ -376,7 +445,8 @@ impl Driver<'_> {
             self.queue.push_back(end);
         }
         if let Some(tok) = tok {
-            self.tier.finish(tok, if sync { None } else { Some(stream) }, true);
+            self.tier
+                .finish(tok, if sync { None } else { Some(stream) }, true);
             if let (Some(acc), Some(f)) = (self.accuracy.as_mut(), self.future) {
                 let now = self.tier.now();
                 if now != self.last_tick {
@@ -402,12 +472,18 @@ impl Driver<'_> {
             }
             self.spilled += self.tier.spill_dram(self.s.tick_ns as f64 / 1e9) as u64;
             for dev in self.tier.devices() {
-                if self.rt.set_device(dev) == 0 && self.tier.enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high) == 0 {
+                if self.rt.set_device(dev) == 0
+                    && self
+                        .tier
+                        .enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high)
+                        == 0
+                {
                     // as the library: room below the low watermark brings
                     // back what the policy expects soon, within the link's
                     // share of the round
                     let budget = (self.s.costs.link_gbps * self.s.tick_ns as f64) as u64;
-                    self.tier.prefetch(dev, budget, self.s.hbm_low, PREFETCH_HORIZON);
+                    self.tier
+                        .prefetch(dev, budget, self.s.hbm_low, PREFETCH_HORIZON);
                 }
             }
             self.rt.end_background();

@@ -19,7 +19,13 @@ pub struct Recording {
 impl Recording {
     pub fn new(inner: Box<dyn Placement>) -> (Recording, Log) {
         let log: Log = Arc::default();
-        (Recording { inner, log: log.clone() }, log)
+        (
+            Recording {
+                inner,
+                log: log.clone(),
+            },
+            log,
+        )
     }
 }
 

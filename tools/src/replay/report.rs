@@ -58,7 +58,11 @@ impl PolicyRow {
             misuse: o.sim.misuse,
             sim: o.sim,
             samples: o.accuracy.as_ref().map(|a| a.samples).unwrap_or(0),
-            windows: o.accuracy.as_ref().map(|a| a.windows.clone()).unwrap_or_default(),
+            windows: o
+                .accuracy
+                .as_ref()
+                .map(|a| a.windows.clone())
+                .unwrap_or_default(),
             events: o.events.clone(),
             arrivals_by_tag: o.arrivals_by_tag.clone(),
         }
@@ -91,7 +95,12 @@ pub struct TraceReport {
 }
 
 impl TraceReport {
-    pub fn new(trace: &Trace, base: &RunOut, rows: Vec<PolicyRow>, unavailable: Vec<(String, String)>) -> TraceReport {
+    pub fn new(
+        trace: &Trace,
+        base: &RunOut,
+        rows: Vec<PolicyRow>,
+        unavailable: Vec<(String, String)>,
+    ) -> TraceReport {
         TraceReport {
             trace: trace.name.clone(),
             events: trace.events.len(),
@@ -105,7 +114,10 @@ impl TraceReport {
     }
 
     fn belady_moved(&self) -> Option<u64> {
-        self.rows.iter().find(|r| r.policy == "belady").map(|r| r.moved())
+        self.rows
+            .iter()
+            .find(|r| r.policy == "belady")
+            .map(|r| r.moved())
     }
 }
 
@@ -138,8 +150,21 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
             bytes(hbm),
             ms(r.baseline_ns)
         );
-        let mut head: Vec<String> =
-            ["policy", "in<-DRAM", "in<-NVMe", "prefetch", "out->DRAM", "out->NVMe", "clean", "stall", "total", "x belady"].iter().map(|s| s.to_string()).collect();
+        let mut head: Vec<String> = [
+            "policy",
+            "in<-DRAM",
+            "in<-NVMe",
+            "prefetch",
+            "out->DRAM",
+            "out->NVMe",
+            "clean",
+            "stall",
+            "total",
+            "x belady",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         for w in &s.windows {
             head.push(format!("P/R@{w}"));
         }
@@ -156,7 +181,9 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
                 p.clean_drops.to_string(),
                 ms(p.stall_ns),
                 ms(p.total_ns),
-                ratio(p.moved(), bm).map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into()),
+                ratio(p.moved(), bm)
+                    .map(|x| format!("{x:.2}"))
+                    .unwrap_or_else(|| "-".into()),
             ];
             for w in &p.windows {
                 row.push(format!("{}/{}", frac(w.precision()), frac(w.recall())));

@@ -86,7 +86,11 @@ pub struct SimRuntime {
 
 /// Nanoseconds to move `bytes` at `gbps` (10^9 B/s = 1 B/ns).
 pub fn ns_at(bytes: u64, gbps: f64) -> u64 {
-    if gbps <= 0.0 { 0 } else { (bytes as f64 / gbps).ceil() as u64 }
+    if gbps <= 0.0 {
+        0
+    } else {
+        (bytes as f64 / gbps).ceil() as u64
+    }
 }
 
 impl State {
@@ -108,7 +112,12 @@ impl SimRuntime {
                 host: 0,
                 bg: None,
                 cur_dev: 0,
-                devs: (0..devices.max(1)).map(|_| Dev { capacity, ..Dev::default() }).collect(),
+                devs: (0..devices.max(1))
+                    .map(|_| Dev {
+                        capacity,
+                        ..Dev::default()
+                    })
+                    .collect(),
                 next_va: VA_BASE,
                 reserved: HashMap::new(),
                 next_handle: 1,
@@ -190,7 +199,13 @@ impl SimRuntime {
     /// Every stream drained and the host caught up: the run's total time.
     pub fn finish(&self) -> u64 {
         let mut st = self.lock();
-        let end = st.streams.iter().map(|s| s.clock + s.nvme_write_ns).max().unwrap_or(0).max(st.host);
+        let end = st
+            .streams
+            .iter()
+            .map(|s| s.clock + s.nvme_write_ns)
+            .max()
+            .unwrap_or(0)
+            .max(st.host);
         st.host = end;
         end
     }
@@ -205,7 +220,11 @@ impl SimRuntime {
     }
 
     pub fn peak(&self, dev: u32) -> u64 {
-        self.lock().devs.get(dev as usize).map(|d| d.peak).unwrap_or(0)
+        self.lock()
+            .devs
+            .get(dev as usize)
+            .map(|d| d.peak)
+            .unwrap_or(0)
     }
 }
 
@@ -221,7 +240,9 @@ impl Runtime for SimRuntime {
 
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
         let mut st = self.lock();
-        let Some(d) = st.devs.get_mut(dev as usize) else { return Err(E_PARAM) };
+        let Some(d) = st.devs.get_mut(dev as usize) else {
+            return Err(E_PARAM);
+        };
         if d.used + bytes > d.capacity {
             return Err(E_ALLOC);
         }
@@ -243,7 +264,9 @@ impl Runtime for SimRuntime {
                 return E_PARAM;
             }
         }
-        let Some((dev, bytes, _)) = st.phys.remove(&handle) else { return E_PARAM };
+        let Some((dev, bytes, _)) = st.phys.remove(&handle) else {
+            return E_PARAM;
+        };
         st.devs[dev as usize].used -= bytes;
         0
     }
@@ -297,7 +320,10 @@ impl Runtime for SimRuntime {
 
     fn create_stream(&self) -> Result<u64, i32> {
         let mut st = self.lock();
-        st.streams.push(Stream { clock: 0, nvme_write_ns: 0 });
+        st.streams.push(Stream {
+            clock: 0,
+            nvme_write_ns: 0,
+        });
         Ok(st.streams.len() as u64)
     }
 
@@ -336,7 +362,9 @@ impl Runtime for SimRuntime {
     fn sync_stream(&self, stream: u64) -> i32 {
         let mut st = self.lock();
         let st = &mut *st;
-        let Some(s) = st.streams.get_mut((stream as usize).wrapping_sub(1)) else { return E_PARAM };
+        let Some(s) = st.streams.get_mut((stream as usize).wrapping_sub(1)) else {
+            return E_PARAM;
+        };
         // the caller then reads the staging buffer and writes it to the swap file
         let done = s.clock + std::mem::take(&mut s.nvme_write_ns);
         let c = st.caller();
@@ -352,7 +380,9 @@ impl Runtime for SimRuntime {
 
     fn record_event(&self, event: u64, stream: u64) -> i32 {
         let mut st = self.lock();
-        let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else { return E_PARAM };
+        let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else {
+            return E_PARAM;
+        };
         match st.events.get_mut((event as usize).wrapping_sub(1)) {
             Some(e) => {
                 *e = clock;
@@ -365,12 +395,17 @@ impl Runtime for SimRuntime {
     fn event_done(&self, event: u64) -> Result<bool, i32> {
         let mut st = self.lock();
         let now = *st.caller();
-        st.events.get((event as usize).wrapping_sub(1)).map(|&t| t <= now).ok_or(E_PARAM)
+        st.events
+            .get((event as usize).wrapping_sub(1))
+            .map(|&t| t <= now)
+            .ok_or(E_PARAM)
     }
 
     fn sync_event(&self, event: u64) -> i32 {
         let mut st = self.lock();
-        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else { return E_PARAM };
+        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
+            return E_PARAM;
+        };
         let c = st.caller();
         *c = (*c).max(t);
         0
@@ -378,7 +413,9 @@ impl Runtime for SimRuntime {
 
     fn stream_wait(&self, stream: u64, event: u64) -> i32 {
         let mut st = self.lock();
-        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else { return E_PARAM };
+        let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
+            return E_PARAM;
+        };
         match st.streams.get_mut((stream as usize).wrapping_sub(1)) {
             Some(s) => {
                 s.clock = s.clock.max(t);
@@ -415,7 +452,9 @@ impl Runtime for SimRuntime {
 
     fn free_host(&self, ptr: *mut u8) -> i32 {
         let mut st = self.lock();
-        let Some(len) = st.host_mem.remove(&(ptr as usize)) else { return E_PARAM };
+        let Some(len) = st.host_mem.remove(&(ptr as usize)) else {
+            return E_PARAM;
+        };
         st.staging.remove(&(ptr as u64));
         unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
         0
@@ -439,7 +478,9 @@ mod tests {
     #[test]
     fn capacity_is_enforced_and_mappings_checked() {
         let r = rt();
-        let hs: Vec<u64> = (0..4).map(|_| r.malloc_physical(0, CHUNK).unwrap()).collect();
+        let hs: Vec<u64> = (0..4)
+            .map(|_| r.malloc_physical(0, CHUNK).unwrap())
+            .collect();
         assert_eq!(r.malloc_physical(0, CHUNK), Err(E_ALLOC));
         assert_eq!(r.mem_info(), Ok((0, 4 * CHUNK)));
         let va = r.reserve(3 * CHUNK).unwrap();
@@ -483,7 +524,10 @@ mod tests {
         r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s);
         r.sync_stream(s);
         let link = ns_at(CHUNK, Costs::default().link_gbps);
-        assert_eq!(r.host_ns(), read + 2 * link + ns_at(CHUNK, Costs::default().nvme_write_gbps));
+        assert_eq!(
+            r.host_ns(),
+            read + 2 * link + ns_at(CHUNK, Costs::default().nvme_write_gbps)
+        );
         assert_eq!(r.free_host(staging as *mut u8), 0);
     }
 }

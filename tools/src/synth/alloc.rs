@@ -242,7 +242,14 @@ impl Caching {
             .values()
             .map(|&n| {
                 let padded = round_up(n, 32) + 32;
-                round_up(padded, if padded > SMALL_SIZE { ROUND_LARGE } else { 4096 })
+                round_up(
+                    padded,
+                    if padded > SMALL_SIZE {
+                        ROUND_LARGE
+                    } else {
+                        4096
+                    },
+                )
             })
             .sum()
     }
