@@ -446,7 +446,9 @@ fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
     assert_eq!(r.fact("h_ok").as_deref(), Some("1"));
     assert_eq!(r.fact("remap_ok").as_deref(), Some("1"));
     let t = &s["tier"];
-    assert!(t["evictions"].as_u64().unwrap() >= 10, "{s}");
+    // 30 chunks of other memory + the 10-chunk real handle on 32 chunks of
+    // HBM: at least 8 evictions (more when the background round runs first)
+    assert!(t["evictions"].as_u64().unwrap() >= 8, "{s}");
     // 10 + 15 + 15 first touches: nothing of the handle came back after export
     assert_eq!(t["faults_in"].as_u64().unwrap(), 40, "{s}");
 }

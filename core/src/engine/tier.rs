@@ -18,7 +18,7 @@
 //! heat table stays lock-free.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
@@ -188,6 +188,8 @@ pub struct Tier {
     /// demand (else it competes with calls for the same free chunks).
     demand: AtomicU64,
     demand_seen: AtomicU64,
+    /// Some device has been lost (the hot paths' cheap check).
+    lost_any: AtomicBool,
 }
 
 /// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
@@ -293,6 +295,7 @@ impl Tier {
             prefetch_bytes: AtomicU64::new(0),
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
+            lost_any: AtomicBool::new(false),
         })
     }
 
@@ -664,23 +667,26 @@ impl Tier {
     /// Returns the real handle to export.
     pub fn export(&self, h: u64) -> Option<Result<u64, i32>> {
         let id = id_of(h)?;
-        // in-flight work may still use the chunks that are about to be
-        // unmapped: wait for it without the lock (it may need the host)
+        // in-flight work may still use the chunks that a multi-chunk handle
+        // is about to have unmapped: wait for it without the lock (it may
+        // need the host)
         let uses: Vec<u64> = {
             let st = self.st.lock().ok()?;
             let b = st.backings.get(&id)?;
             if b.real != 0 {
                 return Some(Ok(b.real));
             }
-            b.chunks
-                .iter()
-                .flat_map(|c| c.uses.iter().map(|u| u.1))
-                .collect()
-        };
-        if self.st.lock().ok()?.backings.get(&id)?.chunks.len() > 1 {
-            for ev in uses {
-                self.rt.sync_event(ev);
+            if b.chunks.len() == 1 {
+                Vec::new()
+            } else {
+                b.chunks
+                    .iter()
+                    .flat_map(|c| c.uses.iter().map(|u| u.1))
+                    .collect()
             }
+        };
+        for ev in uses {
+            self.rt.sync_event(ev);
         }
         let mut st = self.st.lock().ok()?;
         let b = st.backings.get(&id)?;
@@ -915,13 +921,15 @@ impl Tier {
         if need.is_empty() {
             return Ok(tok);
         }
-        if st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost
-            || need.iter().any(|n| {
-                st.backings
-                    .get(&n.0)
-                    .map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost)
-                    .unwrap_or(false)
-            })
+        // nothing runs on a lost device (checked only once one is lost)
+        if self.lost_any.load(Relaxed)
+            && (st.devs[(dev as usize).min(MAX_DEVICES - 1)].lost
+                || need.iter().any(|n| {
+                    st.backings
+                        .get(&n.0)
+                        .map(|b| st.devs[(b.dev as usize).min(MAX_DEVICES - 1)].lost)
+                        .unwrap_or(false)
+                }))
         {
             return Err(E_DEVICE_LOST);
         }
@@ -1227,6 +1235,7 @@ impl Tier {
         order: Order,
     ) -> Result<(), i32> {
         let mut evs: Vec<u64> = Vec::new();
+        let mut done: Vec<(u64, u32, u64)> = Vec::new();
         for &(id, i, _) in need {
             let Some(b) = st.backings.get(&id) else {
                 continue;
@@ -1236,10 +1245,27 @@ impl Tier {
                 continue;
             }
             for &(s, ev) in &b.chunks[i as usize].uses {
-                if s == own && !evs.contains(&ev) && !self.rt.event_done(ev).unwrap_or(true) {
+                if s != own || evs.contains(&ev) {
+                    continue;
+                }
+                if self.rt.event_done(ev).unwrap_or(true) {
+                    done.push((id, i, ev));
+                } else {
                     evs.push(ev);
                 }
             }
+        }
+        // a completed copy-in orders nothing any more: forget it, so later
+        // calls on the chunk do not query the runtime for it again
+        for (id, i, ev) in done {
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
+                c.uses.retain(|u| u.1 != ev);
+            }
+            unref_event(st, ev);
         }
         for ev in evs {
             let rc = match order {
@@ -1917,6 +1943,7 @@ impl Tier {
             return None;
         }
         st.devs[d].lost = true;
+        self.lost_any.store(true, Relaxed);
         st.devs[d].resident = 0;
         let (mut lost, mut kept) = (Vec::new(), Vec::new());
         let mut ids: Vec<u64> = st
@@ -2020,10 +2047,7 @@ impl Tier {
 
     /// Whether any device has been lost (the copy hooks' fast check).
     pub fn any_lost(&self) -> bool {
-        self.st
-            .lock()
-            .map(|st| st.devs.iter().any(|d| d.lost))
-            .unwrap_or(false)
+        self.lost_any.load(Relaxed)
     }
 
     /// Devices with managed memory (for the background thread).
