@@ -470,6 +470,12 @@ fn a_captured_graph_replays_under_pressure() {
     stock_fails("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
     let (r, s) = tier("graph_app", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
     assert_clean(&r, 64 * MIB, "graph_app");
+    // the simulator refuses (and names) events on a capturing stream
+    assert!(
+        !r.stderr.contains("capturing stream"),
+        "u3m added work to the capturing stream:\n{}",
+        r.stderr
+    );
     assert_eq!(results(&r.stdout), results(&big.stdout));
     assert!(s["tier"]["evictions"].as_u64().unwrap() >= 60, "{s}");
 }

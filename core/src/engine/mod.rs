@@ -1102,8 +1102,11 @@ impl Engine {
 
     pub fn tier_finish(&self, p: Prep, stream: u64, sync: bool, ok: bool) {
         if let (Some(t), Prep::Go(tok)) = (&self.tier, p) {
-            // a synchronous call has finished with the memory on return
-            t.finish(tok, if sync { None } else { Some(stream) }, ok);
+            // a synchronous call has finished with the memory on return; a
+            // captured call has not run (and nothing may be added to a
+            // capturing stream): replays are made resident on their own
+            let record = !sync && !self.is_capturing(stream);
+            t.finish(tok, if record { Some(stream) } else { None }, ok);
         }
     }
 

@@ -542,6 +542,13 @@ static aclError event_enqueue(aclrtEvent event, aclrtStream stream, int op) {
     aclError rc;
     sim_stream *s = sim_stream_resolve(stream, &rc);
     if (!s) return rc;
+    if (s->capture) {
+        /* the real runtime would capture it into the graph; the simulator's
+         * capture records operators, copies and memsets only */
+        aclsim_log("%s on a capturing stream: not supported by the simulator's capture",
+                   op == EV_RECORD ? "aclrtRecordEvent" : "aclrtStreamWaitEvent");
+        return ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    }
     sim_event *ev = event_get_locked(event);
     if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
     uint64_t gen = op == EV_RECORD ? ++ev->rec_gen : ev->rec_gen;
