@@ -299,7 +299,9 @@ fn a_failing_copy_surfaces_as_the_runtime_error() {
 #[test]
 fn a_full_swap_keeps_the_data_in_dram() {
     let dir = common::scratch("tier-fullswap");
-    let trace = ring_trace(&dir, 12, 8); // 96 MiB live on 48 MiB
+    // 96 MiB live on 48 MiB of HBM; 64 MiB of DRAM (95 % before NVMe) and
+    // 4 MiB of swap cannot take the excess without the swap filling up
+    let trace = ring_trace(&dir, 12, 8);
     let swap = dir.join("swap");
     std::fs::create_dir_all(&swap).unwrap();
     let t = trace.to_str().unwrap();
@@ -310,14 +312,22 @@ fn a_full_swap_keeps_the_data_in_dram() {
         &[
             ("ACLSIM_HBM_BYTES", "48M"),
             ("U3M_OVERSUB", "3"),
-            ("U3M_DRAM_BYTES", "128M"),
+            ("U3M_DRAM_BYTES", "64M"),
             ("U3M_SWAP_DIR", swap.to_str().unwrap()),
             ("U3M_SWAP_BYTES", "4M"),
         ],
     );
     assert_clean(&r, 48 * MIB, "acl_replay");
     assert_eq!(r.fact("checksum"), big.fact("checksum"));
-    let _ = s;
+    assert!(
+        s["tier"]["spill_errors"].as_u64().unwrap() > 0,
+        "the swap filled up: {s}"
+    );
+    assert!(
+        r.stderr.contains("u3m: NVMe swap full or failing"),
+        "reported:\n{}",
+        r.stderr
+    );
 }
 
 #[test]

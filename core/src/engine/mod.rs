@@ -109,6 +109,8 @@ pub struct Engine {
     /// Card failures: (device, allocations lost, bytes lost, allocations
     /// still readable from DRAM/NVMe), for the summary.
     lost: Mutex<Vec<(u32, u64, u64, u64)>>,
+    /// Swap failures already reported (the tier counts them).
+    spill_errors_seen: AtomicU64,
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
@@ -217,6 +219,7 @@ impl Engine {
             graphs: Mutex::new(Graphs::default()),
             capturing: AtomicU64::new(0),
             lost: Mutex::new(Vec::new()),
+            spill_errors_seen: AtomicU64::new(0),
             monitors: (0..MAX_DEVICES)
                 .map(|_| Mutex::new(Monitor::default()))
                 .collect(),
@@ -270,6 +273,7 @@ impl Engine {
             return;
         }
         self.publisher.stop();
+        self.note_spill_errors();
         if let Some(r) = &self.rec {
             r.stop();
         }
@@ -889,6 +893,28 @@ impl Engine {
         }
     }
 
+    /// The NVMe store was full or failed since the last look: the data stayed
+    /// in DRAM. One `error` event per look that found new failures; one line
+    /// on stderr the first time.
+    fn note_spill_errors(&self) {
+        let Some(t) = &self.tier else { return };
+        let errs = t.spill_errors.load(Relaxed);
+        let seen = self.spill_errors_seen.swap(errs, Relaxed);
+        if errs <= seen {
+            return;
+        }
+        let text = format!(
+            "NVMe swap full or failing: {} chunk(s) kept in DRAM",
+            errs - seen
+        );
+        if let Some(s) = &self.seg {
+            s.event(EventKind::Error, crate::shm::NO_DEVICE, 0, 0, &text);
+        }
+        if seen == 0 && self.cfg.log >= LogLevel::Warn {
+            eprintln!("u3m: {text} (U3M_SWAP_DIR / U3M_SWAP_BYTES); nothing is lost");
+        }
+    }
+
     /// A call on `dev` failed with ACL_ERROR_RT_DEVICE_TASK_ABORT: the card
     /// is gone. Tier mode keeps what it holds in DRAM/NVMe readable; the
     /// stats say which allocations were lost (one event each, then a
@@ -1137,6 +1163,7 @@ impl Engine {
                 s.event(EventKind::Policy, crate::shm::NO_DEVICE, 0, 0, &line);
             }
         }
+        self.note_spill_errors();
         let c = t.counters();
         let (dram_limit, nvme_limit) = t.limits();
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)

@@ -425,19 +425,22 @@ impl Tier {
             let dv = &st.devs[d];
             let vtotal = (dv.capacity as f64 * self.oversub) as u64;
             let unmanaged = total.saturating_sub(free).saturating_sub(dv.resident);
-            // what cannot be resident must fit below HBM
-            let room_below = self.dram_limit.saturating_sub(st.dram.used())
-                + self
-                    .nvme_limit
-                    .saturating_sub(st.nvme.as_ref().map(|n| n.used()).unwrap_or(0));
+            // what cannot be resident must fit the host tiers: every host
+            // byte holds managed data (part of some device's excess, or a
+            // clean copy that can be dropped), so compare the excesses of
+            // all devices with the tiers' limits, not with what is free now
+            let others: u64 = st
+                .devs
+                .iter()
+                .enumerate()
+                .filter(|&(k, o)| k != d && o.capacity != 0)
+                .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
+                .sum();
             let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
             let fits_tiers = (dv.managed_virtual + vlen)
                 .saturating_sub(dv.capacity.saturating_sub(unmanaged))
-                <= room_below;
-            // DRAM holding clean copies of resident chunks is room too
-            if fits_virtual && !fits_tiers && self.drop_duplicates(&mut st, u64::MAX) > 0 {
-                continue;
-            }
+                + others
+                <= self.dram_limit + self.nvme_limit;
             if fits_virtual && fits_tiers {
                 let va = match self.rt.reserve(vlen) {
                     Ok(v) => v,
