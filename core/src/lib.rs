@@ -4,6 +4,7 @@
 //! format). Exports that interpose live only in the cdylib, so linking this
 //! crate into a test or a tool never interposes anything.
 
+pub mod acl;
 pub mod config;
 pub mod engine;
 pub mod heat;

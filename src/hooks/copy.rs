@@ -9,40 +9,16 @@ use std::os::raw::c_int;
 use super::{around, Cx};
 use crate::ffi::*;
 use crate::init::current_device;
+use u3m_core::acl::MemcpyKind;
 use u3m_core::engine::Range;
 use u3m_core::opclass::OpClass;
 
 /// ACL_ERROR_RT_DEVICE_TASK_ABORT: the device has gone away.
 const DEVICE_TASK_ABORT: aclError = 107022;
 
-/// The device ranges of a copy (a DEFAULT copy may have either side on the
-/// device: host sides simply match nothing).
+/// The device ranges of a copy, by core's one rule.
 fn copy_ranges(kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64) -> ([Range; 2], usize) {
-    let (d_dev, s_dev) = match kind {
-        MEMCPY_H2H => (false, false),
-        MEMCPY_H2D | MEMCPY_HOST_TO_BUF_TO_DEVICE => (true, false),
-        MEMCPY_D2H => (false, true),
-        _ => (true, true),
-    };
-    let mut r = [Range::ZERO; 2];
-    let mut n = 0;
-    if s_dev {
-        r[n] = Range {
-            addr: src,
-            len: sspan,
-            write: false,
-        };
-        n += 1;
-    }
-    if d_dev {
-        r[n] = Range {
-            addr: dst,
-            len: dspan,
-            write: true,
-        };
-        n += 1;
-    }
-    (r, n)
+    u3m_core::engine::copy_ranges(MemcpyKind(kind), dst, dspan, src, sspan)
 }
 
 #[inline]
@@ -78,7 +54,7 @@ unsafe fn one(
     let dev = current_device();
     // card failure: a synchronous read of managed memory the lost device
     // held is served from u3m's DRAM/NVMe copies
-    let d2h = sync && (kind == MEMCPY_D2H || kind == MEMCPY_DEFAULT) && bytes > 0;
+    let d2h = sync && MemcpyKind(kind).reads_device() && bytes > 0;
     if d2h {
         if let Some(rc) = cx.note(|e| e.tier_read_lost(src, dst as *mut u8, bytes)) {
             return rc;

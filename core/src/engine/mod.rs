@@ -17,12 +17,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::acl::MemcpyKind;
 use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
-use crate::trace::event::{CopyKind, Range as TraceRange};
+use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
 pub use crate::heat::PinReason;
@@ -63,6 +64,39 @@ impl Range {
         len: 0,
         write: false,
     };
+}
+
+/// The device ranges of a copy (at most two: the source read, the
+/// destination written), by the one copy-direction rule
+/// (`MemcpyKind::sides`). `dspan`/`sspan`: the bytes each side spans (a
+/// pitched 2-D copy spans more than it moves).
+pub fn copy_ranges(
+    kind: MemcpyKind,
+    dst: u64,
+    dspan: u64,
+    src: u64,
+    sspan: u64,
+) -> ([Range; 2], usize) {
+    let (d, s) = kind.sides();
+    let mut r = [Range::ZERO; 2];
+    let mut n = 0;
+    if s.maybe_device() {
+        r[n] = Range {
+            addr: src,
+            len: sspan,
+            write: false,
+        };
+        n += 1;
+    }
+    if d.maybe_device() {
+        r[n] = Range {
+            addr: dst,
+            len: dspan,
+            write: true,
+        };
+        n += 1;
+    }
+    (r, n)
 }
 
 /// Which call allocated device memory.
@@ -755,30 +789,10 @@ impl Engine {
         sspan: u64,
         bytes: u64,
     ) {
-        let ck = CopyKind::from_acl(kind);
-        let (dst_dev, src_dev) = match ck {
-            Some(k) => (k.dst_on_device(), k.src_on_device()),
-            None => (true, true), // DEFAULT: both sides may be device; host sides simply miss
-        };
+        let kind = MemcpyKind(kind);
+        let ck = kind.direction();
         let name: &[u8] = b"Memcpy";
-        let mut rs = [Range::ZERO; 2];
-        let mut n = 0;
-        if src_dev {
-            rs[n] = Range {
-                addr: src,
-                len: sspan,
-                write: false,
-            };
-            n += 1;
-        }
-        if dst_dev {
-            rs[n] = Range {
-                addr: dst,
-                len: dspan,
-                write: true,
-            };
-            n += 1;
-        }
+        let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
         if n > 0 {
             self.touch_all(name, &rs[..n]);
         }
