@@ -13,7 +13,7 @@ pub mod opclass;
 pub mod plan;
 pub mod policy;
 pub mod shm;
-pub mod tier;
+pub mod store;
 pub mod trace;
 
 /// Version of u3m, reported by the CLI and written into the stats segment.

@@ -25,9 +25,9 @@ use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
 use crate::policy::{Cand, HeatFn, Place, Placement};
-use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
-use crate::tier::nvme::{NvmeSlot, NvmeTier};
-use crate::tier::TierError;
+use crate::store::dram::{DramSlot, DramStore, HostAllocator};
+use crate::store::nvme::{NvmeSlot, NvmeStore};
+use crate::store::StoreError;
 
 pub const MAX_DEVICES: usize = 16;
 /// How far ahead (tracked calls) the background prefetch looks: it brings
@@ -126,8 +126,8 @@ struct State {
     /// VA start -> (backing id, bytes) for every mapped backing.
     vas: BTreeMap<u64, (u64, u64)>,
     devs: [Dev; MAX_DEVICES],
-    dram: DramTier<Box<dyn HostAllocator>>,
-    nvme: Option<NvmeTier>,
+    dram: DramStore<Box<dyn HostAllocator>>,
+    nvme: Option<NvmeStore>,
     /// event -> number of chunk uses referring to it; free events
     event_refs: HashMap<u64, u32>,
     free_events: Vec<u64>,
@@ -244,14 +244,14 @@ impl Tier {
         } else {
             cfg.dram_bytes
         };
-        let dram = DramTier::new(
+        let dram = DramStore::new(
             dram_limit,
             256 << 20,
             Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
         );
         let nvme = match &cfg.swap_dir {
             Some(d) if cfg.swap_bytes > 0 => Some(
-                NvmeTier::new(d, cfg.swap_bytes, 256 << 20)
+                NvmeStore::new(d, cfg.swap_bytes, 256 << 20)
                     .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
             ),
             _ => None,
@@ -798,7 +798,7 @@ impl Tier {
                             .nvme
                             .as_mut()
                             .map(|n| n.read(slot, buf))
-                            .unwrap_or(Err(TierError::BadSlot))
+                            .unwrap_or(Err(StoreError::BadSlot))
                             .is_err()
                         {
                             self.spill_errors.fetch_add(1, Relaxed);
@@ -1179,7 +1179,7 @@ impl Tier {
                         .nvme
                         .as_mut()
                         .map(|n| n.read(slot, buf))
-                        .unwrap_or(Err(TierError::BadSlot));
+                        .unwrap_or(Err(StoreError::BadSlot));
                     if r.is_err() {
                         self.spill_errors.fetch_add(1, Relaxed);
                         return Err(E_ALLOC);
@@ -1560,7 +1560,7 @@ impl Tier {
                         .nvme
                         .as_mut()
                         .map(|n| n.write(&s, buf))
-                        .unwrap_or(Err(TierError::BadSlot));
+                        .unwrap_or(Err(StoreError::BadSlot));
                     match w {
                         Ok(()) => {
                             self.to_nvme.fetch_add(1, Relaxed);
@@ -2036,7 +2036,7 @@ impl Tier {
                         .nvme
                         .as_mut()
                         .map(|nv| nv.read_at(slot, within, out))
-                        .unwrap_or(Err(TierError::BadSlot));
+                        .unwrap_or(Err(StoreError::BadSlot));
                     if r.is_err() {
                         self.spill_errors.fetch_add(1, Relaxed);
                         return Some(E_DEVICE_LOST);
