@@ -12,6 +12,7 @@ pub mod monitor;
 pub mod opclass;
 pub mod plan;
 pub mod policy;
+pub mod residency;
 pub mod shm;
 pub mod store;
 pub mod trace;

@@ -135,7 +135,7 @@ pub unsafe fn launch_with(
     // thread and launched on the queue thread: this thread then has no
     // pending tensors, and residency must cover every live tensor (a
     // superset: those of the launches queued ahead too).
-    let tiering = cx.note(|e| e.tier().map(|t| t.active()).unwrap_or(false));
+    let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
     let live;
     let tier_ranges: &[Range] = if tiering && n <= usize::from(!ws.is_null() && ws_size > 0) {
         live = live_ranges(ws, ws_size);
@@ -302,7 +302,7 @@ pub unsafe fn create_tensor(
                 write: true,
             };
             PENDING.with(|p| p.push(t as usize, r));
-            if cx.note(|e| e.tier().is_some()) {
+            if cx.note(|e| e.residency().is_some()) {
                 let mut l = LIVE.lock();
                 if l.len() < 1 << 16 {
                     l.push((t as usize, r));

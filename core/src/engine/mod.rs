@@ -11,7 +11,6 @@
 mod ids;
 mod publish;
 pub mod runtime;
-pub mod tier;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -26,10 +25,12 @@ use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
+use crate::acl::AclError;
 pub use crate::heat::PinReason;
+use crate::residency;
+pub use crate::residency::{Order, Residency, Token};
 use ids::SmallIds;
 pub use runtime::Runtime;
-pub use tier::{Order, Tier, TierCounters, Token};
 
 /// What a hook does around a call in tier mode.
 #[derive(Default)]
@@ -148,7 +149,7 @@ pub struct Engine {
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
-    tier: Option<Tier>,
+    residency: Option<Residency>,
     /// bytes of live allocations u3m does not manage, per device
     unmanaged: [AtomicU64; MAX_DEVICES],
 }
@@ -201,8 +202,8 @@ impl Engine {
         hook_names: &[&str],
         rt: Option<&'static dyn Runtime>,
     ) -> Result<Engine, String> {
-        let tier = match (cfg.mode, rt) {
-            (crate::config::Mode::Tier, Some(rt)) => Some(Tier::new(rt, &cfg)?),
+        let residency = match (cfg.mode, rt) {
+            (crate::config::Mode::Tier, Some(rt)) => Some(Residency::new(rt, &cfg)?),
             (crate::config::Mode::Tier, None) => return Err("tier mode needs a runtime".into()),
             _ => None,
         };
@@ -259,7 +260,7 @@ impl Engine {
                 .collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
-            tier,
+            residency,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             cfg,
         };
@@ -269,7 +270,7 @@ impl Engine {
     /// Starts the background thread that publishes the hottest ranges. Called
     /// by the library once the engine has its final ('static) address.
     pub fn start_background(&'static self) {
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             // eviction asks the heat table; the engine now has its final address
             t.set_heat_fn(Box::new(move |va| {
                 self.heat
@@ -278,7 +279,7 @@ impl Engine {
                     .unwrap_or(0.0)
             }));
         }
-        if self.seg.is_some() || self.tier.is_some() {
+        if self.seg.is_some() || self.residency.is_some() {
             self.publisher.start(self);
         }
     }
@@ -316,7 +317,7 @@ impl Engine {
                 eprintln!("u3m: cannot write U3M_SUMMARY={}: {e}", p.display());
             }
         }
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             t.shutdown();
         }
         if let Some(s) = &self.seg {
@@ -375,7 +376,7 @@ impl Engine {
         let Some(s) = &self.seg else { return };
         let g = s.device(d);
         // in tier mode HBM use is physical residency, set by tier_tick
-        let hbm = self.tier.is_none();
+        let hbm = self.residency.is_none();
         if sign > 0 {
             g.allocs_live.fetch_add(1, Relaxed);
             g.allocs_total.fetch_add(1, Relaxed);
@@ -442,7 +443,7 @@ impl Engine {
         self.heat
             .on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
         if !self
-            .tier
+            .residency
             .as_ref()
             .map(|t| t.is_managed(ptr))
             .unwrap_or(false)
@@ -479,7 +480,7 @@ impl Engine {
     /// thread — afterwards, a re-allocation could be recorded first.
     pub fn free(&self, ptr: u64) {
         let managed = self
-            .tier
+            .residency
             .as_ref()
             .map(|t| t.is_managed(ptr))
             .unwrap_or(false);
@@ -879,10 +880,11 @@ impl Engine {
     /// tier mode: make [addr, addr+len) resident and keep it so (IPC export).
     /// Some(code) if that failed.
     pub fn tier_pin_range(&self, dev: i32, addr: u64, len: u64) -> Option<i32> {
-        self.tier
+        self.residency
             .as_ref()?
             .pin_range(dev.max(0) as u32, addr, len)
             .err()
+            .map(AclError::raw)
     }
 
     pub fn ipc_imported(&self) {
@@ -899,7 +901,7 @@ impl Engine {
 
     /// aclrtResetDevice: the runtime dropped everything on `dev`.
     pub fn device_reset(&self, dev: i32) {
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             t.forget_device(dev.max(0) as u32);
         }
         if let Some(s) = &self.seg {
@@ -911,8 +913,8 @@ impl Engine {
     /// in DRAM. One `error` event per look that found new failures; one line
     /// on stderr the first time.
     fn note_spill_errors(&self) {
-        let Some(t) = &self.tier else { return };
-        let errs = t.spill_errors.load(Relaxed);
+        let Some(t) = &self.residency else { return };
+        let errs = t.spill_errors();
         let seen = self.spill_errors_seen.swap(errs, Relaxed);
         if errs <= seen {
             return;
@@ -934,7 +936,7 @@ impl Engine {
     /// stats say which allocations were lost (one event each, then a
     /// summary line).
     pub fn device_lost(&self, dev: i32) {
-        let Some(t) = &self.tier else { return };
+        let Some(t) = &self.residency else { return };
         let Some((lost, kept)) = t.device_lost(dev.max(0) as u32) else {
             return;
         };
@@ -972,11 +974,11 @@ impl Engine {
     /// # Safety
     /// `dst` must be valid for `len` bytes of writes.
     pub unsafe fn tier_read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
-        let t = self.tier.as_ref()?;
+        let t = self.residency.as_ref()?;
         if !t.any_lost() {
             return None;
         }
-        t.read_lost(src, dst, len)
+        t.read_lost(src, dst, len).map(|r| AclError::raw_of(&r))
     }
 
     /// A launch whose arguments u3m cannot read at all.
@@ -1055,34 +1057,42 @@ impl Engine {
 
     // ---- tier mode ----
 
-    pub fn tier(&self) -> Option<&Tier> {
-        self.tier.as_ref()
+    pub fn residency(&self) -> Option<&Residency> {
+        self.residency.as_ref()
     }
 
     /// aclrtMalloc family: Some(result) when u3m manages the allocation.
     pub fn tier_malloc(&self, dev: i32, size: u64) -> Option<Result<u64, i32>> {
-        let t = self.tier.as_ref()?;
+        let t = self.residency.as_ref()?;
         let (free, total) = t.runtime().mem_info().ok()?;
         self.capacity[dev_index(dev)].store(total, Relaxed);
         t.malloc(dev.max(0) as u32, size, free, total)
+            .map(|r| r.map_err(AclError::raw))
     }
 
     /// After an unmanaged allocation failed with 207001: evict managed chunks
     /// so that a retry can succeed. false: nothing could move.
     pub fn tier_make_room(&self, dev: i32, bytes: u64) -> bool {
-        self.tier
+        self.residency
             .as_ref()
             .map(|t| t.make_room(dev.max(0) as u32, bytes))
             .unwrap_or(false)
     }
 
     pub fn tier_free(&self, ptr: u64) -> Option<i32> {
-        self.tier.as_ref()?.free(ptr)
+        self.residency
+            .as_ref()?
+            .free(ptr)
+            .map(|r| AclError::raw_of(&r))
     }
 
     /// What aclrtGetMemInfo reports in tier mode.
     pub fn tier_mem_info(&self, dev: i32, free: u64, total: u64) -> Option<(u64, u64)> {
-        Some(self.tier.as_ref()?.mem_info(dev.max(0) as u32, free, total))
+        Some(
+            self.residency
+                .as_ref()?
+                .mem_info(dev.max(0) as u32, free, total),
+        )
     }
 
     pub fn tier_malloc_physical(
@@ -1091,25 +1101,38 @@ impl Engine {
         size: u64,
         shareable: bool,
     ) -> Option<Result<u64, i32>> {
-        self.tier
+        self.residency
             .as_ref()?
             .malloc_physical(dev.max(0) as u32, size, shareable)
+            .map(|r| r.map_err(AclError::raw))
     }
 
     pub fn tier_free_physical(&self, h: u64) -> Option<i32> {
-        self.tier.as_ref()?.free_physical(h)
+        self.residency
+            .as_ref()?
+            .free_physical(h)
+            .map(|r| AclError::raw_of(&r))
     }
 
     pub fn tier_map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<i32> {
-        self.tier.as_ref()?.map(va, size, offset, h)
+        self.residency
+            .as_ref()?
+            .map(va, size, offset, h)
+            .map(|r| AclError::raw_of(&r))
     }
 
     pub fn tier_unmap(&self, va: u64) -> Option<i32> {
-        self.tier.as_ref()?.unmap(va)
+        self.residency
+            .as_ref()?
+            .unmap(va)
+            .map(|r| AclError::raw_of(&r))
     }
 
     pub fn tier_export(&self, h: u64) -> Option<Result<u64, i32>> {
-        self.tier.as_ref()?.export(h)
+        self.residency
+            .as_ref()?
+            .export(h)
+            .map(|r| r.map_err(AclError::raw))
     }
 
     /// Before a call that touches `ranges` on `stream` (0 = default stream;
@@ -1123,7 +1146,7 @@ impl Engine {
         overwrite: bool,
         sync: bool,
     ) -> Prep {
-        let Some(t) = &self.tier else {
+        let Some(t) = &self.residency else {
             return Prep::Pass;
         };
         if !t.active() {
@@ -1136,12 +1159,12 @@ impl Engine {
         };
         match t.prepare(dev.max(0) as u32, class, ranges, overwrite, order) {
             Ok(tok) => Prep::Go(tok),
-            Err(e) => Prep::Fail(e),
+            Err(e) => Prep::Fail(e.raw()),
         }
     }
 
     pub fn tier_finish(&self, p: Prep, stream: u64, sync: bool, ok: bool) {
-        if let (Some(t), Prep::Go(tok)) = (&self.tier, p) {
+        if let (Some(t), Prep::Go(tok)) = (&self.residency, p) {
             // a synchronous call has finished with the memory on return; a
             // captured call has not run (and nothing may be added to a
             // capturing stream): replays are made resident on their own
@@ -1170,7 +1193,7 @@ impl Engine {
 
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
-        let Some(t) = &self.tier else { return };
+        let Some(t) = &self.residency else { return };
         let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
         for line in t.tick_policy(secs) {
             if let Some(s) = &self.seg {
@@ -1183,7 +1206,7 @@ impl Engine {
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
         t.spill_dram(0.02);
         for dev in t.devices() {
-            if t.runtime().set_device(dev) != 0 {
+            if t.runtime().set_device(dev).is_err() {
                 continue;
             }
             if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
@@ -1193,7 +1216,7 @@ impl Engine {
                     dev,
                     PREFETCH_BYTES_PER_TICK,
                     self.cfg.hbm_low,
-                    tier::BACKGROUND_HORIZON,
+                    residency::BACKGROUND_HORIZON,
                 );
             }
             let Some(s) = &self.seg else { continue };
@@ -1239,8 +1262,16 @@ impl Engine {
     /// was seen. Hand-written JSON: u3m-core has no serde.
     pub fn summary_json(&self) -> String {
         let (aclnn, tensors, cut) = self.counters();
-        let t = self.tier.as_ref().map(|t| t.counters()).unwrap_or_default();
-        let (dram_limit, nvme_limit) = self.tier.as_ref().map(|t| t.limits()).unwrap_or((0, 0));
+        let t = self
+            .residency
+            .as_ref()
+            .map(|t| t.counters())
+            .unwrap_or_default();
+        let (dram_limit, nvme_limit) = self
+            .residency
+            .as_ref()
+            .map(|t| t.limits())
+            .unwrap_or((0, 0));
         let totals = self.heat.totals();
         format!(
             concat!(

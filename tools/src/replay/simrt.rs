@@ -18,12 +18,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
-use u3m_core::engine::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+use u3m_core::acl::{AclError, MemcpyKind};
+use u3m_core::engine::runtime::{Runtime, CHUNK};
 
 use super::cost::Costs;
 
-const E_ALLOC: i32 = 207001;
-const E_PARAM: i32 = 107000;
+const E_ALLOC: AclError = AclError::RT_MEMORY_ALLOCATION;
+const E_PARAM: AclError = AclError::RT_PARAM_INVALID;
+const MEMCPY_H2D: MemcpyKind = MemcpyKind::HOST_TO_DEVICE;
+const MEMCPY_D2H: MemcpyKind = MemcpyKind::DEVICE_TO_HOST;
 /// First VA handed out (device VAs stay below the heat table's 2^48 limit).
 const VA_BASE: u64 = 0x1000_0000_0000;
 
@@ -229,16 +232,16 @@ impl SimRuntime {
 }
 
 impl Runtime for SimRuntime {
-    fn set_device(&self, dev: u32) -> i32 {
+    fn set_device(&self, dev: u32) -> Result<(), AclError> {
         let mut st = self.lock();
         if dev as usize >= st.devs.len() {
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         st.cur_dev = dev;
-        0
+        Ok(())
     }
 
-    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         let Some(d) = st.devs.get_mut(dev as usize) else {
             return Err(E_PARAM);
@@ -254,24 +257,24 @@ impl Runtime for SimRuntime {
         Ok(h)
     }
 
-    fn free_physical(&self, handle: u64) -> i32 {
+    fn free_physical(&self, handle: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         match st.phys.get(&handle) {
             Some(&(_, _, 0)) => {}
             _ => {
                 // unknown, or still mapped
                 st.c.misuse += 1;
-                return E_PARAM;
+                return Err(E_PARAM);
             }
         }
         let Some((dev, bytes, _)) = st.phys.remove(&handle) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         st.devs[dev as usize].used -= bytes;
-        0
+        Ok(())
     }
 
-    fn reserve(&self, bytes: u64) -> Result<u64, i32> {
+    fn reserve(&self, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         let va = st.next_va;
         let len = bytes.div_ceil(CHUNK).max(1) * CHUNK;
@@ -283,42 +286,42 @@ impl Runtime for SimRuntime {
         Ok(va)
     }
 
-    fn release(&self, va: u64) -> i32 {
+    fn release(&self, va: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         if st.reserved.remove(&va).is_some() {
-            return 0;
+            return Ok(());
         }
         st.c.misuse += 1;
-        E_PARAM
+        Err(E_PARAM)
     }
 
-    fn map(&self, va: u64, _bytes: u64, handle: u64) -> i32 {
+    fn map(&self, va: u64, _bytes: u64, handle: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         if !st.phys.contains_key(&handle) || st.mapped.contains_key(&va) {
             st.c.misuse += 1;
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         st.mapped.insert(va, handle);
         *st.arrivals.entry(va).or_insert(0) += 1;
         if let Some(p) = st.phys.get_mut(&handle) {
             p.2 += 1;
         }
-        0
+        Ok(())
     }
 
-    fn unmap(&self, va: u64) -> i32 {
+    fn unmap(&self, va: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(h) = st.mapped.remove(&va) else {
             st.c.misuse += 1;
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         if let Some(p) = st.phys.get_mut(&h) {
             p.2 -= 1;
         }
-        0
+        Ok(())
     }
 
-    fn create_stream(&self) -> Result<u64, i32> {
+    fn create_stream(&self) -> Result<u64, AclError> {
         let mut st = self.lock();
         st.streams.push(Stream {
             clock: 0,
@@ -327,11 +330,18 @@ impl Runtime for SimRuntime {
         Ok(st.streams.len() as u64)
     }
 
-    fn memcpy_async(&self, dst: u64, src: u64, bytes: u64, kind: i32, stream: u64) -> i32 {
+    fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: MemcpyKind,
+        stream: u64,
+    ) -> Result<(), AclError> {
         let mut st = self.lock();
         let st = &mut *st;
         if stream == 0 || stream as usize > st.streams.len() {
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         let link = ns_at(bytes, self.costs.link_gbps);
         if kind == MEMCPY_H2D && st.staging.contains(&src) {
@@ -356,43 +366,43 @@ impl Runtime for SimRuntime {
             _ => {}
         }
         st.c.link_ns += link;
-        0
+        Ok(())
     }
 
-    fn sync_stream(&self, stream: u64) -> i32 {
+    fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let st = &mut *st;
         let Some(s) = st.streams.get_mut((stream as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         // the caller then reads the staging buffer and writes it to the swap file
         let done = s.clock + std::mem::take(&mut s.nvme_write_ns);
         let c = st.caller();
         *c = (*c).max(done);
-        0
+        Ok(())
     }
 
-    fn create_event(&self) -> Result<u64, i32> {
+    fn create_event(&self) -> Result<u64, AclError> {
         let mut st = self.lock();
         st.events.push(0);
         Ok(st.events.len() as u64)
     }
 
-    fn record_event(&self, event: u64, stream: u64) -> i32 {
+    fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         match st.events.get_mut((event as usize).wrapping_sub(1)) {
             Some(e) => {
                 *e = clock;
-                0
+                Ok(())
             }
-            None => E_PARAM,
+            None => Err(E_PARAM),
         }
     }
 
-    fn event_done(&self, event: u64) -> Result<bool, i32> {
+    fn event_done(&self, event: u64) -> Result<bool, AclError> {
         let mut st = self.lock();
         let now = *st.caller();
         st.events
@@ -401,33 +411,33 @@ impl Runtime for SimRuntime {
             .ok_or(E_PARAM)
     }
 
-    fn sync_event(&self, event: u64) -> i32 {
+    fn sync_event(&self, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         let c = st.caller();
         *c = (*c).max(t);
-        0
+        Ok(())
     }
 
-    fn stream_wait(&self, stream: u64, event: u64) -> i32 {
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         match st.streams.get_mut((stream as usize).wrapping_sub(1)) {
             Some(s) => {
                 s.clock = s.clock.max(t);
-                0
+                Ok(())
             }
-            None => E_PARAM,
+            None => Err(E_PARAM),
         }
     }
 
     /// Real, lazily committed memory: the Tier's DRAM slabs (256 MiB) cost
     /// nothing until touched, and the replayer never copies data into them.
-    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, i32> {
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
         let len = bytes.max(1) as usize;
         let p = unsafe {
             libc::mmap(
@@ -450,17 +460,17 @@ impl Runtime for SimRuntime {
         Ok(p as *mut u8)
     }
 
-    fn free_host(&self, ptr: *mut u8) -> i32 {
+    fn free_host(&self, ptr: *mut u8) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(len) = st.host_mem.remove(&(ptr as usize)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         st.staging.remove(&(ptr as u64));
         unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
-        0
+        Ok(())
     }
 
-    fn mem_info(&self) -> Result<(u64, u64), i32> {
+    fn mem_info(&self) -> Result<(u64, u64), AclError> {
         let st = self.lock();
         let d = &st.devs[st.cur_dev as usize];
         Ok((d.capacity.saturating_sub(d.used), d.capacity))
@@ -486,11 +496,11 @@ mod tests {
         let va = r.reserve(3 * CHUNK).unwrap();
         assert_eq!(va % CHUNK, 0);
         assert_eq!(r.reserve(1).unwrap(), va + 3 * CHUNK);
-        assert_eq!(r.map(va, CHUNK, hs[0]), 0);
-        assert_ne!(r.map(va, CHUNK, hs[1]), 0, "double map");
-        assert_eq!(r.unmap(va), 0);
-        assert_ne!(r.unmap(va), 0, "unmap of nothing");
-        assert_eq!(r.free_physical(hs[0]), 0);
+        assert_eq!(r.map(va, CHUNK, hs[0]), Ok(()));
+        assert!(r.map(va, CHUNK, hs[1]).is_err(), "double map");
+        assert_eq!(r.unmap(va), Ok(()));
+        assert!(r.unmap(va).is_err(), "unmap of nothing");
+        assert_eq!(r.free_physical(hs[0]), Ok(()));
         assert_eq!(r.counters().misuse, 2);
         assert_eq!(r.mem_info(), Ok((CHUNK, 4 * CHUNK)));
     }
@@ -501,13 +511,13 @@ mod tests {
         let r = SimRuntime::new(c, 1, 4 * CHUNK);
         let s = r.create_stream().unwrap();
         let t = r.program_stream();
-        assert_eq!(r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s), 0); // 1000 ns at 25 GB/s
+        assert_eq!(r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s), Ok(())); // 1000 ns at 25 GB/s
         let e = r.create_event().unwrap();
-        r.record_event(e, s);
+        r.record_event(e, s).unwrap();
         assert_eq!(r.event_done(e), Ok(false));
-        r.stream_wait(t, e);
+        r.stream_wait(t, e).unwrap();
         assert_eq!(r.launch(t, 10), 1010);
-        r.sync_event(e);
+        r.sync_event(e).unwrap();
         assert_eq!(r.host_ns(), 1000);
         assert_eq!(r.event_done(e), Ok(true));
         assert_eq!(r.finish(), 1010);
@@ -518,16 +528,18 @@ mod tests {
         let r = rt();
         let s = r.create_stream().unwrap();
         let staging = r.malloc_host(CHUNK).unwrap() as u64;
-        r.memcpy_async(0x1000, staging, CHUNK, MEMCPY_H2D, s);
+        r.memcpy_async(0x1000, staging, CHUNK, MEMCPY_H2D, s)
+            .unwrap();
         let read = ns_at(CHUNK, Costs::default().nvme_read_gbps);
         assert_eq!(r.host_ns(), read);
-        r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s);
-        r.sync_stream(s);
+        r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s)
+            .unwrap();
+        r.sync_stream(s).unwrap();
         let link = ns_at(CHUNK, Costs::default().link_gbps);
         assert_eq!(
             r.host_ns(),
             read + 2 * link + ns_at(CHUNK, Costs::default().nvme_write_gbps)
         );
-        assert_eq!(r.free_host(staging as *mut u8), 0);
+        assert_eq!(r.free_host(staging as *mut u8), Ok(()));
     }
 }

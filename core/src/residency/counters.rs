@@ -1,0 +1,54 @@
+//! What residency did, counted: one declaration per counter yields the
+//! snapshot struct (`Counters`, for the stats segment, the summary, `u3m
+//! replay` and tests), the live atomics and the snapshot between them.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ( $( $(#[$doc:meta])* $name:ident ),* $(,)? ) => {
+        /// Figures for the stats segment and tests (a snapshot).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        /// The live counters: relaxed atomics, bumped with or without the
+        /// residency lock.
+        #[derive(Default)]
+        pub(super) struct Live {
+            $( pub $name: AtomicU64, )*
+        }
+
+        impl Live {
+            pub fn snapshot(&self) -> Counters {
+                Counters { $( $name: self.$name.load(Relaxed), )* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Chunks made resident for a call (first touches included).
+    faults_in,
+    /// Bytes copied into HBM for calls.
+    fault_bytes,
+    /// Chunks that left HBM.
+    evictions,
+    /// Bytes copied out of HBM.
+    eviction_bytes,
+    /// Evictions that needed no copy (a clean host copy existed).
+    clean_drops,
+    /// Copy-outs to DRAM.
+    to_dram,
+    /// Copy-outs (and spills) to NVMe.
+    to_nvme,
+    /// Copy-ins from NVMe.
+    from_nvme,
+    /// Fault-ins that skipped the copy: the call overwrites the whole chunk.
+    overwrites,
+    /// NVMe writes or reads that failed (the data stayed in DRAM).
+    spill_errors,
+    /// Chunks brought back ahead of use by the background prefetch.
+    prefetches,
+    prefetch_bytes,
+}
