@@ -47,6 +47,11 @@ use crate::policy::{HeatFn, Placement};
 use crate::store::dram::{DramStore, HostAllocator};
 use crate::store::nvme::NvmeStore;
 
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
 pub use counters::Counters;
 pub use lost::Allocations;
 pub use protocol::{Order, Token};
