@@ -1,16 +1,24 @@
 //! The engine the interposer drives: what was allocated, what was touched,
-//! reported live. Plain Rust with no exports: `libu3m.so`'s hooks decode C
-//! arguments and call these methods; the offline replayer will drive the same
-//! code. Observe mode (this module) moves nothing.
+//! reported live, and — in tier mode — the residency manager around every
+//! call. Plain Rust with no exports: `libu3m.so`'s hooks decode each call's
+//! C arguments into a `Call` (`call.rs`) and make one `Engine::run` with the
+//! real function (`run.rs`: device work; `detour.rs`: calls the engine may
+//! own — allocation, VMM — or only observes). This module holds the
+//! observation (heat table, stats segment, trace) and the background round.
 //!
 //! Hot-path methods (`op`, `copy`, `memset`, `collective`, `count_call`) use
 //! atomics only: the heat table's lock-free `touch`, relaxed counters in the
 //! stats segment, the trace recorder's lock-free queue. Allocation-side methods
 //! are cold and may lock.
 
+pub mod call;
+mod detour;
 mod ids;
 mod publish;
+mod run;
 pub mod runtime;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -25,24 +33,12 @@ use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
-use crate::acl::AclError;
 pub use crate::heat::PinReason;
 use crate::residency;
 pub use crate::residency::{Order, Residency, Token};
+pub use call::{Api, Call, Launch, LaunchKind, Memcpy, Out, Queue};
 use ids::SmallIds;
 pub use runtime::Runtime;
-
-/// What a hook does around a call in tier mode.
-#[derive(Default)]
-pub enum Prep {
-    /// Nothing managed is touched (or not tier mode): just call.
-    #[default]
-    Pass,
-    /// Call, then hand the token back to `tier_finish`.
-    Go(Token),
-    /// Do not call: return this error (the memory could not be made resident).
-    Fail(i32),
-}
 
 /// Background prefetch per 20 ms round: 25 GB/s (PCIe 4.0 x16 in practice,
 /// design.md §2) × 20 ms.
@@ -150,6 +146,9 @@ pub struct Engine {
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
     residency: Option<Residency>,
+    /// The device runtime (libu3m.so: the real functions), for u3m's own
+    /// queries; None for engines that only observe (benchmarks).
+    rt: Option<&'static dyn Runtime>,
     /// bytes of live allocations u3m does not manage, per device
     unmanaged: [AtomicU64; MAX_DEVICES],
 }
@@ -261,6 +260,7 @@ impl Engine {
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
             residency,
+            rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             cfg,
         };
@@ -293,8 +293,6 @@ impl Engine {
     }
 
     // ---- process lifecycle ----
-
-    pub fn runtime_init(&self, _rc: i32) {}
 
     pub fn runtime_finalize(&self) {
         if let Some(r) = &self.rec {
@@ -341,10 +339,6 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.count_call(hook as usize);
         }
-    }
-
-    pub fn count_aclnn_launch(&self) {
-        self.aclnn_launches.fetch_add(1, Relaxed);
     }
 
     pub fn tensor_created(&self) {
@@ -822,6 +816,14 @@ impl Engine {
         }
     }
 
+    /// A copy, observed (heat, stats, trace).
+    #[inline]
+    fn observe_copy(&self, dev: i32, stream: u64, c: &Memcpy) {
+        self.copy(
+            dev, stream, c.kind.0, c.dst, c.dspan, c.src, c.sspan, c.bytes,
+        );
+    }
+
     pub fn memset(&self, dev: i32, stream: u64, addr: u64, bytes: u64) {
         self.touch_all(
             b"Memset",
@@ -842,18 +844,15 @@ impl Engine {
         }
     }
 
-    /// A kernel's argument blob: pointer-sized slots that fall inside live
-    /// device allocations are treated as accesses (read and written).
-    pub fn kernel_args(&self, dev: i32, stream: u64, blob: &[u8]) {
-        let mut rs = [Range::ZERO; MAX_OP_RANGES];
-        let n = self.kernel_ranges(blob, &mut rs);
+    /// A kernel launched with `ranges` found in its argument blob
+    /// (`kernel_ranges`): accesses, read and written.
+    pub fn kernel_args(&self, dev: i32, _stream: u64, ranges: &[Range]) {
         if let Some(s) = &self.seg {
             s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
         }
-        if n > 0 {
-            self.touch_all(b"Kernel", &rs[..n]);
+        if !ranges.is_empty() {
+            self.touch_all(b"Kernel", ranges);
         }
-        let _ = stream;
     }
 
     /// The device ranges a kernel's argument blob points into (pointer-sized
@@ -877,21 +876,11 @@ impl Engine {
         n
     }
 
-    /// tier mode: make [addr, addr+len) resident and keep it so (IPC export).
-    /// Some(code) if that failed.
-    pub fn tier_pin_range(&self, dev: i32, addr: u64, len: u64) -> Option<i32> {
-        self.residency
-            .as_ref()?
-            .pin_range(dev.max(0) as u32, addr, len)
-            .err()
-            .map(AclError::raw)
-    }
-
     pub fn ipc_imported(&self) {
         if let Some(s) = &self.seg {
             s.event(
                 EventKind::Info,
-                crate::shm::NO_DEVICE as u32,
+                crate::shm::NO_DEVICE,
                 0,
                 0,
                 "IPC memory imported (never moved)",
@@ -966,19 +955,6 @@ impl Engine {
                 kept.len() as u64,
             ));
         }
-    }
-
-    /// A device-to-host read from managed memory of a lost device, served
-    /// from the host copies (None: not such memory).
-    ///
-    /// # Safety
-    /// `dst` must be valid for `len` bytes of writes.
-    pub unsafe fn tier_read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
-        let t = self.residency.as_ref()?;
-        if !t.any_lost() {
-            return None;
-        }
-        t.read_lost(src, dst, len).map(|r| AclError::raw_of(&r))
     }
 
     /// A launch whose arguments u3m cannot read at all.
@@ -1061,119 +1037,7 @@ impl Engine {
         self.residency.as_ref()
     }
 
-    /// aclrtMalloc family: Some(result) when u3m manages the allocation.
-    pub fn tier_malloc(&self, dev: i32, size: u64) -> Option<Result<u64, i32>> {
-        let t = self.residency.as_ref()?;
-        let (free, total) = t.runtime().mem_info().ok()?;
-        self.capacity[dev_index(dev)].store(total, Relaxed);
-        t.malloc(dev.max(0) as u32, size, free, total)
-            .map(|r| r.map_err(AclError::raw))
-    }
-
-    /// After an unmanaged allocation failed with 207001: evict managed chunks
-    /// so that a retry can succeed. false: nothing could move.
-    pub fn tier_make_room(&self, dev: i32, bytes: u64) -> bool {
-        self.residency
-            .as_ref()
-            .map(|t| t.make_room(dev.max(0) as u32, bytes))
-            .unwrap_or(false)
-    }
-
-    pub fn tier_free(&self, ptr: u64) -> Option<i32> {
-        self.residency
-            .as_ref()?
-            .free(ptr)
-            .map(|r| AclError::raw_of(&r))
-    }
-
-    /// What aclrtGetMemInfo reports in tier mode.
-    pub fn tier_mem_info(&self, dev: i32, free: u64, total: u64) -> Option<(u64, u64)> {
-        Some(
-            self.residency
-                .as_ref()?
-                .mem_info(dev.max(0) as u32, free, total),
-        )
-    }
-
-    pub fn tier_malloc_physical(
-        &self,
-        dev: i32,
-        size: u64,
-        shareable: bool,
-    ) -> Option<Result<u64, i32>> {
-        self.residency
-            .as_ref()?
-            .malloc_physical(dev.max(0) as u32, size, shareable)
-            .map(|r| r.map_err(AclError::raw))
-    }
-
-    pub fn tier_free_physical(&self, h: u64) -> Option<i32> {
-        self.residency
-            .as_ref()?
-            .free_physical(h)
-            .map(|r| AclError::raw_of(&r))
-    }
-
-    pub fn tier_map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<i32> {
-        self.residency
-            .as_ref()?
-            .map(va, size, offset, h)
-            .map(|r| AclError::raw_of(&r))
-    }
-
-    pub fn tier_unmap(&self, va: u64) -> Option<i32> {
-        self.residency
-            .as_ref()?
-            .unmap(va)
-            .map(|r| AclError::raw_of(&r))
-    }
-
-    pub fn tier_export(&self, h: u64) -> Option<Result<u64, i32>> {
-        self.residency
-            .as_ref()?
-            .export(h)
-            .map(|r| r.map_err(AclError::raw))
-    }
-
-    /// Before a call that touches `ranges` on `stream` (0 = default stream;
-    /// `sync`: the call completes before it returns).
-    pub fn tier_prepare(
-        &self,
-        dev: i32,
-        class: u8,
-        stream: u64,
-        ranges: &[Range],
-        overwrite: bool,
-        sync: bool,
-    ) -> Prep {
-        let Some(t) = &self.residency else {
-            return Prep::Pass;
-        };
-        if !t.active() {
-            return Prep::Pass;
-        }
-        let order = if sync || self.is_capturing(stream) {
-            Order::Host
-        } else {
-            Order::Stream(stream)
-        };
-        match t.prepare(dev.max(0) as u32, class, ranges, overwrite, order) {
-            Ok(tok) => Prep::Go(tok),
-            Err(e) => Prep::Fail(e.raw()),
-        }
-    }
-
-    pub fn tier_finish(&self, p: Prep, stream: u64, sync: bool, ok: bool) {
-        if let (Some(t), Prep::Go(tok)) = (&self.residency, p) {
-            // a synchronous call has finished with the memory on return; a
-            // captured call has not run (and nothing may be added to a
-            // capturing stream): replays are made resident on their own
-            let record = !sync && !self.is_capturing(stream);
-            t.finish(tok, if record { Some(stream) } else { None }, ok);
-        }
-    }
-
-    fn is_capturing(&self, stream: u64) -> bool {
+    pub(crate) fn is_capturing(&self, stream: u64) -> bool {
         self.capturing.load(Relaxed) != 0
             && self
                 .graphs

@@ -479,7 +479,9 @@ impl Runtime for Fake {
             return lost(&st);
         }
         let d = dev as usize;
-        if d >= st.capacity.len() || bytes == 0 || !bytes.is_multiple_of(CHUNK) {
+        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than rust-version 1.75
+        let whole_chunks = bytes % CHUNK == 0;
+        if d >= st.capacity.len() || bytes == 0 || !whole_chunks {
             return Err(AclError::RT_PARAM_INVALID);
         }
         if st.used[d] + bytes > st.capacity[d] {

@@ -48,7 +48,7 @@ use crate::store::dram::{DramStore, HostAllocator};
 use crate::store::nvme::NvmeStore;
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 
