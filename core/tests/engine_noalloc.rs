@@ -149,12 +149,12 @@ fn observe_mode_calls_do_not_allocate() {
     ];
     // first touches may grow the heat table's range table: warm up once
     for c in &calls {
-        assert_eq!(e.run(0, c, || 0), 0);
+        assert_eq!(e.run(0, c, &mut || 0), 0);
     }
     for c in &calls {
         let n = watched(|| {
             for _ in 0..100 {
-                assert_eq!(e.run(0, c, || 0), 0);
+                assert_eq!(e.run(0, c, &mut || 0), 0);
             }
         });
         assert_eq!(n, 0, "{c:?} allocated");

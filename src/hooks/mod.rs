@@ -83,26 +83,13 @@ impl Cx {
     /// unwinding into C; the call itself still completes — the real function
     /// runs if the engine had not called it yet.
     #[inline]
-    pub fn run(&self, call: &Call<'_>, mut real: impl FnMut() -> i32) -> i32 {
+    pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = crate::init::current_device();
-        let mut last = None;
-        let r = catch_unwind(AssertUnwindSafe(|| {
-            self.eng.run(dev, call, || {
-                let rc = real();
-                last = Some(rc);
-                rc
-            })
-        }));
-        match r {
-            Ok(rc) => rc,
-            Err(_) => {
-                crate::init::disable("internal error (panic) in the engine");
-                match last {
-                    Some(rc) => rc,
-                    None => real(),
-                }
-            }
-        }
+        catching(
+            |real| self.eng.run(dev, call, real),
+            real,
+            || crate::init::disable("internal error (panic) in the engine"),
+        )
     }
 
     /// Engine work outside `run` (bookkeeping of hooks that only observe);
@@ -114,6 +101,35 @@ impl Cx {
             Err(_) => {
                 crate::init::disable("internal error (panic) in the engine");
                 R::default()
+            }
+        }
+    }
+}
+
+/// Runs `engine` with the real function; if the engine panics, `on_panic`
+/// runs and the call still completes: with the real function's code if the
+/// engine had called it, else by calling it now (exactly once either way).
+#[inline]
+fn catching(
+    engine: impl FnOnce(&mut dyn FnMut() -> i32) -> i32,
+    mut real: impl FnMut() -> i32,
+    on_panic: impl FnOnce(),
+) -> i32 {
+    let mut last = None;
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        engine(&mut || {
+            let rc = real();
+            last = Some(rc);
+            rc
+        })
+    }));
+    match r {
+        Ok(rc) => rc,
+        Err(_) => {
+            on_panic();
+            match last {
+                Some(rc) => rc,
+                None => real(),
             }
         }
     }
@@ -226,3 +242,45 @@ macro_rules! hooks {
     };
 }
 pub(crate) use hooks;
+
+#[cfg(test)]
+mod tests {
+    use super::catching;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_panicking_engine_still_completes_the_call_once() {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let calls = Cell::new(0);
+        let real = || {
+            calls.set(calls.get() + 1);
+            42
+        };
+        let panicked = Cell::new(false);
+        let flag = || panicked.set(true);
+        // no panic: the engine's answer
+        assert_eq!(catching(|r| r() + 1, real, flag), 43);
+        assert_eq!((calls.get(), panicked.get()), (1, false));
+        // a panic before the real call: it runs now
+        calls.set(0);
+        assert_eq!(catching(|_| panic!("before"), real, flag), 42);
+        assert_eq!((calls.get(), panicked.get()), (1, true));
+        // a panic after it: its code, not a second call
+        calls.set(0);
+        panicked.set(false);
+        assert_eq!(
+            catching(
+                |r| {
+                    r();
+                    panic!("after")
+                },
+                real,
+                flag
+            ),
+            42
+        );
+        assert_eq!((calls.get(), panicked.get()), (1, true));
+        std::panic::set_hook(prev);
+    }
+}

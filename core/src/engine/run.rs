@@ -15,8 +15,8 @@ use crate::acl::AclError;
 use crate::opclass::OpClass;
 use crate::residency::{Order, Residency};
 
-/// The real function, called at most once per attempt (allocation retries
-/// call it again).
+/// The real function with the program's arguments (an allocation retried
+/// after making room calls it again).
 pub(super) type Real<'r> = &'r mut dyn FnMut() -> i32;
 
 impl Engine {
@@ -24,12 +24,7 @@ impl Engine {
     /// the real function with the program's arguments. Returns what the
     /// program gets back (the real function's code, or the error u3m
     /// returns instead of calling it).
-    #[inline]
-    pub fn run(&self, dev: i32, call: &Call<'_>, mut real: impl FnMut() -> i32) -> i32 {
-        self.dispatch(dev, call, &mut real)
-    }
-
-    fn dispatch(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+    pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
         match *call {
             Call::Copy { copy, q } => self.run_copy(dev, &copy, q, real),
             Call::CopyBatch { copies, q } => self.run_batch(dev, copies, q, real),

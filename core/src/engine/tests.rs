@@ -49,7 +49,7 @@ fn malloc(e: &Engine, size: u64) -> u64 {
         size,
         out: unsafe { Out::new(&mut p) },
     };
-    let rc = e.run(0, &call, || {
+    let rc = e.run(0, &call, &mut || {
         panic!("a managed allocation never reaches the runtime")
     });
     assert_eq!(rc, 0);
@@ -67,7 +67,7 @@ fn write(e: &Engine, f: &Fake, va: u64, data: &[u8]) -> i32 {
         ),
         q: Queue::SYNC,
     };
-    e.run(0, &call, || AclError::raw_of(&f.app_write(va, data)))
+    e.run(0, &call, &mut || AclError::raw_of(&f.app_write(va, data)))
 }
 
 #[test]
@@ -81,7 +81,9 @@ fn managed_allocations_are_served_and_observed() {
     );
     assert_eq!(write(&e, f, va, &[7u8; 4096]), 0);
     // freed by the manager: the runtime's free is not called
-    let rc = e.run(0, &Call::Free { ptr: va }, || panic!("not the runtime's"));
+    let rc = e.run(0, &Call::Free { ptr: va }, &mut || {
+        panic!("not the runtime's")
+    });
     assert_eq!(rc, 0);
     assert!(e.heat().lookup(va).is_none());
     assert_eq!(f.held().0, 0);
@@ -101,7 +103,7 @@ fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
         size: 4096,
         out: unsafe { Out::new(&mut p) },
     };
-    let rc = e.run(0, &call, || {
+    let rc = e.run(0, &call, &mut || {
         calls.set(calls.get() + 1);
         let (free, _) = f.mem_info().unwrap();
         if free < CHUNK {
@@ -137,7 +139,7 @@ fn a_synchronous_read_from_a_lost_device_is_served_from_dram() {
     };
     // the card answers with ACL_ERROR_RT_DEVICE_TASK_ABORT: the engine
     // learns the device is gone and serves the read from DRAM
-    let rc = e.run(0, &call, || AclError::RT_DEVICE_TASK_ABORT.raw());
+    let rc = e.run(0, &call, &mut || AclError::RT_DEVICE_TASK_ABORT.raw());
     assert_eq!(rc, 0);
     assert_eq!(&out[..], &px[8192..8192 + 4096]);
     // y's only copy was in HBM: lost, and said so
@@ -150,7 +152,9 @@ fn a_synchronous_read_from_a_lost_device_is_served_from_dram() {
         ),
         q: Queue::SYNC,
     };
-    let rc = e.run(0, &call, || panic!("a known-lost device is not called"));
+    let rc = e.run(0, &call, &mut || {
+        panic!("a known-lost device is not called")
+    });
     assert_eq!(rc, AclError::RT_DEVICE_TASK_ABORT.raw());
 }
 
@@ -168,7 +172,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
         ranges: &rs,
         q: Queue::on(0x5000),
     };
-    assert_eq!(e.run(0, &coll, || panic!("not called")), 3); // HCCL_E_MEMORY
+    assert_eq!(e.run(0, &coll, &mut || panic!("not called")), 3); // HCCL_E_MEMORY
     let op = Call::Launch(Launch {
         kind: LaunchKind::Aclop,
         name: Some(b"Add"),
@@ -180,7 +184,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
         api: Api::Acl,
     });
     assert_eq!(
-        e.run(0, &op, || panic!("not called")),
+        e.run(0, &op, &mut || panic!("not called")),
         AclError::RT_MEMORY_ALLOCATION.raw()
     );
 }
@@ -196,7 +200,7 @@ fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
         plain: true,
         out: unsafe { Out::new(&mut h) },
     };
-    assert_eq!(e.run(0, &call, || panic!("u3m's own handle")), 0);
+    assert_eq!(e.run(0, &call, &mut || panic!("u3m's own handle")), 0);
     let va = f.reserve(2 * CHUNK).unwrap();
     let map = Call::Map {
         va,
@@ -205,7 +209,7 @@ fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
         handle: h,
         flags: 0,
     };
-    assert_eq!(e.run(0, &map, || panic!("mapped by the manager")), 0);
+    assert_eq!(e.run(0, &map, &mut || panic!("mapped by the manager")), 0);
     assert_eq!(write(&e, f, va + CHUNK, &[5u8; 100]), 0);
     // a handle exported: the real call receives the real handle
     let pass = Cell::new(h);
@@ -213,11 +217,16 @@ fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
         handle: h,
         pass: &pass,
     };
-    assert_eq!(e.run(0, &exp, || 0), 0);
+    assert_eq!(e.run(0, &exp, &mut || 0), 0);
     assert_ne!(pass.get(), h);
-    assert_eq!(e.run(0, &Call::Unmap { va }, || panic!("manager's")), 0);
     assert_eq!(
-        e.run(0, &Call::FreePhysical { handle: h }, || panic!("manager's")),
+        e.run(0, &Call::Unmap { va }, &mut || panic!("manager's")),
+        0
+    );
+    assert_eq!(
+        e.run(0, &Call::FreePhysical { handle: h }, &mut || panic!(
+            "manager's"
+        )),
         0
     );
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
