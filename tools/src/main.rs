@@ -8,6 +8,7 @@ mod error;
 mod human;
 mod json;
 mod plan;
+mod ranks;
 mod replay;
 mod run;
 mod stat;

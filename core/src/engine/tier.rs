@@ -27,6 +27,7 @@ use crate::config::Config;
 use crate::policy::{Cand, HeatFn, Place, Placement};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
+use crate::shm::layout::{stall_bucket, STALL_BUCKETS};
 use crate::tier::TierError;
 
 pub const MAX_DEVICES: usize = 16;
@@ -68,6 +69,8 @@ struct Chunk {
     last: u64,
     /// Its only current copy was in the HBM of a device that disappeared.
     lost: bool,
+    /// Brought back by the background prefetch and not used since.
+    prefetched: bool,
 }
 
 enum Kind {
@@ -156,6 +159,13 @@ pub struct TierCounters {
     /// Chunks brought back ahead of use by the background prefetch.
     pub prefetches: u64,
     pub prefetch_bytes: u64,
+    /// Prefetched chunks a call then used while still resident.
+    pub prefetch_hits: u64,
+    /// Calls that waited for fault-ins, their total wait (ns) and its
+    /// histogram (shm::layout::STALL_BOUNDS buckets).
+    pub stall_count: u64,
+    pub stall_ns: u64,
+    pub stall_buckets: [u64; STALL_BUCKETS],
 }
 
 pub struct Tier {
@@ -183,6 +193,10 @@ pub struct Tier {
     pub spill_errors: AtomicU64,
     pub prefetches: AtomicU64,
     pub prefetch_bytes: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    pub stall_count: AtomicU64,
+    pub stall_ns: AtomicU64,
+    pub stall_buckets: [AtomicU64; STALL_BUCKETS],
     /// Foreground evictions and busy retries so far, and the figure the
     /// last prefetch round saw: prefetch runs only after a round without
     /// demand (else it competes with calls for the same free chunks).
@@ -293,6 +307,10 @@ impl Tier {
             spill_errors: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
             prefetch_bytes: AtomicU64::new(0),
+            prefetch_hits: AtomicU64::new(0),
+            stall_count: AtomicU64::new(0),
+            stall_ns: AtomicU64::new(0),
+            stall_buckets: Default::default(),
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
@@ -327,6 +345,10 @@ impl Tier {
             spill_errors: self.spill_errors.load(Relaxed),
             prefetches: self.prefetches.load(Relaxed),
             prefetch_bytes: self.prefetch_bytes.load(Relaxed),
+            prefetch_hits: self.prefetch_hits.load(Relaxed),
+            stall_count: self.stall_count.load(Relaxed),
+            stall_ns: self.stall_ns.load(Relaxed),
+            stall_buckets: std::array::from_fn(|i| self.stall_buckets[i].load(Relaxed)),
         }
     }
 
@@ -941,6 +963,17 @@ impl Tier {
         if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
             return Err(E_ALLOC);
         }
+        // the time this thread spends making absent chunks resident is the
+        // call's fault-in stall (exported as a histogram)
+        let stall_from = need
+            .iter()
+            .any(|n| {
+                st.backings
+                    .get(&n.0)
+                    .and_then(|b| b.chunks.get(n.1 as usize))
+                    .is_some_and(|c| c.phys == 0)
+            })
+            .then(crate::shm::mono_ns);
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on E_BUSY let them run, then try again
         let mut tries = 0;
@@ -984,17 +1017,28 @@ impl Tier {
                 }
             }
         }
+        if let Some(t0) = stall_from {
+            let ns = crate::shm::mono_ns().saturating_sub(t0);
+            self.stall_count.fetch_add(1, Relaxed);
+            self.stall_ns.fetch_add(ns, Relaxed);
+            self.stall_buckets[stall_bucket(ns)].fetch_add(1, Relaxed);
+        }
         st.clock += 1;
         let clock = st.clock;
         let mut keys = Vec::with_capacity(tok.chunks.len());
+        let mut hits = 0;
         for &(id, i) in &tok.chunks {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(chunk_key(b, id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
                     c.pins += 1;
                     c.last = clock;
+                    hits += std::mem::take(&mut c.prefetched) as u64;
                 }
             }
+        }
+        if hits != 0 {
+            self.prefetch_hits.fetch_add(hits, Relaxed);
         }
         if keys.len() == tok.writes.len() {
             self.policy.on_access(clock, class, &keys, &tok.writes);
@@ -1131,6 +1175,7 @@ impl Tier {
             let b = st.backings.get_mut(&id).expect("backing");
             let c = &mut b.chunks[i as usize];
             c.phys = phys;
+            c.prefetched = false;
             self.faults_in.fetch_add(1, Relaxed);
             if whole && c.host.is_some() {
                 // overwritten entirely: the old contents are not needed
@@ -1373,6 +1418,7 @@ impl Tier {
             c.phys = phys;
             c.dirty = false; // the DRAM copy stays: evicting it again is free
             c.last = now;
+            c.prefetched = true;
             filled.push((id, i));
             bytes += CHUNK;
             used += CHUNK;
