@@ -5,6 +5,7 @@
 mod ab;
 mod collect;
 mod error;
+mod exporter;
 mod human;
 mod json;
 mod plan;
@@ -46,6 +47,8 @@ enum Cmd {
     Plan(plan::PlanArgs),
     /// Replay traces through the tiering engine and its policies with a cost model, side by side against Belady's MIN.
     Replay(replay::ReplayArgs),
+    /// Serve /metrics (Prometheus / OpenMetrics) for every u3m process on this node.
+    Exporter(exporter::ExporterArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
     Synth(synth::SynthArgs),
 }
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan::main(&a),
         Cmd::Replay(a) => replay::main(a),
         Cmd::Synth(a) => synth::main(&a),
+        Cmd::Exporter(a) => exporter::main(&a),
     };
     match r {
         Ok(code) => code,

@@ -487,6 +487,8 @@ mod tests {
         values[u3m_core::shm::layout::field_index("copies.h2d.bytes")] = h2d;
         Snapshot {
             pid: 7,
+            labels: Default::default(),
+            foreign_pid_ns: false,
             layout: (1, 0),
             writer_version: "x".into(),
             start_unix_ns: 0,
@@ -496,6 +498,7 @@ mod tests {
             devices: vec![DeviceSnapshot {
                 index: 0,
                 values,
+                stall_buckets: Default::default(),
                 monitor: MonitorSnapshot {
                     level: Level::Ok,
                     seconds_to_oom: None,
