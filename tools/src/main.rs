@@ -8,10 +8,12 @@ mod error;
 mod exporter;
 mod human;
 mod json;
+mod pickle;
 mod plan;
 mod ranks;
 mod replay;
 mod run;
+mod snapshot;
 mod stat;
 mod synth;
 mod table;
@@ -47,6 +49,8 @@ enum Cmd {
     Plan(plan::PlanArgs),
     /// Replay traces through the tiering engine and its policies with a cost model, side by side against Belady's MIN.
     Replay(replay::ReplayArgs),
+    /// Write a PyTorch memory snapshot (pickle for torch.cuda._memory_viz) from a trace or a live process.
+    Snapshot(snapshot::SnapshotArgs),
     /// Serve /metrics (Prometheus / OpenMetrics) for every u3m process on this node.
     Exporter(exporter::ExporterArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
@@ -105,6 +109,7 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => replay::main(a),
         Cmd::Synth(a) => synth::main(&a),
         Cmd::Exporter(a) => exporter::main(&a),
+        Cmd::Snapshot(a) => snapshot::main(&a),
     };
     match r {
         Ok(code) => code,
