@@ -12,6 +12,7 @@ mod pickle;
 mod plan;
 mod ranks;
 mod replay;
+mod report;
 mod run;
 mod snapshot;
 mod stat;
@@ -51,6 +52,8 @@ enum Cmd {
     Replay(replay::ReplayArgs),
     /// Write a PyTorch memory snapshot (pickle for torch.cuda._memory_viz) from a trace or a live process.
     Snapshot(snapshot::SnapshotArgs),
+    /// Write a self-contained HTML report of what the tiering engine does with a trace.
+    Report(report::ReportArgs),
     /// Serve /metrics (Prometheus / OpenMetrics) for every u3m process on this node.
     Exporter(exporter::ExporterArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Cmd::Synth(a) => synth::main(&a),
         Cmd::Exporter(a) => exporter::main(&a),
         Cmd::Snapshot(a) => snapshot::main(&a),
+        Cmd::Report(a) => report::main(&a),
     };
     match r {
         Ok(code) => code,

@@ -145,7 +145,7 @@ pub enum ObserveError {
 /// One replay of one trace with a timeline (`drive::Observed`), for `u3m
 /// snapshot` and `u3m report`: `args` are `u3m replay`'s options (its
 /// defaults apply); the first `--policy` runs.
-pub fn observed(args: &[String]) -> Result<(Trace, drive::RunOut, ReplayArgs), ObserveError> {
+pub fn observed(args: &[String]) -> Result<Observation, ObserveError> {
     #[derive(clap::Parser)]
     struct P {
         #[command(flatten)]
@@ -160,16 +160,33 @@ pub fn observed(args: &[String]) -> Result<(Trace, drive::RunOut, ReplayArgs), O
     s.observe = true;
     let trace = load(&a.traces[0]).map_err(ObserveError::Trace)?;
     let name = a.policy.first().cloned().unwrap_or_else(|| "predictive".into());
-    let log = if name == "belady" {
-        let base = drive::run(&trace, &s, drive::UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)
-            .map_err(ObserveError::Engine)?;
-        base.log
-    } else {
-        Vec::new()
-    };
-    let p = make_policy(&name, &s, &log).map_err(ObserveError::Engine)?;
+    // the unlimited-HBM run: the baseline time (stall = the difference) and
+    // Belady's future
+    let mut bs = s.clone();
+    bs.observe = false;
+    let base = drive::run(&trace, &bs, drive::UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)
+        .map_err(ObserveError::Engine)?;
+    let p = make_policy(&name, &s, &base.log).map_err(ObserveError::Engine)?;
     let out = drive::run(&trace, &s, a.hbm, p, None).map_err(ObserveError::Engine)?;
-    Ok((trace, out, a))
+    Ok(Observation {
+        trace,
+        out,
+        baseline_ns: base.total_ns,
+        policy: name,
+        setup: s,
+        hbm: a.hbm,
+    })
+}
+
+/// An observed replay and what it ran with.
+pub struct Observation {
+    pub trace: Trace,
+    pub out: drive::RunOut,
+    /// Total simulated time of the same trace with unlimited HBM.
+    pub baseline_ns: u64,
+    pub policy: String,
+    pub setup: Setup,
+    pub hbm: u64,
 }
 
 /// The replay setup the options describe.

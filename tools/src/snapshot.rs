@@ -321,7 +321,7 @@ pub fn main(a: &SnapshotArgs) -> Result<ExitCode, CliError> {
             args.push("--dram".into());
             args.push(d.clone());
         }
-        let (trace, out, _) = match observed(&args) {
+        let o = match observed(&args) {
             Ok(x) => x,
             Err(ObserveError::Usage(e)) => return Err(e),
             Err(ObserveError::Trace(e)) => {
@@ -333,10 +333,10 @@ pub fn main(a: &SnapshotArgs) -> Result<ExitCode, CliError> {
                 return Ok(ExitCode::from(1));
             }
         };
-        let (py, c) = from_replay(&trace, &out);
+        let (py, c) = from_replay(&o.trace, &o.out);
         let note = format!(
             "{}: replayed with policy {} (times are simulated)",
-            trace.name, a.policy
+            o.trace.name, o.policy
         );
         (py, c, note)
     };

@@ -66,9 +66,15 @@ pub struct Observed {
     pub maps: Vec<MapRec>,
     /// Managed VA -> (device, trace address, bytes) of every allocation.
     pub origin: BTreeMap<u64, (u32, u64, u64)>,
-    /// One sample per background round and one at the end.
+    /// Samples after trace events and background rounds, at least
+    /// `sample_step_ns` apart (the step doubles, and every other sample
+    /// goes, whenever MAX_SAMPLES are reached), and one at the end.
     pub samples: Vec<Sample>,
+    pub sample_step_ns: u64,
 }
+
+/// Timeline samples kept at most (a few thousand points draw a chart).
+const MAX_SAMPLES: usize = 4096;
 
 /// The tiers and the Tier's counters at one moment.
 #[derive(Debug, Clone)]
@@ -302,6 +308,7 @@ impl Driver<'_> {
             }
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            self.sample_thin();
             self.background();
         }
         Ok(())
@@ -507,6 +514,26 @@ impl Driver<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A timeline sample if the last is at least the step old.
+    fn sample_thin(&mut self) {
+        let Some(o) = self.observed.as_mut() else {
+            return;
+        };
+        let now = self.rt.host_ns();
+        if o.samples.last().is_some_and(|s| now < s.t_ns + o.sample_step_ns.max(1)) {
+            return;
+        }
+        if o.samples.len() >= MAX_SAMPLES {
+            let mut i = 0;
+            o.samples.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            o.sample_step_ns = (o.sample_step_ns * 2).max(1000);
+        }
+        self.sample();
     }
 
     /// A timeline sample now (observed runs only).

@@ -88,6 +88,7 @@ struct State {
 #[derive(Debug, Clone, Copy)]
 pub struct MapRec {
     pub t_ns: u64,
+    #[allow(dead_code)] // the VA says which device; kept for debugging
     pub dev: u32,
     pub va: u64,
     pub bytes: u64,
