@@ -61,10 +61,7 @@ fn fill(dir: &Path) -> StatsSegment {
         config_text: "U3M_MODE=observe\nU3M_MIN_BYTES=2097152\n",
         hook_names: HOOKS,
         class_names: CLASSES,
-        labels: [
-            "node-a", "1", "1", "2", "2", "job-7", "train-1", "ml",
-        ]
-        .map(String::from),
+        labels: ["node-a", "1", "1", "2", "2", "job-7", "train-1", "ml"].map(String::from),
     };
     let seg = StatsSegment::create(&cfg).expect("create segment");
     let d0 = seg.device(0);

@@ -22,20 +22,30 @@ fn validator() -> Option<PathBuf> {
         eprintln!("NOTICE: U3M_SKIP_DEPLOY_SCHEMA=1: the Kubernetes schema check is skipped");
         return None;
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into());
     let venv = std::env::var_os("U3M_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".cache/u3m"))
         .join("k8s-validate-venv");
     let exe = venv.join("bin/kubernetes-validate");
     if !exe.is_file() {
-        let ok = Command::new("python3").args(["-m", "venv"]).arg(&venv).status().unwrap().success()
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .unwrap()
+            .success()
             && Command::new(venv.join("bin/pip"))
                 .args(["install", "-q", VALIDATOR])
                 .status()
                 .unwrap()
                 .success();
-        assert!(ok, "cannot install {VALIDATOR} (offline? U3M_SKIP_DEPLOY_SCHEMA=1 skips this check)");
+        assert!(
+            ok,
+            "cannot install {VALIDATOR} (offline? U3M_SKIP_DEPLOY_SCHEMA=1 skips this check)"
+        );
     }
     Some(exe)
 }
@@ -56,13 +66,19 @@ fn daemonset_passes_the_kubernetes_schema_and_has_what_the_exporter_needs() {
         assert!(y.contains(want), "{want} missing from {}", path.display());
     }
     // the port is the exporter's default
-    let help = Command::new(target_dir().join("u3m")).args(["exporter", "--help"]).output().unwrap();
+    let help = Command::new(target_dir().join("u3m"))
+        .args(["exporter", "--help"])
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("[default: 0.0.0.0:19420]"), "{help}");
     // the container's command is one the CLI accepts (clap reports a bad
     // one with status 2 before listening; a good one is stopped at once
     // with a port that cannot be bound)
-    let line = y.lines().find(|l| l.trim_start().starts_with("command:")).unwrap();
+    let line = y
+        .lines()
+        .find(|l| l.trim_start().starts_with("command:"))
+        .unwrap();
     let args: Vec<String> = line
         .split('[')
         .nth(1)
@@ -75,12 +91,24 @@ fn daemonset_passes_the_kubernetes_schema_and_has_what_the_exporter_needs() {
     let mut a = args[2..].to_vec();
     let i = a.iter().position(|x| x == "--listen").unwrap();
     a[i + 1] = "256.0.0.1:1".into(); // not an address: clap refuses it, so parse the rest without it
-    let o = Command::new(target_dir().join("u3m")).arg("exporter").args(&args[2..i + 2]).arg("--help").output().unwrap();
+    let o = Command::new(target_dir().join("u3m"))
+        .arg("exporter")
+        .args(&args[2..i + 2])
+        .arg("--help")
+        .output()
+        .unwrap();
     assert!(o.status.success());
-    let o = Command::new(target_dir().join("u3m")).arg("exporter").args(&a).output().unwrap();
+    let o = Command::new(target_dir().join("u3m"))
+        .arg("exporter")
+        .args(&a)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--listen"), "only the address was wrong: {err}");
+    assert!(
+        err.contains("--listen"),
+        "only the address was wrong: {err}"
+    );
 
     let Some(v) = validator() else {
         return;
@@ -90,14 +118,28 @@ fn daemonset_passes_the_kubernetes_schema_and_has_what_the_exporter_needs() {
         .arg(&path)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("passed for resource daemonset/u3m-exporter"), "{text}");
-    assert!(text.contains("passed for resource service/u3m-exporter"), "{text}");
+    assert!(
+        text.contains("passed for resource daemonset/u3m-exporter"),
+        "{text}"
+    );
+    assert!(
+        text.contains("passed for resource service/u3m-exporter"),
+        "{text}"
+    );
     // and the validator does reject a broken manifest
     let bad = std::env::temp_dir().join(format!("u3m-bad-ds-{}.yaml", std::process::id()));
     std::fs::write(&bad, y.replace("hostPID: true", "hostPid: true")).unwrap();
-    let out = Command::new(&v).args(["--strict", "-k", "1.30.0"]).arg(&bad).output().unwrap();
+    let out = Command::new(&v)
+        .args(["--strict", "-k", "1.30.0"])
+        .arg(&bad)
+        .output()
+        .unwrap();
     let _ = std::fs::remove_file(&bad);
-    assert!(!out.status.success(), "a misspelt field passed the strict schema");
+    assert!(
+        !out.status.success(),
+        "a misspelt field passed the strict schema"
+    );
 }

@@ -79,7 +79,10 @@ fn http_raw(addr: &str, raw: &[u8]) -> (u16, String, String) {
 fn get(addr: &str, path: &str, accept: &str) -> (u16, String, String) {
     http_raw(
         addr,
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
 }
 
@@ -104,7 +107,11 @@ fn urlencode(s: &str) -> String {
 
 /// PromQL instant query through Prometheus's HTTP API: (labels, value) per series.
 fn promql(prom: &str, q: &str) -> Vec<(serde_json::Value, f64)> {
-    let (code, _, body) = get(prom, &format!("/api/v1/query?query={}", urlencode(q)), "*/*");
+    let (code, _, body) = get(
+        prom,
+        &format!("/api/v1/query?query={}", urlencode(q)),
+        "*/*",
+    );
     assert_eq!(code, 200, "query {q}: {body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["status"], "success", "{body}");
@@ -135,7 +142,11 @@ fn by_rank(rows: Vec<(serde_json::Value, f64)>) -> Vec<(String, f64)> {
 fn prometheus_tools() -> Option<(PathBuf, PathBuf)> {
     let find = |n: &str| {
         std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(n)).collect::<Vec<_>>())
+            .map(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join(n))
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default()
             .into_iter()
             .find(|p| p.is_file())
@@ -191,7 +202,10 @@ fn wait_processes(addr: &str, n: usize) -> String {
         if body.contains(&format!("\nu3m_processes {n}\n")) && body.contains("tier=\"dram\"") {
             return body;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "{n} processes never appeared:\n{body}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{n} processes never appeared:\n{body}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -218,7 +232,10 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
     let _prom = Reap(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
             .arg(format!("--web.listen-address={prom_addr}"))
             .stdout(Stdio::null())
             .stderr(prom_log)
@@ -247,7 +264,11 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let lint = lint.wait_with_output().unwrap();
     assert!(
         lint.status.success(),
@@ -256,18 +277,33 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
         String::from_utf8_lossy(&lint.stderr)
     );
     // and the OpenMetrics flavour is what was asked for
-    let (code, head, om) = get(&addr, "/metrics", "application/openmetrics-text; version=1.0.0");
+    let (code, head, om) = get(
+        &addr,
+        "/metrics",
+        "application/openmetrics-text; version=1.0.0",
+    );
     assert_eq!(code, 200);
-    assert!(head.contains("Content-Type: application/openmetrics-text; version=1.0.0"), "{head}");
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
     assert!(om.ends_with("# EOF\n") && om.contains("# TYPE u3m_migrated_bytes counter\n"));
 
     // stat and top, mid-run: one node heading, rank 0 before rank 1
-    let st = Command::new(u3m()).args(["stat", "--dir"]).arg(&dir).output().unwrap();
+    let st = Command::new(u3m())
+        .args(["stat", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
     let st = String::from_utf8_lossy(&st.stdout).into_owned();
     let node = u3m_core::shm::host_name();
     assert_eq!(st.matches(&format!("node {node}\n")).count(), 1, "{st}");
-    let r0 = st.find("rank 0/2 (local 0)").unwrap_or_else(|| panic!("{st}"));
-    let r1 = st.find("rank 1/2 (local 1)").unwrap_or_else(|| panic!("{st}"));
+    let r0 = st
+        .find("rank 0/2 (local 0)")
+        .unwrap_or_else(|| panic!("{st}"));
+    let r1 = st
+        .find("rank 1/2 (local 1)")
+        .unwrap_or_else(|| panic!("{st}"));
     assert!(r0 < r1, "{st}");
     let top = Command::new(u3m())
         .args(["top", "--iterations", "1", "--dir"])
@@ -275,7 +311,12 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
         .output()
         .unwrap();
     let top = String::from_utf8_lossy(&top.stdout).into_owned();
-    assert!(top.contains(&format!(" node {node} rank 0 local_rank 0 world_size 2 pid ")), "{top}");
+    assert!(
+        top.contains(&format!(
+            " node {node} rank 0 local_rank 0 world_size 2 pid "
+        )),
+        "{top}"
+    );
 
     for r in &mut ranks {
         let st = r.0.wait().unwrap();
@@ -285,41 +326,81 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
     std::thread::sleep(Duration::from_millis(600));
     let t_end = common_unix_s();
 
-    assert_eq!(promql(&prom_addr, "max_over_time(up{job=\"u3m\"}[5m])")[0].1, 1.0);
+    assert_eq!(
+        promql(&prom_addr, "max_over_time(up{job=\"u3m\"}[5m])")[0].1,
+        1.0
+    );
     assert_eq!(
         promql(&prom_addr, "min_over_time(u3m_collection_success[5m])")[0].1,
         1.0,
         "every scrape read every segment"
     );
     let mib = 1024.0 * 1024.0;
-    let hbm = by_rank(promql(&prom_addr, "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])"));
-    assert_eq!(hbm.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["0", "1"], "{hbm:?}");
+    let hbm = by_rank(promql(
+        &prom_addr,
+        "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])",
+    ));
+    assert_eq!(
+        hbm.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        ["0", "1"],
+        "{hbm:?}"
+    );
     for (rank, v) in &hbm {
         assert!(*v > 64.0 * mib && *v <= 128.0 * mib, "rank {rank}: hbm {v}");
     }
     for (q, what) in [
-        ("max_over_time(u3m_resident_bytes{tier=\"dram\"}[5m])", "bytes in DRAM"),
-        ("max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"out\"}[5m])", "bytes out of HBM"),
-        ("max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"in\"}[5m])", "bytes into HBM"),
-        ("max_over_time(u3m_fault_in_stall_seconds_count[5m])", "stalls"),
-        ("max_over_time(u3m_fault_in_stall_seconds_sum[5m])", "stall seconds"),
-        ("max_over_time(u3m_prefetch_misses_total[5m])", "demand fault-ins"),
+        (
+            "max_over_time(u3m_resident_bytes{tier=\"dram\"}[5m])",
+            "bytes in DRAM",
+        ),
+        (
+            "max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"out\"}[5m])",
+            "bytes out of HBM",
+        ),
+        (
+            "max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"in\"}[5m])",
+            "bytes into HBM",
+        ),
+        (
+            "max_over_time(u3m_fault_in_stall_seconds_count[5m])",
+            "stalls",
+        ),
+        (
+            "max_over_time(u3m_fault_in_stall_seconds_sum[5m])",
+            "stall seconds",
+        ),
+        (
+            "max_over_time(u3m_prefetch_misses_total[5m])",
+            "demand fault-ins",
+        ),
     ] {
         let v = by_rank(promql(&prom_addr, q));
         assert_eq!(v.len(), 2, "{what}: {v:?}");
         assert!(v.iter().all(|r| r.1 > 0.0), "{what}: {v:?}");
     }
     // 180 MiB of allocations on a 128 MiB card
-    for (rank, v) in by_rank(promql(&prom_addr, "max_over_time(u3m_oversubscription_ratio[5m])")) {
+    for (rank, v) in by_rank(promql(
+        &prom_addr,
+        "max_over_time(u3m_oversubscription_ratio[5m])",
+    )) {
         assert!(v > 1.2 && v < 1.6, "rank {rank}: ratio {v}");
     }
     // a rank's stalls can't be longer than its run
-    for (rank, v) in by_rank(promql(&prom_addr, "max_over_time(u3m_fault_in_stall_seconds_sum[5m])")) {
+    for (rank, v) in by_rank(promql(
+        &prom_addr,
+        "max_over_time(u3m_fault_in_stall_seconds_sum[5m])",
+    )) {
         assert!(v < t_end - t_start, "rank {rank}: {v} s of stall");
     }
-    let last = by_rank(promql(&prom_addr, "max_over_time(u3m_last_update_timestamp_seconds[5m])"));
+    let last = by_rank(promql(
+        &prom_addr,
+        "max_over_time(u3m_last_update_timestamp_seconds[5m])",
+    ));
     for (rank, v) in &last {
-        assert!(*v >= t_start - 1.0 && *v <= t_end + 1.0, "rank {rank}: last update {v}");
+        assert!(
+            *v >= t_start - 1.0 && *v <= t_end + 1.0,
+            "rank {rank}: last update {v}"
+        );
     }
     // the pod and run labels came through from each rank's environment
     let info = promql(&prom_addr, "max_over_time(u3m_process_info[5m])");
@@ -355,24 +436,45 @@ fn exporter_answers_bad_requests_and_is_not_held_up_by_a_slow_client() {
     slow.write_all(b"GET /metr").unwrap();
     let t0 = Instant::now();
     let (code, head, body) = get(&addr, "/metrics", "text/plain");
-    assert!(t0.elapsed() < Duration::from_secs(2), "held up by the slow client");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "held up by the slow client"
+    );
     assert_eq!(code, 200);
-    assert!(head.contains("Content-Type: text/plain; version=0.0.4"), "{head}");
-    assert!(body.contains("\nu3m_processes 0\n") && body.contains("u3m_collection_success 1\n"), "{body}");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    assert!(
+        body.contains("\nu3m_processes 0\n") && body.contains("u3m_collection_success 1\n"),
+        "{body}"
+    );
     let (code, _, _) = http_raw(&addr, b"HEAD /metrics HTTP/1.0\r\n\r\n");
     assert_eq!(code, 200);
     assert_eq!(http_raw(&addr, b"POST /metrics HTTP/1.1\r\n\r\n").0, 405);
     assert_eq!(http_raw(&addr, b"GET /nope HTTP/1.1\r\n\r\n").0, 404);
-    assert_eq!(http_raw(&addr, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n").0, 400);
+    assert_eq!(
+        http_raw(
+            &addr,
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"
+        )
+        .0,
+        400
+    );
     assert_eq!(http_raw(&addr, b"GET /metrics\r\n\r\n").0, 400);
     let mut huge = b"GET /metrics HTTP/1.1\r\nX: ".to_vec();
     huge.extend(std::iter::repeat(b'a').take(20_000));
     assert_eq!(http_raw(&addr, &huge).0, 431);
     // the slow client gets a timeout answer, and the server still serves
     let mut rest = Vec::new();
-    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let _ = slow.read_to_end(&mut rest);
-    assert!(String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 408"), "{}", String::from_utf8_lossy(&rest));
+    assert!(
+        String::from_utf8_lossy(&rest).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&rest)
+    );
     assert_eq!(get(&addr, "/metrics", "text/plain").0, 200);
     // an unreadable file in the directory turns the success gauge to 0
     std::fs::write(dir.join("u3m.1"), vec![7u8; 4096]).unwrap();

@@ -39,7 +39,9 @@ fn chromium() -> Option<PathBuf> {
     match found {
         Some(p) => Some(p),
         None if std::env::var_os("U3M_SKIP_BROWSER").is_some() => {
-            eprintln!("NOTICE: U3M_SKIP_BROWSER set and chromium not installed: browser checks skipped");
+            eprintln!(
+                "NOTICE: U3M_SKIP_BROWSER set and chromium not installed: browser checks skipped"
+            );
             None
         }
         None => panic!(
@@ -97,7 +99,11 @@ fn rows(table: &str) -> Vec<Vec<String>> {
 fn report_renders_in_headless_chromium_with_hot_and_cold_allocations() {
     let dir = scratch("report");
     let page = dir.join("hotcold.html");
-    let html = report("tests/traces/replay/hotcold.trace", &["--hbm", "12M", "--top", "4"], &page);
+    let html = report(
+        "tests/traces/replay/hotcold.trace",
+        &["--hbm", "12M", "--top", "4"],
+        &page,
+    );
     // self-contained: no script, no stylesheet or image links, no URL but SVG's namespace
     for bad in ["<script", "<link", "src=", "@import", "url("] {
         assert!(!html.contains(bad), "{bad} in the page");
@@ -112,7 +118,11 @@ fn report_renders_in_headless_chromium_with_hot_and_cold_allocations() {
     };
     let profile = dir.join("profile");
     let out = headless(&chrome, &profile, &["--dump-dom"], &page);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let dom = String::from_utf8_lossy(&out.stdout).into_owned();
     // tier occupancy: HBM, DRAM, NVMe lines with a point per sample
     let occ = element(&dom, "svg", "occupancy-dev0");
@@ -120,22 +130,38 @@ fn report_renders_in_headless_chromium_with_hot_and_cold_allocations() {
     for name in ["HBM", "DRAM", "NVMe"] {
         assert!(occ.contains(&format!("data-name=\"{name}\"")), "{name}");
     }
-    let points = occ.split("points=\"").nth(1).unwrap().split('"').next().unwrap();
+    let points = occ
+        .split("points=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap();
     assert!(points.split(' ').count() > 20, "HBM line has {points}");
     let mig = element(&dom, "svg", "migrations");
     assert_eq!(mig.matches("<polyline").count(), 2);
     // the two hot weights are hottest and never evicted; the sweep's cold buffers are coldest and evicted
     let hot = rows(element(&dom, "table", "hottest"));
     assert_eq!(hot.len(), 4, "{hot:?}");
-    assert_eq!((hot[0][3].as_str(), hot[0][8].as_str()), ("hot", "0"), "{hot:?}");
+    assert_eq!(
+        (hot[0][3].as_str(), hot[0][8].as_str()),
+        ("hot", "0"),
+        "{hot:?}"
+    );
     let cold = rows(element(&dom, "table", "coldest"));
     assert_eq!(cold.len(), 4);
     for r in &cold {
         assert_eq!(r[3], "cold", "{cold:?}");
-        assert!(r[8].parse::<u64>().unwrap() > 0, "a cold buffer never evicted: {cold:?}");
+        assert!(
+            r[8].parse::<u64>().unwrap() > 0,
+            "a cold buffer never evicted: {cold:?}"
+        );
     }
     let summary = element(&dom, "table", "summary");
-    assert!(summary.contains("12.0 MiB") && summary.contains("predictive"), "{summary}");
+    assert!(
+        summary.contains("12.0 MiB") && summary.contains("predictive"),
+        "{summary}"
+    );
     assert!(!element(&dom, "td", "evictions").contains(">0 chunks"));
 
     // a screenshot of the rendered page
@@ -143,10 +169,17 @@ fn report_renders_in_headless_chromium_with_hot_and_cold_allocations() {
     let out = headless(
         &chrome,
         &profile,
-        &[&format!("--screenshot={}", shot.display()), "--window-size=1100,1600"],
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1100,1600",
+        ],
         &page,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let png = std::fs::read(&shot).expect("screenshot written");
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     let (w, h) = (
@@ -154,7 +187,11 @@ fn report_renders_in_headless_chromium_with_hot_and_cold_allocations() {
         u32::from_be_bytes(png[20..24].try_into().unwrap()),
     );
     assert_eq!((w, h), (1100, 1600));
-    assert!(png.len() > 30_000, "a {}-byte screenshot is too plain to hold the charts", png.len());
+    assert!(
+        png.len() > 30_000,
+        "a {}-byte screenshot is too plain to hold the charts",
+        png.len()
+    );
 
     // one occupancy chart per device
     let page2 = dir.join("multidev.html");
@@ -176,7 +213,10 @@ fn a_malformed_trace_is_exit_3_with_the_line() {
         .unwrap();
     assert_eq!(o.status.code(), Some(3));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("u3m report: ") && err.contains("malformed.trace:4:"), "{err}");
+    assert!(
+        err.starts_with("u3m report: ") && err.contains("malformed.trace:4:"),
+        "{err}"
+    );
     assert!(!dir.join("x.html").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -65,7 +65,11 @@ fn memory_viz(py: &Path, pickle: &Path) -> serde_json::Value {
 
 /// `u3m snapshot ARGS`: the counts it reports on stderr, by action.
 fn snapshot(args: &[&str]) -> BTreeMap<String, u64> {
-    let out = Command::new(u3m()).arg("snapshot").args(args).output().unwrap();
+    let out = Command::new(u3m())
+        .arg("snapshot")
+        .args(args)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "u3m snapshot {args:?}: {err}");
     let line = err
@@ -100,7 +104,11 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
         .env("ACLSIM_HBM_BYTES", "2G")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(&trace).unwrap();
     let allocs = text.lines().filter(|l| l.starts_with("A ")).count() as u64;
     let frees = text.lines().filter(|l| l.starts_with("F ")).count() as u64;
@@ -108,31 +116,63 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
 
     // what the engine does with this trace at 128 MiB of HBM
     let rep = Command::new(u3m())
-        .args(["replay", "--json", "--hbm", "128M", "--policy", "predictive"])
+        .args([
+            "replay",
+            "--json",
+            "--hbm",
+            "128M",
+            "--policy",
+            "predictive",
+        ])
         .arg(&trace)
         .output()
         .unwrap();
-    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
     let rep: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
     let p = &rep["traces"][0]["policies"][0];
-    let (evictions, faults) = (p["evictions"].as_u64().unwrap(), p["faults_in"].as_u64().unwrap());
+    let (evictions, faults) = (
+        p["evictions"].as_u64().unwrap(),
+        p["faults_in"].as_u64().unwrap(),
+    );
     assert!(evictions > 0, "{p}");
 
     let pressed = dir.join("pressed.pickle");
-    let c = snapshot(&["--trace", trace.to_str().unwrap(), "--hbm", "128M", "-o", pressed.to_str().unwrap()]);
+    let c = snapshot(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--hbm",
+        "128M",
+        "-o",
+        pressed.to_str().unwrap(),
+    ]);
     for k in ["alloc", "segment_alloc"] {
         assert_eq!(c[k], allocs, "{k}: {c:?}");
     }
     for k in ["free_requested", "free_completed", "segment_free"] {
         assert_eq!(c[k], frees, "{k}: {c:?}");
     }
-    assert_eq!(c["segment_unmap"], evictions, "one unmap per eviction: {c:?}");
+    assert_eq!(
+        c["segment_unmap"], evictions,
+        "one unmap per eviction: {c:?}"
+    );
     assert_eq!(c["segment_map"], faults, "one map per chunk arrival: {c:?}");
     // with HBM to spare nothing leaves it
     let roomy = dir.join("roomy.pickle");
-    let c0 = snapshot(&["--trace", trace.to_str().unwrap(), "-o", roomy.to_str().unwrap()]);
+    let c0 = snapshot(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "-o",
+        roomy.to_str().unwrap(),
+    ]);
     assert_eq!(c0.get("segment_unmap"), None, "{c0:?}");
-    assert!(c0["segment_map"] > 0 && c0["segment_map"] < c["segment_map"], "{c0:?}");
+    assert!(
+        c0["segment_map"] > 0 && c0["segment_map"] < c["segment_map"],
+        "{c0:?}"
+    );
 
     let Some(py) = torch_python() else {
         return;
@@ -172,19 +212,34 @@ fn a_live_process_gives_its_allocations() {
     let pickle = dir.join("live.pickle");
     // wait until the model is allocated (the first step's launches)
     let c = loop {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no segment at {}", seg.display());
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no segment at {}",
+            seg.display()
+        );
         std::thread::sleep(Duration::from_millis(200));
         if !seg.exists() {
             continue;
         }
-        let c = snapshot(&["-p", &pid.to_string(), "--dir", dir.to_str().unwrap(), "-o", pickle.to_str().unwrap()]);
+        let c = snapshot(&[
+            "-p",
+            &pid.to_string(),
+            "--dir",
+            dir.to_str().unwrap(),
+            "-o",
+            pickle.to_str().unwrap(),
+        ]);
         if c.get("alloc").copied().unwrap_or(0) >= 40 {
             break c;
         }
     };
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(c.get("segment_map"), None, "no residency events live: {c:?}");
+    assert_eq!(
+        c.get("segment_map"),
+        None,
+        "no residency events live: {c:?}"
+    );
     assert_eq!(c["alloc"], c["segment_alloc"]);
     if let Some(py) = torch_python() {
         let v = memory_viz(&py, &pickle);
@@ -192,7 +247,9 @@ fn a_live_process_gives_its_allocations() {
         // what was allocated and not freed is a segment with its one block
         let freed = c.get("segment_free").copied().unwrap_or(0);
         assert_eq!(live.len() as u64, c["alloc"] - freed, "{v}");
-        assert!(live.iter().all(|s| s["blocks"] == 1 && s["total_size"].as_u64().unwrap() > 0));
+        assert!(live
+            .iter()
+            .all(|s| s["blocks"] == 1 && s["total_size"].as_u64().unwrap() > 0));
         assert_eq!(v["trace_plot"]["same_snapshot"], true);
     }
     let _ = std::fs::remove_dir_all(&dir);

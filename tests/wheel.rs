@@ -41,7 +41,9 @@ fn clean<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
 fn results(stdout: &str) -> Vec<String> {
     stdout
         .lines()
-        .filter(|l| l.starts_with("checksum=") || l.starts_with("step=") || l.starts_with("final_loss="))
+        .filter(|l| {
+            l.starts_with("checksum=") || l.starts_with("step=") || l.starts_with("final_loss=")
+        })
         .map(|l| l.to_string())
         .collect()
 }
@@ -49,7 +51,9 @@ fn results(stdout: &str) -> Vec<String> {
 #[test]
 fn the_installed_wheel_runs_a_workload_under_u3m() {
     if std::env::var("U3M_SKIP_WHEEL").is_ok_and(|v| v == "1") {
-        eprintln!("NOTICE: U3M_SKIP_WHEEL=1: the wheel test is skipped (it needs maturin from PyPI)");
+        eprintln!(
+            "NOTICE: U3M_SKIP_WHEEL=1: the wheel test is skipped (it needs maturin from PyPI)"
+        );
         return;
     }
     let dir = scratch("wheel");
@@ -65,7 +69,14 @@ fn the_installed_wheel_runs_a_workload_under_u3m() {
     assert!(wheel.is_file(), "{out}");
 
     let venv = dir.join("venv");
-    ok(Command::new("python3").args(["-m", "venv"]).arg(&venv).output().unwrap(), "python3 -m venv");
+    ok(
+        Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .output()
+            .unwrap(),
+        "python3 -m venv",
+    );
     let py = venv.join("bin/python");
     ok(
         Command::new(&py)
@@ -76,13 +87,28 @@ fn the_installed_wheel_runs_a_workload_under_u3m() {
         "pip install",
     );
     // u3m on PATH is the wheel's
-    let v = ok(clean(&mut Command::new("u3m"), &venv).arg("--version").output().unwrap(), "u3m --version");
+    let v = ok(
+        clean(&mut Command::new("u3m"), &venv)
+            .arg("--version")
+            .output()
+            .unwrap(),
+        "u3m --version",
+    );
     assert_eq!(v, format!("u3m {}\n", u3m_core::VERSION));
-    let which = ok(clean(&mut Command::new("sh"), &venv).args(["-c", "command -v u3m"]).output().unwrap(), "command -v");
+    let which = ok(
+        clean(&mut Command::new("sh"), &venv)
+            .args(["-c", "command -v u3m"])
+            .output()
+            .unwrap(),
+        "command -v",
+    );
     assert_eq!(Path::new(which.trim()), venv.join("bin/u3m"));
     // preload_path() names the installed library
     let lib = ok(
-        Command::new(&py).args(["-c", "import u3m; print(u3m.preload_path())"]).output().unwrap(),
+        Command::new(&py)
+            .args(["-c", "import u3m; print(u3m.preload_path())"])
+            .output()
+            .unwrap(),
         "u3m.preload_path()",
     );
     assert_eq!(Path::new(lib.trim()), venv.join("lib/u3m/libu3m.so"));
@@ -97,7 +123,10 @@ fn the_installed_wheel_runs_a_workload_under_u3m() {
         "mlp_train with 2G",
     );
     let expect = results(&big);
-    assert!(expect.len() == 4 && expect[3].starts_with("checksum="), "{big}");
+    assert!(
+        expect.len() == 4 && expect[3].starts_with("checksum="),
+        "{big}"
+    );
     for (how, mut cmd) in [
         ("u3m run", {
             let mut c = Command::new("u3m");
@@ -123,10 +152,16 @@ fn the_installed_wheel_runs_a_workload_under_u3m() {
                 .unwrap(),
             how,
         );
-        assert_eq!(results(&out), expect, "{how}: results differ from the unconstrained run");
+        assert_eq!(
+            results(&out),
+            expect,
+            "{how}: results differ from the unconstrained run"
+        );
         // the library was really loaded, and really moved memory
-        let s: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{how}: no summary: {e}"))).unwrap();
+        let s: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&summary).unwrap_or_else(|e| panic!("{how}: no summary: {e}")),
+        )
+        .unwrap();
         assert_eq!(s["mode"], "tier", "{how}: {s}");
         assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{how}: {s}");
     }

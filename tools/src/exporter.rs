@@ -188,9 +188,11 @@ impl Exposition {
 
     /// `name` without `_total`; the sample gets it.
     fn counter(&mut self, name: &'static str, help: &'static str, labels: &str, v: f64) {
-        self.family(name, Kind::Counter, help)
-            .samples
-            .push(("_total".into(), labels.to_string(), v));
+        self.family(name, Kind::Counter, help).samples.push((
+            "_total".into(),
+            labels.to_string(),
+            v,
+        ));
     }
 
     fn histogram(
@@ -208,11 +210,15 @@ impl Exposition {
         for (i, c) in counts.iter().enumerate() {
             cum += c;
             let le = bounds.get(i).map_or("+Inf".to_string(), |b| num_le(*b));
-            f.samples
-                .push(("_bucket".into(), format!("{labels}{sep}le=\"{le}\""), cum as f64));
+            f.samples.push((
+                "_bucket".into(),
+                format!("{labels}{sep}le=\"{le}\""),
+                cum as f64,
+            ));
         }
         f.samples.push(("_sum".into(), labels.to_string(), sum));
-        f.samples.push(("_count".into(), labels.to_string(), cum as f64));
+        f.samples
+            .push(("_count".into(), labels.to_string(), cum as f64));
     }
 
     fn finish(self) -> String {
@@ -373,7 +379,11 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
         "u3m_oversubscription_ratio",
         "allocated bytes / physical HBM capacity (above 1: the process holds more than the card)",
         dl,
-        if cap > 0.0 { g("allocs.bytes_live") / cap } else { 0.0 },
+        if cap > 0.0 {
+            g("allocs.bytes_live") / cap
+        } else {
+            0.0
+        },
     );
     x.counter(
         "u3m_allocations_refused",
@@ -444,7 +454,11 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
 /// What a request asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request {
-    Get { path: String, accept: String, head: bool },
+    Get {
+        path: String,
+        accept: String,
+        head: bool,
+    },
     Bad(u16, &'static str),
 }
 
@@ -612,24 +626,45 @@ mod tests {
                 head: false
             }
         );
-        assert!(matches!(parse_request(b"HEAD / HTTP/1.0"), Request::Get { head: true, .. }));
-        assert_eq!(parse_request(b"POST /metrics HTTP/1.1"), Request::Bad(405, "only GET and HEAD"));
-        assert!(matches!(parse_request(b"GET /metrics"), Request::Bad(400, _)));
-        assert!(matches!(parse_request(b"GET /metrics SPDY/3"), Request::Bad(400, _)));
+        assert!(matches!(
+            parse_request(b"HEAD / HTTP/1.0"),
+            Request::Get { head: true, .. }
+        ));
+        assert_eq!(
+            parse_request(b"POST /metrics HTTP/1.1"),
+            Request::Bad(405, "only GET and HEAD")
+        );
+        assert!(matches!(
+            parse_request(b"GET /metrics"),
+            Request::Bad(400, _)
+        ));
+        assert!(matches!(
+            parse_request(b"GET /metrics SPDY/3"),
+            Request::Bad(400, _)
+        ));
         assert!(matches!(parse_request(b"\xff\xfe"), Request::Bad(400, _)));
-        assert!(matches!(parse_request(b"GET / HTTP/1.1\r\nno colon here"), Request::Bad(400, _)));
+        assert!(matches!(
+            parse_request(b"GET / HTTP/1.1\r\nno colon here"),
+            Request::Bad(400, _)
+        ));
         assert!(matches!(parse_request(b""), Request::Bad(400, _)));
     }
 
     #[test]
     fn formats_differ_in_counter_names_and_the_eof_marker() {
         let p = render(&[], true, Format::Prometheus);
-        assert!(p.contains("# TYPE u3m_collection_success gauge\nu3m_collection_success 1\n"), "{p}");
+        assert!(
+            p.contains("# TYPE u3m_collection_success gauge\nu3m_collection_success 1\n"),
+            "{p}"
+        );
         assert!(!p.contains("# EOF"));
         let o = render(&[], false, Format::OpenMetrics);
         assert!(o.ends_with("# EOF\n"));
         assert!(o.contains("u3m_collection_success 0\n"));
-        assert_eq!(Format::from_accept("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"), Format::OpenMetrics);
+        assert_eq!(
+            Format::from_accept("application/openmetrics-text;version=1.0.0,text/plain;q=0.5"),
+            Format::OpenMetrics
+        );
         assert_eq!(Format::from_accept("*/*"), Format::Prometheus);
     }
 

@@ -117,14 +117,26 @@ mod tests {
     fn known_encodings() {
         assert_eq!(dumps(&Py::int(1)), b"\x80\x02J\x01\x00\x00\x00.");
         // 2**32 as LONG1: 5 bytes
-        assert_eq!(dumps(&Py::int(1i64 << 32)), b"\x80\x02\x8a\x05\x00\x00\x00\x00\x01.");
+        assert_eq!(
+            dumps(&Py::int(1i64 << 32)),
+            b"\x80\x02\x8a\x05\x00\x00\x00\x00\x01."
+        );
         // 2**63: the sign needs a 9th byte
-        assert_eq!(dumps(&Py::int(1u64 << 63)), b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00.");
-        assert_eq!(dumps(&Py::int(-(1i64 << 40))), b"\x80\x02\x8a\x06\x00\x00\x00\x00\x00\xff.");
+        assert_eq!(
+            dumps(&Py::int(1u64 << 63)),
+            b"\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00."
+        );
+        assert_eq!(
+            dumps(&Py::int(-(1i64 << 40))),
+            b"\x80\x02\x8a\x06\x00\x00\x00\x00\x00\xff."
+        );
         assert_eq!(
             dumps(&Py::Tuple(vec![Py::int(0), Py::int(0)])),
             b"\x80\x02J\x00\x00\x00\x00J\x00\x00\x00\x00\x86."
         );
-        assert_eq!(dumps(&Py::dict(vec![("a", Py::Bool(true))])), b"\x80\x02}(X\x01\x00\x00\x00a\x88u.");
+        assert_eq!(
+            dumps(&Py::dict(vec![("a", Py::Bool(true))])),
+            b"\x80\x02}(X\x01\x00\x00\x00a\x88u."
+        );
     }
 }

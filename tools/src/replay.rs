@@ -159,13 +159,23 @@ pub fn observed(args: &[String]) -> Result<Observation, ObserveError> {
     let mut s = setup(&a).map_err(ObserveError::Usage)?;
     s.observe = true;
     let trace = load(&a.traces[0]).map_err(ObserveError::Trace)?;
-    let name = a.policy.first().cloned().unwrap_or_else(|| "predictive".into());
+    let name = a
+        .policy
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "predictive".into());
     // the unlimited-HBM run: the baseline time (stall = the difference) and
     // Belady's future
     let mut bs = s.clone();
     bs.observe = false;
-    let base = drive::run(&trace, &bs, drive::UNLIMITED, Box::new(u3m_core::policy::Lru::new()), None)
-        .map_err(ObserveError::Engine)?;
+    let base = drive::run(
+        &trace,
+        &bs,
+        drive::UNLIMITED,
+        Box::new(u3m_core::policy::Lru::new()),
+        None,
+    )
+    .map_err(ObserveError::Engine)?;
     let p = make_policy(&name, &s, &base.log).map_err(ObserveError::Engine)?;
     let out = drive::run(&trace, &s, a.hbm, p, None).map_err(ObserveError::Engine)?;
     Ok(Observation {

@@ -12,7 +12,7 @@
 use crate::error::CliError;
 use crate::human::{bytes, duration};
 use crate::replay::drive::Observed;
-use crate::replay::{observed, ObserveError, Observation};
+use crate::replay::{observed, Observation, ObserveError};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -107,7 +107,9 @@ pub fn allocations(o: &Observation) -> Vec<AllocRow> {
                     rows[i].live_ns = now.saturating_sub(born[i]);
                 }
             }
-            Body::Op { inputs, outputs, .. } => {
+            Body::Op {
+                inputs, outputs, ..
+            } => {
                 let mut seen = Vec::new();
                 for r in inputs.iter().chain(outputs) {
                     if let Some(i) = find(&live[d], &rows, r.addr) {
@@ -211,7 +213,12 @@ fn chart(id: &str, title: &str, series: &[Series], fmt: &dyn Fn(f64) -> String) 
         r#"<figure><svg id="{id}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" aria-label="{t}"><title>{t}</title>"#,
         t = esc(title)
     );
-    let _ = write!(o, r##"<rect x="{l}" y="{t}" width="{}" height="{}" fill="#fbfbfb" stroke="#ccc"/>"##, w - l - r, h - t - b);
+    let _ = write!(
+        o,
+        r##"<rect x="{l}" y="{t}" width="{}" height="{}" fill="#fbfbfb" stroke="#ccc"/>"##,
+        w - l - r,
+        h - t - b
+    );
     for i in 0..=4 {
         let y = ymax * i as f64 / 4.0;
         let _ = write!(
@@ -232,8 +239,17 @@ fn chart(id: &str, title: &str, series: &[Series], fmt: &dyn Fn(f64) -> String) 
             esc(&duration_s(x))
         );
     }
-    let _ = write!(o, r#"<text x="{:.1}" y="{}" text-anchor="middle" font-size="11">simulated time</text>"#, (l + w - r) / 2.0, h - 6.0);
-    let _ = write!(o, r#"<text x="{l}" y="18" font-size="13" font-weight="bold">{}</text>"#, esc(title));
+    let _ = write!(
+        o,
+        r#"<text x="{:.1}" y="{}" text-anchor="middle" font-size="11">simulated time</text>"#,
+        (l + w - r) / 2.0,
+        h - 6.0
+    );
+    let _ = write!(
+        o,
+        r#"<text x="{l}" y="18" font-size="13" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
     for (k, s) in series.iter().enumerate() {
         let pts: Vec<String> = s
             .points
@@ -345,8 +361,16 @@ figure {{ margin: 8px 0 16px; }}
 "#,
         esc(&o.trace.name),
         o.trace.events.len(),
-        if unlimited { "unlimited (nothing migrates: pass --hbm)".to_string() } else { bytes(o.hbm) },
-        if o.setup.dram >= 1 << 40 { "unlimited".to_string() } else { bytes(o.setup.dram) },
+        if unlimited {
+            "unlimited (nothing migrates: pass --hbm)".to_string()
+        } else {
+            bytes(o.hbm)
+        },
+        if o.setup.dram >= 1 << 40 {
+            "unlimited".to_string()
+        } else {
+            bytes(o.setup.dram)
+        },
         esc(&o.policy),
         duration_s(o.out.total_ns as f64 / 1e9),
         duration_s(o.baseline_ns as f64 / 1e9),
@@ -397,9 +421,13 @@ figure {{ margin: 8px 0 16px; }}
         }
         let (a, b) = (&w[0].counters, &w[1].counters);
         let x = w[1].t_ns as f64 / 1e9;
-        let inb = (b.fault_bytes + b.prefetch_bytes).saturating_sub(a.fault_bytes + a.prefetch_bytes);
+        let inb =
+            (b.fault_bytes + b.prefetch_bytes).saturating_sub(a.fault_bytes + a.prefetch_bytes);
         into.push((x, inb as f64 / dt));
-        out.push((x, b.eviction_bytes.saturating_sub(a.eviction_bytes) as f64 / dt));
+        out.push((
+            x,
+            b.eviction_bytes.saturating_sub(a.eviction_bytes) as f64 / dt,
+        ));
     }
     p.push_str(&chart(
         "migrations",
@@ -447,9 +475,17 @@ figure {{ margin: 8px 0 16px; }}
 }
 
 pub fn main(a: &ReportArgs) -> Result<ExitCode, CliError> {
-    let mut args = vec![a.trace.display().to_string(), "--policy".into(), a.policy.clone()];
+    let mut args = vec![
+        a.trace.display().to_string(),
+        "--policy".into(),
+        a.policy.clone(),
+    ];
     args.push("--hbm".into());
-    args.push(a.hbm.clone().unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()));
+    args.push(
+        a.hbm
+            .clone()
+            .unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()),
+    );
     for (k, v) in [("--dram", &a.dram), ("--nvme", &a.nvme)] {
         if let Some(v) = v {
             args.push(k.into());

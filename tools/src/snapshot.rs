@@ -47,7 +47,12 @@ pub struct SnapshotArgs {
     #[arg(long, value_name = "BYTES", requires = "trace")]
     pub dram: Option<String>,
     /// Placement policy for the replay (seed-heat, lru, markov, predictive, belady).
-    #[arg(long, value_name = "P", default_value = "predictive", requires = "trace")]
+    #[arg(
+        long,
+        value_name = "P",
+        default_value = "predictive",
+        requires = "trace"
+    )]
     pub policy: String,
     /// Directory of the stats segments (with -p) [default: $U3M_SHM_DIR or /dev/shm].
     #[arg(long, value_name = "DIR")]
@@ -132,7 +137,10 @@ fn build(devices: usize, traces: Vec<Vec<Entry>>, live: Vec<Live>) -> (Py, Count
                 ("active_size", Py::int(l.bytes)),
                 ("requested_size", Py::int(l.bytes)),
                 ("stream", Py::int(0)),
-                ("segment_type", Py::str(if l.bytes >= 1 << 20 { "large" } else { "small" })),
+                (
+                    "segment_type",
+                    Py::str(if l.bytes >= 1 << 20 { "large" } else { "small" }),
+                ),
                 ("segment_pool_id", Py::Tuple(vec![Py::int(0), Py::int(0)])),
                 ("is_expandable", Py::Bool(false)),
                 (
@@ -179,7 +187,11 @@ pub fn from_replay(trace: &Trace, out: &RunOut) -> (Py, Counts) {
             let off = m.va - va0;
             *t_last = (*t_last).max(m.t_ns);
             traces[dev as usize].push(Entry {
-                action: if m.map { "segment_map" } else { "segment_unmap" },
+                action: if m.map {
+                    "segment_map"
+                } else {
+                    "segment_unmap"
+                },
                 addr: addr + off,
                 size: m.bytes.min(bytes - off),
                 t_ns: *t_last,
@@ -314,9 +326,17 @@ pub fn main(a: &SnapshotArgs) -> Result<ExitCode, CliError> {
         (py, c, note)
     } else {
         let path = a.trace.clone().expect("clap: --trace or -p");
-        let mut args = vec![path.display().to_string(), "--policy".into(), a.policy.clone()];
+        let mut args = vec![
+            path.display().to_string(),
+            "--policy".into(),
+            a.policy.clone(),
+        ];
         args.push("--hbm".into());
-        args.push(a.hbm.clone().unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()));
+        args.push(
+            a.hbm
+                .clone()
+                .unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()),
+        );
         if let Some(d) = &a.dram {
             args.push("--dram".into());
             args.push(d.clone());

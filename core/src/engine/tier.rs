@@ -25,9 +25,9 @@ use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
 use crate::policy::{Cand, HeatFn, Place, Placement};
+use crate::shm::layout::{stall_bucket, STALL_BUCKETS};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
-use crate::shm::layout::{stall_bucket, STALL_BUCKETS};
 use crate::tier::TierError;
 
 pub const MAX_DEVICES: usize = 16;

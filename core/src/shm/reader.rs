@@ -372,10 +372,12 @@ impl SegmentReader {
         let head = seg.header.event_head.load(Acquire);
         (head.saturating_sub(8)..head)
             .rev()
-            .find_map(|q| match read_slot(&seg.events[(q as usize) & (EVENT_CAPACITY - 1)], q) {
-                SlotRead::Ok(e) => Some(e.time_ns),
-                _ => None,
-            })
+            .find_map(
+                |q| match read_slot(&seg.events[(q as usize) & (EVENT_CAPACITY - 1)], q) {
+                    SlotRead::Ok(e) => Some(e.time_ns),
+                    _ => None,
+                },
+            )
             .unwrap_or(0)
     }
 

@@ -571,10 +571,15 @@ fn a_writer_in_another_pid_namespace_is_never_judged_by_its_pid() {
     let path = seg.path().to_path_buf();
     // a pid that does not exist here, from a namespace that is not ours
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.write_all_at(&(i32::MAX as u32 - 7).to_le_bytes(), 28).unwrap();
+    f.write_all_at(&(i32::MAX as u32 - 7).to_le_bytes(), 28)
+        .unwrap();
     let r = reader::SegmentReader::open(&path).unwrap();
-    assert!(matches!(r.liveness(), Liveness::Dead(_)), "same namespace: checked by pid");
-    f.write_all_at(&(own_pid_ns() ^ 1).to_le_bytes(), 224).unwrap();
+    assert!(
+        matches!(r.liveness(), Liveness::Dead(_)),
+        "same namespace: checked by pid"
+    );
+    f.write_all_at(&(own_pid_ns() ^ 1).to_le_bytes(), 224)
+        .unwrap();
     let r = reader::SegmentReader::open(&path).unwrap();
     assert!(r.foreign_pid_ns());
     assert_eq!(r.liveness(), Liveness::Alive);

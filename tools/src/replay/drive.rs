@@ -522,7 +522,10 @@ impl Driver<'_> {
             return;
         };
         let now = self.rt.host_ns();
-        if o.samples.last().is_some_and(|s| now < s.t_ns + o.sample_step_ns.max(1)) {
+        if o.samples
+            .last()
+            .is_some_and(|s| now < s.t_ns + o.sample_step_ns.max(1))
+        {
             return;
         }
         if o.samples.len() >= MAX_SAMPLES {

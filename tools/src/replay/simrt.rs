@@ -348,7 +348,13 @@ impl Runtime for SimRuntime {
         *st.arrivals.entry(va).or_insert(0) += 1;
         let (t_ns, dev, bytes) = (*st.caller(), st.phys[&handle].0, st.phys[&handle].1);
         if let Some(m) = st.maps.as_mut() {
-            m.push(MapRec { t_ns, dev, va, bytes, map: true });
+            m.push(MapRec {
+                t_ns,
+                dev,
+                va,
+                bytes,
+                map: true,
+            });
         }
         if let Some(p) = st.phys.get_mut(&handle) {
             p.2 += 1;
@@ -365,7 +371,13 @@ impl Runtime for SimRuntime {
         let (t_ns, paused) = (*st.caller(), st.maps_paused);
         let (dev, bytes) = st.phys.get(&h).map_or((0, 0), |p| (p.0, p.1));
         if let (Some(m), false) = (st.maps.as_mut(), paused) {
-            m.push(MapRec { t_ns, dev, va, bytes, map: false });
+            m.push(MapRec {
+                t_ns,
+                dev,
+                va,
+                bytes,
+                map: false,
+            });
         }
         if let Some(p) = st.phys.get_mut(&h) {
             p.2 -= 1;
