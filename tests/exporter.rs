@@ -3,12 +3,13 @@
 //! run mlp_train at 1.4x HBM under libu3m.so; Prometheus scrapes the exporter
 //! every 250 ms and PromQL through its HTTP API must return one series per
 //! rank with plausible values; `promtool check metrics` passes on a scrape;
-//! `u3m stat` and `u3m top` group the two by node and rank. The server part
-//! checks malformed requests and a slow client.
+//! the exporter labels each rank's series, `u3m stat` and `u3m top` group
+//! the two by node and rank. The server part checks malformed requests and
+//! a slow client.
 //!
 //! Needs `prometheus` and `promtool` (installed by ci/test.sh when run as
-//! root); `U3M_SKIP_PROMETHEUS=1` skips the Prometheus test where they cannot
-//! be installed.
+//! root); `U3M_SKIP_PROMETHEUS=1` skips the Prometheus parts where they
+//! cannot be installed (the rank checks still run).
 
 mod common;
 use common::{app, libu3m, scratch, target_dir};
@@ -199,7 +200,12 @@ fn wait_processes(addr: &str, n: usize) -> String {
     let t0 = Instant::now();
     loop {
         let (_, _, body) = get(addr, "/metrics", "text/plain");
-        if body.contains(&format!("\nu3m_processes {n}\n")) && body.contains("tier=\"dram\"") {
+        // every process has touched its device (its gauges are published)
+        let devices = body
+            .lines()
+            .filter(|l| l.starts_with("u3m_resident_bytes{") && l.contains("tier=\"hbm\""))
+            .count();
+        if body.contains(&format!("\nu3m_processes {n}\n")) && devices == n {
             return body;
         }
         assert!(
@@ -211,25 +217,114 @@ fn wait_processes(addr: &str, n: usize) -> String {
 }
 
 #[test]
-fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
-    let Some((prometheus, promtool)) = prometheus_tools() else {
-        return;
-    };
+fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
+    let tools = prometheus_tools();
     let dir = scratch("exporter-prom");
     let (_exp, addr) = exporter(&dir);
-    // Prometheus on a free loopback port, scraping the exporter every 250 ms
+    let prom = tools.as_ref().map(|(p, _)| start_prometheus(p, &dir, &addr));
+    let t_start = common_unix_s();
+    let mut ranks = launch_ranks(&dir, "5");
+    let body = wait_processes(&addr, 2);
+
+    // every series of each rank carries its labels
+    for r in 0..2 {
+        let want = format!(
+            "rank=\"{r}\",local_rank=\"{r}\",world_size=\"2\",local_world_size=\"2\",run_id=\"u3m-test\",pod=\"train-{r}\",namespace=\"ml\",device=\"0\",tier=\"hbm\"}}"
+        );
+        assert!(body.contains(&want), "no {want} in\n{body}");
+    }
+    // stat and top, mid-run: one node heading, rank 0 before rank 1
+    let st = Command::new(u3m())
+        .args(["stat", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let st = String::from_utf8_lossy(&st.stdout).into_owned();
+    let node = u3m_core::shm::host_name();
+    assert_eq!(st.matches(&format!("node {node}\n")).count(), 1, "{st}");
+    let r0 = st.find("rank 0/2 (local 0)").unwrap_or_else(|| panic!("{st}"));
+    let r1 = st.find("rank 1/2 (local 1)").unwrap_or_else(|| panic!("{st}"));
+    assert!(r0 < r1, "{st}");
+    let js = Command::new(u3m())
+        .args(["stat", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let js: serde_json::Value = serde_json::from_slice(&js.stdout).unwrap();
+    let mut labels: Vec<String> = js["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{} {}", p["labels"]["rank"], p["labels"]["pod"]))
+        .collect();
+    labels.sort();
+    assert_eq!(labels, ["\"0\" \"train-0\"", "\"1\" \"train-1\""]);
+    let top = Command::new(u3m())
+        .args(["top", "--iterations", "1", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout).into_owned();
+    for r in 0..2 {
+        assert!(
+            top.contains(&format!(" node {node} rank {r} local_rank {r} world_size 2 pid ")),
+            "{top}"
+        );
+    }
+    // the OpenMetrics flavour is what was asked for
+    let (code, head, om) = get(
+        &addr,
+        "/metrics",
+        "application/openmetrics-text; version=1.0.0",
+    );
+    assert_eq!(code, 200);
+    assert!(
+        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(om.ends_with("# EOF\n") && om.contains("# TYPE u3m_migrated_bytes counter\n"));
+
+    let Some(((_, promtool), (_prom, prom_addr))) = tools.zip(prom) else {
+        for r in &mut ranks {
+            assert!(r.0.wait().unwrap().success(), "a rank failed");
+        }
+        return;
+    };
+    // the exposition as scraped mid-run passes promtool's linter
+    let mut lint = Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let lint = lint.wait_with_output().unwrap();
+    assert!(
+        lint.status.success(),
+        "promtool check metrics:\n{}{}\n{body}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    prometheus_checks(&prom_addr, &mut ranks, t_start);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Debian's prometheus on a free loopback port scraping `target` every
+/// 250 ms, once it is ready.
+fn start_prometheus(prometheus: &Path, dir: &Path, target: &str) -> (Reap, String) {
     let pport = free_port();
     let prom_addr = format!("127.0.0.1:{pport}");
     let cfg = dir.join("prometheus.yml");
     std::fs::write(
         &cfg,
         format!(
-            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\nscrape_configs:\n  - job_name: u3m\n    static_configs:\n      - targets: ['{addr}']\n"
+            "global:\n  scrape_interval: 250ms\n  scrape_timeout: 200ms\nscrape_configs:\n  - job_name: u3m\n    static_configs:\n      - targets: ['{target}']\n"
         ),
     )
     .unwrap();
     let prom_log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let _prom = Reap(
+    let prom = Reap(
         Command::new(&prometheus)
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(
@@ -251,74 +346,13 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    (prom, prom_addr)
+}
 
-    let t_start = common_unix_s();
-    let mut ranks = launch_ranks(&dir, "5");
-    let body = wait_processes(&addr, 2);
-
-    // the exposition as scraped mid-run passes promtool's linter
-    let mut lint = Command::new(&promtool)
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    lint.stdin
-        .take()
-        .unwrap()
-        .write_all(body.as_bytes())
-        .unwrap();
-    let lint = lint.wait_with_output().unwrap();
-    assert!(
-        lint.status.success(),
-        "promtool check metrics:\n{}{}\n{body}",
-        String::from_utf8_lossy(&lint.stdout),
-        String::from_utf8_lossy(&lint.stderr)
-    );
-    // and the OpenMetrics flavour is what was asked for
-    let (code, head, om) = get(
-        &addr,
-        "/metrics",
-        "application/openmetrics-text; version=1.0.0",
-    );
-    assert_eq!(code, 200);
-    assert!(
-        head.contains("Content-Type: application/openmetrics-text; version=1.0.0"),
-        "{head}"
-    );
-    assert!(om.ends_with("# EOF\n") && om.contains("# TYPE u3m_migrated_bytes counter\n"));
-
-    // stat and top, mid-run: one node heading, rank 0 before rank 1
-    let st = Command::new(u3m())
-        .args(["stat", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let st = String::from_utf8_lossy(&st.stdout).into_owned();
-    let node = u3m_core::shm::host_name();
-    assert_eq!(st.matches(&format!("node {node}\n")).count(), 1, "{st}");
-    let r0 = st
-        .find("rank 0/2 (local 0)")
-        .unwrap_or_else(|| panic!("{st}"));
-    let r1 = st
-        .find("rank 1/2 (local 1)")
-        .unwrap_or_else(|| panic!("{st}"));
-    assert!(r0 < r1, "{st}");
-    let top = Command::new(u3m())
-        .args(["top", "--iterations", "1", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let top = String::from_utf8_lossy(&top.stdout).into_owned();
-    assert!(
-        top.contains(&format!(
-            " node {node} rank 0 local_rank 0 world_size 2 pid "
-        )),
-        "{top}"
-    );
-
-    for r in &mut ranks {
+/// After the ranks end: what Prometheus stored about them.
+fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
+    let prom_addr = prom_addr.to_string();
+    for r in ranks.iter_mut() {
         let st = r.0.wait().unwrap();
         assert!(st.success(), "a rank failed: {st}");
     }
@@ -410,7 +444,6 @@ fn prometheus_scrapes_two_ranks_during_a_tiered_run() {
         .collect();
     pods.sort();
     assert_eq!(pods, ["ml/train-0 u3m-test", "ml/train-1 u3m-test"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn get_ready(addr: &str) -> u16 {

@@ -141,6 +141,9 @@ struct State {
     pending_free: Vec<Host>,
     /// An event an eviction must see complete (waited for without the lock).
     wait_for: Option<u64>,
+    /// CLOCK_MONOTONIC when the current call's first absent chunk was met
+    /// (its fault-in stall starts there); taken by `prepare`.
+    stall_from: Option<u64>,
 }
 
 /// Figures for the stats segment and tests.
@@ -288,6 +291,7 @@ impl Tier {
                 recently_freed: std::collections::VecDeque::new(),
                 pending_free: Vec::new(),
                 wait_for: None,
+                stall_from: None,
             }),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
@@ -963,22 +967,17 @@ impl Tier {
         if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
             return Err(E_ALLOC);
         }
-        // the time this thread spends making absent chunks resident is the
-        // call's fault-in stall (exported as a histogram)
-        let stall_from = need
-            .iter()
-            .any(|n| {
-                st.backings
-                    .get(&n.0)
-                    .and_then(|b| b.chunks.get(n.1 as usize))
-                    .is_some_and(|c| c.phys == 0)
-            })
-            .then(crate::shm::mono_ns);
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on E_BUSY let them run, then try again
         let mut tries = 0;
+        // when this call met its first absent chunk (fault_in notes it in
+        // the state; taken before the lock is dropped for a retry)
+        st.stall_from = None;
+        let mut stall_from = None;
         loop {
-            match self.fault_in(&mut st, &need, dev, order) {
+            let r = self.fault_in(&mut st, &need, dev, order);
+            stall_from = stall_from.or(st.stall_from.take());
+            match r {
                 Ok(()) => {
                     if let Err(e) = self.after_copy_ins(&mut st, &need, order) {
                         return Err(e);
@@ -1017,6 +1016,8 @@ impl Tier {
                 }
             }
         }
+        // from the first absent chunk to all resident: the call's fault-in
+        // stall (no clock read when nothing was absent)
         if let Some(t0) = stall_from {
             let ns = crate::shm::mono_ns().saturating_sub(t0);
             self.stall_count.fetch_add(1, Relaxed);
@@ -1161,6 +1162,9 @@ impl Tier {
                 continue;
             }
             let bdev = b.dev;
+            if st.stall_from.is_none() {
+                st.stall_from = Some(crate::shm::mono_ns());
+            }
             let phys = self.alloc_phys(st, bdev, &protect)?;
             let d = (bdev as usize).min(MAX_DEVICES - 1);
             st.devs[d].resident += CHUNK;
