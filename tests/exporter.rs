@@ -221,7 +221,9 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
     let tools = prometheus_tools();
     let dir = scratch("exporter-prom");
     let (_exp, addr) = exporter(&dir);
-    let prom = tools.as_ref().map(|(p, _)| start_prometheus(p, &dir, &addr));
+    let prom = tools
+        .as_ref()
+        .map(|(p, _)| start_prometheus(p, &dir, &addr));
     let t_start = common_unix_s();
     let mut ranks = launch_ranks(&dir, "5");
     let body = wait_processes(&addr, 2);
@@ -242,8 +244,12 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
     let st = String::from_utf8_lossy(&st.stdout).into_owned();
     let node = u3m_core::shm::host_name();
     assert_eq!(st.matches(&format!("node {node}\n")).count(), 1, "{st}");
-    let r0 = st.find("rank 0/2 (local 0)").unwrap_or_else(|| panic!("{st}"));
-    let r1 = st.find("rank 1/2 (local 1)").unwrap_or_else(|| panic!("{st}"));
+    let r0 = st
+        .find("rank 0/2 (local 0)")
+        .unwrap_or_else(|| panic!("{st}"));
+    let r1 = st
+        .find("rank 1/2 (local 1)")
+        .unwrap_or_else(|| panic!("{st}"));
     assert!(r0 < r1, "{st}");
     let js = Command::new(u3m())
         .args(["stat", "--json", "--dir"])
@@ -267,7 +273,9 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
     let top = String::from_utf8_lossy(&top.stdout).into_owned();
     for r in 0..2 {
         assert!(
-            top.contains(&format!(" node {node} rank {r} local_rank {r} world_size 2 pid ")),
+            top.contains(&format!(
+                " node {node} rank {r} local_rank {r} world_size 2 pid "
+            )),
             "{top}"
         );
     }
@@ -298,7 +306,11 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    lint.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    lint.stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
     let lint = lint.wait_with_output().unwrap();
     assert!(
         lint.status.success(),
