@@ -133,16 +133,15 @@ static aclError arena_init_locked(void) {
     if (atomic_load(&g_mg_base)) return 0;
     void *p = mmap((void *)(uintptr_t)MG_BASE, MG_LEN, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (p == MAP_FAILED) {
-        /* something else lives there: keep working at another address */
+    if (p == MAP_FAILED) /* something else lives there: keep working at another address */
         p = mmap(NULL, MG_LEN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) {
-            aclsim_log("cannot reserve the managed memory range: %s", strerror(errno));
-            return ACL_ERROR_RT_MEMORY_ALLOCATION;
-        }
+    if (p == MAP_FAILED) {
+        aclsim_log("cannot reserve the managed memory range: %s", strerror(errno));
+        return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    }
+    if ((uintptr_t)p != MG_BASE)   /* also a kernel without MAP_FIXED_NOREPLACE (a hint there) */
         aclsim_log("managed memory range at %p, not at the documented 0x%llx (address in use)", p,
                    (unsigned long long)MG_BASE);
-    }
     ra_init(&g_mg.va, (uintptr_t)p, MG_LEN);
     atomic_store(&g_mg_base, (uintptr_t)p);
     return 0;
