@@ -9,8 +9,13 @@ out=$(realpath -m "${1:-target/wheels}")
 cache=${U3M_CACHE:-$HOME/.cache/u3m}
 venv=$cache/maturin-venv
 if [ ! -x "$venv/bin/maturin" ]; then
-    python3 -m venv "$venv" >&2
-    "$venv/bin/pip" install -q "maturin==1.16.0" >&2
+    # no pip of its own (ensurepip is slow): the machine's pip installs into it
+    python3 -m venv --without-pip "$venv" >&2
+    python3 -m pip --python "$venv/bin/python" install -q "maturin==1.16.0" >&2 || {
+        rm -rf "$venv"
+        python3 -m venv "$venv" >&2
+        "$venv/bin/pip" install -q "maturin==1.16.0" >&2
+    }
 fi
 cargo build --release -p u3m >&2
 data=python/u3m.data/data/lib/u3m

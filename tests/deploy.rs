@@ -31,19 +31,33 @@ fn validator() -> Option<PathBuf> {
         .join("k8s-validate-venv");
     let exe = venv.join("bin/kubernetes-validate");
     if !exe.is_file() {
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .status()
-            .unwrap()
-            .success()
-            && Command::new(venv.join("bin/pip"))
-                .args(["install", "-q", VALIDATOR])
-                .status()
-                .unwrap()
-                .success();
+        // no pip of its own (ensurepip is slow): the machine's pip installs into it
+        let pip_into = |venv_pip: bool| {
+            let _ = std::fs::remove_dir_all(&venv);
+            let mut v = Command::new("python3");
+            v.args(["-m", "venv"]);
+            if !venv_pip {
+                v.arg("--without-pip");
+            }
+            v.arg(&venv).status().unwrap().success()
+                && if venv_pip {
+                    Command::new(venv.join("bin/pip"))
+                        .args(["install", "-q", VALIDATOR])
+                        .status()
+                        .unwrap()
+                        .success()
+                } else {
+                    Command::new("python3")
+                        .args(["-m", "pip", "--python"])
+                        .arg(venv.join("bin/python"))
+                        .args(["install", "-q", VALIDATOR])
+                        .status()
+                        .unwrap()
+                        .success()
+                }
+        };
         assert!(
-            ok,
+            pip_into(false) || pip_into(true),
             "cannot install {VALIDATOR} (offline? U3M_SKIP_DEPLOY_SCHEMA=1 skips this check)"
         );
     }

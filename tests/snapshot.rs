@@ -96,7 +96,7 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
     let dir = scratch("snapshot-trace");
     let trace = dir.join("mlp.trace");
     let out = clean_env(&mut Command::new(app("mlp_train")))
-        .args(["--footprint", "180M", "--steps", "2"])
+        .args(["--footprint", "120M", "--steps", "2"])
         .env("LD_PRELOAD", libu3m())
         .env("U3M_SHM_DIR", &dir)
         .env("U3M_TRACE", &trace)
@@ -114,13 +114,13 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
     let frees = text.lines().filter(|l| l.starts_with("F ")).count() as u64;
     assert!(allocs > 10 && frees == allocs, "{allocs} A, {frees} F");
 
-    // what the engine does with this trace at 128 MiB of HBM
+    // what the engine does with this trace at 96 MiB of HBM
     let rep = Command::new(u3m())
         .args([
             "replay",
             "--json",
             "--hbm",
-            "128M",
+            "96M",
             "--policy",
             "predictive",
         ])
@@ -145,7 +145,7 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
         "--trace",
         trace.to_str().unwrap(),
         "--hbm",
-        "128M",
+        "96M",
         "-o",
         pressed.to_str().unwrap(),
     ]);
