@@ -116,14 +116,7 @@ fn a_recorded_trace_becomes_a_snapshot_pytorch_reads_with_the_engines_evictions(
 
     // what the engine does with this trace at 96 MiB of HBM
     let rep = Command::new(u3m())
-        .args([
-            "replay",
-            "--json",
-            "--hbm",
-            "96M",
-            "--policy",
-            "predictive",
-        ])
+        .args(["replay", "--json", "--hbm", "96M", "--policy", "predictive"])
         .arg(&trace)
         .output()
         .unwrap();
