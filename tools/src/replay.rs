@@ -199,6 +199,48 @@ pub struct Observation {
     pub hbm: u64,
 }
 
+/// The replay options of `u3m snapshot` and `u3m report`.
+pub struct ObserveOpts<'a> {
+    pub trace: &'a std::path::Path,
+    /// None: unlimited HBM.
+    pub hbm: Option<&'a str>,
+    pub dram: Option<&'a str>,
+    pub nvme: Option<&'a str>,
+    pub policy: &'a str,
+}
+
+/// `observed` for a subcommand: a malformed trace is reported as `u3m
+/// TOOL: FILE:LINE: what` with exit status 3, an engine failure with 1
+/// (the `Err` of the inner result).
+pub fn observe_for(tool: &str, o: &ObserveOpts) -> Result<Result<Observation, ExitCode>, CliError> {
+    let mut args = vec![
+        o.trace.display().to_string(),
+        "--policy".into(),
+        o.policy.to_string(),
+        "--hbm".into(),
+        o.hbm
+            .map_or_else(|| drive::UNLIMITED.to_string(), str::to_string),
+    ];
+    for (k, v) in [("--dram", o.dram), ("--nvme", o.nvme)] {
+        if let Some(v) = v {
+            args.push(k.into());
+            args.push(v.to_string());
+        }
+    }
+    match observed(&args) {
+        Ok(x) => Ok(Ok(x)),
+        Err(ObserveError::Usage(e)) => Err(e),
+        Err(ObserveError::Trace(e)) => {
+            eprintln!("u3m {tool}: {e}");
+            Ok(Err(ExitCode::from(3)))
+        }
+        Err(ObserveError::Engine(e)) => {
+            eprintln!("u3m {tool}: {e}");
+            Ok(Err(ExitCode::from(1)))
+        }
+    }
+}
+
 /// The replay setup the options describe.
 fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
     if a.watermarks.len() != 2

@@ -12,7 +12,7 @@
 use crate::error::CliError;
 use crate::human::{bytes, duration};
 use crate::replay::drive::Observed;
-use crate::replay::{observed, Observation, ObserveError};
+use crate::replay::{observe_for, Observation, ObserveOpts};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -475,34 +475,16 @@ figure {{ margin: 8px 0 16px; }}
 }
 
 pub fn main(a: &ReportArgs) -> Result<ExitCode, CliError> {
-    let mut args = vec![
-        a.trace.display().to_string(),
-        "--policy".into(),
-        a.policy.clone(),
-    ];
-    args.push("--hbm".into());
-    args.push(
-        a.hbm
-            .clone()
-            .unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()),
-    );
-    for (k, v) in [("--dram", &a.dram), ("--nvme", &a.nvme)] {
-        if let Some(v) = v {
-            args.push(k.into());
-            args.push(v.clone());
-        }
-    }
-    let o = match observed(&args) {
+    let opts = ObserveOpts {
+        trace: &a.trace,
+        hbm: a.hbm.as_deref(),
+        dram: a.dram.as_deref(),
+        nvme: a.nvme.as_deref(),
+        policy: &a.policy,
+    };
+    let o = match observe_for("report", &opts)? {
         Ok(o) => o,
-        Err(ObserveError::Usage(e)) => return Err(e),
-        Err(ObserveError::Trace(e)) => {
-            eprintln!("u3m report: {e}");
-            return Ok(ExitCode::from(3));
-        }
-        Err(ObserveError::Engine(e)) => {
-            eprintln!("u3m report: {e}");
-            return Ok(ExitCode::from(1));
-        }
+        Err(code) => return Ok(code),
     };
     let page = html(&o, a.top);
     std::fs::write(&a.output, page).map_err(|err| CliError::Io {

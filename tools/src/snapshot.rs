@@ -20,7 +20,7 @@
 use crate::error::CliError;
 use crate::pickle::{dumps, Py};
 use crate::replay::drive::{Observed, RunOut, Trace};
-use crate::replay::{observed, ObserveError};
+use crate::replay::{observe_for, ObserveOpts};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -326,32 +326,16 @@ pub fn main(a: &SnapshotArgs) -> Result<ExitCode, CliError> {
         (py, c, note)
     } else {
         let path = a.trace.clone().expect("clap: --trace or -p");
-        let mut args = vec![
-            path.display().to_string(),
-            "--policy".into(),
-            a.policy.clone(),
-        ];
-        args.push("--hbm".into());
-        args.push(
-            a.hbm
-                .clone()
-                .unwrap_or_else(|| crate::replay::drive::UNLIMITED.to_string()),
-        );
-        if let Some(d) = &a.dram {
-            args.push("--dram".into());
-            args.push(d.clone());
-        }
-        let o = match observed(&args) {
-            Ok(x) => x,
-            Err(ObserveError::Usage(e)) => return Err(e),
-            Err(ObserveError::Trace(e)) => {
-                eprintln!("u3m snapshot: {e}");
-                return Ok(ExitCode::from(3));
-            }
-            Err(ObserveError::Engine(e)) => {
-                eprintln!("u3m snapshot: {e}");
-                return Ok(ExitCode::from(1));
-            }
+        let opts = ObserveOpts {
+            trace: &path,
+            hbm: a.hbm.as_deref(),
+            dram: a.dram.as_deref(),
+            nvme: None,
+            policy: &a.policy,
+        };
+        let o = match observe_for("snapshot", &opts)? {
+            Ok(o) => o,
+            Err(code) => return Ok(code),
         };
         let (py, c) = from_replay(&o.trace, &o.out);
         let note = format!(
