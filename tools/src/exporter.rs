@@ -591,7 +591,11 @@ pub fn main(a: &ExporterArgs) -> Result<ExitCode, CliError> {
     }));
     let active = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
-        let Ok(mut s) = conn else { continue };
+        let Ok(mut s) = conn else {
+            // out of descriptors or memory: let connections finish
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
             active.fetch_sub(1, Ordering::AcqRel);
             let _ = s.set_write_timeout(Some(Duration::from_millis(200)));
