@@ -25,6 +25,7 @@ use super::runtime::{Runtime, CHUNK, MEMCPY_D2D, MEMCPY_D2H, MEMCPY_H2D};
 use super::Range;
 use crate::config::Config;
 use crate::policy::{Cand, HeatFn, Place, Placement};
+use crate::shm::layout::{stall_bucket, STALL_BUCKETS};
 use crate::tier::dram::{DramSlot, DramTier, HostAllocator};
 use crate::tier::nvme::{NvmeSlot, NvmeTier};
 use crate::tier::TierError;
@@ -68,6 +69,8 @@ struct Chunk {
     last: u64,
     /// Its only current copy was in the HBM of a device that disappeared.
     lost: bool,
+    /// Brought back by the background prefetch and not used since.
+    prefetched: bool,
 }
 
 enum Kind {
@@ -138,6 +141,9 @@ struct State {
     pending_free: Vec<Host>,
     /// An event an eviction must see complete (waited for without the lock).
     wait_for: Option<u64>,
+    /// CLOCK_MONOTONIC when the current call's first absent chunk was met
+    /// (its fault-in stall starts there); taken by `prepare`.
+    stall_from: Option<u64>,
 }
 
 /// Figures for the stats segment and tests.
@@ -156,6 +162,13 @@ pub struct TierCounters {
     /// Chunks brought back ahead of use by the background prefetch.
     pub prefetches: u64,
     pub prefetch_bytes: u64,
+    /// Prefetched chunks a call then used while still resident.
+    pub prefetch_hits: u64,
+    /// Calls that waited for fault-ins, their total wait (ns) and its
+    /// histogram (shm::layout::STALL_BOUNDS buckets).
+    pub stall_count: u64,
+    pub stall_ns: u64,
+    pub stall_buckets: [u64; STALL_BUCKETS],
 }
 
 pub struct Tier {
@@ -183,6 +196,10 @@ pub struct Tier {
     pub spill_errors: AtomicU64,
     pub prefetches: AtomicU64,
     pub prefetch_bytes: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    pub stall_count: AtomicU64,
+    pub stall_ns: AtomicU64,
+    pub stall_buckets: [AtomicU64; STALL_BUCKETS],
     /// Foreground evictions and busy retries so far, and the figure the
     /// last prefetch round saw: prefetch runs only after a round without
     /// demand (else it competes with calls for the same free chunks).
@@ -274,6 +291,7 @@ impl Tier {
                 recently_freed: std::collections::VecDeque::new(),
                 pending_free: Vec::new(),
                 wait_for: None,
+                stall_from: None,
             }),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
@@ -293,6 +311,10 @@ impl Tier {
             spill_errors: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
             prefetch_bytes: AtomicU64::new(0),
+            prefetch_hits: AtomicU64::new(0),
+            stall_count: AtomicU64::new(0),
+            stall_ns: AtomicU64::new(0),
+            stall_buckets: Default::default(),
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
@@ -327,6 +349,10 @@ impl Tier {
             spill_errors: self.spill_errors.load(Relaxed),
             prefetches: self.prefetches.load(Relaxed),
             prefetch_bytes: self.prefetch_bytes.load(Relaxed),
+            prefetch_hits: self.prefetch_hits.load(Relaxed),
+            stall_count: self.stall_count.load(Relaxed),
+            stall_ns: self.stall_ns.load(Relaxed),
+            stall_buckets: std::array::from_fn(|i| self.stall_buckets[i].load(Relaxed)),
         }
     }
 
@@ -944,8 +970,14 @@ impl Tier {
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on E_BUSY let them run, then try again
         let mut tries = 0;
+        // when this call met its first absent chunk (fault_in notes it in
+        // the state; taken before the lock is dropped for a retry)
+        st.stall_from = None;
+        let mut stall_from = None;
         loop {
-            match self.fault_in(&mut st, &need, dev, order) {
+            let r = self.fault_in(&mut st, &need, dev, order);
+            stall_from = stall_from.or(st.stall_from.take());
+            match r {
                 Ok(()) => {
                     if let Err(e) = self.after_copy_ins(&mut st, &need, order) {
                         return Err(e);
@@ -984,17 +1016,30 @@ impl Tier {
                 }
             }
         }
+        // from the first absent chunk to all resident: the call's fault-in
+        // stall (no clock read when nothing was absent)
+        if let Some(t0) = stall_from {
+            let ns = crate::shm::mono_ns().saturating_sub(t0);
+            self.stall_count.fetch_add(1, Relaxed);
+            self.stall_ns.fetch_add(ns, Relaxed);
+            self.stall_buckets[stall_bucket(ns)].fetch_add(1, Relaxed);
+        }
         st.clock += 1;
         let clock = st.clock;
         let mut keys = Vec::with_capacity(tok.chunks.len());
+        let mut hits = 0;
         for &(id, i) in &tok.chunks {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(chunk_key(b, id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
                     c.pins += 1;
                     c.last = clock;
+                    hits += std::mem::take(&mut c.prefetched) as u64;
                 }
             }
+        }
+        if hits != 0 {
+            self.prefetch_hits.fetch_add(hits, Relaxed);
         }
         if keys.len() == tok.writes.len() {
             self.policy.on_access(clock, class, &keys, &tok.writes);
@@ -1117,6 +1162,9 @@ impl Tier {
                 continue;
             }
             let bdev = b.dev;
+            if st.stall_from.is_none() {
+                st.stall_from = Some(crate::shm::mono_ns());
+            }
             let phys = self.alloc_phys(st, bdev, &protect)?;
             let d = (bdev as usize).min(MAX_DEVICES - 1);
             st.devs[d].resident += CHUNK;
@@ -1131,6 +1179,7 @@ impl Tier {
             let b = st.backings.get_mut(&id).expect("backing");
             let c = &mut b.chunks[i as usize];
             c.phys = phys;
+            c.prefetched = false;
             self.faults_in.fetch_add(1, Relaxed);
             if whole && c.host.is_some() {
                 // overwritten entirely: the old contents are not needed
@@ -1373,6 +1422,7 @@ impl Tier {
             c.phys = phys;
             c.dirty = false; // the DRAM copy stays: evicting it again is free
             c.last = now;
+            c.prefetched = true;
             filled.push((id, i));
             bytes += CHUNK;
             used += CHUNK;

@@ -118,7 +118,23 @@ struct State {
     staging: HashSet<u64>,
     /// VA -> how many times a chunk was mapped there (arrivals in HBM)
     arrivals: HashMap<u64, u32>,
+    /// Every map and unmap with the caller's clock, when asked for
+    /// (`log_maps`: u3m snapshot and u3m report); paused while the driver
+    /// frees an allocation (those unmaps are not evictions).
+    maps: Option<Vec<MapRec>>,
+    maps_paused: bool,
     c: SimCounters,
+}
+
+/// One map (a chunk arrives in HBM) or unmap (it leaves) of the Tier's.
+#[derive(Debug, Clone, Copy)]
+pub struct MapRec {
+    pub t_ns: u64,
+    #[allow(dead_code)] // the VA says which device; kept for debugging
+    pub dev: u32,
+    pub va: u64,
+    pub bytes: u64,
+    pub map: bool,
 }
 
 pub struct SimRuntime {
@@ -173,6 +189,8 @@ impl SimRuntime {
                 host_mem: HashMap::new(),
                 staging: HashSet::new(),
                 arrivals: HashMap::new(),
+                maps: None,
+                maps_paused: false,
                 c: SimCounters::default(),
             }),
         }
@@ -348,6 +366,34 @@ impl SimRuntime {
         self.lock().arrivals.clone()
     }
 
+    /// Start logging maps and unmaps (`take_maps`).
+    pub fn log_maps(&self) {
+        self.lock().maps = Some(Vec::new());
+    }
+
+    /// Unmaps while paused are not logged (an allocation being freed).
+    pub fn pause_maps(&self, paused: bool) {
+        self.lock().maps_paused = paused;
+    }
+
+    /// Maps and unmaps logged so far.
+    pub fn maps_logged(&self) -> usize {
+        self.lock().maps.as_ref().map_or(0, Vec::len)
+    }
+
+    pub fn take_maps(&self) -> Vec<MapRec> {
+        self.lock().maps.take().unwrap_or_default()
+    }
+
+    /// Bytes of HBM in use on `dev` now.
+    pub fn used(&self, dev: u32) -> u64 {
+        self.lock()
+            .devs
+            .get(dev as usize)
+            .map(|d| d.used)
+            .unwrap_or(0)
+    }
+
     pub fn peak(&self, dev: u32) -> u64 {
         self.lock()
             .devs
@@ -441,6 +487,19 @@ impl Runtime for SimRuntime {
         let in_hbm = st.phys.get(&handle).is_some_and(|p| p.dev.is_some());
         if in_hbm {
             *st.arrivals.entry(va).or_insert(0) += 1;
+            // only HBM arrivals are logged: a host handle mapped at a
+            // device VA does not occupy HBM
+            let (t_ns, p) = (*st.caller(), &st.phys[&handle]);
+            let (dev, bytes) = (p.dev.unwrap_or(0), p.bytes);
+            if let Some(m) = st.maps.as_mut() {
+                m.push(MapRec {
+                    t_ns,
+                    dev,
+                    va,
+                    bytes,
+                    map: true,
+                });
+            }
         } else {
             st.host_maps += 1;
         }
@@ -456,6 +515,17 @@ impl Runtime for SimRuntime {
             st.c.misuse += 1;
             return E_PARAM;
         };
+        let (t_ns, paused) = (*st.caller(), st.maps_paused);
+        let hbm = st.phys.get(&h).and_then(|p| p.dev.map(|d| (d, p.bytes)));
+        if let (Some(m), false, Some((dev, bytes))) = (st.maps.as_mut(), paused, hbm) {
+            m.push(MapRec {
+                t_ns,
+                dev,
+                va,
+                bytes,
+                map: false,
+            });
+        }
         if let Some(p) = st.phys.get_mut(&h) {
             p.maps -= 1;
             if p.dev.is_none() {
