@@ -24,3 +24,27 @@ ensure_prereqs() {
         return 1
     fi
 }
+
+# The ecosystem tests' tools (tests/exporter.rs, tests/report.rs): Debian's
+# prometheus (with promtool) and chromium + chromium-driver. Installed as root
+# when missing (--no-install-recommends: ~35 s on the 2-core CI machine);
+# U3M_SKIP_PROMETHEUS / U3M_SKIP_BROWSER skip both the install and the tests.
+ensure_test_tools() {
+    local missing=()
+    if [ -z "${U3M_SKIP_PROMETHEUS:-}" ]; then
+        command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 ||
+            missing+=(prometheus)
+    fi
+    if [ -z "${U3M_SKIP_BROWSER:-}" ]; then
+        command -v chromium >/dev/null 2>&1 || missing+=(chromium chromium-driver)
+    fi
+    ((${#missing[@]})) || return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing: ${missing[*]}" >&2
+        apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+    else
+        echo "missing: ${missing[*]} (install them as root, or set U3M_SKIP_PROMETHEUS=1 / U3M_SKIP_BROWSER=1)" >&2
+        return 1
+    fi
+}

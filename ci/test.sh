@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 # shellcheck source=ci/prereqs.sh
 source ci/prereqs.sh
 ensure_prereqs
+ensure_test_tools
 
 cargo build --release --workspace
 log=$(mktemp)

@@ -61,6 +61,7 @@ fn fill(dir: &Path) -> StatsSegment {
         config_text: "U3M_MODE=observe\nU3M_MIN_BYTES=2097152\n",
         hook_names: HOOKS,
         class_names: CLASSES,
+        labels: ["node-a", "1", "1", "2", "2", "job-7", "train-1", "ml"].map(String::from),
     };
     let seg = StatsSegment::create(&cfg).expect("create segment");
     let d0 = seg.device(0);
@@ -186,7 +187,8 @@ fn normalise(s: &str, pid: u32) -> String {
 }
 
 const TABLE: &str = "\
-pid PID · u3m 0.1.0 · layout 1.0 · up T · running
+node node-a
+pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 1.1 · up T · running
   config  U3M_MODE=observe U3M_MIN_BYTES=2097152
   device 0  monitor: warning, hbm 85.9%, OOM in 5s at 100.0 MiB/s
     tier  used     capacity  use    peak     moved in  moved out
@@ -280,7 +282,9 @@ const JSON: &str = r#"{
     {
       "pid": 0,
       "writer_version": "0.1.0",
-      "layout": "1.0",
+      "layout": "1.1",
+      "labels": { "node": "node-a", "rank": "1", "local_rank": "1", "world_size": "2", "local_world_size": "2",
+                  "run_id": "job-7", "pod": "train-1", "namespace": "ml" },
       "state": "running",
       "start_unix_ns": 0,
       "uptime_s": 0,
@@ -309,6 +313,8 @@ const JSON: &str = r#"{
           "faults_in": { "count": 0, "bytes": 0 },
           "evictions": { "count": 0, "bytes": 0 },
           "pinned_bytes": 0,
+          "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
+          "stall": { "count": 0, "ns": 0 },
           "monitor": { "level": "warning", "hbm_use": 0.859375, "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
@@ -334,6 +340,8 @@ const JSON: &str = r#"{
           "faults_in": { "count": 0, "bytes": 0 },
           "evictions": { "count": 1024, "bytes": 2147483648 },
           "pinned_bytes": 0,
+          "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
+          "stall": { "count": 0, "ns": 0 },
           "monitor": { "level": "ok", "hbm_use": 0.0, "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],

@@ -67,6 +67,12 @@ pub fn process(p: &ProcView) -> Value {
         "pid": s.pid,
         "writer_version": s.writer_version,
         "layout": format!("{}.{}", s.layout.0, s.layout.1),
+        "labels": u3m_core::shm::layout::LABEL_NAMES
+            .iter()
+            .zip(&s.labels)
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect::<Map<String, Value>>(),
         "state": if s.exiting { "exiting" } else { "running" },
         "start_unix_ns": s.start_unix_ns,
         "uptime_s": secs_since(s.start_mono_ns, s.taken_mono_ns),

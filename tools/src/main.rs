@@ -5,11 +5,16 @@
 mod ab;
 mod collect;
 mod error;
+mod exporter;
 mod human;
 mod json;
+mod pickle;
 mod plan;
+mod ranks;
 mod replay;
+mod report;
 mod run;
+mod snapshot;
 mod stat;
 mod synth;
 mod table;
@@ -45,6 +50,12 @@ enum Cmd {
     Plan(plan::PlanArgs),
     /// Replay traces through the tiering engine and its policies with a cost model, side by side against Belady's MIN.
     Replay(replay::ReplayArgs),
+    /// Write a PyTorch memory snapshot (pickle for torch.cuda._memory_viz) from a trace or a live process.
+    Snapshot(snapshot::SnapshotArgs),
+    /// Write a self-contained HTML report of what the tiering engine does with a trace.
+    Report(report::ReportArgs),
+    /// Serve /metrics (Prometheus / OpenMetrics) for every u3m process on this node.
+    Exporter(exporter::ExporterArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
     Synth(synth::SynthArgs),
 }
@@ -100,6 +111,9 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan::main(&a),
         Cmd::Replay(a) => replay::main(a),
         Cmd::Synth(a) => synth::main(&a),
+        Cmd::Exporter(a) => exporter::main(&a),
+        Cmd::Snapshot(a) => snapshot::main(&a),
+        Cmd::Report(a) => report::main(&a),
     };
     match r {
         Ok(code) => code,

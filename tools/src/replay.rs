@@ -4,10 +4,10 @@
 
 mod accuracy;
 mod cost;
-mod drive;
+pub(crate) mod drive;
 mod recording;
 mod report;
-mod simrt;
+pub(crate) mod simrt;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -100,52 +100,7 @@ fn size(s: &str) -> Result<u64, String> {
 }
 
 pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
-    if a.watermarks.len() != 2
-        || !(0.0..=1.0).contains(&a.watermarks[0])
-        || a.watermarks[0] > a.watermarks[1]
-        || a.watermarks[1] > 1.0
-    {
-        return Err(CliError::Usage(format!(
-            "--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1",
-            a.watermarks
-        )));
-    }
-    for p in &a.policy {
-        if !POLICIES.contains(&p.as_str()) {
-            return Err(CliError::Usage(format!(
-                "--policy: unknown policy '{p}' (known: {})",
-                POLICIES.join(", ")
-            )));
-        }
-    }
-    if a.hbm < (2 << 20) {
-        return Err(CliError::Usage(format!(
-            "--hbm {}: at least one 2 MiB chunk",
-            a.hbm
-        )));
-    }
-    let setup = Setup {
-        costs: Costs {
-            link_gbps: a.link_gbps,
-            hbm_gbps: a.hbm_gbps,
-            tflops: a.tflops,
-            launch_us: a.launch_us,
-            nvme_read_gbps: a.nvme_read_gbps,
-            nvme_write_gbps: a.nvme_write_gbps,
-            pageable: a.pageable,
-        },
-        dram: a.dram.unwrap_or(1 << 40),
-        nvme: a.nvme,
-        min_bytes: a.min_bytes,
-        tick_ns: (a.tick_ms.max(0.0) * 1e6) as u64,
-        hbm_low: a.watermarks[0],
-        hbm_high: a.watermarks[1],
-        queue: a.queue.max(1),
-        sample_every: a.sample_every,
-        windows: a.window.clone(),
-        calib_s: a.calib_s,
-        warmup_s: a.warmup_s,
-    };
+    let setup = setup(&a)?;
     let mut reports = Vec::new();
     for path in &a.traces {
         let trace = match load(path) {
@@ -179,8 +134,166 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why an observed replay did not run: the trace is malformed (exit 3, as
+/// acl_replay), or the engine could not run it (exit 1).
+pub enum ObserveError {
+    Trace(String),
+    Engine(String),
+    Usage(CliError),
+}
+
+/// One replay of one trace with a timeline (`drive::Observed`), for `u3m
+/// snapshot` and `u3m report`: `args` are `u3m replay`'s options (its
+/// defaults apply); the first `--policy` runs.
+pub fn observed(args: &[String]) -> Result<Observation, ObserveError> {
+    #[derive(clap::Parser)]
+    struct P {
+        #[command(flatten)]
+        a: ReplayArgs,
+    }
+    let a = <P as clap::Parser>::try_parse_from(
+        std::iter::once("replay".to_string()).chain(args.iter().cloned()),
+    )
+    .map_err(|e| ObserveError::Usage(CliError::Usage(e.to_string())))?
+    .a;
+    let mut s = setup(&a).map_err(ObserveError::Usage)?;
+    s.observe = true;
+    let trace = load(&a.traces[0]).map_err(ObserveError::Trace)?;
+    let name = a
+        .policy
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "predictive".into());
+    // the unlimited-HBM run: the baseline time (stall = the difference) and
+    // Belady's future
+    let mut bs = s.clone();
+    bs.observe = false;
+    let base = drive::run(
+        &trace,
+        &bs,
+        drive::UNLIMITED,
+        Box::new(u3m_core::policy::Lru::new()),
+        None,
+    )
+    .map_err(ObserveError::Engine)?;
+    let p = make_policy(&name, &s, &base.log).map_err(ObserveError::Engine)?;
+    let out = drive::run(&trace, &s, a.hbm, p, None).map_err(ObserveError::Engine)?;
+    Ok(Observation {
+        trace,
+        out,
+        baseline_ns: base.total_ns,
+        policy: name,
+        setup: s,
+        hbm: a.hbm,
+    })
+}
+
+/// An observed replay and what it ran with.
+pub struct Observation {
+    pub trace: Trace,
+    pub out: drive::RunOut,
+    /// Total simulated time of the same trace with unlimited HBM.
+    pub baseline_ns: u64,
+    pub policy: String,
+    pub setup: Setup,
+    pub hbm: u64,
+}
+
+/// The replay options of `u3m snapshot` and `u3m report`.
+pub struct ObserveOpts<'a> {
+    pub trace: &'a std::path::Path,
+    /// None: unlimited HBM.
+    pub hbm: Option<&'a str>,
+    pub dram: Option<&'a str>,
+    pub nvme: Option<&'a str>,
+    pub policy: &'a str,
+}
+
+/// `observed` for a subcommand: a malformed trace is reported as `u3m
+/// TOOL: FILE:LINE: what` with exit status 3, an engine failure with 1
+/// (the `Err` of the inner result).
+pub fn observe_for(tool: &str, o: &ObserveOpts) -> Result<Result<Observation, ExitCode>, CliError> {
+    let mut args = vec![
+        o.trace.display().to_string(),
+        "--policy".into(),
+        o.policy.to_string(),
+        "--hbm".into(),
+        o.hbm
+            .map_or_else(|| drive::UNLIMITED.to_string(), str::to_string),
+    ];
+    for (k, v) in [("--dram", o.dram), ("--nvme", o.nvme)] {
+        if let Some(v) = v {
+            args.push(k.into());
+            args.push(v.to_string());
+        }
+    }
+    match observed(&args) {
+        Ok(x) => Ok(Ok(x)),
+        Err(ObserveError::Usage(e)) => Err(e),
+        Err(ObserveError::Trace(e)) => {
+            eprintln!("u3m {tool}: {e}");
+            Ok(Err(ExitCode::from(3)))
+        }
+        Err(ObserveError::Engine(e)) => {
+            eprintln!("u3m {tool}: {e}");
+            Ok(Err(ExitCode::from(1)))
+        }
+    }
+}
+
+/// The replay setup the options describe.
+fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
+    if a.watermarks.len() != 2
+        || !(0.0..=1.0).contains(&a.watermarks[0])
+        || a.watermarks[0] > a.watermarks[1]
+        || a.watermarks[1] > 1.0
+    {
+        return Err(CliError::Usage(format!(
+            "--watermarks {:?}: want LOW,HIGH with 0 <= LOW <= HIGH <= 1",
+            a.watermarks
+        )));
+    }
+    for p in &a.policy {
+        if !POLICIES.contains(&p.as_str()) {
+            return Err(CliError::Usage(format!(
+                "--policy: unknown policy '{p}' (known: {})",
+                POLICIES.join(", ")
+            )));
+        }
+    }
+    if a.hbm < (2 << 20) {
+        return Err(CliError::Usage(format!(
+            "--hbm {}: at least one 2 MiB chunk",
+            a.hbm
+        )));
+    }
+    Ok(Setup {
+        costs: Costs {
+            link_gbps: a.link_gbps,
+            hbm_gbps: a.hbm_gbps,
+            tflops: a.tflops,
+            launch_us: a.launch_us,
+            nvme_read_gbps: a.nvme_read_gbps,
+            nvme_write_gbps: a.nvme_write_gbps,
+            pageable: a.pageable,
+        },
+        dram: a.dram.unwrap_or(1 << 40),
+        nvme: a.nvme,
+        min_bytes: a.min_bytes,
+        tick_ns: (a.tick_ms.max(0.0) * 1e6) as u64,
+        hbm_low: a.watermarks[0],
+        hbm_high: a.watermarks[1],
+        queue: a.queue.max(1),
+        sample_every: a.sample_every,
+        windows: a.window.clone(),
+        calib_s: a.calib_s,
+        warmup_s: a.warmup_s,
+        observe: false,
+    })
+}
+
 /// Reads and validates a whole trace (errors are `file:line: what`).
-fn load(path: &PathBuf) -> Result<Trace, String> {
+pub fn load(path: &PathBuf) -> Result<Trace, String> {
     let name = path.display().to_string();
     let mut r = TraceReader::open(path).map_err(|e| format!("{name}: {e}"))?;
     let (mut events, mut lines) = (Vec::new(), Vec::new());

@@ -197,17 +197,24 @@ impl FromArgMatches for RunArgs {
     }
 }
 
-/// libu3m.so next to the running u3m binary.
+/// libu3m.so next to the running u3m binary, else in `../lib/u3m/` (where
+/// the Python wheel installs it: `<prefix>/bin/u3m`, `<prefix>/lib/u3m/`).
 pub fn default_lib() -> Result<PathBuf, CliError> {
     let exe = std::env::current_exe().map_err(|err| CliError::Io {
         what: "finding the u3m binary",
         err,
     })?;
     let exe = exe.canonicalize().unwrap_or(exe);
-    Ok(exe
-        .parent()
-        .map(|d| d.join("libu3m.so"))
-        .unwrap_or_else(|| PathBuf::from("libu3m.so")))
+    let Some(dir) = exe.parent() else {
+        return Ok(PathBuf::from("libu3m.so"));
+    };
+    let next = dir.join("libu3m.so");
+    let wheel = dir.join("../lib/u3m/libu3m.so");
+    Ok(if !next.is_file() && wheel.is_file() {
+        wheel
+    } else {
+        next
+    })
 }
 
 /// LD_PRELOAD with `lib` first, keeping what was there.

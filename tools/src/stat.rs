@@ -47,11 +47,19 @@ pub fn main(a: &StatArgs) -> Result<ExitCode, CliError> {
     } else if views.is_empty() {
         out = format!("no u3m processes (segments in {})\n", dir.display());
     } else {
-        for (i, v) in views.iter().enumerate() {
-            if i > 0 {
+        // grouped by node, then rank (torchrun-style launches)
+        for (n, (i, head)) in crate::ranks::grouped(views.iter().map(|v| v.snap))
+            .into_iter()
+            .enumerate()
+        {
+            if n > 0 {
                 out.push('\n');
             }
-            out.push_str(&crate::table::render(v));
+            if let Some(h) = head {
+                out.push_str(&h);
+                out.push('\n');
+            }
+            out.push_str(&crate::table::render(&views[i]));
         }
     }
     let mut so = std::io::stdout().lock();

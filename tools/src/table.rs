@@ -37,8 +37,11 @@ pub fn columns(rows: &[Vec<String>], indent: &str) -> String {
 
 pub fn process_header(s: &Snapshot) -> String {
     let up = (s.taken_mono_ns.saturating_sub(s.start_mono_ns)) as f64 / 1e9;
+    let rank = crate::ranks::rank_text(s)
+        .map(|r| format!(" · {r}"))
+        .unwrap_or_default();
     format!(
-        "pid {} · u3m {} · layout {}.{} · up {} · {}",
+        "pid {}{rank} · u3m {} · layout {}.{} · up {} · {}",
         s.pid,
         s.writer_version,
         s.layout.0,

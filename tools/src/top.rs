@@ -209,9 +209,13 @@ fn frame(top: &Top, views: &[View], interval: Duration) -> Vec<String> {
         out.push(String::new());
         out.push(nobody(top));
     }
-    for v in views {
+    for (i, head) in crate::ranks::grouped(views.iter().map(|v| &v.snap)) {
+        let v = &views[i];
         let s = &v.snap;
         out.push(String::new());
+        if let Some(h) = head {
+            out.push(h);
+        }
         out.push(format!(
             "{} · {}",
             table::process_header(s),
@@ -267,9 +271,17 @@ fn plain(top: &Top, views: &[View]) -> Vec<String> {
     if views.is_empty() {
         out.push(format!("{now} {}", nobody(top)));
     }
-    for v in views {
+    for (i, _) in crate::ranks::grouped(views.iter().map(|v| &v.snap)) {
+        let v = &views[i];
         let s = &v.snap;
-        let p = format!("{now} pid {}", s.pid);
+        // labels before the pid: `pid N dev D` stays one phrase for parsers
+        let mut p = now.clone();
+        for k in ["node", "rank", "local_rank", "world_size"] {
+            if !s.label(k).is_empty() {
+                p.push_str(&format!(" {k} {}", s.label(k)));
+            }
+        }
+        p.push_str(&format!(" pid {}", s.pid));
         if s.devices.is_empty() {
             out.push(format!(
                 "{p} no device used yet; calls/s {}",
@@ -475,6 +487,8 @@ mod tests {
         values[u3m_core::shm::layout::field_index("copies.h2d.bytes")] = h2d;
         Snapshot {
             pid: 7,
+            labels: Default::default(),
+            foreign_pid_ns: false,
             layout: (1, 0),
             writer_version: "x".into(),
             start_unix_ns: 0,
@@ -484,6 +498,7 @@ mod tests {
             devices: vec![DeviceSnapshot {
                 index: 0,
                 values,
+                stall_buckets: Default::default(),
                 monitor: MonitorSnapshot {
                     level: Level::Ok,
                     seconds_to_oom: None,

@@ -1116,6 +1116,15 @@ impl Engine {
                 g.migrations_in[1].store(c.to_dram, Relaxed);
                 g.migrations_in[2].store(c.to_nvme, Relaxed);
                 g.migrations_out[2].store(c.from_nvme, Relaxed);
+                g.prefetches.store(c.prefetches, Relaxed);
+                g.prefetch_bytes.store(c.prefetch_bytes, Relaxed);
+                g.prefetch_hits.store(c.prefetch_hits, Relaxed);
+                g.prefetch_misses.store(c.faults_in, Relaxed);
+                g.stall_count.store(c.stall_count, Relaxed);
+                g.stall_ns.store(c.stall_ns, Relaxed);
+                for (b, v) in g.stall_buckets.iter().zip(c.stall_buckets) {
+                    b.store(v, Relaxed);
+                }
             }
             self.capacity[d].store(total, Relaxed);
             self.observe_monitor_used(d, used_hbm, total);

@@ -4,12 +4,18 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::shm::layout::STALL_BUCKETS;
+
 macro_rules! counters {
-    ( $( $(#[$doc:meta])* $name:ident ),* $(,)? ) => {
+    (
+        { $( $(#[$doc:meta])* $name:ident, )* }
+        $( $(#[$adoc:meta])* $arr:ident [$n:expr], )*
+    ) => {
         /// Figures for the stats segment and tests (a snapshot).
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         pub struct Counters {
             $( $(#[$doc])* pub $name: u64, )*
+            $( $(#[$adoc])* pub $arr: [u64; $n], )*
         }
 
         /// The live counters: relaxed atomics, bumped with or without the
@@ -17,17 +23,22 @@ macro_rules! counters {
         #[derive(Default)]
         pub(super) struct Live {
             $( pub $name: AtomicU64, )*
+            $( pub $arr: [AtomicU64; $n], )*
         }
 
         impl Live {
             pub fn snapshot(&self) -> Counters {
-                Counters { $( $name: self.$name.load(Relaxed), )* }
+                Counters {
+                    $( $name: self.$name.load(Relaxed), )*
+                    $( $arr: std::array::from_fn(|i| self.$arr[i].load(Relaxed)), )*
+                }
             }
         }
     };
 }
 
 counters! {
+    {
     /// Chunks made resident for a call (first touches included).
     faults_in,
     /// Bytes copied into HBM for calls.
@@ -51,4 +62,12 @@ counters! {
     /// Chunks brought back ahead of use by the background prefetch.
     prefetches,
     prefetch_bytes,
+    /// Prefetched chunks a call then used while still resident.
+    prefetch_hits,
+    /// Calls that waited for fault-ins and their total wait (ns).
+    stall_count,
+    stall_ns,
+    }
+    /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
+    stall_buckets[STALL_BUCKETS],
 }

@@ -89,6 +89,9 @@ impl Residency {
                 continue;
             }
             let bdev = b.dev;
+            if st.stall_from.is_none() {
+                st.stall_from = Some(crate::shm::mono_ns());
+            }
             let phys = self.alloc_phys(st, bdev, &protect)?;
             st.dev_mut(bdev).resident += CHUNK;
             let vas = st.backings[&id].vas.clone();
@@ -98,6 +101,7 @@ impl Residency {
             let target = vas.first().map(|va| va + i as u64 * CHUNK);
             let c = st.chunk_mut(id, i);
             c.phys = phys;
+            c.prefetched = false;
             self.c.faults_in.fetch_add(1, Relaxed);
             if whole && c.host.is_some() {
                 // overwritten entirely: the old contents are not needed

@@ -103,6 +103,7 @@ impl Residency {
             c.phys = phys;
             c.dirty = false; // the DRAM copy stays: evicting it again is free
             c.last = now;
+            c.prefetched = true;
             filled.push((id, i));
             bytes += CHUNK;
             used += CHUNK;

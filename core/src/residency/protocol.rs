@@ -11,6 +11,7 @@ use super::{Fail, Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
+use crate::shm::layout::stall_bucket;
 
 /// A call in progress: the chunks it pinned and whether it writes each.
 #[derive(Default)]
@@ -102,8 +103,14 @@ impl Residency {
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on Busy let them run, then try again
         let mut tries = 0;
+        // when this call met its first absent chunk (fault_in notes it in
+        // the state; taken before the lock is dropped for a retry)
+        st.stall_from = None;
+        let mut stall_from = None;
         loop {
-            match self.fault_in(&mut st, &need, dev, order) {
+            let r = self.fault_in(&mut st, &need, dev, order);
+            stall_from = stall_from.or(st.stall_from.take());
+            match r {
                 Ok(()) => {
                     self.after_copy_ins(&mut st, &need, order)?;
                     break;
@@ -140,17 +147,30 @@ impl Residency {
                 }
             }
         }
+        // from the first absent chunk to all resident: the call's fault-in
+        // stall (no clock read when nothing was absent)
+        if let Some(t0) = stall_from {
+            let ns = crate::shm::mono_ns().saturating_sub(t0);
+            self.c.stall_count.fetch_add(1, Relaxed);
+            self.c.stall_ns.fetch_add(ns, Relaxed);
+            self.c.stall_buckets[stall_bucket(ns)].fetch_add(1, Relaxed);
+        }
         st.clock += 1;
         let clock = st.clock;
         let mut keys = Vec::with_capacity(tok.chunks.len());
+        let mut hits = 0;
         for &(id, i) in &tok.chunks {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
                     c.pins += 1;
                     c.last = clock;
+                    hits += std::mem::take(&mut c.prefetched) as u64;
                 }
             }
+        }
+        if hits != 0 {
+            self.c.prefetch_hits.fetch_add(hits, Relaxed);
         }
         if keys.len() == tok.writes.len() {
             self.policy.on_access(clock, class, &keys, &tok.writes);

@@ -34,6 +34,8 @@ pub(super) struct Chunk {
     pub last: u64,
     /// Its only current copy was in the HBM of a device that disappeared.
     pub lost: bool,
+    /// Brought back by the background prefetch and not used since.
+    pub prefetched: bool,
 }
 
 impl Chunk {
@@ -146,6 +148,9 @@ pub(super) struct State {
     pub pending_free: Vec<Host>,
     /// An event an eviction must see complete (waited for without the lock).
     pub wait_for: Option<u64>,
+    /// CLOCK_MONOTONIC when the current call's first absent chunk was met
+    /// (its fault-in stall starts there); taken by `prepare`.
+    pub stall_from: Option<u64>,
 }
 
 impl State {
@@ -163,6 +168,7 @@ impl State {
             recently_freed: VecDeque::new(),
             pending_free: Vec::new(),
             wait_for: None,
+            stall_from: None,
         }
     }
 

@@ -479,6 +479,11 @@ fn a_call_waits_for_a_prefetch_still_in_flight() {
     let s = a.f.app_stream();
     a.op(s, &[(x, CHUNK)], &[(z, CHUNK)], add(x, z, CHUNK, 3));
     assert_eq!(a.r.counters().faults_in, faults, "x and z were resident");
+    assert_eq!(
+        a.r.counters().prefetch_hits,
+        1,
+        "x was prefetched, then used"
+    );
     a.f.sync_stream(s).unwrap();
     let want: Vec<u8> = pattern(1, CHUNK)
         .iter()

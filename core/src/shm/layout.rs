@@ -18,7 +18,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"U3MSTATS");
 /// Incompatible layout changes bump this; readers refuse other majors.
 pub const LAYOUT_MAJOR: u32 = 1;
 /// Additive changes (reserved space put to use) bump this.
-pub const LAYOUT_MINOR: u32 = 0;
+pub const LAYOUT_MINOR: u32 = 1;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_HOOKS: usize = 256;
@@ -102,7 +102,68 @@ pub struct Header {
     pub hot_publishes: AtomicU64,
     /// 216: hot-table publications skipped because another was in progress.
     pub hot_skipped: AtomicU64,
-    pub _reserved: [u64; 484],
+    /// 224 (1.1): inode of the writer's pid namespace (/proc/self/ns/pid), 0
+    /// if unknown. A reader in another namespace cannot check the pid.
+    pub pid_ns: u64,
+    pub _reserved1: [u64; 3],
+    /// 256 (1.1): who the process is in a job and where it runs, from its
+    /// environment at creation (`LABEL_NAMES`, `label_sources`); NUL-padded
+    /// UTF-8, empty when unset.
+    pub labels: [[u8; LABEL_LEN]; LABELS],
+    pub _reserved: [u64; 416],
+}
+
+/// Labels in the header (1.1), in slot order. The values come from the
+/// writer's environment (`label_sources`): torchrun's rank variables and the
+/// Kubernetes downward-API variables conventionally set in a pod spec.
+pub const LABELS: usize = 8;
+pub const LABEL_LEN: usize = 64;
+pub const LABEL_NAMES: [&str; LABELS] = [
+    "node",
+    "rank",
+    "local_rank",
+    "world_size",
+    "local_world_size",
+    "run_id",
+    "pod",
+    "namespace",
+];
+pub const LABEL_NODE: usize = 0;
+pub const LABEL_RANK: usize = 1;
+pub const LABEL_LOCAL_RANK: usize = 2;
+pub const LABEL_WORLD_SIZE: usize = 3;
+
+/// Environment variables each label is read from, first set and non-empty
+/// wins; `node` falls back to the host name.
+pub fn label_sources(i: usize) -> &'static [&'static str] {
+    const SRC: [&[&str]; LABELS] = [
+        &["NODE_NAME"],
+        &["RANK"],
+        &["LOCAL_RANK"],
+        &["WORLD_SIZE"],
+        &["LOCAL_WORLD_SIZE"],
+        &["TORCHELASTIC_RUN_ID"],
+        &["POD_NAME"],
+        &["POD_NAMESPACE"],
+    ];
+    SRC.get(i).copied().unwrap_or(&[])
+}
+
+/// Upper bounds (seconds) of the fault-in stall histogram's buckets; the last
+/// bucket (index STALL_BOUNDS.len()) is +Inf.
+pub const STALL_BOUNDS: [f64; 15] = [
+    10e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3,
+    500e-3, 1.0,
+];
+pub const STALL_BUCKETS: usize = STALL_BOUNDS.len() + 1;
+
+/// Bucket of a stall of `ns` nanoseconds (le: a value on a bound counts in it).
+pub fn stall_bucket(ns: u64) -> usize {
+    let s = ns as f64 / 1e9;
+    STALL_BOUNDS
+        .iter()
+        .position(|&b| s <= b)
+        .unwrap_or(STALL_BOUNDS.len())
 }
 
 /// Configuration text ("KEY=VALUE" lines), guarded by a seqlock so the library
@@ -175,7 +236,19 @@ pub struct DeviceGauges {
     pub monitor_use_ppm: AtomicU64,
     pub monitor_growth_bps: AtomicU64,
     pub monitor_updated_ns: AtomicU64,
-    pub _reserved: [u64; 74],
+    /// 432 (1.1): chunks the background prefetch brought back ahead of use,
+    /// and their bytes; prefetched chunks a call then used (hits) and chunks
+    /// a call had to wait for (misses: demand fault-ins).
+    pub prefetches: AtomicU64,
+    pub prefetch_bytes: AtomicU64,
+    pub prefetch_hits: AtomicU64,
+    pub prefetch_misses: AtomicU64,
+    /// 464 (1.1): calls that waited for fault-ins, the total wait (ns), and
+    /// how many waited up to each STALL_BOUNDS bound (non-cumulative).
+    pub stall_count: AtomicU64,
+    pub stall_ns: AtomicU64,
+    pub stall_buckets: [AtomicU64; STALL_BUCKETS],
+    pub _reserved: [u64; 52],
 }
 
 /// Call counts per hook id.
@@ -448,6 +521,12 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "evictions.count", Count, "chunks evicted from HBM", |g| g.evictions;
     "evictions.bytes", Bytes, "bytes evicted", |g| g.eviction_bytes;
     "pinned_bytes", Bytes, "bytes marked never-move", |g| g.pinned_bytes;
+    "prefetch.chunks", Count, "chunks the background prefetch brought back ahead of use", |g| g.prefetches;
+    "prefetch.bytes", Bytes, "bytes the background prefetch brought back", |g| g.prefetch_bytes;
+    "prefetch.hits", Count, "prefetched chunks a call used before they left HBM", |g| g.prefetch_hits;
+    "prefetch.misses", Count, "chunks a call had to wait for (demand fault-ins)", |g| g.prefetch_misses;
+    "stall.count", Count, "calls that waited for fault-ins", |g| g.stall_count;
+    "stall.ns", Count, "total time calls waited for fault-ins (ns)", |g| g.stall_ns;
 ];
 
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
@@ -493,6 +572,9 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).calls_overflow)), 200);
             assert_eq!(off(p, addr_of!((*p).hot_publishes)), 208);
             assert_eq!(off(p, addr_of!((*p).hot_skipped)), 216);
+            assert_eq!(off(p, addr_of!((*p).pid_ns)), 224);
+            assert_eq!(off(p, addr_of!((*p).labels)), 256);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 768);
         }
     }
 
@@ -512,7 +594,12 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).pinned_bytes)), 384);
             assert_eq!(off(p, addr_of!((*p).monitor_level)), 392);
             assert_eq!(off(p, addr_of!((*p).monitor_updated_ns)), 424);
-            assert_eq!(off(p, addr_of!((*p)._reserved)), 432);
+            assert_eq!(off(p, addr_of!((*p).prefetches)), 432);
+            assert_eq!(off(p, addr_of!((*p).prefetch_misses)), 456);
+            assert_eq!(off(p, addr_of!((*p).stall_count)), 464);
+            assert_eq!(off(p, addr_of!((*p).stall_ns)), 472);
+            assert_eq!(off(p, addr_of!((*p).stall_buckets)), 480);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 608);
         }
     }
 
@@ -523,7 +610,17 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate device field key");
-        assert_eq!(field_index("pinned_bytes"), DEVICE_FIELDS.len() - 1);
+        assert_eq!(field_index("stall.ns"), DEVICE_FIELDS.len() - 1);
+    }
+
+    #[test]
+    fn stall_buckets_are_le() {
+        assert_eq!(stall_bucket(0), 0);
+        assert_eq!(stall_bucket(10_000), 0);
+        assert_eq!(stall_bucket(10_001), 1);
+        assert_eq!(stall_bucket(1_000_000), 5);
+        assert_eq!(stall_bucket(1_000_000_000), 14);
+        assert_eq!(stall_bucket(u64::MAX), STALL_BUCKETS - 1);
     }
 
     #[test]

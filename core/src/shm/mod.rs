@@ -112,6 +112,48 @@ pub fn proc_start(pid: u32) -> Option<(u64, u8)> {
     parse_proc_stat(&buf[..n])
 }
 
+/// Inode of the calling process's pid namespace (`/proc/self/ns/pid`), 0 if
+/// unknown. Readers in another namespace (a node exporter with hostPID
+/// reading a pod's segment) cannot check the writer's pid.
+pub fn own_pid_ns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino())
+        .unwrap_or(0)
+}
+
+/// The labels of this process (`layout::LABEL_NAMES` order) from its
+/// environment: torchrun's rank variables, the Kubernetes downward-API
+/// variables, and the node (NODE_NAME, else the host name).
+pub fn labels_from_env(get: &dyn Fn(&str) -> Option<String>) -> [String; layout::LABELS] {
+    let mut out: [String; layout::LABELS] = Default::default();
+    for (i, v) in out.iter_mut().enumerate() {
+        if let Some(x) = layout::label_sources(i)
+            .iter()
+            .filter_map(|k| get(k))
+            .find(|x| !x.is_empty())
+        {
+            *v = x;
+        }
+    }
+    if out[layout::LABEL_NODE].is_empty() {
+        out[layout::LABEL_NODE] = host_name();
+    }
+    out
+}
+
+/// The host name (uname nodename), empty if unknown.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: valid buffer and length; gethostname NUL-terminates on success
+    // (the last byte stays 0 either way).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return String::new();
+    }
+    name_from(&buf)
+}
+
 /// (starttime, state) from the text of /proc/<pid>/stat. The command name
 /// (field 2) may contain spaces and parentheses, so fields are counted from
 /// the last ')'.

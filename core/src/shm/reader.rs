@@ -226,7 +226,21 @@ impl SegmentReader {
 
     pub fn liveness(&self) -> Liveness {
         let h = &self.seg().header;
+        if self.foreign_pid_ns() {
+            // the pid means another process here: nothing to check it by
+            return Liveness::Alive;
+        }
         liveness(h.pid, h.start_ticks)
+    }
+
+    /// The writer recorded a pid namespace other than ours (1.1+): its pid
+    /// cannot be checked from here, and the file is never removed as stale.
+    pub fn foreign_pid_ns(&self) -> bool {
+        let ns = self.seg().header.pid_ns;
+        ns != 0 && {
+            let own = super::own_pid_ns();
+            own != 0 && own != ns
+        }
     }
 
     /// Configuration text, consistent (seqlock), or None if the writer kept
@@ -319,11 +333,14 @@ impl SegmentReader {
                 index: i,
                 values,
                 monitor: MonitorSnapshot::load(g),
+                stall_buckets: std::array::from_fn(|b| g.stall_buckets[b].load(Relaxed)),
             });
         }
         let (hot, hot_published_ns) = self.hot().unwrap_or_default();
         Snapshot {
             pid: h.pid,
+            labels: std::array::from_fn(|i| name_from(&h.labels[i])),
+            foreign_pid_ns: self.foreign_pid_ns(),
             layout: (h.layout_major, h.layout_minor),
             writer_version: name_from(&h.version),
             start_unix_ns: h.start_unix_ns,
@@ -346,6 +363,22 @@ impl SegmentReader {
     /// Next event sequence number the writer will assign.
     pub fn event_head(&self) -> u64 {
         self.seg().header.event_head.load(Acquire)
+    }
+
+    /// Time (CLOCK_MONOTONIC) of the newest complete event among the last
+    /// few, 0 if none is readable.
+    pub fn newest_event_ns(&self) -> u64 {
+        let seg = self.seg();
+        let head = seg.header.event_head.load(Acquire);
+        (head.saturating_sub(8)..head)
+            .rev()
+            .find_map(
+                |q| match read_slot(&seg.events[(q as usize) & (EVENT_CAPACITY - 1)], q) {
+                    SlotRead::Ok(e) => Some(e.time_ns),
+                    _ => None,
+                },
+            )
+            .unwrap_or(0)
     }
 
     /// Events from `cursor.next` up to the writer's head, at most `max` (the
@@ -549,6 +582,9 @@ pub struct DeviceSnapshot {
     pub index: usize,
     pub values: Vec<u64>,
     pub monitor: MonitorSnapshot,
+    /// Fault-in stall histogram (1.1): calls per `STALL_BOUNDS` bucket, not
+    /// cumulative; all zero from 1.0 writers.
+    pub stall_buckets: [u64; STALL_BUCKETS],
 }
 
 impl DeviceSnapshot {
@@ -562,6 +598,10 @@ impl DeviceSnapshot {
 #[derive(Debug, Clone)]
 pub struct Snapshot {
     pub pid: u32,
+    /// Header labels in `LABEL_NAMES` order (1.1; empty from 1.0 writers).
+    pub labels: [String; LABELS],
+    /// The writer runs in another pid namespace (its pid is not ours).
+    pub foreign_pid_ns: bool,
     pub layout: (u32, u32),
     pub writer_version: String,
     pub start_unix_ns: u64,
@@ -583,6 +623,26 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The label named `name` (`LABEL_NAMES`), "" if unset or unknown.
+    pub fn label(&self, name: &str) -> &str {
+        LABEL_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .map_or("", |i| self.labels[i].as_str())
+    }
+
+    /// CLOCK_MONOTONIC of the writer's latest sign of life: its last hot-table
+    /// publication (every U3M_HOT_INTERVAL_MS while it runs), monitor update
+    /// or event; its start if none.
+    pub fn last_update_mono_ns(&self, newest_event_ns: u64) -> u64 {
+        self.devices
+            .iter()
+            .map(|d| d.monitor.updated_ns)
+            .chain([self.hot_published_ns, newest_event_ns, self.start_mono_ns])
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Names of the classes in `mask` (`class#N` for unnamed bits).
     pub fn class_list(&self, mask: u64) -> Vec<String> {
         (0..64)

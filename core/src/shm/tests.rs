@@ -63,6 +63,7 @@ fn create(dir: &Path, config: &str) -> StatsSegment {
         config_text: config,
         hook_names: HOOKS,
         class_names: CLASSES,
+        labels: Default::default(),
     };
     StatsSegment::create(&cfg).expect("create segment")
 }
@@ -395,6 +396,7 @@ fn reader_rejects_foreign_and_future_files() {
         .open(seg.path())
         .unwrap();
     f.write_all_at(&2u32.to_le_bytes(), 8).unwrap();
+    f.write_all_at(&0u32.to_le_bytes(), 12).unwrap();
     let e = SegmentReader::open(seg.path())
         .err()
         .expect("layout 2 refused");
@@ -520,4 +522,83 @@ fn config_and_hot_table_are_consistent_under_rewrites() {
     }
     w.join().unwrap();
     assert!(seen > 0);
+}
+
+#[test]
+fn labels_and_pid_namespace_are_recorded() {
+    let dir = scratch("labels");
+    let env = |k: &str| match k {
+        "RANK" => Some("3".to_string()),
+        "LOCAL_RANK" => Some("1".to_string()),
+        "WORLD_SIZE" => Some("8".to_string()),
+        "POD_NAME" => Some("train-0".to_string()),
+        "POD_NAMESPACE" => Some("ml".to_string()),
+        "NODE_NAME" => Some(String::new()), // empty: falls back to the host name
+        _ => None,
+    };
+    let mut labels = labels_from_env(&env);
+    labels[LABEL_NAMES.iter().position(|n| *n == "run_id").unwrap()] = "x".repeat(100);
+    let cfg = SegmentConfig {
+        dir: dir.to_path_buf(),
+        config_text: "U3M_MODE=observe",
+        hook_names: HOOKS,
+        class_names: CLASSES,
+        labels,
+    };
+    let seg = StatsSegment::create(&cfg).unwrap();
+    let r = reader::SegmentReader::open(seg.path()).unwrap();
+    let s = r.snapshot();
+    assert_eq!(s.layout, (1, 1));
+    assert_eq!(s.label("rank"), "3");
+    assert_eq!(s.label("local_rank"), "1");
+    assert_eq!(s.label("world_size"), "8");
+    assert_eq!(s.label("local_world_size"), "");
+    assert_eq!(s.label("pod"), "train-0");
+    assert_eq!(s.label("namespace"), "ml");
+    assert_eq!(s.label("node"), host_name());
+    assert!(!s.label("node").is_empty());
+    assert_eq!(s.label("run_id").len(), LABEL_LEN - 1, "cut to fit");
+    assert_eq!(s.label("nosuch"), "");
+    assert!(!s.foreign_pid_ns, "same namespace");
+    assert!(!r.foreign_pid_ns());
+    assert_ne!(own_pid_ns(), 0);
+}
+
+#[test]
+fn a_writer_in_another_pid_namespace_is_never_judged_by_its_pid() {
+    let dir = scratch("pidns");
+    let seg = create(&dir, "U3M_MODE=observe");
+    let path = seg.path().to_path_buf();
+    // a pid that does not exist here, from a namespace that is not ours
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&(i32::MAX as u32 - 7).to_le_bytes(), 28)
+        .unwrap();
+    let r = reader::SegmentReader::open(&path).unwrap();
+    assert!(
+        matches!(r.liveness(), Liveness::Dead(_)),
+        "same namespace: checked by pid"
+    );
+    f.write_all_at(&(own_pid_ns() ^ 1).to_le_bytes(), 224)
+        .unwrap();
+    let r = reader::SegmentReader::open(&path).unwrap();
+    assert!(r.foreign_pid_ns());
+    assert_eq!(r.liveness(), Liveness::Alive);
+    assert!(r.snapshot().foreign_pid_ns);
+    drop(seg);
+}
+
+#[test]
+fn last_update_is_the_newest_sign_of_life() {
+    let dir = scratch("lastupdate");
+    let seg = create(&dir, "U3M_MODE=observe");
+    let r = reader::SegmentReader::open(seg.path()).unwrap();
+    let s0 = r.snapshot();
+    let start_ev = r.newest_event_ns();
+    assert!(start_ev >= s0.start_mono_ns, "the start event");
+    assert_eq!(s0.last_update_mono_ns(start_ev), start_ev);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    seg.publish_hot(&[]);
+    let s1 = r.snapshot();
+    assert!(s1.last_update_mono_ns(r.newest_event_ns()) > start_ev);
+    assert_eq!(s1.last_update_mono_ns(0), s1.hot_published_ns);
 }

@@ -24,6 +24,9 @@ pub struct SegmentConfig<'a> {
     pub hook_names: &'a [&'a str],
     /// Bit i of a hot entry's class mask is `class_names[i]`.
     pub class_names: &'a [&'a str],
+    /// Header labels (`layout::LABEL_NAMES` order; at most LABEL_LEN-1 bytes
+    /// each, longer ones cut). `new` fills them from the environment.
+    pub labels: [String; LABELS],
 }
 
 impl<'a> SegmentConfig<'a> {
@@ -37,6 +40,7 @@ impl<'a> SegmentConfig<'a> {
             config_text,
             hook_names,
             class_names,
+            labels: super::labels_from_env(&|k| std::env::var(k).ok()),
         }
     }
 }
@@ -125,6 +129,11 @@ impl StatsSegment {
             let names = &mut (*p).names;
             h.n_hook_names = copy_names(&mut names.hook_names, cfg.hook_names) as u32;
             h.n_class_names = copy_names(&mut names.class_names, cfg.class_names) as u32;
+            h.pid_ns = super::own_pid_ns();
+            for (slot, v) in h.labels.iter_mut().zip(&cfg.labels) {
+                let n = floor_char_boundary(v, LABEL_LEN - 1);
+                slot[..n].copy_from_slice(&v.as_bytes()[..n]);
+            }
         }
         self.set_config(cfg.config_text);
         let seg = self.seg();

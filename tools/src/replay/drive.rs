@@ -30,7 +30,7 @@ use u3m_core::trace::{Body, CopyKind, Event};
 use super::accuracy::{Accuracy, Future};
 use super::cost::Costs;
 use super::recording::Recording;
-use super::simrt::{SimCounters, SimRuntime};
+use super::simrt::{HostAccess, MapRec, SimCounters, SimRuntime};
 
 /// What every run of a trace shares.
 #[derive(Clone, Debug)]
@@ -51,6 +51,40 @@ pub struct Setup {
     /// (U3M_CALIB_S, U3M_WARMUP_S).
     pub calib_s: f64,
     pub warmup_s: f64,
+    /// Keep a timeline (`RunOut::observed`): u3m snapshot and u3m report.
+    pub observe: bool,
+}
+
+/// What an observed run saw over time (simulated ns throughout).
+#[derive(Debug, Default)]
+pub struct Observed {
+    /// Host time at each trace event (index: event number).
+    pub event_ns: Vec<u64>,
+    /// Maps and unmaps logged before each trace event began: those of event
+    /// k (and the background rounds after it) are `maps[mark[k]..mark[k+1]]`.
+    pub map_mark: Vec<usize>,
+    /// The Tier's maps and unmaps, in order.
+    pub maps: Vec<MapRec>,
+    /// Managed VA -> (device, trace address, bytes) of every allocation.
+    pub origin: BTreeMap<u64, (u32, u64, u64)>,
+    /// Samples after trace events and background rounds, at least
+    /// `sample_step_ns` apart (the step doubles, and every other sample
+    /// goes, whenever MAX_SAMPLES are reached), and one at the end.
+    pub samples: Vec<Sample>,
+    pub sample_step_ns: u64,
+}
+
+/// Timeline samples kept at most (a few thousand points draw a chart).
+const MAX_SAMPLES: usize = 4096;
+
+/// The tiers and the Tier's counters at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub t_ns: u64,
+    /// Per device: (HBM in use, DRAM, NVMe) bytes; DRAM and NVMe are
+    /// process-wide, reported on every device.
+    pub tiers: Vec<(u64, u64, u64)>,
+    pub counters: Counters,
 }
 
 /// A trace in memory: its events and their line numbers.
@@ -77,6 +111,8 @@ pub struct RunOut {
     /// Chunk arrivals in HBM (first touches included) per allocation tag
     /// (`tag=` of the `A` event; "-" without one).
     pub arrivals_by_tag: BTreeMap<String, u64>,
+    /// The timeline, when `Setup::observe` asked for it.
+    pub observed: Option<Observed>,
 }
 
 /// A trace allocation: where it lives in the Tier (None: unmanaged).
@@ -92,6 +128,29 @@ const PREFETCH_HORIZON: u64 = 256;
 /// Offset added to simulated time for the heat table (its clock starts at 1 s,
 /// like a process that has been up a moment).
 const HEAT_EPOCH_NS: u64 = 1_000_000_000;
+
+/// What a call costs, once the part of its memory in host-mapped memory is known.
+enum Cost {
+    Op {
+        flops: u64,
+        bytes: u64,
+    },
+    /// A host↔device copy of the program's.
+    Link(u64),
+    D2d(u64),
+    Memset(u64),
+}
+
+impl Cost {
+    fn ns(&self, c: &Costs, h: &HostAccess) -> u64 {
+        match *self {
+            Cost::Op { flops, bytes } => c.op_ns_split(flops, bytes, h),
+            Cost::Link(b) => c.copy_ns_split(b, h),
+            Cost::D2d(b) => c.d2d_ns_split(b, h),
+            Cost::Memset(b) => c.memset_ns_split(b, h),
+        }
+    }
+}
 
 /// The library's configuration for a replay: tier mode, the replay's tier
 /// sizes and watermarks, policy parameters.
@@ -160,6 +219,9 @@ fn run_in(
     future: Option<&Future>,
 ) -> Result<RunOut, String> {
     let cfg = config(s, swap)?;
+    if s.observe {
+        rt.log_maps();
+    }
     let (rec, log) = Recording::new(policy);
     let tier = Residency::with_policy(rt, &cfg, Box::new(rec))?;
     let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
@@ -191,10 +253,13 @@ fn run_in(
         future,
         last_tick: 0,
         tags: BTreeMap::new(),
+        observed: s.observe.then(Observed::default),
     };
     let r = d.replay();
+    d.sample();
     let (spilled, events, accuracy) = (d.spilled, std::mem::take(&mut d.events), d.accuracy.take());
     let tags = std::mem::take(&mut d.tags);
+    let mut observed = d.observed.take();
     drop(d);
     let mut arrivals_by_tag = BTreeMap::new();
     for (va, n) in rt.arrivals() {
@@ -207,6 +272,9 @@ fn run_in(
         *arrivals_by_tag.entry(tag.to_string()).or_insert(0) += n as u64;
     }
     let total_ns = rt.finish();
+    if let Some(o) = observed.as_mut() {
+        o.maps = rt.take_maps();
+    }
     tier.shutdown();
     let out = RunOut {
         tier: tier.counters(),
@@ -222,6 +290,7 @@ fn run_in(
             .max()
             .unwrap_or(0),
         arrivals_by_tag,
+        observed,
     };
     drop(tier);
     r.map(|()| out)
@@ -251,13 +320,19 @@ struct Driver<'a> {
     last_tick: u64,
     /// every managed VA range ever handed out -> (bytes, tag)
     tags: BTreeMap<u64, (u64, String)>,
+    observed: Option<Observed>,
 }
 
 impl Driver<'_> {
     fn replay(&mut self) -> Result<(), String> {
         for (k, ev) in self.trace.events.iter().enumerate() {
+            if let Some(o) = self.observed.as_mut() {
+                o.event_ns.push(self.rt.host_ns());
+                o.map_mark.push(self.rt.maps_logged());
+            }
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            self.sample_thin();
             self.background();
         }
         Ok(())
@@ -291,7 +366,10 @@ impl Driver<'_> {
                     Some(va) => {
                         self.heat.on_free(va);
                         self.live.remove(&va);
-                        if self.tier.free(va) != Some(Ok(())) {
+                        self.rt.pause_maps(true);
+                        let freed = self.tier.free(va);
+                        self.rt.pause_maps(false);
+                        if freed != Some(Ok(())) {
                             return Err(format!("the Tier did not free its allocation at {va:#x}"));
                         }
                     }
@@ -310,7 +388,10 @@ impl Driver<'_> {
                     .chain(outputs.iter().map(|r| (r.addr, r.bytes, true)))
                     .collect();
                 let touched: u64 = ranges.iter().map(|r| r.1).sum();
-                let cost = self.s.costs.op_ns(ev.flops.unwrap_or(0), touched);
+                let cost = Cost::Op {
+                    flops: ev.flops.unwrap_or(0),
+                    bytes: touched,
+                };
                 self.call(ev, op_type, &ranges, false, cost)
             }
             Body::Copy {
@@ -320,11 +401,11 @@ impl Driver<'_> {
                 bytes,
             } => {
                 let (ranges, cost) = match kind {
-                    CopyKind::H2D => (vec![(*dst, *bytes, true)], self.s.costs.link_ns(*bytes)),
-                    CopyKind::D2H => (vec![(*src, *bytes, false)], self.s.costs.link_ns(*bytes)),
+                    CopyKind::H2D => (vec![(*dst, *bytes, true)], Cost::Link(*bytes)),
+                    CopyKind::D2H => (vec![(*src, *bytes, false)], Cost::Link(*bytes)),
                     CopyKind::D2D => (
                         vec![(*src, *bytes, false), (*dst, *bytes, true)],
-                        self.s.costs.d2d_ns(*bytes),
+                        Cost::D2d(*bytes),
                     ),
                     CopyKind::H2H => return Ok(()), // no device involved
                 };
@@ -335,7 +416,7 @@ impl Driver<'_> {
                 "Memset",
                 &[(*addr, *bytes, true)],
                 true,
-                self.s.costs.memset_ns(*bytes),
+                Cost::Memset(*bytes),
             ),
         }
     }
@@ -347,6 +428,9 @@ impl Driver<'_> {
                 self.heat.on_alloc(dev, va, bytes, AllocKind::Malloc);
                 self.live.insert(va, bytes);
                 self.tags.insert(va, (bytes.max(1), tag.unwrap_or("-").to_string()));
+                if let Some(o) = self.observed.as_mut() {
+                    o.origin.insert(va, (dev, addr, bytes));
+                }
                 Some(va)
             }
             Some(Err(e)) => {
@@ -382,7 +466,7 @@ impl Driver<'_> {
         name: &str,
         ranges: &[(u64, u64, bool)],
         overwrite: bool,
-        cost: u64,
+        cost: Cost,
     ) -> Result<(), String> {
         let dev = ev.dev;
         let sync = ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
@@ -439,6 +523,13 @@ impl Driver<'_> {
                 .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {}; a call larger than HBM?)", e.raw()))?;
             Some(tok)
         };
+        // where the Tier left the memory decides the cost: bytes it keeps in
+        // host-mapped memory cross the link (the simulator's rule)
+        let spans: Vec<(u64, u64, u8)> = managed
+            .iter()
+            .map(|r| (r.addr, r.len, r.write as u8))
+            .collect();
+        let cost = cost.ns(&self.s.costs, &self.rt.host_access(&spans));
         if sync {
             self.rt.host_spend(cost.max(self.s.costs.launch_ns()));
         } else {
@@ -458,6 +549,47 @@ impl Driver<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A timeline sample if the last is at least the step old.
+    fn sample_thin(&mut self) {
+        let Some(o) = self.observed.as_mut() else {
+            return;
+        };
+        let now = self.rt.host_ns();
+        if o.samples
+            .last()
+            .is_some_and(|s| now < s.t_ns + o.sample_step_ns.max(1))
+        {
+            return;
+        }
+        if o.samples.len() >= MAX_SAMPLES {
+            let mut i = 0;
+            o.samples.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            o.sample_step_ns = (o.sample_step_ns * 2).max(1000);
+        }
+        self.sample();
+    }
+
+    /// A timeline sample now (observed runs only).
+    fn sample(&mut self) {
+        let Some(o) = self.observed.as_mut() else {
+            return;
+        };
+        let tiers = (0..self.trace.devices)
+            .map(|d| {
+                let (_, dram, nvme) = self.tier.usage(d);
+                (self.rt.used(d as u32), dram, nvme)
+            })
+            .collect();
+        o.samples.push(Sample {
+            t_ns: self.rt.host_ns(),
+            tiers,
+            counters: self.tier.counters(),
+        });
     }
 
     /// The library's background thread: a round every `tick_ns` of host time.
@@ -489,6 +621,7 @@ impl Driver<'_> {
                 }
             }
             self.rt.end_background();
+            self.sample();
             self.next_bg += self.s.tick_ns;
             rounds += 1;
         }
