@@ -661,7 +661,7 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "LD_PRELOAD={}:/other.so\nU3M_MODE=observe\nU3M_TRACE=/tmp/t.u3mt\nU3M_OVERSUB=2\nACLSIM_X=1\nprog --mode a b\n",
+            "LD_PRELOAD={}:/other.so\nU3M_MODE=observe\nU3M_TRACE=/tmp/t.u3mt\nU3M_OVERSUB=2\nACLSIM_X=1\nU3M_LOG=info\nprog --mode a b\n",
             lib.display()
         )
     );
@@ -693,6 +693,47 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     let out = output(Command::new(d.join("u3m")).args(["run", "--mode", "observe"]));
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&d); // a 14 MB copy of u3m
+}
+
+/// Issue 14: a mistyped setting used to turn u3m off at run time; now
+/// `u3m run` refuses it (exit 2, every reason) before the program starts.
+#[test]
+fn run_refuses_invalid_settings_before_starting_anything() {
+    let d = install("run-bad", true);
+    let marker = d.join("started");
+    let prog = format!("touch {}", marker.display());
+    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, Vec<&str>)> = vec![
+        (vec!["--oversub", "0.5"], vec![], vec!["U3M_OVERSUB: '0.5' is outside 1..64"]),
+        (vec!["--mode", "tierx"], vec![], vec!["U3M_MODE: 'tierx' is not one of off, observe, tier"]),
+        (vec!["--log", "chatty"], vec![], vec!["U3M_LOG: 'chatty'"]),
+        (vec!["-e", "U3M_OVERSUBB=2"], vec![], vec!["U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)"]),
+        (vec![], vec![("U3M_OVERSUB", "abc")], vec!["U3M_OVERSUB: 'abc' is not a number"]),
+        (
+            vec!["--alloc-wait-ms", "18446744073709551615", "--dram-bytes", "2"],
+            vec![],
+            vec!["U3M_ALLOC_WAIT_MS: '18446744073709551615' is outside 0..600000 ms", "U3M_DRAM_BYTES: '2' is outside"],
+        ),
+        (vec!["--hbm", "130M"], vec![], vec!["unexpected argument '--hbm'"]),
+    ];
+    for (args, env, needles) in cases {
+        let mut c = Command::new(d.join("u3m"));
+        c.arg("run").args(&args).args(["--", "sh", "-c", &prog]);
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        let out = output(&mut c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: {n:?} missing from:\n{err}");
+        }
+        assert!(!marker.exists(), "{args:?}: the program ran");
+    }
+    // the same settings, valid: it runs
+    let out = output(Command::new(d.join("u3m")).args(["run", "--oversub", "2", "--", "sh", "-c", &prog]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

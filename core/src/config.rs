@@ -185,6 +185,10 @@ pub const TOOL_VARS: &[(&str, &str)] = &[
     ("U3M_SKIP_ABI", "1: skip the ABI conformance tests (offline; they need the torch-npu wheel from PyPI)"),
     ("U3M_CACHE", "cache directory of the ci scripts (default ~/.cache/u3m): torch venv, CANN headers"),
     ("U3M_TEST_THREADS", "ci/test.sh: test threads per test binary (default 2)"),
+    (
+        "U3M_UPDATE_DOCS",
+        "1: the doc-table tests rewrite the generated tables in README.md and docs/stats.md instead of failing",
+    ),
     ("U3M_TEST_CRASH_TRACE", "internal to the trace-recorder crash test"),
     ("U3M_EVAL_TRACE", "developer test: evaluate the predictor on this trace (with U3M_EVAL_SPT, U3M_EVAL_FROM, U3M_EVAL_TO, U3M_EVAL_CAP)"),
     ("U3M_EVAL_SPT", "see U3M_EVAL_TRACE"),
