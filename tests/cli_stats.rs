@@ -309,7 +309,7 @@ const JSON: &str = r#"{
           "faults_in": { "count": 0, "bytes": 0 },
           "evictions": { "count": 0, "bytes": 0 },
           "pinned_bytes": 0,
-          "monitor": { "level": "warning", "hbm_use": 0.859375, "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
+          "monitor": { "level": "warning", "hbm_use": 0.859375, "basis": "hbm", "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
           "device": 1,
@@ -334,7 +334,7 @@ const JSON: &str = r#"{
           "faults_in": { "count": 0, "bytes": 0 },
           "evictions": { "count": 1024, "bytes": 2147483648 },
           "pinned_bytes": 0,
-          "monitor": { "level": "ok", "hbm_use": 0.0, "seconds_to_oom": null, "growth_bytes_per_s": 0 }
+          "monitor": { "level": "ok", "hbm_use": 0.0, "basis": "hbm", "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],
       "calls": { "aclrtMalloc": 40, "aclrtFree": 28, "aclopExecuteV2": 120 },
