@@ -10,6 +10,7 @@
 
 mod ids;
 mod publish;
+pub mod report;
 pub mod runtime;
 pub mod tier;
 

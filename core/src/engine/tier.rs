@@ -151,6 +151,8 @@ pub struct TierCounters {
     pub to_dram: u64,
     pub to_nvme: u64,
     pub from_nvme: u64,
+    /// Chunks the background spill moved from DRAM to NVMe (part of to_nvme).
+    pub spilled: u64,
     pub overwrites: u64,
     pub spill_errors: u64,
     /// Chunks brought back ahead of use by the background prefetch.
@@ -179,6 +181,7 @@ pub struct Tier {
     pub to_dram: AtomicU64,
     pub to_nvme: AtomicU64,
     pub from_nvme: AtomicU64,
+    pub spilled: AtomicU64,
     pub overwrites: AtomicU64,
     pub spill_errors: AtomicU64,
     pub prefetches: AtomicU64,
@@ -289,6 +292,7 @@ impl Tier {
             to_dram: AtomicU64::new(0),
             to_nvme: AtomicU64::new(0),
             from_nvme: AtomicU64::new(0),
+            spilled: AtomicU64::new(0),
             overwrites: AtomicU64::new(0),
             spill_errors: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
@@ -323,6 +327,7 @@ impl Tier {
             to_dram: self.to_dram.load(Relaxed),
             to_nvme: self.to_nvme.load(Relaxed),
             from_nvme: self.from_nvme.load(Relaxed),
+            spilled: self.spilled.load(Relaxed),
             overwrites: self.overwrites.load(Relaxed),
             spill_errors: self.spill_errors.load(Relaxed),
             prefetches: self.prefetches.load(Relaxed),
@@ -1893,6 +1898,7 @@ impl Tier {
             if ok {
                 let _ = st.dram.free(ds);
                 self.to_nvme.fetch_add(1, Relaxed);
+                self.spilled.fetch_add(1, Relaxed);
                 moved += 1;
                 bytes += CHUNK;
             } else {
