@@ -1209,13 +1209,7 @@ impl Engine {
                 g.fault_bytes.store(c.fault_bytes, Relaxed);
                 g.evictions.store(c.evictions, Relaxed);
                 g.eviction_bytes.store(c.eviction_bytes, Relaxed);
-                g.migrations_in[TIER_HBM].store(c.faults_in, Relaxed);
-                g.migration_bytes_in[TIER_HBM].store(c.fault_bytes, Relaxed);
-                g.migrations_out[TIER_HBM].store(c.evictions, Relaxed);
-                g.migration_bytes_out[TIER_HBM].store(c.eviction_bytes, Relaxed);
-                g.migrations_in[1].store(c.to_dram, Relaxed);
-                g.migrations_in[2].store(c.to_nvme, Relaxed);
-                g.migrations_out[2].store(c.from_nvme, Relaxed);
+                report::publish_flows(g, &report::Flows::of(&c));
             }
             self.capacity[d].store(total, Relaxed);
             self.observe_monitor_used(d, used_hbm, total);

@@ -111,6 +111,17 @@ impl Flows {
     }
 }
 
+/// Publishes the flows into a device's gauges (the process-wide figures
+/// live on device 0): chunks and bytes in and out of every tier.
+pub fn publish_flows(g: &crate::shm::layout::DeviceGauges, f: &Flows) {
+    for t in 0..TIERS {
+        g.migrations_in[t].store(f.chunks_in[t], Relaxed);
+        g.migrations_out[t].store(f.chunks_out[t], Relaxed);
+        g.migration_bytes_in[t].store(f.bytes_in(t), Relaxed);
+        g.migration_bytes_out[t].store(f.bytes_out(t), Relaxed);
+    }
+}
+
 /// The start line: version, mode, HBM and the virtual capacity, the tiers
 /// and their sizes, the policy.
 pub fn start_line(cfg: &Config, hbm: Option<u64>, dram_limit: u64, nvme: u64) -> String {
