@@ -118,6 +118,8 @@ pub struct Engine {
     tier: Option<Tier>,
     /// bytes of live allocations u3m does not manage, per device
     unmanaged: [AtomicU64; MAX_DEVICES],
+    /// what the operator has been told, and the stall account
+    ops: report::Operator,
 }
 
 #[derive(Default)]
@@ -228,6 +230,7 @@ impl Engine {
             publisher: publish::Publisher::default(),
             tier,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
+            ops: report::Operator::default(),
             cfg,
         };
         Ok(e)
@@ -376,15 +379,24 @@ impl Engine {
     }
 
     fn observe_monitor_used(&self, d: usize, used: u64, cap: u64) {
+        self.observe_monitor_with(d, |m, now| m.observe(now, used, cap));
+    }
+
+    /// Feeds device `d`'s monitor and raises what it says as an event.
+    fn observe_monitor_with(
+        &self,
+        d: usize,
+        f: impl FnOnce(&mut Monitor, u64) -> Option<crate::monitor::Transition>,
+    ) {
         let Some(s) = &self.seg else { return };
         let Ok(mut m) = self.monitors[d].lock() else {
             return;
         };
         let now = mono_ns();
-        if let Some(t) = m.observe(now, used, cap) {
+        if let Some(t) = f(&mut m, now) {
             let text = t.text();
             match t {
-                crate::monitor::Transition::Level { to, .. } => s.event_value(
+                crate::monitor::Transition::Level { to, used, .. } => s.event_value(
                     EventKind::Monitor,
                     d as u32,
                     0,
@@ -392,7 +404,7 @@ impl Engine {
                     to as u64,
                     text.as_str(),
                 ),
-                crate::monitor::Transition::OomPredicted { seconds, .. } => s.event_value(
+                crate::monitor::Transition::OomPredicted { seconds, used, .. } => s.event_value(
                     EventKind::OomPredicted,
                     d as u32,
                     0,
@@ -1051,7 +1063,10 @@ impl Engine {
         let t = self.tier.as_ref()?;
         let (free, total) = t.runtime().mem_info().ok()?;
         self.capacity[dev_index(dev)].store(total, Relaxed);
-        t.malloc(dev.max(0) as u32, size, free, total)
+        let t0 = mono_ns();
+        let r = t.malloc(dev.max(0) as u32, size, free, total);
+        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        r
     }
 
     /// After an unmanaged allocation failed with 207001: evict managed chunks
@@ -1121,7 +1136,10 @@ impl Engine {
         } else {
             Order::Stream(stream)
         };
-        match t.prepare(dev.max(0) as u32, class, ranges, overwrite, order) {
+        let t0 = mono_ns();
+        let r = t.prepare(dev.max(0) as u32, class, ranges, overwrite, order);
+        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        match r {
             Ok(tok) => Prep::Go(tok),
             Err(e) => Prep::Fail(e),
         }
@@ -1159,6 +1177,7 @@ impl Engine {
     pub(crate) fn tier_tick(&self) {
         let Some(t) = &self.tier else { return };
         let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
+        let stall = self.ops.stall_share(mono_ns());
         for line in t.tick_policy(secs) {
             if let Some(s) = &self.seg {
                 s.event(EventKind::Policy, crate::shm::NO_DEVICE, 0, 0, &line);
@@ -1212,7 +1231,17 @@ impl Engine {
                 report::publish_flows(g, &report::Flows::of(&c));
             }
             self.capacity[d].store(total, Relaxed);
-            self.observe_monitor_used(d, used_hbm, total);
+            // a full HBM is the normal state here: the level is about what
+            // can run out (monitor.rs)
+            let (vfree, vtotal) = t.mem_info(dev, free, total);
+            let p = crate::monitor::Pressure {
+                used: vtotal.saturating_sub(vfree),
+                capacity: vtotal,
+                host_used: t.host_demand(),
+                host_capacity: dram_limit + nvme_limit,
+                stall,
+            };
+            self.observe_monitor_with(d, |m, now| m.observe_pressure(now, &p));
         }
     }
 

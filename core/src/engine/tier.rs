@@ -349,6 +349,20 @@ impl Tier {
         )
     }
 
+    /// Managed memory that is not resident in HBM, over all devices: what
+    /// the host tiers must be able to hold (the monitor's host figure).
+    pub fn host_demand(&self) -> u64 {
+        self.st
+            .lock()
+            .map(|st| {
+                st.devs
+                    .iter()
+                    .map(|d| d.managed_virtual.saturating_sub(d.resident))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
     pub fn limits(&self) -> (u64, u64) {
         (self.dram_limit, self.nvme_limit)
     }
