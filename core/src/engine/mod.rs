@@ -278,6 +278,9 @@ impl Engine {
         }
         self.publisher.stop();
         self.note_spill_errors();
+        if self.cfg.log >= LogLevel::Info {
+            eprintln!("u3m: {}", self.exit_summary());
+        }
         if let Some(r) = &self.rec {
             r.stop();
         }
@@ -418,6 +421,7 @@ impl Engine {
     }
 
     pub fn alloc(&self, dev: i32, ptr: u64, size: u64, api: AllocApi) {
+        self.say_started(dev);
         self.heat
             .on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
         if !self
@@ -443,6 +447,20 @@ impl Engine {
                 },
             );
         }
+    }
+
+    /// At U3M_LOG=info, the start line, once: at the first allocation,
+    /// when the device's HBM is known.
+    fn say_started(&self, dev: i32) {
+        if self.cfg.log < LogLevel::Info || !self.ops.first_start() {
+            return;
+        }
+        let hbm = match &self.tier {
+            Some(t) => t.runtime().mem_info().ok().map(|x| x.1),
+            None => Some(self.capacity(dev)).filter(|&c| c > 0),
+        };
+        let (dram, nvme) = self.tier.as_ref().map(|t| t.limits()).unwrap_or((0, 0));
+        eprintln!("u3m: {}", report::start_line(&self.cfg, hbm, dram, nvme));
     }
 
     pub fn alloc_failed(&self, dev: i32, size: u64, code: i32, _api: AllocApi) {
@@ -1173,6 +1191,32 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// What moved lately, at most every 250 ms: one `migrate` event (what
+    /// `u3m top` lists live) and, at U3M_LOG=debug, one line.
+    fn report_activity(&self, c: &TierCounters) {
+        let now = mono_ns();
+        let Some((f, dt)) = self.ops.activity(now, c) else {
+            return;
+        };
+        let text = format!("{} in {} ms", f.text(), dt / 1_000_000);
+        if let Some(s) = &self.seg {
+            let chunks: u64 = f.chunks_in[TIER_HBM] + f.chunks_out[TIER_HBM];
+            let bytes = f.bytes_in(TIER_HBM) + f.bytes_out(TIER_HBM);
+            s.event_value(
+                EventKind::Migrate,
+                crate::shm::NO_DEVICE,
+                0,
+                bytes,
+                chunks,
+                &text,
+            );
+        }
+        if self.cfg.log >= LogLevel::Debug {
+            let at = now.saturating_sub(self.started_ns) as f64 / 1e9;
+            eprintln!("u3m: debug: +{at:.3}s {text}");
+        }
+    }
+
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
         let Some(t) = &self.tier else { return };
@@ -1185,6 +1229,7 @@ impl Engine {
         }
         self.note_spill_errors();
         let c = t.counters();
+        self.report_activity(&c);
         let (dram_limit, nvme_limit) = t.limits();
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
         t.spill_dram(0.02);
@@ -1243,6 +1288,36 @@ impl Engine {
             };
             self.observe_monitor_with(d, |m, now| m.observe_pressure(now, &p));
         }
+    }
+
+    /// The exit summary line (U3M_LOG=info).
+    fn exit_summary(&self) -> String {
+        let c = self.tier.as_ref().map(|t| t.counters()).unwrap_or_default();
+        let peak = |tier: usize| {
+            self.seg
+                .as_ref()
+                .map(|s| {
+                    (0..MAX_DEVICES)
+                        .map(|d| s.device(d).peak[tier].load(Relaxed))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .unwrap_or(0)
+        };
+        let figures = report::RunFigures {
+            wall_ns: mono_ns().saturating_sub(self.started_ns),
+            stall_ns: self.ops.stall_ns.load(Relaxed),
+            peak_hbm: peak(TIER_HBM),
+            hbm: self
+                .capacity
+                .iter()
+                .map(|c| c.load(Relaxed))
+                .max()
+                .unwrap_or(0),
+            refusals: self.ops.refusals.load(Relaxed),
+            ops: self.seq.load(Relaxed),
+        };
+        report::exit_summary(self.cfg.mode, &c, &figures)
     }
 
     /// The run's summary (U3M_SUMMARY): what moved between tiers and what

@@ -82,18 +82,19 @@ impl Flows {
             .all(|&c| c == 0)
     }
 
-    /// "HBM→host 34 (68.0 MiB), host→HBM 22 (44.0 MiB), DRAM→NVMe 3 (6.0 MiB)"
+    /// "HBM→host 34 chunks (68.0 MiB), host→HBM 22 chunks (44.0 MiB),
+    /// DRAM→NVMe 3 (6.0 MiB)"
     pub fn text(&self) -> String {
         let dram_to_nvme = self.chunks_in[TIER_NVME]
             .saturating_sub(self.chunks_out[TIER_HBM].saturating_sub(self.chunks_in[TIER_DRAM]));
         let mut parts = vec![
             format!(
-                "HBM→host {} ({})",
+                "HBM→host {} chunks ({})",
                 self.chunks_out[TIER_HBM],
                 bytes(self.bytes_out(TIER_HBM))
             ),
             format!(
-                "host→HBM {} ({})",
+                "host→HBM {} chunks ({})",
                 self.chunks_in[TIER_HBM],
                 bytes(self.bytes_in(TIER_HBM))
             ),
@@ -191,14 +192,26 @@ pub fn exit_summary(mode: Mode, c: &TierCounters, r: &RunFigures) -> String {
     } else {
         0.0
     };
-    format!(
-        "summary: {secs:.1} s: moved {} (evictions {}, {} of them clean drops), {} back (faults-in {}, prefetched {}); {peak}; calls stalled {:.2} s in u3m ({stall_pct:.0} % of wall time); {} allocation{} refused",
-        f.text(),
+    let mut moved = format!(
+        "HBM→host {} chunks ({}; {} evictions, {} of them clean drops), host→HBM {} chunks ({}; {} faults-in, {} prefetched)",
+        f.chunks_out[TIER_HBM],
+        bytes(f.bytes_out(TIER_HBM)),
         c.evictions,
         c.clean_drops,
+        f.chunks_in[TIER_HBM],
         bytes(f.bytes_in(TIER_HBM)),
         c.faults_in,
-        c.prefetches,
+        c.prefetches
+    );
+    if c.to_nvme + c.from_nvme > 0 {
+        moved.push_str(&format!(
+            ", NVMe in {} out {}",
+            bytes(f.bytes_in(TIER_NVME)),
+            bytes(f.bytes_out(TIER_NVME))
+        ));
+    }
+    format!(
+        "summary: {secs:.1} s: {moved}; {peak}; calls stalled {:.2} s in u3m ({stall_pct:.0} % of wall time); {} allocation{} refused",
         r.stall_ns as f64 / 1e9,
         r.refusals,
         if r.refusals == 1 { "" } else { "s" }
@@ -380,7 +393,7 @@ mod tests {
         );
         assert_eq!(
             f.text(),
-            "HBM→host 8 (16.0 MiB), host→HBM 10 (20.0 MiB), of which from NVMe 2, DRAM→NVMe 1 (2.0 MiB)"
+            "HBM→host 8 chunks (16.0 MiB), host→HBM 10 chunks (20.0 MiB), of which from NVMe 2, DRAM→NVMe 1 (2.0 MiB)"
         );
         let later = Flows::of(&TierCounters {
             eviction_bytes: 9 * CHUNK,
@@ -427,7 +440,7 @@ mod tests {
         let s = exit_summary(Mode::Tier, &counters(), &r);
         assert_eq!(
             s,
-            "summary: 10.0 s: moved HBM→host 8 (16.0 MiB), host→HBM 10 (20.0 MiB), of which from NVMe 2, DRAM→NVMe 1 (2.0 MiB) (evictions 10, 2 of them clean drops), 20.0 MiB back (faults-in 9, prefetched 3); peak HBM 128.0 MiB of 130.0 MiB; calls stalled 2.50 s in u3m (25 % of wall time); 1 allocation refused"
+            "summary: 10.0 s: HBM→host 8 chunks (16.0 MiB; 10 evictions, 2 of them clean drops), host→HBM 10 chunks (20.0 MiB; 9 faults-in, 3 prefetched), NVMe in 6.0 MiB out 4.0 MiB; peak HBM 128.0 MiB of 130.0 MiB; calls stalled 2.50 s in u3m (25 % of wall time); 1 allocation refused"
         );
         let s = exit_summary(Mode::Observe, &TierCounters::default(), &r);
         assert_eq!(
