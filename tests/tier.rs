@@ -489,3 +489,25 @@ fn a_captured_graph_replays_under_pressure() {
     assert_eq!(results(&r.stdout), results(&big.stdout));
     assert!(s["tier"]["evictions"].as_u64().unwrap() >= 60, "{s}");
 }
+
+/// Issue 14: an allocation beyond U3M_OVERSUB x HBM failed with 207001 and
+/// no word about the cap. Now one line with the numbers and the variable.
+#[test]
+fn an_allocation_beyond_the_virtual_capacity_says_why_once() {
+    let (r, s) = tier(
+        "mlp_train",
+        &["--footprint", "300M", "--batch", "16", "--steps", "1"],
+        &[("ACLSIM_HBM_BYTES", "130M"), ("U3M_ALLOC_WAIT_MS", "0")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ACL error 207001"), "{}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().filter(|l| l.contains("refused (207001)")).collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].starts_with("u3m: allocation of ")
+            && lines[0].contains("of the virtual capacity 195.0 MiB (1.5 × HBM 130.0 MiB) is in use; raise U3M_OVERSUB"),
+        "{}",
+        lines[0]
+    );
+    assert!(s.is_object(), "the summary is still written");
+}

@@ -1084,7 +1084,22 @@ impl Engine {
         let t0 = mono_ns();
         let r = t.malloc(dev.max(0) as u32, size, free, total);
         self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        self.say_refused(t);
         r
+    }
+
+    /// One line (at most one a second) when tier mode refused an
+    /// allocation: the numbers and the variable to change.
+    fn say_refused(&self, t: &Tier) {
+        let Some(r) = t.take_refusal() else { return };
+        if let Some(line) = self.ops.refused(mono_ns(), &r) {
+            if let Some(s) = &self.seg {
+                s.event_value(EventKind::Error, r.dev, 0, r.size, 207001, &line);
+            }
+            if self.cfg.log >= LogLevel::Warn {
+                eprintln!("u3m: {line}");
+            }
+        }
     }
 
     /// After an unmanaged allocation failed with 207001: evict managed chunks

@@ -256,7 +256,7 @@ impl Refusal {
             Limit::Virtual => {
                 let need = (self.virtual_used + self.size) as f64 / self.hbm.max(1) as f64;
                 format!(
-                    "{what}: {} of the virtual capacity {} ({} × HBM {}) is in use; raise U3M_OVERSUB (≥ {:.2} would fit it)",
+                    "{what}: {} of the virtual capacity {} ({} × HBM {}) is in use; raise U3M_OVERSUB (≥ {:.2} would fit this allocation)",
                     bytes(self.virtual_used),
                     bytes(self.virtual_total),
                     self.oversub,
@@ -465,7 +465,7 @@ mod tests {
         };
         assert_eq!(
             r.line(),
-            "allocation of 64.0 MiB on device 0 refused (207001): 160.0 MiB of the virtual capacity 195.0 MiB (1.5 × HBM 130.0 MiB) is in use; raise U3M_OVERSUB (≥ 1.73 would fit it)"
+            "allocation of 64.0 MiB on device 0 refused (207001): 160.0 MiB of the virtual capacity 195.0 MiB (1.5 × HBM 130.0 MiB) is in use; raise U3M_OVERSUB (≥ 1.73 would fit this allocation)"
         );
         let h = Refusal {
             limit: Limit::HostTiers,

@@ -193,6 +193,8 @@ pub struct Tier {
     demand_seen: AtomicU64,
     /// Some device has been lost (the hot paths' cheap check).
     lost_any: AtomicBool,
+    /// The figures of the last allocation `malloc` refused (for one line).
+    refusal: Mutex<Option<super::report::Refusal>>,
 }
 
 /// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
@@ -300,6 +302,7 @@ impl Tier {
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
+            refusal: Mutex::new(None),
         })
     }
 
@@ -485,12 +488,38 @@ impl Tier {
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
+            let refusal = super::report::Refusal {
+                dev,
+                size: vlen,
+                limit: if fits_virtual {
+                    super::report::Limit::HostTiers
+                } else {
+                    super::report::Limit::Virtual
+                },
+                virtual_used: dv.managed_virtual + unmanaged,
+                virtual_total: vtotal,
+                hbm: dv.capacity,
+                oversub: self.oversub,
+                host_need: (dv.managed_virtual + vlen)
+                    .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                    + others,
+                host_limit: self.dram_limit + self.nvme_limit,
+                waited_ms: self.alloc_wait_ms,
+            };
             drop(st);
             if std::time::Instant::now() >= deadline {
+                if let Ok(mut r) = self.refusal.lock() {
+                    *r = Some(refusal);
+                }
                 return Some(Err(E_ALLOC));
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// The figures of the allocation `malloc` last refused, once.
+    pub fn take_refusal(&self) -> Option<super::report::Refusal> {
+        self.refusal.lock().ok()?.take()
     }
 
     /// aclrtFree: Some(result) for a managed allocation, None otherwise.
