@@ -511,3 +511,29 @@ fn an_allocation_beyond_the_virtual_capacity_says_why_once() {
     );
     assert!(s.is_object(), "the summary is still written");
 }
+
+/// Issue 14: U3M_SWAP_DIR without U3M_SWAP_BYTES gave no NVMe tier at all.
+/// Now the tier is sized from the file system's free space (90 %, less 1 GiB).
+#[test]
+fn swap_dir_alone_enables_an_nvme_tier_sized_from_free_space() {
+    let swap = common::scratch("tier-swap-alone");
+    let (r, s) = tier(
+        "mlp_train",
+        &["--steps", "1"],
+        &[("ACLSIM_HBM_BYTES", "256M"), ("U3M_SWAP_DIR", swap.to_str().unwrap())],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let free = u3m_free_bytes(&swap);
+    let want = (free / 10 * 9).saturating_sub(1 << 30) / (2 << 20) * (2 << 20);
+    let got = s["tier"]["nvme_limit"].as_u64().unwrap();
+    assert!(want > 0, "test machine has too little free space in {}", swap.display());
+    // free space moves a little between the two looks
+    assert!(got.abs_diff(want) <= 64 << 20, "nvme_limit {got}, expected about {want}");
+}
+
+fn u3m_free_bytes(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail as u64 * st.f_frsize as u64
+}

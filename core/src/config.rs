@@ -567,7 +567,41 @@ pub fn swap_bytes_from_free(free: u64) -> u64 {
     b / (2 * MIB) * (2 * MIB)
 }
 
+/// Bytes free for an unprivileged user on the file system holding `dir`.
+pub fn free_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path and a zeroed out-struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 impl Config {
+    /// The NVMe tier's size: 0 without U3M_SWAP_DIR, U3M_SWAP_BYTES when set,
+    /// else `swap_bytes_from_free` of the directory's file system.
+    pub fn nvme_bytes(&self) -> Result<u64, String> {
+        let Some(dir) = &self.swap_dir else {
+            return Ok(0);
+        };
+        if self.swap_bytes > 0 {
+            return Ok(self.swap_bytes);
+        }
+        let free = free_bytes(dir).map_err(|e| format!("U3M_SWAP_DIR={}: {e}", dir.display()))?;
+        match swap_bytes_from_free(free) {
+            0 => Err(format!(
+                "U3M_SWAP_DIR={}: {} free, nothing left for an NVMe tier after the {} margin; free space or set U3M_SWAP_BYTES",
+                dir.display(),
+                size_text(free),
+                size_text(SWAP_MARGIN_BYTES)
+            )),
+            b => Ok(b),
+        }
+    }
+
     /// Defaults, as if no variable were set.
     pub fn defaults() -> Config {
         parse(std::iter::empty::<(String, String)>()).config
@@ -898,6 +932,28 @@ mod tests {
         let b = swap_bytes_from_free(100 << 30);
         assert_eq!(b, (90u64 << 30) - (1 << 30));
         assert_eq!(b % (2 << 20), 0);
+    }
+
+    #[test]
+    fn swap_dir_alone_sizes_the_nvme_tier_from_free_space() {
+        let dir = std::env::temp_dir();
+        let c = cfg(&[("U3M_SWAP_DIR", dir.to_str().unwrap())]).unwrap();
+        let free = free_bytes(&dir).unwrap();
+        match c.nvme_bytes() {
+            Ok(b) => assert_eq!(b, swap_bytes_from_free(free)),
+            Err(e) => assert!(
+                swap_bytes_from_free(free) == 0 && e.contains("nothing left"),
+                "{e}"
+            ),
+        }
+        let c = cfg(&[("U3M_SWAP_DIR", "/tmp"), ("U3M_SWAP_BYTES", "4M")]).unwrap();
+        assert_eq!(c.nvme_bytes(), Ok(4 << 20));
+        assert_eq!(Config::defaults().nvme_bytes(), Ok(0));
+        let c = cfg(&[("U3M_SWAP_DIR", "/no/such/dir")]).unwrap();
+        assert!(c
+            .nvme_bytes()
+            .unwrap_err()
+            .starts_with("U3M_SWAP_DIR=/no/such/dir: "));
     }
 
     #[test]

@@ -254,14 +254,16 @@ impl Tier {
             256 << 20,
             Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
         );
+        // U3M_SWAP_DIR alone: sized from the file system's free space
+        let nvme_bytes = cfg.nvme_bytes()?;
         let nvme = match &cfg.swap_dir {
-            Some(d) if cfg.swap_bytes > 0 => Some(
-                NvmeTier::new(d, cfg.swap_bytes, 256 << 20)
+            Some(d) if nvme_bytes > 0 => Some(
+                NvmeTier::new(d, nvme_bytes, 256 << 20)
                     .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
             ),
             _ => None,
         };
-        let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
+        let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
         Ok(Tier {
             rt,
             policy,
