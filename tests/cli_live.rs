@@ -340,7 +340,10 @@ fn tier_run_under_pressure_shows_dram_and_evictions_while_running() {
     );
     // u3m run's default U3M_LOG=info: one start line, one exit summary
     assert_eq!(err.matches("u3m: start: u3m ").count(), 1, "{err}");
-    assert!(err.contains(", tier mode, HBM 66.0 MiB × 1.5 = 99.0 MiB virtual"), "{err}");
+    assert!(
+        err.contains(", tier mode, HBM 66.0 MiB × 1.5 = 99.0 MiB virtual"),
+        "{err}"
+    );
     assert_eq!(err.matches("u3m: summary: ").count(), 1, "{err}");
     assert!(err.contains(" allocations refused"), "{err}");
 }
@@ -348,12 +351,17 @@ fn tier_run_under_pressure_shows_dram_and_evictions_while_running() {
 /// Chunks and bytes agree per tier and direction; HBM out = DRAM in and
 /// HBM in = DRAM out with no NVMe tier.
 fn flows_consistent(d: &Value) -> Result<(), String> {
-    let m = |t: &str, k: &str| get(d, &["migrations", t, k]).ok_or(format!("migrations.{t}.{k} missing in {d}"));
+    let m = |t: &str, k: &str| {
+        get(d, &["migrations", t, k]).ok_or(format!("migrations.{t}.{k} missing in {d}"))
+    };
     for t in ["hbm", "dram", "nvme"] {
         for (n, b) in [("in", "bytes_in"), ("out", "bytes_out")] {
             let (n, b) = (m(t, n)?, m(t, b)?);
             if b != n * 2 * MIB {
-                return Err(format!("{t}: {n} chunks but {b} bytes: {}", d["migrations"]));
+                return Err(format!(
+                    "{t}: {n} chunks but {b} bytes: {}",
+                    d["migrations"]
+                ));
             }
         }
     }

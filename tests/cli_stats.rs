@@ -481,14 +481,21 @@ fn stat_leaves_segments_it_cannot_prove_it_wrote() {
     let renamed = plant(seg.path(), &dir, gone2, None);
     {
         use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().write(true).open(&renamed).unwrap();
-        f.write_all_at(&std::process::id().to_le_bytes(), 28).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&renamed)
+            .unwrap();
+        f.write_all_at(&std::process::id().to_le_bytes(), 28)
+            .unwrap();
     }
 
     let out = run_u3m(&["stat", "--dir", dir.to_str().unwrap()]);
     assert!(out.status.success());
     let err = text(&out.stderr);
-    assert!(renamed.exists(), "a file naming another pid was removed:\n{err}");
+    assert!(
+        renamed.exists(),
+        "a file naming another pid was removed:\n{err}"
+    );
     assert!(
         err.contains(&format!(
             "u3m: skipping {}: it says it belongs to pid {} (left in place)",
@@ -507,7 +514,13 @@ fn stat_leaves_segments_it_cannot_prove_it_wrote() {
             "{err}"
         );
         // -p names it: the reason, and that it stayed.
-        let out = run_u3m(&["stat", "-p", &gone.to_string(), "--dir", dir.to_str().unwrap()]);
+        let out = run_u3m(&[
+            "stat",
+            "-p",
+            &gone.to_string(),
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
         assert_eq!(out.status.code(), Some(1));
         assert!(
             text(&out.stderr).contains("process no longer exists (stale segment left in place)"),
@@ -772,17 +785,45 @@ fn run_refuses_invalid_settings_before_starting_anything() {
     let marker = d.join("started");
     let prog = format!("touch {}", marker.display());
     let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, Vec<&str>)> = vec![
-        (vec!["--oversub", "0.5"], vec![], vec!["U3M_OVERSUB: '0.5' is outside 1..64"]),
-        (vec!["--mode", "tierx"], vec![], vec!["U3M_MODE: 'tierx' is not one of off, observe, tier"]),
-        (vec!["--log", "chatty"], vec![], vec!["U3M_LOG: 'chatty'"]),
-        (vec!["-e", "U3M_OVERSUBB=2"], vec![], vec!["U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)"]),
-        (vec![], vec![("U3M_OVERSUB", "abc")], vec!["U3M_OVERSUB: 'abc' is not a number"]),
         (
-            vec!["--alloc-wait-ms", "18446744073709551615", "--dram-bytes", "2"],
+            vec!["--oversub", "0.5"],
             vec![],
-            vec!["U3M_ALLOC_WAIT_MS: '18446744073709551615' is outside 0..600000 ms", "U3M_DRAM_BYTES: '2' is outside"],
+            vec!["U3M_OVERSUB: '0.5' is outside 1..64"],
         ),
-        (vec!["--hbm", "130M"], vec![], vec!["unexpected argument '--hbm'"]),
+        (
+            vec!["--mode", "tierx"],
+            vec![],
+            vec!["U3M_MODE: 'tierx' is not one of off, observe, tier"],
+        ),
+        (vec!["--log", "chatty"], vec![], vec!["U3M_LOG: 'chatty'"]),
+        (
+            vec!["-e", "U3M_OVERSUBB=2"],
+            vec![],
+            vec!["U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)"],
+        ),
+        (
+            vec![],
+            vec![("U3M_OVERSUB", "abc")],
+            vec!["U3M_OVERSUB: 'abc' is not a number"],
+        ),
+        (
+            vec![
+                "--alloc-wait-ms",
+                "18446744073709551615",
+                "--dram-bytes",
+                "2",
+            ],
+            vec![],
+            vec![
+                "U3M_ALLOC_WAIT_MS: '18446744073709551615' is outside 0..600000 ms",
+                "U3M_DRAM_BYTES: '2' is outside",
+            ],
+        ),
+        (
+            vec!["--hbm", "130M"],
+            vec![],
+            vec!["unexpected argument '--hbm'"],
+        ),
     ];
     for (args, env, needles) in cases {
         let mut c = Command::new(d.join("u3m"));
@@ -799,7 +840,15 @@ fn run_refuses_invalid_settings_before_starting_anything() {
         assert!(!marker.exists(), "{args:?}: the program ran");
     }
     // the same settings, valid: it runs
-    let out = output(Command::new(d.join("u3m")).args(["run", "--oversub", "2", "--", "sh", "-c", &prog]));
+    let out = output(Command::new(d.join("u3m")).args([
+        "run",
+        "--oversub",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &prog,
+    ]));
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(marker.exists());
     let _ = std::fs::remove_dir_all(&d);

@@ -501,7 +501,11 @@ fn an_allocation_beyond_the_virtual_capacity_says_why_once() {
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("ACL error 207001"), "{}", r.stderr);
-    let lines: Vec<&str> = r.stderr.lines().filter(|l| l.contains("refused (207001)")).collect();
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("refused (207001)"))
+        .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(
         lines[0].starts_with("u3m: allocation of ")
@@ -520,15 +524,25 @@ fn swap_dir_alone_enables_an_nvme_tier_sized_from_free_space() {
     let (r, s) = tier(
         "mlp_train",
         &["--steps", "1"],
-        &[("ACLSIM_HBM_BYTES", "256M"), ("U3M_SWAP_DIR", swap.to_str().unwrap())],
+        &[
+            ("ACLSIM_HBM_BYTES", "256M"),
+            ("U3M_SWAP_DIR", swap.to_str().unwrap()),
+        ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     let free = u3m_free_bytes(&swap);
     let want = (free / 10 * 9).saturating_sub(1 << 30) / (2 << 20) * (2 << 20);
     let got = s["tier"]["nvme_limit"].as_u64().unwrap();
-    assert!(want > 0, "test machine has too little free space in {}", swap.display());
+    assert!(
+        want > 0,
+        "test machine has too little free space in {}",
+        swap.display()
+    );
     // free space moves a little between the two looks
-    assert!(got.abs_diff(want) <= 64 << 20, "nvme_limit {got}, expected about {want}");
+    assert!(
+        got.abs_diff(want) <= 64 << 20,
+        "nvme_limit {got}, expected about {want}"
+    );
 }
 
 fn u3m_free_bytes(dir: &Path) -> u64 {
