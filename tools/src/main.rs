@@ -4,6 +4,7 @@
 
 mod ab;
 mod collect;
+mod doctor;
 mod error;
 mod human;
 mod json;
@@ -47,6 +48,8 @@ enum Cmd {
     Replay(replay::ReplayArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
     Synth(synth::SynthArgs),
+    /// Check this machine and environment for u3m: libascendcl.so and CANN version, LD_PRELOAD, settings, /dev/shm, swap directory, locked memory, huge pages.
+    Doctor(doctor::DoctorArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -100,6 +103,7 @@ fn main() -> ExitCode {
         Cmd::Plan(a) => plan::main(&a),
         Cmd::Replay(a) => replay::main(a),
         Cmd::Synth(a) => synth::main(&a),
+        Cmd::Doctor(a) => doctor::main(&a),
     };
     match r {
         Ok(code) => code,
