@@ -11,6 +11,7 @@ mod json;
 mod plan;
 mod replay;
 mod run;
+mod shell;
 mod stat;
 mod synth;
 mod table;
@@ -50,6 +51,10 @@ enum Cmd {
     Synth(synth::SynthArgs),
     /// Check this machine and environment for u3m: libascendcl.so and CANN version, LD_PRELOAD, settings, /dev/shm, swap directory, locked memory, huge pages.
     Doctor(doctor::DoctorArgs),
+    /// Print shell completions: `u3m completions bash > /etc/bash_completion.d/u3m`.
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff), or write one per command with --dir.
+    Man(shell::ManArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -104,6 +109,8 @@ fn main() -> ExitCode {
         Cmd::Replay(a) => replay::main(a),
         Cmd::Synth(a) => synth::main(&a),
         Cmd::Doctor(a) => doctor::main(&a),
+        Cmd::Completions(a) => shell::completions(&a, <Cli as clap::CommandFactory>::command()),
+        Cmd::Man(a) => shell::man(&a, <Cli as clap::CommandFactory>::command()),
     };
     match r {
         Ok(code) => code,

@@ -61,7 +61,7 @@ pub fn env_options() -> &'static [EnvOption] {
     })
 }
 
-fn leak(s: String) -> &'static str {
+pub fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
