@@ -9,6 +9,7 @@ mod error;
 mod human;
 mod json;
 mod plan;
+mod progress;
 mod replay;
 mod run;
 mod shell;

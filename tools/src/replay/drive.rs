@@ -254,7 +254,9 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     fn replay(&mut self) -> Result<(), String> {
+        let n = self.trace.events.len();
         for (k, ev) in self.trace.events.iter().enumerate() {
+            crate::progress::tick(k, n);
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
             self.background();
