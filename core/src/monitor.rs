@@ -536,28 +536,6 @@ impl SharedMonitor {
     }
 }
 
-impl SharedMonitor {
-    /// `Monitor::observe_pressure`, as `try_observe`.
-    pub fn try_observe_pressure(
-        &self,
-        now_ns: u64,
-        p: &Pressure,
-    ) -> Option<(Option<Transition>, Status)> {
-        if self
-            .busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
-        }
-        // SAFETY: we hold `busy`.
-        let m = unsafe { &mut *self.inner.get() };
-        let r = (m.observe_pressure(now_ns, p), m.status());
-        self.busy.store(false, Ordering::Release);
-        Some(r)
-    }
-}
-
 impl Default for SharedMonitor {
     fn default() -> Self {
         SharedMonitor::new(MonitorConfig::default())

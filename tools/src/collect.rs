@@ -12,6 +12,7 @@
 //! - its writer is gone: no such pid, a zombie, or a pid whose start time
 //!   differs from the one the writer recorded (pid reuse);
 //! - it is still the same file (device, inode) when it is removed.
+//!
 //! An empty file of a dead pid owned by the user (a writer killed while
 //! creating it) holds nothing and is removed too. Everything else is left in
 //! place with a note saying why.

@@ -89,6 +89,10 @@ pub fn line(label: &str, stage: &str, done: Option<(usize, usize)>) -> String {
 
 fn draw(s: &mut State, done: Option<(usize, usize)>) {
     let text = line(&s.label, &s.stage, done);
+    put(s, &text);
+}
+
+fn put(s: &mut State, text: &str) {
     let mut e = std::io::stderr().lock();
     let _ = write!(e, "\r\x1b[K{text}");
     let _ = e.flush();

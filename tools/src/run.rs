@@ -81,22 +81,26 @@ pub fn markdown_table() -> String {
         "| option | variable | values | default | meaning |\n| --- | --- | --- | --- | --- |\n",
     );
     for o in env_options() {
-        let v = o.spec;
         s.push_str(&format!(
-            "| `--{} {}` | `{}` | {} | {} | {} |\n",
+            "| `--{} {}` | `{}` | {}\n",
             o.long,
             md(o.value),
             o.var,
-            md(&v.range_text()),
-            if v.default.is_empty() {
-                "-".to_string()
-            } else {
-                format!("`{}`", v.default)
-            },
-            md(v.doc)
+            spec_cells(o.spec)
         ));
     }
     s
+}
+
+/// "values | default | meaning |" cells of one variable.
+#[cfg(test)]
+fn spec_cells(v: &u3m_core::config::VarSpec) -> String {
+    let default = if v.default.is_empty() {
+        "-".to_string()
+    } else {
+        format!("`{}`", v.default)
+    };
+    format!("{} | {default} | {} |", md(&v.range_text()), md(v.doc))
 }
 
 /// Every U3M_* variable, the library's and the scripts': the README's table.
@@ -105,17 +109,7 @@ pub fn variables_table() -> String {
     let mut s =
         String::from("| variable | values | default | meaning |\n| --- | --- | --- | --- |\n");
     for v in u3m_core::config::VARS {
-        s.push_str(&format!(
-            "| `{}` | {} | {} | {} |\n",
-            v.name,
-            md(&v.range_text()),
-            if v.default.is_empty() {
-                "-".to_string()
-            } else {
-                format!("`{}`", v.default)
-            },
-            md(v.doc)
-        ));
+        s.push_str(&format!("| `{}` | {}\n", v.name, spec_cells(v)));
     }
     for (name, doc) in u3m_core::config::TOOL_VARS {
         s.push_str(&format!("| `{name}` | test / CI | - | {} |\n", md(doc)));
