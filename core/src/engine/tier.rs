@@ -157,6 +157,8 @@ pub struct TierCounters {
     pub to_dram: u64,
     pub to_nvme: u64,
     pub from_nvme: u64,
+    /// Chunks the background spill moved from DRAM to NVMe (part of to_nvme).
+    pub spilled: u64,
     pub overwrites: u64,
     pub spill_errors: u64,
     /// Chunks brought back ahead of use by the background prefetch.
@@ -192,6 +194,7 @@ pub struct Tier {
     pub to_dram: AtomicU64,
     pub to_nvme: AtomicU64,
     pub from_nvme: AtomicU64,
+    pub spilled: AtomicU64,
     pub overwrites: AtomicU64,
     pub spill_errors: AtomicU64,
     pub prefetches: AtomicU64,
@@ -207,6 +210,8 @@ pub struct Tier {
     demand_seen: AtomicU64,
     /// Some device has been lost (the hot paths' cheap check).
     lost_any: AtomicBool,
+    /// The figures of the last allocation `malloc` refused (for one line).
+    refusal: Mutex<Option<super::report::Refusal>>,
 }
 
 /// Host memory for the DRAM tier through the runtime (aclrtMallocHost).
@@ -266,14 +271,16 @@ impl Tier {
             256 << 20,
             Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
         );
+        // U3M_SWAP_DIR alone: sized from the file system's free space
+        let nvme_bytes = cfg.nvme_bytes()?;
         let nvme = match &cfg.swap_dir {
-            Some(d) if cfg.swap_bytes > 0 => Some(
-                NvmeTier::new(d, cfg.swap_bytes, 256 << 20)
+            Some(d) if nvme_bytes > 0 => Some(
+                NvmeTier::new(d, nvme_bytes, 256 << 20)
                     .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
             ),
             _ => None,
         };
-        let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
+        let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
         Ok(Tier {
             rt,
             policy,
@@ -307,6 +314,7 @@ impl Tier {
             to_dram: AtomicU64::new(0),
             to_nvme: AtomicU64::new(0),
             from_nvme: AtomicU64::new(0),
+            spilled: AtomicU64::new(0),
             overwrites: AtomicU64::new(0),
             spill_errors: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
@@ -318,6 +326,7 @@ impl Tier {
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
+            refusal: Mutex::new(None),
         })
     }
 
@@ -345,6 +354,7 @@ impl Tier {
             to_dram: self.to_dram.load(Relaxed),
             to_nvme: self.to_nvme.load(Relaxed),
             from_nvme: self.from_nvme.load(Relaxed),
+            spilled: self.spilled.load(Relaxed),
             overwrites: self.overwrites.load(Relaxed),
             spill_errors: self.spill_errors.load(Relaxed),
             prefetches: self.prefetches.load(Relaxed),
@@ -368,6 +378,20 @@ impl Tier {
             st.dram.used(),
             nv,
         )
+    }
+
+    /// Managed memory that is not resident in HBM, over all devices: what
+    /// the host tiers must be able to hold (the monitor's host figure).
+    pub fn host_demand(&self) -> u64 {
+        self.st
+            .lock()
+            .map(|st| {
+                st.devs
+                    .iter()
+                    .map(|d| d.managed_virtual.saturating_sub(d.resident))
+                    .sum()
+            })
+            .unwrap_or(0)
     }
 
     pub fn limits(&self) -> (u64, u64) {
@@ -492,12 +516,38 @@ impl Tier {
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
+            let refusal = super::report::Refusal {
+                dev,
+                size: vlen,
+                limit: if fits_virtual {
+                    super::report::Limit::HostTiers
+                } else {
+                    super::report::Limit::Virtual
+                },
+                virtual_used: dv.managed_virtual + unmanaged,
+                virtual_total: vtotal,
+                hbm: dv.capacity,
+                oversub: self.oversub,
+                host_need: (dv.managed_virtual + vlen)
+                    .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                    + others,
+                host_limit: self.dram_limit + self.nvme_limit,
+                waited_ms: self.alloc_wait_ms,
+            };
             drop(st);
             if std::time::Instant::now() >= deadline {
+                if let Ok(mut r) = self.refusal.lock() {
+                    *r = Some(refusal);
+                }
                 return Some(Err(E_ALLOC));
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// The figures of the allocation `malloc` last refused, once.
+    pub fn take_refusal(&self) -> Option<super::report::Refusal> {
+        self.refusal.lock().ok()?.take()
     }
 
     /// aclrtFree: Some(result) for a managed allocation, None otherwise.
@@ -1943,6 +1993,7 @@ impl Tier {
             if ok {
                 let _ = st.dram.free(ds);
                 self.to_nvme.fetch_add(1, Relaxed);
+                self.spilled.fetch_add(1, Relaxed);
                 moved += 1;
                 bytes += CHUNK;
             } else {
