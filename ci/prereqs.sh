@@ -1,6 +1,7 @@
 # Sourced by the ci/ scripts: makes sure a fresh machine has what the build and
 # the tests need (a C compiler, python3 with pip for the ABI test's header
-# download). The Rust toolchain comes with the machine.
+# download, tmux for the test that reads `u3m top`'s screen). The Rust
+# toolchain comes with the machine.
 ensure_prereqs() {
     local missing=()
     command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
@@ -9,6 +10,7 @@ ensure_prereqs() {
     command -v g++ >/dev/null 2>&1 || missing+=(g++)
     command -v nm >/dev/null 2>&1 || missing+=(binutils)
     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+    command -v tmux >/dev/null 2>&1 || missing+=(tmux)
     if ((${#missing[@]})); then
         if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "installing: ${missing[*]}" >&2

@@ -21,6 +21,15 @@ static LOG: AtomicU8 = AtomicU8::new(LogLevel::Warn as u8);
 /// Set in a forked child: its trace goes to <U3M_TRACE>.<pid>, never over
 /// the parent's file.
 static FORKED: AtomicBool = AtomicBool::new(false);
+/// An invalid U3M_* value in tier mode: aclInit fails rather than let the
+/// process run untiered (U3M_ON_CONFIG_ERROR=passthrough opts out).
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// True when aclInit must fail (see `REFUSED`).
+#[inline]
+pub fn start_refused() -> bool {
+    REFUSED.load(Ordering::Relaxed)
+}
 
 thread_local! {
     /// The device this thread set with aclrtSetDevice (-1: none seen yet).
@@ -98,32 +107,43 @@ pub fn init() {
         return;
     }
     crate::dl::resolve_real();
-    let cfg = match Config::from_env() {
-        Ok(mut c) => {
-            if FORKED.load(Ordering::Acquire) {
-                if let Some(t) = &c.trace {
-                    let mut p = t.clone().into_os_string();
-                    p.push(format!(".{}", std::process::id()));
-                    c.trace = Some(p.into());
-                }
-            }
-            c
+    let parsed = u3m_core::config::parse(Config::env_vars());
+    let mut cfg = parsed.config.clone();
+    if FORKED.load(Ordering::Acquire) {
+        if let Some(t) = &cfg.trace {
+            let mut p = t.clone().into_os_string();
+            p.push(format!(".{}", std::process::id()));
+            cfg.trace = Some(p.into());
         }
-        Err(e) => {
-            log_line(&[
-                "configuration error: ",
-                &e.to_string(),
-                " — running as pass-through",
-            ]);
-            STATE.store(DISABLED, Ordering::Release);
-            return;
+    }
+    // the log level of a valid U3M_LOG holds for these lines too
+    let say = cfg.log >= LogLevel::Warn;
+    for u in &parsed.unknown {
+        if say {
+            log_line(&["warning: ", &u.to_string()]);
         }
-    };
+    }
+    if !parsed.errors.is_empty() {
+        let all: Vec<String> = parsed.errors.iter().map(|e| e.to_string()).collect();
+        let fail = parsed.must_fail();
+        if cfg.log > LogLevel::Quiet {
+            let then = if fail {
+                " — tier mode does not start: aclInit returns ACL_ERROR_INVALID_PARAM (100000) rather than run untiered (U3M_ON_CONFIG_ERROR=passthrough runs without u3m)"
+            } else {
+                " — running as pass-through"
+            };
+            log_line(&["configuration error: ", &all.join("; "), then]);
+        }
+        REFUSED.store(fail, Ordering::Relaxed);
+        STATE.store(DISABLED, Ordering::Release);
+        return;
+    }
     LOG.store(cfg.log as u8, Ordering::Relaxed);
     if cfg.mode == Mode::Off {
         STATE.store(DISABLED, Ordering::Release);
         return;
     }
+    let (mode, passthrough) = (cfg.mode, cfg.passthrough_on_error);
     let names: Vec<&'static str> = crate::hooks::names().collect();
     static RT: crate::runtime::Real = crate::runtime::Real;
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -136,7 +156,15 @@ pub fn init() {
             STATE.store(READY, Ordering::Release);
         }
         Ok(Err(msg)) => {
-            log_line(&["cannot start: ", &msg, " — running as pass-through"]);
+            // e.g. U3M_SWAP_DIR unusable: in tier mode as invalid as a bad value
+            let fail = mode == Mode::Tier && !passthrough;
+            let then = if fail {
+                " — tier mode does not start: aclInit returns ACL_ERROR_INVALID_PARAM (100000) (U3M_ON_CONFIG_ERROR=passthrough runs without u3m)"
+            } else {
+                " — running as pass-through"
+            };
+            log_line(&["cannot start: ", &msg, then]);
+            REFUSED.store(fail, Ordering::Relaxed);
             STATE.store(DISABLED, Ordering::Release);
         }
         Err(_) => {

@@ -371,3 +371,55 @@ fn usage_errors_and_missing_pieces() {
     );
     assert!(t.ends_with("prog a\n"), "{t}");
 }
+
+/// Issue 14: `u3m ab` hid libu3m.so's configuration line, so u3m looked
+/// broken. Invalid values stop `u3m ab` before any arm runs (exit 2, every
+/// reason); what the library finds at start-up shows in the table and JSON.
+#[test]
+fn configuration_errors_are_shown_not_hidden() {
+    let out = ab(
+        "config-bad",
+        &[
+            "--oversub",
+            "0.5",
+            "-e",
+            "U3M_OVERSUBB=2",
+            "--",
+            &app("mlp_train"),
+            "--steps",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(out.stdout.is_empty());
+    let err = text(&out.stderr);
+    for n in [
+        "u3m ab (tier arm): invalid settings, nothing was started:",
+        "U3M_OVERSUB: '0.5' is outside 1..64",
+        "U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)",
+    ] {
+        assert!(err.contains(n), "{n} missing:\n{err}");
+    }
+    let out = ab(
+        "config-start",
+        &[
+            "--hbm",
+            "256M",
+            "--swap-dir",
+            "/no/such/dir",
+            "--",
+            &app("mlp_train"),
+            "--steps",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    assert!(table.contains("u3m warnings/errors"), "{table}");
+    assert!(
+        table.contains("tier (libu3m.so):")
+            && table.contains("cannot start: U3M_SWAP_DIR=/no/such/dir"),
+        "{table}"
+    );
+    assert!(table.contains("(ACL error 100000)"), "{table}");
+}

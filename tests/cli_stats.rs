@@ -315,7 +315,7 @@ const JSON: &str = r#"{
           "pinned_bytes": 0,
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
-          "monitor": { "level": "warning", "hbm_use": 0.859375, "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
+          "monitor": { "level": "warning", "hbm_use": 0.859375, "basis": "hbm", "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
           "device": 1,
@@ -342,7 +342,7 @@ const JSON: &str = r#"{
           "pinned_bytes": 0,
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
-          "monitor": { "level": "ok", "hbm_use": 0.0, "seconds_to_oom": null, "growth_bytes_per_s": 0 }
+          "monitor": { "level": "ok", "hbm_use": 0.0, "basis": "hbm", "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],
       "calls": { "aclrtMalloc": 40, "aclrtFree": 28, "aclopExecuteV2": 120 },
@@ -465,6 +465,88 @@ fn stat_removes_segments_of_dead_and_reused_pids() {
         err.contains("process no longer exists (stale segment removed)"),
         "{err}"
     );
+    seg.remove();
+}
+
+/// Issue 13 finding 8: `u3m stat` as root removed any `u3m.<pid>` file with
+/// a valid magic whose process was gone. Forged files — another user's, or
+/// one whose header names another pid — are now left in place, with a note.
+#[test]
+fn stat_leaves_segments_it_cannot_prove_it_wrote() {
+    let src_dir = scratch("forged-src");
+    let seg = fill(&src_dir);
+    let dir = scratch("forged");
+    // A perfect copy of a real segment, of a dead pid, owned by someone else.
+    let gone = dead_pid();
+    let foreign = plant(seg.path(), &dir, gone, None);
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        let c = std::ffi::CString::new(foreign.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+    }
+    // Ours, but its header says another pid (a live one: this process).
+    let gone2 = dead_pid();
+    let renamed = plant(seg.path(), &dir, gone2, None);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&renamed)
+            .unwrap();
+        f.write_all_at(&std::process::id().to_le_bytes(), 28)
+            .unwrap();
+    }
+
+    let out = run_u3m(&["stat", "--dir", dir.to_str().unwrap()]);
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        renamed.exists(),
+        "a file naming another pid was removed:\n{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "u3m: skipping {}: it says it belongs to pid {} (left in place)",
+            renamed.display(),
+            std::process::id()
+        )),
+        "{err}"
+    );
+    if root {
+        assert!(foreign.exists(), "another user's file was removed:\n{err}");
+        assert!(
+            err.contains(&format!(
+                "u3m: left stale segment {} (process no longer exists): owned by uid 65534, not by this user",
+                foreign.display()
+            )),
+            "{err}"
+        );
+        // -p names it: the reason, and that it stayed.
+        let out = run_u3m(&[
+            "stat",
+            "-p",
+            &gone.to_string(),
+            "--dir",
+            dir.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("process no longer exists (stale segment left in place)"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert!(foreign.exists());
+    } else {
+        eprintln!("NOTICE: not root: the other-owner case needs chown, checked in CI (root)");
+    }
+    // The same file once owned by this user is provably ours: removed.
+    if root {
+        let c = std::ffi::CString::new(foreign.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 0, 0) }, 0);
+    }
+    let out = run_u3m(&["stat", "--dir", dir.to_str().unwrap()]);
+    assert!(!foreign.exists(), "{}", text(&out.stderr));
+    assert!(renamed.exists());
     seg.remove();
 }
 
@@ -669,7 +751,7 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     assert_eq!(
         text(&out.stdout),
         format!(
-            "LD_PRELOAD={}:/other.so\nU3M_MODE=observe\nU3M_TRACE=/tmp/t.u3mt\nU3M_OVERSUB=2\nACLSIM_X=1\nprog --mode a b\n",
+            "LD_PRELOAD={}:/other.so\nU3M_MODE=observe\nU3M_TRACE=/tmp/t.u3mt\nU3M_OVERSUB=2\nACLSIM_X=1\nU3M_LOG=info\nprog --mode a b\n",
             lib.display()
         )
     );
@@ -701,6 +783,83 @@ fn run_preloads_the_library_next_to_the_binary_and_sets_variables() {
     let out = output(Command::new(d.join("u3m")).args(["run", "--mode", "observe"]));
     assert_eq!(out.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&d); // a 14 MB copy of u3m
+}
+
+/// Issue 14: a mistyped setting used to turn u3m off at run time; now
+/// `u3m run` refuses it (exit 2, every reason) before the program starts.
+#[test]
+fn run_refuses_invalid_settings_before_starting_anything() {
+    let d = install("run-bad", true);
+    let marker = d.join("started");
+    let prog = format!("touch {}", marker.display());
+    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, Vec<&str>)> = vec![
+        (
+            vec!["--oversub", "0.5"],
+            vec![],
+            vec!["U3M_OVERSUB: '0.5' is outside 1..64"],
+        ),
+        (
+            vec!["--mode", "tierx"],
+            vec![],
+            vec!["U3M_MODE: 'tierx' is not one of off, observe, tier"],
+        ),
+        (vec!["--log", "chatty"], vec![], vec!["U3M_LOG: 'chatty'"]),
+        (
+            vec!["-e", "U3M_OVERSUBB=2"],
+            vec![],
+            vec!["U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)"],
+        ),
+        (
+            vec![],
+            vec![("U3M_OVERSUB", "abc")],
+            vec!["U3M_OVERSUB: 'abc' is not a number"],
+        ),
+        (
+            vec![
+                "--alloc-wait-ms",
+                "18446744073709551615",
+                "--dram-bytes",
+                "2",
+            ],
+            vec![],
+            vec![
+                "U3M_ALLOC_WAIT_MS: '18446744073709551615' is outside 0..600000 ms",
+                "U3M_DRAM_BYTES: '2' is outside",
+            ],
+        ),
+        (
+            vec!["--hbm", "130M"],
+            vec![],
+            vec!["unexpected argument '--hbm'"],
+        ),
+    ];
+    for (args, env, needles) in cases {
+        let mut c = Command::new(d.join("u3m"));
+        c.arg("run").args(&args).args(["--", "sh", "-c", &prog]);
+        for (k, v) in &env {
+            c.env(k, v);
+        }
+        let out = output(&mut c);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: {n:?} missing from:\n{err}");
+        }
+        assert!(!marker.exists(), "{args:?}: the program ran");
+    }
+    // the same settings, valid: it runs
+    let out = output(Command::new(d.join("u3m")).args([
+        "run",
+        "--oversub",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        &prog,
+    ]));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(marker.exists());
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]

@@ -241,34 +241,115 @@ fn a_forked_child_starts_clean_with_its_own_segment() {
     assert!(left.is_empty(), "segments left behind: {left:?}");
 }
 
+/// Issue 14: a mistyped or invalid setting turned u3m off silently and an
+/// oversubscribed job died later with 207001. Now: an invalid value in tier
+/// mode makes aclInit fail (100000) with one error line, unless
+/// U3M_ON_CONFIG_ERROR=passthrough; observe mode (nothing to protect) falls
+/// back to pass-through; an unknown name is one warning and is ignored.
 #[test]
-fn configuration_errors_fall_back_to_pass_through() {
+fn configuration_errors_fail_tier_mode_and_pass_through_otherwise() {
     let plain = run("mlp_train", &["--steps", "3"], &[]).must_succeed();
-    for (var, val, needle) in [
-        ("U3M_MODE", "fast", "U3M_MODE"),
-        ("U3M_MOED", "observe", "U3M_MOED: unknown variable"),
-        ("U3M_MIN_BYTES", "lots", "U3M_MIN_BYTES"),
-    ] {
-        let (r, dir) = run_u3m("mlp_train", &["--steps", "3"], &[(var, val)]);
-        assert_eq!(r.code, 0);
-        assert_eq!(r.stdout, plain.stdout, "{var}: output changed");
+    let once = |r: &Run, what: &str| {
         assert_eq!(
             r.stderr.matches("u3m: ").count(),
             1,
-            "{var}: reported once:\n{}",
+            "{what}: reported once:\n{}",
             r.stderr
         );
+    };
+    // tier mode (the default, or the mode that was mistyped): fail closed
+    for env in [
+        vec![("U3M_MODE", "fast")],
+        vec![("U3M_MODE", "tier"), ("U3M_MIN_BYTES", "lots")],
+        vec![("U3M_MODE", "tier"), ("U3M_OVERSUB", "0.5")],
+        vec![("U3M_MODE", "tier"), ("U3M_DRAM_BYTES", "2")],
+    ] {
+        let (r, dir) = run_u3m("mlp_train", &["--steps", "3"], &env);
+        let what = format!("{env:?}");
+        assert_ne!(r.code, 0, "{what}: ran untiered\n{}", r.stdout);
         assert!(
-            r.stderr.contains(needle) && r.stderr.contains("pass-through"),
-            "{var}:\n{}",
+            r.stderr.contains("ACL error 100000"),
+            "{what}: {}",
             r.stderr
         );
+        let line = r
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("u3m: "))
+            .unwrap_or("");
+        assert!(
+            line.starts_with(&format!(
+                "u3m: configuration error: {}: ",
+                env.last().unwrap().0
+            )) && line.contains("aclInit returns ACL_ERROR_INVALID_PARAM (100000)")
+                && line.contains("U3M_ON_CONFIG_ERROR=passthrough"),
+            "{what}: {line}"
+        );
+        once(&r, &what);
         assert_eq!(
             std::fs::read_dir(&dir).unwrap().count(),
             0,
-            "{var}: pass-through must not create a segment"
+            "{what}: no segment"
         );
     }
+    // a setting found unusable at start-up counts the same
+    let (r, _) = run_u3m(
+        "mlp_train",
+        &["--steps", "3"],
+        &[("U3M_MODE", "tier"), ("U3M_SWAP_DIR", "/no/such/dir")],
+    );
+    assert!(
+        r.code != 0 && r.stderr.contains("ACL error 100000"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr
+            .contains("u3m: cannot start: U3M_SWAP_DIR=/no/such/dir: ")
+            && r.stderr
+                .contains("aclInit returns ACL_ERROR_INVALID_PARAM (100000)"),
+        "{}",
+        r.stderr
+    );
+    once(&r, "swap dir");
+    // passthrough asked for, or observe mode: the run goes on without u3m
+    for env in [
+        vec![
+            ("U3M_MODE", "tier"),
+            ("U3M_MIN_BYTES", "lots"),
+            ("U3M_ON_CONFIG_ERROR", "passthrough"),
+        ],
+        vec![("U3M_MODE", "observe"), ("U3M_MIN_BYTES", "lots")],
+    ] {
+        let (r, dir) = run_u3m("mlp_train", &["--steps", "3"], &env);
+        let what = format!("{env:?}");
+        assert_eq!(r.code, 0, "{what}: {}", r.stderr);
+        assert_eq!(r.stdout, plain.stdout, "{what}: output changed");
+        assert!(
+            r.stderr
+                .contains("u3m: configuration error: U3M_MIN_BYTES: 'lots'")
+                && r.stderr.contains("running as pass-through"),
+            "{what}: {}",
+            r.stderr
+        );
+        once(&r, &what);
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{what}: no segment"
+        );
+    }
+    // an unknown name: one warning with the closest known name, ignored
+    let (r, _) = run_u3m("mlp_train", &["--steps", "3"], &[("U3M_MOED", "tier")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, plain.stdout);
+    assert!(
+        r.stderr
+            .contains("u3m: warning: U3M_MOED: unknown variable, ignored (did you mean U3M_MODE?)"),
+        "{}",
+        r.stderr
+    );
+    once(&r, "U3M_MOED");
 }
 
 #[test]

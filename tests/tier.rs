@@ -489,3 +489,65 @@ fn a_captured_graph_replays_under_pressure() {
     assert_eq!(results(&r.stdout), results(&big.stdout));
     assert!(s["tier"]["evictions"].as_u64().unwrap() >= 60, "{s}");
 }
+
+/// Issue 14: an allocation beyond U3M_OVERSUB x HBM failed with 207001 and
+/// no word about the cap. Now one line with the numbers and the variable.
+#[test]
+fn an_allocation_beyond_the_virtual_capacity_says_why_once() {
+    let (r, s) = tier(
+        "mlp_train",
+        &["--footprint", "300M", "--batch", "16", "--steps", "1"],
+        &[("ACLSIM_HBM_BYTES", "130M"), ("U3M_ALLOC_WAIT_MS", "0")],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("ACL error 207001"), "{}", r.stderr);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("refused (207001)"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].starts_with("u3m: allocation of ")
+            && lines[0].contains("of the virtual capacity 195.0 MiB (1.5 × HBM 130.0 MiB) is in use; raise U3M_OVERSUB"),
+        "{}",
+        lines[0]
+    );
+    assert!(s.is_object(), "the summary is still written");
+}
+
+/// Issue 14: U3M_SWAP_DIR without U3M_SWAP_BYTES gave no NVMe tier at all.
+/// Now the tier is sized from the file system's free space (90 %, less 1 GiB).
+#[test]
+fn swap_dir_alone_enables_an_nvme_tier_sized_from_free_space() {
+    let swap = common::scratch("tier-swap-alone");
+    let (r, s) = tier(
+        "mlp_train",
+        &["--steps", "1"],
+        &[
+            ("ACLSIM_HBM_BYTES", "256M"),
+            ("U3M_SWAP_DIR", swap.to_str().unwrap()),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let free = u3m_free_bytes(&swap);
+    let want = (free / 10 * 9).saturating_sub(1 << 30) / (2 << 20) * (2 << 20);
+    let got = s["tier"]["nvme_limit"].as_u64().unwrap();
+    assert!(
+        want > 0,
+        "test machine has too little free space in {}",
+        swap.display()
+    );
+    // free space moves a little between the two looks
+    assert!(
+        got.abs_diff(want) <= 64 << 20,
+        "nvme_limit {got}, expected about {want}"
+    );
+}
+
+fn u3m_free_bytes(dir: &Path) -> u64 {
+    let c = std::ffi::CString::new(dir.to_str().unwrap()).unwrap();
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail as u64 * st.f_frsize as u64
+}

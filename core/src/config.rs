@@ -1,8 +1,14 @@
 //! U3M_* configuration, read once at start-up from the environment. One table
-//! (`VARS`) names every variable with its default and meaning; the parser,
-//! the docs and `u3m run --help` all come from it. An unknown U3M_* variable
-//! or a bad value is an error: the library reports it once and falls back to
-//! pass-through rather than guess.
+//! (`VARS`) names every variable with its type, valid range, default and
+//! meaning: the library's parser, `u3m run`/`u3m ab` validation, `u3m run
+//! --help`, the README's variable table and the man page all come from it.
+//!
+//! The parser is a pure function of a list of (name, value) pairs
+//! (`parse`), so it is unit-tested and fuzzed without touching the process
+//! environment. It reports every problem, not just the first: an invalid value
+//! of a known variable is an error (the library then refuses to start tier
+//! mode unless `U3M_ON_CONFIG_ERROR=passthrough`); an unknown `U3M_*` name is a
+//! warning with the closest known name, and is ignored.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -28,38 +34,172 @@ impl Mode {
     }
 }
 
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+const TIB: u64 = 1 << 40;
+const PIB: u64 = 1 << 50;
+
+/// The type and valid range of a variable's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    /// One of these words.
+    Choice(&'static [&'static str]),
+    /// 0 or 1.
+    Flag,
+    /// A file or directory path; empty means what `VarSpec::empty` says.
+    Path,
+    /// A byte size (4096, 512M, 2G) within [min, max]; `VarSpec::zero` may
+    /// give 0 a meaning of its own.
+    Size { min: u64, max: u64 },
+    /// A whole number within [min, max].
+    Count { min: u64, max: u64 },
+    /// Milliseconds within [min, max].
+    Millis { min: u64, max: u64 },
+    /// A decimal number within [min, max].
+    Number { min: f64, max: f64 },
+}
+
 /// One documented variable.
 pub struct VarSpec {
     pub name: &'static str,
+    pub kind: Kind,
     pub default: &'static str,
+    /// What an empty value means (None: empty is an error).
+    pub empty: Option<&'static str>,
+    /// What 0 means when it lies outside the range (None: no such meaning).
+    pub zero: Option<&'static str>,
     pub doc: &'static str,
 }
 
-/// Every U3M_* variable u3m understands.
+impl VarSpec {
+    /// The valid values, in words: "off | observe | tier", "2M..64G or 0 (...)".
+    pub fn range_text(&self) -> String {
+        let mut s = match self.kind {
+            Kind::Choice(c) => c.join(" | "),
+            Kind::Flag => "0 | 1".into(),
+            Kind::Path => "path".into(),
+            Kind::Size { min, max } => format!("{}..{}", size_text(min), size_text(max)),
+            Kind::Count { min, max } => format!("{min}..{max}"),
+            Kind::Millis { min, max } => format!("{min}..{max} ms"),
+            Kind::Number { min, max } => format!("{min}..{max}"),
+        };
+        if let Some(z) = self.zero {
+            s.push_str(&format!(", or 0: {z}"));
+        }
+        if let Some(e) = self.empty {
+            s.push_str(&format!(" (empty: {e})"));
+        }
+        s
+    }
+
+    /// Placeholder for this value in usage text.
+    pub fn value_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Choice(_) if self.name == "U3M_MODE" => "MODE",
+            Kind::Choice(_) if self.name == "U3M_LOG" => "LEVEL",
+            Kind::Choice(_) if self.name == "U3M_POLICY" => "NAME",
+            Kind::Choice(_) => "WORD",
+            Kind::Flag => "0|1",
+            Kind::Path if self.name.ends_with("_DIR") => "DIR",
+            Kind::Path => "PATH",
+            Kind::Size { .. } if self.name == "U3M_SSD_RATE" => "BYTES_PER_S",
+            Kind::Size { .. } => "BYTES",
+            Kind::Count { .. } if self.name.starts_with("U3M_MAX_") => "COUNT",
+            Kind::Count { .. } => "N",
+            Kind::Millis { .. } => "MS",
+            Kind::Number { .. } if self.name.starts_with("U3M_HBM_") => "FRACTION",
+            Kind::Number { .. } if self.name == "U3M_OVERSUB" => "RATIO",
+            Kind::Number { .. } => "SECONDS",
+        }
+    }
+}
+
+/// A size in the shortest binary unit that is exact: 2M, 64G, 4096.
+pub fn size_text(b: u64) -> String {
+    for (unit, m) in [("P", PIB), ("T", TIB), ("G", GIB), ("M", MIB), ("K", KIB)] {
+        if b >= m && b % m == 0 {
+            return format!("{}{unit}", b / m);
+        }
+    }
+    b.to_string()
+}
+
+/// Longest wait the library may be asked to make for room (U3M_ALLOC_WAIT_MS).
+pub const MAX_ALLOC_WAIT_MS: u64 = 600_000;
+
+/// Every U3M_* variable libu3m.so understands.
 pub const VARS: &[VarSpec] = &[
-    VarSpec { name: "U3M_MODE", default: "tier", doc: "off | observe | tier" },
-    VarSpec { name: "U3M_TRACE", default: "", doc: "record the run to this trace file (u3m trace format v1)" },
-    VarSpec { name: "U3M_TRACE_LOSSLESS", default: "0", doc: "1: the trace recorder never drops events (producers wait)" },
-    VarSpec { name: "U3M_SUMMARY", default: "", doc: "write a JSON summary of the run (tier traffic, counters) to this file at exit" },
-    VarSpec { name: "U3M_SHM_DIR", default: "/dev/shm", doc: "directory of the stats segments (u3m.<pid>)" },
-    VarSpec { name: "U3M_LOG", default: "warn", doc: "stderr verbosity: quiet | warn | info | debug" },
-    VarSpec { name: "U3M_HOT_INTERVAL_MS", default: "500", doc: "how often the hottest ranges are published to the stats segment" },
-    VarSpec { name: "U3M_MAX_ALLOCS", default: "1048576", doc: "capacity of the heat table's allocation table" },
-    VarSpec { name: "U3M_MAX_RANGES", default: "262144", doc: "capacity of the heat table's tensor-range table" },
-    VarSpec { name: "U3M_MIN_BYTES", default: "2M", doc: "tier mode: allocations at least this large are managed" },
-    VarSpec { name: "U3M_DRAM_BYTES", default: "0", doc: "tier mode: pinned host DRAM tier size (0: half of physical RAM)" },
-    VarSpec { name: "U3M_SWAP_DIR", default: "", doc: "tier mode: directory for NVMe swap files (empty: no NVMe tier)" },
-    VarSpec { name: "U3M_SWAP_BYTES", default: "0", doc: "tier mode: NVMe tier size" },
-    VarSpec { name: "U3M_HBM_LOW", default: "0.75", doc: "tier mode: low watermark (fraction of HBM)" },
-    VarSpec { name: "U3M_HBM_HIGH", default: "0.90", doc: "tier mode: high watermark (fraction of HBM)" },
-    VarSpec { name: "U3M_SSD_RATE", default: "1G", doc: "tier mode: emergency spill rate limit to NVMe, bytes/s" },
-    VarSpec { name: "U3M_ALLOC_WAIT_MS", default: "1000", doc: "tier mode: how long a new allocation waits when every tier is full" },
-    VarSpec { name: "U3M_OVERSUB", default: "1.5", doc: "tier mode: virtual HBM capacity as a multiple of physical" },
-    VarSpec { name: "U3M_POLICY", default: "predictive", doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
-    VarSpec { name: "U3M_CALIB_S", default: "600", doc: "predictor calibration period, seconds" },
-    VarSpec { name: "U3M_DEBUG_PANIC_AT_OP", default: "0", doc: "testing aid: the engine panics at this operator launch (proves a panic falls back to pass-through)" },
-    VarSpec { name: "U3M_WARMUP_S", default: "30", doc: "predictor re-warm time after a mode switch, seconds" },
+    VarSpec { name: "U3M_MODE", kind: Kind::Choice(&["off", "observe", "tier"]), default: "tier", empty: None, zero: None,
+        doc: "off: forward every call untouched; observe: see and report everything, move nothing; tier: observe and move cold device memory to DRAM / NVMe" },
+    VarSpec { name: "U3M_TRACE", kind: Kind::Path, default: "", empty: Some("no trace"), zero: None,
+        doc: "record the run to this trace file (u3m trace format v1)" },
+    VarSpec { name: "U3M_TRACE_LOSSLESS", kind: Kind::Flag, default: "0", empty: None, zero: None,
+        doc: "1: the trace recorder never drops events (producers wait)" },
+    VarSpec { name: "U3M_SUMMARY", kind: Kind::Path, default: "", empty: Some("no summary file"), zero: None,
+        doc: "write a JSON summary of the run (tier traffic, counters) to this file at exit" },
+    VarSpec { name: "U3M_SHM_DIR", kind: Kind::Path, default: "/dev/shm", empty: Some("/dev/shm"), zero: None,
+        doc: "directory of the stats segments (u3m.<pid>)" },
+    VarSpec { name: "U3M_LOG", kind: Kind::Choice(&["quiet", "warn", "info", "debug"]), default: "warn", empty: None, zero: None,
+        doc: "stderr verbosity: quiet (nothing), warn (problems), info (a start line and an exit summary), debug (also rate-limited per-migration lines)" },
+    VarSpec { name: "U3M_ON_CONFIG_ERROR", kind: Kind::Choice(&["fail", "passthrough"]), default: "fail", empty: None, zero: None,
+        doc: "an invalid U3M_* value in tier mode: fail (aclInit returns an error, nothing runs untiered) or passthrough (run without u3m)" },
+    VarSpec { name: "U3M_HOT_INTERVAL_MS", kind: Kind::Millis { min: 10, max: 3_600_000 }, default: "500", empty: None, zero: None,
+        doc: "how often the hottest ranges are published to the stats segment" },
+    VarSpec { name: "U3M_MAX_ALLOCS", kind: Kind::Count { min: 1024, max: 1 << 26 }, default: "1048576", empty: None, zero: None,
+        doc: "capacity of the heat table's allocation table" },
+    VarSpec { name: "U3M_MAX_RANGES", kind: Kind::Count { min: 1024, max: 1 << 26 }, default: "262144", empty: None, zero: None,
+        doc: "capacity of the heat table's tensor-range table" },
+    VarSpec { name: "U3M_MIN_BYTES", kind: Kind::Size { min: 4 * KIB, max: 64 * GIB }, default: "2M", empty: None, zero: None,
+        doc: "tier mode: allocations at least this large are managed (moved between tiers)" },
+    VarSpec { name: "U3M_DRAM_BYTES", kind: Kind::Size { min: 2 * MIB, max: PIB }, default: "0", empty: None, zero: Some("half of physical RAM"),
+        doc: "tier mode: pinned host DRAM tier size" },
+    VarSpec { name: "U3M_SWAP_DIR", kind: Kind::Path, default: "", empty: Some("no NVMe tier"), zero: None,
+        doc: "tier mode: directory for NVMe swap files" },
+    VarSpec { name: "U3M_SWAP_BYTES", kind: Kind::Size { min: 2 * MIB, max: PIB }, default: "0", empty: None, zero: Some("90% of the swap directory's free space, less 1 GiB"),
+        doc: "tier mode: NVMe tier size (needs U3M_SWAP_DIR)" },
+    VarSpec { name: "U3M_HBM_LOW", kind: Kind::Number { min: 0.05, max: 1.0 }, default: "0.75", empty: None, zero: None,
+        doc: "tier mode: low watermark (fraction of HBM) background eviction stops at" },
+    VarSpec { name: "U3M_HBM_HIGH", kind: Kind::Number { min: 0.05, max: 1.0 }, default: "0.90", empty: None, zero: None,
+        doc: "tier mode: high watermark (fraction of HBM) background eviction starts at" },
+    VarSpec { name: "U3M_SSD_RATE", kind: Kind::Size { min: MIB, max: TIB }, default: "1G", empty: None, zero: None,
+        doc: "tier mode: emergency spill rate limit from DRAM to NVMe, bytes/s" },
+    VarSpec { name: "U3M_ALLOC_WAIT_MS", kind: Kind::Millis { min: 0, max: MAX_ALLOC_WAIT_MS }, default: "1000", empty: None, zero: None,
+        doc: "tier mode: how long a new allocation waits for room when every tier is full" },
+    VarSpec { name: "U3M_OVERSUB", kind: Kind::Number { min: 1.0, max: 64.0 }, default: "1.5", empty: None, zero: None,
+        doc: "tier mode: virtual HBM capacity as a multiple of physical (allocations beyond it fail with 207001)" },
+    VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
+        doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
+    VarSpec { name: "U3M_CALIB_S", kind: Kind::Number { min: 0.001, max: 604_800.0 }, default: "600", empty: None, zero: None,
+        doc: "predictor calibration period, seconds" },
+    VarSpec { name: "U3M_WARMUP_S", kind: Kind::Number { min: 0.0, max: 86_400.0 }, default: "30", empty: None, zero: None,
+        doc: "predictor re-warm time after a mode switch, seconds" },
+    VarSpec { name: "U3M_DEBUG_PANIC_AT_OP", kind: Kind::Count { min: 1, max: u64::MAX }, default: "0", empty: None, zero: Some("never"),
+        doc: "testing aid: the engine panics at this operator launch (proves a panic falls back to pass-through)" },
 ];
+
+/// U3M_* variables of the scripts, tests and benchmarks (not of the
+/// library, which ignores them silently): (name, meaning).
+pub const TOOL_VARS: &[(&str, &str)] = &[
+    ("U3M_SKIP_TORCH", "1: skip the torch_npu tier of the tests (offline; it needs a 5.5 GB venv from PyPI)"),
+    ("U3M_SKIP_ABI", "1: skip the ABI conformance tests (offline; they need the torch-npu wheel from PyPI)"),
+    ("U3M_CACHE", "cache directory of the ci scripts (default ~/.cache/u3m): torch venv, CANN headers"),
+    ("U3M_TEST_THREADS", "ci/test.sh: test threads per test binary (default 2)"),
+    (
+        "U3M_UPDATE_DOCS",
+        "1: the doc-table tests rewrite the generated tables in README.md and docs/stats.md instead of failing",
+    ),
+    ("U3M_TEST_CRASH_TRACE", "internal to the trace-recorder crash test"),
+    ("U3M_EVAL_TRACE", "developer test: evaluate the predictor on this trace (with U3M_EVAL_SPT, U3M_EVAL_FROM, U3M_EVAL_TO, U3M_EVAL_CAP)"),
+    ("U3M_EVAL_SPT", "see U3M_EVAL_TRACE"),
+    ("U3M_EVAL_FROM", "see U3M_EVAL_TRACE"),
+    ("U3M_EVAL_TO", "see U3M_EVAL_TRACE"),
+    ("U3M_EVAL_CAP", "see U3M_EVAL_TRACE"),
+];
+
+pub fn spec(name: &str) -> Option<&'static VarSpec> {
+    VARS.iter().find(|v| v.name == name)
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -78,12 +218,15 @@ pub struct Config {
     pub summary: Option<PathBuf>,
     pub shm_dir: PathBuf,
     pub log: LogLevel,
+    /// U3M_ON_CONFIG_ERROR=passthrough.
+    pub passthrough_on_error: bool,
     pub hot_interval_ms: u64,
     pub max_allocs: usize,
     pub max_ranges: usize,
     pub min_bytes: u64,
     pub dram_bytes: u64,
     pub swap_dir: Option<PathBuf>,
+    /// 0: size the NVMe tier from the swap directory's free space.
     pub swap_bytes: u64,
     pub hbm_low: f64,
     pub hbm_high: f64,
@@ -94,8 +237,8 @@ pub struct Config {
     pub calib_s: f64,
     pub warmup_s: f64,
     pub debug_panic_at_op: u64,
-    /// (name, value) of every U3M_* variable that was set, for the stats
-    /// segment's configuration text.
+    /// (name, value) of every known U3M_* variable that was set, for the
+    /// stats segment's configuration text.
     pub set: Vec<(String, String)>,
 }
 
@@ -112,10 +255,54 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Parses a byte size: 4096, 64K, 2M, 1.5G, 1T (binary units; KiB/MiB/... and
-/// a trailing B accepted).
+/// A U3M_* name u3m does not know (a typo, or a newer u3m's variable).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unknown {
+    pub name: String,
+    /// The closest known name, when one is close.
+    pub suggestion: Option<&'static str>,
+}
+
+impl fmt::Display for Unknown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: unknown variable, ignored", self.name)?;
+        if let Some(s) = self.suggestion {
+            write!(f, " (did you mean {s}?)")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything `parse` found: the configuration (defaults in place of
+/// invalid values), every invalid value, every unknown name.
+#[derive(Clone, Debug)]
+pub struct Parsed {
+    pub config: Config,
+    pub errors: Vec<ConfigError>,
+    pub unknown: Vec<Unknown>,
+}
+
+impl Parsed {
+    /// What the library does about the errors: fail (refuse tier mode) unless
+    /// the valid part of the configuration says observe/off or passthrough.
+    pub fn must_fail(&self) -> bool {
+        if self.errors.is_empty() {
+            return false;
+        }
+        let mode_bad = self.errors.iter().any(|e| e.var == "U3M_MODE");
+        let on_err_bad = self.errors.iter().any(|e| e.var == "U3M_ON_CONFIG_ERROR");
+        let wants_tier = mode_bad || self.config.mode == Mode::Tier;
+        wants_tier && (on_err_bad || !self.config.passthrough_on_error)
+    }
+}
+
+/// Parses a byte size: 4096, 64K, 2M, 1.5G, 1T, 1P (binary units; KiB/MiB/...
+/// and a trailing B accepted). Whole numbers are exact up to u64::MAX.
 pub fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();
+    if let Ok(v) = s.parse::<u64>() {
+        return Some(v);
+    }
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
@@ -131,183 +318,322 @@ pub fn parse_size(s: &str) -> Option<u64> {
         .trim_end_matches('I')
     {
         "" => 1.0,
-        "K" => 1024.0,
-        "M" => 1024.0 * 1024.0,
-        "G" => 1024.0 * 1024.0 * 1024.0,
-        "T" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        "K" => KIB as f64,
+        "M" => MIB as f64,
+        "G" => GIB as f64,
+        "T" => TIB as f64,
+        "P" => PIB as f64,
         _ => return None,
     };
     let b = v * mul;
-    if b > u64::MAX as f64 {
+    if b >= u64::MAX as f64 {
         None
     } else {
         Some(b as u64)
     }
 }
 
+/// A checked value of one variable.
+#[derive(Clone, Debug, PartialEq)]
+enum Value {
+    Word(&'static str),
+    Flag(bool),
+    Path(Option<PathBuf>),
+    Int(u64),
+    Num(f64),
+}
+
+/// Checks one raw value against its variable's kind and range.
+fn check(v: &VarSpec, raw: &str) -> Result<Value, String> {
+    let t = raw.trim();
+    if t.is_empty() {
+        return match (v.kind, v.empty) {
+            (Kind::Path, Some(_)) => Ok(Value::Path(None)),
+            _ => Err(format!(
+                "empty value (expected {}; unset the variable for the default, {})",
+                v.range_text(),
+                if v.default.is_empty() {
+                    "none"
+                } else {
+                    v.default
+                }
+            )),
+        };
+    }
+    let zero_ok = |n: u64| n == 0 && v.zero.is_some();
+    match v.kind {
+        Kind::Choice(words) => words
+            .iter()
+            .find(|w| **w == t)
+            .map(|w| Value::Word(w))
+            .ok_or_else(|| format!("'{raw}' is not one of {}", words.join(", "))),
+        Kind::Flag => match t {
+            "0" => Ok(Value::Flag(false)),
+            "1" => Ok(Value::Flag(true)),
+            _ => Err(format!("'{raw}' is not 0 or 1")),
+        },
+        Kind::Path => {
+            if raw.contains('\0') {
+                Err("a path cannot contain NUL".into())
+            } else {
+                Ok(Value::Path(Some(PathBuf::from(raw))))
+            }
+        }
+        Kind::Size { min, max } => {
+            let n = parse_size(t)
+                .ok_or_else(|| format!("'{raw}' is not a byte size (e.g. 4096, 512M, 2G)"))?;
+            if zero_ok(n) || (min..=max).contains(&n) {
+                Ok(Value::Int(n))
+            } else {
+                Err(format!("'{raw}' is outside {}", v.range_text()))
+            }
+        }
+        Kind::Count { min, max } | Kind::Millis { min, max } => {
+            let n: u64 = t
+                .parse()
+                .map_err(|_| format!("'{raw}' is not a whole number"))?;
+            if zero_ok(n) || (min..=max).contains(&n) {
+                Ok(Value::Int(n))
+            } else {
+                Err(format!("'{raw}' is outside {}", v.range_text()))
+            }
+        }
+        Kind::Number { min, max } => match t.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= min && x <= max => Ok(Value::Num(x)),
+            Ok(_) => Err(format!("'{raw}' is outside {}", v.range_text())),
+            Err(_) => Err(format!("'{raw}' is not a number")),
+        },
+    }
+}
+
+/// Levenshtein distance (names are short ASCII).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// The known name closest to `name`, if within a third of its length.
+pub fn closest(name: &str) -> Option<&'static str> {
+    let (d, best) = VARS
+        .iter()
+        .map(|v| (distance(name, v.name), v.name))
+        .min()?;
+    (d <= (name.len() / 3).max(2)).then_some(best)
+}
+
+/// Parses (name, value) pairs; names not starting with U3M_ are ignored.
+pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
+    let mut set: Vec<(String, String)> = Vec::new();
+    let mut unknown = Vec::new();
+    for (k, v) in vars {
+        if !k.starts_with("U3M_") {
+            continue;
+        }
+        if spec(&k).is_some() {
+            // the last value of a name wins, as in an environment
+            match set.iter_mut().find(|(n, _)| *n == k) {
+                Some(e) => e.1 = v,
+                None => set.push((k, v)),
+            }
+        } else if !TOOL_VARS.iter().any(|(n, _)| *n == k) {
+            unknown.push(Unknown {
+                suggestion: closest(&k),
+                name: k,
+            });
+        }
+    }
+    set.sort();
+    unknown.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut errors = Vec::new();
+    // Each variable's checked value, or its default when unset or invalid.
+    let mut values: Vec<Value> = Vec::with_capacity(VARS.len());
+    for v in VARS {
+        let raw = set
+            .iter()
+            .find(|(k, _)| k == v.name)
+            .map(|(_, x)| x.as_str());
+        let checked = match raw {
+            Some(r) => check(v, r).map_err(|reason| ConfigError {
+                var: v.name.to_string(),
+                reason,
+            }),
+            None => Ok(check(v, v.default).expect("defaults are valid")),
+        };
+        values.push(checked.unwrap_or_else(|e| {
+            errors.push(e);
+            check(v, v.default).expect("defaults are valid")
+        }));
+    }
+    let get = |name: &str| -> &Value {
+        let i = VARS.iter().position(|v| v.name == name).expect("known");
+        &values[i]
+    };
+    let word = |n: &str| match get(n) {
+        Value::Word(w) => *w,
+        _ => unreachable!("{n} is a choice"),
+    };
+    let int = |n: &str| match get(n) {
+        Value::Int(i) => *i,
+        _ => unreachable!("{n} is a number"),
+    };
+    let num = |n: &str| match get(n) {
+        Value::Num(x) => *x,
+        _ => unreachable!("{n} is a number"),
+    };
+    let path = |n: &str| match get(n) {
+        Value::Path(p) => p.clone(),
+        _ => unreachable!("{n} is a path"),
+    };
+    let mode = match word("U3M_MODE") {
+        "off" => Mode::Off,
+        "observe" => Mode::Observe,
+        _ => Mode::Tier,
+    };
+    let log = match word("U3M_LOG") {
+        "quiet" => LogLevel::Quiet,
+        "info" => LogLevel::Info,
+        "debug" => LogLevel::Debug,
+        _ => LogLevel::Warn,
+    };
+    let mut hbm_low = num("U3M_HBM_LOW");
+    let mut hbm_high = num("U3M_HBM_HIGH");
+    if hbm_low > hbm_high {
+        errors.push(ConfigError {
+            var: "U3M_HBM_LOW".into(),
+            reason: format!("{hbm_low} is above U3M_HBM_HIGH ({hbm_high})"),
+        });
+        hbm_low = 0.75;
+        hbm_high = 0.90;
+    }
+    let swap_dir = path("U3M_SWAP_DIR");
+    let mut swap_bytes = int("U3M_SWAP_BYTES");
+    if swap_dir.is_none() && swap_bytes != 0 {
+        errors.push(ConfigError {
+            var: "U3M_SWAP_BYTES".into(),
+            reason: "set without U3M_SWAP_DIR (the NVMe tier needs a directory)".into(),
+        });
+        swap_bytes = 0;
+    }
+    errors.sort_by(|a, b| a.var.cmp(&b.var));
+    let config = Config {
+        mode,
+        trace: path("U3M_TRACE"),
+        trace_lossless: matches!(get("U3M_TRACE_LOSSLESS"), Value::Flag(true)),
+        summary: path("U3M_SUMMARY"),
+        shm_dir: path("U3M_SHM_DIR").unwrap_or_else(|| PathBuf::from("/dev/shm")),
+        log,
+        passthrough_on_error: word("U3M_ON_CONFIG_ERROR") == "passthrough",
+        hot_interval_ms: int("U3M_HOT_INTERVAL_MS"),
+        max_allocs: int("U3M_MAX_ALLOCS") as usize,
+        max_ranges: int("U3M_MAX_RANGES") as usize,
+        min_bytes: int("U3M_MIN_BYTES"),
+        dram_bytes: int("U3M_DRAM_BYTES"),
+        swap_dir,
+        swap_bytes,
+        hbm_low,
+        hbm_high,
+        ssd_rate: int("U3M_SSD_RATE"),
+        alloc_wait_ms: int("U3M_ALLOC_WAIT_MS"),
+        oversub: num("U3M_OVERSUB"),
+        policy: word("U3M_POLICY").to_string(),
+        calib_s: num("U3M_CALIB_S"),
+        warmup_s: num("U3M_WARMUP_S"),
+        debug_panic_at_op: int("U3M_DEBUG_PANIC_AT_OP"),
+        set,
+    };
+    Parsed {
+        config,
+        errors,
+        unknown,
+    }
+}
+
+/// Free space to leave on the swap file system when U3M_SWAP_BYTES is 0.
+pub const SWAP_MARGIN_BYTES: u64 = GIB;
+
+/// The NVMe tier's size when U3M_SWAP_BYTES is 0: 90 % of the free space,
+/// less `SWAP_MARGIN_BYTES`, in whole 2 MiB chunks (0 when that leaves none).
+pub fn swap_bytes_from_free(free: u64) -> u64 {
+    let b = (free / 10 * 9).saturating_sub(SWAP_MARGIN_BYTES);
+    b / (2 * MIB) * (2 * MIB)
+}
+
+/// Bytes free for an unprivileged user on the file system holding `dir`.
+pub fn free_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: a NUL-terminated path and a zeroed out-struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 impl Config {
+    /// The NVMe tier's size: 0 without U3M_SWAP_DIR, U3M_SWAP_BYTES when set,
+    /// else `swap_bytes_from_free` of the directory's file system.
+    pub fn nvme_bytes(&self) -> Result<u64, String> {
+        let Some(dir) = &self.swap_dir else {
+            return Ok(0);
+        };
+        if self.swap_bytes > 0 {
+            return Ok(self.swap_bytes);
+        }
+        let free = free_bytes(dir).map_err(|e| format!("U3M_SWAP_DIR={}: {e}", dir.display()))?;
+        match swap_bytes_from_free(free) {
+            0 => Err(format!(
+                "U3M_SWAP_DIR={}: {} free, nothing left for an NVMe tier after the {} margin; free space or set U3M_SWAP_BYTES",
+                dir.display(),
+                size_text(free),
+                size_text(SWAP_MARGIN_BYTES)
+            )),
+            b => Ok(b),
+        }
+    }
+
     /// Defaults, as if no variable were set.
     pub fn defaults() -> Config {
-        Config::from_vars(std::iter::empty::<(String, String)>()).expect("defaults parse")
+        parse(std::iter::empty::<(String, String)>()).config
     }
 
-    /// From the process environment.
+    /// The process environment as (name, value) pairs of U3M_* variables
+    /// (non-UTF-8 values read as an invalid value, not skipped).
+    pub fn env_vars() -> Vec<(String, String)> {
+        std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let k = k.into_string().ok()?;
+                k.starts_with("U3M_")
+                    .then(|| (k, v.into_string().unwrap_or_else(|_| "\u{fffd}".into())))
+            })
+            .collect()
+    }
+
+    /// From the process environment; the first invalid value is the error.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_vars(
-            std::env::vars_os()
-                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
-        )
+        Config::from_vars(Config::env_vars())
     }
 
-    /// From (name, value) pairs; names not starting with U3M_ are ignored.
+    /// From (name, value) pairs; names not starting with U3M_ and unknown
+    /// U3M_* names are ignored; the first invalid value is the error.
     pub fn from_vars<I: IntoIterator<Item = (String, String)>>(
         vars: I,
     ) -> Result<Config, ConfigError> {
-        let mut set: Vec<(String, String)> = vars
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("U3M_"))
-            .collect();
-        set.sort();
-        for (k, _) in &set {
-            if !VARS.iter().any(|v| v.name == k) {
-                return Err(ConfigError {
-                    var: k.clone(),
-                    reason: "unknown variable (see `u3m run --help` for the list)".into(),
-                });
-            }
+        let p = parse(vars);
+        match p.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(p.config),
         }
-        let get = |name: &str| -> String {
-            set.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or_else(|| {
-                    VARS.iter()
-                        .find(|v| v.name == name)
-                        .map(|v| v.default.to_string())
-                        .unwrap_or_default()
-                })
-        };
-        let err = |name: &str, reason: String| ConfigError {
-            var: name.to_string(),
-            reason,
-        };
-        let size = |name: &str| -> Result<u64, ConfigError> {
-            let v = get(name);
-            parse_size(&v).ok_or_else(|| {
-                err(
-                    name,
-                    format!("'{v}' is not a byte size (e.g. 4096, 512M, 2G)"),
-                )
-            })
-        };
-        let int = |name: &str| -> Result<u64, ConfigError> {
-            let v = get(name);
-            v.trim()
-                .parse::<u64>()
-                .map_err(|_| err(name, format!("'{v}' is not a non-negative integer")))
-        };
-        let num = |name: &str, lo: f64, hi: f64| -> Result<f64, ConfigError> {
-            let v = get(name);
-            match v.trim().parse::<f64>() {
-                Ok(x) if x.is_finite() && x >= lo && x <= hi => Ok(x),
-                _ => Err(err(name, format!("'{v}' is not a number in [{lo}, {hi}]"))),
-            }
-        };
-        let flag = |name: &str| -> Result<bool, ConfigError> {
-            match get(name).trim() {
-                "0" | "" => Ok(false),
-                "1" => Ok(true),
-                v => Err(err(name, format!("'{v}' is not 0 or 1"))),
-            }
-        };
-        let mode = match get("U3M_MODE").trim() {
-            "off" => Mode::Off,
-            "observe" => Mode::Observe,
-            "tier" => Mode::Tier,
-            v => {
-                return Err(err(
-                    "U3M_MODE",
-                    format!("'{v}' is not off, observe or tier"),
-                ))
-            }
-        };
-        let log = match get("U3M_LOG").trim() {
-            "quiet" => LogLevel::Quiet,
-            "warn" => LogLevel::Warn,
-            "info" => LogLevel::Info,
-            "debug" => LogLevel::Debug,
-            v => {
-                return Err(err(
-                    "U3M_LOG",
-                    format!("'{v}' is not quiet, warn, info or debug"),
-                ))
-            }
-        };
-        let path = |name: &str| -> Option<PathBuf> {
-            let v = get(name);
-            if v.is_empty() {
-                None
-            } else {
-                Some(PathBuf::from(v))
-            }
-        };
-        let policy = get("U3M_POLICY");
-        if !crate::policy::LIBRARY_POLICIES.contains(&policy.trim()) {
-            return Err(err(
-                "U3M_POLICY",
-                format!(
-                    "'{policy}' is not one of {}",
-                    crate::policy::LIBRARY_POLICIES.join(", ")
-                ),
-            ));
-        }
-        let hbm_low = num("U3M_HBM_LOW", 0.0, 1.0)?;
-        let hbm_high = num("U3M_HBM_HIGH", 0.0, 1.0)?;
-        if hbm_low > hbm_high {
-            return Err(err(
-                "U3M_HBM_LOW",
-                format!("{hbm_low} is above U3M_HBM_HIGH ({hbm_high})"),
-            ));
-        }
-        let max_allocs = int("U3M_MAX_ALLOCS")?;
-        if !(1024..=(1 << 26)).contains(&max_allocs) {
-            return Err(err(
-                "U3M_MAX_ALLOCS",
-                format!("{max_allocs} is outside 1024..67108864"),
-            ));
-        }
-        let max_ranges = int("U3M_MAX_RANGES")?;
-        if !(1024..=(1 << 26)).contains(&max_ranges) {
-            return Err(err(
-                "U3M_MAX_RANGES",
-                format!("{max_ranges} is outside 1024..67108864"),
-            ));
-        }
-        Ok(Config {
-            mode,
-            trace: path("U3M_TRACE"),
-            trace_lossless: flag("U3M_TRACE_LOSSLESS")?,
-            summary: path("U3M_SUMMARY"),
-            shm_dir: path("U3M_SHM_DIR").unwrap_or_else(|| PathBuf::from("/dev/shm")),
-            log,
-            hot_interval_ms: int("U3M_HOT_INTERVAL_MS")?.max(10),
-            max_allocs: max_allocs as usize,
-            max_ranges: max_ranges as usize,
-            min_bytes: size("U3M_MIN_BYTES")?,
-            dram_bytes: size("U3M_DRAM_BYTES")?,
-            swap_dir: path("U3M_SWAP_DIR"),
-            swap_bytes: size("U3M_SWAP_BYTES")?,
-            hbm_low,
-            hbm_high,
-            ssd_rate: size("U3M_SSD_RATE")?,
-            alloc_wait_ms: int("U3M_ALLOC_WAIT_MS")?,
-            oversub: num("U3M_OVERSUB", 1.0, 64.0)?,
-            policy: policy.trim().to_string(),
-            calib_s: num("U3M_CALIB_S", 0.001, 1e9)?,
-            warmup_s: num("U3M_WARMUP_S", 0.0, 1e9)?,
-            debug_panic_at_op: int("U3M_DEBUG_PANIC_AT_OP")?,
-            set,
-        })
     }
 
     /// One line per set variable, plus the mode: the stats segment's text.
@@ -333,6 +659,14 @@ mod tests {
         Config::from_vars(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
     }
 
+    fn parsed(pairs: &[(&str, &str)]) -> Parsed {
+        parse(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    fn err_of(var: &str, val: &str) -> ConfigError {
+        cfg(&[(var, val)]).expect_err(&format!("{var}={val:?} must be refused"))
+    }
+
     #[test]
     fn defaults_are_tier() {
         let c = Config::defaults();
@@ -340,44 +674,209 @@ mod tests {
         assert_eq!(c.min_bytes, 2 << 20);
         assert_eq!(c.hbm_high, 0.90);
         assert!(c.trace.is_none());
+        assert!(!c.passthrough_on_error);
+        assert_eq!(c.swap_bytes, 0);
     }
 
     #[test]
-    fn unknown_variable_is_named() {
-        let e = cfg(&[("U3M_MOED", "tier")]).unwrap_err();
-        assert_eq!(e.var, "U3M_MOED");
-        assert!(e.reason.contains("unknown"));
+    fn every_default_and_range_is_consistent() {
+        for v in VARS {
+            assert!(v.name.starts_with("U3M_"), "{}", v.name);
+            assert!(
+                check(v, v.default).is_ok(),
+                "{} default {}",
+                v.name,
+                v.default
+            );
+            assert!(!v.doc.is_empty() && !v.range_text().is_empty());
+            assert_eq!(
+                v.empty.is_some(),
+                matches!(v.kind, Kind::Path),
+                "{}",
+                v.name
+            );
+            match v.kind {
+                Kind::Size { min, max } | Kind::Count { min, max } | Kind::Millis { min, max } => {
+                    assert!(min <= max);
+                    if max < u64::MAX {
+                        let over = (max + 1).to_string();
+                        assert!(check(v, &over).is_err(), "{} accepts {over}", v.name);
+                    }
+                    if min > 1 {
+                        let under = (min - 1).to_string();
+                        assert!(check(v, &under).is_err(), "{} accepts {under}", v.name);
+                    }
+                }
+                Kind::Number { min, max } => {
+                    assert!(
+                        check(v, &format!("{}", max * 1.01 + 0.01)).is_err(),
+                        "{}",
+                        v.name
+                    );
+                    assert!(check(v, &format!("{}", min - 0.01)).is_err(), "{}", v.name);
+                }
+                _ => {}
+            }
+        }
+        let mut names: Vec<&str> = VARS.iter().map(|v| v.name).collect();
+        names.extend(TOOL_VARS.iter().map(|t| t.0));
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a name is listed twice");
+    }
+
+    #[test]
+    fn unknown_names_warn_with_the_closest_and_are_ignored() {
+        let p = parsed(&[("U3M_OVERSUBB", "2"), ("U3M_MOED", "tier")]);
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(
+            p.unknown,
+            vec![
+                Unknown {
+                    name: "U3M_MOED".into(),
+                    suggestion: Some("U3M_MODE")
+                },
+                Unknown {
+                    name: "U3M_OVERSUBB".into(),
+                    suggestion: Some("U3M_OVERSUB")
+                },
+            ]
+        );
+        assert_eq!(
+            p.unknown[1].to_string(),
+            "U3M_OVERSUBB: unknown variable, ignored (did you mean U3M_OVERSUB?)"
+        );
+        assert_eq!(p.config.oversub, 1.5, "the typo does not set anything");
+        assert_eq!(closest("U3M_SOMETHING_ELSE_ENTIRELY"), None);
+        // the scripts' variables are known, not typos
+        assert!(parsed(&[("U3M_SKIP_TORCH", "1"), ("U3M_CACHE", "/c")])
+            .unknown
+            .is_empty());
     }
 
     #[test]
     fn bad_values_are_named() {
-        assert_eq!(cfg(&[("U3M_MODE", "fast")]).unwrap_err().var, "U3M_MODE");
+        assert_eq!(err_of("U3M_MODE", "fast").var, "U3M_MODE");
         assert_eq!(
-            cfg(&[("U3M_MIN_BYTES", "lots")]).unwrap_err().var,
-            "U3M_MIN_BYTES"
+            err_of("U3M_MODE", "tierx").reason,
+            "'tierx' is not one of off, observe, tier"
         );
+        assert_eq!(err_of("U3M_LOG", "chatty").var, "U3M_LOG");
+        assert_eq!(err_of("U3M_MIN_BYTES", "lots").var, "U3M_MIN_BYTES");
+        assert_eq!(err_of("U3M_HBM_LOW", "0.95").var, "U3M_HBM_LOW");
+        assert_eq!(err_of("U3M_OVERSUB", "-1").var, "U3M_OVERSUB");
         assert_eq!(
-            cfg(&[("U3M_HBM_LOW", "0.95")]).unwrap_err().var,
-            "U3M_HBM_LOW"
+            err_of("U3M_OVERSUB", "0.5").reason,
+            "'0.5' is outside 1..64"
         );
+        assert_eq!(err_of("U3M_OVERSUB", "abc").reason, "'abc' is not a number");
         assert_eq!(
-            cfg(&[("U3M_OVERSUB", "-1")]).unwrap_err().var,
-            "U3M_OVERSUB"
-        );
-        assert_eq!(
-            cfg(&[("U3M_TRACE_LOSSLESS", "yes")]).unwrap_err().var,
+            err_of("U3M_TRACE_LOSSLESS", "yes").var,
             "U3M_TRACE_LOSSLESS"
         );
-        let e = cfg(&[("U3M_POLICY", "belady")]).unwrap_err();
+        let e = err_of("U3M_POLICY", "belady");
         assert!(
-            e.var == "U3M_POLICY" && e.reason.contains("not one of seed-heat, lru, predictive"),
+            e.reason.contains("not one of seed-heat, lru, predictive"),
             "{e}"
         );
-        assert_eq!(cfg(&[("U3M_CALIB_S", "0")]).unwrap_err().var, "U3M_CALIB_S");
+        assert_eq!(err_of("U3M_CALIB_S", "0").var, "U3M_CALIB_S");
+        assert_eq!(err_of("U3M_WARMUP_S", "-1").var, "U3M_WARMUP_S");
+        assert_eq!(err_of("U3M_OVERSUB", "NaN").var, "U3M_OVERSUB");
+        assert_eq!(err_of("U3M_OVERSUB", "inf").var, "U3M_OVERSUB");
         assert_eq!(
-            cfg(&[("U3M_WARMUP_S", "-1")]).unwrap_err().var,
-            "U3M_WARMUP_S"
+            err_of("U3M_ON_CONFIG_ERROR", "ignore").var,
+            "U3M_ON_CONFIG_ERROR"
         );
+    }
+
+    /// Issue 13 finding 6: settings that hung or meant nothing.
+    #[test]
+    fn settings_that_hang_or_mean_nothing_are_refused() {
+        let e = err_of("U3M_ALLOC_WAIT_MS", "18446744073709551615");
+        assert_eq!(e.reason, "'18446744073709551615' is outside 0..600000 ms");
+        assert!(cfg(&[("U3M_ALLOC_WAIT_MS", "600000")]).is_ok());
+        assert!(cfg(&[("U3M_ALLOC_WAIT_MS", "600001")]).is_err());
+        let e = err_of("U3M_DRAM_BYTES", "2");
+        assert_eq!(
+            e.reason,
+            "'2' is outside 2M..1P, or 0: half of physical RAM"
+        );
+        assert_eq!(cfg(&[("U3M_DRAM_BYTES", "0")]).unwrap().dram_bytes, 0);
+        assert_eq!(
+            err_of("U3M_MIN_BYTES", "18446744073709551615").var,
+            "U3M_MIN_BYTES"
+        );
+        assert_eq!(err_of("U3M_MIN_BYTES", "16E").var, "U3M_MIN_BYTES");
+        assert_eq!(err_of("U3M_SSD_RATE", "0").reason, "'0' is outside 1M..1T");
+        assert_eq!(
+            err_of("U3M_HOT_INTERVAL_MS", "0").reason,
+            "'0' is outside 10..3600000 ms"
+        );
+        assert_eq!(err_of("U3M_MAX_ALLOCS", "0").var, "U3M_MAX_ALLOCS");
+        assert_eq!(err_of("U3M_HBM_HIGH", "0").var, "U3M_HBM_HIGH");
+        assert_eq!(err_of("U3M_SWAP_BYTES", "1").var, "U3M_SWAP_BYTES");
+        let e = err_of("U3M_SWAP_BYTES", "1G");
+        assert!(e.reason.contains("without U3M_SWAP_DIR"), "{e}");
+        let c = cfg(&[("U3M_SWAP_DIR", "/s"), ("U3M_SWAP_BYTES", "1G")]).unwrap();
+        assert_eq!(c.swap_bytes, 1 << 30);
+    }
+
+    /// Empty values: an error everywhere except the paths, where empty
+    /// has a documented meaning (it used to pass for U3M_TRACE_LOSSLESS only).
+    #[test]
+    fn empty_values_are_errors_except_for_paths() {
+        for v in VARS {
+            let r = cfg(&[(v.name, "")]);
+            match v.kind {
+                Kind::Path => assert!(r.is_ok(), "{}: {r:?}", v.name),
+                _ => {
+                    let e = r.expect_err(v.name);
+                    assert!(e.reason.starts_with("empty value"), "{e}");
+                }
+            }
+            assert!(
+                cfg(&[(v.name, "  ")]).is_ok() == matches!(v.kind, Kind::Path),
+                "{}",
+                v.name
+            );
+        }
+        let c = cfg(&[("U3M_TRACE", ""), ("U3M_SHM_DIR", "")]).unwrap();
+        assert_eq!((c.trace, c.shm_dir), (None, PathBuf::from("/dev/shm")));
+    }
+
+    #[test]
+    fn every_problem_is_reported_not_just_the_first() {
+        let p = parsed(&[
+            ("U3M_MODE", "tierx"),
+            ("U3M_OVERSUB", "0.5"),
+            ("U3M_LOG", "chatty"),
+        ]);
+        let vars: Vec<&str> = p.errors.iter().map(|e| e.var.as_str()).collect();
+        assert_eq!(vars, vec!["U3M_LOG", "U3M_MODE", "U3M_OVERSUB"]);
+        assert_eq!(
+            p.config.oversub, 1.5,
+            "defaults stand in for invalid values"
+        );
+    }
+
+    #[test]
+    fn an_error_fails_tier_mode_unless_passthrough_is_asked_for() {
+        assert!(!parsed(&[]).must_fail());
+        assert!(
+            !parsed(&[("U3M_OVERSUBB", "2")]).must_fail(),
+            "unknown names only warn"
+        );
+        assert!(parsed(&[("U3M_OVERSUB", "0.5")]).must_fail());
+        assert!(
+            parsed(&[("U3M_MODE", "tierx")]).must_fail(),
+            "the mode wanted is unknown"
+        );
+        assert!(!parsed(&[("U3M_MODE", "observe"), ("U3M_OVERSUB", "x")]).must_fail());
+        assert!(
+            !parsed(&[("U3M_OVERSUB", "x"), ("U3M_ON_CONFIG_ERROR", "passthrough")]).must_fail()
+        );
+        assert!(parsed(&[("U3M_OVERSUB", "x"), ("U3M_ON_CONFIG_ERROR", "pass")]).must_fail());
     }
 
     #[test]
@@ -411,8 +910,50 @@ mod tests {
         assert_eq!(parse_size("2M"), Some(2 << 20));
         assert_eq!(parse_size("1.5G"), Some(3 << 29));
         assert_eq!(parse_size("64KiB"), Some(64 << 10));
+        assert_eq!(parse_size("1P"), Some(1 << 50));
+        assert_eq!(parse_size("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(
+            parse_size("9007199254740993"),
+            Some(9007199254740993),
+            "exact"
+        );
         assert_eq!(parse_size("12Q"), None);
         assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("16384P"), None);
+        assert_eq!(size_text(2 << 20), "2M");
+        assert_eq!(size_text(3 << 29), "1536M");
+        assert_eq!(size_text(1000), "1000");
+    }
+
+    #[test]
+    fn swap_size_from_free_space_leaves_the_margin() {
+        assert_eq!(swap_bytes_from_free(0), 0);
+        assert_eq!(swap_bytes_from_free(1 << 30), 0, "1 GiB free: nothing");
+        let b = swap_bytes_from_free(100 << 30);
+        assert_eq!(b, (90u64 << 30) - (1 << 30));
+        assert_eq!(b % (2 << 20), 0);
+    }
+
+    #[test]
+    fn swap_dir_alone_sizes_the_nvme_tier_from_free_space() {
+        let dir = std::env::temp_dir();
+        let c = cfg(&[("U3M_SWAP_DIR", dir.to_str().unwrap())]).unwrap();
+        let free = free_bytes(&dir).unwrap();
+        match c.nvme_bytes() {
+            Ok(b) => assert_eq!(b, swap_bytes_from_free(free)),
+            Err(e) => assert!(
+                swap_bytes_from_free(free) == 0 && e.contains("nothing left"),
+                "{e}"
+            ),
+        }
+        let c = cfg(&[("U3M_SWAP_DIR", "/tmp"), ("U3M_SWAP_BYTES", "4M")]).unwrap();
+        assert_eq!(c.nvme_bytes(), Ok(4 << 20));
+        assert_eq!(Config::defaults().nvme_bytes(), Ok(0));
+        let c = cfg(&[("U3M_SWAP_DIR", "/no/such/dir")]).unwrap();
+        assert!(c
+            .nvme_bytes()
+            .unwrap_err()
+            .starts_with("U3M_SWAP_DIR=/no/such/dir: "));
     }
 
     #[test]
@@ -420,5 +961,20 @@ mod tests {
         let c = cfg(&[("U3M_MODE", "observe"), ("U3M_TRACE", "/tmp/t")]).unwrap();
         assert_eq!(c.summary(), "mode=observe U3M_TRACE=/tmp/t");
         assert_eq!(cfg(&[]).unwrap().summary(), "mode=tier");
+        let c = cfg(&[("U3M_OVERSUB", "2"), ("U3M_OVERSUB", "3")]).unwrap();
+        assert_eq!(c.oversub, 3.0, "the last value wins");
+    }
+
+    proptest::proptest! {
+        /// The parser takes anything: never panics, and a value it accepts
+        /// lies in its variable's range.
+        #[test]
+        fn parse_never_panics(i in 0..VARS.len(), raw in ".{0,24}", junk in "U3M_[A-Z_]{0,12}") {
+            let v = &VARS[i];
+            let p = parse([(v.name.to_string(), raw.clone()), (junk, raw.clone())]);
+            if !p.errors.iter().any(|e| e.var == v.name) {
+                proptest::prop_assert!(check(v, &raw).is_ok());
+            }
+        }
     }
 }

@@ -1,9 +1,17 @@
-//! The seed's HBM monitor: warning at 85 % and critical at 95 % of capacity,
-//! with hysteresis so a level does not flap at its threshold, and a predicted
-//! time to OOM from the recent growth rate. Pure logic over (time, used,
-//! capacity) samples: no clock, no allocation, no I/O. The library feeds it
-//! on allocation and free, raises the transitions as events and publishes
-//! `status()` into the stats segment.
+//! The seed's memory monitor: warning at 85 % and critical at 95 % of
+//! capacity, with hysteresis so a level does not flap at its threshold, and a
+//! predicted time to OOM from the recent growth rate. Pure logic over
+//! samples: no clock, no allocation, no I/O. The library feeds it, raises
+//! the transitions as events and publishes `status()` into the stats segment.
+//!
+//! What "capacity" means depends on the mode. Without tiering it is the
+//! physical HBM (fed on allocation and free). Under tiering a full HBM is the
+//! normal state, so the level comes from what can actually run out
+//! (`Pressure`, fed by the tier's background round): the virtual capacity the
+//! process is told (allocations beyond it fail), the host tiers that hold
+//! what is not resident (DRAM + NVMe), and the share of time calls stall
+//! waiting for u3m to make memory resident (warning at 50 %, critical at
+//! 80 %). The level is the worst of the three; the event names the cause.
 
 use crate::shm::ShortText;
 use std::cell::UnsafeCell;
@@ -38,6 +46,44 @@ impl Level {
     }
 }
 
+/// What a level or a prediction is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// Physical HBM (no tiering).
+    Hbm,
+    /// The virtual device capacity under tiering.
+    Virtual,
+    /// The host tiers (DRAM + NVMe) holding what is not resident.
+    Host,
+    /// Calls waiting for u3m.
+    Stall,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Hbm => "hbm",
+            Cause::Virtual => "virtual",
+            Cause::Host => "host tiers",
+            Cause::Stall => "stall",
+        }
+    }
+}
+
+/// One observation under tiering.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Pressure {
+    /// Device memory in use as the process sees it, and its capacity (the
+    /// virtual capacity under tiering).
+    pub used: u64,
+    pub capacity: u64,
+    /// Bytes the host tiers must hold, and their limit (0: no host tiers).
+    pub host_used: u64,
+    pub host_capacity: u64,
+    /// Share of wall time calls spent waiting for u3m (0..1) recently.
+    pub stall: f64,
+}
+
 /// Thresholds and the prediction window.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MonitorConfig {
@@ -57,6 +103,11 @@ pub struct MonitorConfig {
     /// An OomPredicted transition fires when the prediction drops below this;
     /// it re-arms once the prediction is gone or above twice this.
     pub oom_horizon_s: f64,
+    /// Stall share at which the level rises to Warning / Critical, and its
+    /// hysteresis (stalls come in bursts).
+    pub stall_warning: f64,
+    pub stall_critical: f64,
+    pub stall_hysteresis: f64,
 }
 
 impl Default for MonitorConfig {
@@ -69,6 +120,9 @@ impl Default for MonitorConfig {
             window_ns: 10_000_000_000,
             min_growth_bps: 1024.0,
             oom_horizon_s: 60.0,
+            stall_warning: 0.5,
+            stall_critical: 0.8,
+            stall_hysteresis: 0.1,
         }
     }
 }
@@ -76,24 +130,29 @@ impl Default for MonitorConfig {
 /// Something the library raises as an event.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Transition {
-    /// The level changed.
+    /// The level changed; `cause` is the dimension at the new level (its
+    /// figures are `used` of `capacity`, or the stall share in parts per
+    /// million of 1).
     Level {
         from: Level,
         to: Level,
         used: u64,
         capacity: u64,
+        cause: Cause,
     },
     /// The predicted time to OOM fell below the horizon.
     OomPredicted {
         seconds: f64,
         used: u64,
         capacity: u64,
+        cause: Cause,
     },
 }
 
 impl Transition {
     /// Event text, formatted without allocating, e.g.
-    /// "hbm 86.0% warning (was ok)" or "hbm full in 42.0s at 1.2 MiB/s".
+    /// "hbm 86.0% warning (was ok)", "host tiers 96.1% critical (was
+    /// warning)" or "virtual 50.0% full in 42.0s".
     pub fn text(&self) -> ShortText {
         let mut t = ShortText::new();
         match *self {
@@ -102,10 +161,12 @@ impl Transition {
                 to,
                 used,
                 capacity,
+                cause,
             } => {
                 let _ = write!(
                     t,
-                    "hbm {:.1}% {} (was {})",
+                    "{} {:.1}% {} (was {})",
+                    cause.name(),
                     pct(used, capacity),
                     to.name(),
                     from.name()
@@ -115,12 +176,57 @@ impl Transition {
                 seconds,
                 used,
                 capacity,
+                cause,
             } => {
-                let _ = write!(t, "hbm {:.1}% full in {:.1}s", pct(used, capacity), seconds);
+                let _ = write!(
+                    t,
+                    "{} {:.1}% full in {:.1}s",
+                    cause.name(),
+                    pct(used, capacity),
+                    seconds
+                );
             }
         }
         t
     }
+}
+
+fn fraction(used: u64, capacity: u64) -> f64 {
+    if capacity == 0 {
+        0.0
+    } else {
+        used as f64 / capacity as f64
+    }
+}
+
+/// One dimension's next level from its current one and the fraction `f`:
+/// rising at `warning` / `critical`, falling only once `f` is `hysteresis`
+/// below the threshold that raised it.
+fn step(cur: Level, f: f64, warning: f64, critical: f64, hysteresis: f64) -> Level {
+    let rising = if f >= critical {
+        Level::Critical
+    } else if f >= warning {
+        Level::Warning
+    } else {
+        Level::Ok
+    };
+    if rising >= cur {
+        return rising;
+    }
+    let threshold = |l: Level| match l {
+        Level::Ok => 0.0,
+        Level::Warning => warning,
+        Level::Critical => critical,
+    };
+    let mut l = cur;
+    while l > Level::Ok && f < threshold(l) - hysteresis {
+        l = if l == Level::Critical {
+            Level::Warning
+        } else {
+            Level::Ok
+        };
+    }
+    l
 }
 
 fn pct(used: u64, capacity: u64) -> f64 {
@@ -143,11 +249,16 @@ pub struct Status {
 
 const SAMPLES: usize = 64;
 
-/// Monitor of one device's HBM.
+/// Monitor of one device's memory.
 #[derive(Debug, Clone)]
 pub struct Monitor {
     cfg: MonitorConfig,
     level: Level,
+    /// Level of each dimension (device, host, stall), each with its own
+    /// hysteresis; `level` is the worst.
+    dims: [Level; 3],
+    /// Hbm or Virtual: what the device dimension is.
+    device_cause: Cause,
     /// Ring of (time, peak use) per completed interval.
     samples: [(u64, u64); SAMPLES],
     n: usize,
@@ -176,6 +287,8 @@ impl Monitor {
         Monitor {
             cfg,
             level: Level::Ok,
+            dims: [Level::Ok; 3],
+            device_cause: Cause::Hbm,
             samples: [(0, 0); SAMPLES],
             n: 0,
             next: 0,
@@ -194,11 +307,36 @@ impl Monitor {
         self.level
     }
 
-    /// Records that `used` of `capacity` bytes are in use at `now_ns`
+    /// Records that `used` of `capacity` bytes of HBM are in use at `now_ns`
     /// (monotonic) and returns the transition this causes, if any. A level
     /// change wins over a prediction in the same call; the prediction then
     /// fires on a later call.
     pub fn observe(&mut self, now_ns: u64, used: u64, capacity: u64) -> Option<Transition> {
+        self.device_cause = Cause::Hbm;
+        self.observe_dims(now_ns, used, capacity, (0, 0), 0.0)
+    }
+
+    /// Under tiering: the device dimension is the virtual capacity, and the
+    /// host tiers and the stall share count too.
+    pub fn observe_pressure(&mut self, now_ns: u64, p: &Pressure) -> Option<Transition> {
+        self.device_cause = Cause::Virtual;
+        self.observe_dims(
+            now_ns,
+            p.used,
+            p.capacity,
+            (p.host_used, p.host_capacity),
+            p.stall,
+        )
+    }
+
+    fn observe_dims(
+        &mut self,
+        now_ns: u64,
+        used: u64,
+        capacity: u64,
+        host: (u64, u64),
+        stall: f64,
+    ) -> Option<Transition> {
         let closed = self.sample(now_ns, used);
         self.last_used = used;
         self.last_capacity = capacity;
@@ -210,15 +348,47 @@ impl Monitor {
             self.growth_bps = self.estimate_growth(now_ns);
             self.estimated_at = Some(now_ns);
         }
-        let to = self.target_level(used, capacity);
+        let (w, c, h) = (self.cfg.warning, self.cfg.critical, self.cfg.hysteresis);
+        let stall = if stall.is_finite() {
+            stall.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let stall_ppm = (stall * 1e6) as u64;
+        let before = self.dims;
+        let figures = [
+            (self.device_cause, used, capacity),
+            (Cause::Host, host.0, host.1),
+            (Cause::Stall, stall_ppm, 1_000_000),
+        ];
+        self.dims[0] = step(self.dims[0], fraction(used, capacity), w, c, h);
+        self.dims[1] = step(self.dims[1], fraction(host.0, host.1), w, c, h);
+        self.dims[2] = step(
+            self.dims[2],
+            stall,
+            self.cfg.stall_warning,
+            self.cfg.stall_critical,
+            self.cfg.stall_hysteresis,
+        );
+        let to = self.dims.iter().copied().max().unwrap_or(Level::Ok);
         if to != self.level {
             let from = self.level;
             self.level = to;
+            // rising: the first dimension at the new level says why;
+            // falling: the first one that fell
+            let i = if to > from {
+                self.dims.iter().position(|&l| l == to)
+            } else {
+                (0..3).find(|&k| self.dims[k] < before[k])
+            }
+            .unwrap_or(0);
+            let (cause, used, capacity) = figures[i];
             return Some(Transition::Level {
                 from,
                 to,
                 used,
                 capacity,
+                cause,
             });
         }
         match self.seconds_to_oom() {
@@ -228,6 +398,7 @@ impl Monitor {
                     seconds: s,
                     used,
                     capacity,
+                    cause: self.device_cause,
                 })
             }
             Some(s) if s <= 2.0 * self.cfg.oom_horizon_s => None,
@@ -264,41 +435,6 @@ impl Monitor {
             },
             seconds_to_oom: self.seconds_to_oom(),
             growth_bps: self.growth_bps.unwrap_or(0.0),
-        }
-    }
-
-    fn target_level(&self, used: u64, capacity: u64) -> Level {
-        if capacity == 0 {
-            return Level::Ok;
-        }
-        let f = used as f64 / capacity as f64;
-        let rising = if f >= self.cfg.critical {
-            Level::Critical
-        } else if f >= self.cfg.warning {
-            Level::Warning
-        } else {
-            Level::Ok
-        };
-        if rising >= self.level {
-            return rising;
-        }
-        // Falling: step down only past each threshold minus the hysteresis.
-        let mut l = self.level;
-        while l > Level::Ok && f < self.threshold(l) - self.cfg.hysteresis {
-            l = if l == Level::Critical {
-                Level::Warning
-            } else {
-                Level::Ok
-            };
-        }
-        l
-    }
-
-    fn threshold(&self, l: Level) -> f64 {
-        match l {
-            Level::Ok => 0.0,
-            Level::Warning => self.cfg.warning,
-            Level::Critical => self.cfg.critical,
         }
     }
 
@@ -605,14 +741,98 @@ mod tests {
             to: Level::Warning,
             used: 86,
             capacity: 100,
+            cause: Cause::Hbm,
         };
         assert_eq!(&*t.text(), "hbm 86.0% warning (was ok)");
         let t = Transition::OomPredicted {
             seconds: 42.0,
             used: 50,
             capacity: 100,
+            cause: Cause::Virtual,
         };
-        assert_eq!(&*t.text(), "hbm 50.0% full in 42.0s");
+        assert_eq!(&*t.text(), "virtual 50.0% full in 42.0s");
+    }
+
+    fn press(used: f64, host: f64, stall: f64) -> Pressure {
+        Pressure {
+            used: (used * 1000.0) as u64,
+            capacity: 1000,
+            host_used: (host * 1000.0) as u64,
+            host_capacity: 1000,
+            stall,
+        }
+    }
+
+    /// Issue 14: under tiering the monitor said "critical, hbm 100%, OOM in
+    /// 0ms" through a healthy run. A full HBM is not an input any more; what
+    /// can run out is.
+    #[test]
+    fn under_tiering_full_hbm_is_ok_and_what_can_run_out_is_not() {
+        let mut m = Monitor::default();
+        // HBM full, virtual half used, host tiers a third, little stall:
+        for i in 0..100 {
+            assert_eq!(
+                m.observe_pressure(i * 20 * MS, &press(0.5, 0.33, 0.1)),
+                None
+            );
+        }
+        assert_eq!(m.level(), Level::Ok);
+        assert_eq!(m.seconds_to_oom(), None);
+        let text = |t: Option<Transition>| t.map(|t| t.text().to_string());
+        // the virtual capacity nears exhaustion
+        assert_eq!(
+            text(m.observe_pressure(3000 * MS, &press(0.96, 0.33, 0.1))).as_deref(),
+            Some("virtual 96.0% critical (was ok)")
+        );
+        let mut m = Monitor::default();
+        assert_eq!(
+            text(m.observe_pressure(0, &press(0.5, 0.9, 0.0))).as_deref(),
+            Some("host tiers 90.0% warning (was ok)")
+        );
+        // stall time dominating: warning at 50 %, critical at 80 %, falls
+        // back only 10 points below
+        let mut m = Monitor::default();
+        let seq = [0.6, 0.85, 0.75, 0.69, 0.45, 0.39];
+        let got: Vec<Option<String>> = seq
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| text(m.observe_pressure(i as u64 * MS, &press(0.2, 0.2, s))))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                Some("stall 60.0% warning (was ok)".to_string()),
+                Some("stall 85.0% critical (was warning)".to_string()),
+                None,
+                Some("stall 69.0% warning (was critical)".to_string()),
+                None,
+                Some("stall 39.0% ok (was warning)".to_string()),
+            ]
+        );
+        // the worst dimension wins and names itself
+        let mut m = Monitor::default();
+        let t = m.observe_pressure(0, &press(0.9, 0.2, 0.9)).unwrap();
+        assert!(
+            matches!(
+                t,
+                Transition::Level {
+                    to: Level::Critical,
+                    cause: Cause::Stall,
+                    ..
+                }
+            ),
+            "{t:?}"
+        );
+        // no host tiers, garbage stall: no level from them
+        let mut m = Monitor::default();
+        let p = Pressure {
+            used: 1,
+            capacity: 10,
+            host_used: 5,
+            host_capacity: 0,
+            stall: f64::NAN,
+        };
+        assert_eq!(m.observe_pressure(0, &p), None);
     }
 
     #[test]

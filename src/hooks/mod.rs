@@ -135,6 +135,37 @@ fn catching(
     }
 }
 
+/// A return value for a call u3m refuses (only aclInit, after a
+/// configuration error in tier mode).
+pub trait FromAclError {
+    fn from_acl_error(code: i32) -> Self;
+}
+
+impl FromAclError for i32 {
+    fn from_acl_error(code: i32) -> i32 {
+        code
+    }
+}
+
+impl FromAclError for () {
+    fn from_acl_error(_: i32) {}
+}
+
+impl FromAclError for *mut c_void {
+    fn from_acl_error(_: i32) -> *mut c_void {
+        std::ptr::null_mut()
+    }
+}
+
+/// Some(error) when u3m refuses this call instead of forwarding it: aclInit
+/// after an invalid U3M_* value in tier mode, so the process does not run
+/// untiered (init.rs). Checked only when u3m is not active.
+#[inline]
+pub fn refused<R: FromAclError>(id: HookId) -> Option<R> {
+    (id == HookId::aclInit && crate::init::start_refused())
+        .then(|| R::from_acl_error(crate::ffi::ACL_ERROR_INVALID_PARAM))
+}
+
 /// Entry of every wrapper: Some when u3m is active and this thread is not
 /// already inside u3m.
 #[inline]
@@ -227,7 +258,12 @@ macro_rules! hooks {
                 let a = args::$name { $( $arg ),* };
                 match crate::hooks::enter(HookId::$name) {
                     Some(cx) => unsafe { $handler(&cx, crate::hooks::Real(f), a) },
-                    None => unsafe { a.call(f) },
+                    None => {
+                        if let Some(r) = crate::hooks::refused::<$ret>(HookId::$name) {
+                            return r;
+                        }
+                        unsafe { a.call(f) }
+                    }
                 }
             }
         )*

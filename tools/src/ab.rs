@@ -24,7 +24,9 @@
 //! `eviction_bytes`, `clean_drops`, `to_dram`, `to_dram_bytes`, `to_nvme`,
 //! `to_nvme_bytes`, `from_nvme`, `from_nvme_bytes`, `prefetches`,
 //! `prefetch_bytes`; null for stock arms),
-//! `last_error` (the last line of stderr of a failed arm, or null), and the
+//! `last_error` (the last line of stderr of a failed arm, or null),
+//! `u3m_messages` (libu3m.so's warnings and errors on stderr, e.g. a
+//! configuration error; null for stock arms), and the
 //! raw `simulator` (ACLSIM_STATS) and `summary` (U3M_SUMMARY) objects.
 
 use crate::error::CliError;
@@ -508,6 +510,13 @@ pub fn main(a: AbArgs) -> Result<ExitCode, CliError> {
         }
     };
     let plans = plan(&a, &lib, &dir);
+    for p in plans.iter().filter(|p| matches!(p.arm, Arm::U3m(_))) {
+        let env = crate::run::effective_u3m_env(
+            p.env.set.iter().map(|(k, v)| (k.as_str(), v)),
+            &p.env.remove,
+        );
+        crate::run::check_env(env, &format!("u3m ab ({} arm)", p.arm.name()))?;
+    }
     if a.run.dry_run {
         print!("{}", dry_run(&plans, &a.run.cmd));
         return Ok(ExitCode::SUCCESS);
@@ -857,6 +866,14 @@ impl Report {
                 Box::new(move |r: &Row| sim(r, &|v| Some(u(v, &["mmu_faults"])?.to_string()))),
             ),
             (
+                "u3m warnings/errors",
+                Box::new(|r: &Row| match (r.arm, u3m_messages(&r.out.stderr).len()) {
+                    (Arm::U3m(_), 0) => "0".to_string(),
+                    (Arm::U3m(_), n) => format!("{n} (below)"),
+                    _ => dash(),
+                }),
+            ),
+            (
                 "wall time",
                 Box::new(|r: &Row| format!("{:.2} s", r.out.wall_s)),
             ),
@@ -881,6 +898,20 @@ impl Report {
             s.push('\n');
             s.push_str(&columns(&failed, ""));
         }
+        let said: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .flat_map(|r| {
+                u3m_messages(&r.out.stderr)
+                    .into_iter()
+                    .take(5)
+                    .map(move |m| vec![format!("{} (libu3m.so):", r.arm.name()), m])
+            })
+            .collect();
+        if !said.is_empty() {
+            s.push('\n');
+            s.push_str(&columns(&said, ""));
+        }
         s
     }
 
@@ -903,6 +934,22 @@ fn max_dev(v: &Value, field: &str) -> Option<u64> {
         .iter()
         .filter_map(|d| d.get(field)?.as_u64())
         .max()
+}
+
+/// What libu3m.so said on stderr that is not routine: its warnings and
+/// errors (configuration errors among them), without the `u3m: ` prefix;
+/// the info start line and summary and debug lines are left out.
+pub fn u3m_messages(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("u3m: "))
+        .filter(|m| {
+            !["start: ", "summary: ", "debug: "]
+                .iter()
+                .any(|p| m.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 /// The last line of stderr of an arm that did not exit 0.
@@ -971,6 +1018,7 @@ fn arm_json(r: &Row) -> Value {
         "mmu_faults": sim(&["mmu_faults"]),
         "tier": tier,
         "last_error": last_error(o),
+        "u3m_messages": if matches!(r.arm, Arm::U3m(_)) { json!(u3m_messages(&o.stderr)) } else { Value::Null },
         "simulator": o.stats,
         "summary": o.summary,
     })
@@ -1086,6 +1134,16 @@ mod tests {
             preload_without_u3m(Some("/x/libu3m.so:/a.so /b.so".into()), lib),
             Some("/a.so:/b.so".into())
         );
+    }
+
+    #[test]
+    fn libu3m_warnings_and_errors_are_picked_from_stderr() {
+        let err = "u3m: start: u3m 0.1.0, tier mode\nprog: hello\nu3m: U3M_OVERSUB: '0.5' is outside 1..64 (configuration error)\nu3m: debug: evict\nu3m: summary: moved 0 B\n";
+        assert_eq!(
+            u3m_messages(err),
+            vec!["U3M_OVERSUB: '0.5' is outside 1..64 (configuration error)".to_string()]
+        );
+        assert!(u3m_messages("prog: u3m: not ours\n").is_empty());
     }
 
     #[test]

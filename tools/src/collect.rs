@@ -1,5 +1,21 @@
 //! Finding the segments of live u3m processes in a directory, and cleaning
 //! up those of dead ones (a process killed with SIGKILL never removes its own).
+//!
+//! Removal rule (issue 13 finding 8: `u3m stat` as root removed any
+//! `u3m.<pid>` file with a valid magic whose process was gone). A file is
+//! removed only when u3m can prove it is a segment a u3m of this user wrote
+//! and that its writer is gone:
+//! - it is a regular file (not a link) owned by the user running u3m — the
+//!   kernel sets the owner at creation and only root can change it, so no
+//!   other user can plant a file that root's `u3m stat` then removes;
+//! - it has a u3m header of this layout whose pid is the one in its name;
+//! - its writer is gone: no such pid, a zombie, or a pid whose start time
+//!   differs from the one the writer recorded (pid reuse);
+//! - it is still the same file (device, inode) when it is removed.
+//!
+//! An empty file of a dead pid owned by the user (a writer killed while
+//! creating it) holds nothing and is removed too. Everything else is left in
+//! place with a note saying why.
 
 use crate::error::CliError;
 use std::collections::{BTreeMap, HashSet};
@@ -69,30 +85,49 @@ impl Scanner {
         Ok(notes)
     }
 
-    /// Opens one file; a dead writer's file is removed (with a note).
+    /// Opens one file; a dead writer's file is removed (with a note) when
+    /// the rule in the module header proves it u3m's.
     fn examine(&mut self, pid: u32, path: &Path, notes: &mut Vec<String>) -> Option<Found> {
-        let id = file_id(path)?;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let id = (meta.dev(), meta.ino());
         let mine = self.only == Some(pid);
+        // SAFETY: geteuid has no preconditions.
+        let owned = meta.file_type().is_file() && meta.uid() == unsafe { libc::geteuid() };
         match SegmentReader::open(path) {
-            Ok(r) => match r.liveness() {
-                Liveness::Alive => {
-                    if r.pid() != pid {
-                        notes.push(format!(
-                            "skipping {}: it says it belongs to pid {}",
-                            path.display(),
-                            r.pid()
-                        ));
-                        return None;
-                    }
-                    Some(Found {
-                        reader: r,
-                        file_id: id,
-                    })
+            Ok(r) if r.pid() != pid => {
+                notes.push(format!(
+                    "skipping {}: it says it belongs to pid {} (left in place)",
+                    path.display(),
+                    r.pid()
+                ));
+                if mine {
+                    self.only_why = Some(format!("the file says it belongs to pid {}", r.pid()));
                 }
+                None
+            }
+            Ok(r) => match r.liveness() {
+                Liveness::Alive => Some(Found {
+                    reader: r,
+                    file_id: id,
+                }),
                 Liveness::Dead(why) => {
-                    self.remove(path, why, notes);
+                    drop(r);
+                    let removed = if owned {
+                        self.remove(path, id, why, notes)
+                    } else {
+                        notes.push(format!(
+                            "left stale segment {} ({why}): owned by uid {}, not by this user (u3m removes only segments it can prove this user's u3m wrote)",
+                            path.display(),
+                            meta.uid()
+                        ));
+                        false
+                    };
                     if mine {
-                        self.only_why = Some(format!("{why} (stale segment removed)"));
+                        self.only_why = Some(if removed {
+                            format!("{why} (stale segment removed)")
+                        } else {
+                            format!("{why} (stale segment left in place)")
+                        });
                     }
                     None
                 }
@@ -101,15 +136,22 @@ impl Scanner {
                 let dead = liveness(pid, 0) != Liveness::Alive;
                 let msg = e.to_string();
                 match e {
-                    // Half-created or of another layout version: garbage only
-                    // if its process is gone.
+                    // An empty file: a writer killed while creating it. It
+                    // holds nothing, so the owner's u3m may remove it.
+                    OpenError::NotReady if dead && owned && meta.len() == 0 => {
+                        self.remove(path, id, "process no longer exists", notes);
+                    }
+                    // Half-written or of another layout: not provably ours.
                     OpenError::NotReady
                     | OpenError::TooSmall { .. }
                     | OpenError::Version { .. }
                     | OpenError::Geometry(_)
                         if dead =>
                     {
-                        self.remove(path, "process no longer exists", notes)
+                        notes.push(format!(
+                            "left {} (process no longer exists): {msg}; not provably a u3m segment, remove it by hand if it is",
+                            path.display()
+                        ))
                     }
                     OpenError::NotReady => {}
                     OpenError::Io(ref io) if io.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -132,14 +174,24 @@ impl Scanner {
         }
     }
 
-    fn remove(&self, path: &Path, why: &str, notes: &mut Vec<String>) {
+    /// Removes `path` if it is still the file `id` that was examined.
+    fn remove(&self, path: &Path, id: (u64, u64), why: &str, notes: &mut Vec<String>) -> bool {
+        if file_id(path) != Some(id) {
+            return false; // replaced meanwhile: look again next time
+        }
         match std::fs::remove_file(path) {
-            Ok(()) => notes.push(format!("removed stale segment {} ({why})", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => notes.push(format!(
-                "cannot remove stale segment {} ({why}): {e}",
-                path.display()
-            )),
+            Ok(()) => {
+                notes.push(format!("removed stale segment {} ({why})", path.display()));
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => {
+                notes.push(format!(
+                    "cannot remove stale segment {} ({why}): {e}",
+                    path.display()
+                ));
+                false
+            }
         }
     }
 }

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 pub enum CliError {
     /// Bad arguments that clap could not see (exit 2).
     Usage(String),
+    /// Invalid U3M_* settings, found before anything ran (exit 2).
+    Config { what: String, problems: Vec<String> },
     /// The segment directory cannot be read.
     Dir { dir: PathBuf, err: io::Error },
     /// `-p PID` names no live u3m process.
@@ -28,7 +30,7 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::Usage(_) => 2,
+            CliError::Usage(_) | CliError::Config { .. } => 2,
             // As shells do: 127 not found, 126 found but not runnable.
             CliError::Exec { err, .. } if err.kind() == io::ErrorKind::NotFound => 127,
             CliError::Exec { .. } => 126,
@@ -41,6 +43,13 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Usage(m) => write!(f, "{m}"),
+            CliError::Config { what, problems } => {
+                write!(f, "{what}: invalid settings, nothing was started:")?;
+                for p in problems {
+                    write!(f, "\n  {p}")?;
+                }
+                write!(f, "\n(valid values: `u3m run --help`, docs/stats.md)")
+            }
             CliError::Dir { dir, err } => write!(f, "cannot read the segment directory {}: {err}", dir.display()),
             CliError::NoProcess { pid, dir, why } => {
                 write!(f, "no live u3m process with pid {pid} (no readable {}/u3m.{pid})", dir.display())?;

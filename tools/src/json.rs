@@ -101,6 +101,7 @@ pub fn device(d: &DeviceSnapshot) -> Value {
         json!({
             "level": d.monitor.level.name(),
             "hbm_use": round6(d.monitor.use_fraction),
+            "basis": crate::table::monitor_basis(d),
             "seconds_to_oom": d.monitor.seconds_to_oom,
             "growth_bytes_per_s": d.monitor.growth_bps,
         }),

@@ -4,6 +4,7 @@
 
 mod ab;
 mod collect;
+mod doctor;
 mod error;
 mod exporter;
 mod human;
@@ -11,10 +12,12 @@ mod json;
 mod pickle;
 mod plan;
 mod ranks;
+mod progress;
 mod replay;
 mod report;
 mod run;
 mod snapshot;
+mod shell;
 mod stat;
 mod synth;
 mod table;
@@ -58,6 +61,12 @@ enum Cmd {
     Exporter(exporter::ExporterArgs),
     /// Write a trace of a Llama-shaped workload (training, LoRA, RAG serving, mixed), optionally scaled down.
     Synth(synth::SynthArgs),
+    /// Check this machine and environment for u3m: libascendcl.so and CANN version, LD_PRELOAD, settings, /dev/shm, swap directory, locked memory, huge pages.
+    Doctor(doctor::DoctorArgs),
+    /// Print shell completions: `u3m completions bash > /etc/bash_completion.d/u3m`.
+    Completions(shell::CompletionsArgs),
+    /// Print the man page (roff), or write one per command with --dir.
+    Man(shell::ManArgs),
 }
 
 /// Where to look for segments, and which process.
@@ -114,6 +123,9 @@ fn main() -> ExitCode {
         Cmd::Exporter(a) => exporter::main(&a),
         Cmd::Snapshot(a) => snapshot::main(&a),
         Cmd::Report(a) => report::main(&a),
+        Cmd::Doctor(a) => doctor::main(&a),
+        Cmd::Completions(a) => shell::completions(&a, <Cli as clap::CommandFactory>::command()),
+        Cmd::Man(a) => shell::man(&a, <Cli as clap::CommandFactory>::command()),
     };
     match r {
         Ok(code) => code,

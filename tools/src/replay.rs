@@ -102,11 +102,14 @@ fn size(s: &str) -> Result<u64, String> {
 pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let setup = setup(&a)?;
     let mut reports = Vec::new();
+    crate::progress::start("u3m replay");
     for path in &a.traces {
+        crate::progress::stage(format!("reading {}", path.display()));
         let trace = match load(path) {
             Ok(t) => t,
             Err(e) => {
                 // like acl_replay: a malformed trace is exit status 3
+                crate::progress::clear();
                 eprintln!("u3m replay: {e}");
                 return Ok(ExitCode::from(3));
             }
@@ -114,11 +117,13 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
         match replay_trace(&trace, &setup, a.hbm, &a.policy) {
             Ok(r) => reports.push(r),
             Err(e) => {
+                crate::progress::clear();
                 eprintln!("u3m replay: {e}");
                 return Ok(ExitCode::from(1));
             }
         }
     }
+    crate::progress::clear();
     let out = if a.json {
         report::json(&setup, a.hbm, &reports)
     } else {
@@ -335,6 +340,8 @@ fn replay_trace(
     hbm: u64,
     policies: &[String],
 ) -> Result<TraceReport, String> {
+    let steps = policies.len() + 1;
+    crate::progress::stage(format!("{}, baseline (1/{steps})", trace.name));
     let base = drive::run(
         trace,
         s,
@@ -345,7 +352,8 @@ fn replay_trace(
     let future = Future::new(&base.log);
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
-    for name in policies {
+    for (i, name) in policies.iter().enumerate() {
+        crate::progress::stage(format!("{}, {name} ({}/{steps})", trace.name, i + 2));
         let p = match make_policy(name, s, &base.log) {
             Ok(p) => p,
             Err(why) => {

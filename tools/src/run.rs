@@ -2,9 +2,12 @@
 //! the options turned into U3M_* variables. The options come from the
 //! library's own table of variables (`u3m_core::config::VARS`): `--help` is
 //! built from it and docs/stats.md holds the same table (a test keeps them
-//! equal). u3m execs rather than spawns, so the
-//! program keeps u3m's pid, signals reach it directly, and the exit status is
-//! the program's own.
+//! equal). Every U3M_* value the program would see (options, `-e`, the
+//! inherited environment) is checked against that table first: a bad one is
+//! a usage error (exit 2) before anything starts. `U3M_LOG` defaults to
+//! `info` here, so the library prints its start line and exit summary.
+//! u3m execs rather than spawns, so the program keeps u3m's pid, signals
+//! reach it directly, and the exit status is the program's own.
 
 use crate::error::CliError;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
@@ -16,12 +19,14 @@ use std::sync::OnceLock;
 use u3m_core::config::VARS;
 
 /// One `u3m run` option and the variable it sets. Values are passed through
-/// verbatim: libu3m.so validates them and reports a bad one on stderr.
+/// verbatim after `check_env` validated them with the library's parser.
 pub struct EnvOption {
     pub long: &'static str,
     pub var: &'static str,
     pub value: &'static str,
     pub help: &'static str,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub spec: &'static u3m_core::config::VarSpec,
 }
 
 /// The options, one per variable of `u3m_core::config::VARS` (the library's
@@ -39,64 +44,75 @@ pub fn env_options() -> &'static [EnvOption] {
                     .to_ascii_lowercase()
                     .replace('_', "-");
                 let help = if v.default.is_empty() {
-                    v.doc.to_string()
+                    format!("{}; {}", v.doc, v.range_text())
                 } else {
-                    format!("{} (default {})", v.doc, v.default)
+                    format!("{}; {} (default {})", v.doc, v.range_text(), v.default)
                 };
                 // clap keeps &'static str names; this table lives for the whole run.
                 EnvOption {
                     long: leak(long),
                     var: v.name,
-                    value: value_name(v.name),
+                    value: v.value_name(),
                     help: leak(help),
+                    spec: v,
                 }
             })
             .collect()
     })
 }
 
-fn leak(s: String) -> &'static str {
+pub fn leak(s: String) -> &'static str {
     Box::leak(s.into_boxed_str())
 }
 
-/// Placeholder shown in --help, from the variable's name.
-fn value_name(var: &str) -> &'static str {
-    match var {
-        "U3M_MODE" => "MODE",
-        "U3M_TRACE" => "PATH",
-        "U3M_POLICY" => "NAME",
-        "U3M_LOG" => "LEVEL",
-        "U3M_HBM_LOW" | "U3M_HBM_HIGH" => "FRACTION",
-        "U3M_OVERSUB" => "RATIO",
-        "U3M_SSD_RATE" => "BYTES_PER_S",
-        "U3M_TRACE_LOSSLESS" => "0|1",
-        v if v.starts_with("U3M_MAX_") => "COUNT",
-        v if v.ends_with("_BYTES") => "BYTES",
-        v if v.ends_with("_DIR") => "DIR",
-        v if v.ends_with("_MS") => "MS",
-        v if v.ends_with("_S") => "SECONDS",
-        _ => "VALUE",
-    }
+/// A cell of a markdown table: a bare | would end the cell, even inside a
+/// code span; <pid> would be a tag.
+#[cfg(test)]
+fn md(t: &str) -> String {
+    t.replace('|', "\\|")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The table as it appears in docs/stats.md.
 #[cfg(test)]
 pub fn markdown_table() -> String {
-    let mut s = String::from("| option | variable | meaning |\n| --- | --- | --- |\n");
+    let mut s = String::from(
+        "| option | variable | values | default | meaning |\n| --- | --- | --- | --- | --- |\n",
+    );
     for o in env_options() {
-        // A bare | would end the cell, even inside a code span; <pid> would be a tag.
-        let md = |t: &str| {
-            t.replace('|', "\\|")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;")
-        };
         s.push_str(&format!(
-            "| `--{} {}` | `{}` | {} |\n",
+            "| `--{} {}` | `{}` | {}\n",
             o.long,
             md(o.value),
             o.var,
-            md(o.help)
+            spec_cells(o.spec)
         ));
+    }
+    s
+}
+
+/// "values | default | meaning |" cells of one variable.
+#[cfg(test)]
+fn spec_cells(v: &u3m_core::config::VarSpec) -> String {
+    let default = if v.default.is_empty() {
+        "-".to_string()
+    } else {
+        format!("`{}`", v.default)
+    };
+    format!("{} | {default} | {} |", md(&v.range_text()), md(v.doc))
+}
+
+/// Every U3M_* variable, the library's and the scripts': the README's table.
+#[cfg(test)]
+pub fn variables_table() -> String {
+    let mut s =
+        String::from("| variable | values | default | meaning |\n| --- | --- | --- | --- |\n");
+    for v in u3m_core::config::VARS {
+        s.push_str(&format!("| `{}` | {}\n", v.name, spec_cells(v)));
+    }
+    for (name, doc) in u3m_core::config::TOOL_VARS {
+        s.push_str(&format!("| `{name}` | test / CI | - | {} |\n", md(doc)));
     }
     s
 }
@@ -150,8 +166,9 @@ impl Args for RunArgs {
                 .value_name("CMD")
                 .num_args(1..)
                 .required(true)
+                // no allow_hyphen_values: `u3m run --hbm 1G prog` is an
+                // unknown option, not a program called --hbm
                 .trailing_var_arg(true)
-                .allow_hyphen_values(true)
                 .value_parser(clap::value_parser!(OsString))
                 .help("the program to run and its arguments (after --)"),
         )
@@ -227,7 +244,54 @@ pub fn preload_value(lib: &std::path::Path, existing: Option<OsString>) -> OsStr
     v
 }
 
+/// The U3M_* variables a program started with `overrides` would see:
+/// this process's environment, then the overrides in order (the last wins).
+pub fn effective_u3m_env<'a>(
+    overrides: impl IntoIterator<Item = (&'a str, &'a OsString)>,
+    removed: &[String],
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .filter(|(k, _)| k.starts_with("U3M_") && !removed.contains(k))
+        .collect();
+    for (k, v) in overrides {
+        if !k.starts_with("U3M_") {
+            continue;
+        }
+        env.retain(|(e, _)| e != k);
+        env.push((k.to_string(), v.to_string_lossy().into_owned()));
+    }
+    env
+}
+
+/// Checks U3M_* variables with libu3m.so's own parser: every invalid value
+/// and every unknown name is a usage error, all of them listed.
+pub fn check_env(env: Vec<(String, String)>, what: &str) -> Result<(), CliError> {
+    let p = u3m_core::config::parse(env);
+    let mut problems: Vec<String> = p.errors.iter().map(|e| e.to_string()).collect();
+    problems.extend(p.unknown.iter().map(|u| match u.suggestion {
+        Some(s) => format!("{}: unknown variable (did you mean {s}?)", u.name),
+        None => format!("{}: unknown variable", u.name),
+    }));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Config {
+            what: what.to_string(),
+            problems,
+        })
+    }
+}
+
 pub fn main(a: RunArgs) -> Result<ExitCode, CliError> {
+    let overrides = a
+        .env
+        .iter()
+        .map(|(k, v)| (*k, v))
+        .chain(a.extra.iter().map(|(k, v)| (k.as_str(), v)));
+    let u3m_env = effective_u3m_env(overrides, &[]);
+    let log_set = u3m_env.iter().any(|(k, _)| k == "U3M_LOG");
+    check_env(u3m_env, "u3m run")?;
     let lib = match &a.lib {
         Some(l) if l.is_relative() => std::env::current_dir()
             .map(|d| d.join(l))
@@ -242,6 +306,10 @@ pub fn main(a: RunArgs) -> Result<ExitCode, CliError> {
     let mut vars: Vec<(String, OsString)> = vec![("LD_PRELOAD".into(), preload)];
     vars.extend(a.env.iter().map(|(k, v)| (k.to_string(), v.clone())));
     vars.extend(a.extra.iter().cloned());
+    if !log_set {
+        // the start line and the exit summary on stderr
+        vars.push(("U3M_LOG".into(), "info".into()));
+    }
     let (prog, args) = a
         .cmd
         .split_first()
@@ -316,6 +384,16 @@ mod tests {
         );
         let t = T::try_parse_from(["u3m", "--trace", "/t", "prog", "-v"]).unwrap();
         assert_eq!(t.run.cmd, vec!["prog", "-v"], "-- is optional");
+        // an unknown option before the command is a usage error, not a program
+        let e = T::try_parse_from(["u3m", "--hbm", "130M", "--", "prog"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("--hbm"), "{e}");
+        let t = T::try_parse_from(["u3m", "--", "--weird-prog", "-x"]).unwrap();
+        assert_eq!(
+            t.run.cmd,
+            vec!["--weird-prog", "-x"],
+            "after -- anything goes"
+        );
         assert_eq!(
             T::try_parse_from(["u3m", "-e", "novalue", "prog"])
                 .unwrap_err()
@@ -342,7 +420,53 @@ mod tests {
             .find(|o| o.var == "U3M_HBM_HIGH")
             .unwrap();
         assert_eq!((o.long, o.value), ("hbm-high", "FRACTION"));
-        assert!(o.help.ends_with("(default 0.90)"), "{}", o.help);
+        assert!(o.help.ends_with("; 0.05..1 (default 0.90)"), "{}", o.help);
+    }
+
+    fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, x)| (k.to_string(), x.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn settings_are_checked_with_the_library_table() {
+        assert!(check_env(pairs(&[("U3M_OVERSUB", "2")]), "t").is_ok());
+        assert!(check_env(pairs(&[("U3M_SKIP_TORCH", "1")]), "t").is_ok());
+        let e = check_env(
+            pairs(&[
+                ("U3M_OVERSUBB", "2"),
+                ("U3M_OVERSUB", "0.5"),
+                ("U3M_MODE", "tierx"),
+                ("U3M_LOG", "chatty"),
+            ]),
+            "u3m run",
+        )
+        .unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let text = e.to_string();
+        for needle in [
+            "u3m run: invalid settings, nothing was started:",
+            "U3M_OVERSUBB: unknown variable (did you mean U3M_OVERSUB?)",
+            "U3M_OVERSUB: '0.5' is outside 1..64",
+            "U3M_MODE: 'tierx' is not one of off, observe, tier",
+            "U3M_LOG: 'chatty' is not one of quiet, warn, info, debug",
+        ] {
+            assert!(text.contains(needle), "{needle} missing from:\n{text}");
+        }
+    }
+
+    #[test]
+    fn overrides_win_over_the_environment_in_order() {
+        let a: OsString = "2".into();
+        let b: OsString = "3".into();
+        let env = effective_u3m_env(
+            [("U3M_OVERSUB", &a), ("PATH", &a), ("U3M_OVERSUB", &b)],
+            &[],
+        );
+        let o: Vec<_> = env.iter().filter(|(k, _)| k == "U3M_OVERSUB").collect();
+        assert_eq!(o, vec![&("U3M_OVERSUB".to_string(), "3".to_string())]);
+        assert!(!env.iter().any(|(k, _)| k == "PATH"));
     }
 
     #[test]
@@ -356,19 +480,37 @@ mod tests {
         );
     }
 
+    /// The text between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in a
+    /// file of the repository; with U3M_UPDATE_DOCS=1 it is replaced by
+    /// `want` first (how the tables are regenerated).
+    fn marked(file: &str, name: &str, want: &str) -> String {
+        let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
+        let doc = std::fs::read_to_string(&path).expect(&path);
+        let begin = format!("<!-- {name}:begin -->\n");
+        let end = format!("<!-- {name}:end -->");
+        let start = doc.find(&begin).expect("begin marker") + begin.len();
+        let stop = doc.find(&end).expect("end marker");
+        if std::env::var("U3M_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+            let new = format!("{}{want}{}", &doc[..start], &doc[stop..]);
+            std::fs::write(&path, new).expect(&path);
+            return want.to_string();
+        }
+        doc[start..stop].to_string()
+    }
+
     #[test]
     fn docs_hold_the_same_table() {
-        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/stats.md"))
-            .expect("docs/stats.md");
-        let begin = "<!-- run-options:begin -->\n";
-        let end = "<!-- run-options:end -->";
-        let start = doc.find(begin).expect("begin marker") + begin.len();
-        let stop = doc.find(end).expect("end marker");
         assert_eq!(
-            &doc[start..stop],
+            marked("docs/stats.md", "run-options", &markdown_table()),
             markdown_table(),
             "docs/stats.md's u3m run table is out of date; replace it with:\n{}",
             markdown_table()
+        );
+        assert_eq!(
+            marked("README.md", "variables", &variables_table()),
+            variables_table(),
+            "README.md's variable table is out of date; replace it with:\n{}",
+            variables_table()
         );
     }
 }

@@ -422,6 +422,9 @@ pub fn main(a: &SynthArgs) -> Result<ExitCode, CliError> {
             "give -o PATH (or -o - for stdout) for the trace, or --sizes",
         ));
     }
+    let t0 = std::time::Instant::now();
+    crate::progress::start("u3m synth");
+    crate::progress::stage("writing");
     let report = match &a.output {
         Some(_) if to_stdout => {
             let out = io::stdout().lock();
@@ -438,6 +441,19 @@ pub fn main(a: &SynthArgs) -> Result<ExitCode, CliError> {
         }
         None => generate(&o, None).map_err(io_err("generating"))?,
     };
+    crate::progress::clear();
+    if let Some(path) = a.output.as_ref().filter(|_| !to_stdout) {
+        // the one-line result (stderr: stdout may carry --sizes JSON)
+        let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        eprintln!(
+            "u3m synth: wrote {} ({} events, {} operators, {}) in {:.1} s",
+            path.display(),
+            report.events,
+            report.ops,
+            crate::human::bytes(size),
+            t0.elapsed().as_secs_f64()
+        );
+    }
     if a.sizes {
         let mut s =
             serde_json::to_string_pretty(&sizes(&o, &report)).expect("JSON of plain values");

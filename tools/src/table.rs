@@ -64,9 +64,24 @@ pub fn config_line(s: &Snapshot) -> String {
     }
 }
 
+/// What the monitor's use is a share of: the virtual capacity under
+/// tiering (the writer publishes one), else physical HBM.
+pub fn monitor_basis(d: &DeviceSnapshot) -> &'static str {
+    if d.get("hbm.virtual_capacity") > 0 {
+        "virtual"
+    } else {
+        "hbm"
+    }
+}
+
 pub fn monitor_line(d: &DeviceSnapshot) -> String {
     let m = &d.monitor;
-    let mut s = format!("{}, hbm {:.1}%", m.level.name(), m.use_fraction * 100.0);
+    let mut s = format!(
+        "{}, {} {:.1}%",
+        m.level.name(),
+        monitor_basis(d),
+        m.use_fraction * 100.0
+    );
     match m.seconds_to_oom {
         Some(t) => {
             let _ = write!(

@@ -37,6 +37,18 @@ pub struct Rates {
     /// Per device index: operator launches/s and copied bytes/s.
     pub ops: BTreeMap<usize, f64>,
     pub copy_bps: BTreeMap<usize, f64>,
+    /// u3m's own traffic, summed over devices (the writer keeps the
+    /// process-wide figures on device 0): bytes/s into and out of HBM,
+    /// fault-ins/s and evictions/s.
+    pub tier: TierRates,
+}
+
+#[derive(Debug, Default, PartialEq, Clone, Copy)]
+pub struct TierRates {
+    pub in_bps: f64,
+    pub out_bps: f64,
+    pub faults_per_s: f64,
+    pub evictions_per_s: f64,
 }
 
 pub fn rates(prev: &Snapshot, cur: &Snapshot) -> Option<Rates> {
@@ -68,6 +80,10 @@ pub fn rates(prev: &Snapshot, cur: &Snapshot) -> Option<Rates> {
             .map(|k| delta(&format!("copies.{k}.bytes")))
             .sum();
         r.copy_bps.insert(d.index, copied);
+        r.tier.in_bps += delta("migrations.hbm.bytes_in");
+        r.tier.out_bps += delta("migrations.hbm.bytes_out");
+        r.tier.faults_per_s += delta("faults_in.count");
+        r.tier.evictions_per_s += delta("evictions.count");
     }
     Some(r)
 }
@@ -166,6 +182,25 @@ fn calls_rate_line(v: &View) -> String {
     }
 }
 
+/// Whether u3m tiers this process (it publishes a virtual capacity then).
+fn tiered(s: &Snapshot) -> bool {
+    s.devices.iter().any(|d| d.get("hbm.virtual_capacity") > 0)
+}
+
+/// "to HBM 80.0 MiB/s · out of HBM 120.0 MiB/s · fault-ins 22/s · evictions 34/s"
+fn tier_rate_line(v: &View) -> String {
+    match &v.rates {
+        None => "-".into(),
+        Some(r) => format!(
+            "to HBM {} · out of HBM {} · fault-ins {}/s · evictions {}/s",
+            rate_bytes(r.tier.in_bps),
+            rate_bytes(r.tier.out_bps),
+            rate(r.tier.faults_per_s),
+            rate(r.tier.evictions_per_s)
+        ),
+    }
+}
+
 fn hot_line(s: &Snapshot, h: &u3m_core::shm::HotEntry) -> String {
     let classes = s.class_list(h.class_mask).join(",");
     format!(
@@ -236,6 +271,9 @@ fn frame(top: &Top, views: &[View], interval: Duration) -> Vec<String> {
         rows.extend(s.devices.iter().map(|d| device_row(v, d)));
         out.extend(columns(&rows, "  ").lines().map(String::from));
         out.push(format!("  calls/s  {}", calls_rate_line(v)));
+        if tiered(s) {
+            out.push(format!("  tiering  {}", tier_rate_line(v)));
+        }
         for (i, h) in s.hot.iter().take(HOT_SHOWN).enumerate() {
             out.push(format!(
                 "  {}  {}",
@@ -302,6 +340,9 @@ fn plain(top: &Top, views: &[View]) -> Vec<String> {
                 r[7],
                 calls_rate_line(v)
             ));
+        }
+        if tiered(s) {
+            out.push(format!("{p} tiering {}", tier_rate_line(v)));
         }
         for h in s.hot.iter().take(HOT_SHOWN) {
             out.push(format!("{p} hot {}", hot_line(s, h)));
@@ -485,6 +526,10 @@ mod tests {
         let mut values = vec![0; DEVICE_FIELDS.len()];
         values[u3m_core::shm::layout::field_index("launches.ops")] = ops;
         values[u3m_core::shm::layout::field_index("copies.h2d.bytes")] = h2d;
+        // u3m's traffic grows with h2d in these snapshots: 2 MiB in, 3 out
+        let f = u3m_core::shm::layout::field_index;
+        values[f("migrations.hbm.bytes_in")] = h2d * 2;
+        values[f("evictions.count")] = if h2d > 0 { 3 } else { 0 };
         Snapshot {
             pid: 7,
             labels: Default::default(),
@@ -543,6 +588,8 @@ mod tests {
         assert_eq!(r.calls_total, 100.0);
         assert_eq!(r.ops[&0], 600.0);
         assert_eq!(r.copy_bps[&0], 2.0 * (1 << 20) as f64);
+        assert_eq!(r.tier.in_bps, 4.0 * (1 << 20) as f64, "2 MiB in 0.5 s");
+        assert_eq!(r.tier.evictions_per_s, 6.0);
         assert!(rates(&b, &a).is_none(), "time went backwards");
         let mut other = snap(2_000_000_000, 0, 0, 0);
         other.start_mono_ns = 5; // a new process with the same pid

@@ -12,6 +12,7 @@ use super::{dev_index, Engine, PinReason};
 use crate::acl::AclError;
 use crate::config::LogLevel;
 use crate::engine::runtime::CHUNK;
+use crate::shm::mono_ns;
 
 /// What the engine does with a call it may own.
 enum Detour<T> {
@@ -316,7 +317,11 @@ impl Engine {
             return Detour::Bypass;
         };
         self.capacity[dev_index(dev)].store(total, Relaxed);
-        r.malloc(dev.max(0) as u32, size, free, total).into()
+        let t0 = mono_ns();
+        let d = r.malloc(dev.max(0) as u32, size, free, total);
+        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        self.say_refused(r);
+        d.into()
     }
 
     fn managed_free(&self, ptr: u64) -> Detour<()> {

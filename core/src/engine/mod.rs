@@ -15,6 +15,7 @@ pub mod call;
 mod detour;
 mod ids;
 mod publish;
+pub mod report;
 mod run;
 pub mod runtime;
 #[cfg(test)]
@@ -151,6 +152,8 @@ pub struct Engine {
     rt: Option<&'static dyn Runtime>,
     /// bytes of live allocations u3m does not manage, per device
     unmanaged: [AtomicU64; MAX_DEVICES],
+    /// what the operator has been told, and the stall account
+    ops: report::Operator,
 }
 
 #[derive(Default)]
@@ -262,6 +265,7 @@ impl Engine {
             residency,
             rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
+            ops: report::Operator::default(),
             cfg,
         };
         Ok(e)
@@ -307,6 +311,9 @@ impl Engine {
         }
         self.publisher.stop();
         self.note_spill_errors();
+        if self.cfg.log >= LogLevel::Info {
+            eprintln!("u3m: {}", self.exit_summary());
+        }
         if let Some(r) = &self.rec {
             r.stop();
         }
@@ -404,15 +411,24 @@ impl Engine {
     }
 
     fn observe_monitor_used(&self, d: usize, used: u64, cap: u64) {
+        self.observe_monitor_with(d, |m, now| m.observe(now, used, cap));
+    }
+
+    /// Feeds device `d`'s monitor and raises what it says as an event.
+    fn observe_monitor_with(
+        &self,
+        d: usize,
+        f: impl FnOnce(&mut Monitor, u64) -> Option<crate::monitor::Transition>,
+    ) {
         let Some(s) = &self.seg else { return };
         let Ok(mut m) = self.monitors[d].lock() else {
             return;
         };
         let now = mono_ns();
-        if let Some(t) = m.observe(now, used, cap) {
+        if let Some(t) = f(&mut m, now) {
             let text = t.text();
             match t {
-                crate::monitor::Transition::Level { to, .. } => s.event_value(
+                crate::monitor::Transition::Level { to, used, .. } => s.event_value(
                     EventKind::Monitor,
                     d as u32,
                     0,
@@ -420,7 +436,7 @@ impl Engine {
                     to as u64,
                     text.as_str(),
                 ),
-                crate::monitor::Transition::OomPredicted { seconds, .. } => s.event_value(
+                crate::monitor::Transition::OomPredicted { seconds, used, .. } => s.event_value(
                     EventKind::OomPredicted,
                     d as u32,
                     0,
@@ -434,6 +450,7 @@ impl Engine {
     }
 
     pub fn alloc(&self, dev: i32, ptr: u64, size: u64, api: AllocApi) {
+        self.say_started(dev);
         self.heat
             .on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
         if !self
@@ -459,6 +476,24 @@ impl Engine {
                 },
             );
         }
+    }
+
+    /// At U3M_LOG=info, the start line, once: at the first allocation,
+    /// when the device's HBM is known.
+    fn say_started(&self, dev: i32) {
+        if self.cfg.log < LogLevel::Info || !self.ops.first_start() {
+            return;
+        }
+        let hbm = match &self.residency {
+            Some(t) => t.runtime().mem_info().ok().map(|x| x.1),
+            None => Some(self.capacity(dev)).filter(|&c| c > 0),
+        };
+        let (dram, nvme) = self
+            .residency
+            .as_ref()
+            .map(|t| t.limits())
+            .unwrap_or((0, 0));
+        eprintln!("u3m: {}", report::start_line(&self.cfg, hbm, dram, nvme));
     }
 
     pub fn alloc_failed(&self, dev: i32, size: u64, code: i32, _api: AllocApi) {
@@ -1037,6 +1072,20 @@ impl Engine {
         self.residency.as_ref()
     }
 
+    /// One line (at most one a second) when tier mode refused an
+    /// allocation: the numbers and the variable to change.
+    fn say_refused(&self, r: &Residency) {
+        let Some(r) = r.take_refusal() else { return };
+        if let Some(line) = self.ops.refused(mono_ns(), &r) {
+            if let Some(s) = &self.seg {
+                s.event_value(EventKind::Error, r.dev, 0, r.size, 207001, &line);
+            }
+            if self.cfg.log >= LogLevel::Warn {
+                eprintln!("u3m: {line}");
+            }
+        }
+    }
+
     pub(crate) fn is_capturing(&self, stream: u64) -> bool {
         self.capturing.load(Relaxed) != 0
             && self
@@ -1055,10 +1104,37 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// What moved lately, at most every 250 ms: one `migrate` event (what
+    /// `u3m top` lists live) and, at U3M_LOG=debug, one line.
+    fn report_activity(&self, c: &residency::Counters) {
+        let now = mono_ns();
+        let Some((f, dt)) = self.ops.activity(now, c) else {
+            return;
+        };
+        let text = format!("{} in {} ms", f.text(), dt / 1_000_000);
+        if let Some(s) = &self.seg {
+            let chunks: u64 = f.chunks_in[TIER_HBM] + f.chunks_out[TIER_HBM];
+            let bytes = f.bytes_in(TIER_HBM) + f.bytes_out(TIER_HBM);
+            s.event_value(
+                EventKind::Migrate,
+                crate::shm::NO_DEVICE,
+                0,
+                bytes,
+                chunks,
+                &text,
+            );
+        }
+        if self.cfg.log >= LogLevel::Debug {
+            let at = now.saturating_sub(self.started_ns) as f64 / 1e9;
+            eprintln!("u3m: debug: +{at:.3}s {text}");
+        }
+    }
+
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
         let Some(t) = &self.residency else { return };
         let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
+        let stall = self.ops.stall_share(mono_ns());
         for line in t.tick_policy(secs) {
             if let Some(s) = &self.seg {
                 s.event(EventKind::Policy, crate::shm::NO_DEVICE, 0, 0, &line);
@@ -1066,6 +1142,7 @@ impl Engine {
         }
         self.note_spill_errors();
         let c = t.counters();
+        self.report_activity(&c);
         let (dram_limit, nvme_limit) = t.limits();
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
         t.spill_dram(0.02);
@@ -1109,13 +1186,7 @@ impl Engine {
                 g.fault_bytes.store(c.fault_bytes, Relaxed);
                 g.evictions.store(c.evictions, Relaxed);
                 g.eviction_bytes.store(c.eviction_bytes, Relaxed);
-                g.migrations_in[TIER_HBM].store(c.faults_in, Relaxed);
-                g.migration_bytes_in[TIER_HBM].store(c.fault_bytes, Relaxed);
-                g.migrations_out[TIER_HBM].store(c.evictions, Relaxed);
-                g.migration_bytes_out[TIER_HBM].store(c.eviction_bytes, Relaxed);
-                g.migrations_in[1].store(c.to_dram, Relaxed);
-                g.migrations_in[2].store(c.to_nvme, Relaxed);
-                g.migrations_out[2].store(c.from_nvme, Relaxed);
+                report::publish_flows(g, &report::Flows::of(&c));
                 g.prefetches.store(c.prefetches, Relaxed);
                 g.prefetch_bytes.store(c.prefetch_bytes, Relaxed);
                 g.prefetch_hits.store(c.prefetch_hits, Relaxed);
@@ -1127,8 +1198,52 @@ impl Engine {
                 }
             }
             self.capacity[d].store(total, Relaxed);
-            self.observe_monitor_used(d, used_hbm, total);
+            // a full HBM is the normal state here: the level is about what
+            // can run out (monitor.rs)
+            let (vfree, vtotal) = t.mem_info(dev, free, total);
+            let p = crate::monitor::Pressure {
+                used: vtotal.saturating_sub(vfree),
+                capacity: vtotal,
+                host_used: t.host_demand(),
+                host_capacity: dram_limit + nvme_limit,
+                stall,
+            };
+            self.observe_monitor_with(d, |m, now| m.observe_pressure(now, &p));
         }
+    }
+
+    /// The exit summary line (U3M_LOG=info).
+    fn exit_summary(&self) -> String {
+        let c = self
+            .residency
+            .as_ref()
+            .map(|t| t.counters())
+            .unwrap_or_default();
+        let peak = |tier: usize| {
+            self.seg
+                .as_ref()
+                .map(|s| {
+                    (0..MAX_DEVICES)
+                        .map(|d| s.device(d).peak[tier].load(Relaxed))
+                        .max()
+                        .unwrap_or(0)
+                })
+                .unwrap_or(0)
+        };
+        let figures = report::RunFigures {
+            wall_ns: mono_ns().saturating_sub(self.started_ns),
+            stall_ns: self.ops.stall_ns.load(Relaxed),
+            peak_hbm: peak(TIER_HBM),
+            hbm: self
+                .capacity
+                .iter()
+                .map(|c| c.load(Relaxed))
+                .max()
+                .unwrap_or(0),
+            refusals: self.ops.refusals.load(Relaxed),
+            ops: self.seq.load(Relaxed),
+        };
+        report::exit_summary(self.cfg.mode, &c, &figures)
     }
 
     /// The run's summary (U3M_SUMMARY): what moved between tiers and what

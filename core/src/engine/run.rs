@@ -14,6 +14,7 @@ use super::{Engine, Range, MAX_OP_RANGES};
 use crate::acl::AclError;
 use crate::opclass::OpClass;
 use crate::residency::{Order, Residency};
+use crate::shm::mono_ns;
 
 /// The real function with the program's arguments (an allocation retried
 /// after making room calls it again).
@@ -139,7 +140,11 @@ impl Engine {
         } else {
             Order::Stream(q.stream)
         };
-        let tok = match r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order) {
+        let t0 = mono_ns();
+        let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
+        // the time calls spend in u3m before they can run (the stall account)
+        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        let tok = match prepared {
             Ok(t) => t,
             Err(e) => {
                 // the call is not made; a device found gone on the way is

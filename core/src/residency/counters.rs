@@ -55,6 +55,8 @@ counters! {
     to_nvme,
     /// Copy-ins from NVMe.
     from_nvme,
+    /// Chunks the background spill moved from DRAM to NVMe (part of to_nvme).
+    spilled,
     /// Fault-ins that skipped the copy: the call overwrites the whole chunk.
     overwrites,
     /// NVMe writes or reads that failed (the data stayed in DRAM).

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::state::{handle_of, id_of, Backing, Host, Kind, State};
 use super::{Fail, Order, Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::{AclError, MemcpyKind};
+use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::CHUNK;
 use crate::store::StoreError;
 
@@ -123,8 +124,29 @@ impl Residency {
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
+            let refusal = Refusal {
+                dev,
+                size: vlen,
+                limit: if fits_virtual {
+                    Limit::HostTiers
+                } else {
+                    Limit::Virtual
+                },
+                virtual_used: dv.managed_virtual + unmanaged,
+                virtual_total: vtotal,
+                hbm: dv.capacity,
+                oversub: self.oversub,
+                host_need: (dv.managed_virtual + vlen)
+                    .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                    + others,
+                host_limit: self.dram_limit + self.nvme_limit,
+                waited_ms: self.alloc_wait_ms,
+            };
             drop(st);
             if std::time::Instant::now() >= deadline {
+                if let Ok(mut r) = self.refusal.lock() {
+                    *r = Some(refusal);
+                }
                 return Some(Err(E_ALLOC));
             }
             std::thread::sleep(std::time::Duration::from_millis(5));

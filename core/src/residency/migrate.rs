@@ -479,6 +479,7 @@ impl Residency {
             if ok {
                 let _ = st.dram.free(ds);
                 self.c.to_nvme.fetch_add(1, Relaxed);
+                self.c.spilled.fetch_add(1, Relaxed);
                 moved += 1;
                 bytes += CHUNK;
             } else {

@@ -42,6 +42,7 @@ use std::sync::Mutex;
 
 use crate::acl::AclError;
 use crate::config::Config;
+use crate::engine::report::Refusal;
 use crate::engine::runtime::Runtime;
 use crate::policy::{HeatFn, Placement};
 use crate::store::dram::{DramStore, HostAllocator};
@@ -119,6 +120,8 @@ pub struct Residency {
     demand_seen: AtomicU64,
     /// Some device has been lost (the hot paths' cheap check).
     lost_any: AtomicBool,
+    /// The figures of the last allocation `malloc` refused (for one line).
+    refusal: Mutex<Option<Refusal>>,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -157,14 +160,16 @@ impl Residency {
             256 << 20,
             Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
         );
+        // U3M_SWAP_DIR alone: sized from the file system's free space
+        let nvme_bytes = cfg.nvme_bytes()?;
         let nvme = match &cfg.swap_dir {
-            Some(d) if cfg.swap_bytes > 0 => Some(
-                NvmeStore::new(d, cfg.swap_bytes, 256 << 20)
+            Some(d) if nvme_bytes > 0 => Some(
+                NvmeStore::new(d, nvme_bytes, 256 << 20)
                     .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
             ),
             _ => None,
         };
-        let nvme_limit = if nvme.is_some() { cfg.swap_bytes } else { 0 };
+        let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
         Ok(Residency {
             rt,
             policy,
@@ -180,6 +185,7 @@ impl Residency {
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
+            refusal: Mutex::new(None),
         })
     }
 
@@ -222,6 +228,25 @@ impl Residency {
             st.dram.used(),
             nv,
         )
+    }
+
+    /// Managed memory that is not resident in HBM, over all devices: what
+    /// the host tiers must be able to hold (the monitor's host figure).
+    pub fn host_demand(&self) -> u64 {
+        self.st
+            .lock()
+            .map(|st| {
+                st.devs
+                    .iter()
+                    .map(|d| d.managed_virtual.saturating_sub(d.resident))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The figures of the allocation `malloc` last refused, once.
+    pub fn take_refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().ok()?.take()
     }
 
     /// The DRAM and NVMe tiers' byte limits.

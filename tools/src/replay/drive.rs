@@ -325,7 +325,9 @@ struct Driver<'a> {
 
 impl Driver<'_> {
     fn replay(&mut self) -> Result<(), String> {
+        let n = self.trace.events.len();
         for (k, ev) in self.trace.events.iter().enumerate() {
+            crate::progress::tick(k, n);
             if let Some(o) = self.observed.as_mut() {
                 o.event_ns.push(self.rt.host_ns());
                 o.map_mark.push(self.rt.maps_logged());

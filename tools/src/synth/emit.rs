@@ -77,6 +77,7 @@ impl<'w> Emit<'w> {
 
     fn write(&mut self, ev: Event) {
         self.events += 1;
+        crate::progress::count(self.events);
         if let (Some(w), None) = (self.out.as_mut(), self.err.as_ref()) {
             if let Err(e) = w.event(&ev) {
                 self.err = Some(e);
