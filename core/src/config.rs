@@ -183,6 +183,10 @@ pub const VARS: &[VarSpec] = &[
 pub const TOOL_VARS: &[(&str, &str)] = &[
     ("U3M_SKIP_TORCH", "1: skip the torch_npu tier of the tests (offline; it needs a 5.5 GB venv from PyPI)"),
     ("U3M_SKIP_ABI", "1: skip the ABI conformance tests (offline; they need the torch-npu wheel from PyPI)"),
+    ("U3M_SKIP_PROMETHEUS", "1: skip the exporter test's real Prometheus (and its install)"),
+    ("U3M_SKIP_BROWSER", "1: skip the HTML report's headless-Chromium test (and its install)"),
+    ("U3M_SKIP_WHEEL", "1: skip building and installing the Python wheel"),
+    ("U3M_SKIP_DEPLOY_SCHEMA", "1: skip the DaemonSet schema check (it needs kubernetes-validate from PyPI)"),
     ("U3M_CACHE", "cache directory of the ci scripts (default ~/.cache/u3m): torch venv, CANN headers"),
     ("U3M_TEST_THREADS", "ci/test.sh: test threads per test binary (default 2)"),
     (
