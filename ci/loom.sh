@@ -13,4 +13,4 @@ export CARGO_TARGET_DIR="${U3M_LOOM_TARGET_DIR:-$HOME/.cache/u3m/loom-target}"
 export RUSTFLAGS="--cfg loom"
 export LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}"
 # only the loom_ tests: record.rs's own unit tests run in the normal suite
-cargo test --release --locked --manifest-path loom/Cargo.toml loom_ -- --test-threads=2
+cargo test --locked --manifest-path loom/Cargo.toml loom_ -- --test-threads=2

@@ -13,6 +13,8 @@
 #    runtime in the library list: verify_asan_link_order=0 lets ASan start
 #    anyway (its interceptors still win: the program links libasan first);
 #    LD_PRELOAD="$(cc -print-file-name=libasan.so):libu3m.so" is the other way;
+#  - the Rust test binaries are the ordinary ones (target/release): only
+#    their programs and stand-in libraries come from the sanitizer build;
 #  - detect_leaks=0: the short-lived test programs do not free what they
 #    created (tensor descriptions, host arrays) before exit; LeakSanitizer
 #    reports only those;
@@ -27,8 +29,8 @@ cd "$(dirname "$0")/.."
 source ci/prereqs.sh
 ensure_prereqs
 
-export CC="$PWD/ci/asan-cc"
-export CARGO_TARGET_DIR="${U3M_ASAN_TARGET_DIR:-$HOME/.cache/u3m/asan-target}"
+asan_cc="$PWD/ci/asan-cc"
+asan_dir="${U3M_ASAN_TARGET_DIR:-$HOME/.cache/u3m/asan-target}"
 export ASAN_OPTIONS="detect_leaks=0:verify_asan_link_order=0:abort_on_error=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
@@ -46,7 +48,7 @@ int main(int argc, char **argv) {
     return r == 15 ? 0 : 3;
 }
 C
-"$CC" -O1 -g "$probe/oob.c" -o "$probe/oob"
+"$asan_cc" -O1 -g "$probe/oob.c" -o "$probe/oob"
 "$probe/oob" || { echo "sanitizers: the clean probe failed" >&2; exit 1; }
 if "$probe/oob" x 2>"$probe/err"; then
     echo "sanitizers: ASan missed a heap overflow" >&2
@@ -56,7 +58,14 @@ fi
 grep -qE "heap-buffer-overflow|runtime error" "$probe/err" || { echo "sanitizers: no report:" >&2; cat "$probe/err" >&2; exit 1; }
 echo "sanitizers: probe caught: $(grep -m1 -oE 'heap-buffer-overflow|runtime error: [a-z ]*' "$probe/err")" >&2
 
-cargo build --release -p aclsim -p u3m
+# Only the C parts are built with the sanitizers (the aclsim crate's build
+# script, with ci/asan-cc as CC, in a target directory of their own); the
+# tests are the ordinary ones from target/release, pointed at that build by
+# ACLSIM_TARGET_DIR, and libu3m.so is the ordinary one.
+CC="$asan_cc" CARGO_TARGET_DIR="$asan_dir" cargo build --release -p aclsim
+cargo build --release -p u3m -p aclsim
+ln -sf "$PWD/target/release/libu3m.so" "$asan_dir/release/libu3m.so"
+export ACLSIM_TARGET_DIR="$asan_dir/release"
 # run TEST [libtest arguments...]
 run() {
     local t=$1
