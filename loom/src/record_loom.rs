@@ -1,8 +1,8 @@
 //! The heat table's generation-tagged records (core/src/heat/record.rs, the
 //! real code): a toucher that looked a record up before a free can never add
 //! to the next allocation's epoch, and concurrent touches are never lost.
-use crate::record::{Hit, Record};
 use crate::opclass::OpClass;
+use crate::record::{Hit, Record};
 use loom::sync::Arc;
 use loom::thread;
 

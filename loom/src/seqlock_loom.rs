@@ -27,7 +27,11 @@ fn run(v: Variant, writers: usize) {
         // and once every writer is done
         for q in 0..writers as u64 {
             if let SlotRead::Ok(p) = ring.read(q) {
-                assert_eq!(p, payload(q), "record {q} holds another's data after the race");
+                assert_eq!(
+                    p,
+                    payload(q),
+                    "record {q} holds another's data after the race"
+                );
             }
         }
     });
