@@ -70,8 +70,9 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
     // physical allocations and 6 copies a second go through the simulator)
     let mut s = seed;
     let mut rules = Vec::new();
-    let n_phys = 4 + secs / 10;
-    let n_copy = 2 + secs / 30;
+    // (the simulator takes at most 64 rules)
+    let n_phys = (4 + secs / 10).min(44);
+    let n_copy = (2 + secs / 30).min(20);
     for _ in 0..n_phys {
         rules.push(format!("phys:{}", 10 + next(&mut s) % (25 * secs)));
     }
