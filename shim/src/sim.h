@@ -30,6 +30,7 @@ typedef struct sim_config {
     double tflops;           /* ACLSIM_TFLOPS */
     double launch_us;        /* ACLSIM_LAUNCH_US, default 5 */
     int phantom;             /* ACLSIM_PHANTOM=1: no data kept or computed */
+    uint64_t host_bytes;     /* ACLSIM_HOST_BYTES: host RAM for host-located physical handles */
     const char *soc_name;    /* from ACLSIM_PRESET */
     char stats_path[1024];   /* ACLSIM_STATS */
 } sim_config;
@@ -53,7 +54,7 @@ SIM_API uint64_t aclsim_copy_cost_ns(int kind /* aclrtMemcpyKind */, uint64_t by
 typedef struct sim_range {
     uintptr_t addr;
     size_t bytes;
-    int write;               /* 1 if the work writes the range */
+    int write;               /* 1 if the work writes the range, 2 if it reads and writes it */
 } sim_range;
 
 /* 1 if [addr, addr+bytes) lies in device VA space (reserved by the runtime). */
@@ -97,7 +98,8 @@ struct sim_work {
     int nranges;
     sim_range *ranges;       /* device ranges; checked before exec unless SELF_CHECK */
     uint64_t cost_ns;        /* simulated duration */
-    uint64_t bytes;          /* bytes moved (copies) for statistics */
+    uint64_t bytes;          /* bytes moved (copies, memsets) or touched (operators) */
+    uint64_t flops;          /* operators: for the roofline, recomputed when the work runs */
     /* Runs on the stream's worker thread after the check, with the mapping lock
      * held (shared) unless SELF_CHECK. Not called in phantom mode unless
      * SELF_CHECK. Returns 0 or an aclError that becomes the stream's error. */

@@ -18,6 +18,9 @@ extern "C" {
 
 #define ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
 
+/* aclrtMemAllocManaged: the only flag (memory accessible from host and device) */
+#define ACL_RT_MEM_ATTACH_GLOBAL 0x01U
+
 typedef enum aclrtEventStatus {
     ACL_EVENT_STATUS_COMPLETE  = 0,
     ACL_EVENT_STATUS_NOT_READY = 1,
@@ -45,6 +48,28 @@ typedef enum aclrtMemcpyKind {
     ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
     ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
 } aclrtMemcpyKind;
+
+typedef enum aclrtMemManagedAdviseType {
+    ACL_MEM_ADVISE_SET_READ_MOSTLY = 0,
+    ACL_MEM_ADVISE_UNSET_READ_MOSTLY,
+    ACL_MEM_ADVISE_SET_PREFERRED_LOCATION,
+    ACL_MEM_ADVISE_UNSET_PREFERRED_LOCATION,
+    ACL_MEM_ADVISE_SET_ACCESSED_BY,
+    ACL_MEM_ADVISE_UNSET_ACCESSED_BY,
+} aclrtMemManagedAdviseType;
+
+typedef enum aclrtMemManagedLocationType {
+    ACL_MEM_LOCATIONTYPE_INVALID = 0,
+    ACL_MEM_LOCATIONTYPE_DEVICE,
+    ACL_MEM_LOCATIONTYPE_HOST,
+    ACL_MEM_LOCATIONTYPE_HOST_NUMA,
+    ACL_MEM_LOCATIONTYPE_HOST_NUMA_CURRENT,
+} aclrtMemManagedLocationType;
+
+typedef struct aclrtMemManagedLocation {
+    aclrtMemManagedLocationType type;
+    int32_t id;                      /* device id or NUMA node id */
+} aclrtMemManagedLocation;
 
 typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_FIRST,
@@ -89,9 +114,20 @@ typedef enum aclrtMemLocationType {
 } aclrtMemLocationType;
 
 typedef struct aclrtMemLocation {
-    uint32_t id;
+    uint32_t id;                     /* device id, or NUMA node id for HOST_NUMA */
     aclrtMemLocationType type;
 } aclrtMemLocation;
+
+typedef enum aclrtMemManagedRangeAttribute {
+    ACL_MEM_RANGE_ATTRIBUTE_READ_MOSTLY = 1,
+    ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION,
+    ACL_MEM_RANGE_ATTRIBUTE_ACCESSED_BY,
+    ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE,
+    ACL_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID,
+    ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION,
+    ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE,
+    ACL_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID,
+} aclrtMemManagedRangeAttribute;
 
 typedef enum aclrtMemAllocationType {
     ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
@@ -226,6 +262,20 @@ ACL_FUNC_VISIBILITY aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
 ACL_FUNC_VISIBILITY aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
     uint64_t flags);
 ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr);
+
+/* managed (unified virtual) memory */
+ACL_FUNC_VISIBILITY aclError aclrtMemAllocManaged(void **ptr, uint64_t size, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedAdvise(const void *const ptr, uint64_t size,
+    aclrtMemManagedAdviseType advise, aclrtMemManagedLocation location);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedPrefetchAsync(const void *ptr, size_t size,
+    aclrtMemManagedLocation location, uint32_t flags, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedPrefetchBatchAsync(const void **ptrs, size_t *sizes, size_t count,
+    aclrtMemManagedLocation *prefetchLocs, size_t *prefetchLocIdxs, size_t numPrefetchLocs, uint64_t flags,
+    aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedGetAttr(aclrtMemManagedRangeAttribute attribute, const void *ptr,
+    size_t size, void *data, size_t dataSize);
+ACL_FUNC_VISIBILITY aclError aclrtMemManagedGetAttrs(aclrtMemManagedRangeAttribute *attributes,
+    size_t numAttributes, const void *ptr, size_t size, void **data, size_t *dataSizes);
 
 /* copies and sets */
 ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,

@@ -42,10 +42,15 @@ static aclError copy_check(void *dst, size_t destMax, const void *src, size_t co
     return 0;
 }
 
-/* device of a copy's device side (-1 for host to host) */
+/* device of a copy's device side (-1 for host to host); managed memory is
+ * reached by the current device */
 static int copy_device(int k, const void *dst, const void *src) {
     if (k == ACL_MEMCPY_HOST_TO_HOST) return -1;
-    return sim_device_of_addr(k == ACL_MEMCPY_DEVICE_TO_HOST ? src : dst);
+    const void *side = k == ACL_MEMCPY_DEVICE_TO_HOST ? src : dst;
+    int dev = sim_device_of_addr(side);
+    if (dev < 0 && k == ACL_MEMCPY_DEVICE_TO_DEVICE) dev = sim_device_of_addr(src);
+    if (dev < 0 && (sim_managed_addr(dst) || sim_managed_addr(src))) dev = t_dev;
+    return dev;
 }
 
 static int host_pinned(int k, const void *dst, const void *src, size_t n) {
@@ -71,17 +76,21 @@ static aclError device_gate(int dev) {
     return sim_work_tick(dev);
 }
 
-/* Runs a copy now on the calling thread. */
-static aclError sync_copy(int k, const seg *s, size_t nseg, const sim_range *r, int nr, uint64_t bytes,
+/* Runs a copy now on the calling thread; a device side in host memory (host
+ * physical handles, managed pages) is costed at link bandwidth. */
+static aclError sync_copy(int k, int dev, const seg *s, size_t nseg, const sim_range *r, int nr, uint64_t bytes,
                           uint64_t cost, const char *what) {
     aclError rc = 0;
+    sim_link link = {0};
     pthread_rwlock_rdlock(&g_mm);
     rc = aclsim_check_ranges(r, nr, what);
+    if (!rc) sim_link_traffic_locked(dev >= 0 ? dev : t_dev, r, nr, &link);
     if (!rc && !(g_cfg.phantom && k != ACL_MEMCPY_HOST_TO_HOST))
         for (size_t i = 0; i < nseg; i++) memmove(s[i].dst, s[i].src, s[i].n);
     pthread_rwlock_unlock(&g_mm);
     if (rc) return rc;
-    sim_host_advance(cost);
+    sim_host_advance(sim_cost_with_link(SIM_WORK_COPY, k, cost, 0, bytes, &link));
+    sim_count_link(SIM_WORK_COPY, &link);
     sim_count_copy(k, bytes);
     return 0;
 }
@@ -103,7 +112,7 @@ static aclError copy1(void *dst, size_t destMax, const void *src, size_t count, 
         snprintf(what, sizeof what, "%s(%s)", api, kind_name(k));
         int nr = copy_ranges(k, dst, count, src, count, r);
         seg s = {dst, src, count};
-        return sync_copy(k, &s, 1, r, nr, count, cost, what);
+        return sync_copy(k, dev, &s, 1, r, nr, count, cost, what);
     }
     if (dev >= 0 && (rc = sim_device_check(dev))) return rc;
     sim_work *w = aclsim_work_new(2);
@@ -167,7 +176,7 @@ static aclError copy2d(void *dst, size_t dpitch, const void *src, size_t spitch,
         if ((rc = device_gate(dev))) { free(p); return rc; }
         sim_range r[2];
         int nr = copy_ranges(k, dst, dspan, src, sspan, r);
-        rc = sync_copy(k, p->s, height, r, nr, bytes, cost, api);
+        rc = sync_copy(k, dev, p->s, height, r, nr, bytes, cost, api);
         free(p);
         return rc;
     }
@@ -251,7 +260,7 @@ static aclError batch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes,
     free(kinds);
     if (!async) {
         if ((rc = device_gate(dev))) { free(p); free(w); return rc; }
-        rc = sync_copy(kind0, p->s, numBatches, w->ranges, nr, bytes, cost, api);
+        rc = sync_copy(kind0, dev, p->s, numBatches, w->ranges, nr, bytes, cost, api);
         free(p);
         free(w);
         return rc;
@@ -296,6 +305,7 @@ static aclError memset_any(void *devPtr, size_t maxCount, int32_t value, size_t 
     aclError rc = aclsim_check_ready();
     if (rc) return rc;
     int dev = sim_device_of_addr(devPtr);
+    if (dev < 0 && sim_managed_addr(devPtr)) dev = t_dev;   /* managed memory: the current device sets it */
     if (dev < 0) {
         aclsim_log("%s(%p): not a device address", api, devPtr);
         return ACL_ERROR_RT_PARAM_INVALID;
@@ -306,12 +316,15 @@ static aclError memset_any(void *devPtr, size_t maxCount, int32_t value, size_t 
     if (!async) {
         if ((rc = device_gate(dev))) return rc;
         sim_range r = {(uintptr_t)devPtr, count, 1};
+        sim_link link = {0};
         pthread_rwlock_rdlock(&g_mm);
         rc = aclsim_check_ranges(&r, 1, api);
+        if (!rc) sim_link_traffic_locked(dev, &r, 1, &link);
         if (!rc && !g_cfg.phantom) memset(devPtr, value, count);
         pthread_rwlock_unlock(&g_mm);
         if (rc) return rc;
-        sim_host_advance(cost);
+        sim_host_advance(sim_cost_with_link(SIM_WORK_MEMSET, 0, cost, 0, count, &link));
+        sim_count_link(SIM_WORK_MEMSET, &link);
         atomic_fetch_add(&g_stat[ST_MEMSETS], 1);
         return ACL_SUCCESS;
     }

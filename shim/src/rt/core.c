@@ -146,6 +146,18 @@ static void config_load(void) {
             g_cfg_err = 1;
         }
     }
+    /* host RAM for host-located physical handles: this machine's RAM (phantom
+     * mode keeps no data: 2 TiB, a training server's order) */
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    c->host_bytes = c->phantom || pages <= 0 || psz <= 0 ? 2ULL << 40 : (uint64_t)pages * (uint64_t)psz;
+    if ((v = getenv("ACLSIM_HOST_BYTES")) && *v) {
+        uint64_t b;
+        if (parse_size("ACLSIM_HOST_BYTES", v, &b)) g_cfg_err = 1;
+        else if (b < SIM_GRANULE || b > (1ULL << 46)) {
+            aclsim_log("invalid ACLSIM_HOST_BYTES='%s': expected 2M..64T", v);
+            g_cfg_err = 1;
+        } else c->host_bytes = b;
+    }
     if ((v = getenv("ACLSIM_STATS")) && *v) snprintf(c->stats_path, sizeof c->stats_path, "%s", v);
     if ((v = getenv("ACLSIM_FAULTS")) && *v) fault_parse(v);
     for (int i = 0; i < SIM_MAX_DEVICES; i++) g_dev[i].id = i;
@@ -283,6 +295,49 @@ SIM_API uint64_t aclsim_copy_cost_ns(int kind, uint64_t bytes, int host_pinned) 
         return 0;   /* host to host: not device time */
     }
     return (uint64_t)llround((double)bytes / (gbps * 1e9) * 1e9);
+}
+
+uint64_t sim_link_ns(uint64_t bytes) {
+    sim_ensure_config();
+    return (uint64_t)llround((double)bytes / (g_cfg.link_gbps * 1e9) * 1e9);
+}
+
+/* The memory side of the roofline splits: bytes in HBM at HBM bandwidth, bytes
+ * in host memory at link bandwidth, in parallel; managed pages migrated before
+ * the access are added (the access waits for them). Copies already pay the
+ * link for their host side; a device side in host memory crosses it again. */
+uint64_t sim_cost_with_link(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
+                            const sim_link *l) {
+    uint64_t remote = l->hm_rd + l->hm_wr + l->mg_rd + l->mg_wr, fp = l->hm_fp + l->mg_fp;
+    if (!remote && !l->mg_migrated) return base;
+    double link = (double)sim_link_ns(remote), mig = (double)sim_link_ns(l->mg_migrated);
+    switch (kind) {
+    case SIM_WORK_OP:
+    case SIM_WORK_MEMSET: {
+        double compute = (double)flops / (g_cfg.tflops * 1e12) * 1e9;
+        double local = (double)(bytes > fp ? bytes - fp : 0) / (g_cfg.hbm_gbps * 1e9) * 1e9;
+        return (uint64_t)llround(fmax(compute, fmax(local, link)) + g_cfg.launch_us * 1e3 + mig);
+    }
+    case SIM_WORK_COPY:
+        if (copy_kind == ACL_MEMCPY_DEVICE_TO_DEVICE) return (uint64_t)llround(fmax((double)base, link) + mig);
+        return base + (uint64_t)llround(link + mig);
+    default:   /* collectives: their ring already runs over the link */
+        return base + (uint64_t)llround(link + mig);
+    }
+}
+
+void sim_count_link(int work_kind, const sim_link *l) {
+    int c;
+    switch (work_kind) {
+    case SIM_WORK_OP: c = SIM_LC_OP; break;
+    case SIM_WORK_COPY: c = SIM_LC_COPY; break;
+    case SIM_WORK_MEMSET: c = SIM_LC_MEMSET; break;
+    default: c = SIM_LC_COLL; break;
+    }
+    if (l->hm_rd) atomic_fetch_add(&g_stat[ST_HM_RD_OP + c], l->hm_rd);
+    if (l->hm_wr) atomic_fetch_add(&g_stat[ST_HM_WR_OP + c], l->hm_wr);
+    if (l->mg_rd + l->mg_wr) atomic_fetch_add(&g_stat[ST_MG_REMOTE], l->mg_rd + l->mg_wr);
+    if (l->mg_migrated) atomic_fetch_add(&g_stat[ST_MG_MIGRATED], l->mg_migrated);
 }
 
 void sim_note_host_time(uint64_t t) {
@@ -429,12 +484,17 @@ void sim_write_stats(void) {
     for (int k = 0; k < 4; k++)
         fprintf(f, "%s\"%s\": %llu", k ? ", " : "", kinds[k], (unsigned long long)g_stat[ST_COPIES_H2H + k]);
     fprintf(f, "},\n  \"allocs\": {\"malloc\": %llu, \"malloc_bytes\": %llu, \"reserve\": %llu, \"phys\": %llu, "
-            "\"phys_bytes\": %llu, \"map\": %llu, \"host\": %llu, \"host_bytes\": %llu",
+            "\"phys_bytes\": %llu, \"map\": %llu, \"host\": %llu, \"host_bytes\": %llu,\n    \"phys_host\": %llu, "
+            "\"phys_host_bytes\": %llu, \"managed\": %llu, \"managed_bytes\": %llu",
             (unsigned long long)g_stat[ST_AL_MALLOC], (unsigned long long)g_stat[ST_AL_MALLOC_BYTES],
             (unsigned long long)g_stat[ST_AL_RESERVE], (unsigned long long)g_stat[ST_AL_PHYS],
             (unsigned long long)g_stat[ST_AL_PHYS_BYTES], (unsigned long long)g_stat[ST_AL_MAP],
-            (unsigned long long)g_stat[ST_AL_HOST], (unsigned long long)g_stat[ST_AL_HOST_BYTES]);
-    fprintf(f, "},\n  \"devices\": [");
+            (unsigned long long)g_stat[ST_AL_HOST], (unsigned long long)g_stat[ST_AL_HOST_BYTES],
+            (unsigned long long)g_stat[ST_AL_PHYS_HOST], (unsigned long long)g_stat[ST_AL_PHYS_HOST_BYTES],
+            (unsigned long long)g_stat[ST_AL_MANAGED], (unsigned long long)g_stat[ST_AL_MANAGED_BYTES]);
+    fprintf(f, "},\n");
+    sim_mem_json(f);
+    fprintf(f, "  \"devices\": [");
     for (int d = 0; d < g_cfg.devices; d++) {
         uint64_t used = 0, peak = 0;
         sim_mem_stats(d, &used, &peak);

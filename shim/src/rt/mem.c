@@ -2,10 +2,15 @@
  * device (2 MiB granules for VMM handles and large allocations, 4 KiB pages for
  * small ones), mappings made with mmap(MAP_FIXED) so that unmapped device VAs
  * are genuinely inaccessible. aclrtMalloc is reserve + physical + map inside
- * the runtime, as on CANN. Pinned host memory (aclrtMallocHost) is tracked so
- * copies can be costed and AsyncWithCondition can tell pinned from pageable.
- * Everything here is guarded by g_mm (writers: allocation and mapping changes;
- * readers: range checks and the data accesses they protect). */
+ * the runtime, as on CANN. Physical handles can also live in host RAM
+ * (aclrtMallocPhysical at a HOST / HOST_NUMA location): a memfd of their own,
+ * mapped at device VAs like HBM handles, outside HBM capacity; device work on
+ * them is measured (sim_link_traffic_locked) and costed at link bandwidth.
+ * Managed allocations (managed.c) are mappings too. Pinned host memory
+ * (aclrtMallocHost) is tracked so copies can be costed and AsyncWithCondition
+ * can tell pinned from pageable. Everything here is guarded by g_mm (writers:
+ * allocation and mapping changes; readers: range checks and the data accesses
+ * they protect). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -19,16 +24,8 @@
 #define GIB (1ULL << 30)
 #define TIB (1ULL << 40)
 
-typedef struct sim_phys {
-    uint32_t magic;
-    int dev;
-    int user;                /* from aclrtMallocPhysical (else internal to aclrtMalloc) */
-    int nmaps;
-    uint64_t off, size;
-} sim_phys;
-
 typedef struct sim_map { uintptr_t va; uint64_t len; sim_phys *ph; uint64_t off; int user; } sim_map;
-enum { RESV_USER = 0, RESV_MALLOC = 1 };
+enum { RESV_USER = 0, RESV_MALLOC = 1, RESV_MANAGED = 2 };
 typedef struct sim_resv { uintptr_t va; uint64_t len; int dev; int kind; sim_phys *ph; } sim_resv;
 typedef struct sim_block { uintptr_t addr; uint64_t len; } sim_block;
 
@@ -38,6 +35,16 @@ static VEC(sim_map) g_maps;
 static VEC(sim_resv) g_resv;
 static VEC(sim_block) g_pinned;
 static sim_ptrset g_phys_handles;
+
+/* Host RAM for host-located physical handles (under g_mm). */
+static struct {
+    int ready;
+    sim_ralloc phys;             /* free offsets in memfd */
+    int memfd;                   /* absent in phantom mode */
+    uint64_t used, peak;         /* bytes of live host handles */
+    uint64_t mapped, mapped_peak;/* bytes of host handles mapped at device VAs */
+} g_host;
+static atomic_int g_link_maps;   /* mappings whose device access crosses the link (host, managed) */
 
 #define VEC_INSERT(vec, at, item) do {                                             \
         if ((vec).n == (vec).cap) {                                                 \
@@ -129,51 +136,101 @@ static sim_phys *phys_alloc_locked(int dev, uint64_t size, uint64_t align) {
     if (ra_alloc(&d->phys, size, align, &off)) return NULL;
     sim_phys *ph = calloc(1, sizeof *ph);
     if (!ph) abort();
-    *ph = (sim_phys){SIM_MAGIC_PHYS, dev, 0, 0, off, size};
+    *ph = (sim_phys){.magic = SIM_MAGIC_PHYS, .dev = dev, .loc = SIM_PH_HBM, .off = off, .size = size};
     d->used += size;
     if (d->used > d->peak) d->peak = d->used;
     return ph;
 }
 
+static void host_pool_init_locked(void) {
+    if (g_host.ready) return;
+    uint64_t space = sim_round_up(g_cfg.host_bytes * 2 + GIB, GIB);
+    ra_init(&g_host.phys, 0, space);
+    g_host.memfd = -1;
+    if (!g_cfg.phantom) {
+        g_host.memfd = memfd_create("aclsim-hostmem", MFD_CLOEXEC);
+        if (g_host.memfd < 0 || ftruncate(g_host.memfd, (off_t)space) != 0) {
+            aclsim_log("cannot create host memory for physical handles: %s", strerror(errno));
+            abort();
+        }
+    }
+    g_host.ready = 1;
+}
+
+/* A physical handle in host RAM (NUMA node `numa`): 0 or -1 (no room). */
+static sim_phys *host_phys_alloc_locked(uint64_t size, int numa) {
+    host_pool_init_locked();
+    uint64_t off;
+    if (size > g_cfg.host_bytes || g_host.used + size > g_cfg.host_bytes) return NULL;
+    if (ra_alloc(&g_host.phys, size, SIM_GRANULE, &off)) return NULL;
+    sim_phys *ph = calloc(1, sizeof *ph);
+    if (!ph) abort();
+    *ph = (sim_phys){.magic = SIM_MAGIC_PHYS, .dev = -1, .loc = SIM_PH_HOST, .numa = numa, .off = off,
+                     .size = size};
+    g_host.used += size;
+    if (g_host.used > g_host.peak) g_host.peak = g_host.used;
+    return ph;
+}
+
+static int phys_memfd(const sim_phys *ph) {
+    return ph->loc == SIM_PH_HOST ? g_host.memfd : g_dev[ph->dev].memfd;
+}
+
 static void phys_release_locked(sim_phys *ph) {
-    sim_device *d = &g_dev[ph->dev];
+    int fd = phys_memfd(ph);
     /* punching the hole returns the pages and makes the next owner read zeros */
-    if (d->memfd >= 0 &&
-        fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)ph->off, (off_t)ph->size) != 0)
+    if (fd >= 0 && fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)ph->off, (off_t)ph->size) != 0)
         aclsim_log("fallocate(PUNCH_HOLE) failed: %s", strerror(errno));
-    ra_free(&d->phys, ph->off, ph->size);
-    d->used -= ph->size;
+    if (ph->loc == SIM_PH_HOST) {
+        ra_free(&g_host.phys, ph->off, ph->size);
+        g_host.used -= ph->size;
+    } else {
+        sim_device *d = &g_dev[ph->dev];
+        ra_free(&d->phys, ph->off, ph->size);
+        d->used -= ph->size;
+    }
     ph->magic = 0;
     free(ph);
 }
 
 /* ---- mappings ---- */
-static int map_insert_locked(uintptr_t va, uint64_t len, sim_phys *ph, uint64_t off, int user) {
-    sim_device *d = &g_dev[ph->dev];
-    if (d->memfd >= 0) {
-        void *p = mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, d->memfd,
-                       (off_t)(ph->off + off));
-        if (p == MAP_FAILED) {
-            aclsim_log("mmap of device memory at 0x%lx failed: %s", (unsigned long)va, strerror(errno));
-            return -1;
-        }
-    }
+static void map_record_locked(uintptr_t va, uint64_t len, sim_phys *ph, uint64_t off, int user) {
     size_t at;
     VEC_FLOOR(g_maps, va, va, at);
     VEC_INSERT(g_maps, at + 1, ((sim_map){va, len, ph, off, user}));
     ph->nmaps++;
+    if (ph->loc != SIM_PH_HBM) atomic_fetch_add(&g_link_maps, 1);
+    if (ph->loc == SIM_PH_HOST) {
+        g_host.mapped += len;
+        if (g_host.mapped > g_host.mapped_peak) g_host.mapped_peak = g_host.mapped;
+    }
+}
+
+static int map_insert_locked(uintptr_t va, uint64_t len, sim_phys *ph, uint64_t off, int user) {
+    int fd = phys_memfd(ph);
+    if (fd >= 0) {
+        void *p = mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)(ph->off + off));
+        if (p == MAP_FAILED) {
+            aclsim_log("mmap of %s memory at 0x%lx failed: %s", ph->loc == SIM_PH_HOST ? "host" : "device",
+                       (unsigned long)va, strerror(errno));
+            return -1;
+        }
+    }
+    map_record_locked(va, len, ph, off, user);
     return 0;
 }
 
 static void map_remove_locked(size_t i) {
     sim_map m = g_maps.v[i];
-    if (!g_cfg.phantom) {
+    if (!g_cfg.phantom && m.ph->loc != SIM_PH_MANAGED) {
         /* back to an inaccessible reservation: later accesses fault */
         if (mmap((void *)m.va, m.len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) ==
             MAP_FAILED)
             aclsim_log("re-reserving 0x%lx failed: %s", (unsigned long)m.va, strerror(errno));
     }
     m.ph->nmaps--;
+    if (m.ph->loc != SIM_PH_HBM) atomic_fetch_sub(&g_link_maps, 1);
+    if (m.ph->loc == SIM_PH_HOST) g_host.mapped -= m.len;
     VEC_REMOVE(g_maps, i);
 }
 
@@ -190,6 +247,13 @@ static size_t resv_find_locked(uintptr_t va) {
     size_t i;
     VEC_FLOOR(g_resv, va, va, i);
     return i;
+}
+
+/* managed.c made the (anonymous, host-accessible) mapping itself */
+void sim_mem_add_managed_locked(uintptr_t va, uint64_t len, sim_phys *ph) {
+    map_record_locked(va, len, ph, 0, 0);
+    size_t at = resv_find_locked(va);
+    VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, -1, RESV_MANAGED, ph}));
 }
 
 SIM_API void aclsim_mm_read_lock(void) { pthread_rwlock_rdlock(&g_mm); }
@@ -213,10 +277,62 @@ SIM_API aclError aclsim_check_ranges(const sim_range *r, int n, const char *what
         atomic_fetch_add(&(d ? d : &g_dev[t_dev >= 0 ? t_dev : 0])->mmu_faults, 1);
         aclsim_log("device MMU fault: %s %s unmapped device memory at 0x%lx (range 0x%lx + %zu bytes)%s",
                    what ? what : "work", r[k].write ? "wrote" : "read", (unsigned long)a,
-                   (unsigned long)r[k].addr, r[k].bytes, d ? "" : " [not a device address]");
+                   (unsigned long)r[k].addr, r[k].bytes,
+                   d ? "" : sim_managed_addr((void *)a) ? " [managed range, not allocated]" : " [not a device address]");
         return ACL_ERROR_RT_DEVICE_MEM_ERROR;
     }
     return 0;
+}
+
+int sim_mem_walk_locked(uintptr_t a, uint64_t n,
+                        int (*fn)(void *ctx, sim_phys *ph, uintptr_t map_va, uintptr_t a, uint64_t n), void *ctx) {
+    uintptr_t end = a + n;
+    if (end < a) return -1;
+    while (a < end) {
+        size_t i;
+        VEC_FLOOR(g_maps, va, a, i);
+        if (i == (size_t)-1 || g_maps.v[i].va + g_maps.v[i].len <= a) return -1;
+        sim_map *m = &g_maps.v[i];
+        uintptr_t stop = m->va + m->len < end ? m->va + m->len : end;
+        int rc = fn(ctx, m->ph, m->va, a, stop - a);
+        if (rc) return rc;
+        a = stop;
+    }
+    return 0;
+}
+
+typedef struct link_ctx { int dev, write; sim_link *l; } link_ctx;
+
+/* write: 0 read, 1 written, 2 read and written, -1 footprint only */
+static int link_piece(void *ctx, sim_phys *ph, uintptr_t map_va, uintptr_t a, uint64_t n) {
+    link_ctx *c = ctx;
+    if (ph->loc == SIM_PH_HOST) {
+        if (c->write == 0 || c->write == 2) c->l->hm_rd += n;
+        if (c->write == 1 || c->write == 2) c->l->hm_wr += n;
+        c->l->hm_fp += n;
+    } else if (ph->loc == SIM_PH_MANAGED) {
+        sim_managed_access_locked(ph, map_va, a, n, c->write, c->dev, c->l);
+    }
+    return 0;
+}
+
+/* An output range that repeats an input updated in place (ApplyAdam lists var,
+ * m, v as both) is written once, not twice. */
+static int repeats_inplace_input(const sim_range *r, int n, int k) {
+    if (r[k].write != 1) return 0;
+    for (int j = 0; j < n; j++)
+        if (r[j].write == 2 && r[j].addr == r[k].addr && r[j].bytes == r[k].bytes) return 1;
+    return 0;
+}
+
+void sim_link_traffic_locked(int dev, const sim_range *r, int n, sim_link *out) {
+    memset(out, 0, sizeof *out);
+    if (atomic_load(&g_link_maps) == 0) return;   /* everything is in HBM */
+    for (int k = 0; k < n; k++) {
+        if (!r[k].bytes) continue;
+        link_ctx c = {dev, repeats_inplace_input(r, n, k) ? -1 : r[k].write, out};
+        sim_mem_walk_locked(r[k].addr, r[k].bytes, link_piece, &c);   /* unmapped parts were a fault */
+    }
 }
 
 /* ---- aclrtMalloc family ---- */
@@ -298,9 +414,10 @@ ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr) {
     if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
     pthread_rwlock_wrlock(&g_mm);
     size_t i = resv_find_locked((uintptr_t)devPtr);
-    if (i == (size_t)-1 || g_resv.v[i].va != (uintptr_t)devPtr || g_resv.v[i].kind != RESV_MALLOC) {
+    if (i == (size_t)-1 || g_resv.v[i].va != (uintptr_t)devPtr ||
+        (g_resv.v[i].kind != RESV_MALLOC && g_resv.v[i].kind != RESV_MANAGED)) {
         pthread_rwlock_unlock(&g_mm);
-        aclsim_log("aclrtFree(%p): not the start of a live device allocation", devPtr);
+        aclsim_log("aclrtFree(%p): not the start of a live device or managed allocation", devPtr);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
     sim_resv r = g_resv.v[i];
@@ -308,8 +425,12 @@ ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr) {
     size_t m;
     VEC_FLOOR(g_maps, va, r.va, m);
     if (m != (size_t)-1 && g_maps.v[m].va == r.va) map_remove_locked(m);
-    phys_release_locked(r.ph);
-    ra_free(&g_dev[r.dev].va, r.va, r.len);
+    if (r.kind == RESV_MANAGED) {
+        sim_managed_free_locked(r.ph, r.va, r.len);   /* aclrtFree frees managed memory too (CANN docs) */
+    } else {
+        phys_release_locked(r.ph);
+        ra_free(&g_dev[r.dev].va, r.va, r.len);
+    }
     pthread_rwlock_unlock(&g_mm);
     return ACL_SUCCESS;
 }
@@ -395,11 +516,72 @@ static uint64_t prop_granularity(const aclrtPhysicalMemProp *prop) {
     }
 }
 
+static int is_host_location(aclrtMemLocationType t) {
+    return t == ACL_MEM_LOCATION_TYPE_HOST || t == ACL_MEM_LOCATION_TYPE_HOST_NUMA;
+}
+
+/* NUMA nodes of this machine (/sys/devices/system/node/nodeN), read once;
+ * node 0 only where sysfs does not say. */
+static uint64_t g_numa_mask;
+static pthread_once_t g_numa_once = PTHREAD_ONCE_INIT;
+static void numa_load(void) {
+    for (int n = 0; n < 64; n++) {
+        char path[64];
+        snprintf(path, sizeof path, "/sys/devices/system/node/node%d", n);
+        if (access(path, F_OK) == 0) g_numa_mask |= 1ULL << n;
+    }
+    if (!g_numa_mask) g_numa_mask = 1;
+}
+int sim_numa_node_valid(int node) {
+    pthread_once(&g_numa_once, numa_load);
+    return node >= 0 && node < 64 && (g_numa_mask >> node & 1);
+}
+
+/* The memAttr/location rules for host-located handles, from the CANN docs of
+ * aclrtMallocPhysical (CANN 9.0) and the runtime's acl layer (hicann/runtime,
+ * src/acl/aclrt_impl/memory.cpp):
+ *   - memAttr must be one the runtime maps (DDR_MEM_{HUGE,NORMAL,P2P_HUGE,P2P_NORMAL},
+ *     MEM_{NORMAL,HUGE,HUGE1G}, MEM_P2P_{NORMAL,HUGE,HUGE1G}, HBM_MEM_{HUGE,NORMAL,HUGE1G});
+ *     anything else is ACL_ERROR_INVALID_PARAM at the acl layer;
+ *   - HBM kinds and the 1 GiB kinds are documented as device-only: the driver
+ *     refuses them for host memory (the simulator's code: 107000, the driver's
+ *     "invalid value");
+ *   - HOST_NUMA: location.id is a NUMA node of this machine (else 107000);
+ *     HOST: id is ignored (docs: "fixed at 0").
+ * The docs give no granularity for host memory; the simulator uses 2 MiB for
+ * every host kind, so host and HBM handles share one mapping rule. */
+static aclError host_prop_check(const aclrtPhysicalMemProp *prop, const char *api) {
+    switch (prop->memAttr) {
+    case ACL_DDR_MEM_HUGE: case ACL_DDR_MEM_NORMAL: case ACL_DDR_MEM_P2P_HUGE: case ACL_DDR_MEM_P2P_NORMAL:
+    case ACL_MEM_NORMAL: case ACL_MEM_HUGE: case ACL_MEM_P2P_NORMAL: case ACL_MEM_P2P_HUGE:
+        break;
+    case ACL_HBM_MEM_HUGE: case ACL_HBM_MEM_NORMAL: case ACL_HBM_MEM_HUGE1G: case ACL_MEM_HUGE1G:
+    case ACL_MEM_P2P_HUGE1G:
+        aclsim_log("%s: memAttr %d is device-only; host memory takes ACL_MEM_HUGE, ACL_MEM_NORMAL, "
+                   "ACL_MEM_P2P_* or ACL_DDR_MEM_*", api, (int)prop->memAttr);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    default:
+        aclsim_log("%s: memAttr %d is not supported for physical memory", api, (int)prop->memAttr);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    if (prop->location.type == ACL_MEM_LOCATION_TYPE_HOST_NUMA && !sim_numa_node_valid((int)prop->location.id)) {
+        aclsim_log("%s: NUMA node %u does not exist on this host", api, prop->location.id);
+        return ACL_ERROR_RT_PARAM_INVALID;
+    }
+    return 0;
+}
+
 ACL_FUNC_VISIBILITY aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
     aclrtMemGranularityOptions option, size_t *granularity) {
     if (!prop || !granularity) return ACL_ERROR_INVALID_PARAM;
     if (option != ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM && option != ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED)
         return ACL_ERROR_INVALID_PARAM;
+    if (is_host_location(prop->location.type)) {
+        aclError rc = host_prop_check(prop, "aclrtMemGetAllocationGranularity");
+        if (rc) return rc;
+        *granularity = SIM_GRANULE;
+        return ACL_SUCCESS;
+    }
     *granularity = prop_granularity(prop);
     return ACL_SUCCESS;
 }
@@ -464,14 +646,67 @@ ACL_FUNC_VISIBILITY aclError aclrtReleaseMemAddress(void *virPtr) {
     return ACL_SUCCESS;
 }
 
+/* A physical handle in host RAM: HOST (id ignored) or HOST_NUMA (id = NUMA
+ * node). Not HBM: it does not count against ACLSIM_HBM_BYTES, only against
+ * ACLSIM_HOST_BYTES. Like HOST_NUMA on CANN (ApiErrorDecorator::MallocPhysical)
+ * it needs a current context. */
+static aclError malloc_physical_host(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop) {
+    aclError rc = aclsim_check_ready();
+    if (rc) return rc;
+    if ((rc = host_prop_check(prop, "aclrtMallocPhysical"))) return rc;
+    if (size % SIM_GRANULE) {
+        aclsim_log("aclrtMallocPhysical(%zu): size is not a multiple of the granularity %u", size, SIM_GRANULE);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    int numa = prop->location.type == ACL_MEM_LOCATION_TYPE_HOST_NUMA ? (int)prop->location.id : 0;
+    if (aclsim_fault_hit(SIM_FAULT_PHYS)) {
+        atomic_fetch_add(&g_stat[ST_FAILED_ALLOCS], 1);
+        return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    }
+    pthread_rwlock_wrlock(&g_mm);
+    sim_phys *ph = host_phys_alloc_locked(size, numa);
+    if (ph) {
+        ph->user = 1;
+        ps_add(&g_phys_handles, ph);
+    }
+    uint64_t used = g_host.used;
+    pthread_rwlock_unlock(&g_mm);
+    if (!ph) {
+        atomic_fetch_add(&g_stat[ST_FAILED_ALLOCS], 1);
+        aclsim_log("aclrtMallocPhysical(%zu) in host memory: out of memory (%llu of %llu bytes in use, "
+                   "ACLSIM_HOST_BYTES) -> 207001", size, (unsigned long long)used,
+                   (unsigned long long)g_cfg.host_bytes);
+        return ACL_ERROR_RT_MEMORY_ALLOCATION;
+    }
+    atomic_fetch_add(&g_stat[ST_AL_PHYS], 1);
+    atomic_fetch_add(&g_stat[ST_AL_PHYS_BYTES], size);
+    atomic_fetch_add(&g_stat[ST_AL_PHYS_HOST], 1);
+    atomic_fetch_add(&g_stat[ST_AL_PHYS_HOST_BYTES], size);
+    *handle = ph;
+    return ACL_SUCCESS;
+}
+
 ACL_FUNC_VISIBILITY aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
     const aclrtPhysicalMemProp *prop, uint64_t flags) {
     if (!handle || !prop || size == 0 || flags != 0) return ACL_ERROR_INVALID_PARAM;
     if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
-    if (prop->location.type != ACL_MEM_LOCATION_TYPE_DEVICE) return ACL_ERROR_INVALID_PARAM;
     if (prop->handleType != ACL_MEM_HANDLE_TYPE_NONE && prop->handleType != ACL_MEM_HANDLE_TYPE_POSIX)
         return ACL_ERROR_INVALID_PARAM;
     if (prop->allocationType != ACL_MEM_ALLOCATION_TYPE_PINNED) return ACL_ERROR_INVALID_PARAM;
+    if (is_host_location(prop->location.type)) return malloc_physical_host(handle, size, prop);
+    if (prop->location.type != ACL_MEM_LOCATION_TYPE_DEVICE) {
+        aclsim_log("aclrtMallocPhysical: location type %d is not DEVICE, HOST or HOST_NUMA",
+                   (int)prop->location.type);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    switch (prop->memAttr) {
+    case ACL_DDR_MEM_HUGE: case ACL_DDR_MEM_NORMAL: case ACL_DDR_MEM_P2P_HUGE: case ACL_DDR_MEM_P2P_NORMAL:
+        /* documented host-only; the acl layer refuses them for a device */
+        aclsim_log("aclrtMallocPhysical: memAttr %d is host memory only (location is DEVICE)", (int)prop->memAttr);
+        return ACL_ERROR_INVALID_PARAM;
+    default:
+        break;
+    }
     int dev = (int)prop->location.id;
     if (prop->location.id >= (uint32_t)g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
     if (!g_dev[dev].opened) return ACL_ERROR_RT_CONTEXT_NULL;
@@ -541,13 +776,15 @@ ACL_FUNC_VISIBILITY aclError aclrtMapMem(void *virPtr, size_t size, size_t offse
         goto out;
     }
     sim_phys *ph = handle;
-    if ((rc = sim_device_check(ph->dev))) goto out;
+    if (ph->loc == SIM_PH_HBM && (rc = sim_device_check(ph->dev))) goto out;
     size_t i = resv_find_locked(va);
     if (i == (size_t)-1 || g_resv.v[i].kind != RESV_USER || va + size < va ||
         va + size > g_resv.v[i].va + g_resv.v[i].len) {
         rc = ACL_ERROR_RT_PARAM_INVALID; why = "range is not inside a reserved VA range";
         goto out;
     }
+    /* a host handle is reached over the link by the device that owns the VA */
+    if (ph->loc == SIM_PH_HOST && (rc = sim_device_check(g_resv.v[i].dev))) goto out;
     if ((va - g_resv.v[i].va) % SIM_GRANULE || size % SIM_GRANULE || offset % SIM_GRANULE) {
         rc = ACL_ERROR_RT_ADDR_UNALIGNED; why = "address, size or offset is not a multiple of 2 MiB";
         goto out;
@@ -592,19 +829,44 @@ ACL_FUNC_VISIBILITY aclError aclrtUnmapMem(void *virPtr) {
 }
 
 /* ---- copy kinds ---- */
+/* Managed memory is both: it may stand on the device side or the host side of
+ * any kind (the runtime copies it by its own path, whatever the kind); with
+ * ACL_MEMCPY_DEFAULT it counts as device memory. */
 int sim_resolve_copy_kind(int kind, const void *dst, const void *src) {
     int dd = aclsim_is_device_addr(dst), sd = aclsim_is_device_addr(src);
+    int dm = sim_managed_addr(dst), sm = sim_managed_addr(src);
     switch (kind) {
     case ACL_MEMCPY_HOST_TO_HOST: return !dd && !sd ? kind : -1;
     case ACL_MEMCPY_HOST_TO_DEVICE:
-    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: return dd && !sd ? ACL_MEMCPY_HOST_TO_DEVICE : -1;
-    case ACL_MEMCPY_DEVICE_TO_HOST: return !dd && sd ? kind : -1;
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: return (dd || dm) && !sd ? ACL_MEMCPY_HOST_TO_DEVICE : -1;
+    case ACL_MEMCPY_DEVICE_TO_HOST: return !dd && (sd || sm) ? kind : -1;
     case ACL_MEMCPY_DEVICE_TO_DEVICE:
     case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
-    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: return dd && sd ? ACL_MEMCPY_DEVICE_TO_DEVICE : -1;
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: return (dd || dm) && (sd || sm) ? ACL_MEMCPY_DEVICE_TO_DEVICE : -1;
     case ACL_MEMCPY_DEFAULT:
+        dd |= dm;
+        sd |= sm;
         return dd ? (sd ? ACL_MEMCPY_DEVICE_TO_DEVICE : ACL_MEMCPY_HOST_TO_DEVICE)
                   : (sd ? ACL_MEMCPY_DEVICE_TO_HOST : ACL_MEMCPY_HOST_TO_HOST);
     default: return -2;
     }
+}
+
+/* ---- statistics ---- */
+void sim_mem_json(FILE *f) {
+    pthread_rwlock_rdlock(&g_mm);
+    uint64_t used = g_host.used, peak = g_host.peak, mapped = g_host.mapped, mpeak = g_host.mapped_peak;
+    pthread_rwlock_unlock(&g_mm);
+    static const char *cls[4] = {"op", "copy", "memset", "collective"};
+    fprintf(f, "  \"host_mapped\": {\"limit_bytes\": %llu, \"phys_bytes\": %llu, \"phys_peak_bytes\": %llu, "
+            "\"mapped_bytes\": %llu, \"mapped_peak_bytes\": %llu,\n    \"read_bytes\": {",
+            (unsigned long long)g_cfg.host_bytes, (unsigned long long)used, (unsigned long long)peak,
+            (unsigned long long)mapped, (unsigned long long)mpeak);
+    for (int c = 0; c < 4; c++)
+        fprintf(f, "%s\"%s\": %llu", c ? ", " : "", cls[c], (unsigned long long)g_stat[ST_HM_RD_OP + c]);
+    fprintf(f, "},\n    \"write_bytes\": {");
+    for (int c = 0; c < 4; c++)
+        fprintf(f, "%s\"%s\": %llu", c ? ", " : "", cls[c], (unsigned long long)g_stat[ST_HM_WR_OP + c]);
+    fprintf(f, "}},\n");
+    sim_managed_json(f);
 }

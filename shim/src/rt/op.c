@@ -527,7 +527,7 @@ static aclError launch_common(aclrtStream stream, const char *api, const char *o
     int r = 0;
     for (int i = 0; i < nin; i++) {
         if (!in[i].bytes || (host_in && host_in[i])) continue;
-        w->ranges[r++] = (sim_range){ (uintptr_t)in[i].base, in[i].bytes, k && ((k->writes_inputs >> i) & 1) };
+        w->ranges[r++] = (sim_range){ (uintptr_t)in[i].base, in[i].bytes, k && ((k->writes_inputs >> i) & 1) ? 2 : 0 };
     }
     for (int j = 0; j < nout; j++)
         if (out[j].bytes) w->ranges[r++] = (sim_range){ (uintptr_t)out[j].base, out[j].bytes, 1 };
@@ -535,6 +535,8 @@ static aclError launch_common(aclrtStream stream, const char *api, const char *o
     snprintf(w->what, sizeof w->what, "%s(%s)", api ? api : "aclsim_launch_op", op_type);
     w->kind = SIM_WORK_OP;
     w->cost_ns = aclsim_op_cost_ns(flops, touched);
+    w->flops = flops;          /* the stream recosts the roofline for host-mapped bytes */
+    w->bytes = touched;
     w->exec = op_exec;
     w->destroy = op_destroy;
     w->payload = p;

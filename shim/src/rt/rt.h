@@ -62,9 +62,42 @@ enum { ST_OPS, ST_HCCL_OPS, ST_MEMSETS, ST_MMU_FAULTS, ST_FAILED_ALLOCS, ST_INJE
        ST_COPIES_H2H, ST_COPIES_H2D, ST_COPIES_D2H, ST_COPIES_D2D,
        /* successful allocation calls, by family (the "allocs" object) */
        ST_AL_MALLOC, ST_AL_MALLOC_BYTES, ST_AL_PHYS, ST_AL_PHYS_BYTES, ST_AL_MAP, ST_AL_RESERVE,
-       ST_AL_HOST, ST_AL_HOST_BYTES, ST_NCOUNTERS };
+       ST_AL_HOST, ST_AL_HOST_BYTES, ST_AL_PHYS_HOST, ST_AL_PHYS_HOST_BYTES, ST_AL_MANAGED, ST_AL_MANAGED_BYTES,
+       /* device bytes read / written over the link in host-located physical
+        * memory, by work class (SIM_LC_*) */
+       ST_HM_RD_OP, ST_HM_RD_COPY, ST_HM_RD_MEMSET, ST_HM_RD_COLL,
+       ST_HM_WR_OP, ST_HM_WR_COPY, ST_HM_WR_MEMSET, ST_HM_WR_COLL,
+       /* managed memory */
+       ST_MG_MIGRATED, ST_MG_REMOTE, ST_MG_PREFETCHES, ST_MG_PREFETCH_BYTES, ST_MG_ADVISES,
+       ST_MG_ADVISE_BYTES,
+       ST_NCOUNTERS };
+enum { SIM_LC_OP = 0, SIM_LC_COPY, SIM_LC_MEMSET, SIM_LC_COLL };   /* offsets from ST_HM_RD_OP / ST_HM_WR_OP */
 extern atomic_ullong g_stat[ST_NCOUNTERS];
 void sim_count_copy(int kind, uint64_t bytes);
+
+/* ---- physical memory ---- */
+enum { SIM_PH_HBM = 0, SIM_PH_HOST, SIM_PH_MANAGED };
+typedef struct sim_mpage sim_mpage;          /* managed.c: residency of one 2 MiB page */
+typedef struct sim_phys {
+    uint32_t magic;
+    int dev;                 /* SIM_PH_HBM: the device whose HBM holds it; -1 otherwise */
+    int loc;                 /* SIM_PH_* */
+    int numa;                /* SIM_PH_HOST: NUMA node */
+    int user;                /* from aclrtMallocPhysical (else internal) */
+    int nmaps;
+    uint64_t off, size;      /* offset in the pool's memfd, bytes */
+    sim_mpage *pages;        /* SIM_PH_MANAGED: one per 2 MiB */
+} sim_phys;
+
+/* Link traffic of one piece of device work, measured when it runs. Bytes in
+ * host RAM are accessed over the host link, not from HBM. */
+typedef struct sim_link {
+    uint64_t hm_rd, hm_wr;   /* host-located physical handles mapped at device VAs */
+    uint64_t hm_fp;          /* footprint of those ranges (each byte once) */
+    uint64_t mg_rd, mg_wr;   /* managed pages accessed remotely (accessed-by, not migrated) */
+    uint64_t mg_fp;
+    uint64_t mg_migrated;    /* managed pages moved onto the device before the access */
+} sim_link;
 
 /* core.c */
 int sim_config_error(void);         /* 0 or ACL_ERROR_INVALID_PARAM (reported) */
@@ -75,6 +108,13 @@ aclError sim_work_tick(int dev);     /* counts a work item; lost device -> 10702
 void sim_note_host_time(uint64_t t);
 uint64_t sim_host_advance(uint64_t cost); /* sync work: returns end time */
 void sim_write_stats(void);
+/* Duration of work whose all-HBM cost was `base` once `l` is known: bytes in
+ * host memory go over the link (the roofline's memory side splits into HBM
+ * and link), migrations come first. */
+uint64_t sim_cost_with_link(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
+                            const sim_link *l);
+uint64_t sim_link_ns(uint64_t bytes);
+void sim_count_link(int work_kind, const sim_link *l);
 
 /* mem.c */
 void sim_mem_init_device(sim_device *d);
@@ -84,6 +124,25 @@ void sim_mem_init_device(sim_device *d);
 int sim_resolve_copy_kind(int kind, const void *dst, const void *src);
 int sim_device_of_addr(const void *p);
 void sim_mem_stats(int dev, uint64_t *used, uint64_t *peak);
+/* With g_mm held (read): the link traffic of work on device `dev` touching
+ * `r` (managed pages it touches become resident on `dev`). */
+void sim_link_traffic_locked(int dev, const sim_range *r, int n, sim_link *out);
+/* Calls fn for each mapping piece covering [a, a+n) in order; stops at the
+ * first non-zero return. Returns that value, or -1 if part of the range is
+ * not mapped. g_mm held. */
+int sim_mem_walk_locked(uintptr_t a, uint64_t n,
+                        int (*fn)(void *ctx, sim_phys *ph, uintptr_t map_va, uintptr_t a, uint64_t n), void *ctx);
+/* Managed allocations as mappings (g_mm held for writing). */
+void sim_mem_add_managed_locked(uintptr_t va, uint64_t len, sim_phys *ph);
+void sim_mem_json(FILE *f);            /* "host_mapped" and "managed" statistics */
+int sim_numa_node_valid(int node);
+
+/* managed.c */
+int sim_managed_addr(const void *p);   /* 1 if p lies in the managed (UVM) VA range */
+void sim_managed_access_locked(sim_phys *ph, uintptr_t map_va, uintptr_t a, uint64_t n, int write, int dev,
+                               sim_link *l);
+void sim_managed_free_locked(sim_phys *ph, uintptr_t va, uint64_t len);   /* g_mm held for writing */
+void sim_managed_json(FILE *f);
 
 /* stream.c */
 void sim_streams_init_device(int dev);

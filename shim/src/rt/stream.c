@@ -82,6 +82,7 @@ static void run_item(sim_stream *s, sim_node *n) {
     w->end_ns = start + w->cost_ns;
     aclError rc = 0;
     int skip = 0;
+    sim_link link = {0};
     if (w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
         /* ACL_STOP_ON_FAILURE: once a task has failed, the stream's later
          * work is discarded until the error is collected by a synchronize.
@@ -110,11 +111,26 @@ static void run_item(sim_stream *s, sim_node *n) {
         if (w->exec) rc = w->exec(w);
     } else if (w->flags & SIM_WF_SELF_CHECK) {
         if (w->exec) rc = w->exec(w);
+        if (!rc) {
+            pthread_rwlock_rdlock(&g_mm);
+            sim_link_traffic_locked(s->dev, w->ranges, w->nranges, &link);
+            pthread_rwlock_unlock(&g_mm);
+        }
     } else {
         pthread_rwlock_rdlock(&g_mm);
         rc = aclsim_check_ranges(w->ranges, w->nranges, w->what);
+        /* measured as it runs: where the memory is now decides the cost */
+        if (!rc) sim_link_traffic_locked(s->dev, w->ranges, w->nranges, &link);
         if (!rc && w->exec && !g_cfg.phantom) rc = w->exec(w);
         pthread_rwlock_unlock(&g_mm);
+    }
+    if (!rc && !skip && w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
+        uint64_t cost = sim_cost_with_link(w->kind, w->copy_kind, w->cost_ns, w->flops, w->bytes, &link);
+        if (cost != w->cost_ns) {
+            int64_t end = (int64_t)w->end_ns + ((int64_t)cost - (int64_t)w->cost_ns);
+            w->end_ns = end > (int64_t)start ? (uint64_t)end : start;
+        }
+        sim_count_link(w->kind, &link);
     }
     if (skip) {
         /* nothing ran: no statistics */
@@ -752,6 +768,7 @@ ACL_FUNC_VISIBILITY aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream 
         if (o->nranges) memcpy(p->ranges, o->ranges, (size_t)o->nranges * sizeof *p->ranges);
         p->cost_ns = o->cost_ns;
         p->bytes = o->bytes;
+        p->flops = o->flops;
         p->exec = proxy_exec;
         p->payload = o;
         if ((rc = aclsim_submit(stream, p)) != ACL_SUCCESS) return rc;

@@ -1,7 +1,7 @@
 //! The cost model: the simulator's (docs/simulator.md, preset 910b4) plus
 //! NVMe rates (design.md §2). Rates in GB/s are 10^9 B/s, i.e. bytes per ns.
 
-use super::simrt::ns_at;
+use super::simrt::{ns_at, HostAccess};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Costs {
@@ -72,6 +72,48 @@ impl Costs {
     pub fn d2d_ns(&self, bytes: u64) -> u64 {
         ns_at(bytes, self.hbm_gbps)
     }
+
+    /// Time at the (pinned) link rate: device access to host-mapped memory.
+    fn host_link_ns(&self, h: &HostAccess) -> u64 {
+        ns_at(h.read + h.write, self.link_gbps)
+    }
+
+    /// An operator with some bytes in host-mapped memory (the simulator's
+    /// rule): the memory side of the roofline splits into HBM and the link,
+    /// which run in parallel — max(flops / TFLOPS, (bytes − footprint) / HBM,
+    /// (read + write) / link) + launch. An operator touching k host bytes
+    /// costs at least k / link.
+    pub fn op_ns_split(&self, flops: u64, bytes: u64, h: &HostAccess) -> u64 {
+        if h.read + h.write == 0 {
+            return self.op_ns(flops, bytes);
+        }
+        let compute = if self.tflops > 0.0 {
+            (flops as f64 / (self.tflops * 1e3)).ceil() as u64
+        } else {
+            0
+        };
+        let local = ns_at(bytes.saturating_sub(h.footprint), self.hbm_gbps);
+        compute.max(local).max(self.host_link_ns(h)) + self.launch_ns()
+    }
+
+    /// A memset of host-mapped memory: the link instead of HBM for those bytes.
+    pub fn memset_ns_split(&self, bytes: u64, h: &HostAccess) -> u64 {
+        if h.read + h.write == 0 {
+            return self.memset_ns(bytes);
+        }
+        self.op_ns_split(0, bytes, h)
+    }
+
+    /// A device-to-device copy with a side in host-mapped memory.
+    pub fn d2d_ns_split(&self, bytes: u64, h: &HostAccess) -> u64 {
+        self.d2d_ns(bytes).max(self.host_link_ns(h))
+    }
+
+    /// A host↔device copy whose device side is host-mapped memory: it crosses
+    /// the link twice.
+    pub fn copy_ns_split(&self, bytes: u64, h: &HostAccess) -> u64 {
+        self.link_ns(bytes) + self.host_link_ns(h)
+    }
 }
 
 #[cfg(test)]
@@ -87,5 +129,48 @@ mod tests {
         assert_eq!(c.op_ns(0, 800_000_000), 1_000_000 + 5_000);
         assert_eq!(c.link_ns(25_000_000), 1_000_000);
         assert_eq!(c.memset_ns(0), 5_000);
+    }
+
+    #[test]
+    fn host_mapped_bytes_go_over_the_link() {
+        let c = Costs::default();
+        const MIB: u64 = 1 << 20;
+        let none = HostAccess::default();
+        assert_eq!(c.op_ns_split(0, 48 * MIB, &none), c.op_ns(0, 48 * MIB));
+        // Add over three 16 MiB operands all in host memory (the simulator's
+        // hostmem_app --case cost prints 2018266 ns)
+        let all = HostAccess {
+            read: 32 * MIB,
+            write: 16 * MIB,
+            footprint: 48 * MIB,
+        };
+        assert_eq!(c.op_ns_split(0, 48 * MIB, &all), 2_013_266 + 5_000);
+        // k host bytes cost at least k / link, whatever else the call does
+        let half = HostAccess {
+            read: 16 * MIB,
+            write: 0,
+            footprint: 16 * MIB,
+        };
+        assert!(c.op_ns_split(1_000, 48 * MIB, &half) >= ns_at(16 * MIB, 25.0));
+        // ApplyAdam over 1 MiB var/m/v in host memory: 3 MiB each way
+        let adam = HostAccess {
+            read: 3 * MIB,
+            write: 3 * MIB,
+            footprint: 6 * MIB,
+        };
+        assert_eq!(c.op_ns_split(0, 7 * MIB, &adam), 251_659 + 5_000);
+        let copy = HostAccess {
+            read: 16 * MIB,
+            write: 0,
+            footprint: 16 * MIB,
+        };
+        assert_eq!(c.d2d_ns_split(16 * MIB, &copy), 671_089);
+        assert_eq!(c.copy_ns_split(16 * MIB, &copy), 2 * 671_089);
+        let set = HostAccess {
+            read: 0,
+            write: 16 * MIB,
+            footprint: 16 * MIB,
+        };
+        assert_eq!(c.memset_ns_split(16 * MIB, &set), 671_089 + 5_000);
     }
 }

@@ -29,7 +29,7 @@ use u3m_core::trace::{Body, CopyKind, Event};
 use super::accuracy::{Accuracy, Future};
 use super::cost::Costs;
 use super::recording::Recording;
-use super::simrt::{SimCounters, SimRuntime};
+use super::simrt::{HostAccess, SimCounters, SimRuntime};
 
 /// What every run of a trace shares.
 #[derive(Clone, Debug)]
@@ -91,6 +91,29 @@ const PREFETCH_HORIZON: u64 = 256;
 /// Offset added to simulated time for the heat table (its clock starts at 1 s,
 /// like a process that has been up a moment).
 const HEAT_EPOCH_NS: u64 = 1_000_000_000;
+
+/// What a call costs, once the part of its memory in host-mapped memory is known.
+enum Cost {
+    Op {
+        flops: u64,
+        bytes: u64,
+    },
+    /// A host↔device copy of the program's.
+    Link(u64),
+    D2d(u64),
+    Memset(u64),
+}
+
+impl Cost {
+    fn ns(&self, c: &Costs, h: &HostAccess) -> u64 {
+        match *self {
+            Cost::Op { flops, bytes } => c.op_ns_split(flops, bytes, h),
+            Cost::Link(b) => c.copy_ns_split(b, h),
+            Cost::D2d(b) => c.d2d_ns_split(b, h),
+            Cost::Memset(b) => c.memset_ns_split(b, h),
+        }
+    }
+}
 
 /// The library's configuration for a replay: tier mode, the replay's tier
 /// sizes and watermarks, policy parameters.
@@ -309,7 +332,10 @@ impl Driver<'_> {
                     .chain(outputs.iter().map(|r| (r.addr, r.bytes, true)))
                     .collect();
                 let touched: u64 = ranges.iter().map(|r| r.1).sum();
-                let cost = self.s.costs.op_ns(ev.flops.unwrap_or(0), touched);
+                let cost = Cost::Op {
+                    flops: ev.flops.unwrap_or(0),
+                    bytes: touched,
+                };
                 self.call(ev, op_type, &ranges, false, cost)
             }
             Body::Copy {
@@ -319,11 +345,11 @@ impl Driver<'_> {
                 bytes,
             } => {
                 let (ranges, cost) = match kind {
-                    CopyKind::H2D => (vec![(*dst, *bytes, true)], self.s.costs.link_ns(*bytes)),
-                    CopyKind::D2H => (vec![(*src, *bytes, false)], self.s.costs.link_ns(*bytes)),
+                    CopyKind::H2D => (vec![(*dst, *bytes, true)], Cost::Link(*bytes)),
+                    CopyKind::D2H => (vec![(*src, *bytes, false)], Cost::Link(*bytes)),
                     CopyKind::D2D => (
                         vec![(*src, *bytes, false), (*dst, *bytes, true)],
-                        self.s.costs.d2d_ns(*bytes),
+                        Cost::D2d(*bytes),
                     ),
                     CopyKind::H2H => return Ok(()), // no device involved
                 };
@@ -334,7 +360,7 @@ impl Driver<'_> {
                 "Memset",
                 &[(*addr, *bytes, true)],
                 true,
-                self.s.costs.memset_ns(*bytes),
+                Cost::Memset(*bytes),
             ),
         }
     }
@@ -380,7 +406,7 @@ impl Driver<'_> {
         name: &str,
         ranges: &[(u64, u64, bool)],
         overwrite: bool,
-        cost: u64,
+        cost: Cost,
     ) -> Result<(), String> {
         let dev = ev.dev;
         let sync = ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
@@ -437,6 +463,13 @@ impl Driver<'_> {
                 .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {e}; a call larger than HBM?)"))?;
             Some(tok)
         };
+        // where the Tier left the memory decides the cost: bytes it keeps in
+        // host-mapped memory cross the link (the simulator's rule)
+        let spans: Vec<(u64, u64, u8)> = managed
+            .iter()
+            .map(|r| (r.addr, r.len, r.write as u8))
+            .collect();
+        let cost = cost.ns(&self.s.costs, &self.rt.host_access(&spans));
         if sync {
             self.rt.host_spend(cost.max(self.s.costs.launch_ns()));
         } else {

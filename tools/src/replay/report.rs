@@ -243,6 +243,8 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "h2d_bytes": p.sim.h2d_bytes, "d2h_bytes": p.sim.d2h_bytes,
                             "nvme_read_bytes": p.sim.nvme_read_bytes, "nvme_write_bytes": p.sim.nvme_write_bytes,
                             "link_busy_ns": p.sim.link_ns, "nvme_busy_ns": p.sim.nvme_ns,
+                            "host_mapped_read_bytes": p.sim.host_read_bytes, "host_mapped_write_bytes": p.sim.host_write_bytes,
+                            "host_phys_peak_bytes": p.sim.host_phys_peak,
                         },
                         "samples": p.samples,
                         "prediction": p.windows.iter().map(|w| json!({

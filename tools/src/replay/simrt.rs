@@ -8,6 +8,14 @@
 //! allocator and mappings are checked, so an engine bug (a double map, an
 //! unmap of nothing) is an error instead of a silent miscount.
 //!
+//! Host-located physical memory (the simulator's `aclrtMallocPhysical` at a
+//! HOST_NUMA location): `malloc_physical_host` makes a handle that lives in
+//! host RAM — it never counts against a device's capacity, only against the
+//! host limit — and maps like any handle. Device work on it crosses the link:
+//! `host_access` measures, for the ranges of a call, the bytes read and
+//! written in host-mapped memory, which `Costs::{op,memset,d2d,copy}_ns_split`
+//! turn into time exactly as the simulator does (docs/simulator.md).
+//!
 //! NVMe time: the Tier reads and writes its swap file itself, through a
 //! 2 MiB pinned staging buffer (the only 2 MiB host allocation it makes). A
 //! host→device copy *from* the staging buffer therefore follows an NVMe read
@@ -15,7 +23,7 @@
 //! device→host copy *into* it precedes an NVMe write, charged to the host
 //! when the Tier synchronises the stream to read the buffer.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use u3m_core::engine::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
@@ -24,6 +32,9 @@ use super::cost::Costs;
 
 const E_ALLOC: i32 = 207001;
 const E_PARAM: i32 = 107000;
+/// ACL_ERROR_INVALID_PARAM: a size that is not a multiple of 2 MiB.
+#[cfg_attr(not(test), allow(dead_code))]
+const E_INVALID: i32 = 100000;
 /// First VA handed out (device VAs stay below the heat table's 2^48 limit).
 const VA_BASE: u64 = 0x1000_0000_0000;
 
@@ -54,6 +65,31 @@ pub struct SimCounters {
     /// nothing, a free of a mapped or unknown handle, a release of nothing):
     /// the Tier ignores some return codes, so they are counted here.
     pub misuse: u64,
+    /// Bytes calls read / wrote in host-mapped memory (over the link).
+    pub host_read_bytes: u64,
+    pub host_write_bytes: u64,
+    /// Peak bytes of host-located physical handles.
+    pub host_phys_peak: u64,
+}
+
+/// Where a call's bytes in host-mapped memory are (`host_access`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostAccess {
+    /// Bytes read and bytes written over the link.
+    pub read: u64,
+    pub write: u64,
+    /// Footprint of those ranges (each byte once): not read from HBM.
+    pub footprint: u64,
+}
+
+/// One physical handle.
+#[derive(Clone, Copy, Debug)]
+struct Phys {
+    /// `None`: host RAM (malloc_physical_host).
+    dev: Option<u32>,
+    bytes: u64,
+    /// VAs it is mapped at.
+    maps: u32,
 }
 
 struct State {
@@ -66,10 +102,16 @@ struct State {
     next_va: u64,
     reserved: HashMap<u64, u64>,
     next_handle: u64,
-    /// handle -> (device, bytes, VAs it is mapped at)
-    phys: HashMap<u64, (u32, u64, u32)>,
-    /// VA -> handle, one entry per map call.
-    mapped: HashMap<u64, u64>,
+    phys: HashMap<u64, Phys>,
+    /// VA -> handle, one entry per map call (ordered: host_access looks up
+    /// the mapping that holds an address).
+    mapped: BTreeMap<u64, u64>,
+    /// Host RAM for host handles: limit, in use.
+    #[cfg_attr(not(test), allow(dead_code))]
+    host_limit: u64,
+    host_used: u64,
+    /// Mappings of host handles now (none: host_access has nothing to find).
+    host_maps: u64,
     streams: Vec<Stream>,
     events: Vec<u64>,
     host_mem: HashMap<usize, usize>,
@@ -122,7 +164,10 @@ impl SimRuntime {
                 reserved: HashMap::new(),
                 next_handle: 1,
                 phys: HashMap::new(),
-                mapped: HashMap::new(),
+                mapped: BTreeMap::new(),
+                host_limit: u64::MAX,
+                host_used: 0,
+                host_maps: 0,
                 streams: Vec::new(),
                 events: Vec::new(),
                 host_mem: HashMap::new(),
@@ -131,6 +176,90 @@ impl SimRuntime {
                 c: SimCounters::default(),
             }),
         }
+    }
+
+    /// Host RAM available to host handles (the simulator's ACLSIM_HOST_BYTES;
+    /// unlimited unless set).
+    // The host-handle calls below wait for the engine's Runtime method
+    // (issue 11: host-mapped residency); until then only the tests call them.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn with_host_limit(self, bytes: u64) -> SimRuntime {
+        self.lock().host_limit = bytes;
+        self
+    }
+
+    /// A 2 MiB-granular physical allocation in host RAM (aclrtMallocPhysical
+    /// at ACL_MEM_LOCATION_TYPE_HOST_NUMA): not device capacity. The engine's
+    /// Runtime will get the same method; free_physical, map and unmap take
+    /// its handles like any other.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn malloc_physical_host(&self, bytes: u64) -> Result<u64, i32> {
+        let mut st = self.lock();
+        if bytes == 0 || bytes % CHUNK != 0 {
+            return Err(E_INVALID);
+        }
+        if st.host_used + bytes > st.host_limit {
+            return Err(E_ALLOC);
+        }
+        st.host_used += bytes;
+        st.c.host_phys_peak = st.c.host_phys_peak.max(st.host_used);
+        let h = st.next_handle;
+        st.next_handle += 1;
+        st.phys.insert(
+            h,
+            Phys {
+                dev: None,
+                bytes,
+                maps: 0,
+            },
+        );
+        Ok(h)
+    }
+
+    /// Bytes in host RAM held by host handles now.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn host_phys_bytes(&self) -> u64 {
+        self.lock().host_used
+    }
+
+    /// The host-mapped part of one call's ranges (VA, bytes, write: 0 read,
+    /// 1 written, 2 read and written in place), measured where the memory is
+    /// mapped now — call it after the Tier prepared the call, and charge the
+    /// call with a `*_ns_split` cost. Counted in the counters.
+    pub fn host_access(&self, ranges: &[(u64, u64, u8)]) -> HostAccess {
+        let mut st = self.lock();
+        let mut a = HostAccess::default();
+        if st.host_maps == 0 {
+            return a;
+        }
+        for &(va, len, write) in ranges {
+            let end = va.saturating_add(len);
+            let mut p = va;
+            while p < end {
+                let Some((&mva, &h)) = st.mapped.range(..=p).next_back() else {
+                    break;
+                };
+                let Some(ph) = st.phys.get(&h) else { break };
+                let mend = mva + ph.bytes;
+                if mend <= p {
+                    break; // not mapped here: the Tier's call would fault
+                }
+                let n = mend.min(end) - p;
+                if ph.dev.is_none() {
+                    if write != 1 {
+                        a.read += n;
+                    }
+                    if write != 0 {
+                        a.write += n;
+                    }
+                    a.footprint += n;
+                }
+                p += n;
+            }
+        }
+        st.c.host_read_bytes += a.read;
+        st.c.host_write_bytes += a.write;
+        a
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -250,24 +379,34 @@ impl Runtime for SimRuntime {
         d.peak = d.peak.max(d.used);
         let h = st.next_handle;
         st.next_handle += 1;
-        st.phys.insert(h, (dev, bytes, 0));
+        st.phys.insert(
+            h,
+            Phys {
+                dev: Some(dev),
+                bytes,
+                maps: 0,
+            },
+        );
         Ok(h)
     }
 
     fn free_physical(&self, handle: u64) -> i32 {
         let mut st = self.lock();
         match st.phys.get(&handle) {
-            Some(&(_, _, 0)) => {}
+            Some(p) if p.maps == 0 => {}
             _ => {
                 // unknown, or still mapped
                 st.c.misuse += 1;
                 return E_PARAM;
             }
         }
-        let Some((dev, bytes, _)) = st.phys.remove(&handle) else {
+        let Some(p) = st.phys.remove(&handle) else {
             return E_PARAM;
         };
-        st.devs[dev as usize].used -= bytes;
+        match p.dev {
+            Some(dev) => st.devs[dev as usize].used -= p.bytes,
+            None => st.host_used -= p.bytes,
+        }
         0
     }
 
@@ -299,9 +438,14 @@ impl Runtime for SimRuntime {
             return E_PARAM;
         }
         st.mapped.insert(va, handle);
-        *st.arrivals.entry(va).or_insert(0) += 1;
+        let in_hbm = st.phys.get(&handle).is_some_and(|p| p.dev.is_some());
+        if in_hbm {
+            *st.arrivals.entry(va).or_insert(0) += 1;
+        } else {
+            st.host_maps += 1;
+        }
         if let Some(p) = st.phys.get_mut(&handle) {
-            p.2 += 1;
+            p.maps += 1;
         }
         0
     }
@@ -313,7 +457,10 @@ impl Runtime for SimRuntime {
             return E_PARAM;
         };
         if let Some(p) = st.phys.get_mut(&h) {
-            p.2 -= 1;
+            p.maps -= 1;
+            if p.dev.is_none() {
+                st.host_maps -= 1;
+            }
         }
         0
     }
@@ -511,6 +658,57 @@ mod tests {
         assert_eq!(r.host_ns(), 1000);
         assert_eq!(r.event_done(e), Ok(true));
         assert_eq!(r.finish(), 1010);
+    }
+
+    #[test]
+    fn host_handles_live_outside_hbm_and_their_bytes_cross_the_link() {
+        let r = rt().with_host_limit(8 * CHUNK);
+        let d = r.malloc_physical(0, CHUNK).unwrap();
+        let h = r.malloc_physical_host(4 * CHUNK).unwrap();
+        assert_eq!(r.malloc_physical_host(CHUNK + 1), Err(E_INVALID));
+        assert_eq!(
+            r.malloc_physical_host(5 * CHUNK),
+            Err(E_ALLOC),
+            "host limit"
+        );
+        // HBM still has room for 3 more chunks: the host handle took none
+        assert_eq!(r.mem_info(), Ok((3 * CHUNK, 4 * CHUNK)));
+        assert_eq!(r.host_phys_bytes(), 4 * CHUNK);
+        let va = r.reserve(5 * CHUNK).unwrap();
+        assert_eq!(r.map(va, CHUNK, d), 0);
+        assert_eq!(r.map(va + CHUNK, 4 * CHUNK, h), 0);
+        // an operator reading the first two chunks, updating the third in
+        // place, writing one chunk-sized output at the end
+        let a = r.host_access(&[
+            (va, 2 * CHUNK, 0),
+            (va + 2 * CHUNK, CHUNK, 2),
+            (va + 4 * CHUNK, CHUNK, 1),
+        ]);
+        assert_eq!(
+            a,
+            HostAccess {
+                read: CHUNK + CHUNK,
+                write: CHUNK + CHUNK,
+                footprint: 3 * CHUNK
+            }
+        );
+        assert_eq!(r.counters().host_read_bytes, 2 * CHUNK);
+        // a VA not mapped is not host memory (the call would fault)
+        assert_eq!(
+            r.host_access(&[(va + 5 * CHUNK, CHUNK, 0)]),
+            HostAccess::default()
+        );
+        assert_ne!(r.free_physical(h), 0, "mapped");
+        assert_eq!(r.unmap(va + CHUNK), 0);
+        assert_eq!(r.free_physical(h), 0);
+        assert_eq!(r.host_phys_bytes(), 0);
+        assert_eq!(r.counters().host_phys_peak, 4 * CHUNK);
+        assert_eq!(
+            r.arrivals().get(&(va + CHUNK)),
+            None,
+            "a host mapping is no arrival in HBM"
+        );
+        assert_eq!(r.mem_info(), Ok((3 * CHUNK, 4 * CHUNK)));
     }
 
     #[test]
