@@ -5,8 +5,8 @@
 //! mmap'd `#[repr(C)]` segment whose layout is checked at compile time, where
 //! loom's atomics cannot stand in; keep this file in step with those two
 //! functions. Two variants differ from the shipped code on purpose:
-//! `WriterAcquires` makes the lapping writer's compare-and-swap Acquire (the
-//! fix for what `loom_a_lapping_writer_leaves_a_consistent_record` finds),
+//! `RelaxedCas` makes the lapping writer's compare-and-swap Relaxed (what
+//! writer.rs did before this model found the inconsistent record it allows),
 //! and `NoRecheck` drops the reader's second look at the stamp, to show that
 //! the checker finds the torn read the seqlock exists to prevent. (Dropping
 //! only the reader's acquire fence is not caught: loom does not let a relaxed
@@ -35,7 +35,7 @@ pub struct Ring {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Variant {
     AsShipped,
-    WriterAcquires,
+    RelaxedCas,
     NoRecheck,
 }
 
@@ -62,7 +62,7 @@ impl Ring {
     }
 
     fn cas_order(&self) -> loom::sync::atomic::Ordering {
-        if self.variant == Variant::AsShipped {
+        if self.variant == Variant::RelaxedCas {
             Relaxed
         } else {
             Acquire
