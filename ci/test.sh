@@ -17,6 +17,14 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --release --workspace -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# the bug hunters (docs/reliability.md): loom, bounded fuzzing, the
+# sanitizer build; U3M_SKIP_LOOM / U3M_SKIP_FUZZ / U3M_SKIP_SANITIZERS=1 skip one
+for hunt in loom fuzz sanitizers; do
+    skip="U3M_SKIP_${hunt^^}"
+    [ "${!skip:-0}" = 1 ] && continue
+    bash "ci/$hunt.sh" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+done
 set -e
 echo
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -6,8 +6,12 @@ use std::path::PathBuf;
 
 /// `target/<profile>` of the build that produced this crate: holds
 /// libascendcl.so and the other stand-ins, libu3m.so, `u3m`, and `acl-apps/`.
+/// `ACLSIM_TARGET_DIR` in the environment overrides it (ci/sanitizers.sh
+/// points the tests at a sanitizer build of the C parts).
 pub fn target_dir() -> PathBuf {
-    PathBuf::from(env!("ACLSIM_TARGET_DIR"))
+    std::env::var_os("ACLSIM_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("ACLSIM_TARGET_DIR")))
 }
 
 /// Directory of the compiled C workload programs.

@@ -9,7 +9,11 @@
 //! word to `(new tag, 0)` and returns the old payloads: that is both the final
 //! snapshot of the old epoch and the reset, in one atomic step per word.
 
+#[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+// loom/ compiles this file against the model checker's atomics (docs/reliability.md)
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::opclass::{ClassMask, OpClass};
 

@@ -249,7 +249,10 @@ impl StatsSegment {
             || cur >= writing
             || slot
                 .stamp
-                .compare_exchange(cur, writing, Relaxed, Relaxed)
+                // Acquire: the lapped writer's data stores (released by its
+                // even stamp) happen before ours (a loom model found a record
+                // stamped for us holding its data with Relaxed: loom/)
+                .compare_exchange(cur, writing, Acquire, Relaxed)
                 .is_err()
         {
             h.events_dropped.fetch_add(1, Relaxed);

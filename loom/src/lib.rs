@@ -1,0 +1,17 @@
+//! The sources under test, compiled against loom's atomics (only with
+//! `--cfg loom`; see Cargo.toml and ci/loom.sh).
+#![cfg(loom)]
+#![allow(dead_code, unused_imports, clippy::all)]
+
+#[path = "../../core/src/opclass.rs"]
+pub mod opclass;
+
+#[path = "../../core/src/heat/record.rs"]
+pub mod record;
+
+pub mod seqlock;
+
+#[cfg(test)]
+mod record_loom;
+#[cfg(test)]
+mod seqlock_loom;
