@@ -353,6 +353,8 @@ fn aclop_bad_input_gets_real_error_codes() {
         ("matmul_no_output", 100022),
         ("matmul_bad_shape", 100000),
         ("add_double", 100026),
+        ("unknown_typed", 100024),
+        ("unknown_uint8_2d", 100024),
         ("destroy_buffer", 0),
         ("destroy_null_buffer", 100000),
         ("compile_bad_flag", 200001),
@@ -388,6 +390,22 @@ fn aclop_bad_input_gets_real_error_codes() {
     assert!((rt - 0.333333).abs() < 2e-4 && rt != 0.333333);
     // no queued work failed: nothing invalid reached a kernel
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
+    // each refusal is one line naming the operator, the element types and shapes
+    for line in [
+        "operator MyCustomOp refused (no simulated kernel for this operator): inputs float32[4,4], \
+         float32[4,4]; outputs float32[4,4] -> 100024",
+        "operator MyCustomOp refused (no simulated kernel for this operator): inputs uint8[8,8]; \
+         outputs uint8[8,8] -> 100024",
+        "operator Add refused (an input is float64; supported: float32, float16, bfloat16): inputs \
+         float64[4,4], float64[4,4]; outputs float64[4,4] -> 100026",
+    ] {
+        assert_eq!(
+            r.stderr.lines().filter(|l| l.ends_with(line)).count(),
+            1,
+            "no single line {line:?} in:\n{}",
+            r.stderr
+        );
+    }
 }
 
 #[test]

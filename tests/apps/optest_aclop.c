@@ -403,6 +403,13 @@ static void case_errors(void)
     aclTensorDesc *dd[2] = { t44d, t44d }, *ddo[1] = { t44d };
     aclDataBuffer *bdd[2] = { b128, b128 }, *bddo[1] = { b128 };
     TRY("add_double", aclopExecuteV2("Add", 2, dd, bdd, 1, ddo, bddo, NULL, g_stream));
+    /* typed tensors on an operator without a kernel: refused, never hashed */
+    TRY("unknown_typed", aclopExecuteV2("MyCustomOp", 2, in2, bin2, 1, out1, bout1, NULL, g_stream));
+    int64_t dims_u8[2] = { 8, 8 };
+    aclTensorDesc *u8 = aclCreateTensorDesc(ACL_UINT8, 2, dims_u8, ACL_FORMAT_ND);
+    aclTensorDesc *u8in[1] = { u8 }, *u8out[1] = { u8 };
+    TRY("unknown_uint8_2d", aclopExecuteV2("MyCustomOp", 1, u8in, bin2, 1, u8out, bout1, NULL, g_stream));
+    aclDestroyTensorDesc(u8);
     int bogus_stream_storage;
     TRY("bad_stream", aclopExecuteV2("Add", 2, in2, bin2, 1, out1, bout1, NULL, &bogus_stream_storage));
     /* a destroyed data buffer is recognised */

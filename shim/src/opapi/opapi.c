@@ -208,12 +208,21 @@ static void nn_attr_scalar(nn_call *c, const char *attr, const aclScalar *h, con
     nn_attr_int(c, attr, iv);
 }
 
-/* Validation errors of the core (shape, dtype, counts) are argument errors. */
+/* ACLNN_ERR_INNER_FIND_KERNEL_ERROR: "an inner error occurs when the API
+ * searches for the NPU kernel (the operator binary package is not
+ * installed)" — the aclnn return-code table of the CANN docs
+ * (hiascend.com, "aclnn Return Codes"). Not in the public headers. */
+#define NN_ERR_FIND_KERNEL 561003
+
+/* Validation errors of the core (shape, dtype, counts) are argument errors:
+ * 161002, what every aclnn page documents for a data type or shape outside
+ * the operator's range. An operator without a kernel is 561003. */
 static aclnnStatus nn_status(aclError e)
 {
     if (e == ACL_ERROR_INVALID_PARAM || e == ACL_ERROR_OP_INPUT_NOT_MATCH || e == ACL_ERROR_OP_OUTPUT_NOT_MATCH ||
         e == ACL_ERROR_OP_ATTR_NOT_MATCH || e == ACL_ERROR_UNSUPPORTED_DATA_TYPE)
         return ACLNN_ERR_PARAM_INVALID;
+    if (e == ACL_ERROR_OP_NOT_FOUND) return NN_ERR_FIND_KERNEL;
     return e;
 }
 

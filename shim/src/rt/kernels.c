@@ -8,10 +8,73 @@
 #include "rt/kernels.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ helpers */
+
+const char *kern_dtype_name(int dt)
+{
+    switch (dt) {
+    case ACL_FLOAT: return "float32";
+    case ACL_FLOAT16: return "float16";
+    case ACL_BF16: return "bfloat16";
+    case ACL_DOUBLE: return "float64";
+    case ACL_INT8: return "int8";
+    case ACL_UINT8: return "uint8";
+    case ACL_INT16: return "int16";
+    case ACL_UINT16: return "uint16";
+    case ACL_INT32: return "int32";
+    case ACL_UINT32: return "uint32";
+    case ACL_INT64: return "int64";
+    case ACL_UINT64: return "uint64";
+    case ACL_BOOL: return "bool";
+    case ACL_STRING: return "string";
+    case ACL_COMPLEX64: return "complex64";
+    case ACL_COMPLEX128: return "complex128";
+    case ACL_COMPLEX32: return "complex32";
+    case ACL_INT4: return "int4";
+    case ACL_UINT1: return "uint1";
+    case ACL_HIFLOAT8: return "hifloat8";
+    case ACL_FLOAT8_E5M2: return "float8_e5m2";
+    case ACL_FLOAT8_E4M3FN: return "float8_e4m3fn";
+    case ACL_FLOAT8_E8M0: return "float8_e8m0";
+    default: {
+        static __thread char buf[24];
+        snprintf(buf, sizeof buf, "dtype%d", dt);
+        return buf;
+    }
+    }
+}
+
+static size_t sig_tensors(char *buf, size_t n, size_t used, const char *label, const sim_tensor *t, int cnt)
+{
+    if (used < n) used += (size_t)snprintf(buf + used, n - used, "%s", label);
+    for (int i = 0; i < cnt && used < n; i++) {
+        used += (size_t)snprintf(buf + used, n - used, "%s%s[", i ? ", " : " ", kern_dtype_name(t[i].dtype));
+        for (int d = 0; d < t[i].ndim && used < n; d++)
+            used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? "," : "", (long long)t[i].dims[d]);
+        if (used < n) used += (size_t)snprintf(buf + used, n - used, "]");
+    }
+    if (!cnt && used < n) used += (size_t)snprintf(buf + used, n - used, " none");
+    return used;
+}
+
+void kern_signature(const sim_op_args *a, char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = 0;
+    size_t used = sig_tensors(buf, n, 0, "inputs", a->in, a->nin);
+    sig_tensors(buf, n, used, "; outputs", a->out, a->nout);
+}
+
+void kern_refuse(const sim_op_args *a, const char *why, aclError code)
+{
+    char sig[512];
+    kern_signature(a, sig, sizeof sig);
+    aclsim_log("operator %s refused (%s): %s -> %d", a->op_type, why, sig, code);
+}
 
 const sim_attr *kern_attr(const sim_op_args *a, const char *name)
 {
@@ -281,7 +344,10 @@ static aclError need_counts(const sim_op_args *a, int nin_min, int nin_max, int 
 static aclError need_float(const sim_op_args *a, const sim_tensor *t, const char *role)
 {
     if (!kern_float_dtype(t->dtype)) {
-        aclsim_log("%s: %s has data type %d (supported: float32, float16, bfloat16)", a->op_type, role, t->dtype);
+        char why[96];
+        snprintf(why, sizeof why, "%s is %s; supported: float32, float16, bfloat16", role,
+            kern_dtype_name(t->dtype));
+        kern_refuse(a, why, ACL_ERROR_UNSUPPORTED_DATA_TYPE);
         return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
     }
     return ACL_SUCCESS;
@@ -831,9 +897,10 @@ static void fill_stream(unsigned char *p, uint64_t n, uint64_t seed)
     }
 }
 
+/* Vacuously true without tensors: such an operator (a trace's operator whose
+ * ranges were all elided) has nothing to compute and writes nothing. */
 int kern_is_byte_range_op(const sim_op_args *a)
 {
-    if (a->nin + a->nout == 0) return 0;
     for (int i = 0; i < a->nin; i++)
         if (a->in[i].ndim != 1 || a->in[i].dtype != ACL_UINT8) return 0;
     for (int j = 0; j < a->nout; j++)

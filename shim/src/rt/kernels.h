@@ -132,10 +132,18 @@ typedef struct sim_kernel_def {
 
 /* Known operator `op_type`, or NULL (the hash kernel applies). */
 const sim_kernel_def *kern_find(const char *op_type);
-/* 1 if every tensor is a 1-D ACL_UINT8 byte range (acl_replay ops): hash kernel. */
+/* 1 if every tensor (vacuously: none) is a 1-D ACL_UINT8 byte range (acl_replay ops): hash kernel. */
 int kern_is_byte_range_op(const sim_op_args *a);
 /* The deterministic hash kernel. */
 aclError kern_hash_run(const sim_op_args *a);
+
+/* Short name of an element type ("float32", "int64", ...; "dtype<N>" if unknown). */
+const char *kern_dtype_name(int dt);
+/* "inputs float32[2,3], int64[6]; outputs float32[2,3]" into buf. */
+void kern_signature(const sim_op_args *a, char *buf, size_t n);
+/* The one stderr line of a refused operator: op type, why, every tensor's
+ * element type and shape, and the code returned. */
+void kern_refuse(const sim_op_args *a, const char *why, aclError code);
 
 /* Attribute lookup (last setting of `name` wins). */
 const sim_attr *kern_attr(const sim_op_args *a, const char *name);

@@ -196,18 +196,26 @@ static aclError counts(const sim_op_args *a, int nin_min, int nin_max, int nout_
     return ACL_SUCCESS;
 }
 
+static aclError refuse_type(const sim_op_args *a, const char *why)
+{
+    kern_refuse(a, why, ACL_ERROR_UNSUPPORTED_DATA_TYPE);
+    return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+}
+
+/* ACL_ERROR_UNSUPPORTED_DATA_TYPE (100026) with the refusal line when a
+ * tensor's element type is not `ok` (libopapi turns it into 161002, the
+ * code the aclnn documentation gives for a data type outside the range). */
 static aclError types(const sim_op_args *a, int (*ok)(int), const char *what)
 {
-    for (int i = 0; i < a->nin; i++)
-        if (!ok(a->in[i].dtype)) {
-            aclsim_log("%s: input %d has data type %d (supported: %s)", a->op_type, i, a->in[i].dtype, what);
-            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
-        }
-    for (int j = 0; j < a->nout; j++)
-        if (!ok(a->out[j].dtype)) {
-            aclsim_log("%s: output %d has data type %d (supported: %s)", a->op_type, j, a->out[j].dtype, what);
-            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
-        }
+    char why[160];
+    for (int i = 0; i < a->nin + a->nout; i++) {
+        const sim_tensor *t = i < a->nin ? &a->in[i] : &a->out[i - a->nin];
+        if (ok(t->dtype)) continue;
+        snprintf(why, sizeof why, "%s %d is %s; supported: %s", i < a->nin ? "input" : "output",
+            i < a->nin ? i : i - a->nin, kern_dtype_name(t->dtype), what);
+        kern_refuse(a, why, ACL_ERROR_UNSUPPORTED_DATA_TYPE);
+        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+    }
     return ACL_SUCCESS;
 }
 
@@ -601,13 +609,11 @@ static aclError nll_geom(const sim_op_args *a, const sim_tensor *x, const sim_te
     if ((int64_t)kern_numel(tg) != *N || tg->ndim != (x->ndim == 2 ? 1 : 0))
         return shape_fail(a, "target must be [N] (or [] for x [C])", tg, x);
     if (!kern_int_dtype(tg->dtype) || tg->dtype == ACL_BOOL) {
-        aclsim_log("%s: target has data type %d (expected an integer type)", a->op_type, tg->dtype);
-        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+        return refuse_type(a, "target must be an integer type");
     }
     if ((int64_t)kern_numel(w) != *C) return shape_fail(a, "weight must have C elements", w, x);
     if (!flt_dtype(x->dtype) || !flt_dtype(w->dtype)) {
-        aclsim_log("%s: x and weight must be floating point", a->op_type);
-        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+        return refuse_type(a, "x and weight must be floating point");
     }
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
     if (red < 0 || red > 2) return fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
@@ -624,7 +630,7 @@ static aclError nll_check(const sim_op_args *a, uint64_t *flops)
         return shape_fail(a, "y must be [N] for reduction none, one element otherwise", &a->out[0], &a->in[0]);
     if (kern_numel(&a->out[1]) != 1) return shape_fail(a, "total_weight must have one element", &a->out[1], &a->out[1]);
     if (!flt_dtype(a->out[0].dtype) || !flt_dtype(a->out[1].dtype))
-        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "outputs must be floating point");
+        return refuse_type(a, "outputs must be floating point");
     *flops = (uint64_t)N * 2;
     return ACL_SUCCESS;
 }
@@ -680,7 +686,7 @@ static aclError nllgrad_check(const sim_op_args *a, uint64_t *flops)
     if (kern_numel(&a->in[4]) != 1) return shape_fail(a, "total_weight must have one element", &a->in[4], &a->in[4]);
     if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "dx must have x's shape", &a->out[0], &a->in[0]);
     if (!flt_dtype(a->in[1].dtype) || !flt_dtype(a->in[4].dtype) || !flt_dtype(a->out[0].dtype))
-        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "dy, total_weight and dx must be floating point");
+        return refuse_type(a, "dy, total_weight and dx must be floating point");
     *flops = (uint64_t)N * (uint64_t)C;
     return ACL_SUCCESS;
 }

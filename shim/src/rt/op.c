@@ -4,7 +4,6 @@
  * copies its arguments into a work item and queues it on the stream; the
  * kernel runs on the stream worker after the core's range check.
  * Conventions: docs/simulator-ops.md. */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -379,28 +378,14 @@ ACL_FUNC_VISIBILITY aclError aclopSetAttrListListInt(aclopAttr *attr, const char
 
 /* ------------------------------------------------------------ op launch */
 
-/* ACLSIM_UNKNOWN_OPS=fail: an operator type without a simulated kernel is
- * refused (ACL_ERROR_OP_NOT_FOUND) instead of running the hash kernel — for
- * workloads that need real results everywhere, such as torch_npu training
- * (the hash kernel would silently produce noise). Default: hash. */
-static int g_unknown_fail = -1;
-static pthread_once_t g_unknown_once = PTHREAD_ONCE_INIT;
-static void unknown_ops_load(void)
-{
-    const char *v = getenv("ACLSIM_UNKNOWN_OPS");
-    g_unknown_fail = 0;
-    if (!v || !*v || !strcmp(v, "hash")) return;
-    if (!strcmp(v, "fail")) g_unknown_fail = 1;
-    else aclsim_log("invalid ACLSIM_UNKNOWN_OPS='%s': expected hash or fail (using hash)", v);
-}
-static int unknown_ops_fail(void)
-{
-    pthread_once(&g_unknown_once, unknown_ops_load);
-    return g_unknown_fail;
-}
-
-SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
-    int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
+/* Which operators may run the hash kernel: only opaque byte-range operators
+ * launched through aclop (every tensor a 1-D ACL_UINT8 range, how acl_replay
+ * describes trace ranges). aclnn operators come from frameworks with typed
+ * tensors (a 1-D uint8 aclnnAdd is a real uint8 addition), so they never do.
+ * Any other operator without a kernel, or with element types its kernel does
+ * not compute exactly, is refused — never answered with made-up numbers. */
+static aclError op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out, int nout,
+    const sim_attr *attrs, int nattrs, uint64_t *flops, int allow_bytes)
 {
     if (!op_type || nin < 0 || nout < 0 || nattrs < 0 || (nin && !in) || (nout && !out) || (nattrs && !attrs)) {
         aclsim_log("operator launch: invalid arguments (op %s, %d inputs, %d outputs, %d attrs)",
@@ -418,11 +403,13 @@ SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int 
         if ((e = kern_check_tensor(&out[j], what))) return e;
     }
     sim_op_args a = { op_type, nin, nout, nattrs, in, out, attrs };
-    int byte_range = kern_is_byte_range_op(&a);
+    int byte_range = allow_bytes && kern_is_byte_range_op(&a);
     const sim_kernel_def *k = byte_range ? NULL : kern_find(op_type);
-    if (!k && !byte_range && unknown_ops_fail()) {
-        aclsim_log("operator type '%s' has no simulated kernel (ACLSIM_UNKNOWN_OPS=fail) -> %d", op_type,
-            ACL_ERROR_OP_NOT_FOUND);
+    if (!k && !byte_range) {
+        /* ACL_ERROR_OP_NOT_FOUND (acl_base_rt.h: 100024), what aclopExecuteV2 and
+         * aclopCompileAndExecute return when no kernel is registered for the
+         * type; libopapi maps it to ACLNN_ERR_INNER_FIND_KERNEL_ERROR */
+        kern_refuse(&a, "no simulated kernel for this operator", ACL_ERROR_OP_NOT_FOUND);
         return ACL_ERROR_OP_NOT_FOUND;
     }
     uint64_t fl = 0;
@@ -438,6 +425,13 @@ SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int 
     }
     if (flops) *flops = fl;
     return ACL_SUCCESS;
+}
+
+/* The GetWorkspaceSize phase of aclnn operators: typed tensors only. */
+SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
+    int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
+{
+    return op_check(op_type, in, nin, out, nout, attrs, nattrs, flops, 0);
 }
 
 /* Everything a queued operator needs, in one allocation (plus snapshots of
@@ -468,13 +462,14 @@ static void op_destroy(sim_work *w)
  * bytes are copied at launch, as the real runtime copies host inputs into the
  * task, and it has no device range to check. */
 static aclError launch_common(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
-    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs, const unsigned char *host_in)
+    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs, const unsigned char *host_in,
+    int allow_bytes)
 {
     uint64_t flops = 0;
-    aclError e = aclsim_op_check(op_type, in, nin, out, nout, attrs, nattrs, &flops);
+    aclError e = op_check(op_type, in, nin, out, nout, attrs, nattrs, &flops, allow_bytes);
     if (e) return e;
     sim_op_args probe = { op_type, nin, nout, nattrs, in, out, attrs };
-    const sim_kernel_def *k = kern_is_byte_range_op(&probe) ? NULL : kern_find(op_type);
+    const sim_kernel_def *k = allow_bytes && kern_is_byte_range_op(&probe) ? NULL : kern_find(op_type);
 
     uint64_t touched = 0;
     int nranges = 0;
@@ -544,7 +539,7 @@ static aclError launch_common(aclrtStream stream, const char *api, const char *o
 SIM_API aclError aclsim_launch_op(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
     int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs)
 {
-    return launch_common(stream, api, op_type, in, nin, out, nout, attrs, nattrs, NULL);
+    return launch_common(stream, api, op_type, in, nin, out, nout, attrs, nattrs, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ aclop */
@@ -693,7 +688,7 @@ SIM_API aclError aclsim_op_execute(const char *api, const char *opType, int numI
         sa[nsa].f = it->f;
         nsa++;
     }
-    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, nsa, host);
+    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, nsa, host, 1);
     free(t);
     free(sa);
     free(host);
