@@ -6,6 +6,7 @@
  * output; otherwise they are first gathered into a private buffer. So aliased
  * (in-place) outputs and strided views are both well defined. */
 #include "rt/kernels.h"
+#include "rt/kernels_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -978,11 +979,20 @@ static const sim_kernel_def g_kernels[] = {
     { "ApplyAdam", adam_check, adam_run, (1u << AD_VAR) | (1u << AD_M) | (1u << AD_V) },
 };
 
+/* The typed kernel files' tables, NULL-name terminated (kernels_util.h). */
+static const sim_kernel_def *const g_tables[] = { kern_table_math, kern_table_index, kern_table_reduce,
+    kern_table_llm };
+
 const sim_kernel_def *kern_find(const char *op_type)
 {
     for (size_t i = 0; i < sizeof g_kernels / sizeof g_kernels[0]; i++)
         if (strcmp(g_kernels[i].name, op_type) == 0) return &g_kernels[i];
-    return kern_find_nn(op_type);
+    const sim_kernel_def *k = kern_find_nn(op_type);
+    if (k) return k;
+    for (size_t t = 0; t < sizeof g_tables / sizeof g_tables[0]; t++)
+        for (const sim_kernel_def *d = g_tables[t]; d->name; d++)
+            if (strcmp(d->name, op_type) == 0) return d;
+    return NULL;
 }
 
 /* ------------------------------------------------- shared with kernels_nn.c */
