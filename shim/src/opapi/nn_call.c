@@ -36,7 +36,11 @@ void nn_view(nn_call *c, const aclTensor *h, const char *name, sim_tensor *v)
     if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return; }
     const aclTensor *t = (const aclTensor *)aclsim_nn_lookup(h, NN_TENSOR);
     if (!t) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclTensor", name, (const void *)h); return; }
-    if (!t->data) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s has no device data (NULL)", name); return; }
+    /* an empty view needs no data (frameworks pass empty tensors without
+     * storage; the real operators accept them and compute nothing) */
+    int64_t elems_view = 1;
+    for (int i = 0; i < t->ndim; i++) elems_view *= t->dims[i];
+    if (!t->data && elems_view != 0) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s has no device data (NULL)", name); return; }
     size_t es = kern_dtype_size(t->dtype);
     if (es == 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has data type %d without an element size", name, t->dtype); return; }
     if (t->offset < 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has negative offset %lld", name, (long long)t->offset); return; }
@@ -53,7 +57,7 @@ void nn_view(nn_call *c, const aclTensor *h, const char *name, sim_tensor *v)
         return;
     }
     v->base = t->data;
-    v->bytes = (size_t)bytes;
+    v->bytes = elems_view ? (size_t)bytes : 0;   /* an empty view touches nothing */
     v->data = (char *)t->data + t->offset * (int64_t)es;
     v->dtype = t->dtype;
     v->ndim = t->ndim;

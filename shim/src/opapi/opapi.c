@@ -382,20 +382,6 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTenso
 }
 NN_LAUNCHER(aclnnGeluBackward)
 
-/* GeluV2: approximate 0 = none (erf); 1 = tanh is not simulated */
-ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *self, int64_t approximate,
-    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    nn_call c;
-    nn_begin(&c, "aclnnGeluV2", "Gelu");
-    nn_in(&c, self, "self");
-    nn_out(&c, out, "out");
-    if (!c.err && approximate != 0)
-        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "approximate=%lld: only 0 (none) is simulated", (long long)approximate);
-    return nn_finish(&c, workspaceSize, executor);
-}
-NN_LAUNCHER(aclnnGeluV2)
-
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out,
     uint64_t *workspaceSize, aclOpExecutor **executor)
 {
