@@ -1,32 +1,43 @@
 #!/usr/bin/env python3
 """Small language models from `transformers` (random initialisation, nothing
-downloaded), trained and then used for greedy generation, unmodified code that
-runs on any device: `--device cpu` is the reference, `--device npu` runs
-torch_npu (here: on the simulated CANN runtime, see docs/torch-npu.md).
+downloaded), trained and then used for greedy generation — unmodified code
+that runs on any device: `cpu` is the reference, `npu` runs torch_npu (here:
+on the simulated CANN runtime, see docs/torch-npu.md).
 
-  --model llama  LlamaForCausalLM: RMS norm, rotary position embedding,
-                 grouped-query attention through SDPA, SwiGLU MLP
-  --model gpt2   GPT2LMHeadModel: layer norm, GELU (tanh), learned positions
+  llama  LlamaForCausalLM: RMS norm, rotary position embedding, grouped-query
+         attention (4 query heads, 2 key/value heads) through SDPA, SwiGLU MLP
+  gpt2   GPT2LMHeadModel: layer norm, GELU (tanh), learned positions
 
-The weights and the data are generated on the CPU from fixed seeds and then
-moved with .to(device), so both runs start from identical bits. Training:
-`--steps` AdamW steps on next-token prediction (transformers' own loss:
-shifted cross entropy), `--autocast bf16` under torch.autocast. Then greedy
-generation of `--gen` tokens with the KV cache (`--cache dynamic`: the cache
-grows by torch.cat; `static`: a preallocated cache written with index_copy_).
+Every (model, device, run) starts from the same weights: they are generated
+on the CPU from a fixed seed and moved with .to(device). A run:
+  f32   greedy generation of `--gen` tokens from the initial weights, then
+        `--steps` AdamW steps (transformers' shifted cross-entropy loss,
+        gradient clipping), then greedy generation again — each with every
+        KV cache of `--caches`: `dynamic` grows by torch.cat, `static` is
+        preallocated and written with index_copy_; with `--sample`, also
+        sampling (top-k 4, top-p 0.9, temperature 0.8) whose every token
+        is checked against the top 4 of a CPU copy's logits
+  bf16  the same training under torch.autocast(bfloat16)
 
-Output (stdout):
-    step=0 loss=5.5412345678
-    ...
-    tokens=12,200,7,...            (the generated tokens, prompt excluded)
-    done model=llama device=npu steps=5 gen=16 wall_s=...
+Several models, devices and runs share one process (one import of torch,
+torch_npu and transformers). Output (stdout), one line per result:
+    model=llama device=npu run=f32 grad_norms=1.2e-01,...   (first step, per parameter)
+    model=llama device=npu run=f32 step=0 loss=5.5966224670
+    model=llama device=npu run=f32 when=init cache=dynamic tokens=12,200,...
+    model=llama device=npu run=f32 when=trained cache=dynamic tokens=227,230,...
+    model=llama device=npu run=f32 sample tokens=... in_top4=1
+    model=llama device=npu run=f32 oom=1      (--expect-oom: the run ran out of
+                                               device memory, as expected)
+    done wall_s=...
 """
 import argparse
 import os
 import sys
 import time
 
-import torch
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
 
 
 def build(kind: str, args):
@@ -46,19 +57,93 @@ def build(kind: str, args):
         model = transformers.GPT2LMHeadModel(cfg)
     else:
         raise SystemExit(f"unknown model {kind}")
-    # the scaled-dot-product-attention path (aclnnFlashAttentionScore on torch_npu)
+    # scaled_dot_product_attention (aclnnFlashAttentionScore on torch_npu)
     model.config._attn_implementation = "sdpa"
     return model
 
 
+def data_for(args):
+    # structure to learn: each sequence counts up from a random start
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    starts = torch.randint(0, args.vocab, (args.batch, 1), generator=gen)
+    steps = torch.randint(1, 4, (args.batch, 1), generator=gen)
+    return (starts + steps * torch.arange(args.seq)) % args.vocab
+
+
+def generate(model, dev, data, args, when, emit):
+    model.eval()
+    prompt = data[:1, : args.prompt].to(dev)
+    for cache in args.caches.split(","):
+        with torch.no_grad():
+            out = model.generate(prompt, max_new_tokens=args.gen, min_new_tokens=args.gen, do_sample=False,
+                                 use_cache=True, cache_implementation=None if cache == "dynamic" else cache,
+                                 pad_token_id=0)
+        emit(f"when={when} cache={cache} tokens=" + ",".join(str(t) for t in out[0, args.prompt:].cpu().tolist()))
+
+
+def sample(model, dev, data, args, emit):
+    """The sampling path of generation (logits processors, softmax,
+    multinomial): each sampled token must be among the 4 most likely of a CPU
+    copy of the model at its position (the sampler cannot be compared token
+    by token: no device reproduces the CPU's random stream)."""
+    import copy
+
+    model.eval()
+    prompt = data[:1, : args.prompt].to(dev)
+    torch.manual_seed(args.seed + 2)
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=args.gen, min_new_tokens=args.gen, do_sample=True, top_k=4,
+                             top_p=0.9, temperature=0.8, use_cache=True, pad_token_id=0)
+        seq = out[0].cpu()
+        ref = copy.deepcopy(model).to("cpu")
+        logits = ref(seq[None, :-1]).logits[0]
+    ok = all(int(seq[p]) in logits[p - 1].topk(4).indices.tolist() for p in range(args.prompt, len(seq)))
+    emit("sample tokens=" + ",".join(str(t) for t in seq[args.prompt:].tolist()) + f" in_top4={int(ok)}")
+
+
+def one_run(kind: str, dev: torch.device, run: str, args, emit):
+    torch.manual_seed(args.seed)
+    model = build(kind, args).to(dev)  # weights made on the CPU, then moved
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    data = data_for(args)
+    if run == "f32" and args.gen > 0:
+        generate(model, dev, data, args, "init", emit)
+    model.train()
+    for step in range(args.steps):
+        ids = data.to(dev)
+        opt.zero_grad(set_to_none=True)
+        if run == "bf16":
+            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+        else:
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if step == 0:
+            # every parameter's gradient, compared one by one (AdamW's update
+            # hides a gradient off by a constant factor from the losses)
+            emit("grad_norms=" + ",".join(f"{p.grad.float().norm().item():.8e}" for p in model.parameters()))
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        emit(f"step={step} loss={loss.detach().float().cpu().item():.10f}")
+    if run == "f32" and args.gen > 0:
+        generate(model, dev, data, args, "trained", emit)
+        if args.sample:
+            sample(model, dev, data, args, emit)
+    if dev.type != "cpu":
+        torch.npu.synchronize()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="llama", help="llama or gpt2")
-    ap.add_argument("--device", default="cpu", help="cpu or npu")
+    ap.add_argument("--models", default="llama", help="comma list: llama, gpt2")
+    ap.add_argument("--devices", default="cpu", help="comma list: cpu, npu")
+    ap.add_argument("--runs", default="f32", help="comma list: f32, bf16")
+    ap.add_argument("--caches", default="dynamic", help="comma list: dynamic, static")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--gen", type=int, default=16, help="tokens to generate (0: none)")
-    ap.add_argument("--cache", default="dynamic", help="dynamic or static KV cache")
-    ap.add_argument("--autocast", default="", help="bf16: train under torch.autocast(bfloat16)")
+    ap.add_argument("--sample", action="store_true", help="also sample (f32 runs)")
+    ap.add_argument("--expect-oom", action="store_true",
+                    help="a run that runs out of device memory prints oom=1 and the next one starts")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=8)
@@ -69,52 +154,23 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args()
 
-    if args.device.startswith("npu"):
-        import torch_npu  # noqa: F401  (registers the 'npu' device)
-    dev = torch.device(args.device)
     t0 = time.time()
-
-    torch.manual_seed(args.seed)
-    model = build(args.model, args).to(dev)  # weights made on the CPU, then moved
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-
-    # data with structure to learn: each sequence counts up from a random start
-    gen = torch.Generator().manual_seed(args.seed + 1)
-    starts = torch.randint(0, args.vocab, (args.batch, 1), generator=gen)
-    steps = torch.randint(1, 4, (args.batch, 1), generator=gen)
-    data = (starts + steps * torch.arange(args.seq)) % args.vocab
-
-    model.train()
-    for step in range(args.steps):
-        ids = data.to(dev)
-        opt.zero_grad(set_to_none=True)
-        if args.autocast == "bf16":
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=ids).loss
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        print(f"step={step} loss={loss.detach().float().cpu().item():.10f}", flush=True)
-
-    if args.gen > 0:
-        model.eval()
-        prompt = data[:1, : args.prompt].to(dev)
-        with torch.no_grad():
-            out = model.generate(prompt, max_new_tokens=args.gen, min_new_tokens=args.gen, do_sample=False,
-                                 use_cache=True, cache_implementation=None if args.cache == "dynamic" else "static",
-                                 pad_token_id=0)
-        toks = out[0, args.prompt:].cpu().tolist()
-        print("tokens=" + ",".join(str(t) for t in toks), flush=True)
-
-    if dev.type != "cpu":
-        torch.npu.synchronize()
-    print(f"done model={args.model} device={args.device} steps={args.steps} gen={args.gen} "
-          f"wall_s={time.time() - t0:.2f}", flush=True)
+    devices = args.devices.split(",")
+    if any(d.startswith("npu") for d in devices):
+        import torch_npu  # noqa: F401  (registers the 'npu' device)
+    for kind in args.models.split(","):
+        for d in devices:
+            for run in args.runs.split(","):
+                prefix = f"model={kind} device={d} run={run}"
+                try:
+                    one_run(kind, torch.device(d), run, args, lambda s: print(f"{prefix} {s}", flush=True))
+                except torch.OutOfMemoryError as e:
+                    if not args.expect_oom:
+                        raise
+                    print(f"{prefix} oom=1 error={str(e).splitlines()[0][:120]!r}", flush=True)
+    print(f"done wall_s={time.time() - t0:.2f}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     sys.exit(main())
