@@ -757,3 +757,134 @@ fn llm_bf16_autocast_training_matches_cpu() {
         assert!(r.launched(api, types), "{api} ({types}) never ran:\n{}", r.ops);
     }
 }
+
+// LLM workloads under libu3m.so in tier mode, with HBM below the footprint.
+
+/// Both models on the NPU: generation from the initial weights, 5 AdamW
+/// steps, generation (dynamic and static KV cache) and sampling.
+const LLM_TIER_ARGS: &[&str] = &[
+    "--models",
+    "llama,gpt2",
+    "--devices",
+    "npu",
+    "--runs",
+    "f32",
+    "--caches",
+    "dynamic,static",
+    "--sample",
+];
+
+/// The tier workload on a device large enough for it: its results and its
+/// footprint (the simulator's physical peak).
+fn llm_plain() -> &'static LlmOut {
+    static R: OnceLock<LlmOut> = OnceLock::new();
+    R.get_or_init(|| {
+        let r = run_llm(LLM_TIER_ARGS, &[], &[]);
+        r.run.must_succeed("the LLM workload on the simulated NPU");
+        r
+    })
+}
+
+/// The result lines (losses, gradient norms, tokens) of a run.
+fn llm_results(r: &LlmOut) -> Vec<&str> {
+    r.run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("model="))
+        .collect()
+}
+
+/// HBM = footprint / `ratio`: the stock runtime fails with torch_npu's
+/// out-of-memory error for both models; under libu3m.so (tier mode) the
+/// workload completes with bit-identical losses, gradients and tokens,
+/// evicting to DRAM, never above HBM and without an MMU fault.
+fn llm_tier_case(ratio: f64, task_queue: bool) {
+    let plain = llm_plain();
+    let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
+    assert!(footprint >= 20 << 20, "footprint {footprint}: {}", plain.run.stats);
+    let hbm = (footprint as f64 / ratio) as u64;
+    let hbm_s = hbm.to_string();
+    let stock = run_llm(
+        &[LLM_TIER_ARGS, &["--expect-oom"]].concat(),
+        &[("ACLSIM_HBM_BYTES", hbm_s.as_str())],
+        &[],
+    );
+    stock.run.must_succeed("the stock run (expecting out-of-memory errors)");
+    for model in ["llama", "gpt2"] {
+        let line = format!("model={model} device=npu run=f32 oom=1");
+        assert!(
+            stock.run.stdout.contains(&line) && stock.run.stdout.contains("NPU out of memory"),
+            "{ratio}x: the stock runtime did not run out of memory for {model} in {hbm} bytes:\n{}",
+            stock.run.stdout
+        );
+    }
+    assert!(stock.run.stat(&["failed_allocs"]) >= 2, "{}", stock.run.stats);
+
+    let dir = common::scratch(&format!("torch-llm-tier-{ratio}-{task_queue}"));
+    let summary = dir.join("summary.json");
+    let _ = std::fs::remove_file(&summary);
+    let (sum_s, dir_s) = (summary.display().to_string(), dir.display().to_string());
+    let mut env = vec![
+        ("ACLSIM_HBM_BYTES", hbm_s.as_str()),
+        ("U3M_MODE", "tier"),
+        // torch_npu's caching allocator asks for 20 MiB blocks: report room
+        ("U3M_OVERSUB", "3"),
+        ("U3M_SUMMARY", sum_s.as_str()),
+        ("U3M_SHM_DIR", dir_s.as_str()),
+    ];
+    if !task_queue {
+        // torch_npu launches on the Python thread (a documented torch_npu switch)
+        env.push(("TASK_QUEUE_ENABLE", "0"));
+    }
+    let u3m = common::libu3m();
+    let l = run_llm(LLM_TIER_ARGS, &env, &[u3m.as_path()]);
+    l.run.must_succeed(&format!("{ratio}x: the LLM workload under libu3m.so (tier mode)"));
+    assert_eq!(
+        llm_results(&l),
+        llm_results(plain),
+        "{ratio}x: tier mode changed the results"
+    );
+    assert_eq!(l.run.stat(&["mmu_faults"]), 0, "{ratio}x: device MMU faults");
+    let peak = l.run.stat(&["devices", "0", "peak_bytes"]);
+    assert!(peak <= hbm, "{ratio}x: physical peak {peak} above HBM {hbm}");
+    let s: serde_json::Value = std::fs::read_to_string(&summary)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_else(|| panic!("{ratio}x: no U3M_SUMMARY at {sum_s}"));
+    let ev = s["tier"]["evictions"].as_u64().unwrap_or(0);
+    assert!(ev > 0, "{ratio}x: no evictions: {s}");
+    eprintln!(
+        "{ratio}x: footprint {footprint} B, HBM {hbm} B, physical peak {peak} B; {ev} evictions ({} B), {} faults-in",
+        s["tier"]["eviction_bytes"], s["tier"]["faults_in"]
+    );
+}
+
+#[test]
+fn llm_tier_mode_at_one_and_a_half_times_hbm() {
+    if skipped("llm_tier_mode_at_one_and_a_half_times_hbm") {
+        return;
+    }
+    llm_tier_case(1.5, false);
+}
+
+#[test]
+fn llm_tier_mode_at_twice_hbm() {
+    if skipped("llm_tier_mode_at_twice_hbm") {
+        return;
+    }
+    llm_tier_case(2.0, false);
+}
+
+/// The same with torch_npu's default task queue (launches on the queue
+/// thread, many GetWorkspaceSize calls ahead).
+#[test]
+#[ignore = "u3m bug: with torch_npu's task queue, aclnn launches run on the queue thread and \
+            src/hooks/aclnn.rs makes every live aclTensor's storage resident (live_ranges); the \
+            live tensors of the launches queued ahead span more than HBM, so a launch fails with \
+            207001 (seen on aclnnFlashAttentionScore, aclnnMul, aclnnMuls); TASK_QUEUE_ENABLE=0 passes"]
+fn llm_tier_mode_with_the_task_queue() {
+    if skipped("llm_tier_mode_with_the_task_queue") {
+        return;
+    }
+    llm_tier_case(1.5, true);
+}
