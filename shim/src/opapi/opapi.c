@@ -662,12 +662,14 @@ NN_LAUNCHER(aclnnForeachLerpList)
         return nn_foreach(#name, op, x1, x2, x3, NULL, NULL, scalar, out, workspaceSize, executor);            \
     }                                                                                                         \
     NN_LAUNCHER(name)                                                                                         \
+    /* ScalarList: a device tensor with one scalar per list element (as   \
+     * op-plugin's ForeachAddcdivTensor/AddcmulTensor pass it) */         \
     ACL_FUNC_VISIBILITY aclnnStatus name##ListGetWorkspaceSize(const aclTensorList *x1,                        \
-        const aclTensorList *x2, const aclTensorList *x3, const aclScalarList *scalars, aclTensorList *out,  \
+        const aclTensorList *x2, const aclTensorList *x3, const aclTensor *scalars, aclTensorList *out,      \
         uint64_t *workspaceSize, aclOpExecutor **executor)                                                   \
     {                                                                                                         \
         if (!scalars) return nn_null(#name "List", "scalars"); \
-        return nn_foreach(#name "List", op, x1, x2, x3, NULL, scalars, NULL, out, workspaceSize, executor);    \
+        return nn_foreach(#name "List", op, x1, x2, x3, NULL, NULL, scalars, out, workspaceSize, executor);    \
     }                                                                                                         \
     NN_LAUNCHER(name##List)
 

@@ -58,6 +58,51 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnConstantPadNdGetWorkspaceSize(const aclTens
 }
 NN_LAUNCHER(aclnnConstantPadNd)
 
+/* ---- flip, repeat ---- */
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnFlipGetWorkspaceSize(const aclTensor *self, const aclIntArray *dims, aclTensor *out,
+    uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnFlip", "ReverseV2");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    if (!c.err && !dims) nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "dims is NULL");
+    const aclIntArray *d = c.err ? NULL : (const aclIntArray *)aclsim_nn_lookup(dims, NN_INT_ARRAY);
+    if (!c.err && !d) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dims is not a live aclIntArray");
+    uint32_t mask = 0;
+    for (uint64_t i = 0; !c.err && i < d->n; i++) {
+        int nd = c.in[0].ndim;
+        int64_t ax = d->v[i] < 0 ? d->v[i] + nd : d->v[i];
+        if (ax < 0 || ax >= nd) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dim %lld is out of range", (long long)d->v[i]);
+        else if (mask & (1u << ax)) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "dim %lld appears twice", (long long)d->v[i]);
+        else mask |= 1u << ax;
+    }
+    nn_attr_int(&c, "axes", mask);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnFlip)
+
+ACL_FUNC_VISIBILITY aclnnStatus aclnnRepeatGetWorkspaceSize(const aclTensor *self, const aclIntArray *repeats,
+    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
+{
+    nn_call c;
+    nn_begin(&c, "aclnnRepeat", "Tile");
+    nn_in(&c, self, "self");
+    nn_out(&c, out, "out");
+    if (!c.err && !repeats) nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "repeats is NULL");
+    const aclIntArray *r = c.err ? NULL : (const aclIntArray *)aclsim_nn_lookup(repeats, NN_INT_ARRAY);
+    if (!c.err && (!r || r->n > SIM_MAX_DIMS)) nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "repeats is not a live aclIntArray of at most 8");
+    for (uint64_t i = 0; !c.err && i < r->n; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "rep%llu", (unsigned long long)i);
+        nn_attr_int(&c, nm, r->v[i]);
+    }
+    if (!c.err) nn_attr_int(&c, "nrep", (int64_t)r->n);
+    return nn_finish(&c, workspaceSize, executor);
+}
+NN_LAUNCHER(aclnnRepeat)
+
 /* ---- triangles ---- */
 
 #define TRIANGLE(name, inplace, op)                                                                            \

@@ -1,6 +1,6 @@
 /* aclnn reductions, ordering and sampling (kernels: rt/kernels_reduce.c):
  * max/min, amax/amin, max/min along a dim, argmax/argmin, any/all, cumsum,
- * vector norms (linalg_vector_norm, norm, the foreach norm of gradient
+ * vector norms (linalg_vector_norm, the foreach norm of gradient
  * clipping), topk, sort and multinomial. Prototypes: the CANN aclnnop
  * headers, in the argument order of op-plugin's EXEC_NPU_CMD. */
 #include <stdio.h>
@@ -145,13 +145,6 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnLinalgVectorNormGetWorkspaceSize(const aclT
     return nn_norm("aclnnLinalgVectorNorm", self, ord, dims, keepDim, 1, dtype, out, workspaceSize, executor);
 }
 NN_LAUNCHER(aclnnLinalgVectorNorm)
-
-ACL_FUNC_VISIBILITY aclnnStatus aclnnNormGetWorkspaceSize(const aclTensor *self, const aclScalar *pScalar,
-    const aclIntArray *dim, bool keepdim, aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    return nn_norm("aclnnNorm", self, pScalar, dim, keepdim, 0, ACL_FLOAT, out, workspaceSize, executor);
-}
-NN_LAUNCHER(aclnnNorm)
 
 /* out[i] = the p-norm of x[i] (torch._foreach_norm) */
 ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachNormGetWorkspaceSize(const aclTensorList *x, const aclScalar *scalar,

@@ -995,6 +995,24 @@ const sim_kernel_def *kern_find(const char *op_type)
     return NULL;
 }
 
+/* The i-th operator type with a kernel (every table), NULL past the end:
+ * lets tests walk every operator the simulator computes. Not a CANN API. */
+SIM_API const char *aclsim_kernel_name(int i)
+{
+    if (i < 0) return NULL;
+    int n = (int)(sizeof g_kernels / sizeof g_kernels[0]);
+    if (i < n) return g_kernels[i].name;
+    i -= n;
+    const char *nm;
+    for (n = 0; (nm = kern_nn_name(n)); n++)
+        if (n == i) return nm;
+    i -= n;
+    for (size_t t = 0; t < sizeof g_tables / sizeof g_tables[0]; t++)
+        for (const sim_kernel_def *d = g_tables[t]; d->name; d++)
+            if (i-- == 0) return d->name;
+    return NULL;
+}
+
 /* ------------------------------------------------- shared with kernels_nn.c */
 
 void kern_for_each_row(const sim_tensor *t, kern_row_fn fn, void *ctx) { for_each_row(t, fn, ctx); }

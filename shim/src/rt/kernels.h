@@ -183,6 +183,8 @@ void kern_gemm(const float *A, const float *B, float *C, int64_t m, int64_t k, i
 /* kernels_nn.c: the operators torch_npu's training path needs (typed
  * elementwise ops, casts, reductions, losses, optimizer updates). */
 const sim_kernel_def *kern_find_nn(const char *op_type);
+/* the i-th kernel name of kernels_nn.c, NULL past the end */
+const char *kern_nn_name(int i);
 /* 1 for the integer element types (and bool) the typed kernels handle. */
 int kern_int_dtype(int dt);
 /* Integer paths of the float kernels in kernels.c (Add/Sub/Mul, Fill). */

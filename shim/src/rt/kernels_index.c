@@ -738,6 +738,81 @@ static aclError embgrad_run(const sim_op_args *a)
     return rc;
 }
 
+/* ------------------------------------------------------ ReverseV2, Tile */
+/* ReverseV2: x -> y (x's shape) reversed along the dims in the bitmask
+ * attribute "axes" (torch.flip).
+ * Tile: x -> y = x repeated "rep<i>" times along dim i of y ("nrep" values;
+ * x is aligned to y's last dims, as torch.Tensor.repeat). */
+
+static aclError flip_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types and bool"))) return e;
+    if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
+    uint32_t m = (uint32_t)kern_attr_int(a, "axes", 0);
+    if (a->in[0].ndim < 32 && (m >> a->in[0].ndim)) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "an axis is out of range");
+    *flops = kern_numel(&a->out[0]);
+    return ACL_SUCCESS;
+}
+
+static aclError flip_run(const sim_op_args *a)
+{
+    const sim_tensor *y = &a->out[0];
+    uint32_t m = (uint32_t)kern_attr_int(a, "axes", 0);
+    int ints = out_ints(a);
+    vals in, out;
+    if (!vals_load(&a->in[0], ints, &in)) return kn_oom(a);
+    if (!vals_alloc(kern_numel(y), ints, &out)) { vals_free(&in); return kn_oom(a); }
+    int64_t idx[SIM_MAX_DIMS] = {0};
+    uint64_t n = kern_numel(y);
+    for (uint64_t j = 0; j < n; j++, bump(y, idx)) {
+        uint64_t src = 0;
+        for (int i = 0; i < y->ndim; i++)
+            src = src * (uint64_t)y->dims[i] + (uint64_t)(((m >> i) & 1) ? y->dims[i] - 1 - idx[i] : idx[i]);
+        vcopy(&out, j, &in, src);
+    }
+    vals_store(y, &out);
+    vals_free(&in); vals_free(&out);
+    return ACL_SUCCESS;
+}
+
+static aclError tile_check(const sim_op_args *a, uint64_t *flops)
+{
+    aclError e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types and bool"))) return e;
+    const sim_tensor *x = &a->in[0], *y = &a->out[0];
+    int64_t nr = kern_attr_int(a, "nrep", -1);
+    if (nr != y->ndim || nr < x->ndim) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "repeats must have one value per output dim, at least x's rank");
+    int off = y->ndim - x->ndim;
+    for (int i = 0; i < y->ndim; i++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "rep%d", i);
+        int64_t r = kern_attr_int(a, nm, -1), xd = i < off ? 1 : x->dims[i - off];
+        if (r < 0 || y->dims[i] != xd * r) return kn_shape_fail(a, "y is not x repeated", x, y);
+    }
+    *flops = kern_numel(y);
+    return ACL_SUCCESS;
+}
+
+static aclError tile_run(const sim_op_args *a)
+{
+    const sim_tensor *x = &a->in[0], *y = &a->out[0];
+    int ints = out_ints(a), off = y->ndim - x->ndim;
+    vals in, out;
+    if (!vals_load(x, ints, &in)) return kn_oom(a);
+    if (!vals_alloc(kern_numel(y), ints, &out)) { vals_free(&in); return kn_oom(a); }
+    int64_t idx[SIM_MAX_DIMS] = {0};
+    uint64_t n = kern_numel(y);
+    for (uint64_t j = 0; j < n; j++, bump(y, idx)) {
+        uint64_t src = 0;
+        for (int i = off; i < y->ndim; i++) src = src * (uint64_t)x->dims[i - off] + (uint64_t)(idx[i] % x->dims[i - off]);
+        vcopy(&out, j, &in, src);
+    }
+    vals_store(y, &out);
+    vals_free(&in); vals_free(&out);
+    return ACL_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- table */
 
 const sim_kernel_def kern_table_index[] = {
@@ -754,5 +829,7 @@ const sim_kernel_def kern_table_index[] = {
     { "Index", adv_check, adv_run, 0 },
     { "IndexPut", adv_check, adv_run, 0 },
     { "EmbeddingDenseGrad", embgrad_check, embgrad_run, 0 },
+    { "ReverseV2", flip_check, flip_run, 0 },
+    { "Tile", tile_check, tile_run, 0 },
     { NULL, NULL, NULL, 0 },
 };

@@ -482,6 +482,7 @@ static aclError smg_run(const sim_op_args *a)
  * left), 3 (causal from the bottom right) and 4 (band from the bottom right
  * by pre/next tokens) compute their band, as CANN does with its compressed
  * mask; modes 0 and 1 apply the mask, mode 0 also the pre/next-token band.
+ * Without a mask nothing is masked, whatever the mode (CANN's rule).
  * softmax_max/sum are [B, N1, S1, 8] float32: the row maximum of the scaled,
  * masked scores and the sum of exp(score - max), repeated 8 times. A fully
  * masked row gives zeros (PyTorch's _safe_softmax).
@@ -574,15 +575,16 @@ static aclError fa_geometry(const sim_op_args *a, int grad, fa_geom *g)
             ok = (m->dims[0] == B || m->dims[0] == 1) && (m->dims[1] == g->N1 || m->dims[1] == 1) &&
                  m->dims[2] == g->S1 && m->dims[3] == g->S2;
         if (!ok) return kn_shape_fail(a, "atten_mask must be [S1,S2] or [B|1,N1|1,S1,S2]", m, q);
-    } else if (g->sparse == 1) {
-        return kn_fail(a, ACL_ERROR_INVALID_PARAM, "sparse_mode 1 needs atten_mask");
     }
     return ACL_SUCCESS;
 }
 
-/* 1 if query row i may attend key j (b, n only matter for a 4-D mask) */
+/* 1 if query row i may attend key j (b, n only matter for a 4-D mask).
+ * Without atten_mask nothing is masked: CANN ignores sparse_mode and the
+ * pre/next tokens then ("fixed to full computation"). */
 static int fa_allowed(const fa_geom *g, const unsigned char *mask, int64_t b, int64_t n, int64_t i, int64_t j)
 {
+    if (!g->mask) return 1;
     int64_t shift = g->S2 - g->S1;
     switch (g->sparse) {
     case 2: return j <= i;

@@ -80,9 +80,13 @@ static aclError ew_shape(const sim_op_args *a, int nin_min, int nin_max, int ope
 
 /* --------------------------------------------- unary float functions */
 
-enum { U_SIN, U_COS, U_TANH, U_SIGMOID, U_SILU, U_ERF, U_GELU_TANH, U_LOG1P, U_EXPM1, U_N };
+enum { U_SIN, U_COS, U_TANH, U_SIGMOID, U_SILU, U_ERF, U_GELU_TANH, U_LOG1P, U_EXPM1, U_ROUND, U_FLOOR, U_CEIL,
+    U_TRUNC, U_SIGN, U_N };
 static const char *const g_unary[U_N] = { "Sin", "Cos", "Tanh", "Sigmoid", "Silu", "Erf", "GeluTanh", "Log1p",
-    "Expm1" };
+    "Expm1", "Round", "Floor", "Ceil", "Trunc", "Sign" };
+
+/* rounding and sign keep integers as they are (exact) */
+static int unary_exact_on_ints(int k) { return k >= U_ROUND; }
 
 static int unary_kind(const char *t)
 {
@@ -106,7 +110,10 @@ static aclError unary_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     if ((e = kn_counts(a, 1, 1, 1, 1))) return e;
-    if (!kn_num_dtype(a->in[0].dtype) || !is_float(a->out[0].dtype))
+    int ints = is_int(a->in[0].dtype) && is_int(a->out[0].dtype);
+    if (ints && !unary_exact_on_ints(unary_kind(a->op_type)))
+        return kn_refuse_type(a, "an integer output needs a rounding or sign function");
+    if (!kn_num_dtype(a->in[0].dtype) || !(is_float(a->out[0].dtype) || ints))
         return kn_refuse_type(a, "input must be numeric and the output float32, float16, bfloat16 or float64");
     if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
     *flops = 8 * kern_numel(&a->out[0]);
@@ -115,10 +122,20 @@ static aclError unary_check(const sim_op_args *a, uint64_t *flops)
 
 static aclError unary_run(const sim_op_args *a)
 {
+    int k = unary_kind(a->op_type);
+    if (is_int(a->in[0].dtype) && is_int(a->out[0].dtype)) {
+        int64_t *iv = kn_load_i(&a->in[0]);
+        if (!iv) return kn_oom(a);
+        uint64_t n = kern_numel(&a->out[0]);
+        if (k == U_SIGN)
+            for (uint64_t i = 0; i < n; i++) iv[i] = (iv[i] > 0) - (iv[i] < 0);
+        kn_store_i(&a->out[0], iv);
+        free(iv);
+        return ACL_SUCCESS;
+    }
     double *v = kn_load_d(&a->in[0]);
     if (!v) return kn_oom(a);
     uint64_t n = kern_numel(&a->out[0]);
-    int k = unary_kind(a->op_type);
     for (uint64_t i = 0; i < n; i++) {
         double x = v[i];
         switch (k) {
@@ -130,7 +147,12 @@ static aclError unary_run(const sim_op_args *a)
         case U_ERF: v[i] = erf(x); break;
         case U_GELU_TANH: v[i] = gelu_tanh(x); break;
         case U_LOG1P: v[i] = log1p(x); break;
-        default: v[i] = expm1(x); break;
+        case U_EXPM1: v[i] = expm1(x); break;
+        case U_ROUND: v[i] = nearbyint(x); break;   /* half to even, as torch.round */
+        case U_FLOOR: v[i] = floor(x); break;
+        case U_CEIL: v[i] = ceil(x); break;
+        case U_TRUNC: v[i] = trunc(x); break;
+        default: v[i] = x > 0 ? 1.0 : x < 0 ? -1.0 : x; break;   /* NaN stays NaN, -0 stays -0 */
         }
     }
     kn_store_d(&a->out[0], v);
@@ -586,6 +608,11 @@ const sim_kernel_def kern_table_math[] = {
     { "GeluTanh", unary_check, unary_run, 0 },
     { "Log1p", unary_check, unary_run, 0 },
     { "Expm1", unary_check, unary_run, 0 },
+    { "Round", unary_check, unary_run, 0 },
+    { "Floor", unary_check, unary_run, 0 },
+    { "Ceil", unary_check, unary_run, 0 },
+    { "Trunc", unary_check, unary_run, 0 },
+    { "Sign", unary_check, unary_run, 0 },
     { "SiluGrad", agrad_check, agrad_run, 0 },
     { "GeluTanhGrad", agrad_check, agrad_run, 0 },
     { "TanhGrad", agrad_check, agrad_run, 0 },

@@ -792,8 +792,9 @@ static aclError fe_check(const sim_op_args *a, uint64_t *flops)
         return kn_fail(a, ACL_ERROR_OP_INPUT_NOT_MATCH, "list lengths do not match (attribute n, inputs, outputs)");
     aclError e;
     if ((e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
-    if (sin && kern_numel(&a->in[a->nin - 1]) != 1)
-        return kn_shape_fail(a, "the scalar tensor must have one element", &a->in[a->nin - 1], &a->in[a->nin - 1]);
+    if (sin && kern_numel(&a->in[a->nin - 1]) != 1 && kern_numel(&a->in[a->nin - 1]) != (uint64_t)n)
+        return kn_shape_fail(a, "the scalar tensor must have one element or one per list element",
+            &a->in[a->nin - 1], &a->in[a->nin - 1]);
     if (d->scalar && !sin && !kern_attr(a, "scalar")) {
         char nm[32];
         for (int64_t i = 0; i < n; i++) {
@@ -818,20 +819,22 @@ static aclError fe_run(const sim_op_args *a)
     int n = (int)kern_attr_int(a, "n", 0);
     int sin = (int)kern_attr_int(a, "scalar_input", 0) != 0;
     double s_all = kn_attr_d(a, "scalar", 1.0);
+    double *sv = NULL;   /* per-element scalars from a device tensor */
     if (sin) {
-        double *sv = kn_load_d(&a->in[a->nin - 1]);
+        sv = kn_load_d(&a->in[a->nin - 1]);
         if (!sv) return kn_oom(a);
         s_all = sv[0];
-        free(sv);
+        if (kern_numel(&a->in[a->nin - 1]) == 1) { free(sv); sv = NULL; }
     }
     /* every input of every element is read before any output is written */
     int nl = d->lists * n;
     double **v = calloc((size_t)nl, sizeof *v);
-    if (!v) return kn_oom(a);
+    if (!v) { free(sv); return kn_oom(a); }
     for (int k = 0; k < nl; k++)
         if (!(v[k] = kn_load_d(&a->in[k]))) {
             for (int q = 0; q < k; q++) free(v[q]);
             free(v);
+            free(sv);
             return kn_oom(a);
         }
     /* the operation, decided once (not per element) */
@@ -845,6 +848,7 @@ static aclError fe_run(const sim_op_args *a)
         char nm[32];
         snprintf(nm, sizeof nm, "scalar%d", i);
         if (kern_attr(a, nm)) s = kn_attr_d(a, nm, 1.0);
+        if (sv) s = sv[i];
         double *x1 = v[i], *x2 = d->lists > 1 ? v[n + i] : NULL, *x3 = d->lists > 2 ? v[2 * n + i] : NULL;
         uint64_t m = kern_numel(&a->out[i]);
         for (uint64_t j = 0; j < m; j++) {
@@ -873,6 +877,7 @@ static aclError fe_run(const sim_op_args *a)
     for (int i = 0; i < n; i++) kn_store_d(&a->out[i], v[i]);
     for (int k = 0; k < nl; k++) free(v[k]);
     free(v);
+    free(sv);
     return ACL_SUCCESS;
 }
 
@@ -889,4 +894,14 @@ static const sim_kernel_def *kern_find_foreach(const char *op_type)
     for (size_t i = 0; i < sizeof g_fe_kernels / sizeof g_fe_kernels[0]; i++)
         if (!strcmp(g_fe_kernels[i].name, op_type) && fe_find(op_type)) return &g_fe_kernels[i];
     return NULL;
+}
+
+/* the i-th kernel of this file's tables, NULL past the end */
+const char *kern_nn_name(int i)
+{
+    int n1 = (int)(sizeof g_nn_kernels / sizeof g_nn_kernels[0]);
+    int n2 = (int)(sizeof g_fe_kernels / sizeof g_fe_kernels[0]);
+    if (i < 0) return NULL;
+    if (i < n1) return g_nn_kernels[i].name;
+    return i - n1 < n2 ? g_fe_kernels[i - n1].name : NULL;
 }
