@@ -410,15 +410,30 @@ fn over_capacity_raises_torch_npu_out_of_memory() {
     }
 }
 
+/// tests/torch/op_check.py (every operator against the CPU, with its
+/// ACLSIM_OPS_LOG), run once per test process.
+fn op_check() -> &'static (Loop, String) {
+    static R: OnceLock<(Loop, String)> = OnceLock::new();
+    R.get_or_init(|| {
+        let log = common::scratch("torch-opcheck").join("ops.txt");
+        let _ = std::fs::remove_file(&log);
+        let l = log.display().to_string();
+        let r = run_script("op_check.py", &[], &[("ACLSIM_OPS_LOG", l.as_str())]);
+        let ops = std::fs::read_to_string(&log).unwrap_or_default();
+        (r, ops)
+    })
+}
+
 /// The operators the simulator provides for torch_npu, one by one against the
 /// CPU, including dtypes, broadcasting, in-place and strided cases the
-/// training loop does not reach (tests/torch/op_check.py).
+/// training loop does not reach, gradients, the fused npu_* operators, and
+/// refusals (tests/torch/op_check.py).
 #[test]
 fn operators_match_cpu() {
     if skipped("operators_match_cpu") {
         return;
     }
-    let l = run_script("op_check.py", &[], &[]);
+    let (l, _) = op_check();
     let failed: Vec<&str> = l
         .stdout
         .lines()
@@ -434,8 +449,118 @@ fn operators_match_cpu() {
         .get("cases")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    assert!(cases >= 50, "op_check ran {cases} cases:\n{}", l.stdout);
+    assert!(cases >= 300, "op_check ran {cases} cases:\n{}", l.stdout);
     assert_eq!(l.stat(&["mmu_faults"]), 0, "device MMU faults: {}", l.stats);
+    // the refusals refused, each with its one line naming the operator
+    for case in [
+        "refuse_fusion_pse",
+        "refuse_fusion_prefix_mode",
+        "refuse_int64_matmul",
+        "refuse_bool_mask_index",
+    ] {
+        assert!(
+            l.stdout.contains(&format!("case={case} refused=1")),
+            "{case} did not refuse:\n{}",
+            l.stdout
+        );
+    }
+    assert!(
+        l.stderr.contains("operator MatMul refused")
+            || l.stderr.contains("operator BatchMatMul refused")
+    );
+    assert!(l.stderr.contains(
+        "operator NonZero refused (no simulated kernel for this operator): inputs bool[6,5]"
+    ));
+}
+
+/// The C programs whose results tests/sim_ops.rs checks against references,
+/// for what op_check cannot reach: entry points torch_npu 2.14 calls only in
+/// compatibility modes (V1 foreach with a device scalar when V2 is missing,
+/// GELU V2 under TORCH_NPU_USE_COMPATIBLE_IMPL) and operator types only aclop
+/// programs name (mlp_train's, the aliases).
+const C_CHECKED: &[(&str, &[&str])] = &[
+    ("optest_llm", &["gelu"]),
+    ("optest_llm", &["foreach_v1"]),
+    ("optest_aclop", &["aliases"]),
+    ("optest_aclop", &["adam", "16"]),
+    ("optest_aclop", &["relugrad", "16"]),
+    ("optest_aclop", &["reducesum", "3x4", "1"]),
+];
+
+/// Every aclnn entry point libopapi.so exports (nm -D) and every operator type
+/// with a simulated kernel (libascendcl's table) ran in an op_check case that
+/// matched the CPU or in one of the C programs above (checked by
+/// tests/sim_ops.rs); the configurations the simulator does not compute are
+/// refused (op_check's refusal cases, sim_ops.rs). Nothing is exported that
+/// nothing checks.
+#[test]
+fn every_simulator_operator_computes_or_refuses() {
+    if skipped("every_simulator_operator_computes_or_refuses") {
+        return;
+    }
+    let (l, ops) = op_check();
+    assert!(l.code == 0, "op_check failed:\n{}", l.stdout);
+    let mut all_ops = ops.clone();
+    for (prog, args) in C_CHECKED {
+        let log = common::scratch("torch-walk").join(format!("{prog}-{}.txt", args[0]));
+        let lg = log.display().to_string();
+        let r = common::run(prog, args, &[("ACLSIM_OPS_LOG", lg.as_str())]);
+        assert_eq!(r.code, 0, "{prog} {args:?}:\n{}", r.stderr);
+        all_ops += &std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    let ran_api: std::collections::BTreeSet<&str> = all_ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().next())
+        .collect();
+    let ran_kernel: std::collections::BTreeSet<&str> = all_ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().nth(1))
+        .collect();
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(common::target_dir().join("libopapi.so"))
+        .output()
+        .expect("nm");
+    let syms = String::from_utf8_lossy(&nm.stdout);
+    let exported: Vec<&str> = syms
+        .lines()
+        .filter_map(|x| x.split_whitespace().nth(2))
+        .filter(|n| n.starts_with("aclnn") && !n.ends_with("GetWorkspaceSize"))
+        .collect();
+    assert!(
+        exported.len() > 200,
+        "nm found {} aclnn entries",
+        exported.len()
+    );
+    let unchecked: Vec<&&str> = exported.iter().filter(|a| !ran_api.contains(**a)).collect();
+    assert!(
+        unchecked.is_empty(),
+        "exported but checked by nothing: {unchecked:?}"
+    );
+    let facts = common::facts(&l.stdout);
+    let kernels: Vec<&str> = facts
+        .get("kernels")
+        .map(|v| v.split(',').collect())
+        .unwrap_or_default();
+    assert!(kernels.len() > 130, "kernel table: {kernels:?}");
+    let unchecked: Vec<&&str> = kernels
+        .iter()
+        .filter(|k| !ran_kernel.contains(**k))
+        .collect();
+    assert!(
+        unchecked.is_empty(),
+        "kernels checked by nothing: {unchecked:?}"
+    );
+    let by_torch: std::collections::BTreeSet<&str> = ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().next())
+        .collect();
+    eprintln!(
+        "{} aclnn entry points ({} checked through op_check against the CPU), {} kernels",
+        exported.len(),
+        exported.iter().filter(|a| by_torch.contains(*a)).count(),
+        kernels.len()
+    );
 }
 
 /// The same loop under LD_PRELOAD=libu3m.so in observe mode: bit-identical
@@ -564,7 +689,12 @@ impl LlmOut {
             .stdout
             .lines()
             .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no line '{prefix}...' in:\n{}\nstderr:\n{}", self.run.stdout, self.run.stderr));
+            .unwrap_or_else(|| {
+                panic!(
+                    "no line '{prefix}...' in:\n{}\nstderr:\n{}",
+                    self.run.stdout, self.run.stderr
+                )
+            });
         line.split_whitespace()
             .find_map(|t| t.strip_prefix(&format!("{key}=")))
             .unwrap_or_else(|| panic!("no {key}= in '{line}'"))
@@ -613,7 +743,8 @@ fn llm_reference() -> &'static LlmOut {
             &[],
             &[],
         );
-        r.run.must_succeed("llm.py on the CPU and the simulated NPU");
+        r.run
+            .must_succeed("llm.py on the CPU and the simulated NPU");
         r
     })
 }
@@ -624,7 +755,12 @@ fn assert_losses_match(r: &LlmOut, model: &str, run: &str, rtol: f64, grad_rtol:
     let cpu = r.losses(model, "cpu", run);
     let npu = r.losses(model, "npu", run);
     assert_eq!(cpu.len(), 5, "{model}/{run}: CPU printed {cpu:?}");
-    assert_eq!(npu.len(), 5, "{model}/{run}: NPU printed {npu:?}\nstderr:\n{}", r.run.stderr);
+    assert_eq!(
+        npu.len(),
+        5,
+        "{model}/{run}: NPU printed {npu:?}\nstderr:\n{}",
+        r.run.stderr
+    );
     let mut worst = 0f64;
     for (i, (a, b)) in npu.iter().zip(&cpu).enumerate() {
         let rel = (a - b).abs() / b.abs();
@@ -634,16 +770,25 @@ fn assert_losses_match(r: &LlmOut, model: &str, run: &str, rtol: f64, grad_rtol:
             "{model}/{run} step {i}: NPU loss {a} vs CPU {b} (relative difference {rel:.2e} > {rtol:e})"
         );
     }
-    assert!(cpu[4] < cpu[0] - 0.5, "{model}/{run}: the model does not learn: {cpu:?}");
+    assert!(
+        cpu[4] < cpu[0] - 0.5,
+        "{model}/{run}: the model does not learn: {cpu:?}"
+    );
     // the first step's gradient of every parameter, one by one
     let norms = |d: &str| -> Vec<f64> {
-        r.value(&format!("model={model} device={d} run={run} grad_norms="), "grad_norms")
-            .split(',')
-            .map(|v| v.parse().unwrap())
-            .collect()
+        r.value(
+            &format!("model={model} device={d} run={run} grad_norms="),
+            "grad_norms",
+        )
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect()
     };
     let (gc, gn) = (norms("cpu"), norms("npu"));
-    assert!(gc.len() > 10 && gc.len() == gn.len(), "{model}/{run}: gradient norms {gc:?} vs {gn:?}");
+    assert!(
+        gc.len() > 10 && gc.len() == gn.len(),
+        "{model}/{run}: gradient norms {gc:?} vs {gn:?}"
+    );
     let mut gworst = 0f64;
     for (i, (a, b)) in gn.iter().zip(&gc).enumerate() {
         let rel = (a - b).abs() / b.abs().max(1e-6);
@@ -663,16 +808,26 @@ fn assert_losses_match(r: &LlmOut, model: &str, run: &str, rtol: f64, grad_rtol:
 fn assert_generation_matches(r: &LlmOut, model: &str) {
     for when in ["init", "trained"] {
         for cache in ["dynamic", "static"] {
-            let key = |d: &str| format!("model={model} device={d} run=f32 when={when} cache={cache} ");
-            let (cpu, npu) = (r.value(&key("cpu"), "tokens"), r.value(&key("npu"), "tokens"));
+            let key =
+                |d: &str| format!("model={model} device={d} run=f32 when={when} cache={cache} ");
+            let (cpu, npu) = (
+                r.value(&key("cpu"), "tokens"),
+                r.value(&key("npu"), "tokens"),
+            );
             assert_eq!(cpu.split(',').count(), 16, "{model}: {cpu}");
-            assert_eq!(npu, cpu, "{model}: greedy tokens ({when} weights, {cache} KV cache) differ from the CPU's");
+            assert_eq!(
+                npu, cpu,
+                "{model}: greedy tokens ({when} weights, {cache} KV cache) differ from the CPU's"
+            );
         }
     }
     // the sampling path (top-k, top-p, temperature, multinomial): every
     // sampled token is one of the 4 most likely of a CPU copy of the model
     assert_eq!(
-        r.value(&format!("model={model} device=npu run=f32 sample "), "in_top4"),
+        r.value(
+            &format!("model={model} device=npu run=f32 sample "),
+            "in_top4"
+        ),
         "1",
         "{model}: a sampled token outside the top 4"
     );
@@ -684,7 +839,12 @@ fn assert_no_refusal(r: &LlmOut) {
         "an operator was refused:\n{}",
         r.run.stderr
     );
-    assert_eq!(r.run.stat(&["mmu_faults"]), 0, "device MMU faults: {}", r.run.stats);
+    assert_eq!(
+        r.run.stat(&["mmu_faults"]),
+        0,
+        "device MMU faults: {}",
+        r.run.stats
+    );
 }
 
 #[test]
@@ -710,7 +870,11 @@ fn llm_llama_trains_and_generates_like_cpu() {
         ("aclnnMultinomial", "float32->int64"),
         ("aclnnForeachNorm", "float32"),
     ] {
-        assert!(r.launched(api, types), "{api} ({types}) never ran:\n{}", r.ops);
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
     }
 }
 
@@ -730,7 +894,11 @@ fn llm_gpt2_trains_and_generates_like_cpu() {
         ("aclnnTanhBackward", "float32*2->float32"),
         ("aclnnAddmm", "float32*3->float32"),
     ] {
-        assert!(r.launched(api, types), "{api} ({types}) never ran:\n{}", r.ops);
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
     }
 }
 
@@ -754,7 +922,11 @@ fn llm_bf16_autocast_training_matches_cpu() {
         ("aclnnFlashAttentionScore", "bfloat16*3"),
         ("aclnnFlashAttentionScoreGrad", "bfloat16*4"),
     ] {
-        assert!(r.launched(api, types), "{api} ({types}) never ran:\n{}", r.ops);
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
     }
 }
 
@@ -801,7 +973,11 @@ fn llm_results(r: &LlmOut) -> Vec<&str> {
 fn llm_tier_case(ratio: f64, task_queue: bool) {
     let plain = llm_plain();
     let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
-    assert!(footprint >= 20 << 20, "footprint {footprint}: {}", plain.run.stats);
+    assert!(
+        footprint >= 20 << 20,
+        "footprint {footprint}: {}",
+        plain.run.stats
+    );
     let hbm = (footprint as f64 / ratio) as u64;
     let hbm_s = hbm.to_string();
     let stock = run_llm(
@@ -809,7 +985,9 @@ fn llm_tier_case(ratio: f64, task_queue: bool) {
         &[("ACLSIM_HBM_BYTES", hbm_s.as_str())],
         &[],
     );
-    stock.run.must_succeed("the stock run (expecting out-of-memory errors)");
+    stock
+        .run
+        .must_succeed("the stock run (expecting out-of-memory errors)");
     for model in ["llama", "gpt2"] {
         let line = format!("model={model} device=npu run=f32 oom=1");
         assert!(
@@ -818,7 +996,11 @@ fn llm_tier_case(ratio: f64, task_queue: bool) {
             stock.run.stdout
         );
     }
-    assert!(stock.run.stat(&["failed_allocs"]) >= 2, "{}", stock.run.stats);
+    assert!(
+        stock.run.stat(&["failed_allocs"]) >= 2,
+        "{}",
+        stock.run.stats
+    );
 
     let dir = common::scratch(&format!("torch-llm-tier-{ratio}-{task_queue}"));
     let summary = dir.join("summary.json");
@@ -838,15 +1020,24 @@ fn llm_tier_case(ratio: f64, task_queue: bool) {
     }
     let u3m = common::libu3m();
     let l = run_llm(LLM_TIER_ARGS, &env, &[u3m.as_path()]);
-    l.run.must_succeed(&format!("{ratio}x: the LLM workload under libu3m.so (tier mode)"));
+    l.run.must_succeed(&format!(
+        "{ratio}x: the LLM workload under libu3m.so (tier mode)"
+    ));
     assert_eq!(
         llm_results(&l),
         llm_results(plain),
         "{ratio}x: tier mode changed the results"
     );
-    assert_eq!(l.run.stat(&["mmu_faults"]), 0, "{ratio}x: device MMU faults");
+    assert_eq!(
+        l.run.stat(&["mmu_faults"]),
+        0,
+        "{ratio}x: device MMU faults"
+    );
     let peak = l.run.stat(&["devices", "0", "peak_bytes"]);
-    assert!(peak <= hbm, "{ratio}x: physical peak {peak} above HBM {hbm}");
+    assert!(
+        peak <= hbm,
+        "{ratio}x: physical peak {peak} above HBM {hbm}"
+    );
     let s: serde_json::Value = std::fs::read_to_string(&summary)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())

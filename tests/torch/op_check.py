@@ -296,6 +296,7 @@ def main() -> int:
         ("foreach_sub_scalar", lambda d: (torch._foreach_sub(l2(d), 0.25), torch._foreach_sub(l2(d), [1.0, 2.0]),
                                           torch._foreach_sub(l2(d), d(torch.tensor(3.0))))),
         ("foreach_div_scalar", lambda d: (torch._foreach_div(l2(d), 3.0), torch._foreach_div(l2(d), d(torch.tensor(2.0))))),
+        ("foreach_sub_list", lambda d: torch._foreach_sub(l2(d), [d(c), d(a)], alpha=0.5)),
         ("foreach_mul_scalar_list", lambda d: torch._foreach_mul(l2(d), [2.0, -0.5])),
         ("foreach_mul_div_list", lambda d: (torch._foreach_mul(l2(d), [d(c), d(c)]), torch._foreach_div(l2(d), [d(c), d(c)]))),
         ("foreach_lerp_list", lambda d: torch._foreach_lerp(l2(d), [d(c), d(b)], [d(c) * 0.1, d(c) * 0.2])),

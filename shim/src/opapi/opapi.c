@@ -608,6 +608,17 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachAddListV2GetWorkspaceSize(const aclT
 }
 NN_LAUNCHER(aclnnForeachAddListV2)
 
+/* x1 - alpha * x2 (torch._foreach_sub of two lists) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachSubListV2GetWorkspaceSize(const aclTensorList *x1,
+    const aclTensorList *x2, const aclScalar *alpha, aclTensorList *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    if (!alpha) return nn_null("aclnnForeachSubListV2", "alpha");
+    return nn_foreach("aclnnForeachSubListV2", "ForeachSubList", x1, x2, NULL, alpha, NULL, NULL, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachSubListV2)
+
 ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachMulListGetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,
     aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
