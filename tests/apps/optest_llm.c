@@ -6,8 +6,12 @@
  * calls them (the CANN aclnnop pages); they are not in shim/include.
  *
  *   optest_llm gelu | foreach_v1 | attention | refusals
+ *   optest_llm empty_launch MIB   (MIB of live tensors, then an operator on an
+ *                                  empty tensor: under libu3m.so in tier mode
+ *                                  with less HBM, see tests/torch_npu.rs)
  *
  * Arrays print as name=v0,v1,... with %.9g. */
+#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +55,8 @@ aclnnStatus aclnnFlashAttentionScoreGetWorkspaceSize(const aclTensor *query, con
     const aclTensor *attentionOutOut, WS);
 EXEC(aclnnFlashAttentionScore);
 aclnnStatus aclnnSiluGetWorkspaceSize(const aclTensor *self, aclTensor *out, WS);
+aclnnStatus aclnnInplaceZeroGetWorkspaceSize(aclTensor *selfRef, WS);
+EXEC(aclnnInplaceZero);
 
 static aclrtStream g_stream;
 static uint64_t g_seed = 4242;
@@ -230,6 +236,38 @@ static void case_refusals(void)
     printf("silu_int32=%d\n", (int)aclnnSiluGetWorkspaceSize(t, o, &ws, &ex));
 }
 
+/* `mib` MiB in 2 MiB tensors, each zeroed, all kept alive as aclTensors (as
+ * torch_npu keeps its parameters' tensors); then zero_ of an empty tensor,
+ * which touches no memory at all. The operator is looked up with dlopen +
+ * dlsym, the way op-plugin does (what an interposer sees). */
+static void case_empty_launch(int argc, char **argv)
+{
+    if (argc < 3) app_die(3, "empty_launch MIB");
+    void *lib = dlopen("libopapi.so", RTLD_NOW);
+    if (!lib) app_die(2, "dlopen libopapi.so: %s", dlerror());
+    typedef aclnnStatus (*ws_fn)(aclTensor *, uint64_t *, aclOpExecutor **);
+    typedef aclnnStatus (*run_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+    ws_fn zero_ws = (ws_fn)dlsym(lib, "aclnnInplaceZeroGetWorkspaceSize");
+    run_fn zero = (run_fn)dlsym(lib, "aclnnInplaceZero");
+    if (!zero_ws || !zero) app_die(2, "dlsym aclnnInplaceZero: %s", dlerror());
+    int64_t mib = app_parse_int(argv[2], "MIB"), n = mib / 2;
+    int64_t d[1] = { (2 << 20) / 4 };
+    aclTensor **live = calloc((size_t)n, sizeof *live);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        live[i] = tensor(d, 1, ACL_FLOAT, upload(NULL, 2u << 20));
+        ACL_CHECK(zero_ws(live[i], &ws, &ex));
+        ACL_CHECK(zero(NULL, ws, ex, g_stream));
+    }
+    ACL_CHECK(aclrtSynchronizeStream(g_stream));
+    int64_t e[2] = { 0, 4 };
+    aclTensor *empty = aclCreateTensor(e, 2, ACL_FLOAT, NULL, 0, ACL_FORMAT_ND, e, 2, NULL);
+    int rc = zero_ws(empty, &ws, &ex);
+    if (!rc) rc = zero(NULL, ws, ex, g_stream);
+    printf("live_mib=%lld empty_zero=%d\n", (long long)mib, rc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) app_die(3, "usage: optest_llm gelu | foreach_v1 | attention | refusals");
@@ -241,6 +279,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "foreach_v1")) case_foreach_v1();
     else if (!strcmp(c, "attention")) case_attention();
     else if (!strcmp(c, "refusals")) case_refusals();
+    else if (!strcmp(c, "empty_launch")) case_empty_launch(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     printf("done\n");

@@ -26,6 +26,9 @@ torch_npu and transformers). Output (stdout), one line per result:
     model=llama device=npu run=f32 when=init cache=dynamic tokens=12,200,...
     model=llama device=npu run=f32 when=trained cache=dynamic tokens=227,230,...
     model=llama device=npu run=f32 sample tokens=... in_top4=1
+    model=llama device=npu run=f32 step=1 step_sim_ms=3.2100   (--timing)
+    model=llama device=npu run=f32 when=trained cache=dynamic decode_sim_ms=... tokens_generated=16
+    model=llama device=npu run=f32 train_mem_peak=... decode_mem_peak=... mem_reserved=...   (bytes)
     model=llama device=npu run=f32 oom=1      (--expect-oom: the run ran out of
                                                device memory, as expected)
     done wall_s=...
@@ -70,15 +73,38 @@ def data_for(args):
     return (starts + steps * torch.arange(args.seq)) % args.vocab
 
 
+class DeviceTimer:
+    """Device time between two points of the current stream (torch.npu.Event
+    with timing; on the simulator: simulated milliseconds). Off on the CPU."""
+
+    def __init__(self, dev, on):
+        self.on = on and dev.type == "npu"
+
+    def __enter__(self):
+        if self.on:
+            self.t0 = torch.npu.Event(enable_timing=True)
+            self.t1 = torch.npu.Event(enable_timing=True)
+            self.t0.record()
+        return self
+
+    def __exit__(self, *exc):
+        if self.on:
+            self.t1.record()
+            self.t1.synchronize()
+            self.ms = self.t0.elapsed_time(self.t1)
+
+
 def generate(model, dev, data, args, when, emit):
     model.eval()
     prompt = data[:1, : args.prompt].to(dev)
     for cache in args.caches.split(","):
-        with torch.no_grad():
+        with torch.no_grad(), DeviceTimer(dev, args.timing) as t:
             out = model.generate(prompt, max_new_tokens=args.gen, min_new_tokens=args.gen, do_sample=False,
                                  use_cache=True, cache_implementation=None if cache == "dynamic" else cache,
                                  pad_token_id=0)
         emit(f"when={when} cache={cache} tokens=" + ",".join(str(t) for t in out[0, args.prompt:].cpu().tolist()))
+        if t.on:
+            emit(f"when={when} cache={cache} decode_sim_ms={t.ms:.4f} tokens_generated={args.gen}")
 
 
 def sample(model, dev, data, args, emit):
@@ -111,26 +137,38 @@ def one_run(kind: str, dev: torch.device, run: str, args, emit):
     model.train()
     for step in range(args.steps):
         ids = data.to(dev)
-        opt.zero_grad(set_to_none=True)
-        if run == "bf16":
-            with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+        with DeviceTimer(dev, args.timing) as t:
+            opt.zero_grad(set_to_none=True)
+            if run == "bf16":
+                with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+                    loss = model(input_ids=ids, labels=ids).loss
+            else:
                 loss = model(input_ids=ids, labels=ids).loss
-        else:
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        if step == 0:
-            # every parameter's gradient, compared one by one (AdamW's update
-            # hides a gradient off by a constant factor from the losses)
-            emit("grad_norms=" + ",".join(f"{p.grad.float().norm().item():.8e}" for p in model.parameters()))
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+            loss.backward()
+            if step == 0:
+                # every parameter's gradient, compared one by one (AdamW's
+                # update hides a gradient off by a constant factor from the losses)
+                emit("grad_norms=" + ",".join(f"{p.grad.float().norm().item():.8e}" for p in model.parameters()))
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         emit(f"step={step} loss={loss.detach().float().cpu().item():.10f}")
+        if t.on:
+            emit(f"step={step} step_sim_ms={t.ms:.4f}")
+    if args.timing and dev.type == "npu":
+        # the bytes a step can touch: the live tensors at the step's peak
+        torch.npu.synchronize()
+        emit(f"train_mem_peak={torch.npu.max_memory_allocated()}")
+        torch.npu.reset_peak_memory_stats()
     if run == "f32" and args.gen > 0:
         generate(model, dev, data, args, "trained", emit)
+        if args.timing and dev.type == "npu":
+            emit(f"decode_mem_peak={torch.npu.max_memory_allocated()}")
         if args.sample:
             sample(model, dev, data, args, emit)
     if dev.type != "cpu":
         torch.npu.synchronize()
+        if args.timing:
+            emit(f"mem_reserved={torch.npu.memory_reserved()}")
 
 
 def main() -> int:
@@ -142,6 +180,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--gen", type=int, default=16, help="tokens to generate (0: none)")
     ap.add_argument("--sample", action="store_true", help="also sample (f32 runs)")
+    ap.add_argument("--timing", action="store_true",
+                    help="device time of each training step and of each generation (npu: simulated ms)")
     ap.add_argument("--expect-oom", action="store_true",
                     help="a run that runs out of device memory prints oom=1 and the next one starts")
     ap.add_argument("--batch", type=int, default=4)
