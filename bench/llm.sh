@@ -35,7 +35,7 @@ mkdir -p "$OUT"
 echo "llm.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$PY" "$MODEL" <<'PY'
-import json, os, platform, shlex, statistics, subprocess, sys, time
+import json, os, platform, re, shlex, statistics, subprocess, sys, time
 
 ROOT, OUT, PY, MODEL = sys.argv[1:5]
 T = os.path.join(ROOT, "target", "release")
@@ -68,27 +68,36 @@ def run(name, hbm=None, u3m=False, task_queue=False, expect_oom=False):
         f.write(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()) if k.startswith(
             ("ACLSIM_", "U3M_", "TASK_", "LD_PRELOAD"))) + " " + " ".join(map(shlex.quote, cmd)) + "\n")
     t0 = time.time()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        code, stdout, stderr = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:   # torch_npu can hang after a failed launch
+        code = "hang"
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
     wall = time.time() - t0
-    open(os.path.join(OUT, name + ".out"), "w").write(p.stdout)
-    open(os.path.join(OUT, name + ".err"), "w").write(p.stderr)
-    r = {"name": name, "code": p.returncode, "wall": wall, "stdout": p.stdout, "hbm": hbm}
+    open(os.path.join(OUT, name + ".out"), "w").write(stdout)
+    open(os.path.join(OUT, name + ".err"), "w").write(stderr)
+    r = {"name": name, "code": code, "wall": wall, "stdout": stdout, "hbm": hbm}
+    # the first failed operator torch_npu names
+    m = re.search(r"call (aclnn\w+) failed, error code is (\d+)", stderr)
+    r["failure"] = f"{m.group(1)}: {m.group(2)}" if m else ("hangs" if code == "hang" else f"exit {code}")
     for fn, key in ((".stats.json", "stats"), (".summary.json", "summary")):
         try:
             r[key] = json.load(open(os.path.join(OUT, name + fn)))
         except (OSError, ValueError):
             r[key] = None
-    vals = {}   # every key=value of the output, in order
-    for line in p.stdout.splitlines():
-        for tok in line.split():
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                vals.setdefault(k, []).append(v)
+    vals, lines = {}, []   # every key=value of the output; each line as a dict
+    for line in stdout.splitlines():
+        d = dict(tok.split("=", 1) for tok in line.split() if "=" in tok)
+        lines.append(d)
+        for k, v in d.items():
+            vals.setdefault(k, []).append(v)
     r["vals"] = vals
-    r["results"] = [l for l in p.stdout.splitlines() if ("loss=" in l or "tokens=" in l)]
-    r["step_ms"] = [float(v) for v in vals.get("step_sim_ms", [])]
-    r["decode_ms"] = [float(v) for v in vals.get("decode_sim_ms", [])]
-    print(f"llm.sh: {name}: exit {p.returncode} in {wall:.0f} s", file=sys.stderr)
+    r["results"] = [l for l in stdout.splitlines() if ("loss=" in l or "tokens=" in l)]
+    r["step_ms"] = [float(d["step_sim_ms"]) for d in lines if "step_sim_ms" in d]
+    r["decode_ms"] = {d["when"]: float(d["decode_sim_ms"]) for d in lines if "decode_sim_ms" in d}
+    print(f"llm.sh: {name}: exit {code} in {wall:.0f} s", file=sys.stderr)
     return r
 
 
@@ -112,23 +121,28 @@ def med(xs):
 
 
 step0 = med(base["step_ms"][1:])          # step 0 allocates the optimizer state
-dec0 = base["decode_ms"][-1]              # the trained model's 16 tokens
+dec0 = base["decode_ms"]["trained"]       # the trained model's 16 tokens
+dec0_init = base["decode_ms"]["init"]     # the same from the initial weights (before any training)
 mib = lambda b: f"{b / 2**20:.1f} MiB"   # noqa: E731
 print(f"\n### Llama `{MODEL}` — footprint {mib(F)} (torch_npu's caching-allocator blocks), "
       f"live tensors at the step's peak {mib(w_train)} (training), {mib(w_decode)} (decoding)\n")
-print(f"Unconstrained (32 GiB): training step {step0:.3f} ms, 16 decoded tokens {dec0:.3f} ms "
-      f"(with torch_npu's task queue: {med(queue['step_ms'][1:]):.3f} / {queue['decode_ms'][-1]:.3f} ms).\n")
+print(f"Unconstrained (32 GiB): training step {step0:.3f} ms (median of steps 1-5), 16 decoded tokens "
+      f"{dec0:.3f} ms ({dec0_init:.3f} ms from the initial weights); with torch_npu's task queue: "
+      f"{med(queue['step_ms'][1:]):.3f} / {queue['decode_ms'].get('trained', float('nan')):.3f} ms.\n")
 print("| HBM | footprint / HBM | stock | u3m tier (TASK_QUEUE_ENABLE=0) | losses, tokens = unconstrained | "
-      "step (sim ms) | step / unconstrained | step floor (sim ms) | step / floor | decode 16 tokens (sim ms) | "
-      "decode / unconstrained | decode floor (sim ms) | decode / floor | evictions (bytes) | faults-in (bytes) | "
-      "H2D + D2H copied | u3m with the task queue |")
-print("| --- " * 17 + "|")
+      "decode before training (sim ms) | step (sim ms) | step / unconstrained | step floor (sim ms) | step / floor | "
+      "decode 16 tokens (sim ms) | decode / unconstrained | decode floor (sim ms) | decode / floor | "
+      "evictions (bytes) | faults-in (bytes) | H2D + D2H copied | u3m with the task queue |")
+print("| --- " * 18 + "|")
 for ratio, hbm, stock, tier, tq in rows:
     ooms = sum(1 for v in stock["vals"].get("oom", []) if v == "1")
     st = "fails: NPU out of memory" if ooms else f"exit {stock['code']}"
     same = tier["results"] == base["results"]
-    step = med(tier["step_ms"][1:]) if tier["code"] == 0 else float("nan")
-    dec = tier["decode_ms"][-1] if tier["decode_ms"] else float("nan")
+    ok = tier["code"] == 0
+    step = med(tier["step_ms"][1:]) if ok else float("nan")
+    dec = tier["decode_ms"].get("trained", float("nan"))
+    dec_init = tier["decode_ms"].get("init", float("nan"))
+    num = lambda v, f="{:.3f}": f.format(v) if v == v else "—"   # noqa: E731
     # the link floor (design.md §5): bytes beyond HBM that a step must move —
     # at most its live tensors; a training step writes them (twice across the
     # link), a decoding step reads weights and cache once per token
@@ -138,13 +152,13 @@ for ratio, hbm, stock, tier, tq in rows:
     t = s.get("tier", {})
     cp = (tier.get("stats") or {}).get("copy_bytes", {})
     copied = sum(v for k, v in cp.items() if k in ("H2D", "D2H")) if isinstance(cp, dict) else 0
-    tq_s = "ok" if tq["code"] == 0 else ("fails (207001)" if "207001" in open(os.path.join(OUT, tq["name"] + ".err")).read()
-                                         else f"exit {tq['code']}")
-    print(f"| {mib(hbm)} | {ratio}× | {st} | {'ok' if tier['code'] == 0 else 'exit ' + str(tier['code'])} | "
-          f"{'yes' if same else 'NO'} | {step:.3f} | {step / step0:.2f}× | {f_step:.3f} | {step / f_step:.2f}× | "
-          f"{dec:.3f} | {dec / dec0:.2f}× | {f_dec:.3f} | {dec / f_dec:.2f}× | "
-          f"{t.get('evictions', 0)} ({mib(t.get('eviction_bytes', 0))}) | {t.get('faults_in', 0)} "
-          f"({mib(t.get('fault_bytes', 0))}) | {mib(copied)} | {tq_s} |")
+    tq_s = "ok" if tq["code"] == 0 else "fails (" + tq["failure"] + ")"
+    same_s = "yes" if same else ("—" if not ok else "NO")
+    print(f"| {mib(hbm)} | {ratio}× | {st} | {'ok' if ok else 'fails (' + tier['failure'] + ')'} | {same_s} | "
+          f"{num(dec_init)} | {num(step)} | {num(step / step0, '{:.2f}×')} | {f_step:.3f} | "
+          f"{num(step / f_step, '{:.2f}×')} | {num(dec)} | {num(dec / dec0, '{:.2f}×')} | {f_dec:.3f} | "
+          f"{num(dec / f_dec, '{:.2f}×')} | {t.get('evictions', 0)} ({mib(t.get('eviction_bytes', 0))}) | "
+          f"{t.get('faults_in', 0)} ({mib(t.get('fault_bytes', 0))}) | {mib(copied)} | {tq_s} |")
 print(f"\nMachine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}; link {LINK / 1e9:.0f} GB/s "
       f"(simulated); raw results in {OUT}")
 PY
