@@ -69,7 +69,7 @@ def run(name, hbm=None, u3m=False, task_queue=False, expect_oom=False):
             ("ACLSIM_", "U3M_", "TASK_", "LD_PRELOAD"))) + " " + " ".join(map(shlex.quote, cmd)) + "\n")
     t0 = time.time()
     try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300 if task_queue and u3m else 900)
         code, stdout, stderr = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:   # torch_npu can hang after a failed launch
         code = "hang"

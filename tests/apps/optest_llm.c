@@ -8,7 +8,10 @@
  *   optest_llm gelu | foreach_v1 | attention | refusals
  *   optest_llm empty_launch MIB   (MIB of live tensors, then an operator on an
  *                                  empty tensor: under libu3m.so in tier mode
- *                                  with less HBM, see tests/torch_npu.rs)
+ *                                  with less HBM, see tests/tier_aclnn.rs)
+ *   optest_llm wide_launch N OTHER (one foreach operator over N + N tensors of
+ *                                  2 MiB each after OTHER MiB of other data:
+ *                                  the same, tests/tier_aclnn.rs)
  *
  * Arrays print as name=v0,v1,... with %.9g. */
 #include <dlfcn.h>
@@ -268,6 +271,56 @@ static void case_empty_launch(int argc, char **argv)
     printf("live_mib=%lld empty_zero=%d\n", (long long)mib, rc);
 }
 
+/* N input and N output tensors, each in its own 2 MiB allocation, inputs
+ * filled with i; OTHER MiB of other data copied in after them (pushing them
+ * out of a small HBM under u3m); then out[i] = in[i] + 1 in one foreach
+ * launch (op-plugin passes up to 48 tensors per list), through dlsym */
+static void case_wide_launch(int argc, char **argv)
+{
+    if (argc < 4) app_die(3, "wide_launch N OTHER");
+    int64_t n = app_parse_int(argv[2], "N"), other = app_parse_int(argv[3], "OTHER");
+    void *lib = dlopen("libopapi.so", RTLD_NOW);
+    if (!lib) app_die(2, "dlopen libopapi.so: %s", dlerror());
+    typedef aclnnStatus (*ws_fn)(const aclTensorList *, const aclScalar *, aclTensorList *, uint64_t *,
+        aclOpExecutor **);
+    typedef aclnnStatus (*run_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+    ws_fn add_ws = (ws_fn)dlsym(lib, "aclnnForeachAddScalarV2GetWorkspaceSize");
+    run_fn add = (run_fn)dlsym(lib, "aclnnForeachAddScalarV2");
+    if (!add_ws || !add) app_die(2, "dlsym: %s", dlerror());
+    enum { E = (2 << 20) / 4 };
+    int64_t d[1] = { E };
+    float *h = malloc((size_t)E * 4);
+    void **in = calloc((size_t)n, sizeof *in), **out = calloc((size_t)n, sizeof *out);
+    const aclTensor **ti = calloc((size_t)n, sizeof *ti), **to = calloc((size_t)n, sizeof *to);
+    for (int64_t i = 0; i < n; i++) {
+        for (int j = 0; j < E; j++) h[j] = (float)i;
+        in[i] = upload(h, (size_t)E * 4);
+        out[i] = upload(NULL, (size_t)E * 4);
+    }
+    /* other data, copied in after the inputs (plain copies, no operator) */
+    for (int64_t k = 0; k < other / 2; k++) upload(h, (size_t)E * 4);
+    ACL_CHECK(aclrtSynchronizeStream(g_stream));
+    /* the operator's tensors, created right before its launch (as op-plugin does) */
+    for (int64_t i = 0; i < n; i++) {
+        ti[i] = tensor(d, 1, ACL_FLOAT, in[i]);
+        to[i] = tensor(d, 1, ACL_FLOAT, out[i]);
+    }
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    aclTensorList *li = aclCreateTensorList(ti, (uint64_t)n), *lo = aclCreateTensorList(to, (uint64_t)n);
+    float one = 1.0f;
+    aclScalar *s1 = aclCreateScalar(&one, ACL_FLOAT);
+    int rc = add_ws(li, s1, lo, &ws, &ex);
+    if (!rc) rc = add(NULL, ws, ex, g_stream);
+    int rs = aclrtSynchronizeStream(g_stream);
+    int bad = 0;
+    for (int64_t i = 0; i < n && !rc && !rs; i++) {
+        ACL_CHECK(aclrtMemcpy(h, (size_t)E * 4, out[i], (size_t)E * 4, ACL_MEMCPY_DEVICE_TO_HOST));
+        for (int j = 0; j < E; j += 4096) bad += h[j] != (float)i + 1.0f;
+    }
+    printf("tensors=%lld launch=%d sync=%d wrong=%d\n", (long long)(2 * n), rc, rs, bad);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) app_die(3, "usage: optest_llm gelu | foreach_v1 | attention | refusals");
@@ -280,6 +333,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "attention")) case_attention();
     else if (!strcmp(c, "refusals")) case_refusals();
     else if (!strcmp(c, "empty_launch")) case_empty_launch(argc, argv);
+    else if (!strcmp(c, "wide_launch")) case_wide_launch(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     printf("done\n");
