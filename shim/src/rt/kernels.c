@@ -329,19 +329,6 @@ static aclError oom(const sim_op_args *a)
 
 /* --------------------------------------------------------- shared checks */
 
-static aclError need_counts(const sim_op_args *a, int nin_min, int nin_max, int nout_min, int nout_max)
-{
-    if (a->nin < nin_min || a->nin > nin_max) {
-        aclsim_log("%s: %d inputs (expected %d..%d)", a->op_type, a->nin, nin_min, nin_max);
-        return ACL_ERROR_OP_INPUT_NOT_MATCH;
-    }
-    if (a->nout < nout_min || a->nout > nout_max) {
-        aclsim_log("%s: %d outputs (expected %d..%d)", a->op_type, a->nout, nout_min, nout_max);
-        return ACL_ERROR_OP_OUTPUT_NOT_MATCH;
-    }
-    return ACL_SUCCESS;
-}
-
 static aclError need_float(const sim_op_args *a, const sim_tensor *t, const char *role)
 {
     if (!kern_float_dtype(t->dtype)) {
@@ -451,7 +438,7 @@ static aclError matmul_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     mm_geom g;
-    if ((e = need_counts(a, 2, 3, 1, 1)) || (e = need_all_float(a, a->nin)) || (e = mm_shape(a, &g))) return e;
+    if ((e = kn_counts(a, 2, 3, 1, 1)) || (e = need_all_float(a, a->nin)) || (e = mm_shape(a, &g))) return e;
     *flops = 2ull * (uint64_t)g.batch * (uint64_t)g.m * (uint64_t)g.n * (uint64_t)g.k;
     return ACL_SUCCESS;
 }
@@ -561,7 +548,7 @@ static int all_int(const sim_op_args *a)
 static aclError binary_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 2, 2, 1, 1))) return e;
+    if ((e = kn_counts(a, 2, 2, 1, 1))) return e;
     if (!all_int(a) && (e = need_all_float(a, 2))) return e;
     const sim_tensor *y = &a->out[0];
     /* y must be exactly the broadcast shape of x1 and x2 */
@@ -623,7 +610,7 @@ static aclError binary_run(const sim_op_args *a)
 static aclError relu_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "x and y differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
@@ -645,7 +632,7 @@ static aclError relu_run(const sim_op_args *a)
 static aclError relugrad_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 2, 2, 1, 1)) || (e = need_all_float(a, 2))) return e;
+    if ((e = kn_counts(a, 2, 2, 1, 1)) || (e = need_all_float(a, 2))) return e;
     if (!same_shape(&a->in[0], &a->in[1])) return shape_error(a, "gradients and features differ", &a->in[0], &a->in[1]);
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "gradients and backprops differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]);
@@ -682,7 +669,7 @@ static void split3(const sim_tensor *t, int axis, uint64_t *outer, uint64_t *d, 
 static aclError softmax_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "x and y differ", &a->in[0], &a->out[0]);
     int nd = a->in[0].ndim;
     if (nd > 0 && norm_axis(kern_attr_int(a, "axis", -1), nd) < 0) {
@@ -729,7 +716,7 @@ static aclError softmax_run(const sim_op_args *a)
 static aclError reducesum_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     const sim_tensor *x = &a->in[0];
     int64_t ax = kern_attr_int(a, "axis", 0);
     int axis = norm_axis(ax, x->ndim);
@@ -770,7 +757,7 @@ static aclError reducesum_run(const sim_op_args *a)
 static aclError fill_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 0, 1 << 20, 1, 1))) return e;
+    if ((e = kn_counts(a, 0, 1 << 20, 1, 1))) return e;
     if (!kern_int_dtype(a->out[0].dtype) && (e = need_float(a, &a->out[0], "y"))) return e;
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
@@ -796,7 +783,7 @@ enum { AD_VAR, AD_M, AD_V, AD_B1P, AD_B2P, AD_LR, AD_B1, AD_B2, AD_EPS, AD_GRAD,
 static aclError adam_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, AD_N, AD_N, 1, 3)) || (e = need_all_float(a, AD_N))) return e;
+    if ((e = kn_counts(a, AD_N, AD_N, 1, 3)) || (e = need_all_float(a, AD_N))) return e;
     const sim_tensor *var = &a->in[AD_VAR];
     if (!same_shape(var, &a->in[AD_M]) || !same_shape(var, &a->in[AD_V]) || !same_shape(var, &a->in[AD_GRAD]))
         return shape_error(a, "var, m, v and grad must have the same shape", var, &a->in[AD_GRAD]);
