@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install PyTorch and torch_npu for the torch_npu test tier (tests/torch_npu.rs,
 # docs/torch-npu.md) into a venv in the cache directory outside the checkout,
-# and print the venv's python on stdout (the only line on stdout).
+# and print the venv's python on stdout (the only line on stdout). The LLM
+# tests' models come from transformers (pinned below; about 27 MB more, added
+# to an existing venv without touching torch).
 #
 #   ci/install-torch.sh            install if missing, print the interpreter
 #
@@ -14,6 +16,9 @@ set -euo pipefail
 
 TORCH_VERSION=2.14.0
 TORCH_NPU_VERSION=2.14.0
+# the newest release when the LLM tests were written; it installs beside
+# torch 2.14.0 without changing it (tests/torch/llm.py)
+TRANSFORMERS_VERSION=5.24.0
 
 die() { echo "install-torch: error: $*" >&2; exit 1; }
 log() { echo "install-torch: $*" >&2; }
@@ -41,6 +46,15 @@ assert version("torch-npu") == sys.argv[2]
 EOF
 }
 
+# The extras the LLM tests import, at their pinned versions.
+extras_ready() {
+    "$VENV/bin/python" - "$TRANSFORMERS_VERSION" <<'EOF' >/dev/null 2>&1
+import sys
+from importlib.metadata import version
+assert version("transformers") == sys.argv[1]
+EOF
+}
+
 if ! is_ready; then
     if [ -e "$VENV" ]; then
         log "removing the incomplete venv $VENV"
@@ -53,7 +67,8 @@ if ! is_ready; then
     set +e
     {
         "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
-            "torch==$TORCH_VERSION" "torch-npu==$TORCH_NPU_VERSION" pyyaml numpy
+            "torch==$TORCH_VERSION" "torch-npu==$TORCH_NPU_VERSION" pyyaml numpy \
+            "transformers==$TRANSFORMERS_VERSION"
         echo "exit=$?"
     } >"$CACHE/torch-install.log" 2>&1
     set -e
@@ -64,6 +79,25 @@ if ! is_ready; then
     rm -f "$VENV/.u3m-installing"
     is_ready || die "the venv at $VENV does not hold torch $TORCH_VERSION and torch-npu $TORCH_NPU_VERSION after installing"
     log "installed"
+fi
+
+if ! extras_ready; then
+    # a venv from before the LLM tests: add transformers (torch stays as it is)
+    log "adding transformers==$TRANSFORMERS_VERSION to $VENV (about 27 MB; log in $CACHE/torch-install.log)"
+    set +e
+    {
+        "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+            "transformers==$TRANSFORMERS_VERSION"
+        echo "exit=$?"
+    } >>"$CACHE/torch-install.log" 2>&1
+    set -e
+    if ! tail -n 1 "$CACHE/torch-install.log" | grep -q '^exit=0$'; then
+        tail -n 20 "$CACHE/torch-install.log" >&2
+        die "pip could not install transformers==$TRANSFORMERS_VERSION (see $CACHE/torch-install.log): is PyPI reachable? Set U3M_SKIP_TORCH=1 to skip the torch_npu tests offline."
+    fi
+    is_ready || die "installing transformers changed torch or torch-npu in $VENV"
+    extras_ready || die "the venv at $VENV does not hold transformers $TRANSFORMERS_VERSION after installing"
+    log "transformers installed"
 fi
 
 echo "$VENV/bin/python"

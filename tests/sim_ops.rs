@@ -273,6 +273,19 @@ fn apply_adam_one_step_matches_formula() {
 }
 
 #[test]
+fn alias_op_types_compute_what_they_stand_for() {
+    let r = aclop(&["aliases"]);
+    for alias in ["MatMulV2", "BatchMatMulV2", "AddV2", "Softmax", "Div"] {
+        assert_eq!(
+            int(&r, &format!("alias_{alias}_same")),
+            1,
+            "{alias}:\n{}",
+            r.stdout
+        );
+    }
+}
+
+#[test]
 fn hash_kernel_is_deterministic_and_sees_every_byte() {
     let r = aclop(&["hash"]);
     for key in [
@@ -353,6 +366,8 @@ fn aclop_bad_input_gets_real_error_codes() {
         ("matmul_no_output", 100022),
         ("matmul_bad_shape", 100000),
         ("add_double", 100026),
+        ("unknown_typed", 100024),
+        ("unknown_uint8_2d", 100024),
         ("destroy_buffer", 0),
         ("destroy_null_buffer", 100000),
         ("compile_bad_flag", 200001),
@@ -388,6 +403,22 @@ fn aclop_bad_input_gets_real_error_codes() {
     assert!((rt - 0.333333).abs() < 2e-4 && rt != 0.333333);
     // no queued work failed: nothing invalid reached a kernel
     assert_eq!(r.stat_u64(&["mmu_faults"]), 0);
+    // each refusal is one line naming the operator, the element types and shapes
+    for line in [
+        "operator MyCustomOp refused (no simulated kernel for this operator): inputs float32[4,4], \
+         float32[4,4]; outputs float32[4,4] -> 100024",
+        "operator MyCustomOp refused (no simulated kernel for this operator): inputs uint8[8,8]; \
+         outputs uint8[8,8] -> 100024",
+        "operator Add refused (an input is float64; supported: float32, float16, bfloat16): inputs \
+         float64[4,4], float64[4,4]; outputs float64[4,4] -> 100026",
+    ] {
+        assert_eq!(
+            r.stderr.lines().filter(|l| l.ends_with(line)).count(),
+            1,
+            "no single line {line:?} in:\n{}",
+            r.stderr
+        );
+    }
 }
 
 #[test]
@@ -626,4 +657,145 @@ fn aclnn_injected_op_fault() {
     assert_eq!(r.stat_u64(&["injected_faults"]), 1);
     let clean = aclnn(&["fault"]);
     assert_eq!(arr(&clean, "out"), vec![1.0, 16.0, 81.0, 256.0]);
+}
+
+// ------------------------------------------- LLM operators without torch
+// tests/apps/optest_llm.c: the entry points torch_npu 2.14 reaches only in
+// compatibility modes, FlashAttentionScore called directly, and refusals.
+
+fn llm(args: &[&str]) -> Run {
+    run("optest_llm", args, &[]).must_succeed()
+}
+
+/// erf by its Taylor series (|x| < 4 here): exact to double rounding.
+fn erf(x: f64) -> f64 {
+    let (mut term, mut sum, x2) = (x, x, x * x);
+    for n in 1..200 {
+        term *= -x2 / n as f64;
+        let add = term / (2 * n + 1) as f64;
+        sum += add;
+        if add.abs() < 1e-17 * sum.abs() {
+            break;
+        }
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
+#[test]
+fn gelu_v2_both_approximations_and_their_gradients() {
+    let r = llm(&["gelu"]);
+    let (x, dy) = (arr(&r, "x"), arr(&r, "dy"));
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let mut want = [vec![], vec![], vec![], vec![]];
+    for (xi, gi) in x.iter().zip(&dy) {
+        let (v, g) = (*xi as f64, *gi as f64);
+        let inner = c * (v + 0.044715 * v * v * v);
+        let th = inner.tanh();
+        want[0].push(0.5 * v * (1.0 + erf(v / 2f64.sqrt())));
+        want[1].push(0.5 * v * (1.0 + th));
+        let pdf = (-0.5 * v * v).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        want[2].push(g * (0.5 * (1.0 + erf(v / 2f64.sqrt())) + v * pdf));
+        want[3].push(
+            g * (0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * c * (1.0 + 3.0 * 0.044715 * v * v)),
+        );
+    }
+    for (key, w) in ["gelu_none", "gelu_tanh", "grad_none", "grad_tanh"]
+        .iter()
+        .zip(&want)
+    {
+        assert_close(&arr(&r, key), w, 1e-6, key);
+    }
+    // the two forms differ: the tanh form is really computed
+    assert!(arr(&r, "gelu_none") != arr(&r, "gelu_tanh"));
+    assert_eq!(int(&r, "approximate_2"), 161002);
+    assert_eq!(int(&r, "approximate_bad"), 161002);
+}
+
+#[test]
+fn foreach_v1_operators_with_a_device_scalar() {
+    let r = llm(&["foreach_v1"]);
+    let (x1, x2, x3) = (arr(&r, "x1"), arr(&r, "x2"), arr(&r, "x3"));
+    let s = 0.75f64;
+    let f = |op: &dyn Fn(f64, f64, f64) -> f64| -> Vec<f64> {
+        (0..8)
+            .map(|i| op(x1[i] as f64, x2[i] as f64, x3[i] as f64))
+            .collect()
+    };
+    let cases: [(&str, Vec<f64>); 7] = [
+        ("add_scalar", f(&|a, _, _| a + s)),
+        ("sub_scalar", f(&|a, _, _| a - s)),
+        ("mul_scalar", f(&|a, _, _| a * s)),
+        ("div_scalar", f(&|a, _, _| a / s)),
+        ("add_list", f(&|a, b, _| a + s * b)),
+        ("addcdiv_scalar", f(&|a, b, c| a + s * b / c)),
+        ("addcmul_scalar", f(&|a, b, c| a + s * b * c)),
+    ];
+    for (key, want) in &cases {
+        assert_close(&arr(&r, key), want, 1e-6, key);
+    }
+}
+
+#[test]
+fn flash_attention_score_direct_gqa_right_down_causal() {
+    let r = llm(&["attention"]);
+    let (q, k, v) = (arr(&r, "q"), arr(&r, "k"), arr(&r, "v"));
+    let (n1, n2, s1, s2, d) = (4usize, 2usize, 3usize, 5usize, 4usize);
+    let (mut out, mut mx, mut sm) = (vec![], vec![], vec![]);
+    for n in 0..n1 {
+        let nk = n / (n1 / n2);
+        for i in 0..s1 {
+            // sparse mode 3: causal from the bottom right, j <= i + (S2 - S1)
+            let allowed: Vec<usize> = (0..s2).filter(|&j| j <= i + (s2 - s1)).collect();
+            let score: Vec<f64> = allowed
+                .iter()
+                .map(|&j| {
+                    0.5 * (0..d)
+                        .map(|e| q[(n * s1 + i) * d + e] as f64 * k[(nk * s2 + j) * d + e] as f64)
+                        .sum::<f64>()
+                })
+                .collect();
+            let m = score.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = score.iter().map(|x| (x - m).exp()).collect();
+            let sum: f64 = p.iter().sum();
+            for e in 0..d {
+                out.push(
+                    allowed
+                        .iter()
+                        .zip(&p)
+                        .map(|(&j, pj)| pj * v[(nk * s2 + j) * d + e] as f64)
+                        .sum::<f64>()
+                        / sum,
+                );
+            }
+            mx.extend(std::iter::repeat(m).take(8));
+            sm.extend(std::iter::repeat(sum).take(8));
+        }
+    }
+    assert_close(&arr(&r, "out"), &out, 1e-6, "attention out");
+    assert_close(&arr(&r, "softmax_max"), &mx, 1e-6, "softmax max");
+    assert_close(&arr(&r, "softmax_sum"), &sm, 1e-6, "softmax sum");
+    for key in [
+        "keep_prob",
+        "layout_tnd",
+        "pse",
+        "sparse_prefix",
+        "heads_not_multiple",
+    ] {
+        assert_eq!(int(&r, key), 161002, "{key}");
+    }
+}
+
+#[test]
+fn aclnn_refuses_an_element_type_with_one_line() {
+    let r = llm(&["refusals"]);
+    assert_eq!(int(&r, "silu_int32"), 161002);
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| {
+            l.contains("operator Silu refused")
+                && l.contains("inputs int32[2,3]; outputs int32[2,3]")
+        })
+        .collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
 }

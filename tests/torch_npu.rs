@@ -117,9 +117,9 @@ fn run_script(script: &str, args: &[&str], env: &[(&str, &str)]) -> Loop {
 }
 
 /// Runs train_mlp.py. `npu`: on the simulator (fake CANN install, harness
-/// preload, ACLSIM_UNKNOWN_OPS=fail so that an operator without a real kernel
-/// fails instead of producing noise); otherwise plain CPU PyTorch without
-/// torch_npu. `preload`: extra objects for LD_PRELOAD (libu3m.so).
+/// preload; an operator without a real kernel fails, it never produces
+/// noise); otherwise plain CPU PyTorch without torch_npu. `preload`: extra
+/// objects for LD_PRELOAD (libu3m.so).
 fn run_loop(npu: bool, env: &[(&str, &str)], preload: &[&Path]) -> Loop {
     run_py(None, &["--steps", STEPS], npu, env, preload)
 }
@@ -179,7 +179,6 @@ fn run_py(
             .env("ASCEND_OPP_PATH", home.join("opp"))
             .env("LD_LIBRARY_PATH", home.join("lib64"))
             .env("LD_PRELOAD", pre.join(" "))
-            .env("ACLSIM_UNKNOWN_OPS", "fail")
             .env("ACLSIM_STATS", &stats);
     } else {
         // the reference: PyTorch alone (torch_npu not even loaded)
@@ -297,8 +296,8 @@ fn assert_healthy(l: &Loop) {
         l.stats
     );
     assert!(
-        !l.stderr.contains("has no simulated kernel"),
-        "an operator without a kernel:\n{}",
+        !l.stderr.contains(" refused ("),
+        "an operator was refused:\n{}",
         l.stderr
     );
 }
@@ -411,15 +410,30 @@ fn over_capacity_raises_torch_npu_out_of_memory() {
     }
 }
 
+/// tests/torch/op_check.py (every operator against the CPU, with its
+/// ACLSIM_OPS_LOG), run once per test process.
+fn op_check() -> &'static (Loop, String) {
+    static R: OnceLock<(Loop, String)> = OnceLock::new();
+    R.get_or_init(|| {
+        let log = common::scratch("torch-opcheck").join("ops.txt");
+        let _ = std::fs::remove_file(&log);
+        let l = log.display().to_string();
+        let r = run_script("op_check.py", &[], &[("ACLSIM_OPS_LOG", l.as_str())]);
+        let ops = std::fs::read_to_string(&log).unwrap_or_default();
+        (r, ops)
+    })
+}
+
 /// The operators the simulator provides for torch_npu, one by one against the
 /// CPU, including dtypes, broadcasting, in-place and strided cases the
-/// training loop does not reach (tests/torch/op_check.py).
+/// training loop does not reach, gradients, the fused npu_* operators, and
+/// refusals (tests/torch/op_check.py).
 #[test]
 fn operators_match_cpu() {
     if skipped("operators_match_cpu") {
         return;
     }
-    let l = run_script("op_check.py", &[], &[]);
+    let (l, _) = op_check();
     let failed: Vec<&str> = l
         .stdout
         .lines()
@@ -435,8 +449,118 @@ fn operators_match_cpu() {
         .get("cases")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    assert!(cases >= 50, "op_check ran {cases} cases:\n{}", l.stdout);
+    assert!(cases >= 300, "op_check ran {cases} cases:\n{}", l.stdout);
     assert_eq!(l.stat(&["mmu_faults"]), 0, "device MMU faults: {}", l.stats);
+    // the refusals refused, each with its one line naming the operator
+    for case in [
+        "refuse_fusion_pse",
+        "refuse_fusion_prefix_mode",
+        "refuse_int64_matmul",
+        "refuse_bool_mask_index",
+    ] {
+        assert!(
+            l.stdout.contains(&format!("case={case} refused=1")),
+            "{case} did not refuse:\n{}",
+            l.stdout
+        );
+    }
+    assert!(
+        l.stderr.contains("operator MatMul refused")
+            || l.stderr.contains("operator BatchMatMul refused")
+    );
+    assert!(l.stderr.contains(
+        "operator NonZero refused (no simulated kernel for this operator): inputs bool[6,5]"
+    ));
+}
+
+/// The C programs whose results tests/sim_ops.rs checks against references,
+/// for what op_check cannot reach: entry points torch_npu 2.14 calls only in
+/// compatibility modes (V1 foreach with a device scalar when V2 is missing,
+/// GELU V2 under TORCH_NPU_USE_COMPATIBLE_IMPL) and operator types only aclop
+/// programs name (mlp_train's, the aliases).
+const C_CHECKED: &[(&str, &[&str])] = &[
+    ("optest_llm", &["gelu"]),
+    ("optest_llm", &["foreach_v1"]),
+    ("optest_aclop", &["aliases"]),
+    ("optest_aclop", &["adam", "16"]),
+    ("optest_aclop", &["relugrad", "16"]),
+    ("optest_aclop", &["reducesum", "3x4", "1"]),
+];
+
+/// Every aclnn entry point libopapi.so exports (nm -D) and every operator type
+/// with a simulated kernel (libascendcl's table) ran in an op_check case that
+/// matched the CPU or in one of the C programs above (checked by
+/// tests/sim_ops.rs); the configurations the simulator does not compute are
+/// refused (op_check's refusal cases, sim_ops.rs). Nothing is exported that
+/// nothing checks.
+#[test]
+fn every_simulator_operator_computes_or_refuses() {
+    if skipped("every_simulator_operator_computes_or_refuses") {
+        return;
+    }
+    let (l, ops) = op_check();
+    assert!(l.code == 0, "op_check failed:\n{}", l.stdout);
+    let mut all_ops = ops.clone();
+    for (prog, args) in C_CHECKED {
+        let log = common::scratch("torch-walk").join(format!("{prog}-{}.txt", args[0]));
+        let lg = log.display().to_string();
+        let r = common::run(prog, args, &[("ACLSIM_OPS_LOG", lg.as_str())]);
+        assert_eq!(r.code, 0, "{prog} {args:?}:\n{}", r.stderr);
+        all_ops += &std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    let ran_api: std::collections::BTreeSet<&str> = all_ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().next())
+        .collect();
+    let ran_kernel: std::collections::BTreeSet<&str> = all_ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().nth(1))
+        .collect();
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(common::target_dir().join("libopapi.so"))
+        .output()
+        .expect("nm");
+    let syms = String::from_utf8_lossy(&nm.stdout);
+    let exported: Vec<&str> = syms
+        .lines()
+        .filter_map(|x| x.split_whitespace().nth(2))
+        .filter(|n| n.starts_with("aclnn") && !n.ends_with("GetWorkspaceSize"))
+        .collect();
+    assert!(
+        exported.len() > 200,
+        "nm found {} aclnn entries",
+        exported.len()
+    );
+    let unchecked: Vec<&&str> = exported.iter().filter(|a| !ran_api.contains(**a)).collect();
+    assert!(
+        unchecked.is_empty(),
+        "exported but checked by nothing: {unchecked:?}"
+    );
+    let facts = common::facts(&l.stdout);
+    let kernels: Vec<&str> = facts
+        .get("kernels")
+        .map(|v| v.split(',').collect())
+        .unwrap_or_default();
+    assert!(kernels.len() > 130, "kernel table: {kernels:?}");
+    let unchecked: Vec<&&str> = kernels
+        .iter()
+        .filter(|k| !ran_kernel.contains(**k))
+        .collect();
+    assert!(
+        unchecked.is_empty(),
+        "kernels checked by nothing: {unchecked:?}"
+    );
+    let by_torch: std::collections::BTreeSet<&str> = ops
+        .lines()
+        .filter_map(|x| x.split_whitespace().next())
+        .collect();
+    eprintln!(
+        "{} aclnn entry points ({} checked through op_check against the CPU), {} kernels",
+        exported.len(),
+        exported.iter().filter(|a| by_torch.contains(*a)).count(),
+        kernels.len()
+    );
 }
 
 /// The same loop under LD_PRELOAD=libu3m.so in observe mode: bit-identical
@@ -528,4 +652,430 @@ fn tier_mode_runs_the_loop_below_its_footprint() {
         );
         assert_eq!(l.stat(&["mmu_faults"]), 0, "{conf}: device MMU faults");
     }
+}
+
+// ------------------------------------------------------------ LLM workloads
+//
+// tests/torch/llm.py: a Llama (RMS norm, rotary embedding, grouped-query
+// attention through SDPA, SwiGLU) and a GPT-2 (layer norm, tanh GELU,
+// learned positions) from transformers, random initialisation. One process
+// runs both models on the CPU (the reference) and on the simulated NPU:
+// greedy generation from the initial weights, 5 AdamW steps, greedy
+// generation again (dynamic and static KV cache), sampling; and the same
+// training under bf16 autocast.
+
+/// Results of llm.py keyed by everything on the line before the result
+/// ("model=llama device=npu run=f32" -> losses; "... when=trained
+/// cache=static" -> tokens).
+struct LlmOut {
+    run: Loop,
+    ops: String,
+}
+
+impl LlmOut {
+    fn losses(&self, model: &str, device: &str, run: &str) -> Vec<f64> {
+        let prefix = format!("model={model} device={device} run={run} step=");
+        self.run
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .map(|l| l.rsplit("loss=").next().unwrap().parse().expect("a loss"))
+            .collect()
+    }
+    /// The value of `key=` on the line that starts with `prefix`.
+    fn value(&self, prefix: &str, key: &str) -> String {
+        let line = self
+            .run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no line '{prefix}...' in:\n{}\nstderr:\n{}",
+                    self.run.stdout, self.run.stderr
+                )
+            });
+        line.split_whitespace()
+            .find_map(|t| t.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in '{line}'"))
+            .to_string()
+    }
+    /// Launches of `api` whose element types match `types` (ACLSIM_OPS_LOG lines).
+    fn launched(&self, api: &str, types: &str) -> bool {
+        self.ops
+            .lines()
+            .any(|l| l.starts_with(&format!("{api} ")) && l.contains(types))
+    }
+}
+
+/// Runs llm.py on the simulator (the CPU reference in the same process when
+/// `args` asks for it) with ACLSIM_OPS_LOG.
+fn run_llm(args: &[&str], env: &[(&str, &str)], preload: &[&Path]) -> LlmOut {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let log = common::scratch("torch-llm").join(format!("ops-{n}.txt"));
+    let _ = std::fs::remove_file(&log);
+    let l = log.display().to_string();
+    let mut e: Vec<(&str, &str)> = vec![("ACLSIM_OPS_LOG", l.as_str())];
+    e.extend_from_slice(env);
+    let run = run_py(Some("llm.py"), args, true, &e, preload);
+    let ops = std::fs::read_to_string(&log).unwrap_or_default();
+    LlmOut { run, ops }
+}
+
+/// Every model, CPU and NPU, f32 (with generation and sampling) and bf16:
+/// run once per test process.
+fn llm_reference() -> &'static LlmOut {
+    static R: OnceLock<LlmOut> = OnceLock::new();
+    R.get_or_init(|| {
+        let r = run_llm(
+            &[
+                "--models",
+                "llama,gpt2",
+                "--devices",
+                "cpu,npu",
+                "--runs",
+                "f32,bf16",
+                "--caches",
+                "dynamic,static",
+                "--sample",
+            ],
+            &[],
+            &[],
+        );
+        r.run
+            .must_succeed("llm.py on the CPU and the simulated NPU");
+        r
+    })
+}
+
+/// 5 losses per run, each within `rtol` of the CPU's; the model learns; the
+/// first step's gradient norm of every parameter within `grad_rtol`.
+fn assert_losses_match(r: &LlmOut, model: &str, run: &str, rtol: f64, grad_rtol: f64) {
+    let cpu = r.losses(model, "cpu", run);
+    let npu = r.losses(model, "npu", run);
+    assert_eq!(cpu.len(), 5, "{model}/{run}: CPU printed {cpu:?}");
+    assert_eq!(
+        npu.len(),
+        5,
+        "{model}/{run}: NPU printed {npu:?}\nstderr:\n{}",
+        r.run.stderr
+    );
+    let mut worst = 0f64;
+    for (i, (a, b)) in npu.iter().zip(&cpu).enumerate() {
+        let rel = (a - b).abs() / b.abs();
+        worst = worst.max(rel);
+        assert!(
+            rel <= rtol,
+            "{model}/{run} step {i}: NPU loss {a} vs CPU {b} (relative difference {rel:.2e} > {rtol:e})"
+        );
+    }
+    assert!(
+        cpu[4] < cpu[0] - 0.5,
+        "{model}/{run}: the model does not learn: {cpu:?}"
+    );
+    // the first step's gradient of every parameter, one by one
+    let norms = |d: &str| -> Vec<f64> {
+        r.value(
+            &format!("model={model} device={d} run={run} grad_norms="),
+            "grad_norms",
+        )
+        .split(',')
+        .map(|v| v.parse().unwrap())
+        .collect()
+    };
+    let (gc, gn) = (norms("cpu"), norms("npu"));
+    assert!(
+        gc.len() > 10 && gc.len() == gn.len(),
+        "{model}/{run}: gradient norms {gc:?} vs {gn:?}"
+    );
+    let mut gworst = 0f64;
+    for (i, (a, b)) in gn.iter().zip(&gc).enumerate() {
+        let rel = (a - b).abs() / b.abs().max(1e-6);
+        gworst = gworst.max(rel);
+        assert!(
+            rel <= grad_rtol,
+            "{model}/{run}: gradient of parameter {i}: NPU norm {a} vs CPU {b} ({rel:.2e} > {grad_rtol:e})"
+        );
+    }
+    eprintln!(
+        "{model}/{run}: NPU losses {npu:?}; largest relative difference to the CPU: loss {worst:.2e}, \
+         gradient norm {gworst:.2e} ({} parameters)",
+        gc.len()
+    );
+}
+
+fn assert_generation_matches(r: &LlmOut, model: &str) {
+    for when in ["init", "trained"] {
+        for cache in ["dynamic", "static"] {
+            let key =
+                |d: &str| format!("model={model} device={d} run=f32 when={when} cache={cache} ");
+            let (cpu, npu) = (
+                r.value(&key("cpu"), "tokens"),
+                r.value(&key("npu"), "tokens"),
+            );
+            assert_eq!(cpu.split(',').count(), 16, "{model}: {cpu}");
+            assert_eq!(
+                npu, cpu,
+                "{model}: greedy tokens ({when} weights, {cache} KV cache) differ from the CPU's"
+            );
+        }
+    }
+    // the sampling path (top-k, top-p, temperature, multinomial): every
+    // sampled token is one of the 4 most likely of a CPU copy of the model
+    assert_eq!(
+        r.value(
+            &format!("model={model} device=npu run=f32 sample "),
+            "in_top4"
+        ),
+        "1",
+        "{model}: a sampled token outside the top 4"
+    );
+}
+
+fn assert_no_refusal(r: &LlmOut) {
+    assert!(
+        !r.run.stderr.contains(" refused ("),
+        "an operator was refused:\n{}",
+        r.run.stderr
+    );
+    assert_eq!(
+        r.run.stat(&["mmu_faults"]),
+        0,
+        "device MMU faults: {}",
+        r.run.stats
+    );
+}
+
+#[test]
+fn llm_llama_trains_and_generates_like_cpu() {
+    if skipped("llm_llama_trains_and_generates_like_cpu") {
+        return;
+    }
+    let r = llm_reference();
+    assert_losses_match(r, "llama", "f32", 1e-3, 1e-4);
+    assert_generation_matches(r, "llama");
+    assert_no_refusal(r);
+    // what ran is the real thing: flash attention both ways (grouped-query:
+    // 4 query heads over 2 key/value heads), the embedding and its gradient,
+    // SiLU and its gradient, KV-cache writes, the sampler
+    for (api, types) in [
+        ("aclnnFlashAttentionScore", "float32*3"),
+        ("aclnnFlashAttentionScoreGrad", "float32*4"),
+        ("aclnnEmbedding", "float32,int64->float32"),
+        ("aclnnEmbeddingDenseBackward", "float32,int64->float32"),
+        ("aclnnSilu", "float32->float32"),
+        ("aclnnSiluBackward", "float32*2->float32"),
+        ("aclnnInplaceIndexCopy", "float32,int64,float32->float32"),
+        ("aclnnMultinomial", "float32->int64"),
+        ("aclnnForeachNorm", "float32"),
+    ] {
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
+    }
+}
+
+#[test]
+fn llm_gpt2_trains_and_generates_like_cpu() {
+    if skipped("llm_gpt2_trains_and_generates_like_cpu") {
+        return;
+    }
+    let r = llm_reference();
+    assert_losses_match(r, "gpt2", "f32", 1e-3, 1e-4);
+    assert_generation_matches(r, "gpt2");
+    assert_no_refusal(r);
+    for (api, types) in [
+        ("aclnnLayerNorm", "float32*3->float32*3"),
+        ("aclnnLayerNormBackward", "float32*5->float32*3"),
+        ("aclnnTanh", "float32->float32"),
+        ("aclnnTanhBackward", "float32*2->float32"),
+        ("aclnnAddmm", "float32*3->float32"),
+    ] {
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
+    }
+}
+
+#[test]
+fn llm_bf16_autocast_training_matches_cpu() {
+    if skipped("llm_bf16_autocast_training_matches_cpu") {
+        return;
+    }
+    let r = llm_reference();
+    // CPU and NPU autocast cast different operators to bfloat16 (PyTorch's
+    // CPU list vs torch_npu's CUDA-like list), so results differ by bf16
+    // rounding (2^-8 = 3.9e-3 relative per rounding), not by the operators:
+    // observed losses <= 1.6e-4, gradient norms <= 1.5e-3 apart
+    for model in ["llama", "gpt2"] {
+        assert_losses_match(r, model, "bf16", 1e-3, 1e-2);
+    }
+    assert_no_refusal(r);
+    // the matrix products and the attention really ran in bfloat16
+    for (api, types) in [
+        ("aclnnMatmul", "bfloat16*2->bfloat16"),
+        ("aclnnFlashAttentionScore", "bfloat16*3"),
+        ("aclnnFlashAttentionScoreGrad", "bfloat16*4"),
+    ] {
+        assert!(
+            r.launched(api, types),
+            "{api} ({types}) never ran:\n{}",
+            r.ops
+        );
+    }
+}
+
+// LLM workloads under libu3m.so in tier mode, with HBM below the footprint.
+
+/// Both models on the NPU: generation from the initial weights, 5 AdamW
+/// steps, generation (dynamic and static KV cache) and sampling.
+const LLM_TIER_ARGS: &[&str] = &[
+    "--models",
+    "llama,gpt2",
+    "--devices",
+    "npu",
+    "--runs",
+    "f32",
+    "--caches",
+    "dynamic,static",
+    "--sample",
+];
+
+/// The tier workload on a device large enough for it: its results and its
+/// footprint (the simulator's physical peak).
+fn llm_plain() -> &'static LlmOut {
+    static R: OnceLock<LlmOut> = OnceLock::new();
+    R.get_or_init(|| {
+        let r = run_llm(LLM_TIER_ARGS, &[], &[]);
+        r.run.must_succeed("the LLM workload on the simulated NPU");
+        r
+    })
+}
+
+/// The result lines (losses, gradient norms, tokens) of a run.
+fn llm_results(r: &LlmOut) -> Vec<&str> {
+    r.run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("model="))
+        .collect()
+}
+
+/// HBM = footprint / `ratio`: the stock runtime fails with torch_npu's
+/// out-of-memory error for both models; under libu3m.so (tier mode) the
+/// workload completes with bit-identical losses, gradients and tokens,
+/// evicting to DRAM, never above HBM and without an MMU fault.
+fn llm_tier_case(ratio: f64, task_queue: bool) {
+    let plain = llm_plain();
+    let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
+    assert!(
+        footprint >= 20 << 20,
+        "footprint {footprint}: {}",
+        plain.run.stats
+    );
+    let hbm = (footprint as f64 / ratio) as u64;
+    let hbm_s = hbm.to_string();
+    let stock = run_llm(
+        &[LLM_TIER_ARGS, &["--expect-oom"]].concat(),
+        &[("ACLSIM_HBM_BYTES", hbm_s.as_str())],
+        &[],
+    );
+    stock
+        .run
+        .must_succeed("the stock run (expecting out-of-memory errors)");
+    for model in ["llama", "gpt2"] {
+        let line = format!("model={model} device=npu run=f32 oom=1");
+        assert!(
+            stock.run.stdout.contains(&line) && stock.run.stdout.contains("NPU out of memory"),
+            "{ratio}x: the stock runtime did not run out of memory for {model} in {hbm} bytes:\n{}",
+            stock.run.stdout
+        );
+    }
+    assert!(
+        stock.run.stat(&["failed_allocs"]) >= 2,
+        "{}",
+        stock.run.stats
+    );
+
+    let dir = common::scratch(&format!("torch-llm-tier-{ratio}-{task_queue}"));
+    let summary = dir.join("summary.json");
+    let _ = std::fs::remove_file(&summary);
+    let (sum_s, dir_s) = (summary.display().to_string(), dir.display().to_string());
+    let mut env = vec![
+        ("ACLSIM_HBM_BYTES", hbm_s.as_str()),
+        ("U3M_MODE", "tier"),
+        // torch_npu's caching allocator asks for 20 MiB blocks: report room
+        ("U3M_OVERSUB", "3"),
+        ("U3M_SUMMARY", sum_s.as_str()),
+        ("U3M_SHM_DIR", dir_s.as_str()),
+    ];
+    if !task_queue {
+        // torch_npu launches on the Python thread (a documented torch_npu switch)
+        env.push(("TASK_QUEUE_ENABLE", "0"));
+    }
+    let u3m = common::libu3m();
+    let l = run_llm(LLM_TIER_ARGS, &env, &[u3m.as_path()]);
+    l.run.must_succeed(&format!(
+        "{ratio}x: the LLM workload under libu3m.so (tier mode)"
+    ));
+    assert_eq!(
+        llm_results(&l),
+        llm_results(plain),
+        "{ratio}x: tier mode changed the results"
+    );
+    assert_eq!(
+        l.run.stat(&["mmu_faults"]),
+        0,
+        "{ratio}x: device MMU faults"
+    );
+    let peak = l.run.stat(&["devices", "0", "peak_bytes"]);
+    assert!(
+        peak <= hbm,
+        "{ratio}x: physical peak {peak} above HBM {hbm}"
+    );
+    let s: serde_json::Value = std::fs::read_to_string(&summary)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_else(|| panic!("{ratio}x: no U3M_SUMMARY at {sum_s}"));
+    let ev = s["tier"]["evictions"].as_u64().unwrap_or(0);
+    assert!(ev > 0, "{ratio}x: no evictions: {s}");
+    eprintln!(
+        "{ratio}x: footprint {footprint} B, HBM {hbm} B, physical peak {peak} B; {ev} evictions ({} B), {} faults-in",
+        s["tier"]["eviction_bytes"], s["tier"]["faults_in"]
+    );
+}
+
+#[test]
+fn llm_tier_mode_at_one_and_a_half_times_hbm() {
+    if skipped("llm_tier_mode_at_one_and_a_half_times_hbm") {
+        return;
+    }
+    llm_tier_case(1.5, false);
+}
+
+#[test]
+fn llm_tier_mode_at_twice_hbm() {
+    if skipped("llm_tier_mode_at_twice_hbm") {
+        return;
+    }
+    llm_tier_case(2.0, false);
+}
+
+/// The same with torch_npu's default task queue (launches on the queue
+/// thread, many GetWorkspaceSize calls ahead).
+#[test]
+#[ignore = "u3m bug: with torch_npu's task queue, aclnn launches run on the queue thread and \
+            src/hooks/aclnn.rs makes every live aclTensor's storage resident (live_ranges); the \
+            live tensors of the launches queued ahead span more than HBM, so a launch fails with \
+            207001 (seen on aclnnFlashAttentionScore, aclnnMul, aclnnMuls); TASK_QUEUE_ENABLE=0 passes"]
+fn llm_tier_mode_with_the_task_queue() {
+    if skipped("llm_tier_mode_with_the_task_queue") {
+        return;
+    }
+    llm_tier_case(1.5, true);
 }

@@ -271,9 +271,11 @@ static void ctx_init(ctx *c)
     ACL_CHECK(aclrtMalloc((void **)&c->dev2, SMALL_COPY, ACL_MEM_MALLOC_HUGE_FIRST));
     ACL_CHECK(aclrtMallocHost(&c->host, SMALL_COPY));
     memset(c->host, 0x5a, SMALL_COPY);
-    int64_t dims[1] = { RANGE_BYTES / 4 };
+    /* opaque byte ranges (as acl_replay describes them): the simulator runs
+     * its hash kernel on them; typed tensors would need a real ConcatD */
+    int64_t dims[1] = { RANGE_BYTES };
     for (int i = 0; i < MAX_K; i++) {
-        c->desc[i] = aclCreateTensorDesc(ACL_FLOAT, 1, dims, ACL_FORMAT_ND);
+        c->desc[i] = aclCreateTensorDesc(ACL_UINT8, 1, dims, ACL_FORMAT_ND);
         c->buf[i] = aclCreateDataBuffer(c->pool + (size_t)i * RANGE_BYTES, RANGE_BYTES);
         if (!c->desc[i] || !c->buf[i]) app_die(2, "aclCreateTensorDesc/aclCreateDataBuffer failed");
     }

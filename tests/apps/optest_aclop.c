@@ -7,7 +7,7 @@
  *   optest_aclop binary Add|Sub|Mul SHAPE1 SHAPE2 SHAPEY   (shapes like 3x4, "s" = scalar)
  *   optest_aclop relu N | relugrad N | softmax R C | reducesum SHAPE AXIS | fill N VALUE
  *   optest_aclop adam N
- *   optest_aclop hash | inplace | errors | mmu | host | f16
+ *   optest_aclop hash | inplace | errors | mmu | host | f16 | aliases
  *   optest_aclop flops F          (F < 0: no flops attr)
  *
  * Arrays print as name=v0,v1,... with %.9g (exact float round trip). */
@@ -403,6 +403,13 @@ static void case_errors(void)
     aclTensorDesc *dd[2] = { t44d, t44d }, *ddo[1] = { t44d };
     aclDataBuffer *bdd[2] = { b128, b128 }, *bddo[1] = { b128 };
     TRY("add_double", aclopExecuteV2("Add", 2, dd, bdd, 1, ddo, bddo, NULL, g_stream));
+    /* typed tensors on an operator without a kernel: refused, never hashed */
+    TRY("unknown_typed", aclopExecuteV2("MyCustomOp", 2, in2, bin2, 1, out1, bout1, NULL, g_stream));
+    int64_t dims_u8[2] = { 8, 8 };
+    aclTensorDesc *u8 = aclCreateTensorDesc(ACL_UINT8, 2, dims_u8, ACL_FORMAT_ND);
+    aclTensorDesc *u8in[1] = { u8 }, *u8out[1] = { u8 };
+    TRY("unknown_uint8_2d", aclopExecuteV2("MyCustomOp", 1, u8in, bin2, 1, u8out, bout1, NULL, g_stream));
+    aclDestroyTensorDesc(u8);
     int bogus_stream_storage;
     TRY("bad_stream", aclopExecuteV2("Add", 2, in2, bin2, 1, out1, bout1, NULL, &bogus_stream_storage));
     /* a destroyed data buffer is recognised */
@@ -485,6 +492,35 @@ static void case_host(void)
 
 /* float16 operands: y = x1 + x2 and z = x1 @ x2 (4x4), computed through f32
  * and rounded to f16; prints the f16 inputs/outputs as floats */
+/* The alias op types (MatMulV2, BatchMatMulV2, AddV2, Softmax, Div) give the
+ * bits of the type they stand for (whose results other cases check). */
+static void case_aliases(void)
+{
+    static const struct { const char *alias, *canon; int kind; } pairs[] = {
+        { "MatMulV2", "MatMul", 0 }, { "BatchMatMulV2", "BatchMatMul", 1 }, { "AddV2", "Add", 2 },
+        { "Softmax", "SoftmaxV2", 3 }, { "Div", "RealDiv", 2 },
+    };
+    for (size_t p = 0; p < sizeof pairs / sizeof pairs[0]; p++) {
+        shape_t s1, s2, sy;
+        int nin = 2;
+        switch (pairs[p].kind) {
+        case 0: s1 = S2(3, 5); s2 = S2(5, 4); sy = S2(3, 4); break;
+        case 1: s1 = S3(2, 3, 5); s2 = S3(2, 5, 4); sy = S3(2, 3, 4); break;
+        case 2: s1 = S2(3, 4); s2 = S2(3, 4); sy = S2(3, 4); break;
+        default: s1 = S2(3, 4); s2 = s1; sy = S2(3, 4); nin = 1; break;
+        }
+        float *x1 = rand_arr(numel(s1), 1.0f), *x2 = rand_arr(numel(s2), 1.0f);
+        float *y[2] = { malloc(numel(sy) * 4), malloc(numel(sy) * 4) };
+        arg_t in[2] = { farg(s1, upload(x1, numel(s1))), farg(s2, upload(x2, numel(s2))) };
+        for (int v = 0; v < 2; v++) {
+            arg_t out[1] = { farg(sy, dev_alloc(numel(sy) * 4)) };
+            run_op(v ? pairs[p].canon : pairs[p].alias, nin, in, 1, out, NULL);
+            download(y[v], out[0].dev, numel(sy));
+        }
+        printf("alias_%s_same=%d\n", pairs[p].alias, memcmp(y[0], y[1], numel(sy) * 4) == 0);
+    }
+}
+
 static void case_f16(void)
 {
     enum { N = 16 };
@@ -547,6 +583,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "mmu")) case_mmu();
     else if (!strcmp(c, "host")) case_host();
     else if (!strcmp(c, "f16")) case_f16();
+    else if (!strcmp(c, "aliases")) case_aliases();
     else if (!strcmp(c, "flops")) case_flops(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));

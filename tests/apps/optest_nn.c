@@ -165,17 +165,19 @@ static void case_foreach(void)
                       aclCreateTensorList(v_, 2); })
     typedef aclnnStatus (*ws_v2)(const aclTensorList *, const aclScalar *, aclTensorList *, uint64_t *, aclOpExecutor **);
     typedef aclnnStatus (*ws_v1)(const aclTensorList *, const aclTensor *, aclTensorList *, uint64_t *, aclOpExecutor **);
+    /* the ScalarList form takes a device tensor of per-element scalars, as
+     * op-plugin's ForeachAddcdivTensor passes it */
     typedef aclnnStatus (*ws_cl)(const aclTensorList *, const aclTensorList *, const aclTensorList *,
-        const aclScalarList *, aclTensorList *, uint64_t *, aclOpExecutor **);
+        const aclTensor *, aclTensorList *, uint64_t *, aclOpExecutor **);
     double half = 0.5;
     aclScalar *sh = aclCreateScalar(&half, ACL_DOUBLE);
     aclTensorList *x = L2(dA, dB), *o = L2(dA, dB);
     RUN("aclnnForeachMulScalarV2", ws_v2, x, sh, o);             /* in place: a *= 0.5 */
     aclTensorList *x1 = L2(dA, dB), *o1 = L2(dA, dB);
     RUN("aclnnForeachMulScalar", ws_v1, x1, tens(d0, 0, ACL_FLOAT, dS), o1);   /* a *= 3 */
-    double s0 = 2.0, s1 = -1.0;
-    const aclScalar *sv[2] = { aclCreateScalar(&s0, ACL_DOUBLE), aclCreateScalar(&s1, ACL_DOUBLE) };
-    aclScalarList *sl = aclCreateScalarList(sv, 2);
+    float sv[2] = { 2.0f, -1.0f };
+    int64_t dsv[1] = { 2 };
+    aclTensor *sl = tens(dsv, 1, ACL_FLOAT, up(sv, sizeof sv));
     aclTensorList *p1 = L2(dA, dB), *p2 = L2(dC, dD), *p3 = L2(dE, dF), *po = L2(dA, dB);
     RUN("aclnnForeachAddcdivScalarList", ws_cl, p1, p2, p3, sl, po);
     float ga[N1], gb[N2];

@@ -4,7 +4,7 @@
  * arguments, snapshots the tensors (as sim_tensor views) into a new executor
  * and reports a workspace of 0 bytes; aclnnXxx launches the executor through
  * the core (aclsim_launch_op) and frees it. Adding an operator is one small
- * GetWorkspaceSize function built from the nn_call helpers below plus one
+ * GetWorkspaceSize function built from the nn_call helpers (nn_call.h) plus one
  * NN_LAUNCHER line, e.g.
  *
  *   ACL_FUNC_VISIBILITY aclnnStatus aclnnReluGetWorkspaceSize(const aclTensor *self, aclTensor *out,
@@ -18,267 +18,14 @@
  *   }
  *   NN_LAUNCHER(aclnnRelu)
  *
- * The op type must be one the core's kernels know (rt/kernels.c), or the
- * launch runs the hash kernel. Conventions: docs/simulator-ops.md. */
-#include <stdarg.h>
+ * The op type must be one the core's kernels know (rt/kernels*.c), or the
+ * operator is refused (561003). Conventions: docs/simulator-ops.md.
+ * The LLM operators are in opapi_math.c, opapi_index.c, opapi_reduce.c and
+ * opapi_llm.c. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "aclnnop/aclnn_ops.h"
-#include "nnopbase/aclnn_objects.h"
-
-/* foreach operators pass whole parameter lists (op-plugin splits them at
- * 48 tensors per list, up to 3 lists plus the outputs) */
-#define NN_MAX_TENSORS 256
-#define NN_MAX_ATTRS 80
-
-/* Arguments of one operator being prepared. The first error sticks: later
- * helper calls become no-ops and nn_finish returns it. */
-typedef struct nn_call {
-    const char *api;
-    const char *op_type;
-    aclnnStatus err;
-    int nin, nout, nattrs;
-    sim_tensor in[NN_MAX_TENSORS];
-    sim_tensor out[NN_MAX_TENSORS];
-    sim_attr attrs[NN_MAX_ATTRS];
-} nn_call;
-
-static void nn_begin(nn_call *c, const char *api, const char *op_type)
-{
-    c->api = api;
-    c->op_type = op_type;
-    c->err = ACLNN_SUCCESS;
-    c->nin = c->nout = c->nattrs = 0;
-}
-
-__attribute__((format(printf, 3, 4)))
-static void nn_fail(nn_call *c, aclnnStatus st, const char *fmt, ...)
-{
-    if (c->err) return;
-    c->err = st;
-    char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    aclsim_log("%sGetWorkspaceSize: %s", c->api, msg);
-}
-
-/* aclTensor -> sim_tensor view: data = storage base + offset * element size,
- * footprint = [base, base + prod(storageDims) * element size). */
-static void nn_view(nn_call *c, const aclTensor *h, const char *name, sim_tensor *v)
-{
-    memset(v, 0, sizeof *v);
-    if (c->err) return;
-    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return; }
-    const aclTensor *t = (const aclTensor *)aclsim_nn_lookup(h, NN_TENSOR);
-    if (!t) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclTensor", name, (const void *)h); return; }
-    if (!t->data) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s has no device data (NULL)", name); return; }
-    size_t es = kern_dtype_size(t->dtype);
-    if (es == 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has data type %d without an element size", name, t->dtype); return; }
-    if (t->offset < 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has negative offset %lld", name, (long long)t->offset); return; }
-    uint64_t elems = 1;
-    for (int i = 0; i < t->storage_ndim; i++) {
-        if (t->storage_dims[i] < 0 || __builtin_mul_overflow(elems, (uint64_t)t->storage_dims[i], &elems)) {
-            nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has an invalid storage shape", name);
-            return;
-        }
-    }
-    uint64_t bytes;
-    if (__builtin_mul_overflow(elems, (uint64_t)es, &bytes) || (uint64_t)t->offset > ((uint64_t)1 << 50)) {
-        nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s storage size overflows", name);
-        return;
-    }
-    v->base = t->data;
-    v->bytes = (size_t)bytes;
-    v->data = (char *)t->data + t->offset * (int64_t)es;
-    v->dtype = t->dtype;
-    v->ndim = t->ndim;
-    memcpy(v->dims, t->dims, sizeof v->dims);
-    memcpy(v->strides, t->strides, sizeof v->strides);
-    /* the view's geometry against its footprint is checked by aclsim_op_check */
-}
-
-static void nn_in_view(nn_call *c, const sim_tensor *v)
-{
-    if (c->err) return;
-    if (c->nin == NN_MAX_TENSORS) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "too many inputs"); return; }
-    c->in[c->nin++] = *v;
-}
-
-static void nn_out_view(nn_call *c, const sim_tensor *v)
-{
-    if (c->err) return;
-    if (c->nout == NN_MAX_TENSORS) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "too many outputs"); return; }
-    c->out[c->nout++] = *v;
-}
-
-static void nn_in(nn_call *c, const aclTensor *t, const char *name)
-{
-    sim_tensor v;
-    nn_view(c, t, name, &v);
-    nn_in_view(c, &v);
-}
-
-static void nn_out(nn_call *c, const aclTensor *t, const char *name)
-{
-    sim_tensor v;
-    nn_view(c, t, name, &v);
-    nn_out_view(c, &v);
-}
-
-static sim_attr *nn_attr(nn_call *c, const char *name, int type)
-{
-    if (c->err) return NULL;
-    if (c->nattrs == NN_MAX_ATTRS) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "too many attributes"); return NULL; }
-    sim_attr *a = &c->attrs[c->nattrs++];
-    memset(a, 0, sizeof *a);
-    snprintf(a->name, sizeof a->name, "%s", name);
-    a->type = type;
-    return a;
-}
-
-static void nn_attr_int(nn_call *c, const char *name, int64_t v)
-{
-    sim_attr *a = nn_attr(c, name, SIM_ATTR_INT);
-    if (a) a->i = v;
-}
-
-static void nn_attr_float(nn_call *c, const char *name, float v)
-{
-    sim_attr *a = nn_attr(c, name, SIM_ATTR_FLOAT);
-    if (a) a->f = v;
-}
-
-/* Value of a host scalar as float (any numeric type). */
-static float nn_scalar_float(nn_call *c, const aclScalar *h, const char *name)
-{
-    if (c->err) return 0.0f;
-    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return 0.0f; }
-    const aclScalar *s = (const aclScalar *)aclsim_nn_lookup(h, NN_SCALAR);
-    if (!s) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclScalar", name, (const void *)h); return 0.0f; }
-    const void *p = s->value;
-    union { float f; double d; int8_t i8; uint8_t u8; int16_t i16; uint16_t u16; int32_t i32; uint32_t u32;
-            int64_t i64; uint64_t u64; } u;
-    memcpy(&u, p, sizeof u);
-    switch (s->dtype) {
-    case ACL_FLOAT: return u.f;
-    case ACL_DOUBLE: return (float)u.d;
-    case ACL_FLOAT16: return kern_f16_to_f32(u.u16);
-    case ACL_BF16: return kern_bf16_to_f32(u.u16);
-    case ACL_INT8: return u.i8;
-    case ACL_UINT8: return u.u8;
-    case ACL_BOOL: return u.u8 != 0;
-    case ACL_INT16: return u.i16;
-    case ACL_UINT16: return u.u16;
-    case ACL_INT32: return (float)u.i32;
-    case ACL_UINT32: return (float)u.u32;
-    case ACL_INT64: return (float)u.i64;
-    case ACL_UINT64: return (float)u.u64;
-    default:
-        nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s has unsupported data type %d", name, s->dtype);
-        return 0.0f;
-    }
-}
-
-/* A host scalar as an attribute, keeping its kind: an integer (or bool)
- * scalar becomes an int attribute (exact), a floating one a float attribute
- * (the precision the float32 kernels compute with). */
-static void nn_attr_scalar(nn_call *c, const char *attr, const aclScalar *h, const char *name)
-{
-    if (c->err) return;
-    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return; }
-    const aclScalar *s = (const aclScalar *)aclsim_nn_lookup(h, NN_SCALAR);
-    if (!s) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclScalar", name, (const void *)h); return; }
-    int64_t iv;
-    switch (s->dtype) {
-    case ACL_INT8: iv = *(const int8_t *)s->value; break;
-    case ACL_UINT8: case ACL_BOOL: iv = s->value[0]; break;
-    case ACL_INT16: { int16_t v; memcpy(&v, s->value, 2); iv = v; break; }
-    case ACL_UINT16: { uint16_t v; memcpy(&v, s->value, 2); iv = v; break; }
-    case ACL_INT32: { int32_t v; memcpy(&v, s->value, 4); iv = v; break; }
-    case ACL_UINT32: { uint32_t v; memcpy(&v, s->value, 4); iv = v; break; }
-    case ACL_INT64: case ACL_UINT64: memcpy(&iv, s->value, 8); break;
-    default:
-        nn_attr_float(c, attr, nn_scalar_float(c, h, name));
-        return;
-    }
-    if (s->dtype == ACL_BOOL) iv = iv != 0;
-    nn_attr_int(c, attr, iv);
-}
-
-/* Validation errors of the core (shape, dtype, counts) are argument errors. */
-static aclnnStatus nn_status(aclError e)
-{
-    if (e == ACL_ERROR_INVALID_PARAM || e == ACL_ERROR_OP_INPUT_NOT_MATCH || e == ACL_ERROR_OP_OUTPUT_NOT_MATCH ||
-        e == ACL_ERROR_OP_ATTR_NOT_MATCH || e == ACL_ERROR_UNSUPPORTED_DATA_TYPE)
-        return ACLNN_ERR_PARAM_INVALID;
-    return e;
-}
-
-static aclnnStatus nn_finish(nn_call *c, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    if (!c->err && (!workspaceSize || !executor))
-        nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", workspaceSize ? "executor" : "workspaceSize");
-    if (c->err) return c->err;
-    uint64_t flops = 0;
-    aclError e = aclsim_op_check(c->op_type, c->in, c->nin, c->out, c->nout, c->attrs, c->nattrs, &flops);
-    if (e) {
-        nn_fail(c, nn_status(e), "arguments rejected for %s (error %d)", c->op_type, e);
-        return c->err;
-    }
-    int nt = c->nin + c->nout;
-    aclOpExecutor *ex = calloc(1, sizeof *ex + (size_t)nt * sizeof(sim_tensor) + (size_t)c->nattrs * sizeof(sim_attr));
-    if (!ex) return ACLNN_ERR_INNER;
-    ex->t = (sim_tensor *)(ex + 1);
-    ex->attrs = (sim_attr *)(ex->t + nt);
-    snprintf(ex->api, sizeof ex->api, "%s", c->api);
-    snprintf(ex->op_type, sizeof ex->op_type, "%s", c->op_type);
-    ex->nin = c->nin;
-    ex->nout = c->nout;
-    ex->nattrs = c->nattrs;
-    ex->flops = flops;
-    memcpy(ex->t, c->in, (size_t)c->nin * sizeof(sim_tensor));
-    memcpy(ex->t + c->nin, c->out, (size_t)c->nout * sizeof(sim_tensor));
-    memcpy(ex->attrs, c->attrs, (size_t)c->nattrs * sizeof(sim_attr));
-    aclsim_nn_register(&ex->h, NN_EXECUTOR);
-    *workspaceSize = 0;
-    *executor = ex;
-    return ACLNN_SUCCESS;
-}
-
-/* Second phase: runs and consumes the executor. A NULL, destroyed or already
- * launched executor is ACLNN_ERR_PARAM_INVALID; runtime failures (not ready,
- * bad stream, injected op fault, lost device) return the runtime's code. */
-static aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream)
-{
-    aclOpExecutor *ex = (aclOpExecutor *)aclsim_nn_lookup(executor, NN_EXECUTOR);
-    if (!ex || !aclsim_nn_unregister(ex, NN_EXECUTOR)) {
-        aclsim_log("%s: executor %p is not live (NULL, already launched or destroyed)", api, (void *)executor);
-        return ACLNN_ERR_PARAM_INVALID;
-    }
-    if (strcmp(ex->api, api) != 0)
-        aclsim_log("%s: launching an executor prepared by %sGetWorkspaceSize", api, ex->api);
-    aclnnStatus st;
-    if ((st = aclsim_check_ready()) == 0 && (st = aclsim_stream_check(stream)) == 0) {
-        if (aclsim_fault_hit(SIM_FAULT_OP))
-            st = ACL_ERROR_RT_AICORE_EXCEPTION;
-        else
-            st = nn_status(aclsim_launch_op(stream, api, ex->op_type, ex->t, ex->nin, ex->t + ex->nin, ex->nout,
-                ex->attrs, ex->nattrs));
-    }
-    free(ex);
-    return st;
-}
-
-#define NN_LAUNCHER(name)                                                                              \
-    ACL_FUNC_VISIBILITY aclnnStatus name(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor, \
-        aclrtStream stream)                                                                            \
-    {                                                                                                  \
-        return nn_launch(#name, workspace, workspaceSize, executor, stream);                          \
-    }
+#include "opapi/nn_call.h"
 
 /* ------------------------------------------------------------- operators */
 
@@ -367,43 +114,6 @@ NN_LAUNCHER(aclnnSoftmax)
  * at::Scalar as an aclScalar of DOUBLE, INT64 or BOOL). Kernels:
  * rt/kernels_nn.c (and kernels.c for MatMul, Add/Sub/Mul, Relu, Fill).
  * ========================================================================= */
-
-/* Binary tensor-tensor op; with_alpha: the required alpha scalar scales other. */
-static aclnnStatus nn_binary(const char *api, const char *op, const aclTensor *self, const aclTensor *other,
-    int with_alpha, const aclScalar *alpha, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    nn_call c;
-    nn_begin(&c, api, op);
-    nn_in(&c, self, "self");
-    nn_in(&c, other, "other");
-    nn_out(&c, out, "out");
-    if (with_alpha) nn_attr_scalar(&c, "alpha", alpha, "alpha");
-    return nn_finish(&c, workspaceSize, executor);
-}
-
-/* Tensor-scalar op: out = self op value (alpha scales value for Adds/Subs). */
-static aclnnStatus nn_scalar_op(const char *api, const char *op, const aclTensor *self, const aclScalar *value,
-    const aclScalar *alpha, const aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    nn_call c;
-    nn_begin(&c, api, op);
-    nn_in(&c, self, "self");
-    nn_out(&c, out, "out");
-    nn_attr_scalar(&c, "value", value, "other");
-    if (alpha) nn_attr_scalar(&c, "alpha", alpha, "alpha");
-    return nn_finish(&c, workspaceSize, executor);
-}
-
-/* Unary op: out = f(self). */
-static aclnnStatus nn_unary(const char *api, const char *op, const aclTensor *self, const aclTensor *out,
-    uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    nn_call c;
-    nn_begin(&c, api, op);
-    nn_in(&c, self, "self");
-    nn_out(&c, out, "out");
-    return nn_finish(&c, workspaceSize, executor);
-}
 
 /* ---- tensor-tensor arithmetic ---- */
 
@@ -672,20 +382,6 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluBackwardGetWorkspaceSize(const aclTenso
 }
 NN_LAUNCHER(aclnnGeluBackward)
 
-/* GeluV2: approximate 0 = none (erf); 1 = tanh is not simulated */
-ACL_FUNC_VISIBILITY aclnnStatus aclnnGeluV2GetWorkspaceSize(const aclTensor *self, int64_t approximate,
-    aclTensor *out, uint64_t *workspaceSize, aclOpExecutor **executor)
-{
-    nn_call c;
-    nn_begin(&c, "aclnnGeluV2", "Gelu");
-    nn_in(&c, self, "self");
-    nn_out(&c, out, "out");
-    if (!c.err && approximate != 0)
-        nn_fail(&c, ACLNN_ERR_PARAM_INVALID, "approximate=%lld: only 0 (none) is simulated", (long long)approximate);
-    return nn_finish(&c, workspaceSize, executor);
-}
-NN_LAUNCHER(aclnnGeluV2)
-
 ACL_FUNC_VISIBILITY aclnnStatus aclnnSqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out,
     uint64_t *workspaceSize, aclOpExecutor **executor)
 {
@@ -818,32 +514,6 @@ static aclnnStatus nn_reduce(const char *api, const char *op, const aclTensor *s
 
 /* ---- foreach (torch.optim's multi-tensor path) ---- */
 
-/* A required pointer argument is NULL. */
-static aclnnStatus nn_null(const char *api, const char *what)
-{
-    nn_call c;
-    nn_begin(&c, api, "");
-    nn_fail(&c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", what);
-    return c.err;
-}
-
-/* Adds every tensor of a list as an input (or output); returns its length,
- * or -1 after recording the error. */
-static int64_t nn_list(nn_call *c, const aclTensorList *h, const char *name, int as_out)
-{
-    if (c->err) return -1;
-    if (!h) { nn_fail(c, ACLNN_ERR_PARAM_NULLPTR, "%s is NULL", name); return -1; }
-    const aclTensorList *l = (const aclTensorList *)aclsim_nn_lookup(h, NN_TENSOR_LIST);
-    if (!l) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s (%p) is not a live aclTensorList", name, (const void *)h); return -1; }
-    if (l->n == 0) { nn_fail(c, ACLNN_ERR_PARAM_INVALID, "%s is empty", name); return -1; }
-    for (uint64_t i = 0; i < l->n; i++) {
-        char nm[64];
-        snprintf(nm, sizeof nm, "%s[%llu]", name, (unsigned long long)i);
-        if (as_out) nn_out(c, l->v[i], nm); else nn_in(c, l->v[i], nm);
-    }
-    return c->err ? -1 : (int64_t)l->n;
-}
-
 /* One foreach launch: up to three input lists, an optional scalar (host
  * aclScalar, a scalar list, or a one-element device tensor), the out list. */
 static aclnnStatus nn_foreach(const char *api, const char *op, const aclTensorList *x1, const aclTensorList *x2,
@@ -938,6 +608,17 @@ ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachAddListV2GetWorkspaceSize(const aclT
 }
 NN_LAUNCHER(aclnnForeachAddListV2)
 
+/* x1 - alpha * x2 (torch._foreach_sub of two lists) */
+ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachSubListV2GetWorkspaceSize(const aclTensorList *x1,
+    const aclTensorList *x2, const aclScalar *alpha, aclTensorList *out, uint64_t *workspaceSize,
+    aclOpExecutor **executor)
+{
+    if (!alpha) return nn_null("aclnnForeachSubListV2", "alpha");
+    return nn_foreach("aclnnForeachSubListV2", "ForeachSubList", x1, x2, NULL, alpha, NULL, NULL, out, workspaceSize,
+        executor);
+}
+NN_LAUNCHER(aclnnForeachSubListV2)
+
 ACL_FUNC_VISIBILITY aclnnStatus aclnnForeachMulListGetWorkspaceSize(const aclTensorList *x1, const aclTensorList *x2,
     aclTensorList *out, uint64_t *workspaceSize, aclOpExecutor **executor)
 {
@@ -992,12 +673,14 @@ NN_LAUNCHER(aclnnForeachLerpList)
         return nn_foreach(#name, op, x1, x2, x3, NULL, NULL, scalar, out, workspaceSize, executor);            \
     }                                                                                                         \
     NN_LAUNCHER(name)                                                                                         \
+    /* ScalarList: a device tensor with one scalar per list element (as   \
+     * op-plugin's ForeachAddcdivTensor/AddcmulTensor pass it) */         \
     ACL_FUNC_VISIBILITY aclnnStatus name##ListGetWorkspaceSize(const aclTensorList *x1,                        \
-        const aclTensorList *x2, const aclTensorList *x3, const aclScalarList *scalars, aclTensorList *out,  \
+        const aclTensorList *x2, const aclTensorList *x3, const aclTensor *scalars, aclTensorList *out,      \
         uint64_t *workspaceSize, aclOpExecutor **executor)                                                   \
     {                                                                                                         \
         if (!scalars) return nn_null(#name "List", "scalars"); \
-        return nn_foreach(#name "List", op, x1, x2, x3, NULL, scalars, NULL, out, workspaceSize, executor);    \
+        return nn_foreach(#name "List", op, x1, x2, x3, NULL, NULL, scalars, out, workspaceSize, executor);    \
     }                                                                                                         \
     NN_LAUNCHER(name##List)
 

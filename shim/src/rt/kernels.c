@@ -6,12 +6,76 @@
  * output; otherwise they are first gathered into a private buffer. So aliased
  * (in-place) outputs and strided views are both well defined. */
 #include "rt/kernels.h"
+#include "rt/kernels_util.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ helpers */
+
+const char *kern_dtype_name(int dt)
+{
+    switch (dt) {
+    case ACL_FLOAT: return "float32";
+    case ACL_FLOAT16: return "float16";
+    case ACL_BF16: return "bfloat16";
+    case ACL_DOUBLE: return "float64";
+    case ACL_INT8: return "int8";
+    case ACL_UINT8: return "uint8";
+    case ACL_INT16: return "int16";
+    case ACL_UINT16: return "uint16";
+    case ACL_INT32: return "int32";
+    case ACL_UINT32: return "uint32";
+    case ACL_INT64: return "int64";
+    case ACL_UINT64: return "uint64";
+    case ACL_BOOL: return "bool";
+    case ACL_STRING: return "string";
+    case ACL_COMPLEX64: return "complex64";
+    case ACL_COMPLEX128: return "complex128";
+    case ACL_COMPLEX32: return "complex32";
+    case ACL_INT4: return "int4";
+    case ACL_UINT1: return "uint1";
+    case ACL_HIFLOAT8: return "hifloat8";
+    case ACL_FLOAT8_E5M2: return "float8_e5m2";
+    case ACL_FLOAT8_E4M3FN: return "float8_e4m3fn";
+    case ACL_FLOAT8_E8M0: return "float8_e8m0";
+    default: {
+        static __thread char buf[24];
+        snprintf(buf, sizeof buf, "dtype%d", dt);
+        return buf;
+    }
+    }
+}
+
+static size_t sig_tensors(char *buf, size_t n, size_t used, const char *label, const sim_tensor *t, int cnt)
+{
+    if (used < n) used += (size_t)snprintf(buf + used, n - used, "%s", label);
+    for (int i = 0; i < cnt && used < n; i++) {
+        used += (size_t)snprintf(buf + used, n - used, "%s%s[", i ? ", " : " ", kern_dtype_name(t[i].dtype));
+        for (int d = 0; d < t[i].ndim && used < n; d++)
+            used += (size_t)snprintf(buf + used, n - used, "%s%lld", d ? "," : "", (long long)t[i].dims[d]);
+        if (used < n) used += (size_t)snprintf(buf + used, n - used, "]");
+    }
+    if (!cnt && used < n) used += (size_t)snprintf(buf + used, n - used, " none");
+    return used;
+}
+
+void kern_signature(const sim_op_args *a, char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = 0;
+    size_t used = sig_tensors(buf, n, 0, "inputs", a->in, a->nin);
+    sig_tensors(buf, n, used, "; outputs", a->out, a->nout);
+}
+
+void kern_refuse(const sim_op_args *a, const char *why, aclError code)
+{
+    char sig[512];
+    kern_signature(a, sig, sizeof sig);
+    aclsim_log("operator %s refused (%s): %s -> %d", a->op_type, why, sig, code);
+}
 
 const sim_attr *kern_attr(const sim_op_args *a, const char *name)
 {
@@ -265,23 +329,13 @@ static aclError oom(const sim_op_args *a)
 
 /* --------------------------------------------------------- shared checks */
 
-static aclError need_counts(const sim_op_args *a, int nin_min, int nin_max, int nout_min, int nout_max)
-{
-    if (a->nin < nin_min || a->nin > nin_max) {
-        aclsim_log("%s: %d inputs (expected %d..%d)", a->op_type, a->nin, nin_min, nin_max);
-        return ACL_ERROR_OP_INPUT_NOT_MATCH;
-    }
-    if (a->nout < nout_min || a->nout > nout_max) {
-        aclsim_log("%s: %d outputs (expected %d..%d)", a->op_type, a->nout, nout_min, nout_max);
-        return ACL_ERROR_OP_OUTPUT_NOT_MATCH;
-    }
-    return ACL_SUCCESS;
-}
-
 static aclError need_float(const sim_op_args *a, const sim_tensor *t, const char *role)
 {
     if (!kern_float_dtype(t->dtype)) {
-        aclsim_log("%s: %s has data type %d (supported: float32, float16, bfloat16)", a->op_type, role, t->dtype);
+        char why[96];
+        snprintf(why, sizeof why, "%s is %s; supported: float32, float16, bfloat16", role,
+            kern_dtype_name(t->dtype));
+        kern_refuse(a, why, ACL_ERROR_UNSUPPORTED_DATA_TYPE);
         return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
     }
     return ACL_SUCCESS;
@@ -384,7 +438,7 @@ static aclError matmul_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     mm_geom g;
-    if ((e = need_counts(a, 2, 3, 1, 1)) || (e = need_all_float(a, a->nin)) || (e = mm_shape(a, &g))) return e;
+    if ((e = kn_counts(a, 2, 3, 1, 1)) || (e = need_all_float(a, a->nin)) || (e = mm_shape(a, &g))) return e;
     *flops = 2ull * (uint64_t)g.batch * (uint64_t)g.m * (uint64_t)g.n * (uint64_t)g.k;
     return ACL_SUCCESS;
 }
@@ -494,7 +548,7 @@ static int all_int(const sim_op_args *a)
 static aclError binary_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 2, 2, 1, 1))) return e;
+    if ((e = kn_counts(a, 2, 2, 1, 1))) return e;
     if (!all_int(a) && (e = need_all_float(a, 2))) return e;
     const sim_tensor *y = &a->out[0];
     /* y must be exactly the broadcast shape of x1 and x2 */
@@ -556,7 +610,7 @@ static aclError binary_run(const sim_op_args *a)
 static aclError relu_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "x and y differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
@@ -578,7 +632,7 @@ static aclError relu_run(const sim_op_args *a)
 static aclError relugrad_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 2, 2, 1, 1)) || (e = need_all_float(a, 2))) return e;
+    if ((e = kn_counts(a, 2, 2, 1, 1)) || (e = need_all_float(a, 2))) return e;
     if (!same_shape(&a->in[0], &a->in[1])) return shape_error(a, "gradients and features differ", &a->in[0], &a->in[1]);
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "gradients and backprops differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]);
@@ -615,7 +669,7 @@ static void split3(const sim_tensor *t, int axis, uint64_t *outer, uint64_t *d, 
 static aclError softmax_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     if (!same_shape(&a->in[0], &a->out[0])) return shape_error(a, "x and y differ", &a->in[0], &a->out[0]);
     int nd = a->in[0].ndim;
     if (nd > 0 && norm_axis(kern_attr_int(a, "axis", -1), nd) < 0) {
@@ -662,7 +716,7 @@ static aclError softmax_run(const sim_op_args *a)
 static aclError reducesum_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = need_all_float(a, 1))) return e;
     const sim_tensor *x = &a->in[0];
     int64_t ax = kern_attr_int(a, "axis", 0);
     int axis = norm_axis(ax, x->ndim);
@@ -703,7 +757,7 @@ static aclError reducesum_run(const sim_op_args *a)
 static aclError fill_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, 0, 1 << 20, 1, 1))) return e;
+    if ((e = kn_counts(a, 0, 1 << 20, 1, 1))) return e;
     if (!kern_int_dtype(a->out[0].dtype) && (e = need_float(a, &a->out[0], "y"))) return e;
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
@@ -729,7 +783,7 @@ enum { AD_VAR, AD_M, AD_V, AD_B1P, AD_B2P, AD_LR, AD_B1, AD_B2, AD_EPS, AD_GRAD,
 static aclError adam_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = need_counts(a, AD_N, AD_N, 1, 3)) || (e = need_all_float(a, AD_N))) return e;
+    if ((e = kn_counts(a, AD_N, AD_N, 1, 3)) || (e = need_all_float(a, AD_N))) return e;
     const sim_tensor *var = &a->in[AD_VAR];
     if (!same_shape(var, &a->in[AD_M]) || !same_shape(var, &a->in[AD_V]) || !same_shape(var, &a->in[AD_GRAD]))
         return shape_error(a, "var, m, v and grad must have the same shape", var, &a->in[AD_GRAD]);
@@ -831,9 +885,10 @@ static void fill_stream(unsigned char *p, uint64_t n, uint64_t seed)
     }
 }
 
+/* Vacuously true without tensors: such an operator (a trace's operator whose
+ * ranges were all elided) has nothing to compute and writes nothing. */
 int kern_is_byte_range_op(const sim_op_args *a)
 {
-    if (a->nin + a->nout == 0) return 0;
     for (int i = 0; i < a->nin; i++)
         if (a->in[i].ndim != 1 || a->in[i].dtype != ACL_UINT8) return 0;
     for (int j = 0; j < a->nout; j++)
@@ -911,11 +966,38 @@ static const sim_kernel_def g_kernels[] = {
     { "ApplyAdam", adam_check, adam_run, (1u << AD_VAR) | (1u << AD_M) | (1u << AD_V) },
 };
 
+/* The typed kernel files' tables, NULL-name terminated (kernels_util.h). */
+static const sim_kernel_def *const g_tables[] = { kern_table_math, kern_table_index, kern_table_reduce,
+    kern_table_llm };
+
 const sim_kernel_def *kern_find(const char *op_type)
 {
     for (size_t i = 0; i < sizeof g_kernels / sizeof g_kernels[0]; i++)
         if (strcmp(g_kernels[i].name, op_type) == 0) return &g_kernels[i];
-    return kern_find_nn(op_type);
+    const sim_kernel_def *k = kern_find_nn(op_type);
+    if (k) return k;
+    for (size_t t = 0; t < sizeof g_tables / sizeof g_tables[0]; t++)
+        for (const sim_kernel_def *d = g_tables[t]; d->name; d++)
+            if (strcmp(d->name, op_type) == 0) return d;
+    return NULL;
+}
+
+/* The i-th operator type with a kernel (every table), NULL past the end:
+ * lets tests walk every operator the simulator computes. Not a CANN API. */
+SIM_API const char *aclsim_kernel_name(int i)
+{
+    if (i < 0) return NULL;
+    int n = (int)(sizeof g_kernels / sizeof g_kernels[0]);
+    if (i < n) return g_kernels[i].name;
+    i -= n;
+    const char *nm;
+    for (n = 0; (nm = kern_nn_name(n)); n++)
+        if (n == i) return nm;
+    i -= n;
+    for (size_t t = 0; t < sizeof g_tables / sizeof g_tables[0]; t++)
+        for (const sim_kernel_def *d = g_tables[t]; d->name; d++)
+            if (i-- == 0) return d->name;
+    return NULL;
 }
 
 /* ------------------------------------------------- shared with kernels_nn.c */

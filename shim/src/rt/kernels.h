@@ -132,10 +132,18 @@ typedef struct sim_kernel_def {
 
 /* Known operator `op_type`, or NULL (the hash kernel applies). */
 const sim_kernel_def *kern_find(const char *op_type);
-/* 1 if every tensor is a 1-D ACL_UINT8 byte range (acl_replay ops): hash kernel. */
+/* 1 if every tensor (vacuously: none) is a 1-D ACL_UINT8 byte range (acl_replay ops): hash kernel. */
 int kern_is_byte_range_op(const sim_op_args *a);
 /* The deterministic hash kernel. */
 aclError kern_hash_run(const sim_op_args *a);
+
+/* Short name of an element type ("float32", "int64", ...; "dtype<N>" if unknown). */
+const char *kern_dtype_name(int dt);
+/* "inputs float32[2,3], int64[6]; outputs float32[2,3]" into buf. */
+void kern_signature(const sim_op_args *a, char *buf, size_t n);
+/* The one stderr line of a refused operator: op type, why, every tensor's
+ * element type and shape, and the code returned. */
+void kern_refuse(const sim_op_args *a, const char *why, aclError code);
 
 /* Attribute lookup (last setting of `name` wins). */
 const sim_attr *kern_attr(const sim_op_args *a, const char *name);
@@ -175,6 +183,8 @@ void kern_gemm(const float *A, const float *B, float *C, int64_t m, int64_t k, i
 /* kernels_nn.c: the operators torch_npu's training path needs (typed
  * elementwise ops, casts, reductions, losses, optimizer updates). */
 const sim_kernel_def *kern_find_nn(const char *op_type);
+/* the i-th kernel name of kernels_nn.c, NULL past the end */
+const char *kern_nn_name(int i);
 /* 1 for the integer element types (and bool) the typed kernels handle. */
 int kern_int_dtype(int dt);
 /* Integer paths of the float kernels in kernels.c (Add/Sub/Mul, Fill). */

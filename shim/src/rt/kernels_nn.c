@@ -16,280 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------ element types */
-
-int kern_int_dtype(int dt)
-{
-    switch (dt) {
-    case ACL_INT8: case ACL_UINT8: case ACL_INT16: case ACL_UINT16: case ACL_INT32: case ACL_UINT32:
-    case ACL_INT64: case ACL_UINT64: case ACL_BOOL:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
-static int flt_dtype(int dt)
-{
-    return dt == ACL_FLOAT || dt == ACL_FLOAT16 || dt == ACL_BF16 || dt == ACL_DOUBLE;
-}
-
-static int num_dtype(int dt) { return flt_dtype(dt) || kern_int_dtype(dt); }
-
-static double ld_d(const unsigned char *p, int dt)
-{
-    switch (dt) {
-    case ACL_FLOAT: { float v; memcpy(&v, p, 4); return v; }
-    case ACL_DOUBLE: { double v; memcpy(&v, p, 8); return v; }
-    case ACL_FLOAT16: { uint16_t v; memcpy(&v, p, 2); return kern_f16_to_f32(v); }
-    case ACL_BF16: { uint16_t v; memcpy(&v, p, 2); return kern_bf16_to_f32(v); }
-    case ACL_INT8: return *(const int8_t *)p;
-    case ACL_UINT8: return *p;
-    case ACL_BOOL: return *p != 0;
-    case ACL_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case ACL_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case ACL_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case ACL_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case ACL_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case ACL_UINT64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
-    default: return 0;
-    }
-}
-
-static int64_t ld_i(const unsigned char *p, int dt)
-{
-    switch (dt) {
-    case ACL_INT8: return *(const int8_t *)p;
-    case ACL_UINT8: return *p;
-    case ACL_BOOL: return *p != 0;
-    case ACL_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case ACL_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case ACL_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case ACL_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case ACL_INT64: case ACL_UINT64: { int64_t v; memcpy(&v, p, 8); return v; }
-    default: return (int64_t)ld_d(p, dt);
-    }
-}
-
-/* float -> integer truncates toward zero (C and PyTorch semantics); NaN and
- * out-of-range values become 0 rather than undefined behaviour */
-static int64_t d_to_i(double v)
-{
-    if (!(v > -9.2233720368547758e18 && v < 9.2233720368547758e18)) return 0;
-    return (int64_t)v;
-}
-
-static void st_d(unsigned char *p, int dt, double v)
-{
-    switch (dt) {
-    case ACL_FLOAT: { float f = (float)v; memcpy(p, &f, 4); return; }
-    case ACL_DOUBLE: memcpy(p, &v, 8); return;
-    case ACL_FLOAT16: { uint16_t h = kern_f32_to_f16((float)v); memcpy(p, &h, 2); return; }
-    case ACL_BF16: { uint16_t h = kern_f32_to_bf16((float)v); memcpy(p, &h, 2); return; }
-    case ACL_BOOL: *p = v != 0; return;
-    default: break;
-    }
-    int64_t i = d_to_i(v);
-    switch (dt) {
-    case ACL_INT8: case ACL_UINT8: *p = (unsigned char)i; return;
-    case ACL_INT16: case ACL_UINT16: { uint16_t x = (uint16_t)i; memcpy(p, &x, 2); return; }
-    case ACL_INT32: case ACL_UINT32: { uint32_t x = (uint32_t)i; memcpy(p, &x, 4); return; }
-    case ACL_INT64: case ACL_UINT64: memcpy(p, &i, 8); return;
-    default: return;
-    }
-}
-
-static void st_i(unsigned char *p, int dt, int64_t v)
-{
-    switch (dt) {
-    case ACL_BOOL: *p = v != 0; return;
-    case ACL_INT8: case ACL_UINT8: *p = (unsigned char)v; return;
-    case ACL_INT16: case ACL_UINT16: { uint16_t x = (uint16_t)v; memcpy(p, &x, 2); return; }
-    case ACL_INT32: case ACL_UINT32: { uint32_t x = (uint32_t)v; memcpy(p, &x, 4); return; }
-    case ACL_INT64: case ACL_UINT64: memcpy(p, &v, 8); return;
-    default: st_d(p, dt, (double)v); return;
-    }
-}
-
-/* ----------------------------------------------- whole-view loads and stores */
-
-typedef struct { const sim_tensor *t; double *d; int64_t *i; size_t es; } vctx;
-
-static void row_ld_d(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
-{
-    vctx *x = c;
-    const unsigned char *b = (const unsigned char *)x->t->data;
-    for (int64_t j = 0; j < n; j++) x->d[idx + j] = ld_d(b + (off + j * st) * (int64_t)x->es, x->t->dtype);
-}
-static void row_ld_i(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
-{
-    vctx *x = c;
-    const unsigned char *b = (const unsigned char *)x->t->data;
-    for (int64_t j = 0; j < n; j++) x->i[idx + j] = ld_i(b + (off + j * st) * (int64_t)x->es, x->t->dtype);
-}
-static void row_st_d(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
-{
-    vctx *x = c;
-    unsigned char *b = (unsigned char *)x->t->data;
-    for (int64_t j = 0; j < n; j++) st_d(b + (off + j * st) * (int64_t)x->es, x->t->dtype, x->d[idx + j]);
-}
-static void row_st_i(void *c, int64_t off, int64_t n, int64_t st, uint64_t idx)
-{
-    vctx *x = c;
-    unsigned char *b = (unsigned char *)x->t->data;
-    for (int64_t j = 0; j < n; j++) st_i(b + (off + j * st) * (int64_t)x->es, x->t->dtype, x->i[idx + j]);
-}
-
-/* Row-major copies of a view (malloc'd, at least one element). */
-static double *load_d(const sim_tensor *t)
-{
-    uint64_t n = kern_numel(t);
-    double *d = malloc((n ? n : 1) * sizeof *d);
-    if (!d) return NULL;
-    vctx x = { t, d, NULL, kern_dtype_size(t->dtype) };
-    kern_for_each_row(t, row_ld_d, &x);
-    return d;
-}
-static int64_t *load_i(const sim_tensor *t)
-{
-    uint64_t n = kern_numel(t);
-    int64_t *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) return NULL;
-    vctx x = { t, NULL, v, kern_dtype_size(t->dtype) };
-    kern_for_each_row(t, row_ld_i, &x);
-    return v;
-}
-static void store_d(const sim_tensor *t, const double *v)
-{
-    vctx x = { t, (double *)v, NULL, kern_dtype_size(t->dtype) };
-    kern_for_each_row(t, row_st_d, &x);
-}
-static void store_i(const sim_tensor *t, const int64_t *v)
-{
-    vctx x = { t, NULL, (int64_t *)v, kern_dtype_size(t->dtype) };
-    kern_for_each_row(t, row_st_i, &x);
-}
-
-/* ---------------------------------------------------------- shared checks */
-
-static aclError fail(const sim_op_args *a, aclError e, const char *why)
-{
-    aclsim_log("%s: %s", a->op_type, why);
-    return e;
-}
-
-static aclError oom(const sim_op_args *a)
-{
-    return fail(a, ACL_ERROR_RT_AICORE_EXCEPTION, "out of host memory for the kernel's scratch buffers");
-}
-
-static aclError counts(const sim_op_args *a, int nin_min, int nin_max, int nout_min, int nout_max)
-{
-    if (a->nin < nin_min || a->nin > nin_max) {
-        aclsim_log("%s: %d inputs (expected %d..%d)", a->op_type, a->nin, nin_min, nin_max);
-        return ACL_ERROR_OP_INPUT_NOT_MATCH;
-    }
-    if (a->nout < nout_min || a->nout > nout_max) {
-        aclsim_log("%s: %d outputs (expected %d..%d)", a->op_type, a->nout, nout_min, nout_max);
-        return ACL_ERROR_OP_OUTPUT_NOT_MATCH;
-    }
-    return ACL_SUCCESS;
-}
-
-static aclError types(const sim_op_args *a, int (*ok)(int), const char *what)
-{
-    for (int i = 0; i < a->nin; i++)
-        if (!ok(a->in[i].dtype)) {
-            aclsim_log("%s: input %d has data type %d (supported: %s)", a->op_type, i, a->in[i].dtype, what);
-            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
-        }
-    for (int j = 0; j < a->nout; j++)
-        if (!ok(a->out[j].dtype)) {
-            aclsim_log("%s: output %d has data type %d (supported: %s)", a->op_type, j, a->out[j].dtype, what);
-            return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
-        }
-    return ACL_SUCCESS;
-}
-
-static int same_shape(const sim_tensor *x, const sim_tensor *y)
-{
-    if (x->ndim != y->ndim) return 0;
-    for (int i = 0; i < x->ndim; i++)
-        if (x->dims[i] != y->dims[i]) return 0;
-    return 1;
-}
-
-static aclError shape_fail(const sim_op_args *a, const char *why, const sim_tensor *x, const sim_tensor *y)
-{
-    char s1[128] = "[", s2[128] = "[";
-    for (int i = 0; i < x->ndim; i++)
-        snprintf(s1 + strlen(s1), sizeof s1 - strlen(s1), "%s%lld", i ? "," : "", (long long)x->dims[i]);
-    for (int i = 0; i < y->ndim; i++)
-        snprintf(s2 + strlen(s2), sizeof s2 - strlen(s2), "%s%lld", i ? "," : "", (long long)y->dims[i]);
-    aclsim_log("%s: %s (%s] vs %s])", a->op_type, why, s1, s2);
-    return ACL_ERROR_INVALID_PARAM;
-}
-
-/* x broadcasts to y's shape */
-static int broadcasts_to(const sim_tensor *x, const sim_tensor *y)
-{
-    sim_tensor v;
-    return kern_broadcast_view(x, y, &v);
-}
-
-/* y is exactly the broadcast shape of the inputs in[first..first+n) */
-static aclError check_broadcast_out(const sim_op_args *a, int first, int n, const sim_tensor *y)
-{
-    int nd = 0;
-    for (int s = first; s < first + n; s++)
-        if (a->in[s].ndim > nd) nd = a->in[s].ndim;
-    if (y->ndim != nd) return shape_fail(a, "output is not the broadcast shape of the inputs", &a->in[first], y);
-    for (int i = 0; i < nd; i++) {
-        int64_t want = 1;
-        for (int s = first; s < first + n; s++) {
-            const sim_tensor *x = &a->in[s];
-            int k = i - (nd - x->ndim);
-            if (k < 0) continue;
-            int64_t d = x->dims[k];
-            if (d != 1) {
-                if (want != 1 && want != d) return shape_fail(a, "inputs do not broadcast", &a->in[first], x);
-                want = d;
-            }
-        }
-        if (y->dims[i] != want) return shape_fail(a, "output is not the broadcast shape of the inputs", &a->in[first], y);
-    }
-    return ACL_SUCCESS;
-}
-
-/* A numeric attribute as double (float or int attribute). */
-static double attr_d(const sim_op_args *a, const char *name, double def)
-{
-    const sim_attr *at = kern_attr(a, name);
-    if (!at) return def;
-    return at->type == SIM_ATTR_FLOAT ? (double)at->f : (double)at->i;
-}
-
-static int norm_axis(int64_t axis, int nd)
-{
-    if (axis < 0) axis += nd;
-    return (axis < 0 || axis >= nd) ? -1 : (int)axis;
-}
-
-/* Inputs of an elementwise op viewed with the output's shape, loaded as
- * double (or int64 when `ints`). Frees everything on failure. */
-static int load_bcast(const sim_op_args *a, int first, int n, const sim_tensor *y, int ints, double **d, int64_t **iv)
-{
-    for (int k = 0; k < n; k++) {
-        sim_tensor v;
-        if (!kern_broadcast_view(&a->in[first + k], y, &v)) goto bad;
-        if (ints) { if (!(iv[k] = load_i(&v))) goto bad; }
-        else if (!(d[k] = load_d(&v))) goto bad;
-    }
-    return 1;
-bad:
-    for (int k = 0; k < n; k++) { if (d) free(d[k]), d[k] = NULL; if (iv) free(iv[k]), iv[k] = NULL; }
-    return 0;
-}
+#include "rt/kernels_util.h"
 
 /* ------------------------------------------- integer paths of kernels.c */
 
@@ -297,7 +24,7 @@ aclError kern_int_binary_run(const sim_op_args *a, int kind)
 {
     const sim_tensor *y = &a->out[0];
     int64_t *v[2] = { NULL, NULL };
-    if (!load_bcast(a, 0, 2, y, 1, NULL, v)) return oom(a);
+    if (!kn_load_bcast(a, 0, 2, y, 1, NULL, v)) return kn_oom(a);
     int64_t alpha = kern_attr_int(a, "alpha", 1);
     uint64_t n = kern_numel(y);
     int64_t *o = v[0];
@@ -310,7 +37,7 @@ aclError kern_int_binary_run(const sim_op_args *a, int kind)
         default: o[i] = (int64_t)((uint64_t)x1 * (uint64_t)x2); break;
         }
     }
-    store_i(y, o);
+    kn_store_i(y, o);
     free(v[0]); free(v[1]);
     return ACL_SUCCESS;
 }
@@ -320,11 +47,11 @@ aclError kern_int_fill_run(const sim_op_args *a)
     const sim_tensor *y = &a->out[0];
     uint64_t n = kern_numel(y);
     int64_t *o = malloc((n ? n : 1) * sizeof *o);
-    if (!o) return oom(a);
+    if (!o) return kn_oom(a);
     const sim_attr *at = kern_attr(a, "value");
-    int64_t val = !at ? 0 : at->type == SIM_ATTR_FLOAT ? d_to_i(at->f) : at->i;
+    int64_t val = !at ? 0 : at->type == SIM_ATTR_FLOAT ? kn_d_to_i(at->f) : at->i;
     for (uint64_t i = 0; i < n; i++) o[i] = val;
-    store_i(y, o);
+    kn_store_i(y, o);
     free(o);
     return ACL_SUCCESS;
 }
@@ -335,8 +62,8 @@ aclError kern_int_fill_run(const sim_op_args *a)
 static aclError cast_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
-    if (!broadcasts_to(&a->in[0], &a->out[0])) return shape_fail(a, "x does not broadcast to y", &a->in[0], &a->out[0]);
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types"))) return e;
+    if (!kn_broadcasts_to(&a->in[0], &a->out[0])) return kn_shape_fail(a, "x does not broadcast to y", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -347,9 +74,9 @@ static aclError cast_run(const sim_op_args *a)
     int ints = kern_int_dtype(a->in[0].dtype) && kern_int_dtype(y->dtype);
     double *d[1] = { NULL };
     int64_t *iv[1] = { NULL };
-    if (!load_bcast(a, 0, 1, y, ints, d, iv)) return oom(a);
-    if (ints) store_i(y, iv[0]);
-    else store_d(y, d[0]);
+    if (!kn_load_bcast(a, 0, 1, y, ints, d, iv)) return kn_oom(a);
+    if (ints) kn_store_i(y, iv[0]);
+    else kn_store_d(y, d[0]);
     free(d[0]); free(iv[0]);
     return ACL_SUCCESS;
 }
@@ -369,8 +96,8 @@ static int ew_kind(const char *t)
 static aclError ew2_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 2, 2, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
-    if ((e = check_broadcast_out(a, 0, 2, &a->out[0]))) return e;
+    if ((e = kn_counts(a, 2, 2, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types"))) return e;
+    if ((e = kn_bcast_out(a, 0, 2, &a->out[0]))) return e;
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -379,7 +106,7 @@ static aclError ew2_run(const sim_op_args *a)
 {
     const sim_tensor *y = &a->out[0];
     double *v[2] = { NULL, NULL };
-    if (!load_bcast(a, 0, 2, y, 0, v, NULL)) return oom(a);
+    if (!kn_load_bcast(a, 0, 2, y, 0, v, NULL)) return kn_oom(a);
     uint64_t n = kern_numel(y);
     int k = ew_kind(a->op_type);
     for (uint64_t i = 0; i < n; i++) {
@@ -390,7 +117,7 @@ static aclError ew2_run(const sim_op_args *a)
         default: v[0][i] = (x1 != x1 || x1 < x2) ? x1 : x2; break;
         }
     }
-    store_d(y, v[0]);
+    kn_store_d(y, v[0]);
     free(v[0]); free(v[1]);
     return ACL_SUCCESS;
 }
@@ -402,9 +129,9 @@ static aclError ew2_run(const sim_op_args *a)
 static aclError scal_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
-    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
-    if (!kern_attr(a, "value")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types"))) return e;
+    if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
+    if (!kern_attr(a, "value")) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
     *flops = kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -417,25 +144,25 @@ static aclError scal_run(const sim_op_args *a)
     const sim_attr *va = kern_attr(a, "value"), *aa = kern_attr(a, "alpha");
     int int_scalars = va->type != SIM_ATTR_FLOAT && (!aa || aa->type != SIM_ATTR_FLOAT);
     if (kern_int_dtype(x->dtype) && kern_int_dtype(y->dtype) && int_scalars && strcmp(t, "Divs")) {
-        int64_t *v = load_i(x);
-        if (!v) return oom(a);
+        int64_t *v = kn_load_i(x);
+        if (!v) return kn_oom(a);
         uint64_t s = (uint64_t)va->i, al = aa ? (uint64_t)aa->i : 1;
         for (uint64_t i = 0; i < n; i++) {
             uint64_t u = (uint64_t)v[i];
             v[i] = (int64_t)(!strcmp(t, "Adds") ? u + al * s : !strcmp(t, "Subs") ? u - al * s : u * s);
         }
-        store_i(y, v);
+        kn_store_i(y, v);
         free(v);
         return ACL_SUCCESS;
     }
-    double *v = load_d(x);
-    if (!v) return oom(a);
-    double s = attr_d(a, "value", 0), al = attr_d(a, "alpha", 1);
+    double *v = kn_load_d(x);
+    if (!v) return kn_oom(a);
+    double s = kn_attr_d(a, "value", 0), al = kn_attr_d(a, "alpha", 1);
     if (!strcmp(t, "Adds")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] + al * s;
     else if (!strcmp(t, "Subs")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] - al * s;
     else if (!strcmp(t, "Muls")) for (uint64_t i = 0; i < n; i++) v[i] = v[i] * s;
     else for (uint64_t i = 0; i < n; i++) v[i] = v[i] / s;
-    store_d(y, v);
+    kn_store_d(y, v);
     free(v);
     return ACL_SUCCESS;
 }
@@ -460,16 +187,16 @@ static int un_kind(const char *t)
 static aclError un_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
-    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "x and y differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]) * (un_kind(a->op_type) == UN_GELU ? 8 : 1);
     return ACL_SUCCESS;
 }
 
 static aclError un_run(const sim_op_args *a)
 {
-    double *v = load_d(&a->in[0]);
-    if (!v) return oom(a);
+    double *v = kn_load_d(&a->in[0]);
+    if (!v) return kn_oom(a);
     uint64_t n = kern_numel(&a->out[0]);
     int k = un_kind(a->op_type);
     for (uint64_t i = 0; i < n; i++) {
@@ -485,7 +212,7 @@ static aclError un_run(const sim_op_args *a)
         default: v[i] = 1.0 / sqrt(x); break;
         }
     }
-    store_d(&a->out[0], v);
+    kn_store_d(&a->out[0], v);
     free(v);
     return ACL_SUCCESS;
 }
@@ -497,17 +224,17 @@ static aclError un_run(const sim_op_args *a)
 static aclError grad2_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 2, 2, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
-    if (!same_shape(&a->in[0], &a->in[1])) return shape_fail(a, "dy and x differ", &a->in[0], &a->in[1]);
-    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "dy and dx differ", &a->in[0], &a->out[0]);
+    if ((e = kn_counts(a, 2, 2, 1, 1)) || (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (!kn_same_shape(&a->in[0], &a->in[1])) return kn_shape_fail(a, "dy and x differ", &a->in[0], &a->in[1]);
+    if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "dy and dx differ", &a->in[0], &a->out[0]);
     *flops = kern_numel(&a->out[0]) * 8;
     return ACL_SUCCESS;
 }
 
 static aclError grad2_run(const sim_op_args *a)
 {
-    double *dy = load_d(&a->in[0]), *x = dy ? load_d(&a->in[1]) : NULL;
-    if (!x) { free(dy); return oom(a); }
+    double *dy = kn_load_d(&a->in[0]), *x = dy ? kn_load_d(&a->in[1]) : NULL;
+    if (!x) { free(dy); return kn_oom(a); }
     uint64_t n = kern_numel(&a->out[0]);
     if (!strcmp(a->op_type, "GeluGrad")) {
         for (uint64_t i = 0; i < n; i++) {
@@ -516,10 +243,10 @@ static aclError grad2_run(const sim_op_args *a)
             dy[i] = dy[i] * (cdf + x[i] * pdf);
         }
     } else {
-        double th = attr_d(a, "threshold", 0);
+        double th = kn_attr_d(a, "threshold", 0);
         for (uint64_t i = 0; i < n; i++) dy[i] = x[i] > th ? dy[i] : 0.0;
     }
-    store_d(&a->out[0], dy);
+    kn_store_d(&a->out[0], dy);
     free(dy); free(x);
     return ACL_SUCCESS;
 }
@@ -542,14 +269,14 @@ static aclError lsm_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     int grad = !strcmp(a->op_type, "LogSoftmaxGrad");
-    if ((e = counts(a, grad ? 2 : 1, grad ? 2 : 1, 1, 1)) ||
-        (e = types(a, flt_dtype, "float32, float16, bfloat16, double")))
+    if ((e = kn_counts(a, grad ? 2 : 1, grad ? 2 : 1, 1, 1)) ||
+        (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double")))
         return e;
     for (int i = 0; i < a->nin; i++)
-        if (!same_shape(&a->in[i], &a->out[0])) return shape_fail(a, "inputs and output differ", &a->in[i], &a->out[0]);
+        if (!kn_same_shape(&a->in[i], &a->out[0])) return kn_shape_fail(a, "inputs and output differ", &a->in[i], &a->out[0]);
     int nd = a->out[0].ndim;
-    if (nd > 0 && norm_axis(kern_attr_int(a, "axis", -1), nd) < 0)
-        return fail(a, ACL_ERROR_INVALID_PARAM, "axis out of range");
+    if (nd > 0 && kn_norm_axis(kern_attr_int(a, "axis", -1), nd) < 0)
+        return kn_fail(a, ACL_ERROR_INVALID_PARAM, "axis out of range");
     *flops = 5 * kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -557,12 +284,12 @@ static aclError lsm_check(const sim_op_args *a, uint64_t *flops)
 static aclError lsm_run(const sim_op_args *a)
 {
     const sim_tensor *y = &a->out[0];
-    int axis = y->ndim ? norm_axis(kern_attr_int(a, "axis", -1), y->ndim) : 0;
+    int axis = y->ndim ? kn_norm_axis(kern_attr_int(a, "axis", -1), y->ndim) : 0;
     uint64_t outer, d, inner;
     split3(y, axis, &outer, &d, &inner);
     int grad = !strcmp(a->op_type, "LogSoftmaxGrad");
-    double *x = load_d(&a->in[0]), *o = (x && grad) ? load_d(&a->in[1]) : NULL;
-    if (!x || (grad && !o)) { free(x); free(o); return oom(a); }
+    double *x = kn_load_d(&a->in[0]), *o = (x && grad) ? kn_load_d(&a->in[1]) : NULL;
+    if (!x || (grad && !o)) { free(x); free(o); return kn_oom(a); }
     for (uint64_t p = 0; p < outer; p++)
         for (uint64_t q = 0; q < inner; q++) {
             double *r = x + p * d * inner + q;
@@ -579,7 +306,7 @@ static aclError lsm_run(const sim_op_args *a)
                 for (uint64_t i = 0; i < d; i++) r[i * inner] -= exp(yr[i * inner]) * sum;
             }
         }
-    store_d(y, x);
+    kn_store_d(y, x);
     free(x); free(o);
     return ACL_SUCCESS;
 }
@@ -597,20 +324,18 @@ static aclError nll_geom(const sim_op_args *a, const sim_tensor *x, const sim_te
 {
     if (x->ndim == 2) { *N = x->dims[0]; *C = x->dims[1]; }
     else if (x->ndim == 1) { *N = 1; *C = x->dims[0]; }
-    else return shape_fail(a, "x must be [N,C] or [C]", x, x);
+    else return kn_shape_fail(a, "x must be [N,C] or [C]", x, x);
     if ((int64_t)kern_numel(tg) != *N || tg->ndim != (x->ndim == 2 ? 1 : 0))
-        return shape_fail(a, "target must be [N] (or [] for x [C])", tg, x);
+        return kn_shape_fail(a, "target must be [N] (or [] for x [C])", tg, x);
     if (!kern_int_dtype(tg->dtype) || tg->dtype == ACL_BOOL) {
-        aclsim_log("%s: target has data type %d (expected an integer type)", a->op_type, tg->dtype);
-        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+        return kn_refuse_type(a, "target must be an integer type");
     }
-    if ((int64_t)kern_numel(w) != *C) return shape_fail(a, "weight must have C elements", w, x);
-    if (!flt_dtype(x->dtype) || !flt_dtype(w->dtype)) {
-        aclsim_log("%s: x and weight must be floating point", a->op_type);
-        return ACL_ERROR_UNSUPPORTED_DATA_TYPE;
+    if ((int64_t)kern_numel(w) != *C) return kn_shape_fail(a, "weight must have C elements", w, x);
+    if (!kn_flt_dtype(x->dtype) || !kn_flt_dtype(w->dtype)) {
+        return kn_refuse_type(a, "x and weight must be floating point");
     }
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
-    if (red < 0 || red > 2) return fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
+    if (red < 0 || red > 2) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0 (none), 1 (mean) or 2 (sum)");
     return ACL_SUCCESS;
 }
 
@@ -618,13 +343,13 @@ static aclError nll_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     int64_t N, C;
-    if ((e = counts(a, 3, 3, 2, 2)) || (e = nll_geom(a, &a->in[0], &a->in[1], &a->in[2], &N, &C))) return e;
+    if ((e = kn_counts(a, 3, 3, 2, 2)) || (e = nll_geom(a, &a->in[0], &a->in[1], &a->in[2], &N, &C))) return e;
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
     if (red == RED_NONE ? (int64_t)kern_numel(&a->out[0]) != N : kern_numel(&a->out[0]) != 1)
-        return shape_fail(a, "y must be [N] for reduction none, one element otherwise", &a->out[0], &a->in[0]);
-    if (kern_numel(&a->out[1]) != 1) return shape_fail(a, "total_weight must have one element", &a->out[1], &a->out[1]);
-    if (!flt_dtype(a->out[0].dtype) || !flt_dtype(a->out[1].dtype))
-        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "outputs must be floating point");
+        return kn_shape_fail(a, "y must be [N] for reduction none, one element otherwise", &a->out[0], &a->in[0]);
+    if (kern_numel(&a->out[1]) != 1) return kn_shape_fail(a, "total_weight must have one element", &a->out[1], &a->out[1]);
+    if (!kn_flt_dtype(a->out[0].dtype) || !kn_flt_dtype(a->out[1].dtype))
+        return kn_refuse_type(a, "outputs must be floating point");
     *flops = (uint64_t)N * 2;
     return ACL_SUCCESS;
 }
@@ -641,10 +366,10 @@ static aclError nll_run(const sim_op_args *a)
     int64_t N, C;
     nll_geom(a, &a->in[0], &a->in[1], &a->in[2], &N, &C);
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN), ignore = kern_attr_int(a, "ignore_index", -100);
-    double *x = load_d(&a->in[0]), *w = x ? load_d(&a->in[2]) : NULL;
-    int64_t *t = w ? load_i(&a->in[1]) : NULL;
+    double *x = kn_load_d(&a->in[0]), *w = x ? kn_load_d(&a->in[2]) : NULL;
+    int64_t *t = w ? kn_load_i(&a->in[1]) : NULL;
     double *y = t ? malloc((size_t)(N ? N : 1) * sizeof *y) : NULL;
-    if (!y) { free(x); free(w); free(t); return oom(a); }
+    if (!y) { free(x); free(w); free(t); return kn_oom(a); }
     double sum = 0, tw = 0;
     aclError rc = ACL_SUCCESS;
     for (int64_t n = 0; n < N; n++) {
@@ -659,12 +384,12 @@ static aclError nll_run(const sim_op_args *a)
         if (c >= 0) { sum += y[n]; tw += w[c]; }
     }
     double twv = tw;
-    if (red == RED_NONE) store_d(&a->out[0], y);
+    if (red == RED_NONE) kn_store_d(&a->out[0], y);
     else {
         double r = red == RED_SUM ? sum : sum / tw;   /* mean over zero weight is NaN, as in PyTorch */
-        store_d(&a->out[0], &r);
+        kn_store_d(&a->out[0], &r);
     }
-    store_d(&a->out[1], &twv);
+    kn_store_d(&a->out[1], &twv);
     free(x); free(w); free(t); free(y);
     return rc;
 }
@@ -673,14 +398,14 @@ static aclError nllgrad_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     int64_t N, C;
-    if ((e = counts(a, 5, 5, 1, 1)) || (e = nll_geom(a, &a->in[0], &a->in[2], &a->in[3], &N, &C))) return e;
+    if ((e = kn_counts(a, 5, 5, 1, 1)) || (e = nll_geom(a, &a->in[0], &a->in[2], &a->in[3], &N, &C))) return e;
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
     if (red == RED_NONE ? (int64_t)kern_numel(&a->in[1]) != N : kern_numel(&a->in[1]) != 1)
-        return shape_fail(a, "dy must be [N] for reduction none, one element otherwise", &a->in[1], &a->in[0]);
-    if (kern_numel(&a->in[4]) != 1) return shape_fail(a, "total_weight must have one element", &a->in[4], &a->in[4]);
-    if (!same_shape(&a->in[0], &a->out[0])) return shape_fail(a, "dx must have x's shape", &a->out[0], &a->in[0]);
-    if (!flt_dtype(a->in[1].dtype) || !flt_dtype(a->in[4].dtype) || !flt_dtype(a->out[0].dtype))
-        return fail(a, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "dy, total_weight and dx must be floating point");
+        return kn_shape_fail(a, "dy must be [N] for reduction none, one element otherwise", &a->in[1], &a->in[0]);
+    if (kern_numel(&a->in[4]) != 1) return kn_shape_fail(a, "total_weight must have one element", &a->in[4], &a->in[4]);
+    if (!kn_same_shape(&a->in[0], &a->out[0])) return kn_shape_fail(a, "dx must have x's shape", &a->out[0], &a->in[0]);
+    if (!kn_flt_dtype(a->in[1].dtype) || !kn_flt_dtype(a->in[4].dtype) || !kn_flt_dtype(a->out[0].dtype))
+        return kn_refuse_type(a, "dy, total_weight and dx must be floating point");
     *flops = (uint64_t)N * (uint64_t)C;
     return ACL_SUCCESS;
 }
@@ -690,11 +415,11 @@ static aclError nllgrad_run(const sim_op_args *a)
     int64_t N, C;
     nll_geom(a, &a->in[0], &a->in[2], &a->in[3], &N, &C);
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN), ignore = kern_attr_int(a, "ignore_index", -100);
-    double *dy = load_d(&a->in[1]), *w = dy ? load_d(&a->in[3]) : NULL, *tw = w ? load_d(&a->in[4]) : NULL;
-    int64_t *t = tw ? load_i(&a->in[2]) : NULL;
+    double *dy = kn_load_d(&a->in[1]), *w = dy ? kn_load_d(&a->in[3]) : NULL, *tw = w ? kn_load_d(&a->in[4]) : NULL;
+    int64_t *t = tw ? kn_load_i(&a->in[2]) : NULL;
     uint64_t nx = (uint64_t)N * (uint64_t)C;
     double *dx = t ? calloc(nx ? nx : 1, sizeof *dx) : NULL;
-    if (!dx) { free(dy); free(w); free(tw); free(t); return oom(a); }
+    if (!dx) { free(dy); free(w); free(tw); free(t); return kn_oom(a); }
     for (int64_t n = 0; n < N; n++) {
         int64_t c = nll_class(t[n], C, ignore);
         if (c < 0) continue;
@@ -702,7 +427,7 @@ static aclError nllgrad_run(const sim_op_args *a)
         if (red == RED_MEAN) g /= tw[0];
         dx[n * C + c] = -w[c] * g;
     }
-    store_d(&a->out[0], dx);
+    kn_store_d(&a->out[0], dx);
     free(dy); free(w); free(tw); free(t); free(dx);
     return ACL_SUCCESS;
 }
@@ -721,14 +446,14 @@ static uint32_t red_mask(const sim_op_args *a, int nd)
 static aclError rsum_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 1, 1, 1, 1)) || (e = types(a, num_dtype, "numeric types"))) return e;
+    if ((e = kn_counts(a, 1, 1, 1, 1)) || (e = kn_types(a, kn_num_dtype, "numeric types"))) return e;
     const sim_tensor *x = &a->in[0], *y = &a->out[0];
     uint32_t m = red_mask(a, x->ndim);
-    if (x->ndim < 32 && (m >> x->ndim)) return fail(a, ACL_ERROR_INVALID_PARAM, "an axis is out of range");
+    if (x->ndim < 32 && (m >> x->ndim)) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "an axis is out of range");
     uint64_t want = 1;
     for (int i = 0; i < x->ndim; i++)
         if (!((m >> i) & 1)) want *= (uint64_t)x->dims[i];
-    if (kern_numel(y) != want) return shape_fail(a, "y does not hold x without the reduced axes", x, y);
+    if (kern_numel(y) != want) return kn_shape_fail(a, "y does not hold x without the reduced axes", x, y);
     *flops = kern_numel(x);
     return ACL_SUCCESS;
 }
@@ -741,9 +466,9 @@ static aclError rsum_run(const sim_op_args *a)
     int ints = kern_int_dtype(x->dtype) && kern_int_dtype(y->dtype);
     double *xd = NULL, *yd = NULL;
     int64_t *xi = NULL, *yi = NULL;
-    if (ints) { xi = load_i(x); yi = calloc(ny ? ny : 1, sizeof *yi); }
-    else { xd = load_d(x); yd = calloc(ny ? ny : 1, sizeof *yd); }
-    if (ints ? (!xi || !yi) : (!xd || !yd)) { free(xd); free(yd); free(xi); free(yi); return oom(a); }
+    if (ints) { xi = kn_load_i(x); yi = calloc(ny ? ny : 1, sizeof *yi); }
+    else { xd = kn_load_d(x); yd = calloc(ny ? ny : 1, sizeof *yd); }
+    if (ints ? (!xi || !yi) : (!xd || !yd)) { free(xd); free(yd); free(xi); free(yi); return kn_oom(a); }
     /* output index of each input element: the kept dims in row-major order */
     int64_t idx[SIM_MAX_DIMS] = {0};
     for (uint64_t p = 0; p < nx; p++) {
@@ -760,7 +485,7 @@ static aclError rsum_run(const sim_op_args *a)
         double cnt = ny ? (double)nx / (double)ny : 0;
         for (uint64_t o = 0; o < ny; o++) yd[o] /= cnt;
     }
-    if (ints) store_i(y, yi); else store_d(y, yd);
+    if (ints) kn_store_i(y, yi); else kn_store_d(y, yd);
     free(xd); free(yd); free(xi); free(yi);
     return ACL_SUCCESS;
 }
@@ -772,12 +497,12 @@ static aclError rsum_run(const sim_op_args *a)
 static aclError addmm_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 3, 3, 1, 1)) || (e = types(a, kern_float_dtype, "float32, float16, bfloat16"))) return e;
+    if ((e = kn_counts(a, 3, 3, 1, 1)) || (e = kn_types(a, kern_float_dtype, "float32, float16, bfloat16"))) return e;
     const sim_tensor *s = &a->in[0], *m1 = &a->in[1], *m2 = &a->in[2], *y = &a->out[0];
-    if (m1->ndim != 2 || m2->ndim != 2 || y->ndim != 2) return shape_fail(a, "mat1, mat2 and y must be 2-D", m1, m2);
-    if (m1->dims[1] != m2->dims[0]) return shape_fail(a, "inner dims of mat1 and mat2 differ", m1, m2);
-    if (y->dims[0] != m1->dims[0] || y->dims[1] != m2->dims[1]) return shape_fail(a, "y is not [M,N]", m1, y);
-    if (!broadcasts_to(s, y)) return shape_fail(a, "self does not broadcast to [M,N]", s, y);
+    if (m1->ndim != 2 || m2->ndim != 2 || y->ndim != 2) return kn_shape_fail(a, "mat1, mat2 and y must be 2-D", m1, m2);
+    if (m1->dims[1] != m2->dims[0]) return kn_shape_fail(a, "inner dims of mat1 and mat2 differ", m1, m2);
+    if (y->dims[0] != m1->dims[0] || y->dims[1] != m2->dims[1]) return kn_shape_fail(a, "y is not [M,N]", m1, y);
+    if (!kn_broadcasts_to(s, y)) return kn_shape_fail(a, "self does not broadcast to [M,N]", s, y);
     *flops = 2ull * (uint64_t)m1->dims[0] * (uint64_t)m1->dims[1] * (uint64_t)m2->dims[1];
     return ACL_SUCCESS;
 }
@@ -791,22 +516,22 @@ static aclError addmm_run(const sim_op_args *a)
     const float *B = A ? kern_in_f32(a, &a->in[2], &o2) : NULL;
     float *C = B ? malloc((size_t)((M * N) != 0 ? M * N : 1) * sizeof *C) : NULL;
     double *sv = NULL;
-    double beta = attr_d(a, "beta", 1), alpha = attr_d(a, "alpha", 1);
+    double beta = kn_attr_d(a, "beta", 1), alpha = kn_attr_d(a, "alpha", 1);
     if (C && beta != 0) {
         sim_tensor v;
         kern_broadcast_view(&a->in[0], y, &v);
-        sv = load_d(&v);
+        sv = kn_load_d(&v);
     }
-    if (!C || (beta != 0 && !sv)) { free(o1); free(o2); free(C); free(sv); return oom(a); }
+    if (!C || (beta != 0 && !sv)) { free(o1); free(o2); free(C); free(sv); return kn_oom(a); }
     kern_gemm(A, B, C, M, K, N);
     double *r = malloc((size_t)((M * N) != 0 ? M * N : 1) * sizeof *r);
-    if (!r) { free(o1); free(o2); free(C); free(sv); return oom(a); }
+    if (!r) { free(o1); free(o2); free(C); free(sv); return kn_oom(a); }
     /* f32 product, then the same combination a CPU addmm makes */
     for (int64_t i = 0; i < M * N; i++) {
         float p = alpha == 1 ? C[i] : (float)(alpha * C[i]);
         r[i] = beta == 0 ? p : (beta == 1 ? (double)((float)sv[i] + p) : (double)((float)(beta * sv[i]) + p));
     }
-    store_d(y, r);
+    kn_store_d(y, r);
     free(o1); free(o2); free(C); free(sv); free(r);
     return ACL_SUCCESS;
 }
@@ -819,11 +544,11 @@ static aclError addmm_run(const sim_op_args *a)
 static aclError addc_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 3, 4, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if ((e = kn_counts(a, 3, 4, 1, 1)) || (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
     if (a->nin == 4 && kern_numel(&a->in[3]) != 1)
-        return shape_fail(a, "value must have one element", &a->in[3], &a->in[3]);
-    if (a->nin == 3 && !kern_attr(a, "value")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
-    if ((e = check_broadcast_out(a, 0, 3, &a->out[0]))) return e;
+        return kn_shape_fail(a, "value must have one element", &a->in[3], &a->in[3]);
+    if (a->nin == 3 && !kern_attr(a, "value")) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'value' is missing");
+    if ((e = kn_bcast_out(a, 0, 3, &a->out[0]))) return e;
     *flops = 3 * kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -832,19 +557,19 @@ static aclError addc_run(const sim_op_args *a)
 {
     const sim_tensor *y = &a->out[0];
     double *v[3] = { NULL, NULL, NULL };
-    double value = attr_d(a, "value", 1);
+    double value = kn_attr_d(a, "value", 1);
     if (a->nin == 4) {
-        double *vv = load_d(&a->in[3]);
-        if (!vv) return oom(a);
+        double *vv = kn_load_d(&a->in[3]);
+        if (!vv) return kn_oom(a);
         value = vv[0];
         free(vv);
     }
-    if (!load_bcast(a, 0, 3, y, 0, v, NULL)) return oom(a);
+    if (!kn_load_bcast(a, 0, 3, y, 0, v, NULL)) return kn_oom(a);
     uint64_t n = kern_numel(y);
     int div = !strcmp(a->op_type, "Addcdiv");
     for (uint64_t i = 0; i < n; i++)
         v[0][i] = div ? v[0][i] + value * (v[1][i] / v[2][i]) : v[0][i] + value * (v[1][i] * v[2][i]);
-    store_d(y, v[0]);
+    kn_store_d(y, v[0]);
     free(v[0]); free(v[1]); free(v[2]);
     return ACL_SUCCESS;
 }
@@ -856,9 +581,9 @@ static aclError addc_run(const sim_op_args *a)
 static aclError lerp_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
-    if ((e = counts(a, 2, 3, 1, 1)) || (e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
-    if (a->nin == 2 && !kern_attr(a, "weight")) return fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'weight' is missing");
-    if ((e = check_broadcast_out(a, 0, a->nin, &a->out[0]))) return e;
+    if ((e = kn_counts(a, 2, 3, 1, 1)) || (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (a->nin == 2 && !kern_attr(a, "weight")) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "attribute 'weight' is missing");
+    if ((e = kn_bcast_out(a, 0, a->nin, &a->out[0]))) return e;
     *flops = 3 * kern_numel(&a->out[0]);
     return ACL_SUCCESS;
 }
@@ -867,14 +592,14 @@ static aclError lerp_run(const sim_op_args *a)
 {
     const sim_tensor *y = &a->out[0];
     double *v[3] = { NULL, NULL, NULL };
-    if (!load_bcast(a, 0, a->nin, y, 0, v, NULL)) return oom(a);
-    double w = attr_d(a, "weight", 0);
+    if (!kn_load_bcast(a, 0, a->nin, y, 0, v, NULL)) return kn_oom(a);
+    double w = kn_attr_d(a, "weight", 0);
     uint64_t n = kern_numel(y);
     for (uint64_t i = 0; i < n; i++) {
         double wi = a->nin == 3 ? v[2][i] : w;
         v[0][i] = v[0][i] + wi * (v[1][i] - v[0][i]);
     }
-    store_d(y, v[0]);
+    kn_store_d(y, v[0]);
     free(v[0]); free(v[1]); free(v[2]);
     return ACL_SUCCESS;
 }
@@ -888,18 +613,18 @@ static aclError mse_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     int grad = !strcmp(a->op_type, "MseLossGrad");
-    if ((e = counts(a, grad ? 3 : 2, grad ? 3 : 2, 1, 1)) ||
-        (e = types(a, flt_dtype, "float32, float16, bfloat16, double")))
+    if ((e = kn_counts(a, grad ? 3 : 2, grad ? 3 : 2, 1, 1)) ||
+        (e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double")))
         return e;
     const sim_tensor *x = &a->in[grad], *t = &a->in[grad + 1];
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
-    if (red < 0 || red > 2) return fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0, 1 or 2");
-    if (!same_shape(x, t)) return shape_fail(a, "x and target differ", x, t);
+    if (red < 0 || red > 2) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "reduction must be 0, 1 or 2");
+    if (!kn_same_shape(x, t)) return kn_shape_fail(a, "x and target differ", x, t);
     const sim_tensor *y = grad ? &a->out[0] : &a->out[0];
-    if (grad ? !same_shape(y, x) : (red == RED_NONE ? !same_shape(y, x) : kern_numel(y) != 1))
-        return shape_fail(a, "output has the wrong shape", y, x);
-    if (grad && (red == RED_NONE ? !same_shape(&a->in[0], x) : kern_numel(&a->in[0]) != 1))
-        return shape_fail(a, "dy has the wrong shape", &a->in[0], x);
+    if (grad ? !kn_same_shape(y, x) : (red == RED_NONE ? !kn_same_shape(y, x) : kern_numel(y) != 1))
+        return kn_shape_fail(a, "output has the wrong shape", y, x);
+    if (grad && (red == RED_NONE ? !kn_same_shape(&a->in[0], x) : kern_numel(&a->in[0]) != 1))
+        return kn_shape_fail(a, "dy has the wrong shape", &a->in[0], x);
     *flops = 3 * kern_numel(x);
     return ACL_SUCCESS;
 }
@@ -908,22 +633,22 @@ static aclError mse_run(const sim_op_args *a)
 {
     int grad = !strcmp(a->op_type, "MseLossGrad");
     int64_t red = kern_attr_int(a, "reduction", RED_MEAN);
-    double *x = load_d(&a->in[grad]), *t = x ? load_d(&a->in[grad + 1]) : NULL;
-    double *dy = (t && grad) ? load_d(&a->in[0]) : NULL;
-    if (!t || (grad && !dy)) { free(x); free(t); free(dy); return oom(a); }
+    double *x = kn_load_d(&a->in[grad]), *t = x ? kn_load_d(&a->in[grad + 1]) : NULL;
+    double *dy = (t && grad) ? kn_load_d(&a->in[0]) : NULL;
+    if (!t || (grad && !dy)) { free(x); free(t); free(dy); return kn_oom(a); }
     uint64_t n = kern_numel(&a->in[grad]);
     if (!grad) {
         double sum = 0;
         for (uint64_t i = 0; i < n; i++) { x[i] = (x[i] - t[i]) * (x[i] - t[i]); sum += x[i]; }
-        if (red == RED_NONE) store_d(&a->out[0], x);
-        else { double r = red == RED_SUM ? sum : sum / (double)n; store_d(&a->out[0], &r); }
+        if (red == RED_NONE) kn_store_d(&a->out[0], x);
+        else { double r = red == RED_SUM ? sum : sum / (double)n; kn_store_d(&a->out[0], &r); }
     } else {
         for (uint64_t i = 0; i < n; i++) {
             double g = red == RED_NONE ? dy[i] : dy[0];
             if (red == RED_MEAN) g /= (double)n;
             x[i] = 2.0 * (x[i] - t[i]) * g;
         }
-        store_d(&a->out[0], x);
+        kn_store_d(&a->out[0], x);
     }
     free(x); free(t); free(dy);
     return ACL_SUCCESS;
@@ -941,14 +666,14 @@ static aclError adamw_check(const sim_op_args *a, uint64_t *flops)
 {
     aclError e;
     int ams = kern_attr_int(a, "amsgrad", 0) != 0;
-    if ((e = counts(a, 2, 2, ams ? 4 : 3, 4))) return e;
+    if ((e = kn_counts(a, 2, 2, ams ? 4 : 3, 4))) return e;
     const sim_tensor *var = &a->out[0];
     for (int j = 0; j < a->nout; j++)
-        if (!flt_dtype(a->out[j].dtype) || !same_shape(var, &a->out[j]))
-            return shape_fail(a, "var, m, v (and max_v) must be floating point of one shape", var, &a->out[j]);
-    if (!flt_dtype(a->in[0].dtype) || !same_shape(var, &a->in[0])) return shape_fail(a, "grad differs from var", &a->in[0], var);
-    if (kern_numel(&a->in[1]) != 1 || !num_dtype(a->in[1].dtype))
-        return shape_fail(a, "step must be one number", &a->in[1], &a->in[1]);
+        if (!kn_flt_dtype(a->out[j].dtype) || !kn_same_shape(var, &a->out[j]))
+            return kn_shape_fail(a, "var, m, v (and max_v) must be floating point of one shape", var, &a->out[j]);
+    if (!kn_flt_dtype(a->in[0].dtype) || !kn_same_shape(var, &a->in[0])) return kn_shape_fail(a, "grad differs from var", &a->in[0], var);
+    if (kern_numel(&a->in[1]) != 1 || !kn_num_dtype(a->in[1].dtype))
+        return kn_shape_fail(a, "step must be one number", &a->in[1], &a->in[1]);
     *flops = 12 * kern_numel(var);
     return ACL_SUCCESS;
 }
@@ -956,13 +681,13 @@ static aclError adamw_check(const sim_op_args *a, uint64_t *flops)
 static aclError adamw_run(const sim_op_args *a)
 {
     int ams = kern_attr_int(a, "amsgrad", 0) != 0 && a->nout == 4;
-    double lr = attr_d(a, "lr", 0), b1 = attr_d(a, "beta1", 0.9), b2 = attr_d(a, "beta2", 0.999);
-    double wd = attr_d(a, "weight_decay", 0), eps = attr_d(a, "eps", 1e-8);
+    double lr = kn_attr_d(a, "lr", 0), b1 = kn_attr_d(a, "beta1", 0.9), b2 = kn_attr_d(a, "beta2", 0.999);
+    double wd = kn_attr_d(a, "weight_decay", 0), eps = kn_attr_d(a, "eps", 1e-8);
     int maximize = kern_attr_int(a, "maximize", 0) != 0;
-    double *g = load_d(&a->in[0]), *st = g ? load_d(&a->in[1]) : NULL;
-    double *var = st ? load_d(&a->out[0]) : NULL, *m = var ? load_d(&a->out[1]) : NULL;
-    double *v = m ? load_d(&a->out[2]) : NULL, *mx = (v && ams) ? load_d(&a->out[3]) : NULL;
-    if (!v || (ams && !mx)) { free(g); free(st); free(var); free(m); free(v); free(mx); return oom(a); }
+    double *g = kn_load_d(&a->in[0]), *st = g ? kn_load_d(&a->in[1]) : NULL;
+    double *var = st ? kn_load_d(&a->out[0]) : NULL, *m = var ? kn_load_d(&a->out[1]) : NULL;
+    double *v = m ? kn_load_d(&a->out[2]) : NULL, *mx = (v && ams) ? kn_load_d(&a->out[3]) : NULL;
+    if (!v || (ams && !mx)) { free(g); free(st); free(var); free(m); free(v); free(mx); return kn_oom(a); }
     double t = st[0] + 1.0;
     double bc1 = 1.0 - pow(b1, t), bc2s = sqrt(1.0 - pow(b2, t));
     uint64_t n = kern_numel(&a->out[0]);
@@ -975,10 +700,10 @@ static aclError adamw_run(const sim_op_args *a)
         if (ams) { if (v[i] > mx[i]) mx[i] = v[i]; vv = mx[i]; }
         var[i] -= lr / bc1 * m[i] / (sqrt(vv) / bc2s + eps);
     }
-    store_d(&a->out[0], var);
-    store_d(&a->out[1], m);
-    store_d(&a->out[2], v);
-    if (ams) store_d(&a->out[3], mx);
+    kn_store_d(&a->out[0], var);
+    kn_store_d(&a->out[1], m);
+    kn_store_d(&a->out[2], v);
+    if (ams) kn_store_d(&a->out[3], mx);
     free(g); free(st); free(var); free(m); free(v); free(mx);
     return ACL_SUCCESS;
 }
@@ -1064,23 +789,24 @@ static aclError fe_check(const sim_op_args *a, uint64_t *flops)
     int64_t n = kern_attr_int(a, "n", -1);
     int sin = (int)kern_attr_int(a, "scalar_input", 0) != 0;
     if (n < 1 || a->nin != d->lists * n + sin || a->nout != n)
-        return fail(a, ACL_ERROR_OP_INPUT_NOT_MATCH, "list lengths do not match (attribute n, inputs, outputs)");
+        return kn_fail(a, ACL_ERROR_OP_INPUT_NOT_MATCH, "list lengths do not match (attribute n, inputs, outputs)");
     aclError e;
-    if ((e = types(a, flt_dtype, "float32, float16, bfloat16, double"))) return e;
-    if (sin && kern_numel(&a->in[a->nin - 1]) != 1)
-        return shape_fail(a, "the scalar tensor must have one element", &a->in[a->nin - 1], &a->in[a->nin - 1]);
+    if ((e = kn_types(a, kn_flt_dtype, "float32, float16, bfloat16, double"))) return e;
+    if (sin && kern_numel(&a->in[a->nin - 1]) != 1 && kern_numel(&a->in[a->nin - 1]) != (uint64_t)n)
+        return kn_shape_fail(a, "the scalar tensor must have one element or one per list element",
+            &a->in[a->nin - 1], &a->in[a->nin - 1]);
     if (d->scalar && !sin && !kern_attr(a, "scalar")) {
         char nm[32];
         for (int64_t i = 0; i < n; i++) {
             snprintf(nm, sizeof nm, "scalar%lld", (long long)i);
-            if (!kern_attr(a, nm)) return fail(a, ACL_ERROR_INVALID_PARAM, "a scalar is missing");
+            if (!kern_attr(a, nm)) return kn_fail(a, ACL_ERROR_INVALID_PARAM, "a scalar is missing");
         }
     }
     uint64_t total = 0;
     for (int64_t i = 0; i < n; i++) {
         for (int k = 1; k < d->lists; k++)
-            if (!same_shape(&a->in[i], &a->in[k * n + i])) return shape_fail(a, "list elements differ", &a->in[i], &a->in[k * n + i]);
-        if (!same_shape(&a->in[i], &a->out[i])) return shape_fail(a, "output differs from input", &a->in[i], &a->out[i]);
+            if (!kn_same_shape(&a->in[i], &a->in[k * n + i])) return kn_shape_fail(a, "list elements differ", &a->in[i], &a->in[k * n + i]);
+        if (!kn_same_shape(&a->in[i], &a->out[i])) return kn_shape_fail(a, "output differs from input", &a->in[i], &a->out[i]);
         total += kern_numel(&a->out[i]);
     }
     *flops = total * (uint64_t)d->lists;
@@ -1092,22 +818,24 @@ static aclError fe_run(const sim_op_args *a)
     const fe_def *d = fe_find(a->op_type);
     int n = (int)kern_attr_int(a, "n", 0);
     int sin = (int)kern_attr_int(a, "scalar_input", 0) != 0;
-    double s_all = attr_d(a, "scalar", 1.0);
+    double s_all = kn_attr_d(a, "scalar", 1.0);
+    double *sv = NULL;   /* per-element scalars from a device tensor */
     if (sin) {
-        double *sv = load_d(&a->in[a->nin - 1]);
-        if (!sv) return oom(a);
+        sv = kn_load_d(&a->in[a->nin - 1]);
+        if (!sv) return kn_oom(a);
         s_all = sv[0];
-        free(sv);
+        if (kern_numel(&a->in[a->nin - 1]) == 1) { free(sv); sv = NULL; }
     }
     /* every input of every element is read before any output is written */
     int nl = d->lists * n;
     double **v = calloc((size_t)nl, sizeof *v);
-    if (!v) return oom(a);
+    if (!v) { free(sv); return kn_oom(a); }
     for (int k = 0; k < nl; k++)
-        if (!(v[k] = load_d(&a->in[k]))) {
+        if (!(v[k] = kn_load_d(&a->in[k]))) {
             for (int q = 0; q < k; q++) free(v[q]);
             free(v);
-            return oom(a);
+            free(sv);
+            return kn_oom(a);
         }
     /* the operation, decided once (not per element) */
     static const char *const names[] = { "AddScalar", "SubScalar", "MulScalar", "DivScalar", "AddList", "SubList",
@@ -1119,7 +847,8 @@ static aclError fe_run(const sim_op_args *a)
         double s = s_all;
         char nm[32];
         snprintf(nm, sizeof nm, "scalar%d", i);
-        if (kern_attr(a, nm)) s = attr_d(a, nm, 1.0);
+        if (kern_attr(a, nm)) s = kn_attr_d(a, nm, 1.0);
+        if (sv) s = sv[i];
         double *x1 = v[i], *x2 = d->lists > 1 ? v[n + i] : NULL, *x3 = d->lists > 2 ? v[2 * n + i] : NULL;
         uint64_t m = kern_numel(&a->out[i]);
         for (uint64_t j = 0; j < m; j++) {
@@ -1145,9 +874,10 @@ static aclError fe_run(const sim_op_args *a)
             x1[j] = x;
         }
     }
-    for (int i = 0; i < n; i++) store_d(&a->out[i], v[i]);
+    for (int i = 0; i < n; i++) kn_store_d(&a->out[i], v[i]);
     for (int k = 0; k < nl; k++) free(v[k]);
     free(v);
+    free(sv);
     return ACL_SUCCESS;
 }
 
@@ -1164,4 +894,14 @@ static const sim_kernel_def *kern_find_foreach(const char *op_type)
     for (size_t i = 0; i < sizeof g_fe_kernels / sizeof g_fe_kernels[0]; i++)
         if (!strcmp(g_fe_kernels[i].name, op_type) && fe_find(op_type)) return &g_fe_kernels[i];
     return NULL;
+}
+
+/* the i-th kernel of this file's tables, NULL past the end */
+const char *kern_nn_name(int i)
+{
+    int n1 = (int)(sizeof g_nn_kernels / sizeof g_nn_kernels[0]);
+    int n2 = (int)(sizeof g_fe_kernels / sizeof g_fe_kernels[0]);
+    if (i < 0) return NULL;
+    if (i < n1) return g_nn_kernels[i].name;
+    return i - n1 < n2 ? g_fe_kernels[i - n1].name : NULL;
 }

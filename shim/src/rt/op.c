@@ -5,6 +5,7 @@
  * kernel runs on the stream worker after the core's range check.
  * Conventions: docs/simulator-ops.md. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -379,28 +380,14 @@ ACL_FUNC_VISIBILITY aclError aclopSetAttrListListInt(aclopAttr *attr, const char
 
 /* ------------------------------------------------------------ op launch */
 
-/* ACLSIM_UNKNOWN_OPS=fail: an operator type without a simulated kernel is
- * refused (ACL_ERROR_OP_NOT_FOUND) instead of running the hash kernel — for
- * workloads that need real results everywhere, such as torch_npu training
- * (the hash kernel would silently produce noise). Default: hash. */
-static int g_unknown_fail = -1;
-static pthread_once_t g_unknown_once = PTHREAD_ONCE_INIT;
-static void unknown_ops_load(void)
-{
-    const char *v = getenv("ACLSIM_UNKNOWN_OPS");
-    g_unknown_fail = 0;
-    if (!v || !*v || !strcmp(v, "hash")) return;
-    if (!strcmp(v, "fail")) g_unknown_fail = 1;
-    else aclsim_log("invalid ACLSIM_UNKNOWN_OPS='%s': expected hash or fail (using hash)", v);
-}
-static int unknown_ops_fail(void)
-{
-    pthread_once(&g_unknown_once, unknown_ops_load);
-    return g_unknown_fail;
-}
-
-SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
-    int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
+/* Which operators may run the hash kernel: only opaque byte-range operators
+ * launched through aclop (every tensor a 1-D ACL_UINT8 range, how acl_replay
+ * describes trace ranges). aclnn operators come from frameworks with typed
+ * tensors (a 1-D uint8 aclnnAdd is a real uint8 addition), so they never do.
+ * Any other operator without a kernel, or with element types its kernel does
+ * not compute exactly, is refused — never answered with made-up numbers. */
+static aclError op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out, int nout,
+    const sim_attr *attrs, int nattrs, uint64_t *flops, int allow_bytes)
 {
     if (!op_type || nin < 0 || nout < 0 || nattrs < 0 || (nin && !in) || (nout && !out) || (nattrs && !attrs)) {
         aclsim_log("operator launch: invalid arguments (op %s, %d inputs, %d outputs, %d attrs)",
@@ -418,11 +405,13 @@ SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int 
         if ((e = kern_check_tensor(&out[j], what))) return e;
     }
     sim_op_args a = { op_type, nin, nout, nattrs, in, out, attrs };
-    int byte_range = kern_is_byte_range_op(&a);
+    int byte_range = allow_bytes && kern_is_byte_range_op(&a);
     const sim_kernel_def *k = byte_range ? NULL : kern_find(op_type);
-    if (!k && !byte_range && unknown_ops_fail()) {
-        aclsim_log("operator type '%s' has no simulated kernel (ACLSIM_UNKNOWN_OPS=fail) -> %d", op_type,
-            ACL_ERROR_OP_NOT_FOUND);
+    if (!k && !byte_range) {
+        /* ACL_ERROR_OP_NOT_FOUND (acl_base_rt.h: 100024), what aclopExecuteV2 and
+         * aclopCompileAndExecute return when no kernel is registered for the
+         * type; libopapi maps it to ACLNN_ERR_INNER_FIND_KERNEL_ERROR */
+        kern_refuse(&a, "no simulated kernel for this operator", ACL_ERROR_OP_NOT_FOUND);
         return ACL_ERROR_OP_NOT_FOUND;
     }
     uint64_t fl = 0;
@@ -440,6 +429,69 @@ SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int 
     return ACL_SUCCESS;
 }
 
+/* The GetWorkspaceSize phase of aclnn operators: typed tensors only. */
+SIM_API aclError aclsim_op_check(const char *op_type, const sim_tensor *in, int nin, const sim_tensor *out,
+    int nout, const sim_attr *attrs, int nattrs, uint64_t *flops)
+{
+    return op_check(op_type, in, nin, out, nout, attrs, nattrs, flops, 0);
+}
+
+/* ACLSIM_OPS_LOG=FILE: at exit, one line per distinct launched operator
+ * signature — "API OP_TYPE in-dtypes->out-dtypes COUNT" — so tests can
+ * prove which operators and element types a workload exercised. */
+#define OPS_LOG_SLOTS 4096
+static pthread_mutex_t g_ops_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_ops_key[OPS_LOG_SLOTS];
+static uint64_t g_ops_count[OPS_LOG_SLOTS];
+static const char *g_ops_path;
+static int g_ops_state;   /* 0 unknown, 1 off, 2 on */
+
+static void ops_log_write(void)
+{
+    FILE *f = fopen(g_ops_path, "w");
+    if (!f) { aclsim_log("cannot write ACLSIM_OPS_LOG file '%s'", g_ops_path); return; }
+    pthread_mutex_lock(&g_ops_lock);
+    for (int i = 0; i < OPS_LOG_SLOTS; i++)
+        if (g_ops_key[i]) fprintf(f, "%s %llu\n", g_ops_key[i], (unsigned long long)g_ops_count[i]);
+    pthread_mutex_unlock(&g_ops_lock);
+    fclose(f);
+}
+
+static void ops_log_record(const char *api, const sim_op_args *a)
+{
+    if (g_ops_state == 1) return;
+    char key[512];
+    size_t n = (size_t)snprintf(key, sizeof key, "%s %s ", api, a->op_type);
+    /* element types, runs written once with a count (foreach lists): float32*21 */
+    for (int side = 0; side < 2; side++) {
+        const sim_tensor *t = side ? a->out : a->in;
+        int cnt = side ? a->nout : a->nin;
+        if (side && n < sizeof key) n += (size_t)snprintf(key + n, sizeof key - n, "->");
+        for (int i = 0; i < cnt && n < sizeof key;) {
+            int run = 1;
+            while (i + run < cnt && t[i + run].dtype == t[i].dtype) run++;
+            n += (size_t)snprintf(key + n, sizeof key - n, "%s%s", i ? "," : "", kern_dtype_name(t[i].dtype));
+            if (run > 1 && n < sizeof key) n += (size_t)snprintf(key + n, sizeof key - n, "*%d", run);
+            i += run;
+        }
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (const char *c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    pthread_mutex_lock(&g_ops_lock);
+    if (g_ops_state == 0) {
+        const char *v = getenv("ACLSIM_OPS_LOG");
+        g_ops_state = v && *v ? 2 : 1;
+        if (g_ops_state == 2) { g_ops_path = v; atexit(ops_log_write); }
+    }
+    if (g_ops_state == 2)
+        for (uint64_t k = 0; k < OPS_LOG_SLOTS; k++) {
+            int i = (int)((h + k) % OPS_LOG_SLOTS);
+            if (!g_ops_key[i]) g_ops_key[i] = strdup(key);
+            if (g_ops_key[i] && !strcmp(g_ops_key[i], key)) { g_ops_count[i]++; break; }
+        }
+    pthread_mutex_unlock(&g_ops_lock);
+}
+
 /* Everything a queued operator needs, in one allocation (plus snapshots of
  * host-placed inputs). */
 typedef struct op_payload {
@@ -452,7 +504,12 @@ typedef struct op_payload {
 static aclError op_exec(sim_work *w)
 {
     op_payload *p = w->payload;
-    return p->k ? p->k->run(&p->args) : kern_hash_run(&p->args);
+    if (!p->k) return kern_hash_run(&p->args);
+    /* every output empty (frameworks launch operators on empty tensors):
+     * nothing to compute or write, as on the device */
+    int empty = p->args.nout > 0;
+    for (int j = 0; j < p->args.nout && empty; j++) empty = kern_numel(&p->args.out[j]) == 0;
+    return empty ? ACL_SUCCESS : p->k->run(&p->args);
 }
 
 static void op_destroy(sim_work *w)
@@ -468,13 +525,14 @@ static void op_destroy(sim_work *w)
  * bytes are copied at launch, as the real runtime copies host inputs into the
  * task, and it has no device range to check. */
 static aclError launch_common(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
-    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs, const unsigned char *host_in)
+    int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs, const unsigned char *host_in,
+    int allow_bytes)
 {
     uint64_t flops = 0;
-    aclError e = aclsim_op_check(op_type, in, nin, out, nout, attrs, nattrs, &flops);
+    aclError e = op_check(op_type, in, nin, out, nout, attrs, nattrs, &flops, allow_bytes);
     if (e) return e;
     sim_op_args probe = { op_type, nin, nout, nattrs, in, out, attrs };
-    const sim_kernel_def *k = kern_is_byte_range_op(&probe) ? NULL : kern_find(op_type);
+    const sim_kernel_def *k = allow_bytes && kern_is_byte_range_op(&probe) ? NULL : kern_find(op_type);
 
     uint64_t touched = 0;
     int nranges = 0;
@@ -540,13 +598,14 @@ static aclError launch_common(aclrtStream stream, const char *api, const char *o
     w->exec = op_exec;
     w->destroy = op_destroy;
     w->payload = p;
+    ops_log_record(api ? api : "aclsim_launch_op", &probe);
     return aclsim_submit(stream, w);
 }
 
 SIM_API aclError aclsim_launch_op(aclrtStream stream, const char *api, const char *op_type, const sim_tensor *in,
     int nin, const sim_tensor *out, int nout, const sim_attr *attrs, int nattrs)
 {
-    return launch_common(stream, api, op_type, in, nin, out, nout, attrs, nattrs, NULL);
+    return launch_common(stream, api, op_type, in, nin, out, nout, attrs, nattrs, NULL, 0);
 }
 
 /* ------------------------------------------------------------------ aclop */
@@ -695,7 +754,7 @@ SIM_API aclError aclsim_op_execute(const char *api, const char *opType, int numI
         sa[nsa].f = it->f;
         nsa++;
     }
-    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, nsa, host);
+    if (!e) e = launch_common(stream, api, opType, t, numInputs, t + numInputs, numOutputs, sa, nsa, host, 1);
     free(t);
     free(sa);
     free(host);
