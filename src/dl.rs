@@ -84,7 +84,7 @@ unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void)
         crate::real::remember_handle(handle);
         // The handle's scope may contain u3m itself (RTLD_DEFAULT, the main
         // program's handle): then the real definition is the next one.
-        let real = if found == h.wrapper as *mut c_void {
+        let real = if std::ptr::eq(found, h.wrapper) {
             real_next(name)
         } else {
             found

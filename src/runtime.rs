@@ -8,7 +8,8 @@ use std::os::raw::c_int;
 use crate::ffi::*;
 use crate::hooks::table::real;
 use crate::real::RealFn;
-use u3m_core::engine::runtime::{Runtime, CHUNK};
+use u3m_core::acl::{AclError, MemcpyKind};
+use u3m_core::engine::runtime::Runtime;
 
 static CREATE_STREAM: RealFn = RealFn::new(b"aclrtCreateStream\0");
 static SYNC_STREAM: RealFn = RealFn::new(b"aclrtSynchronizeStream\0");
@@ -20,22 +21,24 @@ static WAIT_EVENT: RealFn = RealFn::new(b"aclrtStreamWaitEvent\0");
 
 const NOT_FOUND: i32 = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
 
+/// Calls a real function; its aclError as a result.
 macro_rules! call {
     ($f:expr, $ty:ty, $($a:expr),*) => {{
-        match $f.get() {
+        let rc = match $f.get() {
             Some(p) => {
                 let f: $ty = unsafe { std::mem::transmute::<*mut c_void, $ty>(p) };
                 unsafe { f($($a),*) }
             }
             None => NOT_FOUND,
-        }
+        };
+        AclError::check(rc)
     }};
 }
 
 pub struct Real;
 
 impl Runtime for Real {
-    fn set_device(&self, dev: u32) -> i32 {
+    fn set_device(&self, dev: u32) -> Result<(), AclError> {
         call!(
             real::aclrtSetDevice,
             unsafe extern "C" fn(i32) -> i32,
@@ -43,7 +46,7 @@ impl Runtime for Real {
         )
     }
 
-    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
         let prop = aclrtPhysicalMemProp {
             handle_type: 0,
             allocation_type: 0,
@@ -55,7 +58,7 @@ impl Runtime for Real {
             reserve: 0,
         };
         let mut h: aclrtDrvMemHandle = std::ptr::null_mut();
-        let rc = call!(
+        call!(
             real::aclrtMallocPhysical,
             unsafe extern "C" fn(
                 *mut aclrtDrvMemHandle,
@@ -67,15 +70,11 @@ impl Runtime for Real {
             bytes as usize,
             &prop,
             0
-        );
-        if rc == 0 {
-            Ok(h as u64)
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| h as u64)
     }
 
-    fn free_physical(&self, handle: u64) -> i32 {
+    fn free_physical(&self, handle: u64) -> Result<(), AclError> {
         call!(
             real::aclrtFreePhysical,
             unsafe extern "C" fn(aclrtDrvMemHandle) -> i32,
@@ -83,9 +82,9 @@ impl Runtime for Real {
         )
     }
 
-    fn reserve(&self, bytes: u64) -> Result<u64, i32> {
+    fn reserve(&self, bytes: u64) -> Result<u64, AclError> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        let rc = call!(
+        call!(
             real::aclrtReserveMemAddress,
             unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> i32,
             &mut p,
@@ -93,15 +92,11 @@ impl Runtime for Real {
             0,
             std::ptr::null_mut(),
             1
-        );
-        if rc == 0 {
-            Ok(p as u64)
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| p as u64)
     }
 
-    fn release(&self, va: u64) -> i32 {
+    fn release(&self, va: u64) -> Result<(), AclError> {
         call!(
             real::aclrtReleaseMemAddress,
             unsafe extern "C" fn(*mut c_void) -> i32,
@@ -109,7 +104,7 @@ impl Runtime for Real {
         )
     }
 
-    fn map(&self, va: u64, bytes: u64, handle: u64) -> i32 {
+    fn map(&self, va: u64, bytes: u64, handle: u64) -> Result<(), AclError> {
         call!(
             real::aclrtMapMem,
             unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> i32,
@@ -121,7 +116,7 @@ impl Runtime for Real {
         )
     }
 
-    fn unmap(&self, va: u64) -> i32 {
+    fn unmap(&self, va: u64) -> Result<(), AclError> {
         call!(
             real::aclrtUnmapMem,
             unsafe extern "C" fn(*mut c_void) -> i32,
@@ -129,21 +124,24 @@ impl Runtime for Real {
         )
     }
 
-    fn create_stream(&self) -> Result<u64, i32> {
+    fn create_stream(&self) -> Result<u64, AclError> {
         let mut s: aclrtStream = std::ptr::null_mut();
-        let rc = call!(
+        call!(
             CREATE_STREAM,
             unsafe extern "C" fn(*mut aclrtStream) -> i32,
             &mut s
-        );
-        if rc == 0 {
-            Ok(s as u64)
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| s as u64)
     }
 
-    fn memcpy_async(&self, dst: u64, src: u64, bytes: u64, kind: i32, stream: u64) -> i32 {
+    fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: MemcpyKind,
+        stream: u64,
+    ) -> Result<(), AclError> {
         call!(
             real::aclrtMemcpyAsync,
             unsafe extern "C" fn(
@@ -158,12 +156,12 @@ impl Runtime for Real {
             bytes as usize,
             src as *const c_void,
             bytes as usize,
-            kind,
+            kind.0,
             stream as aclrtStream
         )
     }
 
-    fn sync_stream(&self, stream: u64) -> i32 {
+    fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         call!(
             SYNC_STREAM,
             unsafe extern "C" fn(aclrtStream) -> i32,
@@ -171,21 +169,17 @@ impl Runtime for Real {
         )
     }
 
-    fn create_event(&self) -> Result<u64, i32> {
+    fn create_event(&self) -> Result<u64, AclError> {
         let mut e: aclrtEvent = std::ptr::null_mut();
-        let rc = call!(
+        call!(
             CREATE_EVENT,
             unsafe extern "C" fn(*mut aclrtEvent) -> i32,
             &mut e
-        );
-        if rc == 0 {
-            Ok(e as u64)
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| e as u64)
     }
 
-    fn record_event(&self, event: u64, stream: u64) -> i32 {
+    fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
         call!(
             RECORD_EVENT,
             unsafe extern "C" fn(aclrtEvent, aclrtStream) -> i32,
@@ -194,22 +188,18 @@ impl Runtime for Real {
         )
     }
 
-    fn event_done(&self, event: u64) -> Result<bool, i32> {
+    fn event_done(&self, event: u64) -> Result<bool, AclError> {
         let mut st: c_int = 0;
-        let rc = call!(
+        call!(
             QUERY_EVENT,
             unsafe extern "C" fn(aclrtEvent, *mut c_int) -> i32,
             event as aclrtEvent,
             &mut st
-        );
-        if rc == 0 {
-            Ok(st == 1)
-        } else {
-            Err(rc)
-        } // ACL_EVENT_RECORDED_STATUS_COMPLETE
+        )
+        .map(|()| st == 1) // ACL_EVENT_RECORDED_STATUS_COMPLETE
     }
 
-    fn sync_event(&self, event: u64) -> i32 {
+    fn sync_event(&self, event: u64) -> Result<(), AclError> {
         call!(
             SYNC_EVENT,
             unsafe extern "C" fn(aclrtEvent) -> i32,
@@ -217,7 +207,7 @@ impl Runtime for Real {
         )
     }
 
-    fn stream_wait(&self, stream: u64, event: u64) -> i32 {
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         call!(
             WAIT_EVENT,
             unsafe extern "C" fn(aclrtStream, aclrtEvent) -> i32,
@@ -226,22 +216,18 @@ impl Runtime for Real {
         )
     }
 
-    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, i32> {
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
         let mut p: *mut c_void = std::ptr::null_mut();
-        let rc = call!(
+        call!(
             real::aclrtMallocHost,
             unsafe extern "C" fn(*mut *mut c_void, usize) -> i32,
             &mut p,
             bytes as usize
-        );
-        if rc == 0 {
-            Ok(p as *mut u8)
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| p as *mut u8)
     }
 
-    fn free_host(&self, ptr: *mut u8) -> i32 {
+    fn free_host(&self, ptr: *mut u8) -> Result<(), AclError> {
         call!(
             real::aclrtFreeHost,
             unsafe extern "C" fn(*mut c_void) -> i32,
@@ -249,22 +235,15 @@ impl Runtime for Real {
         )
     }
 
-    fn mem_info(&self) -> Result<(u64, u64), i32> {
+    fn mem_info(&self) -> Result<(u64, u64), AclError> {
         let (mut f, mut t) = (0usize, 0usize);
-        let rc = call!(
+        call!(
             real::aclrtGetMemInfo,
             unsafe extern "C" fn(c_int, *mut usize, *mut usize) -> i32,
             1,
             &mut f,
             &mut t
-        );
-        if rc == 0 {
-            Ok((f as u64, t as u64))
-        } else {
-            Err(rc)
-        }
+        )
+        .map(|()| (f as u64, t as u64))
     }
 }
-
-#[allow(dead_code)]
-const _: u64 = CHUNK;

@@ -4,6 +4,7 @@
 //! format). Exports that interpose live only in the cdylib, so linking this
 //! crate into a test or a tool never interposes anything.
 
+pub mod acl;
 pub mod config;
 pub mod engine;
 pub mod heat;
@@ -11,8 +12,9 @@ pub mod monitor;
 pub mod opclass;
 pub mod plan;
 pub mod policy;
+pub mod residency;
 pub mod shm;
-pub mod tier;
+pub mod store;
 pub mod trace;
 
 /// Version of u3m, reported by the CLI and written into the stats segment.

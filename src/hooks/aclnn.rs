@@ -9,15 +9,19 @@
 //! launch's accesses. Tensors are tracked per thread in a fixed array: no
 //! allocation, no lock on the launch path.
 
+// Handlers are called by the generated wrappers and trampolines with the
+// program's arguments; their contract is the C prototype's.
+#![allow(clippy::missing_safety_doc)]
+
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-use super::Cx;
+use super::args::{self, *};
+use super::{Cx, Real};
 use crate::ffi::*;
-use crate::init::current_device;
-use u3m_core::engine::{Range, MAX_OP_RANGES};
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Queue, Range, MAX_OP_RANGES};
 
 pub type ExecFn = unsafe extern "C" fn(*mut c_void, u64, *mut c_void, aclrtStream) -> aclnnStatus;
 
@@ -122,7 +126,8 @@ pub unsafe fn launch_with(
 ) -> aclnnStatus {
     let mut ranges = [Range::default(); MAX_OP_RANGES];
     let mut n = PENDING.with(|p| p.drain_into(&mut ranges));
-    if !ws.is_null() && ws_size > 0 && n < MAX_OP_RANGES {
+    let has_ws = !ws.is_null() && ws_size > 0;
+    if has_ws && n < MAX_OP_RANGES {
         ranges[n] = Range {
             addr: ws as u64,
             len: ws_size,
@@ -130,38 +135,29 @@ pub unsafe fn launch_with(
         };
         n += 1;
     }
-    let dev = current_device();
     // With torch_npu's task queue, tensors are created on the submitting
     // thread and launched on the queue thread: this thread then has no
     // pending tensors, and residency must cover every live tensor (a
     // superset: those of the launches queued ahead too).
-    let tiering = cx.note(|e| e.tier().map(|t| t.active()).unwrap_or(false));
+    let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
     let live;
-    let tier_ranges: &[Range] = if tiering && n <= usize::from(!ws.is_null() && ws_size > 0) {
+    let resident = if tiering && n <= usize::from(has_ws) {
         live = live_ranges(ws, ws_size);
-        &live
+        Some(&live[..])
     } else {
-        &ranges[..n]
+        None
     };
-    let r = super::around(
-        cx,
-        u3m_core::opclass::classify_bytes(name).0,
-        dev,
-        stream as u64,
-        tier_ranges,
-        false,
-        false,
-        || f(ws, ws_size, exec, stream),
-        |r| *r == 0,
-        |e| e,
-    );
-    if r == 0 {
-        cx.note(|e| {
-            e.count_aclnn_launch();
-            e.op(dev, stream as u64, name, &ranges[..n], None)
-        });
-    }
-    r
+    let call = Call::Launch(Launch {
+        kind: LaunchKind::Aclnn,
+        name: Some(name),
+        class: u3m_core::opclass::classify_bytes(name).0,
+        ranges: &ranges[..n],
+        resident,
+        flops: None,
+        q: Queue::on(stream as u64),
+        api: Api::Aclnn,
+    });
+    cx.run(&call, || f(ws, ws_size, exec, stream))
 }
 
 /// Operators exported for programs that link libopapi directly (their calls
@@ -172,8 +168,8 @@ pub mod direct {
     macro_rules! direct {
         ($($name:ident),*) => {$(
             #[allow(non_snake_case)]
-            pub unsafe fn $name(cx: &Cx, f: ExecFn, ws: *mut c_void, ws_size: u64, exec: *mut c_void, stream: aclrtStream) -> aclnnStatus {
-                launch_with(cx, f, stringify!($name).as_bytes(), ws, ws_size, exec, stream)
+            pub unsafe fn $name(cx: &Cx, real: Real<args::$name>, a: args::$name) -> aclnnStatus {
+                launch_with(cx, real.0, stringify!($name).as_bytes(), a.workspace, a.workspace_size, a.executor, a.stream)
             }
         )*};
     }
@@ -268,41 +264,22 @@ unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
     e.saturating_mul(es)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn create_tensor(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *const i64,
-        u64,
-        c_int,
-        *const i64,
-        i64,
-        c_int,
-        *const i64,
-        u64,
-        *mut c_void,
-    ) -> *mut c_void,
-    vd: *const i64,
-    vn: u64,
-    dt: c_int,
-    st: *const i64,
-    off: i64,
-    fmt: c_int,
-    sd: *const i64,
-    sn: u64,
-    data: *mut c_void,
+    real: Real<aclCreateTensor>,
+    a: aclCreateTensor,
 ) -> *mut c_void {
-    let t = f(vd, vn, dt, st, off, fmt, sd, sn, data);
-    if !t.is_null() && !data.is_null() {
-        let len = footprint(dt, sd, sn);
+    let t = real.call(a);
+    if !t.is_null() && !a.tensor_data.is_null() {
+        let len = footprint(a.data_type, a.storage_dims, a.storage_dims_num);
         if len > 0 {
             let r = Range {
-                addr: data as u64,
+                addr: a.tensor_data as u64,
                 len,
                 write: true,
             };
             PENDING.with(|p| p.push(t as usize, r));
-            if cx.note(|e| e.tier().is_some()) {
+            if cx.note(|e| e.residency().is_some()) {
                 let mut l = LIVE.lock();
                 if l.len() < 1 << 16 {
                     l.push((t as usize, r));
@@ -316,12 +293,12 @@ pub unsafe fn create_tensor(
 
 pub unsafe fn destroy_tensor(
     _cx: &Cx,
-    f: unsafe extern "C" fn(*const c_void) -> aclnnStatus,
-    t: *const c_void,
+    real: Real<aclDestroyTensor>,
+    a: aclDestroyTensor,
 ) -> aclnnStatus {
-    PENDING.with(|p| p.forget(t as usize));
-    forget_live(t as usize);
-    f(t)
+    PENDING.with(|p| p.forget(a.tensor as usize));
+    forget_live(a.tensor as usize);
+    real.call(a)
 }
 
 fn forget_live(t: usize) {
@@ -333,19 +310,18 @@ fn forget_live(t: usize) {
 
 pub unsafe fn create_tensor_list(
     _cx: &Cx,
-    f: unsafe extern "C" fn(*const *const c_void, u64) -> *mut c_void,
-    v: *const *const c_void,
-    n: u64,
+    real: Real<aclCreateTensorList>,
+    a: aclCreateTensorList,
 ) -> *mut c_void {
-    f(v, n)
+    real.call(a)
 }
 
 pub unsafe fn destroy_tensor_list(
     _cx: &Cx,
-    f: unsafe extern "C" fn(*const c_void) -> aclnnStatus,
-    l: *const c_void,
+    real: Real<aclDestroyTensorList>,
+    a: aclDestroyTensorList,
 ) -> aclnnStatus {
-    f(l)
+    real.call(a)
 }
 
 /// Number of aclnn operators given a trampoline so far.

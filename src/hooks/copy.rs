@@ -1,298 +1,99 @@
-//! Copy and memset hooks: each device side of a copy and every memset
-//! destination is an access (copy sources are reads, destinations writes).
-//! In tier mode the device sides are made resident first; a destination that
-//! covers whole chunks needs no copy-in (its old contents are overwritten).
+//! Copy, memset and small stream-operation hooks: the device sides of a copy
+//! (by core's one copy-direction rule), every memset destination, a cache
+//! maintenance range, a device word. Each decodes into a `Call`; the engine
+//! makes the device sides resident (a destination covering whole chunks
+//! needs no copy-in) and observes them.
 
 use std::ffi::c_void;
-use std::os::raw::c_int;
 
-use super::{around, Cx};
+use super::args::*;
+use super::{Cx, Real};
 use crate::ffi::*;
-use crate::init::current_device;
-use u3m_core::engine::Range;
+use u3m_core::acl::MemcpyKind;
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Memcpy, Queue, Range, MAX_OP_RANGES};
 use u3m_core::opclass::OpClass;
 
-/// ACL_ERROR_RT_DEVICE_TASK_ABORT: the device has gone away.
-const DEVICE_TASK_ABORT: aclError = 107022;
-
-/// The device ranges of a copy (a DEFAULT copy may have either side on the
-/// device: host sides simply match nothing).
-fn copy_ranges(kind: c_int, dst: u64, dspan: u64, src: u64, sspan: u64) -> ([Range; 2], usize) {
-    let (d_dev, s_dev) = match kind {
-        MEMCPY_H2H => (false, false),
-        MEMCPY_H2D | MEMCPY_HOST_TO_BUF_TO_DEVICE => (true, false),
-        MEMCPY_D2H => (false, true),
-        _ => (true, true),
-    };
-    let mut r = [Range::ZERO; 2];
-    let mut n = 0;
-    if s_dev {
-        r[n] = Range {
-            addr: src,
-            len: sspan,
-            write: false,
-        };
-        n += 1;
+fn copy(q: Queue, kind: i32, dst: *mut c_void, src: *const c_void, n: usize) -> Call<'static> {
+    Call::Copy {
+        copy: Memcpy::linear(MemcpyKind(kind), dst as u64, src as u64, n as u64),
+        q,
     }
-    if d_dev {
-        r[n] = Range {
-            addr: dst,
-            len: dspan,
-            write: true,
-        };
-        n += 1;
-    }
-    (r, n)
 }
 
-#[inline]
-unsafe fn note_copy(
-    cx: &Cx,
-    stream: aclrtStream,
-    kind: c_int,
-    dst: u64,
-    dspan: u64,
-    src: u64,
-    sspan: u64,
-    bytes: u64,
-) {
-    let dev = current_device();
-    cx.note(|e| e.copy(dev, stream as u64, kind, dst, dspan, src, sspan, bytes));
+pub unsafe fn memcpy(cx: &Cx, real: Real<aclrtMemcpy>, a: aclrtMemcpy) -> aclError {
+    let call = copy(Queue::SYNC, a.kind, a.dst, a.src, a.count);
+    cx.run(&call, || real.call(a))
 }
 
-/// One copy: tier protocol around the real call, then the observation.
-#[allow(clippy::too_many_arguments)]
-unsafe fn one(
-    cx: &Cx,
-    s: aclrtStream,
-    sync: bool,
-    kind: c_int,
-    dst: u64,
-    dspan: u64,
-    src: u64,
-    sspan: u64,
-    bytes: u64,
-    call: impl FnOnce() -> aclError,
-) -> aclError {
-    let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
-    let dev = current_device();
-    // card failure: a synchronous read of managed memory the lost device
-    // held is served from u3m's DRAM/NVMe copies
-    let d2h = sync && (kind == MEMCPY_D2H || kind == MEMCPY_DEFAULT) && bytes > 0;
-    if d2h {
-        if let Some(rc) = cx.note(|e| e.tier_read_lost(src, dst as *mut u8, bytes)) {
-            return rc;
-        }
-    }
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs[..n],
-        true,
-        sync,
-        call,
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == DEVICE_TASK_ABORT {
-        cx.note(|e| e.device_lost(dev));
-        if d2h {
-            if let Some(rc) = cx.note(|e| e.tier_read_lost(src, dst as *mut u8, bytes)) {
-                return rc;
-            }
-        }
-    }
-    if r == ACL_SUCCESS && bytes > 0 {
-        note_copy(cx, s, kind, dst, dspan, src, sspan, bytes);
-    }
-    r
-}
-
-pub unsafe fn memcpy(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, c_int) -> aclError,
-    dst: *mut c_void,
-    dmax: usize,
-    src: *const c_void,
-    n: usize,
-    kind: c_int,
-) -> aclError {
-    one(
-        cx,
-        std::ptr::null_mut(),
-        true,
-        kind,
-        dst as u64,
-        n as u64,
-        src as u64,
-        n as u64,
-        n as u64,
-        || f(dst, dmax, src, n, kind),
-    )
-}
-
-pub unsafe fn memcpy_async(
-    cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut c_void,
-        usize,
-        *const c_void,
-        usize,
-        c_int,
-        aclrtStream,
-    ) -> aclError,
-    dst: *mut c_void,
-    dmax: usize,
-    src: *const c_void,
-    n: usize,
-    kind: c_int,
-    s: aclrtStream,
-) -> aclError {
-    one(
-        cx,
-        s,
-        false,
-        kind,
-        dst as u64,
-        n as u64,
-        src as u64,
-        n as u64,
-        n as u64,
-        || f(dst, dmax, src, n, kind, s),
-    )
+pub unsafe fn memcpy_async(cx: &Cx, real: Real<aclrtMemcpyAsync>, a: aclrtMemcpyAsync) -> aclError {
+    let call = copy(Queue::on(a.stream as u64), a.kind, a.dst, a.src, a.count);
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn memcpy_async_cond(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut c_void,
-        usize,
-        *const c_void,
-        usize,
-        c_int,
-        aclrtStream,
-    ) -> aclError,
-    dst: *mut c_void,
-    dmax: usize,
-    src: *const c_void,
-    n: usize,
-    kind: c_int,
-    s: aclrtStream,
+    real: Real<aclrtMemcpyAsyncWithCondition>,
+    a: aclrtMemcpyAsyncWithCondition,
 ) -> aclError {
-    memcpy_async(cx, f, dst, dmax, src, n, kind, s)
+    let call = copy(Queue::on(a.stream as u64), a.kind, a.dst, a.src, a.count);
+    cx.run(&call, || real.call(a))
 }
 
-fn span(pitch: usize, width: usize, height: usize) -> u64 {
-    if height == 0 {
-        0
-    } else {
-        (pitch as u64)
-            .saturating_mul(height as u64 - 1)
-            .saturating_add(width as u64)
-    }
-}
-
-pub unsafe fn memcpy_2d(
-    cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut c_void,
-        usize,
-        *const c_void,
-        usize,
-        usize,
-        usize,
-        c_int,
-    ) -> aclError,
+#[allow(clippy::too_many_arguments)]
+fn copy_2d(
+    q: Queue,
+    kind: i32,
     dst: *mut c_void,
-    dp: usize,
+    dpitch: usize,
     src: *const c_void,
-    sp: usize,
-    w: usize,
-    h: usize,
-    kind: c_int,
-) -> aclError {
-    // a pitched destination is not overwritten whole unless the pitch is the width
-    let (ds, ss) = (span(dp, w, h), span(sp, w, h));
-    let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
-    let dev = current_device();
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        0,
-        &rs[..n],
-        dp == w,
-        true,
-        || f(dst, dp, src, sp, w, h, kind),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        note_copy(
-            cx,
-            std::ptr::null_mut(),
-            kind,
+    spitch: usize,
+    width: usize,
+    height: usize,
+) -> Call<'static> {
+    Call::Copy {
+        copy: Memcpy::pitched(
+            MemcpyKind(kind),
             dst as u64,
-            ds,
+            dpitch as u64,
             src as u64,
-            ss,
-            (w as u64) * (h as u64),
-        );
+            spitch as u64,
+            width as u64,
+            height as u64,
+        ),
+        q,
     }
-    r
+}
+
+pub unsafe fn memcpy_2d(cx: &Cx, real: Real<aclrtMemcpy2d>, a: aclrtMemcpy2d) -> aclError {
+    let call = copy_2d(
+        Queue::SYNC,
+        a.kind,
+        a.dst,
+        a.dpitch,
+        a.src,
+        a.spitch,
+        a.width,
+        a.height,
+    );
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn memcpy_2d_async(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut c_void,
-        usize,
-        *const c_void,
-        usize,
-        usize,
-        usize,
-        c_int,
-        aclrtStream,
-    ) -> aclError,
-    dst: *mut c_void,
-    dp: usize,
-    src: *const c_void,
-    sp: usize,
-    w: usize,
-    h: usize,
-    kind: c_int,
-    s: aclrtStream,
+    real: Real<aclrtMemcpy2dAsync>,
+    a: aclrtMemcpy2dAsync,
 ) -> aclError {
-    let (ds, ss) = (span(dp, w, h), span(sp, w, h));
-    let (rs, n) = copy_ranges(kind, dst as u64, ds, src as u64, ss);
-    let dev = current_device();
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs[..n],
-        dp == w,
-        false,
-        || f(dst, dp, src, sp, w, h, kind, s),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
+    let call = copy_2d(
+        Queue::on(a.stream as u64),
+        a.kind,
+        a.dst,
+        a.dpitch,
+        a.src,
+        a.spitch,
+        a.width,
+        a.height,
     );
-    if r == ACL_SUCCESS {
-        note_copy(
-            cx,
-            s,
-            kind,
-            dst as u64,
-            ds,
-            src as u64,
-            ss,
-            (w as u64) * (h as u64),
-        );
-    }
-    r
+    cx.run(&call, || real.call(a))
 }
 
 /// The copy kind of batch entry `i` from the location attributes.
@@ -301,9 +102,9 @@ unsafe fn batch_kind(
     idx: *const usize,
     nattrs: usize,
     i: usize,
-) -> c_int {
+) -> MemcpyKind {
     if attrs.is_null() || idx.is_null() || nattrs == 0 {
-        return MEMCPY_DEFAULT;
+        return MemcpyKind::DEFAULT;
     }
     let mut a = 0;
     while a + 1 < nattrs && *idx.add(a + 1) <= i {
@@ -314,17 +115,18 @@ unsafe fn batch_kind(
         at.dst_loc.type_ == MEM_LOCATION_DEVICE,
         at.src_loc.type_ == MEM_LOCATION_DEVICE,
     ) {
-        (true, true) => MEMCPY_D2D,
-        (true, false) => MEMCPY_H2D,
-        (false, true) => MEMCPY_D2H,
-        (false, false) => MEMCPY_H2H,
+        (true, true) => MemcpyKind::DEVICE_TO_DEVICE,
+        (true, false) => MemcpyKind::HOST_TO_DEVICE,
+        (false, true) => MemcpyKind::DEVICE_TO_HOST,
+        (false, false) => MemcpyKind::HOST_TO_HOST,
     }
 }
 
-/// Every device range of a batch (at most MAX_OP_RANGES are tiered; a
-/// longer batch is split by the caller's own batching in practice).
+/// A batch's copies, decoded: on the stack up to MAX_OP_RANGES entries.
 #[allow(clippy::too_many_arguments)]
-unsafe fn batch_ranges(
+unsafe fn batch(
+    cx: &Cx,
+    q: Queue,
     dsts: *mut *mut c_void,
     srcs: *mut *mut c_void,
     sizes: *mut usize,
@@ -332,321 +134,141 @@ unsafe fn batch_ranges(
     attrs: *mut aclrtMemcpyBatchAttr,
     idx: *mut usize,
     nattrs: usize,
-) -> Vec<Range> {
-    let mut v = Vec::new();
-    if dsts.is_null() || srcs.is_null() || sizes.is_null() {
-        return v;
-    }
-    for i in 0..n.min(1 << 16) {
-        let sz = *sizes.add(i) as u64;
-        let (rs, k) = copy_ranges(
+    real: impl FnMut() -> aclError,
+) -> aclError {
+    let n = if dsts.is_null() || srcs.is_null() || sizes.is_null() {
+        0
+    } else {
+        n
+    };
+    let entry = |i: usize| {
+        Memcpy::linear(
             batch_kind(attrs, idx, nattrs, i),
             *dsts.add(i) as u64,
-            sz,
             *srcs.add(i) as u64,
-            sz,
-        );
-        v.extend_from_slice(&rs[..k]);
-    }
-    v
+            *sizes.add(i) as u64,
+        )
+    };
+    let mut small = [Memcpy::ZERO; MAX_OP_RANGES];
+    let large: Vec<Memcpy>;
+    let copies: &[Memcpy] = if n <= MAX_OP_RANGES {
+        for (i, c) in small.iter_mut().enumerate().take(n) {
+            *c = entry(i);
+        }
+        &small[..n]
+    } else {
+        large = (0..n).map(entry).collect();
+        &large
+    };
+    cx.run(&Call::CopyBatch { copies, q }, real)
 }
 
-#[allow(clippy::too_many_arguments)]
-unsafe fn note_batch(
-    cx: &Cx,
-    s: aclrtStream,
-    dsts: *mut *mut c_void,
-    srcs: *mut *mut c_void,
-    sizes: *mut usize,
-    n: usize,
-    attrs: *mut aclrtMemcpyBatchAttr,
-    idx: *mut usize,
-    nattrs: usize,
-) {
-    if dsts.is_null() || srcs.is_null() || sizes.is_null() {
-        return;
-    }
-    for i in 0..n {
-        let sz = *sizes.add(i) as u64;
-        let k = batch_kind(attrs, idx, nattrs, i);
-        note_copy(
-            cx,
-            s,
-            k,
-            *dsts.add(i) as u64,
-            sz,
-            *srcs.add(i) as u64,
-            sz,
-            sz,
-        );
-    }
-}
-
-pub unsafe fn memcpy_batch(
-    cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut *mut c_void,
-        *mut usize,
-        *mut *mut c_void,
-        *mut usize,
-        usize,
-        *mut aclrtMemcpyBatchAttr,
-        *mut usize,
-        usize,
-        *mut usize,
-    ) -> aclError,
-    dsts: *mut *mut c_void,
-    dmaxs: *mut usize,
-    srcs: *mut *mut c_void,
-    sizes: *mut usize,
-    n: usize,
-    attrs: *mut aclrtMemcpyBatchAttr,
-    idx: *mut usize,
-    nattrs: usize,
-    fail: *mut usize,
-) -> aclError {
-    let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
-    let dev = current_device();
-    let r = around(
+pub unsafe fn memcpy_batch(cx: &Cx, real: Real<aclrtMemcpyBatch>, a: aclrtMemcpyBatch) -> aclError {
+    batch(
         cx,
-        OpClass::Layout,
-        dev,
-        0,
-        &rs,
-        true,
-        true,
-        || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        note_batch(
-            cx,
-            std::ptr::null_mut(),
-            dsts,
-            srcs,
-            sizes,
-            n,
-            attrs,
-            idx,
-            nattrs,
-        );
-    }
-    r
+        Queue::SYNC,
+        a.dsts,
+        a.srcs,
+        a.sizes,
+        a.num_batches,
+        a.attrs,
+        a.attrs_indexes,
+        a.num_attrs,
+        || real.call(a),
+    )
 }
 
 pub unsafe fn memcpy_batch_async(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut *mut c_void,
-        *mut usize,
-        *mut *mut c_void,
-        *mut usize,
-        usize,
-        *mut aclrtMemcpyBatchAttr,
-        *mut usize,
-        usize,
-        *mut usize,
-        aclrtStream,
-    ) -> aclError,
-    dsts: *mut *mut c_void,
-    dmaxs: *mut usize,
-    srcs: *mut *mut c_void,
-    sizes: *mut usize,
-    n: usize,
-    attrs: *mut aclrtMemcpyBatchAttr,
-    idx: *mut usize,
-    nattrs: usize,
-    fail: *mut usize,
-    s: aclrtStream,
+    real: Real<aclrtMemcpyBatchAsync>,
+    a: aclrtMemcpyBatchAsync,
 ) -> aclError {
-    let rs = batch_ranges(dsts, srcs, sizes, n, attrs, idx, nattrs);
-    let dev = current_device();
-    let r = around(
+    batch(
         cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs,
-        true,
-        false,
-        || f(dsts, dmaxs, srcs, sizes, n, attrs, idx, nattrs, fail, s),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        note_batch(cx, s, dsts, srcs, sizes, n, attrs, idx, nattrs);
-    }
-    r
+        Queue::on(a.stream as u64),
+        a.dsts,
+        a.srcs,
+        a.sizes,
+        a.num_batches,
+        a.attrs,
+        a.attrs_indexes,
+        a.num_attrs,
+        || real.call(a),
+    )
 }
 
-unsafe fn set(
-    cx: &Cx,
-    s: aclrtStream,
-    sync: bool,
-    p: *mut c_void,
-    bytes: u64,
-    call: impl FnOnce() -> aclError,
-) -> aclError {
-    let dev = current_device();
-    let rs = [Range {
+fn set(q: Queue, p: *mut c_void, bytes: u64) -> Call<'static> {
+    Call::Memset {
         addr: p as u64,
-        len: bytes,
-        write: true,
-    }];
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs,
-        true,
-        sync,
-        call,
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS && bytes > 0 {
-        cx.note(|e| e.memset(dev, s as u64, p as u64, bytes));
+        bytes,
+        q,
     }
-    r
 }
 
-pub unsafe fn memset(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, i32, usize) -> aclError,
-    p: *mut c_void,
-    max: usize,
-    v: i32,
-    n: usize,
-) -> aclError {
-    set(cx, std::ptr::null_mut(), true, p, n as u64, || {
-        f(p, max, v, n)
+pub unsafe fn memset(cx: &Cx, real: Real<aclrtMemset>, a: aclrtMemset) -> aclError {
+    cx.run(&set(Queue::SYNC, a.dev_ptr, a.count as u64), || {
+        real.call(a)
     })
 }
 
-pub unsafe fn memset_async(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, i32, usize, aclrtStream) -> aclError,
-    p: *mut c_void,
-    max: usize,
-    v: i32,
-    n: usize,
-    s: aclrtStream,
-) -> aclError {
-    set(cx, s, false, p, n as u64, || f(p, max, v, n, s))
+pub unsafe fn memset_async(cx: &Cx, real: Real<aclrtMemsetAsync>, a: aclrtMemsetAsync) -> aclError {
+    let call = set(Queue::on(a.stream as u64), a.dev_ptr, a.count as u64);
+    cx.run(&call, || real.call(a))
 }
 
-pub unsafe fn memset_d32(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, u32, usize) -> aclError,
-    p: *mut c_void,
-    size: usize,
-    v: u32,
-    n: usize,
-) -> aclError {
-    set(cx, std::ptr::null_mut(), true, p, 4 * n as u64, || {
-        f(p, size, v, n)
-    })
+pub unsafe fn memset_d32(cx: &Cx, real: Real<aclrtMemsetD32>, a: aclrtMemsetD32) -> aclError {
+    cx.run(&set(Queue::SYNC, a.ptr, 4 * a.n as u64), || real.call(a))
 }
 
 pub unsafe fn memset_d32_async(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, u32, usize, aclrtStream) -> aclError,
-    p: *mut c_void,
-    size: usize,
-    v: u32,
-    n: usize,
-    s: aclrtStream,
+    real: Real<aclrtMemsetD32Async>,
+    a: aclrtMemsetD32Async,
 ) -> aclError {
-    set(cx, s, false, p, 4 * n as u64, || f(p, size, v, n, s))
+    let call = set(Queue::on(a.stream as u64), a.ptr, 4 * a.n as u64);
+    cx.run(&call, || real.call(a))
+}
+
+/// A small operation on `range` queued on `stream` (observed under `name`).
+fn stream_op<'a>(name: &'static [u8], range: &'a [Range; 1], stream: aclrtStream) -> Call<'a> {
+    Call::Launch(Launch {
+        kind: LaunchKind::Stream,
+        name: Some(name),
+        class: OpClass::Layout,
+        ranges: range,
+        resident: None,
+        flops: None,
+        q: Queue::on(stream as u64),
+        api: Api::Acl,
+    })
 }
 
 /// Cache maintenance of a device range on a stream: an access (read).
-pub unsafe fn cmo_async(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, c_int, aclrtStream) -> aclError,
-    p: *mut c_void,
-    size: usize,
-    ty: c_int,
-    s: aclrtStream,
-) -> aclError {
-    let dev = current_device();
-    let rs = [Range {
-        addr: p as u64,
-        len: size as u64,
+pub unsafe fn cmo_async(cx: &Cx, real: Real<aclrtCmoAsync>, a: aclrtCmoAsync) -> aclError {
+    let r = [Range {
+        addr: a.src as u64,
+        len: a.size as u64,
         write: false,
     }];
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs,
-        false,
-        false,
-        || f(p, size, ty, s),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.op(dev, s as u64, b"CmoAsync", &rs, None));
-    }
-    r
+    cx.run(&stream_op(b"CmoAsync", &r, a.stream), || real.call(a))
 }
 
-/// A stream-ordered write of an 8-byte device word.
-pub unsafe fn value_write(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, u64, u32, aclrtStream) -> aclError,
-    p: *mut c_void,
-    v: u64,
-    flag: u32,
-    s: aclrtStream,
-) -> aclError {
-    word(cx, b"ValueWrite", true, p, s, || f(p, v, flag, s))
-}
-
-/// A stream-ordered wait on an 8-byte device word (a read).
-pub unsafe fn value_wait(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, u64, u32, aclrtStream) -> aclError,
-    p: *mut c_void,
-    v: u64,
-    flag: u32,
-    s: aclrtStream,
-) -> aclError {
-    word(cx, b"ValueWait", false, p, s, || f(p, v, flag, s))
-}
-
-unsafe fn word(
-    cx: &Cx,
-    name: &[u8],
-    write: bool,
-    p: *mut c_void,
-    s: aclrtStream,
-    call: impl FnOnce() -> aclError,
-) -> aclError {
-    let dev = current_device();
-    let rs = [Range {
+fn word(p: *mut c_void, write: bool) -> [Range; 1] {
+    [Range {
         addr: p as u64,
         len: 8,
         write,
-    }];
-    let r = around(
-        cx,
-        OpClass::Layout,
-        dev,
-        s as u64,
-        &rs,
-        false,
-        false,
-        call,
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.op(dev, s as u64, name, &rs, None));
-    }
-    r
+    }]
+}
+
+/// A stream-ordered write of an 8-byte device word.
+pub unsafe fn value_write(cx: &Cx, real: Real<aclrtValueWrite>, a: aclrtValueWrite) -> aclError {
+    let r = word(a.dev_addr, true);
+    cx.run(&stream_op(b"ValueWrite", &r, a.stream), || real.call(a))
+}
+
+/// A stream-ordered wait on an 8-byte device word (a read).
+pub unsafe fn value_wait(cx: &Cx, real: Real<aclrtValueWait>, a: aclrtValueWait) -> aclError {
+    let r = word(a.dev_addr, false);
+    cx.run(&stream_op(b"ValueWait", &r, a.stream), || real.call(a))
 }

@@ -4,177 +4,125 @@
 //! replay as touching it again.
 
 use std::ffi::c_void;
-use std::os::raw::{c_char, c_int};
 
-use super::Cx;
+use super::args::*;
+use super::{Cx, Real};
 use crate::ffi::*;
-use crate::init::current_device;
 use crate::real::RealFn;
-use u3m_core::engine::{Range, MAX_OP_RANGES};
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Out, Queue, Range, MAX_OP_RANGES};
 use u3m_core::opclass::OpClass;
 
 pub unsafe fn capture_begin(
     cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, c_int) -> aclError,
-    s: aclrtStream,
-    mode: c_int,
+    real: Real<aclmdlRICaptureBegin>,
+    a: aclmdlRICaptureBegin,
 ) -> aclError {
-    let r = f(s, mode);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.capture_begin(s as u64));
-    }
-    r
+    let call = Call::CaptureBegin {
+        stream: a.stream as u64,
+    };
+    cx.run(&call, || real.call(a))
 }
 
 /// Capture into an existing graph (the branches of conditional nodes): work
 /// after it is recorded, not run, exactly as after aclmdlRICaptureBegin.
 pub unsafe fn capture_to_model_begin(
     cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, *mut c_void, c_int) -> aclError,
-    s: aclrtStream,
-    ri: *mut c_void,
-    mode: c_int,
+    real: Real<aclmdlRICaptureToModelRIBegin>,
+    a: aclmdlRICaptureToModelRIBegin,
 ) -> aclError {
-    let r = f(s, ri, mode);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.capture_begin(s as u64));
-    }
-    r
+    let call = Call::CaptureBegin {
+        stream: a.stream as u64,
+    };
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn capture_end(
     cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, *mut *mut c_void) -> aclError,
-    s: aclrtStream,
-    ri: *mut *mut c_void,
+    real: Real<aclmdlRICaptureEnd>,
+    a: aclmdlRICaptureEnd,
 ) -> aclError {
-    let r = f(s, ri);
-    let model = if r == ACL_SUCCESS && !ri.is_null() {
-        *ri as u64
-    } else {
-        0
+    let call = Call::CaptureEnd {
+        stream: a.stream as u64,
+        out: Out::new(a.model_ri),
     };
-    cx.note(|e| e.capture_end(s as u64, model));
-    r
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn capture_get_info(
     _cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, *mut c_int, *mut *mut c_void) -> aclError,
-    s: aclrtStream,
-    st: *mut c_int,
-    ri: *mut *mut c_void,
+    real: Real<aclmdlRICaptureGetInfo>,
+    a: aclmdlRICaptureGetInfo,
 ) -> aclError {
-    f(s, st, ri)
+    real.call(a)
 }
 
 pub unsafe fn capture_exchange_mode(
     _cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_int) -> aclError,
-    m: *mut c_int,
+    real: Real<aclmdlRICaptureThreadExchangeMode>,
+    a: aclmdlRICaptureThreadExchangeMode,
 ) -> aclError {
-    f(m)
+    real.call(a)
 }
 
 pub unsafe fn task_grp_begin(
     _cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream) -> aclError,
-    s: aclrtStream,
+    real: Real<aclmdlRICaptureTaskGrpBegin>,
+    a: aclmdlRICaptureTaskGrpBegin,
 ) -> aclError {
-    f(s)
+    real.call(a)
 }
 
 pub unsafe fn task_grp_end(
     _cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, *mut *mut c_void) -> aclError,
-    s: aclrtStream,
-    h: *mut *mut c_void,
+    real: Real<aclmdlRICaptureTaskGrpEnd>,
+    a: aclmdlRICaptureTaskGrpEnd,
 ) -> aclError {
-    f(s, h)
+    real.call(a)
 }
 
 pub unsafe fn task_update_begin(
     _cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream, *mut c_void) -> aclError,
-    s: aclrtStream,
-    h: *mut c_void,
+    real: Real<aclmdlRICaptureTaskUpdateBegin>,
+    a: aclmdlRICaptureTaskUpdateBegin,
 ) -> aclError {
-    f(s, h)
+    real.call(a)
 }
 
 pub unsafe fn task_update_end(
     _cx: &Cx,
-    f: unsafe extern "C" fn(aclrtStream) -> aclError,
-    s: aclrtStream,
+    real: Real<aclmdlRICaptureTaskUpdateEnd>,
+    a: aclmdlRICaptureTaskUpdateEnd,
 ) -> aclError {
-    f(s)
+    real.call(a)
 }
 
+/// A replay touches everything the graph touched at capture: resident
+/// before each replay.
 pub unsafe fn ri_execute_async(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, aclrtStream) -> aclError,
-    ri: *mut c_void,
-    s: aclrtStream,
+    real: Real<aclmdlRIExecuteAsync>,
+    a: aclmdlRIExecuteAsync,
 ) -> aclError {
-    // everything the graph touches is resident before each replay
-    let ranges = cx.note(|e| e.graph_ranges(ri as u64));
-    let dev = current_device();
-    let r = super::around(
-        cx,
-        OpClass::Other,
-        dev,
-        s as u64,
-        &ranges,
-        false,
-        false,
-        || f(ri, s),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        let dev = current_device();
-        cx.note(|e| e.graph_replay(dev, s as u64, ri as u64));
-    }
-    r
+    let call = Call::GraphReplay {
+        model: a.model_ri as u64,
+        q: Queue::on(a.stream as u64),
+    };
+    cx.run(&call, || real.call(a))
 }
 
-pub unsafe fn ri_execute(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, i32) -> aclError,
-    ri: *mut c_void,
-    timeout: i32,
-) -> aclError {
-    let ranges = cx.note(|e| e.graph_ranges(ri as u64));
-    let dev = current_device();
-    let r = super::around(
-        cx,
-        OpClass::Other,
-        dev,
-        0,
-        &ranges,
-        false,
-        true,
-        || f(ri, timeout),
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == ACL_SUCCESS {
-        let dev = current_device();
-        cx.note(|e| e.graph_replay(dev, 0, ri as u64));
-    }
-    r
+pub unsafe fn ri_execute(cx: &Cx, real: Real<aclmdlRIExecute>, a: aclmdlRIExecute) -> aclError {
+    let call = Call::GraphReplay {
+        model: a.model_ri as u64,
+        q: Queue::SYNC,
+    };
+    cx.run(&call, || real.call(a))
 }
 
-pub unsafe fn ri_destroy(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void) -> aclError,
-    ri: *mut c_void,
-) -> aclError {
-    let r = f(ri);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.graph_destroy(ri as u64));
-    }
-    r
+pub unsafe fn ri_destroy(cx: &Cx, real: Real<aclmdlRIDestroy>, a: aclmdlRIDestroy) -> aclError {
+    let call = Call::GraphDestroy {
+        model: a.model_ri as u64,
+    };
+    cx.run(&call, || real.call(a))
 }
 
 static NUM_BUFFERS: RealFn = RealFn::new(b"aclmdlGetDatasetNumBuffers\0");
@@ -213,53 +161,52 @@ unsafe fn dataset(ds: *const c_void, write: bool, out: &mut [Range; MAX_OP_RANGE
     }
 }
 
-unsafe fn note_model(
+/// A model execution: its datasets' buffers are its ranges (observed, not
+/// made resident), named `aclmdl<id>`.
+unsafe fn model(
     cx: &Cx,
-    model: u32,
+    id: u32,
     input: *const c_void,
     output: *mut c_void,
-    s: aclrtStream,
-) {
-    let mut ranges = [Range::default(); MAX_OP_RANGES];
+    stream: aclrtStream,
+    real: impl FnMut() -> aclError,
+) -> aclError {
+    let mut ranges = [Range::ZERO; MAX_OP_RANGES];
     let mut n = 0;
     dataset(input, false, &mut ranges, &mut n);
     dataset(output, true, &mut ranges, &mut n);
     let mut name = [0u8; 32];
     let mut w = &mut name[..];
-    let _ = std::io::Write::write_fmt(&mut w, format_args!("aclmdl{model}"));
+    let _ = std::io::Write::write_fmt(&mut w, format_args!("aclmdl{id}"));
     let len = name.iter().position(|&b| b == 0).unwrap_or(32);
-    let dev = current_device();
-    cx.note(|e| e.op(dev, s as u64, &name[..len], &ranges[..n], None));
+    let call = Call::Launch(Launch {
+        kind: LaunchKind::Model,
+        name: Some(&name[..len]),
+        class: OpClass::Other,
+        ranges: &ranges[..n],
+        resident: None,
+        flops: None,
+        q: Queue::on(stream as u64),
+        api: Api::Acl,
+    });
+    cx.run(&call, real)
 }
 
-pub unsafe fn mdl_execute(
-    cx: &Cx,
-    f: unsafe extern "C" fn(u32, *const c_void, *mut c_void) -> aclError,
-    id: u32,
-    i: *const c_void,
-    o: *mut c_void,
-) -> aclError {
-    let r = f(id, i, o);
-    if r == ACL_SUCCESS {
-        note_model(cx, id, i, o, std::ptr::null_mut());
-    }
-    r
+pub unsafe fn mdl_execute(cx: &Cx, real: Real<aclmdlExecute>, a: aclmdlExecute) -> aclError {
+    model(
+        cx,
+        a.model_id,
+        a.input,
+        a.output,
+        std::ptr::null_mut(),
+        || real.call(a),
+    )
 }
 
 pub unsafe fn mdl_execute_async(
     cx: &Cx,
-    f: unsafe extern "C" fn(u32, *const c_void, *mut c_void, aclrtStream) -> aclError,
-    id: u32,
-    i: *const c_void,
-    o: *mut c_void,
-    s: aclrtStream,
+    real: Real<aclmdlExecuteAsync>,
+    a: aclmdlExecuteAsync,
 ) -> aclError {
-    let r = f(id, i, o, s);
-    if r == ACL_SUCCESS {
-        note_model(cx, id, i, o, s);
-    }
-    r
+    model(cx, a.model_id, a.input, a.output, a.stream, || real.call(a))
 }
-
-#[allow(dead_code)]
-const _: Option<*const c_char> = None;

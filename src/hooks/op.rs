@@ -1,16 +1,17 @@
 //! aclop launches: every input and output data buffer is an access (inputs
 //! read, outputs written). The `flops` int attribute, when a program sets
-//! one, is remembered per attribute object so launches can carry it.
+//! one, is remembered per attribute object (the interposer's state) so
+//! launches can carry it.
 
 use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use super::Cx;
+use super::args::*;
+use super::{Cx, Real};
 use crate::ffi::*;
-use crate::init::current_device;
 use crate::real::RealFn;
-use u3m_core::engine::{Range, MAX_OP_RANGES};
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Queue, Range, MAX_OP_RANGES};
 use u3m_core::opclass::OpClass;
 
 static GET_ADDR: RealFn = RealFn::new(b"aclGetDataBufferAddr\0");
@@ -52,30 +53,24 @@ fn attr_flops(attr: *const c_void) -> Option<u64> {
     attr_slot(attr as usize, false).map(|i| ATTR_FLOPS[i].load(Ordering::Acquire))
 }
 
-pub unsafe fn set_attr_int(
-    _cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, *const c_char, i64) -> aclError,
-    attr: *mut c_void,
-    name: *const c_char,
-    v: i64,
-) -> aclError {
-    let r = f(attr, name, v);
+pub unsafe fn set_attr_int(_cx: &Cx, real: Real<aclopSetAttrInt>, a: aclopSetAttrInt) -> aclError {
+    let r = real.call(a);
     if r == ACL_SUCCESS
-        && !attr.is_null()
-        && !name.is_null()
-        && CStr::from_ptr(name).to_bytes() == b"flops"
-        && v >= 0
+        && !a.attr.is_null()
+        && !a.name.is_null()
+        && CStr::from_ptr(a.name).to_bytes() == b"flops"
+        && a.value >= 0
     {
-        if let Some(i) = attr_slot(attr as usize, true) {
-            ATTR_FLOPS[i].store(v as u64, Ordering::Release);
+        if let Some(i) = attr_slot(a.attr as usize, true) {
+            ATTR_FLOPS[i].store(a.value as u64, Ordering::Release);
         }
     }
     r
 }
 
-pub unsafe fn destroy_attr(_cx: &Cx, f: unsafe extern "C" fn(*const c_void), attr: *const c_void) {
-    if !attr.is_null() {
-        if let Some(i) = attr_slot(attr as usize, false) {
+pub unsafe fn destroy_attr(_cx: &Cx, real: Real<aclopDestroyAttr>, a: aclopDestroyAttr) {
+    if !a.attr.is_null() {
+        if let Some(i) = attr_slot(a.attr as usize, false) {
             // tombstone-free removal is unnecessary: the key is simply cleared
             // (a later insert may reuse the slot; probing tolerates holes by
             // scanning the whole table when a key is absent)
@@ -83,7 +78,7 @@ pub unsafe fn destroy_attr(_cx: &Cx, f: unsafe extern "C" fn(*const c_void), att
             ATTR_KEY[i].store(usize::MAX, Ordering::Release);
         }
     }
-    f(attr)
+    real.call(a)
 }
 
 /// Collects the (addr, size) of each data buffer.
@@ -116,8 +111,8 @@ unsafe fn buffers(
     }
 }
 
-/// An aclop launch: the data buffers are decoded before the call (tier mode
-/// makes them resident), the launch is noted after it.
+/// An aclop launch, decoded: the input and output data buffers are its
+/// ranges (inputs read, outputs written), the `flops` attribute its work.
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch(
     cx: &Cx,
@@ -128,194 +123,88 @@ unsafe fn launch(
     outs: *const *const c_void,
     attr: *const c_void,
     stream: aclrtStream,
-    call: impl FnOnce() -> aclError,
+    real: impl FnMut() -> aclError,
 ) -> aclError {
-    let mut ranges = [Range::default(); MAX_OP_RANGES];
+    let mut ranges = [Range::ZERO; MAX_OP_RANGES];
     let mut n = 0;
     buffers(ins, nin, false, &mut ranges, &mut n);
     buffers(outs, nout, true, &mut ranges, &mut n);
-    let dev = current_device();
-    let class = if op_type.is_null() {
-        OpClass::Other
-    } else {
-        u3m_core::opclass::classify_bytes(CStr::from_ptr(op_type).to_bytes()).0
-    };
-    let r = super::around(
-        cx,
-        class,
-        dev,
-        stream as u64,
-        &ranges[..n],
-        false,
-        false,
-        call,
-        |r| *r == ACL_SUCCESS,
-        |e| e,
-    );
-    if r == 107022 {
-        // ACL_ERROR_RT_DEVICE_TASK_ABORT: the card is gone
-        cx.note(|e| e.device_lost(dev));
-    }
-    if r == ACL_SUCCESS && !op_type.is_null() {
-        let name = CStr::from_ptr(op_type).to_bytes();
-        let flops = attr_flops(attr);
-        cx.note(|e| e.op(dev, stream as u64, name, &ranges[..n], flops));
-    }
-    r
+    let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
+    let call = Call::Launch(Launch {
+        kind: LaunchKind::Aclop,
+        name,
+        class: name
+            .map(|n| u3m_core::opclass::classify_bytes(n).0)
+            .unwrap_or(OpClass::Other),
+        ranges: &ranges[..n],
+        resident: None,
+        flops: attr_flops(attr),
+        q: Queue::on(stream as u64),
+        api: Api::Acl,
+    });
+    cx.run(&call, real)
 }
 
-pub unsafe fn execute(
-    cx: &Cx,
-    f: unsafe extern "C" fn(
-        *const c_char,
-        c_int,
-        *const *const c_void,
-        *const *const c_void,
-        c_int,
-        *const *const c_void,
-        *const *mut c_void,
-        *const c_void,
-        aclrtStream,
-    ) -> aclError,
-    t: *const c_char,
-    nin: c_int,
-    ind: *const *const c_void,
-    ins: *const *const c_void,
-    nout: c_int,
-    outd: *const *const c_void,
-    outs: *const *mut c_void,
-    attr: *const c_void,
-    s: aclrtStream,
-) -> aclError {
+pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> aclError {
     launch(
         cx,
-        t,
-        nin,
-        ins,
-        nout,
-        outs as *const *const c_void,
-        attr,
-        s,
-        || f(t, nin, ind, ins, nout, outd, outs, attr, s),
+        a.op_type,
+        a.num_inputs,
+        a.inputs,
+        a.num_outputs,
+        a.outputs as *const *const c_void,
+        a.attr,
+        a.stream,
+        || real.call(a),
     )
 }
 
-pub unsafe fn execute_v2(
-    cx: &Cx,
-    f: unsafe extern "C" fn(
-        *const c_char,
-        c_int,
-        *mut *mut c_void,
-        *mut *mut c_void,
-        c_int,
-        *mut *mut c_void,
-        *mut *mut c_void,
-        *mut c_void,
-        aclrtStream,
-    ) -> aclError,
-    t: *const c_char,
-    nin: c_int,
-    ind: *mut *mut c_void,
-    ins: *mut *mut c_void,
-    nout: c_int,
-    outd: *mut *mut c_void,
-    outs: *mut *mut c_void,
-    attr: *mut c_void,
-    s: aclrtStream,
-) -> aclError {
+pub unsafe fn execute_v2(cx: &Cx, real: Real<aclopExecuteV2>, a: aclopExecuteV2) -> aclError {
     launch(
         cx,
-        t,
-        nin,
-        ins as *const *const c_void,
-        nout,
-        outs as *const *const c_void,
-        attr,
-        s,
-        || f(t, nin, ind, ins, nout, outd, outs, attr, s),
+        a.op_type,
+        a.num_inputs,
+        a.inputs as *const *const c_void,
+        a.num_outputs,
+        a.outputs as *const *const c_void,
+        a.attr,
+        a.stream,
+        || real.call(a),
     )
 }
 
 pub unsafe fn compile_and_execute(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *const c_char,
-        c_int,
-        *const *const c_void,
-        *const *const c_void,
-        c_int,
-        *const *const c_void,
-        *const *mut c_void,
-        *const c_void,
-        c_int,
-        c_int,
-        *const c_char,
-        aclrtStream,
-    ) -> aclError,
-    t: *const c_char,
-    nin: c_int,
-    ind: *const *const c_void,
-    ins: *const *const c_void,
-    nout: c_int,
-    outd: *const *const c_void,
-    outs: *const *mut c_void,
-    attr: *const c_void,
-    eng: c_int,
-    flag: c_int,
-    path: *const c_char,
-    s: aclrtStream,
+    real: Real<aclopCompileAndExecute>,
+    a: aclopCompileAndExecute,
 ) -> aclError {
     launch(
         cx,
-        t,
-        nin,
-        ins,
-        nout,
-        outs as *const *const c_void,
-        attr,
-        s,
-        || f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s),
+        a.op_type,
+        a.num_inputs,
+        a.inputs,
+        a.num_outputs,
+        a.outputs as *const *const c_void,
+        a.attr,
+        a.stream,
+        || real.call(a),
     )
 }
 
 pub unsafe fn compile_and_execute_v2(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *const c_char,
-        c_int,
-        *mut *mut c_void,
-        *mut *mut c_void,
-        c_int,
-        *mut *mut c_void,
-        *mut *mut c_void,
-        *mut c_void,
-        c_int,
-        c_int,
-        *const c_char,
-        aclrtStream,
-    ) -> aclError,
-    t: *const c_char,
-    nin: c_int,
-    ind: *mut *mut c_void,
-    ins: *mut *mut c_void,
-    nout: c_int,
-    outd: *mut *mut c_void,
-    outs: *mut *mut c_void,
-    attr: *mut c_void,
-    eng: c_int,
-    flag: c_int,
-    path: *const c_char,
-    s: aclrtStream,
+    real: Real<aclopCompileAndExecuteV2>,
+    a: aclopCompileAndExecuteV2,
 ) -> aclError {
     launch(
         cx,
-        t,
-        nin,
-        ins as *const *const c_void,
-        nout,
-        outs as *const *const c_void,
-        attr,
-        s,
-        || f(t, nin, ind, ins, nout, outd, outs, attr, eng, flag, path, s),
+        a.op_type,
+        a.num_inputs,
+        a.inputs as *const *const c_void,
+        a.num_outputs,
+        a.outputs as *const *const c_void,
+        a.attr,
+        a.stream,
+        || real.call(a),
     )
 }

@@ -1,255 +1,147 @@
-//! Virtual-memory hooks: reservations, physical handles, mappings (expandable
+//! Virtual-memory hooks: reservations, physical handles (tier mode hands
+//! out its own for plain, non-shareable ones), mappings (expandable
 //! segments), and shareable-handle IPC (whose memory must never move).
 
-use std::ffi::c_void;
-use std::os::raw::{c_char, c_int};
+use std::cell::Cell;
 
-use super::Cx;
+use super::args::*;
+use super::{Cx, Real};
 use crate::ffi::*;
 use crate::init::current_device;
+use u3m_core::engine::{Call, Out};
 
 pub unsafe fn reserve(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut *mut c_void, usize, usize, *mut c_void, u64) -> aclError,
-    p: *mut *mut c_void,
-    size: usize,
-    alignment: usize,
-    expect: *mut c_void,
-    flags: u64,
+    real: Real<aclrtReserveMemAddress>,
+    a: aclrtReserveMemAddress,
 ) -> aclError {
-    let r = f(p, size, alignment, expect, flags);
-    if r == ACL_SUCCESS && !p.is_null() {
-        let va = *p as u64;
-        let dev = current_device();
-        cx.note(|e| e.reserve(dev, va, size as u64));
-    }
-    r
+    let call = Call::Reserve {
+        size: a.size as u64,
+        out: Out::new(a.vir_ptr),
+    };
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn release(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void) -> aclError,
-    p: *mut c_void,
+    real: Real<aclrtReleaseMemAddress>,
+    a: aclrtReleaseMemAddress,
 ) -> aclError {
-    let r = f(p);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.release(p as u64));
-    }
-    r
+    let call = Call::Release {
+        va: a.vir_ptr as u64,
+    };
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn malloc_physical(
     cx: &Cx,
-    f: unsafe extern "C" fn(
-        *mut aclrtDrvMemHandle,
-        usize,
-        *const aclrtPhysicalMemProp,
-        u64,
-    ) -> aclError,
-    h: *mut aclrtDrvMemHandle,
-    size: usize,
-    prop: *const aclrtPhysicalMemProp,
-    flags: u64,
+    real: Real<aclrtMallocPhysical>,
+    a: aclrtMallocPhysical,
 ) -> aclError {
-    let dev = if prop.is_null() {
-        current_device()
-    } else {
-        (*prop).location.id as i32
+    let prop = a.prop.as_ref();
+    let call = Call::MallocPhysical {
+        device: prop
+            .map(|p| p.location.id as i32)
+            .unwrap_or(current_device()),
+        size: a.size as u64,
+        shareable: prop.map(|p| p.handle_type != 0).unwrap_or(false),
+        plain: prop.is_some() && a.flags == 0,
+        out: Out::new(a.handle),
     };
-    super::alloc::learn_capacity(cx, dev);
-    // tier mode: u3m's own handle, backed by 2 MiB chunks that move
-    // independently; shareable (POSIX) handles stay real
-    if !h.is_null() && !prop.is_null() && flags == 0 && size > 0 {
-        let shareable = (*prop).handle_type != 0;
-        if let Some(res) = cx.note(|e| e.tier_malloc_physical(dev, size as u64, shareable)) {
-            return match res {
-                Ok(handle) => {
-                    *h = handle as aclrtDrvMemHandle;
-                    cx.note(|e| e.phys_alloc(dev, handle, size as u64));
-                    ACL_SUCCESS
-                }
-                Err(code) => {
-                    cx.note(|e| {
-                        e.alloc_failed(
-                            dev,
-                            size as u64,
-                            code,
-                            u3m_core::engine::AllocApi::MallocPhysical,
-                        )
-                    });
-                    code
-                }
-            };
-        }
-    }
-    let r = f(h, size, prop, flags);
-    if r == ACL_SUCCESS && !h.is_null() {
-        let handle = *h as u64;
-        cx.note(|e| e.phys_alloc(dev, handle, size as u64));
-    } else if r != ACL_SUCCESS {
-        cx.note(|e| {
-            e.alloc_failed(
-                dev,
-                size as u64,
-                r,
-                u3m_core::engine::AllocApi::MallocPhysical,
-            )
-        });
-    }
-    r
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn free_physical(
     cx: &Cx,
-    f: unsafe extern "C" fn(aclrtDrvMemHandle) -> aclError,
-    h: aclrtDrvMemHandle,
+    real: Real<aclrtFreePhysical>,
+    a: aclrtFreePhysical,
 ) -> aclError {
-    let r = match cx.note(|e| e.tier_free_physical(h as u64)) {
-        Some(r) => r,
-        None => f(h),
+    let call = Call::FreePhysical {
+        handle: a.handle as u64,
     };
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.phys_free(h as u64));
-    }
-    r
+    cx.run(&call, || real.call(a))
 }
 
-pub unsafe fn map(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, usize, aclrtDrvMemHandle, u64) -> aclError,
-    va: *mut c_void,
-    size: usize,
-    offset: usize,
-    h: aclrtDrvMemHandle,
-    flags: u64,
-) -> aclError {
-    let ours = !va.is_null() && flags == 0;
-    let r = match if ours {
-        cx.note(|e| e.tier_map(va as u64, size as u64, offset as u64, h as u64))
-    } else {
-        None
-    } {
-        Some(r) => r,
-        None => f(va, size, offset, h, flags),
+pub unsafe fn map(cx: &Cx, real: Real<aclrtMapMem>, a: aclrtMapMem) -> aclError {
+    let call = Call::Map {
+        va: a.vir_ptr as u64,
+        size: a.size as u64,
+        offset: a.offset as u64,
+        handle: a.handle as u64,
+        flags: a.flags,
     };
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.map(va as u64, size as u64, h as u64));
-    }
-    r
+    cx.run(&call, || real.call(a))
 }
 
-pub unsafe fn unmap(
-    cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void) -> aclError,
-    va: *mut c_void,
-) -> aclError {
-    cx.note(|e| e.unmap_begin(va as u64));
-    let r = match cx.note(|e| e.tier_unmap(va as u64)) {
-        Some(r) => r,
-        None => f(va),
+pub unsafe fn unmap(cx: &Cx, real: Real<aclrtUnmapMem>, a: aclrtUnmapMem) -> aclError {
+    let call = Call::Unmap {
+        va: a.vir_ptr as u64,
     };
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.unmap(va as u64));
-    }
-    r
+    cx.run(&call, || real.call(a))
 }
 
+/// The handle the runtime exports may be u3m's substitute for one of its
+/// own handles.
 pub unsafe fn export_shareable(
     cx: &Cx,
-    f: unsafe extern "C" fn(aclrtDrvMemHandle, c_int, u64, *mut u64) -> aclError,
-    h: aclrtDrvMemHandle,
-    ty: c_int,
-    flags: u64,
-    out: *mut u64,
+    real: Real<aclrtMemExportToShareableHandle>,
+    a: aclrtMemExportToShareableHandle,
 ) -> aclError {
-    // a handle of u3m's: export the real chunk under it (pinned from now on)
-    let real = match cx.note(|e| e.tier_export(h as u64)) {
-        Some(Ok(real)) => real as aclrtDrvMemHandle,
-        Some(Err(code)) => {
-            crate::init::warn("aclrtMemExportToShareableHandle: u3m could not give the managed handle real memory for export");
-            return code;
-        }
-        None => h,
+    let pass = Cell::new(a.handle as u64);
+    let call = Call::ExportHandle {
+        handle: a.handle as u64,
+        pass: &pass,
     };
-    let r = f(real, ty, flags, out);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.phys_exported(h as u64));
-    }
-    r
+    cx.run(&call, || {
+        let mut a = a;
+        a.handle = pass.get() as aclrtDrvMemHandle;
+        real.call(a)
+    })
 }
 
 pub unsafe fn import_shareable(
     cx: &Cx,
-    f: unsafe extern "C" fn(u64, i32, *mut aclrtDrvMemHandle) -> aclError,
-    s: u64,
-    dev: i32,
-    h: *mut aclrtDrvMemHandle,
+    real: Real<aclrtMemImportFromShareableHandle>,
+    a: aclrtMemImportFromShareableHandle,
 ) -> aclError {
-    let r = f(s, dev, h);
-    if r == ACL_SUCCESS && !h.is_null() {
-        let handle = *h as u64;
-        cx.note(|e| e.phys_imported(dev, handle));
-    }
-    r
+    let call = Call::ImportHandle {
+        device: a.device_id,
+        out: Out::new(a.handle),
+    };
+    cx.run(&call, || real.call(a))
 }
 
 pub unsafe fn set_pid_shareable(
     _cx: &Cx,
-    f: unsafe extern "C" fn(u64, *mut i32, usize) -> aclError,
-    s: u64,
-    pid: *mut i32,
-    n: usize,
+    real: Real<aclrtMemSetPidToShareableHandle>,
+    a: aclrtMemSetPidToShareableHandle,
 ) -> aclError {
-    f(s, pid, n)
+    real.call(a)
 }
 
 /// A device range exported to other processes: it must never move (tier
 /// mode makes it resident and pins it first).
 pub unsafe fn ipc_export_key(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut c_void, usize, *mut c_char, usize, u64) -> aclError,
-    p: *mut c_void,
-    size: usize,
-    key: *mut c_char,
-    len: usize,
-    flags: u64,
+    real: Real<aclrtIpcMemGetExportKey>,
+    a: aclrtIpcMemGetExportKey,
 ) -> aclError {
-    let dev = current_device();
-    if let Some(code) = cx.note(|e| e.tier_pin_range(dev, p as u64, size as u64)) {
-        return code;
-    }
-    let r = f(p, size, key, len, flags);
-    if r == ACL_SUCCESS {
-        cx.note(|e| {
-            e.pin(
-                p as u64,
-                size as u64,
-                u3m_core::engine::PinReason::IpcExported,
-            )
-        });
-    }
-    r
+    let call = Call::IpcExport {
+        addr: a.dev_ptr as u64,
+        size: a.size as u64,
+    };
+    cx.run(&call, || real.call(a))
 }
 
 /// Another process's allocation mapped into this one: not u3m's to move.
 pub unsafe fn ipc_import_key(
     cx: &Cx,
-    f: unsafe extern "C" fn(*mut *mut c_void, *const c_char, u64) -> aclError,
-    p: *mut *mut c_void,
-    key: *const c_char,
-    flags: u64,
+    real: Real<aclrtIpcMemImportByKey>,
+    a: aclrtIpcMemImportByKey,
 ) -> aclError {
-    let r = f(p, key, flags);
-    if r == ACL_SUCCESS {
-        cx.note(|e| e.ipc_imported());
-    }
-    r
+    cx.run(&Call::IpcImport, || real.call(a))
 }
 
-pub unsafe fn ipc_close(
-    _cx: &Cx,
-    f: unsafe extern "C" fn(*const c_char) -> aclError,
-    key: *const c_char,
-) -> aclError {
-    f(key)
+pub unsafe fn ipc_close(_cx: &Cx, real: Real<aclrtIpcMemClose>, a: aclrtIpcMemClose) -> aclError {
+    real.call(a)
 }

@@ -1,6 +1,6 @@
 //! `u3m replay`: the tiering engine and its policies driven offline over
 //! traces, with a cost model instead of a device (docs/replay.md). The same
-//! `Tier` and `Placement` objects libu3m.so runs; only the `Runtime` differs.
+//! `Residency` and `Placement` objects libu3m.so runs; only the `Runtime` differs.
 
 mod accuracy;
 mod cost;
@@ -309,10 +309,10 @@ pub fn load(path: &PathBuf) -> Result<Trace, String> {
         events.push(ev);
         lines.push(r.line());
     }
-    if devices > u3m_core::engine::tier::MAX_DEVICES {
+    if devices > u3m_core::residency::MAX_DEVICES {
         return Err(format!(
             "{name}: {devices} devices; the engine handles at most {}",
-            u3m_core::engine::tier::MAX_DEVICES
+            u3m_core::residency::MAX_DEVICES
         ));
     }
     Ok(Trace {

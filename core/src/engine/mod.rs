@@ -1,47 +1,45 @@
 //! The engine the interposer drives: what was allocated, what was touched,
-//! reported live. Plain Rust with no exports: `libu3m.so`'s hooks decode C
-//! arguments and call these methods; the offline replayer will drive the same
-//! code. Observe mode (this module) moves nothing.
+//! reported live, and — in tier mode — the residency manager around every
+//! call. Plain Rust with no exports: `libu3m.so`'s hooks decode each call's
+//! C arguments into a `Call` (`call.rs`) and make one `Engine::run` with the
+//! real function (`run.rs`: device work; `detour.rs`: calls the engine may
+//! own — allocation, VMM — or only observes). This module holds the
+//! observation (heat table, stats segment, trace) and the background round.
 //!
 //! Hot-path methods (`op`, `copy`, `memset`, `collective`, `count_call`) use
 //! atomics only: the heat table's lock-free `touch`, relaxed counters in the
 //! stats segment, the trace recorder's lock-free queue. Allocation-side methods
 //! are cold and may lock.
 
+pub mod call;
+mod detour;
 mod ids;
 mod publish;
 pub mod report;
+mod run;
 pub mod runtime;
-pub mod tier;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use crate::acl::MemcpyKind;
 use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
-use crate::trace::event::{CopyKind, Range as TraceRange};
+use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
 pub use crate::heat::PinReason;
+use crate::residency;
+pub use crate::residency::{Order, Residency, Token};
+pub use call::{Api, Call, Launch, LaunchKind, Memcpy, Out, Queue};
 use ids::SmallIds;
 pub use runtime::Runtime;
-pub use tier::{Order, Tier, TierCounters, Token};
-
-/// What a hook does around a call in tier mode.
-#[derive(Default)]
-pub enum Prep {
-    /// Nothing managed is touched (or not tier mode): just call.
-    #[default]
-    Pass,
-    /// Call, then hand the token back to `tier_finish`.
-    Go(Token),
-    /// Do not call: return this error (the memory could not be made resident).
-    Fail(i32),
-}
 
 /// Background prefetch per 20 ms round: 25 GB/s (PCIe 4.0 x16 in practice,
 /// design.md §2) × 20 ms.
@@ -64,6 +62,39 @@ impl Range {
         len: 0,
         write: false,
     };
+}
+
+/// The device ranges of a copy (at most two: the source read, the
+/// destination written), by the one copy-direction rule
+/// (`MemcpyKind::sides`). `dspan`/`sspan`: the bytes each side spans (a
+/// pitched 2-D copy spans more than it moves).
+pub fn copy_ranges(
+    kind: MemcpyKind,
+    dst: u64,
+    dspan: u64,
+    src: u64,
+    sspan: u64,
+) -> ([Range; 2], usize) {
+    let (d, s) = kind.sides();
+    let mut r = [Range::ZERO; 2];
+    let mut n = 0;
+    if s.maybe_device() {
+        r[n] = Range {
+            addr: src,
+            len: sspan,
+            write: false,
+        };
+        n += 1;
+    }
+    if d.maybe_device() {
+        r[n] = Range {
+            addr: dst,
+            len: dspan,
+            write: true,
+        };
+        n += 1;
+    }
+    (r, n)
 }
 
 /// Which call allocated device memory.
@@ -115,7 +146,10 @@ pub struct Engine {
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
-    tier: Option<Tier>,
+    residency: Option<Residency>,
+    /// The device runtime (libu3m.so: the real functions), for u3m's own
+    /// queries; None for engines that only observe (benchmarks).
+    rt: Option<&'static dyn Runtime>,
     /// bytes of live allocations u3m does not manage, per device
     unmanaged: [AtomicU64; MAX_DEVICES],
     /// what the operator has been told, and the stall account
@@ -170,8 +204,8 @@ impl Engine {
         hook_names: &[&str],
         rt: Option<&'static dyn Runtime>,
     ) -> Result<Engine, String> {
-        let tier = match (cfg.mode, rt) {
-            (crate::config::Mode::Tier, Some(rt)) => Some(Tier::new(rt, &cfg)?),
+        let residency = match (cfg.mode, rt) {
+            (crate::config::Mode::Tier, Some(rt)) => Some(Residency::new(rt, &cfg)?),
             (crate::config::Mode::Tier, None) => return Err("tier mode needs a runtime".into()),
             _ => None,
         };
@@ -228,7 +262,8 @@ impl Engine {
                 .collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
-            tier,
+            residency,
+            rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             ops: report::Operator::default(),
             cfg,
@@ -239,7 +274,7 @@ impl Engine {
     /// Starts the background thread that publishes the hottest ranges. Called
     /// by the library once the engine has its final ('static) address.
     pub fn start_background(&'static self) {
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             // eviction asks the heat table; the engine now has its final address
             t.set_heat_fn(Box::new(move |va| {
                 self.heat
@@ -248,7 +283,7 @@ impl Engine {
                     .unwrap_or(0.0)
             }));
         }
-        if self.seg.is_some() || self.tier.is_some() {
+        if self.seg.is_some() || self.residency.is_some() {
             self.publisher.start(self);
         }
     }
@@ -262,8 +297,6 @@ impl Engine {
     }
 
     // ---- process lifecycle ----
-
-    pub fn runtime_init(&self, _rc: i32) {}
 
     pub fn runtime_finalize(&self) {
         if let Some(r) = &self.rec {
@@ -289,7 +322,7 @@ impl Engine {
                 eprintln!("u3m: cannot write U3M_SUMMARY={}: {e}", p.display());
             }
         }
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             t.shutdown();
         }
         if let Some(s) = &self.seg {
@@ -313,10 +346,6 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.count_call(hook as usize);
         }
-    }
-
-    pub fn count_aclnn_launch(&self) {
-        self.aclnn_launches.fetch_add(1, Relaxed);
     }
 
     pub fn tensor_created(&self) {
@@ -348,7 +377,7 @@ impl Engine {
         let Some(s) = &self.seg else { return };
         let g = s.device(d);
         // in tier mode HBM use is physical residency, set by tier_tick
-        let hbm = self.tier.is_none();
+        let hbm = self.residency.is_none();
         if sign > 0 {
             g.allocs_live.fetch_add(1, Relaxed);
             g.allocs_total.fetch_add(1, Relaxed);
@@ -425,7 +454,7 @@ impl Engine {
         self.heat
             .on_alloc(dev.max(0) as u32, ptr, size, AllocKind::Malloc);
         if !self
-            .tier
+            .residency
             .as_ref()
             .map(|t| t.is_managed(ptr))
             .unwrap_or(false)
@@ -455,11 +484,15 @@ impl Engine {
         if self.cfg.log < LogLevel::Info || !self.ops.first_start() {
             return;
         }
-        let hbm = match &self.tier {
+        let hbm = match &self.residency {
             Some(t) => t.runtime().mem_info().ok().map(|x| x.1),
             None => Some(self.capacity(dev)).filter(|&c| c > 0),
         };
-        let (dram, nvme) = self.tier.as_ref().map(|t| t.limits()).unwrap_or((0, 0));
+        let (dram, nvme) = self
+            .residency
+            .as_ref()
+            .map(|t| t.limits())
+            .unwrap_or((0, 0));
         eprintln!("u3m: {}", report::start_line(&self.cfg, hbm, dram, nvme));
     }
 
@@ -476,7 +509,7 @@ impl Engine {
     /// thread — afterwards, a re-allocation could be recorded first.
     pub fn free(&self, ptr: u64) {
         let managed = self
-            .tier
+            .residency
             .as_ref()
             .map(|t| t.is_managed(ptr))
             .unwrap_or(false);
@@ -786,30 +819,10 @@ impl Engine {
         sspan: u64,
         bytes: u64,
     ) {
-        let ck = CopyKind::from_acl(kind);
-        let (dst_dev, src_dev) = match ck {
-            Some(k) => (k.dst_on_device(), k.src_on_device()),
-            None => (true, true), // DEFAULT: both sides may be device; host sides simply miss
-        };
+        let kind = MemcpyKind(kind);
+        let ck = kind.direction();
         let name: &[u8] = b"Memcpy";
-        let mut rs = [Range::ZERO; 2];
-        let mut n = 0;
-        if src_dev {
-            rs[n] = Range {
-                addr: src,
-                len: sspan,
-                write: false,
-            };
-            n += 1;
-        }
-        if dst_dev {
-            rs[n] = Range {
-                addr: dst,
-                len: dspan,
-                write: true,
-            };
-            n += 1;
-        }
+        let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
         if n > 0 {
             self.touch_all(name, &rs[..n]);
         }
@@ -838,6 +851,14 @@ impl Engine {
         }
     }
 
+    /// A copy, observed (heat, stats, trace).
+    #[inline]
+    fn observe_copy(&self, dev: i32, stream: u64, c: &Memcpy) {
+        self.copy(
+            dev, stream, c.kind.0, c.dst, c.dspan, c.src, c.sspan, c.bytes,
+        );
+    }
+
     pub fn memset(&self, dev: i32, stream: u64, addr: u64, bytes: u64) {
         self.touch_all(
             b"Memset",
@@ -858,18 +879,15 @@ impl Engine {
         }
     }
 
-    /// A kernel's argument blob: pointer-sized slots that fall inside live
-    /// device allocations are treated as accesses (read and written).
-    pub fn kernel_args(&self, dev: i32, stream: u64, blob: &[u8]) {
-        let mut rs = [Range::ZERO; MAX_OP_RANGES];
-        let n = self.kernel_ranges(blob, &mut rs);
+    /// A kernel launched with `ranges` found in its argument blob
+    /// (`kernel_ranges`): accesses, read and written.
+    pub fn kernel_args(&self, dev: i32, _stream: u64, ranges: &[Range]) {
         if let Some(s) = &self.seg {
             s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
         }
-        if n > 0 {
-            self.touch_all(b"Kernel", &rs[..n]);
+        if !ranges.is_empty() {
+            self.touch_all(b"Kernel", ranges);
         }
-        let _ = stream;
     }
 
     /// The device ranges a kernel's argument blob points into (pointer-sized
@@ -893,20 +911,11 @@ impl Engine {
         n
     }
 
-    /// tier mode: make [addr, addr+len) resident and keep it so (IPC export).
-    /// Some(code) if that failed.
-    pub fn tier_pin_range(&self, dev: i32, addr: u64, len: u64) -> Option<i32> {
-        self.tier
-            .as_ref()?
-            .pin_range(dev.max(0) as u32, addr, len)
-            .err()
-    }
-
     pub fn ipc_imported(&self) {
         if let Some(s) = &self.seg {
             s.event(
                 EventKind::Info,
-                crate::shm::NO_DEVICE as u32,
+                crate::shm::NO_DEVICE,
                 0,
                 0,
                 "IPC memory imported (never moved)",
@@ -916,7 +925,7 @@ impl Engine {
 
     /// aclrtResetDevice: the runtime dropped everything on `dev`.
     pub fn device_reset(&self, dev: i32) {
-        if let Some(t) = &self.tier {
+        if let Some(t) = &self.residency {
             t.forget_device(dev.max(0) as u32);
         }
         if let Some(s) = &self.seg {
@@ -928,8 +937,8 @@ impl Engine {
     /// in DRAM. One `error` event per look that found new failures; one line
     /// on stderr the first time.
     fn note_spill_errors(&self) {
-        let Some(t) = &self.tier else { return };
-        let errs = t.spill_errors.load(Relaxed);
+        let Some(t) = &self.residency else { return };
+        let errs = t.spill_errors();
         let seen = self.spill_errors_seen.swap(errs, Relaxed);
         if errs <= seen {
             return;
@@ -951,7 +960,7 @@ impl Engine {
     /// stats say which allocations were lost (one event each, then a
     /// summary line).
     pub fn device_lost(&self, dev: i32) {
-        let Some(t) = &self.tier else { return };
+        let Some(t) = &self.residency else { return };
         let Some((lost, kept)) = t.device_lost(dev.max(0) as u32) else {
             return;
         };
@@ -981,19 +990,6 @@ impl Engine {
                 kept.len() as u64,
             ));
         }
-    }
-
-    /// A device-to-host read from managed memory of a lost device, served
-    /// from the host copies (None: not such memory).
-    ///
-    /// # Safety
-    /// `dst` must be valid for `len` bytes of writes.
-    pub unsafe fn tier_read_lost(&self, src: u64, dst: *mut u8, len: u64) -> Option<i32> {
-        let t = self.tier.as_ref()?;
-        if !t.any_lost() {
-            return None;
-        }
-        t.read_lost(src, dst, len)
     }
 
     /// A launch whose arguments u3m cannot read at all.
@@ -1072,26 +1068,14 @@ impl Engine {
 
     // ---- tier mode ----
 
-    pub fn tier(&self) -> Option<&Tier> {
-        self.tier.as_ref()
-    }
-
-    /// aclrtMalloc family: Some(result) when u3m manages the allocation.
-    pub fn tier_malloc(&self, dev: i32, size: u64) -> Option<Result<u64, i32>> {
-        let t = self.tier.as_ref()?;
-        let (free, total) = t.runtime().mem_info().ok()?;
-        self.capacity[dev_index(dev)].store(total, Relaxed);
-        let t0 = mono_ns();
-        let r = t.malloc(dev.max(0) as u32, size, free, total);
-        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
-        self.say_refused(t);
-        r
+    pub fn residency(&self) -> Option<&Residency> {
+        self.residency.as_ref()
     }
 
     /// One line (at most one a second) when tier mode refused an
     /// allocation: the numbers and the variable to change.
-    fn say_refused(&self, t: &Tier) {
-        let Some(r) = t.take_refusal() else { return };
+    fn say_refused(&self, r: &Residency) {
+        let Some(r) = r.take_refusal() else { return };
         if let Some(line) = self.ops.refused(mono_ns(), &r) {
             if let Some(s) = &self.seg {
                 s.event_value(EventKind::Error, r.dev, 0, r.size, 207001, &line);
@@ -1102,93 +1086,7 @@ impl Engine {
         }
     }
 
-    /// After an unmanaged allocation failed with 207001: evict managed chunks
-    /// so that a retry can succeed. false: nothing could move.
-    pub fn tier_make_room(&self, dev: i32, bytes: u64) -> bool {
-        self.tier
-            .as_ref()
-            .map(|t| t.make_room(dev.max(0) as u32, bytes))
-            .unwrap_or(false)
-    }
-
-    pub fn tier_free(&self, ptr: u64) -> Option<i32> {
-        self.tier.as_ref()?.free(ptr)
-    }
-
-    /// What aclrtGetMemInfo reports in tier mode.
-    pub fn tier_mem_info(&self, dev: i32, free: u64, total: u64) -> Option<(u64, u64)> {
-        Some(self.tier.as_ref()?.mem_info(dev.max(0) as u32, free, total))
-    }
-
-    pub fn tier_malloc_physical(
-        &self,
-        dev: i32,
-        size: u64,
-        shareable: bool,
-    ) -> Option<Result<u64, i32>> {
-        self.tier
-            .as_ref()?
-            .malloc_physical(dev.max(0) as u32, size, shareable)
-    }
-
-    pub fn tier_free_physical(&self, h: u64) -> Option<i32> {
-        self.tier.as_ref()?.free_physical(h)
-    }
-
-    pub fn tier_map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<i32> {
-        self.tier.as_ref()?.map(va, size, offset, h)
-    }
-
-    pub fn tier_unmap(&self, va: u64) -> Option<i32> {
-        self.tier.as_ref()?.unmap(va)
-    }
-
-    pub fn tier_export(&self, h: u64) -> Option<Result<u64, i32>> {
-        self.tier.as_ref()?.export(h)
-    }
-
-    /// Before a call that touches `ranges` on `stream` (0 = default stream;
-    /// `sync`: the call completes before it returns).
-    pub fn tier_prepare(
-        &self,
-        dev: i32,
-        class: u8,
-        stream: u64,
-        ranges: &[Range],
-        overwrite: bool,
-        sync: bool,
-    ) -> Prep {
-        let Some(t) = &self.tier else {
-            return Prep::Pass;
-        };
-        if !t.active() {
-            return Prep::Pass;
-        }
-        let order = if sync || self.is_capturing(stream) {
-            Order::Host
-        } else {
-            Order::Stream(stream)
-        };
-        let t0 = mono_ns();
-        let r = t.prepare(dev.max(0) as u32, class, ranges, overwrite, order);
-        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
-        match r {
-            Ok(tok) => Prep::Go(tok),
-            Err(e) => Prep::Fail(e),
-        }
-    }
-
-    pub fn tier_finish(&self, p: Prep, stream: u64, sync: bool, ok: bool) {
-        if let (Some(t), Prep::Go(tok)) = (&self.tier, p) {
-            // a synchronous call has finished with the memory on return; a
-            // captured call has not run (and nothing may be added to a
-            // capturing stream): replays are made resident on their own
-            let record = !sync && !self.is_capturing(stream);
-            t.finish(tok, if record { Some(stream) } else { None }, ok);
-        }
-    }
-
-    fn is_capturing(&self, stream: u64) -> bool {
+    pub(crate) fn is_capturing(&self, stream: u64) -> bool {
         self.capturing.load(Relaxed) != 0
             && self
                 .graphs
@@ -1208,7 +1106,7 @@ impl Engine {
 
     /// What moved lately, at most every 250 ms: one `migrate` event (what
     /// `u3m top` lists live) and, at U3M_LOG=debug, one line.
-    fn report_activity(&self, c: &TierCounters) {
+    fn report_activity(&self, c: &residency::Counters) {
         let now = mono_ns();
         let Some((f, dt)) = self.ops.activity(now, c) else {
             return;
@@ -1234,7 +1132,7 @@ impl Engine {
 
     /// One round of background tier work; called by the publisher thread.
     pub(crate) fn tier_tick(&self) {
-        let Some(t) = &self.tier else { return };
+        let Some(t) = &self.residency else { return };
         let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
         let stall = self.ops.stall_share(mono_ns());
         for line in t.tick_policy(secs) {
@@ -1249,7 +1147,7 @@ impl Engine {
         // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
         t.spill_dram(0.02);
         for dev in t.devices() {
-            if t.runtime().set_device(dev) != 0 {
+            if t.runtime().set_device(dev).is_err() {
                 continue;
             }
             if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
@@ -1259,7 +1157,7 @@ impl Engine {
                     dev,
                     PREFETCH_BYTES_PER_TICK,
                     self.cfg.hbm_low,
-                    tier::BACKGROUND_HORIZON,
+                    residency::BACKGROUND_HORIZON,
                 );
             }
             let Some(s) = &self.seg else { continue };
@@ -1316,7 +1214,11 @@ impl Engine {
 
     /// The exit summary line (U3M_LOG=info).
     fn exit_summary(&self) -> String {
-        let c = self.tier.as_ref().map(|t| t.counters()).unwrap_or_default();
+        let c = self
+            .residency
+            .as_ref()
+            .map(|t| t.counters())
+            .unwrap_or_default();
         let peak = |tier: usize| {
             self.seg
                 .as_ref()
@@ -1348,8 +1250,16 @@ impl Engine {
     /// was seen. Hand-written JSON: u3m-core has no serde.
     pub fn summary_json(&self) -> String {
         let (aclnn, tensors, cut) = self.counters();
-        let t = self.tier.as_ref().map(|t| t.counters()).unwrap_or_default();
-        let (dram_limit, nvme_limit) = self.tier.as_ref().map(|t| t.limits()).unwrap_or((0, 0));
+        let t = self
+            .residency
+            .as_ref()
+            .map(|t| t.counters())
+            .unwrap_or_default();
+        let (dram_limit, nvme_limit) = self
+            .residency
+            .as_ref()
+            .map(|t| t.limits())
+            .unwrap_or((0, 0));
         let totals = self.heat.totals();
         format!(
             concat!(

@@ -13,7 +13,6 @@ use crate::shm::{mono_ns, HotEntry, HOT_CAPACITY};
 #[derive(Default)]
 pub struct Publisher {
     stop: AtomicBool,
-    forgotten: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -42,15 +41,12 @@ impl Publisher {
     }
 
     pub fn stop(&self) {
+        // do not join: exit must not wait up to an interval (and a forked
+        // child's copy of the thread does not exist)
         self.stop.store(true, Ordering::Release);
-        if self.forgotten.load(Ordering::Acquire) {
-            return;
-        }
-        // do not join: exit must not wait up to an interval
     }
 
     pub fn forget_after_fork(&self) {
-        self.forgotten.store(true, Ordering::Release);
         self.stop.store(true, Ordering::Release);
     }
 }
@@ -85,7 +81,7 @@ pub fn warn_opaque(e: &Engine) {
         if let Some(s) = &e.seg {
             s.event(
                 crate::shm::EventKind::Info,
-                crate::shm::NO_DEVICE as u32,
+                crate::shm::NO_DEVICE,
                 0,
                 0,
                 "opaque kernel launch (args handle)",

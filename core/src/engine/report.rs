@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::runtime::CHUNK;
-use super::tier::TierCounters;
 use crate::config::{size_text, Config, Mode};
+use crate::residency::Counters;
 use crate::shm::layout::{TIERS, TIER_DRAM, TIER_HBM, TIER_NVME};
 
 /// Bytes in binary units with one decimal: "130.0 MiB", "0 B".
@@ -43,7 +43,7 @@ pub struct Flows {
 }
 
 impl Flows {
-    pub fn of(c: &TierCounters) -> Flows {
+    pub fn of(c: &Counters) -> Flows {
         let copied_in = c.fault_bytes / CHUNK; // DRAM or NVMe -> HBM, on demand
         let prefetched = c.prefetch_bytes / CHUNK; // DRAM -> HBM, ahead of use
         let copied_out = c.eviction_bytes / CHUNK; // HBM -> DRAM or NVMe
@@ -172,7 +172,7 @@ pub struct RunFigures {
 }
 
 /// The exit summary: bytes moved each way, peak HBM, stall, refusals.
-pub fn exit_summary(mode: Mode, c: &TierCounters, r: &RunFigures) -> String {
+pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
     let secs = r.wall_ns as f64 / 1e9;
     let peak = if r.hbm > 0 {
         format!("peak HBM {} of {}", bytes(r.peak_hbm), bytes(r.hbm))
@@ -312,7 +312,7 @@ impl Operator {
 
     /// What moved since the last report, when at least `ACTIVITY_PERIOD_NS`
     /// passed and something did: (flows, ns covered).
-    pub fn activity(&self, now_ns: u64, c: &TierCounters) -> Option<(Flows, u64)> {
+    pub fn activity(&self, now_ns: u64, c: &Counters) -> Option<(Flows, u64)> {
         let mut a = self.activity.lock().ok()?;
         let (prev, at) = *a;
         if at != 0 && now_ns.saturating_sub(at) < ACTIVITY_PERIOD_NS {
@@ -349,10 +349,10 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
-    fn counters() -> TierCounters {
+    fn counters() -> Counters {
         // 10 chunks out (8 copied: 6 to DRAM, 2 straight to NVMe; 2 clean),
         // 7 copied back (5 from DRAM, 2 from NVMe) plus 3 prefetched, 1 spilled
-        TierCounters {
+        Counters {
             faults_in: 9, // 7 copied + 2 fresh
             fault_bytes: 7 * CHUNK,
             evictions: 10,
@@ -364,7 +364,7 @@ mod tests {
             spilled: 1,
             prefetches: 3,
             prefetch_bytes: 3 * CHUNK,
-            ..TierCounters::default()
+            ..Counters::default()
         }
     }
 
@@ -395,7 +395,7 @@ mod tests {
             f.text(),
             "HBM→host 8 chunks (16.0 MiB), host→HBM 10 chunks (20.0 MiB), of which from NVMe 2, DRAM→NVMe 1 (2.0 MiB)"
         );
-        let later = Flows::of(&TierCounters {
+        let later = Flows::of(&Counters {
             eviction_bytes: 9 * CHUNK,
             to_dram: 7,
             ..c
@@ -442,7 +442,7 @@ mod tests {
             s,
             "summary: 10.0 s: HBM→host 8 chunks (16.0 MiB; 10 evictions, 2 of them clean drops), host→HBM 10 chunks (20.0 MiB; 9 faults-in, 3 prefetched), NVMe in 6.0 MiB out 4.0 MiB; peak HBM 128.0 MiB of 130.0 MiB; calls stalled 2.50 s in u3m (25 % of wall time); 1 allocation refused"
         );
-        let s = exit_summary(Mode::Observe, &TierCounters::default(), &r);
+        let s = exit_summary(Mode::Observe, &Counters::default(), &r);
         assert_eq!(
             s,
             "summary: 10.0 s, observe mode: 5 operator launches seen, peak HBM 128.0 MiB of 130.0 MiB, nothing moved"
@@ -486,7 +486,7 @@ mod tests {
     #[test]
     fn activity_is_reported_at_most_every_period_and_only_when_something_moved() {
         let o = Operator::default();
-        let mut c = TierCounters::default();
+        let mut c = Counters::default();
         assert_eq!(o.activity(1, &c), None, "the first call sets the baseline");
         c.eviction_bytes = 4 * CHUNK;
         c.to_dram = 4;

@@ -1,8 +1,8 @@
-//! One replay: a trace through a `Tier` (the library's engine, unchanged)
+//! One replay: a trace through a `Residency` (the library's engine, unchanged)
 //! over the simulated runtime, as libu3m.so's hooks would drive it.
 //!
-//! Per event: `A` → `Tier::malloc` (below U3M_MIN_BYTES: unmanaged, only
-//! counted against HBM); `F` → `Tier::free`; `O`, `M`, `S` → the touched
+//! Per event: `A` → `Residency::malloc` (below U3M_MIN_BYTES: unmanaged, only
+//! counted against HBM); `F` → `Residency::free`; `O`, `M`, `S` → the touched
 //! ranges, translated from trace addresses to the Tier's VAs, go through
 //! `prepare` (fault-in, the caller's stream waits on the copies), the call's
 //! cost is queued on its stream, then `finish` (a use event on the stream).
@@ -20,10 +20,11 @@ use std::sync::Arc;
 
 use u3m_core::config::Config;
 use u3m_core::engine::runtime::Runtime;
-use u3m_core::engine::{Order, Range, Tier, TierCounters};
+use u3m_core::engine::Range;
 use u3m_core::heat::{Access, AllocKind, HeatTable};
 use u3m_core::opclass;
 use u3m_core::policy::Placement;
+use u3m_core::residency::{Counters, Order, Residency};
 use u3m_core::trace::{Body, CopyKind, Event};
 
 use super::accuracy::{Accuracy, Future};
@@ -83,7 +84,7 @@ pub struct Sample {
     /// Per device: (HBM in use, DRAM, NVMe) bytes; DRAM and NVMe are
     /// process-wide, reported on every device.
     pub tiers: Vec<(u64, u64, u64)>,
-    pub counters: TierCounters,
+    pub counters: Counters,
 }
 
 /// A trace in memory: its events and their line numbers.
@@ -96,7 +97,7 @@ pub struct Trace {
 
 /// What one run measured.
 pub struct RunOut {
-    pub tier: TierCounters,
+    pub tier: Counters,
     pub sim: SimCounters,
     /// Chunks the background spill moved from DRAM to NVMe.
     pub spilled: u64,
@@ -222,7 +223,7 @@ fn run_in(
         rt.log_maps();
     }
     let (rec, log) = Recording::new(policy);
-    let tier = Tier::with_policy(rt, &cfg, Box::new(rec))?;
+    let tier = Residency::with_policy(rt, &cfg, Box::new(rec))?;
     let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
     let clock = Arc::new(AtomicU64::new(HEAT_EPOCH_NS));
     {
@@ -299,7 +300,7 @@ struct Driver<'a> {
     trace: &'a Trace,
     s: &'a Setup,
     rt: &'static SimRuntime,
-    tier: &'a Tier,
+    tier: &'a Residency,
     heat: &'a HeatTable,
     clock: &'a AtomicU64,
     /// per device: trace address -> allocation
@@ -370,7 +371,7 @@ impl Driver<'_> {
                         self.rt.pause_maps(true);
                         let freed = self.tier.free(va);
                         self.rt.pause_maps(false);
-                        if freed != Some(0) {
+                        if freed != Some(Ok(())) {
                             return Err(format!("the Tier did not free its allocation at {va:#x}"));
                         }
                     }
@@ -436,7 +437,8 @@ impl Driver<'_> {
             }
             Some(Err(e)) => {
                 return Err(format!(
-                    "the Tier refused an allocation of {bytes} bytes (error {e}): the footprint exceeds what HBM × 64 and the DRAM/NVMe tiers can hold"
+                    "the Tier refused an allocation of {bytes} bytes (error {}): the footprint exceeds what HBM × 64 and the DRAM/NVMe tiers can hold",
+                    e.raw()
                 ))
             }
             None => {
@@ -474,7 +476,7 @@ impl Driver<'_> {
         if sync {
             for (&(d, _), &s) in &self.streams {
                 if d == dev {
-                    self.rt.sync_stream(s);
+                    let _ = self.rt.sync_stream(s);
                 }
             }
         } else if self.queue.len() >= self.s.queue.max(1) {
@@ -520,7 +522,7 @@ impl Driver<'_> {
             let tok = self
                 .tier
                 .prepare(dev, class as u8, &managed, overwrite, order)
-                .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {e}; a call larger than HBM?)"))?;
+                .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {}; a call larger than HBM?)", e.raw()))?;
             Some(tok)
         };
         // where the Tier left the memory decides the cost: bytes it keeps in
@@ -606,7 +608,7 @@ impl Driver<'_> {
             }
             self.spilled += self.tier.spill_dram(self.s.tick_ns as f64 / 1e9) as u64;
             for dev in self.tier.devices() {
-                if self.rt.set_device(dev) == 0
+                if self.rt.set_device(dev).is_ok()
                     && self
                         .tier
                         .enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high)

@@ -26,15 +26,18 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
-use u3m_core::engine::runtime::{Runtime, CHUNK, MEMCPY_D2H, MEMCPY_H2D};
+use u3m_core::acl::{AclError, MemcpyKind};
+use u3m_core::engine::runtime::{Runtime, CHUNK};
 
 use super::cost::Costs;
 
-const E_ALLOC: i32 = 207001;
-const E_PARAM: i32 = 107000;
+const E_ALLOC: AclError = AclError::RT_MEMORY_ALLOCATION;
+const E_PARAM: AclError = AclError::RT_PARAM_INVALID;
 /// ACL_ERROR_INVALID_PARAM: a size that is not a multiple of 2 MiB.
 #[cfg_attr(not(test), allow(dead_code))]
-const E_INVALID: i32 = 100000;
+const E_INVALID: AclError = AclError::INVALID_PARAM;
+const MEMCPY_H2D: MemcpyKind = MemcpyKind::HOST_TO_DEVICE;
+const MEMCPY_D2H: MemcpyKind = MemcpyKind::DEVICE_TO_HOST;
 /// First VA handed out (device VAs stay below the heat table's 2^48 limit).
 const VA_BASE: u64 = 0x1000_0000_0000;
 
@@ -211,7 +214,7 @@ impl SimRuntime {
     /// Runtime will get the same method; free_physical, map and unmap take
     /// its handles like any other.
     #[cfg_attr(not(test), allow(dead_code))]
-    pub fn malloc_physical_host(&self, bytes: u64) -> Result<u64, i32> {
+    pub fn malloc_physical_host(&self, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         if bytes == 0 || bytes % CHUNK != 0 {
             return Err(E_INVALID);
@@ -404,16 +407,16 @@ impl SimRuntime {
 }
 
 impl Runtime for SimRuntime {
-    fn set_device(&self, dev: u32) -> i32 {
+    fn set_device(&self, dev: u32) -> Result<(), AclError> {
         let mut st = self.lock();
         if dev as usize >= st.devs.len() {
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         st.cur_dev = dev;
-        0
+        Ok(())
     }
 
-    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, i32> {
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         let Some(d) = st.devs.get_mut(dev as usize) else {
             return Err(E_PARAM);
@@ -436,27 +439,27 @@ impl Runtime for SimRuntime {
         Ok(h)
     }
 
-    fn free_physical(&self, handle: u64) -> i32 {
+    fn free_physical(&self, handle: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         match st.phys.get(&handle) {
             Some(p) if p.maps == 0 => {}
             _ => {
                 // unknown, or still mapped
                 st.c.misuse += 1;
-                return E_PARAM;
+                return Err(E_PARAM);
             }
         }
         let Some(p) = st.phys.remove(&handle) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         match p.dev {
             Some(dev) => st.devs[dev as usize].used -= p.bytes,
             None => st.host_used -= p.bytes,
         }
-        0
+        Ok(())
     }
 
-    fn reserve(&self, bytes: u64) -> Result<u64, i32> {
+    fn reserve(&self, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         let va = st.next_va;
         let len = bytes.div_ceil(CHUNK).max(1) * CHUNK;
@@ -468,20 +471,20 @@ impl Runtime for SimRuntime {
         Ok(va)
     }
 
-    fn release(&self, va: u64) -> i32 {
+    fn release(&self, va: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         if st.reserved.remove(&va).is_some() {
-            return 0;
+            return Ok(());
         }
         st.c.misuse += 1;
-        E_PARAM
+        Err(E_PARAM)
     }
 
-    fn map(&self, va: u64, _bytes: u64, handle: u64) -> i32 {
+    fn map(&self, va: u64, _bytes: u64, handle: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         if !st.phys.contains_key(&handle) || st.mapped.contains_key(&va) {
             st.c.misuse += 1;
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         st.mapped.insert(va, handle);
         let in_hbm = st.phys.get(&handle).is_some_and(|p| p.dev.is_some());
@@ -506,14 +509,14 @@ impl Runtime for SimRuntime {
         if let Some(p) = st.phys.get_mut(&handle) {
             p.maps += 1;
         }
-        0
+        Ok(())
     }
 
-    fn unmap(&self, va: u64) -> i32 {
+    fn unmap(&self, va: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(h) = st.mapped.remove(&va) else {
             st.c.misuse += 1;
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         let (t_ns, paused) = (*st.caller(), st.maps_paused);
         let hbm = st.phys.get(&h).and_then(|p| p.dev.map(|d| (d, p.bytes)));
@@ -532,10 +535,10 @@ impl Runtime for SimRuntime {
                 st.host_maps -= 1;
             }
         }
-        0
+        Ok(())
     }
 
-    fn create_stream(&self) -> Result<u64, i32> {
+    fn create_stream(&self) -> Result<u64, AclError> {
         let mut st = self.lock();
         st.streams.push(Stream {
             clock: 0,
@@ -544,11 +547,18 @@ impl Runtime for SimRuntime {
         Ok(st.streams.len() as u64)
     }
 
-    fn memcpy_async(&self, dst: u64, src: u64, bytes: u64, kind: i32, stream: u64) -> i32 {
+    fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: MemcpyKind,
+        stream: u64,
+    ) -> Result<(), AclError> {
         let mut st = self.lock();
         let st = &mut *st;
         if stream == 0 || stream as usize > st.streams.len() {
-            return E_PARAM;
+            return Err(E_PARAM);
         }
         let link = ns_at(bytes, self.costs.link_gbps);
         if kind == MEMCPY_H2D && st.staging.contains(&src) {
@@ -573,43 +583,43 @@ impl Runtime for SimRuntime {
             _ => {}
         }
         st.c.link_ns += link;
-        0
+        Ok(())
     }
 
-    fn sync_stream(&self, stream: u64) -> i32 {
+    fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let st = &mut *st;
         let Some(s) = st.streams.get_mut((stream as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         // the caller then reads the staging buffer and writes it to the swap file
         let done = s.clock + std::mem::take(&mut s.nvme_write_ns);
         let c = st.caller();
         *c = (*c).max(done);
-        0
+        Ok(())
     }
 
-    fn create_event(&self) -> Result<u64, i32> {
+    fn create_event(&self) -> Result<u64, AclError> {
         let mut st = self.lock();
         st.events.push(0);
         Ok(st.events.len() as u64)
     }
 
-    fn record_event(&self, event: u64, stream: u64) -> i32 {
+    fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         match st.events.get_mut((event as usize).wrapping_sub(1)) {
             Some(e) => {
                 *e = clock;
-                0
+                Ok(())
             }
-            None => E_PARAM,
+            None => Err(E_PARAM),
         }
     }
 
-    fn event_done(&self, event: u64) -> Result<bool, i32> {
+    fn event_done(&self, event: u64) -> Result<bool, AclError> {
         let mut st = self.lock();
         let now = *st.caller();
         st.events
@@ -618,33 +628,33 @@ impl Runtime for SimRuntime {
             .ok_or(E_PARAM)
     }
 
-    fn sync_event(&self, event: u64) -> i32 {
+    fn sync_event(&self, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         let c = st.caller();
         *c = (*c).max(t);
-        0
+        Ok(())
     }
 
-    fn stream_wait(&self, stream: u64, event: u64) -> i32 {
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         match st.streams.get_mut((stream as usize).wrapping_sub(1)) {
             Some(s) => {
                 s.clock = s.clock.max(t);
-                0
+                Ok(())
             }
-            None => E_PARAM,
+            None => Err(E_PARAM),
         }
     }
 
     /// Real, lazily committed memory: the Tier's DRAM slabs (256 MiB) cost
     /// nothing until touched, and the replayer never copies data into them.
-    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, i32> {
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
         let len = bytes.max(1) as usize;
         let p = unsafe {
             libc::mmap(
@@ -667,17 +677,17 @@ impl Runtime for SimRuntime {
         Ok(p as *mut u8)
     }
 
-    fn free_host(&self, ptr: *mut u8) -> i32 {
+    fn free_host(&self, ptr: *mut u8) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(len) = st.host_mem.remove(&(ptr as usize)) else {
-            return E_PARAM;
+            return Err(E_PARAM);
         };
         st.staging.remove(&(ptr as u64));
         unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
-        0
+        Ok(())
     }
 
-    fn mem_info(&self) -> Result<(u64, u64), i32> {
+    fn mem_info(&self) -> Result<(u64, u64), AclError> {
         let st = self.lock();
         let d = &st.devs[st.cur_dev as usize];
         Ok((d.capacity.saturating_sub(d.used), d.capacity))
@@ -703,11 +713,11 @@ mod tests {
         let va = r.reserve(3 * CHUNK).unwrap();
         assert_eq!(va % CHUNK, 0);
         assert_eq!(r.reserve(1).unwrap(), va + 3 * CHUNK);
-        assert_eq!(r.map(va, CHUNK, hs[0]), 0);
-        assert_ne!(r.map(va, CHUNK, hs[1]), 0, "double map");
-        assert_eq!(r.unmap(va), 0);
-        assert_ne!(r.unmap(va), 0, "unmap of nothing");
-        assert_eq!(r.free_physical(hs[0]), 0);
+        assert_eq!(r.map(va, CHUNK, hs[0]), Ok(()));
+        assert!(r.map(va, CHUNK, hs[1]).is_err(), "double map");
+        assert_eq!(r.unmap(va), Ok(()));
+        assert!(r.unmap(va).is_err(), "unmap of nothing");
+        assert_eq!(r.free_physical(hs[0]), Ok(()));
         assert_eq!(r.counters().misuse, 2);
         assert_eq!(r.mem_info(), Ok((CHUNK, 4 * CHUNK)));
     }
@@ -718,13 +728,13 @@ mod tests {
         let r = SimRuntime::new(c, 1, 4 * CHUNK);
         let s = r.create_stream().unwrap();
         let t = r.program_stream();
-        assert_eq!(r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s), 0); // 1000 ns at 25 GB/s
+        assert_eq!(r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s), Ok(())); // 1000 ns at 25 GB/s
         let e = r.create_event().unwrap();
-        r.record_event(e, s);
+        r.record_event(e, s).unwrap();
         assert_eq!(r.event_done(e), Ok(false));
-        r.stream_wait(t, e);
+        r.stream_wait(t, e).unwrap();
         assert_eq!(r.launch(t, 10), 1010);
-        r.sync_event(e);
+        r.sync_event(e).unwrap();
         assert_eq!(r.host_ns(), 1000);
         assert_eq!(r.event_done(e), Ok(true));
         assert_eq!(r.finish(), 1010);
@@ -745,8 +755,8 @@ mod tests {
         assert_eq!(r.mem_info(), Ok((3 * CHUNK, 4 * CHUNK)));
         assert_eq!(r.host_phys_bytes(), 4 * CHUNK);
         let va = r.reserve(5 * CHUNK).unwrap();
-        assert_eq!(r.map(va, CHUNK, d), 0);
-        assert_eq!(r.map(va + CHUNK, 4 * CHUNK, h), 0);
+        assert_eq!(r.map(va, CHUNK, d), Ok(()));
+        assert_eq!(r.map(va + CHUNK, 4 * CHUNK, h), Ok(()));
         // an operator reading the first two chunks, updating the third in
         // place, writing one chunk-sized output at the end
         let a = r.host_access(&[
@@ -768,9 +778,9 @@ mod tests {
             r.host_access(&[(va + 5 * CHUNK, CHUNK, 0)]),
             HostAccess::default()
         );
-        assert_ne!(r.free_physical(h), 0, "mapped");
-        assert_eq!(r.unmap(va + CHUNK), 0);
-        assert_eq!(r.free_physical(h), 0);
+        assert!(r.free_physical(h).is_err(), "mapped");
+        assert_eq!(r.unmap(va + CHUNK), Ok(()));
+        assert_eq!(r.free_physical(h), Ok(()));
         assert_eq!(r.host_phys_bytes(), 0);
         assert_eq!(r.counters().host_phys_peak, 4 * CHUNK);
         assert_eq!(
@@ -786,16 +796,18 @@ mod tests {
         let r = rt();
         let s = r.create_stream().unwrap();
         let staging = r.malloc_host(CHUNK).unwrap() as u64;
-        r.memcpy_async(0x1000, staging, CHUNK, MEMCPY_H2D, s);
+        r.memcpy_async(0x1000, staging, CHUNK, MEMCPY_H2D, s)
+            .unwrap();
         let read = ns_at(CHUNK, Costs::default().nvme_read_gbps);
         assert_eq!(r.host_ns(), read);
-        r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s);
-        r.sync_stream(s);
+        r.memcpy_async(staging, 0x1000, CHUNK, MEMCPY_D2H, s)
+            .unwrap();
+        r.sync_stream(s).unwrap();
         let link = ns_at(CHUNK, Costs::default().link_gbps);
         assert_eq!(
             r.host_ns(),
             read + 2 * link + ns_at(CHUNK, Costs::default().nvme_write_gbps)
         );
-        assert_eq!(r.free_host(staging as *mut u8), 0);
+        assert_eq!(r.free_host(staging as *mut u8), Ok(()));
     }
 }

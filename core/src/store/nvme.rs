@@ -1,11 +1,11 @@
-//! The NVMe tier: one swap file, grown in extents up to a byte limit and
+//! The NVMe store: one swap file, grown in extents up to a byte limit and
 //! carved by the pool. Pool offsets are file offsets.
 //!
-//! Lifecycle and security (docs/tiers.md): `new` makes a private directory
+//! Lifecycle and security (docs/stores.md): `new` makes a private directory
 //! `u3m-<pid>-XXXXXX` (mkdtemp: mode 0700) inside the swap directory, creates
 //! `swap` in it with O_EXCL|O_NOFOLLOW and mode 0600, and unlinks it at once,
 //! before any data is written: a crash leaves at most an empty private
-//! directory (removed by the next tier started in that swap directory) and no
+//! directory (removed by the next store started in that swap directory) and no
 //! readable copy of model data. Each extent is ftruncate'd, fallocate'd (so a
 //! full disk shows as `NoSpace` when the extent is added, not as SIGBUS when a
 //! page is first touched) and mapped MAP_SHARED with memmap2.
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::pool::{Pool, SegmentId};
-use super::{TierError, TierStats};
+use super::{StoreError, StoreStats};
 
 /// Faults to inject, for tests that prove a full or failing disk loses no
 /// data. All off by default.
@@ -44,10 +44,10 @@ pub struct NvmeFaults {
 
 #[derive(Clone, Debug)]
 pub struct NvmeConfig {
-    /// The swap directory (U3M_SWAP_DIR); the tier's private directory goes
+    /// The swap directory (U3M_SWAP_DIR); the store's private directory goes
     /// inside it.
     pub dir: PathBuf,
-    /// Most bytes of file the tier will hold (U3M_SWAP_BYTES).
+    /// Most bytes of file the store will hold (U3M_SWAP_BYTES).
     pub limit_bytes: u64,
     /// Bytes added to the file at a time (rounded up to the page size); a
     /// larger request gets an extent of its own size.
@@ -66,10 +66,10 @@ impl NvmeConfig {
     }
 }
 
-/// A piece of swap file the tier handed out. Not `Clone`: give it back once.
+/// A piece of swap file the store handed out. Not `Clone`: give it back once.
 #[derive(Debug, PartialEq, Eq)]
 pub struct NvmeSlot {
-    /// The slot's bytes in the extent's mapping; see `NvmeTier::host_ptr_safe`.
+    /// The slot's bytes in the extent's mapping; see `NvmeStore::host_ptr_safe`.
     pub ptr: *mut u8,
     /// Bytes asked for (the pool reserves it rounded up to 32).
     pub len: u64,
@@ -79,7 +79,7 @@ pub struct NvmeSlot {
     pub off: u64,
 }
 
-// SAFETY: a slot is an address, a length and an offset; the tier that owns
+// SAFETY: a slot is an address, a length and an offset; the store that owns
 // the mapping synchronises its bookkeeping.
 unsafe impl Send for NvmeSlot {}
 unsafe impl Sync for NvmeSlot {}
@@ -94,11 +94,11 @@ struct Extent {
     preallocated: bool,
 }
 
-pub struct NvmeTier {
+pub struct NvmeStore {
     file: File,
     private_dir: PathBuf,
     /// The process that made the private directory; only it removes it (a
-    /// forked child that drops an inherited tier must not).
+    /// forked child that drops an inherited store must not).
     owner_pid: u32,
     pool: Pool,
     extents: BTreeMap<SegmentId, Extent>,
@@ -135,8 +135,8 @@ fn errno() -> i32 {
         .unwrap_or(libc::EIO)
 }
 
-fn dir_error(dir: &Path, what: impl Into<String>) -> TierError {
-    TierError::SwapDir {
+fn dir_error(dir: &Path, what: impl Into<String>) -> StoreError {
+    StoreError::SwapDir {
         dir: dir.to_path_buf(),
         what: what.into(),
     }
@@ -144,7 +144,7 @@ fn dir_error(dir: &Path, what: impl Into<String>) -> TierError {
 
 /// Removes empty private directories left in `dir` by crashed processes:
 /// ours by uid, named u3m-<pid>-*, whose pid is gone. rmdir only removes
-/// empty directories, so nothing of a live tier can be lost.
+/// empty directories, so nothing of a live store can be lost.
 fn remove_stale_dirs(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -173,7 +173,7 @@ fn remove_stale_dirs(dir: &Path) {
 }
 
 /// mkdtemp(`dir`/u3m-<pid>-XXXXXX): a new directory with mode 0700.
-fn make_private_dir(dir: &Path) -> Result<PathBuf, TierError> {
+fn make_private_dir(dir: &Path) -> Result<PathBuf, StoreError> {
     let mut tmpl = dir.as_os_str().as_bytes().to_vec();
     tmpl.extend_from_slice(format!("/u3m-{}-XXXXXX", std::process::id()).as_bytes());
     let c = CString::new(tmpl).map_err(|_| dir_error(dir, "path contains a NUL byte"))?;
@@ -214,19 +214,19 @@ fn create_unlinked(private_dir: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
-impl NvmeTier {
-    /// A tier in a private directory under `dir`, up to `limit_bytes` of
+impl NvmeStore {
+    /// A store in a private directory under `dir`, up to `limit_bytes` of
     /// file, grown `extent_bytes` at a time. No file space is taken until
     /// the first `alloc`.
     pub fn new(
         dir: impl AsRef<Path>,
         limit_bytes: u64,
         extent_bytes: u64,
-    ) -> Result<NvmeTier, TierError> {
-        NvmeTier::with_config(NvmeConfig::new(dir.as_ref(), limit_bytes, extent_bytes))
+    ) -> Result<NvmeStore, StoreError> {
+        NvmeStore::with_config(NvmeConfig::new(dir.as_ref(), limit_bytes, extent_bytes))
     }
 
-    pub fn with_config(cfg: NvmeConfig) -> Result<NvmeTier, TierError> {
+    pub fn with_config(cfg: NvmeConfig) -> Result<NvmeStore, StoreError> {
         let dir = cfg.dir.as_path();
         match std::fs::metadata(dir) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -266,7 +266,7 @@ impl NvmeTier {
             }
         };
         let page = page_size();
-        Ok(NvmeTier {
+        Ok(NvmeStore {
             file,
             private_dir,
             owner_pid: std::process::id(),
@@ -288,7 +288,7 @@ impl NvmeTier {
         })
     }
 
-    /// The tier's private directory (empty while the tier lives).
+    /// The store's private directory (empty while the store lives).
     pub fn private_dir(&self) -> &Path {
         &self.private_dir
     }
@@ -301,12 +301,12 @@ impl NvmeTier {
     /// `len` bytes of swap file, growing an extent when no free block fits.
     /// `Full` at the byte limit; `NoSpace` / `Io` when the filesystem refuses
     /// the extent.
-    pub fn alloc(&mut self, len: u64) -> Result<NvmeSlot, TierError> {
+    pub fn alloc(&mut self, len: u64) -> Result<NvmeSlot, StoreError> {
         if let Some(slot) = self.carve(len) {
             return Ok(slot);
         }
         self.grow(len)?;
-        self.carve(len).ok_or(TierError::Full)
+        self.carve(len).ok_or(StoreError::Full)
     }
 
     fn carve(&mut self, len: u64) -> Option<NvmeSlot> {
@@ -327,15 +327,15 @@ impl NvmeTier {
         })
     }
 
-    fn grow(&mut self, len: u64) -> Result<(), TierError> {
+    fn grow(&mut self, len: u64) -> Result<(), StoreError> {
         let need = len
             .max(1)
             .checked_next_multiple_of(self.page)
-            .ok_or(TierError::Full)?;
+            .ok_or(StoreError::Full)?;
         let room = self.limit.saturating_sub(self.held) / self.page * self.page;
         let size = self.extent_bytes.max(need).min(room);
         if size < need {
-            return Err(TierError::Full);
+            return Err(StoreError::Full);
         }
         let (file_off, hole) = match self.holes.iter().position(|&(_, l)| l >= size) {
             Some(i) => (self.holes[i].0, Some(i)),
@@ -344,7 +344,7 @@ impl NvmeTier {
         let fd = self.file.as_raw_fd();
         let old_len = self.file_len;
         let end = file_off + size;
-        let undo = |t: &mut NvmeTier| {
+        let undo = |t: &mut NvmeStore| {
             if end > old_len {
                 // SAFETY: plain syscall on our descriptor.
                 unsafe { libc::ftruncate(fd, old_len as libc::off_t) };
@@ -358,7 +358,7 @@ impl NvmeTier {
             if unsafe { libc::ftruncate(fd, end as libc::off_t) } != 0 {
                 let e = errno();
                 undo(self);
-                return Err(TierError::from_errno(e));
+                return Err(StoreError::from_errno(e));
             }
         }
         let mut preallocated = true;
@@ -379,7 +379,7 @@ impl NvmeTier {
             Err(libc::EOPNOTSUPP) | Err(libc::ENOSYS) => preallocated = false,
             Err(e) => {
                 undo(self);
-                return Err(TierError::from_errno(e));
+                return Err(StoreError::from_errno(e));
             }
         }
         // MAP_SHARED over the range just allocated in the file.
@@ -391,14 +391,14 @@ impl NvmeTier {
             Ok(m) => m,
             Err(e) => {
                 undo(self);
-                return Err(TierError::from_io(&e));
+                return Err(StoreError::from_io(&e));
             }
         };
         let id = match self.pool.add_segment(file_off, size) {
             Ok(id) => id,
             Err(_) => {
                 undo(self);
-                return Err(TierError::Io(libc::EINVAL));
+                return Err(StoreError::Io(libc::EINVAL));
             }
         };
         if let Some(i) = hole {
@@ -424,16 +424,16 @@ impl NvmeTier {
         Ok(())
     }
 
-    /// Gives a slot back. `BadSlot` if this tier did not hand it out or it was
+    /// Gives a slot back. `BadSlot` if this store did not hand it out or it was
     /// already freed.
-    pub fn free(&mut self, slot: NvmeSlot) -> Result<(), TierError> {
+    pub fn free(&mut self, slot: NvmeSlot) -> Result<(), StoreError> {
         if self.pool.segment_of(slot.off) != Some(slot.extent) {
-            return Err(TierError::BadSlot);
+            return Err(StoreError::BadSlot);
         }
         self.pool
             .free(slot.off)
             .map(|_| ())
-            .map_err(|_| TierError::BadSlot)
+            .map_err(|_| StoreError::BadSlot)
     }
 
     /// Releases every extent that holds no live slot: unmaps it and returns
@@ -466,25 +466,25 @@ impl NvmeTier {
     }
 
     /// Checks that `slot` is live here and `[at, at + n)` lies inside it.
-    fn check(&self, slot: &NvmeSlot, at: u64, n: usize) -> Result<(), TierError> {
+    fn check(&self, slot: &NvmeSlot, at: u64, n: usize) -> Result<(), StoreError> {
         let live = self.pool.segment_of(slot.off) == Some(slot.extent)
             && self.pool.block_len(slot.off).is_some_and(|l| l >= slot.len);
         let fits = at.checked_add(n as u64).is_some_and(|end| end <= slot.len);
         if live && fits {
             Ok(())
         } else {
-            Err(TierError::BadSlot)
+            Err(StoreError::BadSlot)
         }
     }
 
     /// Copies `src` into the slot's first bytes with pwrite.
-    pub fn write(&mut self, slot: &NvmeSlot, src: &[u8]) -> Result<(), TierError> {
+    pub fn write(&mut self, slot: &NvmeSlot, src: &[u8]) -> Result<(), StoreError> {
         self.write_at(slot, 0, src)
     }
 
     /// Copies `src` into the slot at byte `at` with pwrite. On an error the
     /// range's contents are unspecified; the caller keeps its copy.
-    pub fn write_at(&mut self, slot: &NvmeSlot, at: u64, src: &[u8]) -> Result<(), TierError> {
+    pub fn write_at(&mut self, slot: &NvmeSlot, at: u64, src: &[u8]) -> Result<(), StoreError> {
         self.check(slot, at, src.len())?;
         if let Some(limit) = self.faults.fail_writes_after_bytes {
             if self.bytes_written + src.len() as u64 > limit {
@@ -494,7 +494,7 @@ impl NvmeTier {
                 } else {
                     self.faults.write_errno
                 };
-                return Err(TierError::from_errno(e));
+                return Err(StoreError::from_errno(e));
             }
         }
         match self.file.write_all_at(src, slot.off + at) {
@@ -504,22 +504,22 @@ impl NvmeTier {
             }
             Err(e) => {
                 self.io_errors += 1;
-                Err(TierError::from_io(&e))
+                Err(StoreError::from_io(&e))
             }
         }
     }
 
     /// Fills `dst` from the slot's first bytes with pread.
-    pub fn read(&mut self, slot: &NvmeSlot, dst: &mut [u8]) -> Result<(), TierError> {
+    pub fn read(&mut self, slot: &NvmeSlot, dst: &mut [u8]) -> Result<(), StoreError> {
         self.read_at(slot, 0, dst)
     }
 
     /// Fills `dst` from the slot at byte `at` with pread.
-    pub fn read_at(&mut self, slot: &NvmeSlot, at: u64, dst: &mut [u8]) -> Result<(), TierError> {
+    pub fn read_at(&mut self, slot: &NvmeSlot, at: u64, dst: &mut [u8]) -> Result<(), StoreError> {
         self.check(slot, at, dst.len())?;
         if let Some(e) = self.faults.fail_read_errno {
             self.io_errors += 1;
-            return Err(TierError::from_errno(e));
+            return Err(StoreError::from_errno(e));
         }
         match self.file.read_exact_at(dst, slot.off + at) {
             Ok(()) => {
@@ -528,7 +528,7 @@ impl NvmeTier {
             }
             Err(e) => {
                 self.io_errors += 1;
-                Err(TierError::from_io(&e))
+                Err(StoreError::from_io(&e))
             }
         }
     }
@@ -558,8 +558,8 @@ impl NvmeTier {
         self.limit
     }
 
-    pub fn stats(&self) -> TierStats {
-        TierStats {
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
             capacity: self.held,
             grows: self.grows,
             releases: self.releases,
@@ -567,7 +567,7 @@ impl NvmeTier {
             bytes_written: self.bytes_written,
             bytes_read: self.bytes_read,
             io_errors: self.io_errors,
-            ..TierStats::from_pool(self.limit, &self.pool.stats())
+            ..StoreStats::from_pool(self.limit, &self.pool.stats())
         }
     }
 }
@@ -586,7 +586,7 @@ fn punch_hole(fd: i32, off: u64, len: u64) {
     };
 }
 
-impl Drop for NvmeTier {
+impl Drop for NvmeStore {
     fn drop(&mut self) {
         // Unmap before the descriptor closes (the fields would drop in
         // declaration order otherwise; either works, this is explicit).

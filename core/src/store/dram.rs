@@ -1,15 +1,15 @@
-//! The DRAM tier: pinned host memory obtained in large slabs (never beyond a
+//! The DRAM store: pinned host memory obtained in large slabs (never beyond a
 //! byte limit) and carved by the pool. Pool offsets are host addresses, so a
 //! slot's pointer is its offset.
 //!
-//! The tier never calls ACL: a `HostAllocator` supplies the slabs —
+//! The store never calls ACL: a `HostAllocator` supplies the slabs —
 //! aclrtMallocHost/aclrtFreeHost inside libu3m.so, mmap in tests. Methods take
-//! `&mut self`; the owner wraps the tier in a lock.
+//! `&mut self`; the owner wraps the store in a lock.
 
 use std::collections::BTreeMap;
 
 use super::pool::{self, Pool, SegmentId};
-use super::{TierError, TierStats};
+use super::{StoreError, StoreStats};
 
 /// Supplies pinned host memory in slab-sized pieces.
 pub trait HostAllocator: Send {
@@ -28,7 +28,7 @@ impl<A: HostAllocator + ?Sized> HostAllocator for Box<A> {
     }
 }
 
-/// A piece of DRAM the tier handed out. Not `Clone`: give it back once.
+/// A piece of DRAM the store handed out. Not `Clone`: give it back once.
 #[derive(Debug, PartialEq, Eq)]
 pub struct DramSlot {
     pub ptr: *mut u8,
@@ -36,7 +36,7 @@ pub struct DramSlot {
     pub len: u64,
 }
 
-// SAFETY: a slot is an address and a length; the tier that owns the memory
+// SAFETY: a slot is an address and a length; the store that owns the memory
 // is what synchronises access to its bookkeeping.
 unsafe impl Send for DramSlot {}
 unsafe impl Sync for DramSlot {}
@@ -45,13 +45,13 @@ impl DramSlot {
     /// The slot's bytes.
     ///
     /// # Safety
-    /// The slot must be live in its tier, and no one may write it meanwhile.
+    /// The slot must be live in its store, and no one may write it meanwhile.
     pub unsafe fn as_slice(&self) -> &[u8] {
         std::slice::from_raw_parts(self.ptr, self.len as usize)
     }
 
     /// # Safety
-    /// The slot must be live in its tier, and this the only access to it.
+    /// The slot must be live in its store, and this the only access to it.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
         std::slice::from_raw_parts_mut(self.ptr, self.len as usize)
@@ -63,7 +63,7 @@ struct Slab {
     bytes: usize,
 }
 
-pub struct DramTier<A: HostAllocator = Box<dyn HostAllocator>> {
+pub struct DramStore<A: HostAllocator = Box<dyn HostAllocator>> {
     pool: Pool,
     slabs: BTreeMap<SegmentId, Slab>,
     limit: u64,
@@ -76,15 +76,15 @@ pub struct DramTier<A: HostAllocator = Box<dyn HostAllocator>> {
     grow_failures: u64,
 }
 
-// SAFETY: the slabs are plain host memory owned by the tier; the allocator is
+// SAFETY: the slabs are plain host memory owned by the store; the allocator is
 // Send. Callers serialise access with a lock.
-unsafe impl<A: HostAllocator> Send for DramTier<A> {}
+unsafe impl<A: HostAllocator> Send for DramStore<A> {}
 
-impl<A: HostAllocator> DramTier<A> {
-    /// A tier that grows by `slab_bytes` at a time up to `limit_bytes`.
+impl<A: HostAllocator> DramStore<A> {
+    /// A store that grows by `slab_bytes` at a time up to `limit_bytes`.
     /// Nothing is allocated until the first `alloc`.
-    pub fn new(limit_bytes: u64, slab_bytes: u64, alloc: A) -> DramTier<A> {
-        DramTier {
+    pub fn new(limit_bytes: u64, slab_bytes: u64, alloc: A) -> DramStore<A> {
+        DramStore {
             pool: Pool::new(),
             slabs: BTreeMap::new(),
             limit: limit_bytes,
@@ -100,7 +100,7 @@ impl<A: HostAllocator> DramTier<A> {
     /// `len` bytes of DRAM, growing a slab when no free block fits.
     /// `Full` when the limit would be passed; `HostAlloc` when the allocator
     /// refuses even the smallest slab that would hold the request.
-    pub fn alloc(&mut self, len: u64) -> Result<DramSlot, TierError> {
+    pub fn alloc(&mut self, len: u64) -> Result<DramSlot, StoreError> {
         if let Some(off) = self.pool.alloc(len) {
             return Ok(DramSlot {
                 ptr: off as *mut u8,
@@ -113,20 +113,20 @@ impl<A: HostAllocator> DramTier<A> {
                 ptr: off as *mut u8,
                 len,
             }),
-            None => Err(TierError::Full),
+            None => Err(StoreError::Full),
         }
     }
 
     /// Adds a slab that can hold `len`: `slab_bytes`, or bigger for a big
     /// request, or — when pinned memory is short — halved down to what the
     /// request needs.
-    fn grow(&mut self, len: u64) -> Result<(), TierError> {
+    fn grow(&mut self, len: u64) -> Result<(), StoreError> {
         // Allocators return page-aligned memory, so a slab of `need` bytes
         // holds the request; one that does not leaves the request `Full`.
-        let need = pool::align_up(len.max(1)).ok_or(TierError::Full)?;
+        let need = pool::align_up(len.max(1)).ok_or(StoreError::Full)?;
         let room = self.limit.saturating_sub(self.held);
         if need > room {
-            return Err(TierError::Full);
+            return Err(StoreError::Full);
         }
         let mut size = self.slab_bytes.max(need).min(room);
         loop {
@@ -139,7 +139,7 @@ impl<A: HostAllocator> DramTier<A> {
                             // broken; do not use what it gave.
                             self.alloc.free(p, size as usize);
                             self.grow_failures += 1;
-                            return Err(TierError::HostAlloc(-1));
+                            return Err(StoreError::HostAlloc(-1));
                         }
                     };
                     self.slabs.insert(
@@ -158,7 +158,7 @@ impl<A: HostAllocator> DramTier<A> {
                     let code = r.err().unwrap_or(-1);
                     let smaller = (size / 2).max(need);
                     if smaller >= size {
-                        return Err(TierError::HostAlloc(code));
+                        return Err(StoreError::HostAlloc(code));
                     }
                     size = smaller;
                 }
@@ -166,13 +166,13 @@ impl<A: HostAllocator> DramTier<A> {
         }
     }
 
-    /// Gives a slot back. `BadSlot` if this tier did not hand it out or it was
+    /// Gives a slot back. `BadSlot` if this store did not hand it out or it was
     /// already freed.
-    pub fn free(&mut self, slot: DramSlot) -> Result<(), TierError> {
+    pub fn free(&mut self, slot: DramSlot) -> Result<(), StoreError> {
         self.pool
             .free(slot.ptr as u64)
             .map(|_| ())
-            .map_err(|_| TierError::BadSlot)
+            .map_err(|_| StoreError::BadSlot)
     }
 
     /// Returns every slab that holds no live slot to the allocator; the
@@ -215,19 +215,19 @@ impl<A: HostAllocator> DramTier<A> {
         }
     }
 
-    pub fn stats(&self) -> TierStats {
-        TierStats {
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
             capacity: self.held,
             grows: self.grows,
             releases: self.releases,
             grow_failures: self.grow_failures,
-            ..TierStats::from_pool(self.limit, &self.pool.stats())
+            ..StoreStats::from_pool(self.limit, &self.pool.stats())
         }
     }
 }
 
-impl<A: HostAllocator> Drop for DramTier<A> {
-    /// Returns every slab, live slots included: the tier owns their memory.
+impl<A: HostAllocator> Drop for DramStore<A> {
+    /// Returns every slab, live slots included: the store owns their memory.
     fn drop(&mut self) {
         for (_, s) in std::mem::take(&mut self.slabs) {
             self.alloc.free(s.ptr, s.bytes);

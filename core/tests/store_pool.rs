@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use u3m_core::tier::pool::{bucket_of, Pool, PoolError, SegmentId, ALIGN, BUCKETS};
+use u3m_core::store::pool::{bucket_of, Pool, PoolError, SegmentId, ALIGN, BUCKETS};
 
 const KIB: u64 = 1024;
 
@@ -277,7 +277,7 @@ proptest! {
     }
 }
 
-/// Figures for the report: `cargo test --release -p u3m-core --test tier_pool
+/// Figures for the report: `cargo test --release -p u3m-core --test store_pool
 /// -- --ignored --nocapture`.
 #[test]
 #[ignore]

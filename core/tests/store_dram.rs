@@ -1,10 +1,10 @@
-//! The DRAM tier over an mmap-backed stand-in for aclrtMallocHost.
+//! The DRAM store over an mmap-backed stand-in for aclrtMallocHost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use u3m_core::tier::dram::{DramSlot, DramTier, HostAllocator};
-use u3m_core::tier::TierError;
+use u3m_core::store::dram::{DramSlot, DramStore, HostAllocator};
+use u3m_core::store::StoreError;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -87,7 +87,7 @@ fn intact(slot: &DramSlot, tag: u8) -> bool {
 #[test]
 fn grows_by_slabs_and_slots_do_not_overlap() {
     let host = MmapHost::default();
-    let mut t = DramTier::new(4 * MIB, MIB, host.clone());
+    let mut t = DramStore::new(4 * MIB, MIB, host.clone());
     assert_eq!(
         (t.capacity(), host.live_slabs()),
         (0, 0),
@@ -116,14 +116,14 @@ fn grows_by_slabs_and_slots_do_not_overlap() {
 #[test]
 fn full_at_the_limit_never_beyond() {
     let host = MmapHost::default();
-    let mut t = DramTier::new(3 * MIB, 2 * MIB, host.clone());
-    assert_eq!(t.alloc(3 * MIB + 1), Err(TierError::Full));
+    let mut t = DramStore::new(3 * MIB, 2 * MIB, host.clone());
+    assert_eq!(t.alloc(3 * MIB + 1), Err(StoreError::Full));
     let mut n = 0;
     loop {
         match t.alloc(256 * KIB) {
             Ok(_) => n += 1,
             Err(e) => {
-                assert_eq!(e, TierError::Full);
+                assert_eq!(e, StoreError::Full);
                 break;
             }
         }
@@ -137,7 +137,7 @@ fn full_at_the_limit_never_beyond() {
 #[test]
 fn big_request_gets_its_own_slab() {
     let host = MmapHost::default();
-    let mut t = DramTier::new(64 * MIB, MIB, host.clone());
+    let mut t = DramStore::new(64 * MIB, MIB, host.clone());
     let s = t.alloc(5 * MIB).unwrap();
     assert_eq!(t.capacity(), 5 * MIB);
     fill(&s, 7);
@@ -148,7 +148,7 @@ fn big_request_gets_its_own_slab() {
 #[test]
 fn shrink_returns_only_empty_slabs() {
     let host = MmapHost::default();
-    let mut t = DramTier::new(8 * MIB, MIB, host.clone());
+    let mut t = DramStore::new(8 * MIB, MIB, host.clone());
     let a: Vec<DramSlot> = (0..4).map(|_| t.alloc(256 * KIB).unwrap()).collect();
     let b: Vec<DramSlot> = (0..4).map(|_| t.alloc(256 * KIB).unwrap()).collect();
     let c = t.alloc(256 * KIB).unwrap();
@@ -176,7 +176,7 @@ fn shrink_returns_only_empty_slabs() {
 
 #[test]
 fn bad_frees_are_errors() {
-    let mut t = DramTier::new(4 * MIB, MIB, MmapHost::default());
+    let mut t = DramStore::new(4 * MIB, MIB, MmapHost::default());
     let s = t.alloc(1000).unwrap();
     let copy = DramSlot {
         ptr: s.ptr,
@@ -190,10 +190,10 @@ fn bad_frees_are_errors() {
         ptr: 0x1000 as *mut u8,
         len: 32,
     };
-    assert_eq!(t.free(inner), Err(TierError::BadSlot));
-    assert_eq!(t.free(foreign), Err(TierError::BadSlot));
+    assert_eq!(t.free(inner), Err(StoreError::BadSlot));
+    assert_eq!(t.free(foreign), Err(StoreError::BadSlot));
     t.free(s).unwrap();
-    assert_eq!(t.free(copy), Err(TierError::BadSlot));
+    assert_eq!(t.free(copy), Err(StoreError::BadSlot));
     assert_eq!(t.used(), 0);
 }
 
@@ -201,18 +201,18 @@ fn bad_frees_are_errors() {
 fn short_pinned_memory_halves_the_slab() {
     let host = MmapHost::default();
     host.0.lock().unwrap().refuse_above = Some(600 * KIB as usize);
-    let mut t = DramTier::new(64 * MIB, 4 * MIB, host.clone());
+    let mut t = DramStore::new(64 * MIB, 4 * MIB, host.clone());
     let s = t.alloc(100 * KIB).unwrap();
     // 4 MiB, 2 MiB and 1 MiB refused; 512 KiB taken.
     assert_eq!(t.capacity(), 512 * KIB);
     assert_eq!(t.stats().grow_failures, 3);
-    assert_eq!(t.alloc(700 * KIB), Err(TierError::HostAlloc(207001)));
+    assert_eq!(t.alloc(700 * KIB), Err(StoreError::HostAlloc(207001)));
     t.free(s).unwrap();
 }
 
 #[test]
 fn fragmentation_in_stats() {
-    let mut t = DramTier::new(4 * MIB, MIB, MmapHost::default());
+    let mut t = DramStore::new(4 * MIB, MIB, MmapHost::default());
     let slots: Vec<DramSlot> = (0..8).map(|_| t.alloc(128 * KIB).unwrap()).collect();
     let mut kept = Vec::new();
     for (i, s) in slots.into_iter().enumerate() {
@@ -235,7 +235,7 @@ fn fragmentation_in_stats() {
 fn drop_returns_every_slab_and_boxed_allocator_works() {
     let host = MmapHost::default();
     {
-        let mut t: DramTier = DramTier::new(8 * MIB, MIB, Box::new(host.clone()));
+        let mut t: DramStore = DramStore::new(8 * MIB, MIB, Box::new(host.clone()));
         let _a = t.alloc(900 * KIB).unwrap();
         let _b = t.alloc(900 * KIB).unwrap();
         assert_eq!(host.live_slabs(), 2);
@@ -246,20 +246,20 @@ fn drop_returns_every_slab_and_boxed_allocator_works() {
 }
 
 #[test]
-fn tier_and_slots_are_send() {
+fn store_and_slots_are_send() {
     fn send<T: Send>() {}
-    send::<DramTier>();
-    send::<DramTier<MmapHost>>();
+    send::<DramStore>();
+    send::<DramStore<MmapHost>>();
     send::<DramSlot>();
 }
 
-/// Figures for the report: `cargo test --release -p u3m-core --test tier_dram
+/// Figures for the report: `cargo test --release -p u3m-core --test store_dram
 /// -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn dram_timing() {
     use std::time::Instant;
-    let mut t = DramTier::new(8 << 30, 256 * MIB, MmapHost::default());
+    let mut t = DramStore::new(8 << 30, 256 * MIB, MmapHost::default());
     // Eviction-shaped: 2 MiB chunks, 2000 live, random frees and re-allocs.
     let mut live: Vec<DramSlot> = (0..2000).map(|_| t.alloc(2 * MIB).unwrap()).collect();
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;

@@ -1,5 +1,6 @@
-//! The storage tiers below HBM: pinned host DRAM and an NVMe swap file, each
-//! carved by the seed's pool allocator. docs/tiers.md describes them.
+//! The stores behind the DRAM and NVMe tiers (the placement levels below
+//! HBM): pinned host DRAM and an NVMe swap file, each carved by the seed's
+//! pool allocator. docs/stores.md describes them.
 
 pub mod dram;
 pub mod nvme;
@@ -8,11 +9,11 @@ pub mod pool;
 use std::fmt;
 use std::path::PathBuf;
 
-/// Why a tier could not take or return data. No tier operation panics or lets
+/// Why a store could not take or return data. No store operation panics or lets
 /// a signal through for these conditions.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TierError {
-    /// The tier's configured byte limit is reached (U3M_DRAM_BYTES /
+pub enum StoreError {
+    /// The store's configured byte limit is reached (U3M_DRAM_BYTES /
     /// U3M_SWAP_BYTES), or the request is larger than the limit.
     Full,
     /// The filesystem holding the swap file is out of space (ENOSPC).
@@ -21,57 +22,57 @@ pub enum TierError {
     Io(i32),
     /// The host allocator (aclrtMallocHost) refused a slab, with its code.
     HostAlloc(i32),
-    /// `free`, `read` or `write` of a slot this tier did not hand out, or has
+    /// `free`, `read` or `write` of a slot this store did not hand out, or has
     /// already taken back; or a buffer longer than the slot.
     BadSlot,
     /// The swap directory is unusable; `what` says why, naming no data.
     SwapDir { dir: PathBuf, what: String },
 }
 
-impl TierError {
-    /// An `io::Error` as a tier error: ENOSPC is `NoSpace`, the rest `Io`.
-    pub fn from_io(e: &std::io::Error) -> TierError {
+impl StoreError {
+    /// An `io::Error` as a store error: ENOSPC is `NoSpace`, the rest `Io`.
+    pub fn from_io(e: &std::io::Error) -> StoreError {
         match e.raw_os_error() {
-            Some(libc::ENOSPC) => TierError::NoSpace,
-            Some(n) => TierError::Io(n),
-            None => TierError::Io(libc::EIO),
+            Some(libc::ENOSPC) => StoreError::NoSpace,
+            Some(n) => StoreError::Io(n),
+            None => StoreError::Io(libc::EIO),
         }
     }
 
-    pub fn from_errno(n: i32) -> TierError {
+    pub fn from_errno(n: i32) -> StoreError {
         if n == libc::ENOSPC {
-            TierError::NoSpace
+            StoreError::NoSpace
         } else {
-            TierError::Io(n)
+            StoreError::Io(n)
         }
     }
 }
 
-impl fmt::Display for TierError {
+impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TierError::Full => write!(f, "tier full (byte limit reached)"),
-            TierError::NoSpace => write!(f, "no space left on the swap device"),
-            TierError::Io(n) => write!(
+            StoreError::Full => write!(f, "store full (byte limit reached)"),
+            StoreError::NoSpace => write!(f, "no space left on the swap device"),
+            StoreError::Io(n) => write!(
                 f,
                 "swap I/O error: {}",
                 std::io::Error::from_raw_os_error(*n)
             ),
-            TierError::HostAlloc(c) => write!(f, "pinned host allocation failed (code {c})"),
-            TierError::BadSlot => write!(f, "slot not owned by this tier"),
-            TierError::SwapDir { dir, what } => {
+            StoreError::HostAlloc(c) => write!(f, "pinned host allocation failed (code {c})"),
+            StoreError::BadSlot => write!(f, "slot not owned by this store"),
+            StoreError::SwapDir { dir, what } => {
                 write!(f, "swap directory {}: {what}", dir.display())
             }
         }
     }
 }
 
-impl std::error::Error for TierError {}
+impl std::error::Error for StoreError {}
 
-/// One tier's figures, for the stats segment. Byte figures count the pool's
+/// One store's figures, for the stats segment. Byte figures count the pool's
 /// rounded (32-byte) sizes; the I/O counters stay 0 for DRAM.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct TierStats {
+pub struct StoreStats {
     pub limit: u64,
     /// Bytes obtained from the host allocator / the filesystem.
     pub capacity: u64,
@@ -94,9 +95,9 @@ pub struct TierStats {
     pub io_errors: u64,
 }
 
-impl TierStats {
-    pub(crate) fn from_pool(limit: u64, p: &pool::PoolStats) -> TierStats {
-        TierStats {
+impl StoreStats {
+    pub(crate) fn from_pool(limit: u64, p: &pool::PoolStats) -> StoreStats {
+        StoreStats {
             limit,
             capacity: p.total,
             used: p.used,
@@ -106,7 +107,7 @@ impl TierStats {
             allocs: p.allocs,
             free_blocks: p.free_blocks,
             segments: p.segments,
-            ..TierStats::default()
+            ..StoreStats::default()
         }
     }
 }

@@ -1,11 +1,11 @@
-//! The NVMe tier: private directory and unlinked 0600 file, pread/pwrite
+//! The NVMe store: private directory and unlinked 0600 file, pread/pwrite
 //! round trips, limits, injected disk-full and I/O errors, shrinking.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use u3m_core::tier::nvme::{NvmeConfig, NvmeFaults, NvmeSlot, NvmeTier};
-use u3m_core::tier::TierError;
+use u3m_core::store::nvme::{NvmeConfig, NvmeFaults, NvmeSlot, NvmeStore};
+use u3m_core::store::StoreError;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * 1024;
@@ -15,7 +15,7 @@ struct SwapDir(PathBuf);
 
 impl SwapDir {
     fn new(name: &str) -> SwapDir {
-        let p = std::env::temp_dir().join(format!("u3m-tier-test-{}-{name}", std::process::id()));
+        let p = std::env::temp_dir().join(format!("u3m-store-test-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         SwapDir(p)
@@ -56,7 +56,7 @@ fn open_files_in(dir: &Path) -> Vec<(PathBuf, String)> {
 #[test]
 fn private_dir_0700_file_0600_and_unlinked() {
     let sd = SwapDir::new("perm");
-    let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 16 * MIB, MIB).unwrap();
     let pd = t.private_dir().to_path_buf();
     assert_eq!(pd.parent(), Some(sd.0.as_path()));
     assert!(pd
@@ -97,7 +97,7 @@ fn private_dir_0700_file_0600_and_unlinked() {
     t.free(s).unwrap();
 
     drop(t);
-    assert!(!pd.exists(), "private dir removed with the tier");
+    assert!(!pd.exists(), "private dir removed with the store");
     assert!(sd.entries().is_empty());
     assert!(open_files_in(&pd).is_empty(), "descriptor closed");
 }
@@ -105,7 +105,7 @@ fn private_dir_0700_file_0600_and_unlinked() {
 #[test]
 fn round_trip_across_extents_and_through_the_mapping() {
     let sd = SwapDir::new("rt");
-    let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 16 * MIB, MIB).unwrap();
     let n = 300 * KIB as usize;
     let slots: Vec<NvmeSlot> = (0..10).map(|_| t.alloc(n as u64).unwrap()).collect();
     assert_eq!(
@@ -148,11 +148,11 @@ fn round_trip_across_extents_and_through_the_mapping() {
 #[test]
 fn limit_gives_full() {
     let sd = SwapDir::new("full");
-    let mut t = NvmeTier::new(&sd.0, 2 * MIB, MIB).unwrap();
-    assert_eq!(t.alloc(2 * MIB + 1).unwrap_err(), TierError::Full);
+    let mut t = NvmeStore::new(&sd.0, 2 * MIB, MIB).unwrap();
+    assert_eq!(t.alloc(2 * MIB + 1).unwrap_err(), StoreError::Full);
     let a = t.alloc(MIB).unwrap();
     let b = t.alloc(MIB).unwrap();
-    assert_eq!(t.alloc(32).unwrap_err(), TierError::Full);
+    assert_eq!(t.alloc(32).unwrap_err(), StoreError::Full);
     assert_eq!(t.capacity(), 2 * MIB);
     t.free(a).unwrap();
     let c = t.alloc(MIB).unwrap();
@@ -167,7 +167,7 @@ fn disk_full_on_write_loses_nothing_already_written() {
         fail_writes_after_bytes: Some(MIB),
         ..NvmeFaults::default()
     };
-    let mut t = NvmeTier::with_config(NvmeConfig {
+    let mut t = NvmeStore::with_config(NvmeConfig {
         faults,
         ..NvmeConfig::new(&sd.0, 16 * MIB, MIB)
     })
@@ -177,7 +177,7 @@ fn disk_full_on_write_loses_nothing_already_written() {
     for (i, s) in slots.iter().enumerate().take(4) {
         t.write(s, &pattern(i as u8, n)).unwrap();
     }
-    assert_eq!(t.write(&slots[4], &pattern(4, n)), Err(TierError::NoSpace));
+    assert_eq!(t.write(&slots[4], &pattern(4, n)), Err(StoreError::NoSpace));
     assert_eq!(t.stats().io_errors, 1);
     for (i, s) in slots.iter().enumerate().take(4) {
         let mut back = vec![0u8; n];
@@ -196,33 +196,33 @@ fn disk_full_on_write_loses_nothing_already_written() {
         write_errno: libc::EIO,
         ..NvmeFaults::default()
     });
-    assert_eq!(t.write(&slots[0], &[0]), Err(TierError::Io(libc::EIO)));
+    assert_eq!(t.write(&slots[0], &[0]), Err(StoreError::Io(libc::EIO)));
     t.set_faults(NvmeFaults {
         fail_read_errno: Some(libc::EIO),
         ..NvmeFaults::default()
     });
     assert_eq!(
         t.read(&slots[0], &mut [0u8; 4]),
-        Err(TierError::Io(libc::EIO))
+        Err(StoreError::Io(libc::EIO))
     );
 }
 
 #[test]
-fn disk_full_when_growing_leaves_the_tier_as_it_was() {
+fn disk_full_when_growing_leaves_the_store_as_it_was() {
     let sd = SwapDir::new("growfail");
-    let mut t = NvmeTier::new(&sd.0, 16 * MIB, MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 16 * MIB, MIB).unwrap();
     let a = t.alloc(MIB).unwrap();
     t.write(&a, &pattern(5, MIB as usize)).unwrap();
     t.set_faults(NvmeFaults {
         fail_grow_errno: Some(libc::ENOSPC),
         ..NvmeFaults::default()
     });
-    assert_eq!(t.alloc(MIB).unwrap_err(), TierError::NoSpace);
+    assert_eq!(t.alloc(MIB).unwrap_err(), StoreError::NoSpace);
     t.set_faults(NvmeFaults {
         fail_grow_errno: Some(libc::EIO),
         ..NvmeFaults::default()
     });
-    assert_eq!(t.alloc(MIB).unwrap_err(), TierError::Io(libc::EIO));
+    assert_eq!(t.alloc(MIB).unwrap_err(), StoreError::Io(libc::EIO));
     let st = t.stats();
     assert_eq!((st.capacity, st.segments, st.grow_failures), (MIB, 1, 2));
     let (fd, _) = open_files_in(t.private_dir()).pop().unwrap();
@@ -244,15 +244,18 @@ fn disk_full_when_growing_leaves_the_tier_as_it_was() {
 #[test]
 fn bad_slots_are_errors() {
     let sd = SwapDir::new("bad");
-    let mut t = NvmeTier::new(&sd.0, 4 * MIB, MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 4 * MIB, MIB).unwrap();
     let s = t.alloc(1000).unwrap();
     assert_eq!(
         t.write(&s, &[0u8; 1001]),
-        Err(TierError::BadSlot),
+        Err(StoreError::BadSlot),
         "longer than the slot"
     );
-    assert_eq!(t.write_at(&s, 999, &[0u8; 2]), Err(TierError::BadSlot));
-    assert_eq!(t.write_at(&s, u64::MAX, &[0u8; 2]), Err(TierError::BadSlot));
+    assert_eq!(t.write_at(&s, 999, &[0u8; 2]), Err(StoreError::BadSlot));
+    assert_eq!(
+        t.write_at(&s, u64::MAX, &[0u8; 2]),
+        Err(StoreError::BadSlot)
+    );
     let copy = NvmeSlot {
         ptr: s.ptr,
         len: s.len,
@@ -262,24 +265,24 @@ fn bad_slots_are_errors() {
     let wrong_extent = NvmeSlot {
         ptr: s.ptr,
         len: s.len,
-        extent: u3m_core::tier::pool::SegmentId(9),
+        extent: u3m_core::store::pool::SegmentId(9),
         off: s.off,
     };
-    assert_eq!(t.free(wrong_extent), Err(TierError::BadSlot));
+    assert_eq!(t.free(wrong_extent), Err(StoreError::BadSlot));
     t.free(s).unwrap();
     assert_eq!(
         t.write(&copy, &[1]),
-        Err(TierError::BadSlot),
+        Err(StoreError::BadSlot),
         "write to a freed slot"
     );
-    assert_eq!(t.read(&copy, &mut [0u8; 1]), Err(TierError::BadSlot));
-    assert_eq!(t.free(copy), Err(TierError::BadSlot));
+    assert_eq!(t.read(&copy, &mut [0u8; 1]), Err(StoreError::BadSlot));
+    assert_eq!(t.free(copy), Err(StoreError::BadSlot));
 }
 
 #[test]
 fn shrink_releases_extents_and_space_is_reused() {
     let sd = SwapDir::new("shrink");
-    let mut t = NvmeTier::new(&sd.0, 8 * MIB, MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 8 * MIB, MIB).unwrap();
     let slots: Vec<NvmeSlot> = (0..4).map(|_| t.alloc(MIB).unwrap()).collect();
     for (i, s) in slots.iter().enumerate() {
         t.write(s, &pattern(i as u8, MIB as usize)).unwrap();
@@ -325,10 +328,10 @@ fn shrink_releases_extents_and_space_is_reused() {
 fn unusable_directories_are_named_in_the_error() {
     let sd = SwapDir::new("errs");
     let missing = sd.0.join("nope");
-    let e = NvmeTier::new(&missing, MIB, MIB).err().unwrap();
+    let e = NvmeStore::new(&missing, MIB, MIB).err().unwrap();
     assert_eq!(
         e,
-        TierError::SwapDir {
+        StoreError::SwapDir {
             dir: missing.clone(),
             what: "does not exist".into()
         }
@@ -337,10 +340,10 @@ fn unusable_directories_are_named_in_the_error() {
 
     let file = sd.0.join("file");
     std::fs::write(&file, b"x").unwrap();
-    let e = NvmeTier::new(&file, MIB, MIB).err().unwrap();
+    let e = NvmeStore::new(&file, MIB, MIB).err().unwrap();
     assert_eq!(
         e,
-        TierError::SwapDir {
+        StoreError::SwapDir {
             dir: file.clone(),
             what: "is not a directory".into()
         }
@@ -356,8 +359,8 @@ fn unusable_directories_are_named_in_the_error() {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o500)).unwrap();
         d
     };
-    match NvmeTier::new(&ro, MIB, MIB).err().unwrap() {
-        TierError::SwapDir { dir, what } => {
+    match NvmeStore::new(&ro, MIB, MIB).err().unwrap() {
+        StoreError::SwapDir { dir, what } => {
             assert_eq!(dir, ro);
             assert!(
                 what.contains("not writable") || what.contains("cannot create"),
@@ -381,7 +384,7 @@ fn stale_empty_private_dirs_are_removed() {
         std::fs::create_dir(d).unwrap();
     }
     std::fs::write(full.join("keep"), b"x").unwrap();
-    let t = NvmeTier::new(&sd.0, MIB, MIB).unwrap();
+    let t = NvmeStore::new(&sd.0, MIB, MIB).unwrap();
     assert!(!empty.exists(), "empty dir of a dead process removed");
     assert!(full.exists(), "non-empty dir left alone");
     assert!(mine.exists(), "dir of a live process left alone");
@@ -389,20 +392,20 @@ fn stale_empty_private_dirs_are_removed() {
 }
 
 #[test]
-fn tier_and_slots_are_send() {
+fn store_and_slots_are_send() {
     fn send<T: Send>() {}
-    send::<NvmeTier>();
+    send::<NvmeStore>();
     send::<NvmeSlot>();
 }
 
-/// Figures for the report: `cargo test --release -p u3m-core --test tier_nvme
+/// Figures for the report: `cargo test --release -p u3m-core --test store_nvme
 /// -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn nvme_timing() {
     use std::time::Instant;
     let sd = SwapDir::new("timing");
-    let mut t = NvmeTier::new(&sd.0, 2 << 30, 256 * MIB).unwrap();
+    let mut t = NvmeStore::new(&sd.0, 2 << 30, 256 * MIB).unwrap();
     let t0 = Instant::now();
     let first = t.alloc(2 * MIB).unwrap();
     let grow = t0.elapsed();

@@ -1,0 +1,250 @@
+//! `Engine::run`: one hooked call, start to end. Device work (copies,
+//! memsets, launches, collectives, kernels, graph replays) runs inside the
+//! residency protocol — the memory it touches is resident before the real
+//! call and its use is recorded after — then is observed (heat table, stats,
+//! trace). Calls the engine may own (allocation, VMM) are in `detour.rs`.
+//!
+//! Outside tier mode (or before anything is managed) the protocol is one
+//! relaxed load; observe mode allocates nothing here.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::call::{Api, Call, Launch, LaunchKind, Memcpy, Queue};
+use super::{Engine, Range, MAX_OP_RANGES};
+use crate::acl::AclError;
+use crate::opclass::OpClass;
+use crate::residency::{Order, Residency};
+use crate::shm::mono_ns;
+
+/// The real function with the program's arguments (an allocation retried
+/// after making room calls it again).
+pub(super) type Real<'r> = &'r mut dyn FnMut() -> i32;
+
+impl Engine {
+    /// Runs one hooked call: `dev` is the calling thread's device, `real`
+    /// the real function with the program's arguments. Returns what the
+    /// program gets back (the real function's code, or the error u3m
+    /// returns instead of calling it).
+    pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        match *call {
+            Call::Copy { copy, q } => self.run_copy(dev, &copy, q, real),
+            Call::CopyBatch { copies, q } => self.run_batch(dev, copies, q, real),
+            Call::Memset { addr, bytes, q } => {
+                let rc = match self.tiering() {
+                    Some(_) => {
+                        let rs = [Range {
+                            addr,
+                            len: bytes,
+                            write: true,
+                        }];
+                        self.resident(dev, OpClass::Layout, q, &rs, true, Api::Acl, real)
+                    }
+                    None => self.device_call(dev, Api::Acl, real),
+                };
+                if rc == 0 && bytes > 0 {
+                    self.memset(dev, q.stream, addr, bytes);
+                }
+                rc
+            }
+            Call::Launch(ref l) => self.run_launch(dev, l, real),
+            Call::Collective { name, ranges, q } => {
+                let rc = self.resident(
+                    dev,
+                    OpClass::Communication,
+                    q,
+                    ranges,
+                    false,
+                    Api::Hccl,
+                    real,
+                );
+                if rc == 0 {
+                    self.collective(dev, q.stream, name, ranges);
+                }
+                rc
+            }
+            Call::Kernel { blob, q, api } => {
+                let mut rs = [Range::ZERO; MAX_OP_RANGES];
+                let n = self.kernel_ranges(blob, &mut rs);
+                let rc = self.resident(dev, OpClass::Other, q, &rs[..n], false, api, real);
+                // an unreadable blob (null, or outside 8 B..1 MiB) is not counted
+                if rc == 0 && !blob.is_empty() {
+                    self.kernel_args(dev, q.stream, &rs[..n]);
+                }
+                rc
+            }
+            Call::OpaqueKernel { q } => {
+                let rc = real();
+                if rc == 0 {
+                    self.opaque_launch(dev, q.stream);
+                }
+                rc
+            }
+            Call::GraphReplay { model, q } => {
+                // everything the graph touched at capture is resident first
+                let rc = match self.tiering() {
+                    Some(_) => {
+                        let rs = self.graph_ranges(model);
+                        self.resident(dev, OpClass::Other, q, &rs, false, Api::Acl, real)
+                    }
+                    None => self.device_call(dev, Api::Acl, real),
+                };
+                if rc == 0 {
+                    self.graph_replay(dev, q.stream, model);
+                }
+                rc
+            }
+            _ => self.detour(dev, call, real),
+        }
+    }
+
+    /// The residency manager when it has something to manage.
+    #[inline]
+    pub(super) fn tiering(&self) -> Option<&Residency> {
+        self.residency.as_ref().filter(|r| r.active())
+    }
+
+    /// The real call of device work; a lost device is noticed.
+    #[inline]
+    fn device_call(&self, dev: i32, api: Api, real: Real<'_>) -> i32 {
+        let rc = real();
+        if api.device_lost(rc) {
+            self.device_lost(dev);
+        }
+        rc
+    }
+
+    /// The residency protocol around device work touching `ranges`: every
+    /// managed chunk they cover is resident (and pinned) before the call,
+    /// its use is recorded after. `overwrite`: write ranges replace whole
+    /// chunks (copies, memsets), which then need no copy-in.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn resident(
+        &self,
+        dev: i32,
+        class: OpClass,
+        q: Queue,
+        ranges: &[Range],
+        overwrite: bool,
+        api: Api,
+        real: Real<'_>,
+    ) -> i32 {
+        let Some(r) = self.tiering() else {
+            return self.device_call(dev, api, real);
+        };
+        // a synchronous call, or one on a capturing stream (whose work is
+        // recorded, not run, and may not be ordered by u3m's events), is
+        // ordered by the host
+        let host = q.sync || self.is_capturing(q.stream);
+        let order = if host {
+            Order::Host
+        } else {
+            Order::Stream(q.stream)
+        };
+        let t0 = mono_ns();
+        let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
+        // the time calls spend in u3m before they can run (the stall account)
+        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        let tok = match prepared {
+            Ok(t) => t,
+            Err(e) => {
+                // the call is not made; a device found gone on the way is
+                // noticed as if the call had said so
+                let rc = api.residency_error(e);
+                if api.device_lost(rc) {
+                    self.device_lost(dev);
+                }
+                return rc;
+            }
+        };
+        let rc = self.device_call(dev, api, real);
+        // a synchronous call has finished with the memory on return; a
+        // captured call has not run: replays are made resident on their own
+        r.finish(tok, (!host).then_some(q.stream), rc == 0);
+        rc
+    }
+
+    /// A copy: a synchronous read of a lost device's managed memory is
+    /// served from u3m's DRAM/NVMe copies, before and after the real call.
+    fn run_copy(&self, dev: i32, c: &Memcpy, q: Queue, real: Real<'_>) -> i32 {
+        let read_back = q.sync && c.kind.reads_device() && c.bytes > 0;
+        if read_back {
+            if let Some(rc) = self.read_lost(c) {
+                return rc;
+            }
+        }
+        let rc = match self.tiering() {
+            Some(_) => {
+                let (rs, n) = c.ranges();
+                self.resident(dev, OpClass::Layout, q, &rs[..n], c.whole, Api::Acl, real)
+            }
+            None => self.device_call(dev, Api::Acl, real),
+        };
+        if read_back && Api::Acl.device_lost(rc) {
+            if let Some(rc) = self.read_lost(c) {
+                return rc;
+            }
+        }
+        if rc == 0 && c.bytes > 0 {
+            self.observe_copy(dev, q.stream, c);
+        }
+        rc
+    }
+
+    /// A device-to-host read from a lost device's managed memory (None: not
+    /// such memory, or no device is lost).
+    fn read_lost(&self, c: &Memcpy) -> Option<i32> {
+        let r = self.residency.as_ref()?;
+        if !r.any_lost() {
+            return None;
+        }
+        // the hooks decoded `dst` from the program's host pointer, valid
+        // for `bytes` of writes for the duration of the copy
+        let res = unsafe { r.read_lost(c.src, c.dst as *mut u8, c.bytes) }?;
+        Some(AclError::raw_of(&res))
+    }
+
+    /// A batch of copies: every device range resident for the one call.
+    fn run_batch(&self, dev: i32, copies: &[Memcpy], q: Queue, real: Real<'_>) -> i32 {
+        let rc = match self.tiering() {
+            Some(_) => {
+                let mut rs: Vec<Range> = Vec::with_capacity(2 * copies.len().min(1 << 16));
+                for c in copies.iter().take(1 << 16) {
+                    let (r, n) = c.ranges();
+                    rs.extend_from_slice(&r[..n]);
+                }
+                self.resident(dev, OpClass::Layout, q, &rs, true, Api::Acl, real)
+            }
+            None => self.device_call(dev, Api::Acl, real),
+        };
+        if rc == 0 {
+            for c in copies {
+                self.observe_copy(dev, q.stream, c);
+            }
+        }
+        rc
+    }
+
+    fn run_launch(&self, dev: i32, l: &Launch<'_>, real: Real<'_>) -> i32 {
+        let rc = match l.kind {
+            LaunchKind::Model => real(),
+            _ => self.resident(
+                dev,
+                l.class,
+                l.q,
+                l.resident.unwrap_or(l.ranges),
+                false,
+                l.api,
+                real,
+            ),
+        };
+        if rc == 0 {
+            if l.kind == LaunchKind::Aclnn {
+                self.aclnn_launches.fetch_add(1, Relaxed);
+            }
+            if let Some(name) = l.name {
+                self.op(dev, l.q.stream, name, l.ranges, l.flops);
+            }
+        }
+        rc
+    }
+}

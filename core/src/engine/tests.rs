@@ -1,0 +1,233 @@
+//! `Engine::run` end to end on the fake runtime: the sequence each call
+//! family gets (served allocations, retry with room, a lost device's reads,
+//! residency failures in the call's own error codes).
+
+use std::cell::Cell;
+
+use super::*;
+use crate::acl::AclError;
+use crate::residency::fake::Fake;
+
+const MIB: u64 = 1 << 20;
+const CHUNK: u64 = runtime::CHUNK;
+
+struct Shm(std::path::PathBuf);
+impl Drop for Shm {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A tier-mode engine on a fake device of `hbm_chunks` chunks.
+fn engine(name: &str, hbm_chunks: u64) -> (Engine, &'static Fake, Shm) {
+    let dir = std::env::temp_dir().join(format!("u3m-engine-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let vars = [
+        ("U3M_MODE", "tier"),
+        ("U3M_POLICY", "lru"),
+        ("U3M_ALLOC_WAIT_MS", "0"),
+        ("U3M_MIN_BYTES", "1M"),
+        ("U3M_OVERSUB", "16"),
+        ("U3M_DRAM_BYTES", "256M"),
+        ("U3M_LOG", "quiet"),
+    ];
+    let mut v: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    v.push(("U3M_SHM_DIR".into(), dir.display().to_string()));
+    let cfg = Config::from_vars(v).unwrap();
+    let f = Fake::leak(1, hbm_chunks * CHUNK);
+    let e = Engine::new(cfg, &["aclrtMalloc"], Some(f)).unwrap();
+    (e, f, Shm(dir))
+}
+
+fn malloc(e: &Engine, size: u64) -> u64 {
+    let mut p = 0u64;
+    let call = Call::Malloc {
+        api: AllocApi::Malloc,
+        size,
+        out: unsafe { Out::new(&mut p) },
+    };
+    let rc = e.run(0, &call, &mut || {
+        panic!("a managed allocation never reaches the runtime")
+    });
+    assert_eq!(rc, 0);
+    p
+}
+
+/// A synchronous host-to-device copy the fake runs.
+fn write(e: &Engine, f: &Fake, va: u64, data: &[u8]) -> i32 {
+    let call = Call::Copy {
+        copy: Memcpy::linear(
+            crate::acl::MemcpyKind::HOST_TO_DEVICE,
+            va,
+            data.as_ptr() as u64,
+            data.len() as u64,
+        ),
+        q: Queue::SYNC,
+    };
+    e.run(0, &call, &mut || AclError::raw_of(&f.app_write(va, data)))
+}
+
+#[test]
+fn managed_allocations_are_served_and_observed() {
+    let (e, f, _d) = engine("malloc", 4);
+    let va = malloc(&e, 3 * MIB);
+    assert!(e.residency().unwrap().is_managed(va));
+    assert!(
+        e.heat().lookup(va + MIB).is_some(),
+        "observed as an allocation"
+    );
+    assert_eq!(write(&e, f, va, &[7u8; 4096]), 0);
+    // freed by the manager: the runtime's free is not called
+    let rc = e.run(0, &Call::Free { ptr: va }, &mut || {
+        panic!("not the runtime's")
+    });
+    assert_eq!(rc, 0);
+    assert!(e.heat().lookup(va).is_none());
+    assert_eq!(f.held().0, 0);
+}
+
+#[test]
+fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
+    let (e, f, _d) = engine("retry", 2);
+    let va = malloc(&e, 2 * CHUNK);
+    assert_eq!(write(&e, f, va, &vec![1u8; 2 * CHUNK as usize]), 0);
+    // a small allocation the runtime makes: refused while managed chunks
+    // fill HBM, granted once the engine has evicted
+    let calls = Cell::new(0);
+    let mut p = 0u64;
+    let call = Call::Malloc {
+        api: AllocApi::Malloc,
+        size: 4096,
+        out: unsafe { Out::new(&mut p) },
+    };
+    let rc = e.run(0, &call, &mut || {
+        calls.set(calls.get() + 1);
+        let (free, _) = f.mem_info().unwrap();
+        if free < CHUNK {
+            AclError::RT_MEMORY_ALLOCATION.raw()
+        } else {
+            0
+        }
+    });
+    assert_eq!(rc, 0);
+    assert_eq!(calls.get(), 2, "tried, room made, tried again");
+    assert!(e.residency().unwrap().counters().evictions >= 1);
+    assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
+}
+
+#[test]
+fn a_synchronous_read_from_a_lost_device_is_served_from_dram() {
+    let (e, f, _d) = engine("lost", 1);
+    let x = malloc(&e, CHUNK);
+    let y = malloc(&e, CHUNK);
+    let px: Vec<u8> = (0..CHUNK).map(|i| (i % 251) as u8).collect();
+    assert_eq!(write(&e, f, x, &px), 0);
+    assert_eq!(write(&e, f, y, &[9u8; 64]), 0); // x to DRAM
+    f.lose();
+    let mut out = vec![0u8; 4096];
+    let call = Call::Copy {
+        copy: Memcpy::linear(
+            crate::acl::MemcpyKind::DEVICE_TO_HOST,
+            out.as_mut_ptr() as u64,
+            x + 8192,
+            4096,
+        ),
+        q: Queue::SYNC,
+    };
+    // the card answers with ACL_ERROR_RT_DEVICE_TASK_ABORT: the engine
+    // learns the device is gone and serves the read from DRAM
+    let rc = e.run(0, &call, &mut || AclError::RT_DEVICE_TASK_ABORT.raw());
+    assert_eq!(rc, 0);
+    assert_eq!(&out[..], &px[8192..8192 + 4096]);
+    // y's only copy was in HBM: lost, and said so
+    let call = Call::Copy {
+        copy: Memcpy::linear(
+            crate::acl::MemcpyKind::DEVICE_TO_HOST,
+            out.as_mut_ptr() as u64,
+            y,
+            64,
+        ),
+        q: Queue::SYNC,
+    };
+    let rc = e.run(0, &call, &mut || {
+        panic!("a known-lost device is not called")
+    });
+    assert_eq!(rc, AclError::RT_DEVICE_TASK_ABORT.raw());
+}
+
+#[test]
+fn a_residency_failure_is_returned_in_the_calls_own_codes() {
+    let (e, _f, _d) = engine("codes", 1);
+    let va = malloc(&e, 2 * CHUNK); // two chunks on a one-chunk device
+    let rs = [Range {
+        addr: va,
+        len: 2 * CHUNK,
+        write: true,
+    }];
+    let coll = Call::Collective {
+        name: b"HcclAllReduce",
+        ranges: &rs,
+        q: Queue::on(0x5000),
+    };
+    assert_eq!(e.run(0, &coll, &mut || panic!("not called")), 3); // HCCL_E_MEMORY
+    let op = Call::Launch(Launch {
+        kind: LaunchKind::Aclop,
+        name: Some(b"Add"),
+        class: OpClass::Elementwise,
+        ranges: &rs,
+        resident: None,
+        flops: None,
+        q: Queue::on(0x5000),
+        api: Api::Acl,
+    });
+    assert_eq!(
+        e.run(0, &op, &mut || panic!("not called")),
+        AclError::RT_MEMORY_ALLOCATION.raw()
+    );
+}
+
+#[test]
+fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
+    let (e, f, _d) = engine("vmm", 4);
+    let mut h = 0u64;
+    let call = Call::MallocPhysical {
+        device: 0,
+        size: 2 * CHUNK,
+        shareable: false,
+        plain: true,
+        out: unsafe { Out::new(&mut h) },
+    };
+    assert_eq!(e.run(0, &call, &mut || panic!("u3m's own handle")), 0);
+    let va = f.reserve(2 * CHUNK).unwrap();
+    let map = Call::Map {
+        va,
+        size: 2 * CHUNK,
+        offset: 0,
+        handle: h,
+        flags: 0,
+    };
+    assert_eq!(e.run(0, &map, &mut || panic!("mapped by the manager")), 0);
+    assert_eq!(write(&e, f, va + CHUNK, &[5u8; 100]), 0);
+    // a handle exported: the real call receives the real handle
+    let pass = Cell::new(h);
+    let exp = Call::ExportHandle {
+        handle: h,
+        pass: &pass,
+    };
+    assert_eq!(e.run(0, &exp, &mut || 0), 0);
+    assert_ne!(pass.get(), h);
+    assert_eq!(
+        e.run(0, &Call::Unmap { va }, &mut || panic!("manager's")),
+        0
+    );
+    assert_eq!(
+        e.run(0, &Call::FreePhysical { handle: h }, &mut || panic!(
+            "manager's"
+        )),
+        0
+    );
+    assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
+}

@@ -1,0 +1,75 @@
+//! What residency did, counted: one declaration per counter yields the
+//! snapshot struct (`Counters`, for the stats segment, the summary, `u3m
+//! replay` and tests), the live atomics and the snapshot between them.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::shm::layout::STALL_BUCKETS;
+
+macro_rules! counters {
+    (
+        { $( $(#[$doc:meta])* $name:ident, )* }
+        $( $(#[$adoc:meta])* $arr:ident [$n:expr], )*
+    ) => {
+        /// Figures for the stats segment and tests (a snapshot).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $( $(#[$doc])* pub $name: u64, )*
+            $( $(#[$adoc])* pub $arr: [u64; $n], )*
+        }
+
+        /// The live counters: relaxed atomics, bumped with or without the
+        /// residency lock.
+        #[derive(Default)]
+        pub(super) struct Live {
+            $( pub $name: AtomicU64, )*
+            $( pub $arr: [AtomicU64; $n], )*
+        }
+
+        impl Live {
+            pub fn snapshot(&self) -> Counters {
+                Counters {
+                    $( $name: self.$name.load(Relaxed), )*
+                    $( $arr: std::array::from_fn(|i| self.$arr[i].load(Relaxed)), )*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    {
+    /// Chunks made resident for a call (first touches included).
+    faults_in,
+    /// Bytes copied into HBM for calls.
+    fault_bytes,
+    /// Chunks that left HBM.
+    evictions,
+    /// Bytes copied out of HBM.
+    eviction_bytes,
+    /// Evictions that needed no copy (a clean host copy existed).
+    clean_drops,
+    /// Copy-outs to DRAM.
+    to_dram,
+    /// Copy-outs (and spills) to NVMe.
+    to_nvme,
+    /// Copy-ins from NVMe.
+    from_nvme,
+    /// Chunks the background spill moved from DRAM to NVMe (part of to_nvme).
+    spilled,
+    /// Fault-ins that skipped the copy: the call overwrites the whole chunk.
+    overwrites,
+    /// NVMe writes or reads that failed (the data stayed in DRAM).
+    spill_errors,
+    /// Chunks brought back ahead of use by the background prefetch.
+    prefetches,
+    prefetch_bytes,
+    /// Prefetched chunks a call then used while still resident.
+    prefetch_hits,
+    /// Calls that waited for fault-ins and their total wait (ns).
+    stall_count,
+    stall_ns,
+    }
+    /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
+    stall_buckets[STALL_BUCKETS],
+}

@@ -1,0 +1,717 @@
+//! A fake device runtime for the residency manager's unit tests. It keeps
+//! real bytes per physical handle and per pinned host buffer, maps VAs the
+//! way the VMM API does, runs streams in order, and checks what the real
+//! device would: work that touches device memory not mapped *when it runs*
+//! is a recorded MMU fault (and the stream's error), a host pointer u3m does
+//! not own is a fault, and bookkeeping misuse (a double map, an unmap of
+//! nothing, a free of a mapped handle, a release with mappings left) is
+//! recorded. Streams are lazy by default: queued work runs only when someone
+//! synchronises (a stream, an event, a stream waiting on another's event) or
+//! the test calls `drain` — so an eviction that does not wait for a pending
+//! use, or a call not ordered after its copy-in, is caught. `eager` runs
+//! work as soon as it is queued instead.
+
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Mutex;
+
+use crate::acl::{AclError, MemcpyKind};
+use crate::engine::runtime::{Runtime, CHUNK};
+
+const VA_BASE: u64 = 0x1000_0000_0000;
+const HOST_ALIGN: usize = 4096;
+
+/// Test work on device memory: reads and writes declared ranges.
+pub type Kernel = Box<dyn FnOnce(&mut Mem<'_>) + Send>;
+
+enum Op {
+    Copy {
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: MemcpyKind,
+    },
+    /// Wait until `stream` has run `pos` operations.
+    Wait { stream: u64, pos: u64 },
+    Launch {
+        what: &'static str,
+        ranges: Vec<(u64, u64)>,
+        f: Kernel,
+    },
+}
+
+struct Phys {
+    dev: u32,
+    data: Vec<u8>,
+    maps: u32,
+}
+
+#[derive(Default)]
+struct Stream {
+    queue: VecDeque<Op>,
+    /// Operations queued / run so far.
+    queued: u64,
+    run: u64,
+    /// The first error of work that ran on it (reported by the next sync).
+    error: Option<AclError>,
+}
+
+/// What the fake saw, for assertions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub h2d: u64,
+    pub d2h: u64,
+    pub d2d: u64,
+    pub h2d_bytes: u64,
+    pub d2h_bytes: u64,
+    /// MMU faults and unknown host pointers, described.
+    pub faults: Vec<String>,
+    /// Bookkeeping misuse, described.
+    pub misuse: Vec<String>,
+}
+
+struct State {
+    cur_dev: u32,
+    capacity: Vec<u64>,
+    used: Vec<u64>,
+    next_va: u64,
+    reserved: BTreeMap<u64, u64>,
+    next_handle: u64,
+    phys: HashMap<u64, Phys>,
+    /// va -> (bytes, handle)
+    maps: BTreeMap<u64, (u64, u64)>,
+    streams: HashMap<u64, Stream>,
+    next_stream: u64,
+    /// event -> (stream, position) of its latest record
+    events: HashMap<u64, Option<(u64, u64)>>,
+    next_event: u64,
+    /// pinned host buffers: ptr -> bytes
+    host: BTreeMap<usize, usize>,
+    eager: bool,
+    lost: bool,
+    seen: Seen,
+}
+
+pub struct Fake {
+    st: Mutex<State>,
+}
+
+/// Device memory as a kernel sees it: only through mappings, only inside the
+/// ranges it declared.
+pub struct Mem<'a> {
+    st: &'a mut State,
+    ranges: &'a [(u64, u64)],
+    what: &'static str,
+    faulted: bool,
+}
+
+impl Mem<'_> {
+    fn check(&self, va: u64, len: u64) {
+        assert!(
+            self.ranges
+                .iter()
+                .any(|&(a, n)| va >= a && va + len <= a + n),
+            "{}: kernel touched {va:#x}+{len} outside its declared ranges",
+            self.what
+        );
+    }
+
+    pub fn read(&mut self, va: u64, len: u64) -> Vec<u8> {
+        self.check(va, len);
+        let mut out = vec![0u8; len as usize];
+        if !self.st.dev_read(va, &mut out, self.what) {
+            self.faulted = true;
+        }
+        out
+    }
+
+    pub fn write(&mut self, va: u64, data: &[u8]) {
+        self.check(va, data.len() as u64);
+        if !self.st.dev_write(va, data, self.what) {
+            self.faulted = true;
+        }
+    }
+}
+
+impl State {
+    /// The mapped pieces of [va, va+len): (handle, offset, bytes), or the
+    /// first unmapped address.
+    fn pieces(&self, va: u64, len: u64) -> Result<Vec<(u64, u64, u64)>, u64> {
+        let mut out = Vec::new();
+        let mut a = va;
+        let end = va + len;
+        while a < end {
+            let Some((&m, &(n, h))) = self.maps.range(..=a).next_back() else {
+                return Err(a);
+            };
+            if a >= m + n {
+                return Err(a);
+            }
+            let k = (m + n).min(end) - a;
+            out.push((h, a - m, k));
+            a += k;
+        }
+        Ok(out)
+    }
+
+    fn fault(&mut self, what: &str, va: u64, len: u64, at: u64) {
+        self.seen.faults.push(format!(
+            "device MMU fault: {what} touched unmapped {at:#x} (range {va:#x}+{len})"
+        ));
+    }
+
+    fn dev_read(&mut self, va: u64, out: &mut [u8], what: &str) -> bool {
+        match self.pieces(va, out.len() as u64) {
+            Ok(ps) => {
+                let mut o = 0usize;
+                for (h, off, k) in ps {
+                    let p = &self.phys[&h];
+                    out[o..o + k as usize]
+                        .copy_from_slice(&p.data[off as usize..(off + k) as usize]);
+                    o += k as usize;
+                }
+                true
+            }
+            Err(at) => {
+                self.fault(what, va, out.len() as u64, at);
+                false
+            }
+        }
+    }
+
+    fn dev_write(&mut self, va: u64, data: &[u8], what: &str) -> bool {
+        match self.pieces(va, data.len() as u64) {
+            Ok(ps) => {
+                let mut o = 0usize;
+                for (h, off, k) in ps {
+                    let p = self.phys.get_mut(&h).expect("mapped handle");
+                    p.data[off as usize..(off + k) as usize]
+                        .copy_from_slice(&data[o..o + k as usize]);
+                    o += k as usize;
+                }
+                true
+            }
+            Err(at) => {
+                self.fault(what, va, data.len() as u64, at);
+                false
+            }
+        }
+    }
+
+    /// Whether [p, p+len) lies in one pinned host buffer.
+    fn host_ok(&self, p: u64, len: u64) -> bool {
+        self.host
+            .range(..=p as usize)
+            .next_back()
+            .map(|(&b, &n)| p + len <= (b + n) as u64)
+            .unwrap_or(false)
+    }
+
+    fn misuse(&mut self, what: String) -> AclError {
+        self.seen.misuse.push(what);
+        AclError::RT_PARAM_INVALID
+    }
+
+    fn exec(&mut self, op: Op) -> Result<(), AclError> {
+        match op {
+            Op::Copy {
+                dst,
+                src,
+                bytes,
+                kind,
+            } => {
+                let mut buf = vec![0u8; bytes as usize];
+                let ok = match kind {
+                    MemcpyKind::HOST_TO_DEVICE => {
+                        if !self.host_ok(src, bytes) {
+                            self.seen
+                                .faults
+                                .push(format!("H2D from unknown host memory {src:#x}+{bytes}"));
+                            false
+                        } else {
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    src as *const u8,
+                                    buf.as_mut_ptr(),
+                                    bytes as usize,
+                                )
+                            };
+                            self.dev_write(dst, &buf, "H2D copy")
+                        }
+                    }
+                    MemcpyKind::DEVICE_TO_HOST => {
+                        if !self.host_ok(dst, bytes) {
+                            self.seen
+                                .faults
+                                .push(format!("D2H into unknown host memory {dst:#x}+{bytes}"));
+                            false
+                        } else if self.dev_read(src, &mut buf, "D2H copy") {
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    buf.as_ptr(),
+                                    dst as *mut u8,
+                                    bytes as usize,
+                                )
+                            };
+                            true
+                        } else {
+                            false
+                        }
+                    }
+                    MemcpyKind::DEVICE_TO_DEVICE => {
+                        self.dev_read(src, &mut buf, "D2D copy")
+                            && self.dev_write(dst, &buf, "D2D copy")
+                    }
+                    k => {
+                        self.seen.faults.push(format!("copy of kind {}", k.0));
+                        false
+                    }
+                };
+                if ok {
+                    Ok(())
+                } else {
+                    Err(AclError::RT_DEVICE_MEM_ERROR)
+                }
+            }
+            Op::Wait { stream, pos } => self.run(stream, pos).map(|_| ()),
+            Op::Launch { what, ranges, f } => {
+                for &(va, len) in &ranges {
+                    if let Err(at) = self.pieces(va, len) {
+                        self.fault(what, va, len, at);
+                        return Err(AclError::RT_DEVICE_MEM_ERROR);
+                    }
+                }
+                let mut m = Mem {
+                    st: self,
+                    ranges: &ranges,
+                    what,
+                    faulted: false,
+                };
+                f(&mut m);
+                if m.faulted {
+                    Err(AclError::RT_DEVICE_MEM_ERROR)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Runs `stream` until it has run `upto` operations (u64::MAX: all).
+    fn run(&mut self, stream: u64, upto: u64) -> Result<(), AclError> {
+        loop {
+            let Some(s) = self.streams.get_mut(&stream) else {
+                return Err(AclError::RT_PARAM_INVALID);
+            };
+            if s.run >= upto {
+                break;
+            }
+            let Some(op) = s.queue.pop_front() else {
+                break;
+            };
+            let r = self.exec(op);
+            let s = self.streams.get_mut(&stream).expect("stream");
+            s.run += 1;
+            if let Err(e) = r {
+                s.error.get_or_insert(e);
+            }
+        }
+        match self.streams[&stream].error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn queue(&mut self, stream: u64, op: Op) -> Result<(), AclError> {
+        if self.lost {
+            return Err(AclError::RT_DEVICE_TASK_ABORT);
+        }
+        let Some(s) = self.streams.get_mut(&stream) else {
+            return Err(self.misuse(format!("work queued on unknown stream {stream:#x}")));
+        };
+        s.queue.push_back(op);
+        s.queued += 1;
+        if self.eager {
+            let _ = self.run(stream, u64::MAX);
+        }
+        Ok(())
+    }
+}
+
+impl Fake {
+    /// One device (`devices` of them) with `capacity` bytes of HBM each.
+    pub fn new(devices: usize, capacity: u64) -> Fake {
+        let mut streams = HashMap::new();
+        streams.insert(0, Stream::default()); // the default stream
+        Fake {
+            st: Mutex::new(State {
+                cur_dev: 0,
+                capacity: vec![capacity; devices],
+                used: vec![0; devices],
+                next_va: VA_BASE,
+                reserved: BTreeMap::new(),
+                next_handle: 0x7000_0000,
+                phys: HashMap::new(),
+                maps: BTreeMap::new(),
+                streams,
+                next_stream: 0x5000,
+                events: HashMap::new(),
+                next_event: 0xe000,
+                host: BTreeMap::new(),
+                eager: false,
+                lost: false,
+                seen: Seen::default(),
+            }),
+        }
+    }
+
+    /// A fake that lives for the process (the manager keeps `&'static`).
+    pub fn leak(devices: usize, capacity: u64) -> &'static Fake {
+        Box::leak(Box::new(Fake::new(devices, capacity)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queued work runs as soon as it is queued (the device is never behind).
+    pub fn set_eager(&self, eager: bool) {
+        self.lock().eager = eager;
+    }
+
+    /// Runs every stream to the end (the device catches up).
+    pub fn drain(&self) {
+        let mut st = self.lock();
+        let ids: Vec<u64> = st.streams.keys().copied().collect();
+        for s in ids {
+            let _ = st.run(s, u64::MAX);
+        }
+    }
+
+    pub fn seen(&self) -> Seen {
+        self.lock().seen.clone()
+    }
+
+    /// Physical handles alive / pinned host bytes held.
+    pub fn held(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.phys.len(), st.host.values().sum())
+    }
+
+    /// The card disappears: every call on it fails with
+    /// ACL_ERROR_RT_DEVICE_TASK_ABORT from now on and its memory is gone.
+    pub fn lose(&self) {
+        let mut st = self.lock();
+        st.lost = true;
+        for p in st.phys.values_mut() {
+            p.data.iter_mut().for_each(|b| *b = 0xdd);
+        }
+    }
+
+    // --- the program's side (what libu3m.so's hooks forward) ---
+
+    /// A stream of the program's.
+    pub fn app_stream(&self) -> u64 {
+        self.create_stream().expect("stream")
+    }
+
+    /// A synchronous host-to-device copy (aclrtMemcpy): runs now.
+    pub fn app_write(&self, va: u64, data: &[u8]) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return Err(AclError::RT_DEVICE_TASK_ABORT);
+        }
+        st.seen.h2d += 1;
+        st.seen.h2d_bytes += data.len() as u64;
+        if st.dev_write(va, data, "aclrtMemcpy H2D") {
+            Ok(())
+        } else {
+            Err(AclError::RT_DEVICE_MEM_ERROR)
+        }
+    }
+
+    /// A synchronous device-to-host copy (aclrtMemcpy): runs now.
+    pub fn app_read(&self, va: u64, len: u64) -> Result<Vec<u8>, AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return Err(AclError::RT_DEVICE_TASK_ABORT);
+        }
+        st.seen.d2h += 1;
+        st.seen.d2h_bytes += len;
+        let mut out = vec![0u8; len as usize];
+        if st.dev_read(va, &mut out, "aclrtMemcpy D2H") {
+            Ok(out)
+        } else {
+            Err(AclError::RT_DEVICE_MEM_ERROR)
+        }
+    }
+
+    /// An operator launched on `stream`, touching `ranges` when it runs.
+    pub fn app_launch(
+        &self,
+        stream: u64,
+        what: &'static str,
+        ranges: Vec<(u64, u64)>,
+        f: Kernel,
+    ) -> Result<(), AclError> {
+        self.lock().queue(stream, Op::Launch { what, ranges, f })
+    }
+}
+
+fn lost<T>(st: &State) -> Result<T, AclError> {
+    debug_assert!(st.lost);
+    Err(AclError::RT_DEVICE_TASK_ABORT)
+}
+
+impl Runtime for Fake {
+    fn set_device(&self, dev: u32) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if dev as usize >= st.capacity.len() {
+            return Err(AclError::RT_PARAM_INVALID);
+        }
+        st.cur_dev = dev;
+        Ok(())
+    }
+
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        let d = dev as usize;
+        #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than rust-version 1.75
+        let whole_chunks = bytes % CHUNK == 0;
+        if d >= st.capacity.len() || bytes == 0 || !whole_chunks {
+            return Err(AclError::RT_PARAM_INVALID);
+        }
+        if st.used[d] + bytes > st.capacity[d] {
+            return Err(AclError::RT_MEMORY_ALLOCATION);
+        }
+        st.used[d] += bytes;
+        let h = st.next_handle;
+        st.next_handle += 16;
+        st.phys.insert(
+            h,
+            Phys {
+                dev,
+                data: vec![0u8; bytes as usize],
+                maps: 0,
+            },
+        );
+        Ok(h)
+    }
+
+    fn free_physical(&self, handle: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        match st.phys.get(&handle) {
+            None => return Err(st.misuse(format!("free of unknown handle {handle:#x}"))),
+            Some(p) if p.maps != 0 => {
+                let m = format!("free of handle {handle:#x} still mapped {} time(s)", p.maps);
+                st.misuse(m);
+                return Err(AclError::RT_MEMORY_FREE);
+            }
+            Some(_) => {}
+        }
+        let p = st.phys.remove(&handle).expect("handle");
+        st.used[p.dev as usize] -= p.data.len() as u64;
+        Ok(())
+    }
+
+    fn reserve(&self, bytes: u64) -> Result<u64, AclError> {
+        let mut st = self.lock();
+        let len = bytes.div_ceil(CHUNK).max(1) * CHUNK;
+        let va = st.next_va;
+        st.next_va += len + CHUNK; // a gap: adjacent reservations never merge
+        st.reserved.insert(va, len);
+        Ok(va)
+    }
+
+    fn release(&self, va: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        let Some(&len) = st.reserved.get(&va) else {
+            return Err(st.misuse(format!("release of {va:#x}: not a reservation")));
+        };
+        if st.maps.range(va..va + len).next().is_some() {
+            return Err(st.misuse(format!("release of {va:#x} with mappings left")));
+        }
+        st.reserved.remove(&va);
+        Ok(())
+    }
+
+    fn map(&self, va: u64, bytes: u64, handle: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        let inside = st
+            .reserved
+            .range(..=va)
+            .next_back()
+            .map(|(&r, &n)| va + bytes <= r + n)
+            .unwrap_or(false);
+        let overlaps = st
+            .maps
+            .range(..va + bytes)
+            .next_back()
+            .map(|(&m, &(n, _))| m + n > va)
+            .unwrap_or(false);
+        let fits = st
+            .phys
+            .get(&handle)
+            .map(|p| bytes <= p.data.len() as u64)
+            .unwrap_or(false);
+        if !inside || overlaps || !fits {
+            return Err(st.misuse(format!(
+                "map {va:#x}+{bytes} of {handle:#x}: inside a reservation {inside}, overlaps a mapping {overlaps}, handle fits {fits}"
+            )));
+        }
+        st.maps.insert(va, (bytes, handle));
+        st.phys.get_mut(&handle).expect("handle").maps += 1;
+        Ok(())
+    }
+
+    fn unmap(&self, va: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        let Some((_, h)) = st.maps.remove(&va) else {
+            return Err(st.misuse(format!("unmap of {va:#x}: not a mapping")));
+        };
+        if let Some(p) = st.phys.get_mut(&h) {
+            p.maps -= 1;
+        }
+        Ok(())
+    }
+
+    fn create_stream(&self) -> Result<u64, AclError> {
+        let mut st = self.lock();
+        let s = st.next_stream;
+        st.next_stream += 16;
+        st.streams.insert(s, Stream::default());
+        Ok(s)
+    }
+
+    fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: MemcpyKind,
+        stream: u64,
+    ) -> Result<(), AclError> {
+        let mut st = self.lock();
+        match kind {
+            MemcpyKind::HOST_TO_DEVICE => {
+                st.seen.h2d += 1;
+                st.seen.h2d_bytes += bytes;
+            }
+            MemcpyKind::DEVICE_TO_HOST => {
+                st.seen.d2h += 1;
+                st.seen.d2h_bytes += bytes;
+            }
+            _ => st.seen.d2d += 1,
+        }
+        st.queue(
+            stream,
+            Op::Copy {
+                dst,
+                src,
+                bytes,
+                kind,
+            },
+        )
+    }
+
+    fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        st.run(stream, u64::MAX)
+    }
+
+    fn create_event(&self) -> Result<u64, AclError> {
+        let mut st = self.lock();
+        let e = st.next_event;
+        st.next_event += 16;
+        st.events.insert(e, None);
+        Ok(e)
+    }
+
+    fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        let Some(pos) = st.streams.get(&stream).map(|s| s.queued) else {
+            return Err(st.misuse(format!("record on unknown stream {stream:#x}")));
+        };
+        match st.events.get_mut(&event) {
+            Some(e) => {
+                *e = Some((stream, pos));
+                Ok(())
+            }
+            None => Err(st.misuse(format!("record of unknown event {event:#x}"))),
+        }
+    }
+
+    fn event_done(&self, event: u64) -> Result<bool, AclError> {
+        let mut st = self.lock();
+        match st.events.get(&event) {
+            Some(None) => Ok(true),
+            Some(&Some((s, pos))) => Ok(st.streams[&s].run >= pos),
+            None => Err(st.misuse(format!("query of unknown event {event:#x}"))),
+        }
+    }
+
+    fn sync_event(&self, event: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        match st.events.get(&event) {
+            Some(None) => Ok(()),
+            Some(&Some((s, pos))) => st.run(s, pos),
+            None => Err(st.misuse(format!("sync of unknown event {event:#x}"))),
+        }
+    }
+
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        match st.events.get(&event) {
+            Some(None) => Ok(()),
+            Some(&Some((s, pos))) => st.queue(stream, Op::Wait { stream: s, pos }),
+            None => Err(st.misuse(format!("wait on unknown event {event:#x}"))),
+        }
+    }
+
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
+        let layout = Layout::from_size_align(bytes.max(1) as usize, HOST_ALIGN)
+            .map_err(|_| AclError::RT_PARAM_INVALID)?;
+        // zeroed pages come from mmap lazily: a 256 MiB slab costs nothing
+        // until written
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        if p.is_null() {
+            return Err(AclError::RT_MEMORY_ALLOCATION);
+        }
+        self.lock().host.insert(p as usize, layout.size());
+        Ok(p)
+    }
+
+    fn free_host(&self, ptr: *mut u8) -> Result<(), AclError> {
+        let mut st = self.lock();
+        let Some(len) = st.host.remove(&(ptr as usize)) else {
+            return Err(st.misuse(format!("free of unknown host memory {ptr:p}")));
+        };
+        let layout = Layout::from_size_align(len, HOST_ALIGN).expect("layout");
+        unsafe { std::alloc::dealloc(ptr, layout) };
+        Ok(())
+    }
+
+    fn mem_info(&self) -> Result<(u64, u64), AclError> {
+        let st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        let d = st.cur_dev as usize;
+        Ok((st.capacity[d] - st.used[d], st.capacity[d]))
+    }
+}

@@ -1,0 +1,567 @@
+//! A backing's life: aclrtMalloc-family allocations (VA reserved by u3m,
+//! chunks backed on demand), u3m's own physical handles for
+//! aclrtMallocPhysical and their mappings, export (a handle made real and
+//! pinned), frees, and a device reset. Each entry returns None when the
+//! memory is not u3m's (the caller passes the call through).
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::state::{handle_of, id_of, Backing, Host, Kind, State};
+use super::{Fail, Order, Residency, E_ALLOC, E_DEVICE_LOST};
+use crate::acl::{AclError, MemcpyKind};
+use crate::engine::report::{Limit, Refusal};
+use crate::engine::runtime::CHUNK;
+use crate::store::StoreError;
+
+fn round_up(v: u64, a: u64) -> u64 {
+    v.div_ceil(a) * a
+}
+
+impl Residency {
+    /// `ptr` is the start of a managed aclrtMalloc allocation.
+    pub fn is_managed(&self, ptr: u64) -> bool {
+        self.st
+            .lock()
+            .map(|st| {
+                st.vas
+                    .get(&ptr)
+                    .map(|&(id, _)| {
+                        matches!(st.backings.get(&id).map(|b| &b.kind), Some(Kind::Malloc))
+                    })
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false)
+    }
+
+    /// `ptr` was a managed allocation just freed (the free hook's note comes
+    /// after the free): remembered in a small ring.
+    pub fn was_managed(&self, ptr: u64) -> bool {
+        self.st
+            .lock()
+            .map(|st| st.recently_freed.contains(&ptr))
+            .unwrap_or(false)
+    }
+
+    pub fn is_handle(&self, h: u64) -> bool {
+        id_of(h)
+            .map(|id| {
+                self.st
+                    .lock()
+                    .map(|st| st.backings.contains_key(&id))
+                    .unwrap_or(false)
+            })
+            .unwrap_or(false)
+    }
+
+    /// What aclrtGetMemInfo(HBM) reports in tier mode, from the runtime's
+    /// (free, total): the virtual capacity and the matching free figure.
+    pub fn mem_info(&self, dev: u32, free: u64, total: u64) -> (u64, u64) {
+        let Ok(st) = self.st.lock() else {
+            return (free, total);
+        };
+        let d = st.dev(dev);
+        let vtotal = (total as f64 * self.oversub) as u64;
+        let unmanaged = total.saturating_sub(free).saturating_sub(d.resident);
+        let vfree = vtotal
+            .saturating_sub(unmanaged)
+            .saturating_sub(d.managed_virtual);
+        (vfree, vtotal)
+    }
+
+    // ------------------------------------------------------------- malloc
+
+    /// aclrtMalloc family: Some(result) when u3m manages the allocation, None
+    /// to pass it through.
+    pub fn malloc(
+        &self,
+        dev: u32,
+        size: u64,
+        free: u64,
+        total: u64,
+    ) -> Option<Result<u64, AclError>> {
+        if size < self.min_bytes || size > (1u64 << 46) {
+            return None;
+        }
+        let vlen = round_up(size, CHUNK);
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
+        loop {
+            let mut st = self.st.lock().ok()?;
+            if st.dev(dev).capacity == 0 {
+                st.dev_mut(dev).capacity = total;
+            }
+            let d = super::state::dev_index(dev);
+            let dv = &st.devs[d];
+            let vtotal = (dv.capacity as f64 * self.oversub) as u64;
+            let unmanaged = total.saturating_sub(free).saturating_sub(dv.resident);
+            // what cannot be resident must fit the host tiers: every host
+            // byte holds managed data (part of some device's excess, or a
+            // clean copy that can be dropped), so compare the excesses of
+            // all devices with the tiers' limits, not with what is free now
+            let others: u64 = st
+                .devs
+                .iter()
+                .enumerate()
+                .filter(|&(k, o)| k != d && o.capacity != 0)
+                .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
+                .sum();
+            let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
+            let fits_tiers = (dv.managed_virtual + vlen)
+                .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                + others
+                <= self.dram_limit + self.nvme_limit;
+            if fits_virtual && fits_tiers {
+                let va = match self.rt.reserve(vlen) {
+                    Ok(v) => v,
+                    Err(e) => return Some(Err(e)),
+                };
+                let id = st.next_id;
+                st.next_id += 1;
+                st.backings
+                    .insert(id, Backing::new(dev, Kind::Malloc, vlen, vec![va]));
+                st.vas.insert(va, (id, vlen));
+                st.dev_mut(dev).managed_virtual += vlen;
+                self.live.fetch_add(1, Relaxed);
+                return Some(Ok(va));
+            }
+            let refusal = Refusal {
+                dev,
+                size: vlen,
+                limit: if fits_virtual {
+                    Limit::HostTiers
+                } else {
+                    Limit::Virtual
+                },
+                virtual_used: dv.managed_virtual + unmanaged,
+                virtual_total: vtotal,
+                hbm: dv.capacity,
+                oversub: self.oversub,
+                host_need: (dv.managed_virtual + vlen)
+                    .saturating_sub(dv.capacity.saturating_sub(unmanaged))
+                    + others,
+                host_limit: self.dram_limit + self.nvme_limit,
+                waited_ms: self.alloc_wait_ms,
+            };
+            drop(st);
+            if std::time::Instant::now() >= deadline {
+                if let Ok(mut r) = self.refusal.lock() {
+                    *r = Some(refusal);
+                }
+                return Some(Err(E_ALLOC));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// aclrtFree: Some(result) for a managed allocation, None otherwise.
+    pub fn free(&self, ptr: u64) -> Option<Result<(), AclError>> {
+        let mut st = self.st.lock().ok()?;
+        let (id, _) = *st.vas.get(&ptr)?;
+        if !matches!(st.backings.get(&id)?.kind, Kind::Malloc) {
+            return None;
+        }
+        st.vas.remove(&ptr);
+        let b = st.backings.remove(&id)?;
+        self.release_backing(&mut st, b, true);
+        st.recently_freed.push_back(ptr);
+        if st.recently_freed.len() > 64 {
+            st.recently_freed.pop_front();
+        }
+        self.live.fetch_sub(1, Relaxed);
+        Some(Ok(()))
+    }
+
+    /// Gives back every chunk's memory (and, for Malloc, the VA).
+    fn release_backing(&self, st: &mut State, mut b: Backing, release_va: bool) {
+        if !b.vas.is_empty() {
+            for i in 0..b.chunks.len() as u32 {
+                self.policy.on_free(b.key(0, i));
+            }
+        }
+        // copies of ours that may still read or write these chunks
+        let stream = st.dev(b.dev).stream;
+        if stream != 0 {
+            let _ = self.rt.sync_stream(stream);
+        }
+        for (i, c) in b.chunks.iter_mut().enumerate() {
+            if c.phys != 0 {
+                for &va in &b.vas {
+                    let _ = self.rt.unmap(va + i as u64 * CHUNK);
+                }
+                let _ = self.rt.free_physical(c.phys);
+                st.dev_mut(b.dev).resident -= CHUNK;
+                c.phys = 0;
+            }
+            if let Some(h) = c.host.take() {
+                st.free_host(h);
+            }
+            for (_, ev) in c.uses.drain(..) {
+                st.unref_event(ev);
+            }
+        }
+        if b.real != 0 {
+            let _ = self.rt.free_physical(b.real);
+            let d = st.dev_mut(b.dev);
+            d.resident = d.resident.saturating_sub(b.size);
+            b.real = 0;
+        }
+        self.reclaim(st);
+        if release_va {
+            if let Kind::Malloc = b.kind {
+                let _ = self.rt.release(b.vas[0]);
+            }
+        }
+        let d = st.dev_mut(b.dev);
+        d.managed_virtual = d.managed_virtual.saturating_sub(b.size);
+    }
+
+    // ----------------------------------------------------------------- VMM
+
+    /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
+    #[allow(clippy::manual_is_multiple_of)] // is_multiple_of is newer than rust-version 1.75
+    pub fn malloc_physical(
+        &self,
+        dev: u32,
+        size: u64,
+        shareable: bool,
+    ) -> Option<Result<u64, AclError>> {
+        if shareable || size < self.min_bytes || size % CHUNK != 0 {
+            return None;
+        }
+        let mut st = self.st.lock().ok()?;
+        let dv = st.dev(dev);
+        if dv.capacity != 0
+            && dv.managed_virtual + size > (dv.capacity as f64 * self.oversub) as u64
+        {
+            return Some(Err(E_ALLOC));
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        st.backings
+            .insert(id, Backing::new(dev, Kind::Vmm, size, Vec::new()));
+        st.dev_mut(dev).managed_virtual += size;
+        self.live.fetch_add(1, Relaxed);
+        Some(Ok(handle_of(id)))
+    }
+
+    /// aclrtFreePhysical of u3m's handle (None: not u3m's).
+    pub fn free_physical(&self, h: u64) -> Option<Result<(), AclError>> {
+        let id = id_of(h)?;
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        if !b.vas.is_empty() {
+            return Some(Err(AclError::RT_MEMORY_FREE)); // still mapped
+        }
+        let b = st.backings.remove(&id)?;
+        self.release_backing(&mut st, b, false);
+        self.live.fetch_sub(1, Relaxed);
+        Some(Ok(()))
+    }
+
+    /// aclrtMapMem of u3m's handle (None: not u3m's).
+    pub fn map(&self, va: u64, size: u64, offset: u64, h: u64) -> Option<Result<(), AclError>> {
+        let id = id_of(h)?;
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        if offset != 0 || size != b.size {
+            // as the runtime: whole handles at offset 0
+            return Some(Err(AclError::INVALID_PARAM));
+        }
+        if st
+            .vas
+            .range(..va + size)
+            .next_back()
+            .map(|(&s, &(_, l))| s + l > va)
+            .unwrap_or(false)
+        {
+            return Some(Err(AclError::RT_PARAM_INVALID));
+        }
+        if b.real != 0 {
+            let rc = self.rt.map(va, size, b.real);
+            if rc.is_ok() {
+                st.backings.get_mut(&id)?.vas.push(va);
+                st.vas.insert(va, (id, size));
+            }
+            return Some(rc);
+        }
+        let phys: Vec<(usize, u64)> = b
+            .chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.phys != 0)
+            .map(|(i, c)| (i, c.phys))
+            .collect();
+        for (i, p) in phys {
+            if let Err(e) = self.rt.map(va + i as u64 * CHUNK, CHUNK, p) {
+                return Some(Err(e));
+            }
+        }
+        st.backings.get_mut(&id)?.vas.push(va);
+        st.vas.insert(va, (id, size));
+        Some(Ok(()))
+    }
+
+    /// aclrtUnmapMem of a mapping of u3m's handle (None: not one).
+    pub fn unmap(&self, va: u64) -> Option<Result<(), AclError>> {
+        let mut st = self.st.lock().ok()?;
+        let (id, _) = *st.vas.get(&va)?;
+        let b = st.backings.get(&id)?;
+        if !matches!(b.kind, Kind::Vmm) {
+            return None;
+        }
+        // like the runtime's unmap, this does not wait for the device
+        if b.real != 0 {
+            if let Err(e) = self.rt.unmap(va) {
+                return Some(Err(e));
+            }
+        }
+        for (i, c) in b.chunks.iter().enumerate() {
+            if c.phys != 0 {
+                let _ = self.rt.unmap(va + i as u64 * CHUNK);
+            }
+        }
+        st.vas.remove(&va);
+        st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
+        Some(Ok(()))
+    }
+
+    /// An exported handle must be real. A managed handle of one chunk is
+    /// made resident and its chunk exported; a larger one is replaced by a
+    /// real handle of its whole size holding the same data, mapped wherever
+    /// the handle is mapped. Either way the backing is pinned for good.
+    /// Returns the real handle to export (None: not u3m's handle).
+    pub fn export(&self, h: u64) -> Option<Result<u64, AclError>> {
+        let id = id_of(h)?;
+        // in-flight work may still use the chunks that a multi-chunk handle
+        // is about to have unmapped: wait for it without the lock (it may
+        // need the host)
+        let uses: Vec<u64> = {
+            let st = self.st.lock().ok()?;
+            let b = st.backings.get(&id)?;
+            if b.real != 0 {
+                return Some(Ok(b.real));
+            }
+            if b.chunks.len() == 1 {
+                Vec::new()
+            } else {
+                b.chunks
+                    .iter()
+                    .flat_map(|c| c.uses.iter().map(|u| u.1))
+                    .collect()
+            }
+        };
+        for ev in uses {
+            let _ = self.rt.sync_event(ev);
+        }
+        let mut st = self.st.lock().ok()?;
+        let b = st.backings.get(&id)?;
+        let dev = b.dev;
+        if st.dev(dev).lost {
+            return Some(Err(E_DEVICE_LOST));
+        }
+        if b.chunks.len() == 1 {
+            if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+                return Some(Err(e.acl()));
+            }
+            let b = st.backings.get_mut(&id)?;
+            b.pinned = true;
+            return Some(Ok(b.chunks[0].phys));
+        }
+        Some(self.materialize(&mut st, id))
+    }
+
+    /// Replaces backing `id`'s chunks by one real handle with their data.
+    fn materialize(&self, st: &mut State, id: u64) -> Result<u64, AclError> {
+        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
+        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32)
+            .map(|i| (id, i))
+            .collect();
+        // room for the whole handle: evict other chunks (never this one's)
+        let real = loop {
+            match self.rt.malloc_physical(dev, size) {
+                Ok(h) => break h,
+                Err(E_ALLOC) => {}
+                Err(e) => return Err(e),
+            }
+            match self.evict_one(st, dev, &protect) {
+                Ok(true) => {}
+                Ok(false) | Err(Fail::Busy) => return Err(E_ALLOC),
+                Err(Fail::Acl(e)) => return Err(e),
+            }
+        };
+        let fail = |st: &mut State, va: u64, e: AclError| {
+            if va != 0 {
+                let _ = self.rt.unmap(va);
+                let _ = self.rt.release(va);
+            }
+            let _ = self.rt.free_physical(real);
+            let stream = st.dev(dev).stream;
+            if stream != 0 {
+                let _ = self.rt.sync_stream(stream);
+            }
+            Err(e)
+        };
+        let va = match self.rt.reserve(size) {
+            Ok(v) => v,
+            Err(e) => return fail(st, 0, e),
+        };
+        if let Err(e) = self.rt.map(va, size, real) {
+            let _ = self.rt.release(va);
+            let _ = self.rt.free_physical(real);
+            return Err(e);
+        }
+        let stream = match self.dev_stream(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        let staging = match self.staging(st, dev) {
+            Ok(s) => s,
+            Err(e) => return fail(st, va, e),
+        };
+        // the data, chunk by chunk, from wherever it is
+        for i in 0..st.backings[&id].chunks.len() as u32 {
+            let off = i as u64 * CHUNK;
+            let (phys, mapped_at) = {
+                let b = &st.backings[&id];
+                (b.chunks[i as usize].phys, b.vas.first().map(|v| v + off))
+            };
+            let r = if phys != 0 {
+                let src = match mapped_at {
+                    Some(s) => s,
+                    None => match self.scratch_map(st, dev, id, i) {
+                        Ok(s) => s,
+                        Err(e) => return fail(st, va, e),
+                    },
+                };
+                let r = self.rt.memcpy_async(
+                    va + off,
+                    src,
+                    CHUNK,
+                    MemcpyKind::DEVICE_TO_DEVICE,
+                    stream,
+                );
+                if mapped_at.is_none() {
+                    // the scratch VA is reused for the next chunk
+                    let _ = self.rt.sync_stream(stream);
+                    let _ = self.rt.unmap(src);
+                }
+                r
+            } else {
+                let st2 = &mut *st;
+                match &st2.backings[&id].chunks[i as usize].host {
+                    None => Ok(()), // never written
+                    Some(Host::Dram(slot)) => self.rt.memcpy_async(
+                        va + off,
+                        slot.ptr as u64,
+                        CHUNK,
+                        MemcpyKind::HOST_TO_DEVICE,
+                        stream,
+                    ),
+                    Some(Host::Nvme(slot)) => {
+                        let _ = self.rt.sync_stream(stream); // the staging buffer is free
+                        let buf = unsafe {
+                            std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize)
+                        };
+                        if st2
+                            .nvme
+                            .as_mut()
+                            .map(|n| n.read(slot, buf))
+                            .unwrap_or(Err(StoreError::BadSlot))
+                            .is_err()
+                        {
+                            self.c.spill_errors.fetch_add(1, Relaxed);
+                            Err(E_ALLOC)
+                        } else {
+                            self.rt.memcpy_async(
+                                va + off,
+                                staging,
+                                CHUNK,
+                                MemcpyKind::HOST_TO_DEVICE,
+                                stream,
+                            )
+                        }
+                    }
+                }
+            };
+            if let Err(e) = r {
+                return fail(st, va, e);
+            }
+        }
+        if let Err(e) = self.rt.sync_stream(stream) {
+            return fail(st, va, e);
+        }
+        let _ = self.rt.unmap(va);
+        let _ = self.rt.release(va);
+        // swap the chunks for the real handle at every VA it is mapped at
+        let vas = st.backings[&id].vas.clone();
+        let mut freed = Vec::new();
+        let mut unresident = 0;
+        {
+            let b = st.backings.get_mut(&id).expect("backing");
+            for (i, c) in b.chunks.iter_mut().enumerate() {
+                if c.phys != 0 {
+                    for &v in &vas {
+                        let _ = self.rt.unmap(v + i as u64 * CHUNK);
+                    }
+                    let _ = self.rt.free_physical(c.phys);
+                    c.phys = 0;
+                    unresident += CHUNK;
+                }
+                if let Some(h) = c.host.take() {
+                    freed.push(h);
+                }
+                c.dirty = false;
+            }
+        }
+        st.dev_mut(dev).resident -= unresident;
+        for h in freed {
+            st.free_host(h);
+        }
+        let evs: Vec<u64> = st
+            .backings
+            .get_mut(&id)
+            .expect("backing")
+            .chunks
+            .iter_mut()
+            .flat_map(|c| c.uses.drain(..).map(|u| u.1).collect::<Vec<_>>())
+            .collect();
+        for ev in evs {
+            st.unref_event(ev);
+        }
+        let mapped = vas.iter().try_for_each(|&v| self.rt.map(v, size, real));
+        // even when a mapping failed the data is only in `real` now: keep it
+        // as the backing's memory (and report the failure)
+        let b = st.backings.get_mut(&id).expect("backing");
+        b.real = real;
+        b.pinned = true;
+        st.dev_mut(dev).resident += size;
+        mapped.map(|()| real)
+    }
+
+    /// aclrtResetDevice: the runtime released everything on `dev`; forget
+    /// those backings without calling it (their memory is already gone).
+    pub fn forget_device(&self, dev: u32) {
+        let Ok(mut st) = self.st.lock() else { return };
+        let ids: Vec<u64> = st
+            .backings
+            .iter()
+            .filter(|(_, b)| b.dev == dev)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in ids {
+            if let Some(mut b) = st.backings.remove(&id) {
+                for va in &b.vas {
+                    st.vas.remove(va);
+                }
+                for c in b.chunks.iter_mut() {
+                    if let Some(h) = c.host.take() {
+                        st.free_host(h);
+                    }
+                    c.uses.clear();
+                }
+                self.live.fetch_sub(1, Relaxed);
+            }
+        }
+        *st.dev_mut(dev) = super::state::Dev::new();
+    }
+}

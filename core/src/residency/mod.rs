@@ -1,0 +1,327 @@
+//! Residency at the same address (tier mode): managed device memory is a set
+//! of 2 MiB chunks that live in HBM (mapped at their VA), in pinned DRAM or
+//! in an NVMe swap file, and are brought back before anything touches them.
+//!
+//! A *backing* is what the program allocated: an aclrtMalloc-family
+//! allocation (u3m reserves the VA itself and keeps it mapped for its whole
+//! life) or a physical handle u3m handed out for aclrtMallocPhysical (mapped
+//! wherever the program maps it). Each chunk of a backing is in one of:
+//!   unbacked     never touched: no memory anywhere (reads as fresh memory)
+//!   resident     a physical 2 MiB handle, mapped at every VA of the backing;
+//!                maybe with a clean host copy (`host`, `dirty == false`)
+//!   host         only in DRAM or NVMe (`host`)
+//! Invariants: a chunk is never unmapped while a call that may touch it is in
+//! flight (`pins` during the call, `uses`: per-stream events recorded after
+//! it, all complete before eviction); a chunk a call needs is never evicted
+//! for that call; pinned backings (IPC-exported) never move.
+//!
+//! The manager is split along its seams:
+//! - `state`: chunks, backings, per-device data, the stores, event pool;
+//! - `lifecycle`: malloc/free, VMM handles, map/unmap, export;
+//! - `protocol`: a call's `prepare`/`finish`, ordering with events;
+//! - `migrate`: copy-in (fault-in) and copy-out, host slots, DRAM→NVMe spill;
+//! - `evict`: victim choice, demand and watermark eviction;
+//! - `prefetch`: background copy-ins the policy predicts;
+//! - `lost`: a device that disappeared, reads served from host copies;
+//! - `counters`: what moved.
+//!
+//! All state is behind one mutex: this is the slow path of tier mode; the
+//! heat table stays lock-free.
+
+mod counters;
+mod evict;
+mod lifecycle;
+mod lost;
+mod migrate;
+mod prefetch;
+mod protocol;
+mod state;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use crate::acl::AclError;
+use crate::config::Config;
+use crate::engine::report::Refusal;
+use crate::engine::runtime::Runtime;
+use crate::policy::{HeatFn, Placement};
+use crate::store::dram::{DramStore, HostAllocator};
+use crate::store::nvme::NvmeStore;
+
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+mod tests;
+
+pub use counters::Counters;
+pub use lost::Allocations;
+pub use protocol::{Order, Token};
+use state::State;
+
+pub const MAX_DEVICES: usize = 16;
+/// How far ahead (tracked calls) the background prefetch looks: it brings
+/// back what the policy expects within this many calls.
+pub const BACKGROUND_HORIZON: u64 = 256;
+/// Background eviction leaves every chunk the policy expects within this
+/// many calls (about a training step of a mid-sized model): under a cyclic
+/// working set larger than HBM such a chunk would come straight back, and the
+/// headroom would only shrink the cache. Demand eviction still makes room.
+pub const KEEP_HORIZON: u64 = 4096;
+
+const E_ALLOC: AclError = AclError::RT_MEMORY_ALLOCATION;
+/// What the runtime returns for a device that has gone away.
+pub const E_DEVICE_LOST: AclError = AclError::RT_DEVICE_TASK_ABORT;
+
+/// Why residency work stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fail {
+    /// Nothing can move right now because other calls hold what is
+    /// resident; the caller drops the lock and tries again.
+    Busy,
+    Acl(AclError),
+}
+
+impl From<AclError> for Fail {
+    fn from(e: AclError) -> Fail {
+        Fail::Acl(e)
+    }
+}
+
+impl Fail {
+    /// What the program sees: residency that cannot be had is an
+    /// allocation failure.
+    fn acl(self) -> AclError {
+        match self {
+            Fail::Busy => E_ALLOC,
+            Fail::Acl(e) => e,
+        }
+    }
+}
+
+/// The residency manager (tier mode).
+pub struct Residency {
+    rt: &'static dyn Runtime,
+    policy: Box<dyn Placement>,
+    /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
+    ssd_rate: u64,
+    st: Mutex<State>,
+    min_bytes: u64,
+    oversub: f64,
+    dram_limit: u64,
+    nvme_limit: u64,
+    alloc_wait_ms: u64,
+    /// Backings alive: the hot path skips everything when 0.
+    live: AtomicU64,
+    c: counters::Live,
+    /// Foreground evictions and busy retries so far, and the figure the
+    /// last prefetch round saw: prefetch runs only after a round without
+    /// demand (else it competes with calls for the same free chunks).
+    demand: AtomicU64,
+    demand_seen: AtomicU64,
+    /// Some device has been lost (the hot paths' cheap check).
+    lost_any: AtomicBool,
+    /// The figures of the last allocation `malloc` refused (for one line).
+    refusal: Mutex<Option<Refusal>>,
+}
+
+/// Host memory for the DRAM store through the runtime (aclrtMallocHost).
+struct RtHost(&'static dyn Runtime);
+impl HostAllocator for RtHost {
+    fn alloc(&self, bytes: usize) -> Result<*mut u8, i32> {
+        self.0.malloc_host(bytes as u64).map_err(AclError::raw)
+    }
+    fn free(&self, ptr: *mut u8, _bytes: usize) {
+        let _ = self.0.free_host(ptr);
+    }
+}
+
+impl Residency {
+    /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
+    pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Residency, String> {
+        let policy = crate::policy::by_config(cfg)
+            .ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
+        Residency::with_policy(rt, cfg, policy)
+    }
+
+    /// With a policy object of the caller's (`u3m replay` passes policies
+    /// that need the trace's future).
+    pub fn with_policy(
+        rt: &'static dyn Runtime,
+        cfg: &Config,
+        policy: Box<dyn Placement>,
+    ) -> Result<Residency, String> {
+        let dram_limit = if cfg.dram_bytes == 0 {
+            physical_ram() / 2
+        } else {
+            cfg.dram_bytes
+        };
+        let dram = DramStore::new(
+            dram_limit,
+            256 << 20,
+            Box::new(RtHost(rt)) as Box<dyn HostAllocator>,
+        );
+        // U3M_SWAP_DIR alone: sized from the file system's free space
+        let nvme_bytes = cfg.nvme_bytes()?;
+        let nvme = match &cfg.swap_dir {
+            Some(d) if nvme_bytes > 0 => Some(
+                NvmeStore::new(d, nvme_bytes, 256 << 20)
+                    .map_err(|e| format!("U3M_SWAP_DIR: {e}"))?,
+            ),
+            _ => None,
+        };
+        let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
+        Ok(Residency {
+            rt,
+            policy,
+            ssd_rate: cfg.ssd_rate.max(1),
+            st: Mutex::new(State::new(dram, nvme)),
+            min_bytes: cfg.min_bytes.max(1),
+            oversub: cfg.oversub,
+            dram_limit,
+            nvme_limit,
+            alloc_wait_ms: cfg.alloc_wait_ms,
+            live: AtomicU64::new(0),
+            c: counters::Live::default(),
+            demand: AtomicU64::new(0),
+            demand_seen: AtomicU64::new(0),
+            lost_any: AtomicBool::new(false),
+            refusal: Mutex::new(None),
+        })
+    }
+
+    /// Where eviction asks a chunk's heat (set once the engine is in place).
+    pub fn set_heat_fn(&self, f: HeatFn) {
+        self.policy.set_heat_fn(f);
+    }
+
+    pub fn policy(&self) -> &dyn Placement {
+        &*self.policy
+    }
+
+    pub fn runtime(&self) -> &'static dyn Runtime {
+        self.rt
+    }
+
+    /// The engine's logical clock (one tick per tracked call).
+    pub fn now(&self) -> u64 {
+        self.st.lock().map(|st| st.clock).unwrap_or(0)
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.c.snapshot()
+    }
+
+    /// NVMe writes and reads that failed so far (the data stayed in DRAM).
+    pub fn spill_errors(&self) -> u64 {
+        self.c.spill_errors.load(Relaxed)
+    }
+
+    /// Bytes per tier on `dev`: (hbm resident, dram, nvme) — DRAM and NVMe
+    /// are process-wide.
+    pub fn usage(&self, dev: usize) -> (u64, u64, u64) {
+        let Ok(st) = self.st.lock() else {
+            return (0, 0, 0);
+        };
+        let nv = st.nvme.as_ref().map(|n| n.used()).unwrap_or(0);
+        (
+            st.devs[dev.min(MAX_DEVICES - 1)].resident,
+            st.dram.used(),
+            nv,
+        )
+    }
+
+    /// Managed memory that is not resident in HBM, over all devices: what
+    /// the host tiers must be able to hold (the monitor's host figure).
+    pub fn host_demand(&self) -> u64 {
+        self.st
+            .lock()
+            .map(|st| {
+                st.devs
+                    .iter()
+                    .map(|d| d.managed_virtual.saturating_sub(d.resident))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The figures of the allocation `malloc` last refused, once.
+    pub fn take_refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().ok()?.take()
+    }
+
+    /// The DRAM and NVMe tiers' byte limits.
+    pub fn limits(&self) -> (u64, u64) {
+        (self.dram_limit, self.nvme_limit)
+    }
+
+    /// Whether any managed memory exists (the hot path's cheap check).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.live.load(Relaxed) != 0
+    }
+
+    pub fn set_capacity(&self, dev: u32, total: u64) {
+        if let Ok(mut st) = self.st.lock() {
+            st.dev_mut(dev).capacity = total;
+        }
+    }
+
+    pub fn capacity(&self, dev: u32) -> u64 {
+        self.st.lock().map(|st| st.dev(dev).capacity).unwrap_or(0)
+    }
+
+    /// Devices with managed memory that are not lost (for the background
+    /// thread).
+    pub fn devices(&self) -> Vec<u32> {
+        let Ok(st) = self.st.lock() else {
+            return Vec::new();
+        };
+        let mut v: Vec<u32> = st
+            .backings
+            .values()
+            .map(|b| b.dev)
+            .filter(|&d| !st.dev(d).lost)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The policy's periodic work (`secs` since the engine started) and its
+    /// events since the last call.
+    pub fn tick_policy(&self, secs: f64) -> Vec<String> {
+        let frac = self.st.lock().map(|st| {
+            let (r, c) = st
+                .devs
+                .iter()
+                .fold((0u64, 0u64), |(r, c), d| (r + d.resident, c + d.capacity));
+            if c == 0 {
+                0.0
+            } else {
+                r as f64 / c as f64
+            }
+        });
+        self.policy.tick(secs, frac.unwrap_or(0.0));
+        let mut ev = Vec::new();
+        self.policy.drain_events(&mut ev);
+        ev
+    }
+
+    /// At exit: the swap file's private directory goes (the file itself was
+    /// unlinked when opened).
+    pub fn shutdown(&self) {
+        if let Ok(mut st) = self.st.lock() {
+            drop(st.nvme.take());
+        }
+    }
+}
+
+fn physical_ram() -> u64 {
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if pages > 0 && size > 0 {
+        pages as u64 * size as u64
+    } else {
+        8 << 30
+    }
+}

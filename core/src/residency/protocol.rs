@@ -1,0 +1,332 @@
+//! The call protocol: before a call, every chunk its ranges cover is made
+//! resident and pinned (`prepare`); after it, the pins go and the use is
+//! recorded as an event on the call's stream (`finish`). Ordering: the
+//! caller's stream waits on u3m's copy events (or the host waits, for a
+//! synchronous or captured call); an eviction waits for every use event.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::state::State;
+use super::{Fail, Residency, E_ALLOC, E_DEVICE_LOST};
+use crate::acl::AclError;
+use crate::engine::runtime::CHUNK;
+use crate::engine::Range;
+use crate::shm::layout::stall_bucket;
+
+/// A call in progress: the chunks it pinned and whether it writes each.
+#[derive(Default)]
+pub struct Token {
+    pub(super) chunks: Vec<(u64, u32)>,
+    pub(super) writes: Vec<bool>,
+}
+
+impl Token {
+    /// Whether the call touches managed memory at all.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+}
+
+/// How the caller's stream must be ordered after fault-ins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// The call is queued on this stream: it waits on u3m's copy event.
+    Stream(u64),
+    /// The call is synchronous, or its stream is being captured: the host
+    /// waits for the copies before the call (no work added to the stream).
+    Host,
+}
+
+/// A chunk a call needs: (backing id, index, the call overwrites it whole).
+pub(super) type Need = (u64, u32, bool);
+
+impl Residency {
+    /// Before a call touching `ranges`: every chunk they cover is resident
+    /// and pinned. `overwrite`: write ranges replace whole chunks' contents
+    /// (copies, memsets), so those chunks need no copy-in.
+    /// `class`: the operator class of the call (OpClass as u8), for the policy.
+    pub fn prepare(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+    ) -> Result<Token, AclError> {
+        let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
+        let mut need: Vec<Need> = Vec::new();
+        let mut tok = Token::default();
+        for r in ranges {
+            if r.len == 0 {
+                continue;
+            }
+            let end = r.addr.saturating_add(r.len);
+            for (&start, &(id, len)) in st.vas.range(..end).rev() {
+                if start + len <= r.addr {
+                    break;
+                }
+                if st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false) {
+                    continue; // a real handle: always in HBM
+                }
+                let lo = r.addr.max(start) - start;
+                let hi = end.min(start + len) - start;
+                for i in lo / CHUNK..hi.div_ceil(CHUNK) {
+                    let cs = i * CHUNK;
+                    let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
+                    match need.iter_mut().find(|n| n.0 == id && n.1 == i as u32) {
+                        Some(n) => n.2 &= whole,
+                        None => need.push((id, i as u32, whole)),
+                    }
+                    if let Some(k) = tok.chunks.iter().position(|&c| c == (id, i as u32)) {
+                        tok.writes[k] |= r.write;
+                    } else {
+                        tok.chunks.push((id, i as u32));
+                        tok.writes.push(r.write);
+                    }
+                }
+            }
+        }
+        if need.is_empty() {
+            return Ok(tok);
+        }
+        // nothing runs on a lost device (checked only once one is lost)
+        if self.lost_any.load(Relaxed)
+            && (st.dev(dev).lost || need.iter().any(|n| st.backing_lost(n.0)))
+        {
+            return Err(E_DEVICE_LOST);
+        }
+        // a call that needs more chunks than the device holds can never run
+        let cap = st.dev(dev).capacity;
+        if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
+            return Err(E_ALLOC);
+        }
+        // other threads' calls pin what they use only briefly, but they need
+        // this lock to unpin: on Busy let them run, then try again
+        let mut tries = 0;
+        // when this call met its first absent chunk (fault_in notes it in
+        // the state; taken before the lock is dropped for a retry)
+        st.stall_from = None;
+        let mut stall_from = None;
+        loop {
+            let r = self.fault_in(&mut st, &need, dev, order);
+            stall_from = stall_from.or(st.stall_from.take());
+            match r {
+                Ok(()) => {
+                    self.after_copy_ins(&mut st, &need, order)?;
+                    break;
+                }
+                Err(Fail::Busy) if tries < 2000 => {
+                    self.demand.fetch_add(1, Relaxed);
+                    // copy-ins already issued for this call complete before
+                    // the lock is dropped: the retry sees them as resident
+                    // and issues no wait for them
+                    let stream = st.dev(dev).stream;
+                    if stream != 0 {
+                        let _ = self.rt.sync_stream(stream);
+                    }
+                    let wait = st.wait_for.take();
+                    drop(st);
+                    match wait {
+                        // the oldest use of the coldest chunk: wait for it unlocked
+                        Some(ev) => {
+                            let _ = self.rt.sync_event(ev);
+                        }
+                        None => std::thread::sleep(std::time::Duration::from_micros(500)),
+                    }
+                    st = self.st.lock().map_err(|_| E_ALLOC)?;
+                    tries += 1;
+                }
+                Err(e) => {
+                    // copy-ins issued before the failure must not outlive
+                    // the chunks they write (nothing else orders them)
+                    let stream = st.dev(dev).stream;
+                    if stream != 0 {
+                        let _ = self.rt.sync_stream(stream);
+                    }
+                    return Err(e.acl());
+                }
+            }
+        }
+        // from the first absent chunk to all resident: the call's fault-in
+        // stall (no clock read when nothing was absent)
+        if let Some(t0) = stall_from {
+            let ns = crate::shm::mono_ns().saturating_sub(t0);
+            self.c.stall_count.fetch_add(1, Relaxed);
+            self.c.stall_ns.fetch_add(ns, Relaxed);
+            self.c.stall_buckets[stall_bucket(ns)].fetch_add(1, Relaxed);
+        }
+        st.clock += 1;
+        let clock = st.clock;
+        let mut keys = Vec::with_capacity(tok.chunks.len());
+        let mut hits = 0;
+        for &(id, i) in &tok.chunks {
+            if let Some(b) = st.backings.get_mut(&id) {
+                keys.push(b.key(id, i));
+                if let Some(c) = b.chunks.get_mut(i as usize) {
+                    c.pins += 1;
+                    c.last = clock;
+                    hits += std::mem::take(&mut c.prefetched) as u64;
+                }
+            }
+        }
+        if hits != 0 {
+            self.c.prefetch_hits.fetch_add(hits, Relaxed);
+        }
+        if keys.len() == tok.writes.len() {
+            self.policy.on_access(clock, class, &keys, &tok.writes);
+        }
+        Ok(tok)
+    }
+
+    /// After the call: unpin; on success note the use on `stream` (an event
+    /// recorded after the call) and the writes (host copies go stale).
+    pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
+        if tok.chunks.is_empty() {
+            return;
+        }
+        let Ok(mut st) = self.st.lock() else { return };
+        let ev = match (ok, stream) {
+            (true, Some(s)) => self.use_event(&mut st, s),
+            _ => None,
+        };
+        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
+            let mut stale = None;
+            let mut old = None;
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
+                c.pins = c.pins.saturating_sub(1);
+                if ok && tok.writes[k] {
+                    c.dirty = true;
+                    stale = c.host.take();
+                }
+                if let (Some(e), Some(s)) = (ev, stream) {
+                    if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
+                        old = Some(u.1);
+                        u.1 = e;
+                    } else {
+                        c.uses.push((s, e));
+                    }
+                }
+            }
+            if let Some(h) = stale {
+                st.pending_free.push(h);
+            }
+            if let Some(e) = ev {
+                *st.event_refs.entry(e).or_insert(0) += 1;
+            }
+            if let Some(o) = old {
+                st.unref_event(o);
+            }
+        }
+        if let Some(e) = ev {
+            // the reference taken at creation
+            st.unref_event(e);
+        }
+    }
+
+    /// An event recorded on `stream` now. Pooled events are reused only
+    /// once complete: re-recording a pending event would let a stream that
+    /// waits on its older record run ahead when the newer one completes.
+    pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
+        let mut ev = None;
+        let mut k = 0;
+        while k < st.free_events.len() {
+            if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
+                ev = Some(st.free_events.swap_remove(k));
+                break;
+            }
+            k += 1;
+            if k >= 8 {
+                break; // the oldest are first: no need to scan a long tail
+            }
+        }
+        let ev = match ev {
+            Some(e) => e,
+            None => self.rt.create_event().ok()?,
+        };
+        if self.rt.record_event(ev, stream).is_err() {
+            st.free_events.push(ev);
+            return None;
+        }
+        st.event_refs.insert(ev, 1);
+        Some(ev)
+    }
+
+    /// Orders the caller after copy-ins still in flight for chunks it needs
+    /// that were already resident (issued by another call or the prefetch).
+    fn after_copy_ins(&self, st: &mut State, need: &[Need], order: Order) -> Result<(), AclError> {
+        let mut evs: Vec<u64> = Vec::new();
+        let mut done: Vec<(u64, u32, u64)> = Vec::new();
+        for &(id, i, _) in need {
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
+            let own = st.dev(b.dev).stream;
+            if own == 0 {
+                continue;
+            }
+            for &(s, ev) in &b.chunks[i as usize].uses {
+                if s != own || evs.contains(&ev) {
+                    continue;
+                }
+                if self.rt.event_done(ev).unwrap_or(true) {
+                    done.push((id, i, ev));
+                } else {
+                    evs.push(ev);
+                }
+            }
+        }
+        // a completed copy-in orders nothing any more: forget it, so later
+        // calls on the chunk do not query the runtime for it again
+        for (id, i, ev) in done {
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
+                c.uses.retain(|u| u.1 != ev);
+            }
+            st.unref_event(ev);
+        }
+        for ev in evs {
+            match order {
+                Order::Stream(s) => self.rt.stream_wait(s, ev)?,
+                // u3m's stream holds only copies: waiting for it with the
+                // lock held cannot depend on work the host has yet to issue
+                Order::Host => self.rt.sync_event(ev)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes every managed chunk of [addr, addr+len) resident and pins the
+    /// backings for good (exported memory must stay where it is).
+    pub fn pin_range(&self, dev: u32, addr: u64, len: u64) -> Result<(), AclError> {
+        if !self.active() {
+            return Ok(());
+        }
+        let tok = self.prepare(
+            dev,
+            crate::opclass::OpClass::Other as u8,
+            &[Range {
+                addr,
+                len,
+                write: false,
+            }],
+            false,
+            Order::Host,
+        )?;
+        if let Ok(mut st) = self.st.lock() {
+            for &(id, _) in &tok.chunks {
+                if let Some(b) = st.backings.get_mut(&id) {
+                    b.pinned = true;
+                }
+            }
+        }
+        self.finish(tok, None, true);
+        Ok(())
+    }
+}

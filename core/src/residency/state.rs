@@ -1,0 +1,312 @@
+//! What the residency manager knows, behind its one lock: backings (what the
+//! program allocated) and their 2 MiB chunks, the VA map, per-device data,
+//! the DRAM and NVMe stores, and the pool of use events. Plain data and
+//! bookkeeping: no runtime calls (those live in the modules that act:
+//! lifecycle, protocol, migrate, evict, prefetch, lost).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::MAX_DEVICES;
+use crate::engine::runtime::CHUNK;
+use crate::store::dram::{DramSlot, DramStore, HostAllocator};
+use crate::store::nvme::{NvmeSlot, NvmeStore};
+
+/// Where a chunk's host copy lives.
+pub(super) enum Host {
+    Dram(DramSlot),
+    Nvme(NvmeSlot),
+}
+
+/// One 2 MiB chunk of a backing.
+#[derive(Default)]
+pub(super) struct Chunk {
+    /// Physical handle while resident (0: not in HBM).
+    pub phys: u64,
+    /// A host copy: the only copy when not resident; a clean copy when
+    /// resident and not dirty.
+    pub host: Option<Host>,
+    pub dirty: bool,
+    /// Calls in progress that need it.
+    pub pins: u32,
+    /// (stream, event) recorded after the latest use on each stream.
+    pub uses: Vec<(u64, u64)>,
+    /// Logical clock of the latest use.
+    pub last: u64,
+    /// Its only current copy was in the HBM of a device that disappeared.
+    pub lost: bool,
+    /// Brought back by the background prefetch and not used since.
+    pub prefetched: bool,
+}
+
+impl Chunk {
+    /// Evicting it needs a copy-out (no current host copy).
+    #[inline]
+    pub fn needs_copy_out(&self) -> bool {
+        self.dirty || self.host.is_none()
+    }
+}
+
+pub(super) enum Kind {
+    /// aclrtMalloc family: VA reserved by u3m, mapped at `va` for life.
+    Malloc,
+    /// A handle u3m handed out for aclrtMallocPhysical.
+    Vmm,
+}
+
+/// What the program allocated: an aclrtMalloc-family allocation or a
+/// physical handle u3m handed out.
+pub(super) struct Backing {
+    pub dev: u32,
+    pub kind: Kind,
+    pub size: u64,
+    pub chunks: Vec<Chunk>,
+    /// VAs the backing is mapped at (Malloc: exactly its own).
+    pub vas: Vec<u64>,
+    pub pinned: bool,
+    /// A real physical handle of the backing's whole size that replaced its
+    /// chunks (a multi-chunk VMM handle exported for IPC): mapped whole,
+    /// never moves; 0 otherwise.
+    pub real: u64,
+}
+
+impl Backing {
+    pub fn new(dev: u32, kind: Kind, size: u64, vas: Vec<u64>) -> Backing {
+        Backing {
+            dev,
+            kind,
+            size,
+            chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
+            vas,
+            pinned: false,
+            real: 0,
+        }
+    }
+
+    /// The policy's name for chunk `i`: the device VA of the backing's
+    /// first mapping, else (a VMM handle mapped nowhere) a key above every VA.
+    pub fn key(&self, id: u64, i: u32) -> u64 {
+        match self.vas.first() {
+            Some(va) => va + i as u64 * CHUNK,
+            None => (1 << 63) | (id << 24) | i as u64,
+        }
+    }
+}
+
+/// Per-device data. Today inside the one residency lock; the unit a
+/// per-device lock would cover.
+pub(super) struct Dev {
+    /// u3m's own stream for migrations (0: not created yet).
+    pub stream: u64,
+    /// A 2 MiB pinned staging buffer for NVMe transfers.
+    pub staging: u64,
+    /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
+    pub scratch_va: u64,
+    pub resident: u64,
+    pub managed_virtual: u64,
+    pub capacity: u64,
+    /// The device disappeared (card failure): its HBM is gone, nothing on it
+    /// is called again; chunks with a current host copy stay readable.
+    pub lost: bool,
+}
+
+impl Dev {
+    pub const fn new() -> Dev {
+        Dev {
+            stream: 0,
+            staging: 0,
+            scratch_va: 0,
+            resident: 0,
+            managed_virtual: 0,
+            capacity: 0,
+            lost: false,
+        }
+    }
+}
+
+/// A device index clamped into the table.
+#[inline]
+pub(super) fn dev_index(dev: u32) -> usize {
+    (dev as usize).min(MAX_DEVICES - 1)
+}
+
+pub(super) struct State {
+    pub backings: HashMap<u64, Backing>,
+    pub next_id: u64,
+    /// VA start -> (backing id, bytes) for every mapped backing.
+    pub vas: BTreeMap<u64, (u64, u64)>,
+    pub devs: [Dev; MAX_DEVICES],
+    pub dram: DramStore<Box<dyn HostAllocator>>,
+    pub nvme: Option<NvmeStore>,
+    /// event -> number of chunk uses referring to it; free events
+    pub event_refs: HashMap<u64, u32>,
+    pub free_events: Vec<u64>,
+    /// Logical clock: one tick per call that touched managed memory.
+    pub clock: u64,
+    pub recently_freed: VecDeque<u64>,
+    /// Host slots no longer needed that an issued copy-in may still be
+    /// reading: given back only after u3m's streams are synchronised.
+    pub pending_free: Vec<Host>,
+    /// An event an eviction must see complete (waited for without the lock).
+    pub wait_for: Option<u64>,
+    /// CLOCK_MONOTONIC when the current call's first absent chunk was met
+    /// (its fault-in stall starts there); taken by `prepare`.
+    pub stall_from: Option<u64>,
+}
+
+impl State {
+    pub fn new(dram: DramStore<Box<dyn HostAllocator>>, nvme: Option<NvmeStore>) -> State {
+        State {
+            backings: HashMap::new(),
+            next_id: 1,
+            vas: BTreeMap::new(),
+            devs: [const { Dev::new() }; MAX_DEVICES],
+            dram,
+            nvme,
+            event_refs: HashMap::new(),
+            free_events: Vec::new(),
+            clock: 0,
+            recently_freed: VecDeque::new(),
+            pending_free: Vec::new(),
+            wait_for: None,
+            stall_from: None,
+        }
+    }
+
+    #[inline]
+    pub fn dev(&self, dev: u32) -> &Dev {
+        &self.devs[dev_index(dev)]
+    }
+
+    #[inline]
+    pub fn dev_mut(&mut self, dev: u32) -> &mut Dev {
+        &mut self.devs[dev_index(dev)]
+    }
+
+    /// Chunk `i` of backing `id`.
+    #[inline]
+    pub fn chunk(&self, id: u64, i: u32) -> &Chunk {
+        &self.backings[&id].chunks[i as usize]
+    }
+
+    #[inline]
+    pub fn chunk_mut(&mut self, id: u64, i: u32) -> &mut Chunk {
+        &mut self.backings.get_mut(&id).expect("backing").chunks[i as usize]
+    }
+
+    /// Whether the device holding backing `id` is lost.
+    pub fn backing_lost(&self, id: u64) -> bool {
+        self.backings
+            .get(&id)
+            .map(|b| self.dev(b.dev).lost)
+            .unwrap_or(false)
+    }
+
+    /// Gives a host slot back to its store.
+    pub fn free_host(&mut self, h: Host) {
+        match h {
+            Host::Dram(s) => {
+                let _ = self.dram.free(s);
+            }
+            Host::Nvme(s) => {
+                if let Some(n) = self.nvme.as_mut() {
+                    let _ = n.free(s);
+                }
+            }
+        }
+    }
+
+    /// Makes `ev` (recorded on `stream`) the latest use of chunk (id, i) on
+    /// that stream, taking a reference and dropping the one of the event it
+    /// replaces.
+    pub fn set_use(&mut self, id: u64, i: u32, stream: u64, ev: u64) {
+        let mut old = None;
+        if let Some(c) = self
+            .backings
+            .get_mut(&id)
+            .and_then(|b| b.chunks.get_mut(i as usize))
+        {
+            match c.uses.iter_mut().find(|u| u.0 == stream) {
+                Some(u) => {
+                    if u.1 == ev {
+                        return;
+                    }
+                    old = Some(u.1);
+                    u.1 = ev;
+                }
+                None => c.uses.push((stream, ev)),
+            }
+        } else {
+            return;
+        }
+        *self.event_refs.entry(ev).or_insert(0) += 1;
+        if let Some(o) = old {
+            self.unref_event(o);
+        }
+    }
+
+    /// Drops one reference to `ev`; the last one returns it to the pool.
+    pub fn unref_event(&mut self, ev: u64) {
+        if let Some(r) = self.event_refs.get_mut(&ev) {
+            *r -= 1;
+            if *r == 0 {
+                self.event_refs.remove(&ev);
+                self.free_events.push(ev);
+            }
+        }
+    }
+
+    /// Chunk (backing id, index) of a policy key (`Backing::key`'s inverse).
+    pub fn resolve(&self, key: u64) -> Option<(u64, u32)> {
+        if key & (1 << 63) != 0 {
+            let id = (key & !(1 << 63)) >> 24;
+            let i = (key & 0xff_ffff) as u32;
+            return self
+                .backings
+                .get(&id)
+                .filter(|b| (i as usize) < b.chunks.len() && b.vas.is_empty())
+                .map(|_| (id, i));
+        }
+        let (&start, &(id, len)) = self.vas.range(..=key).next_back()?;
+        if key >= start + len {
+            return None;
+        }
+        let b = self.backings.get(&id)?;
+        // keys name a chunk by its backing's first VA
+        if b.vas.first() != Some(&start) {
+            return None;
+        }
+        Some((id, ((key - start) / CHUNK) as u32))
+    }
+}
+
+/// u3m's handles for aclrtMallocPhysical: odd values with a tag, so they can
+/// never be mistaken for a runtime pointer.
+const HANDLE_TAG: u64 = 0x0075_3300_0000_0001;
+
+pub(super) fn handle_of(id: u64) -> u64 {
+    HANDLE_TAG | (id << 1)
+}
+
+pub(super) fn id_of(h: u64) -> Option<u64> {
+    if h & 0xffff_0000_0000_0001 == HANDLE_TAG & 0xffff_0000_0000_0001
+        && h & 0x0000_ff00_0000_0000 == HANDLE_TAG & 0x0000_ff00_0000_0000
+    {
+        Some((h & 0x0000_00ff_ffff_fffe) >> 1)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_round_trip_and_are_recognisable() {
+        for id in [1u64, 2, 1000, (1 << 38) - 1] {
+            assert_eq!(id_of(handle_of(id)), Some(id));
+        }
+        assert_eq!(id_of(0x5555_0000_1000), None);
+        assert_eq!(id_of(0x1000_0000_0000), None);
+    }
+}

@@ -1,0 +1,654 @@
+//! The residency protocol driven through the fake runtime (`fake.rs`): each
+//! test plays a program the way libu3m.so's hooks drive the manager
+//! (`prepare`, the real call, `finish`) and checks the bytes the program
+//! reads back, the copies that crossed the link, and that nothing ever ran
+//! on unmapped memory or misused the runtime.
+
+use super::fake::{Fake, Kernel, Mem};
+use super::*;
+use crate::engine::runtime::CHUNK;
+use crate::engine::Range;
+use crate::opclass::OpClass;
+
+const MIB: u64 = 1 << 20;
+
+fn config(vars: &[(&str, &str)]) -> Config {
+    let mut v: std::collections::BTreeMap<String, String> = [
+        ("U3M_MODE", "tier"),
+        ("U3M_POLICY", "lru"),
+        ("U3M_ALLOC_WAIT_MS", "0"),
+        ("U3M_MIN_BYTES", "1M"),
+        ("U3M_OVERSUB", "16"),
+        ("U3M_DRAM_BYTES", "256M"),
+        ("U3M_LOG", "quiet"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    v.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Config::from_vars(v).expect("config")
+}
+
+/// Bytes of a deterministic pattern.
+fn pattern(seed: u64, len: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A program on the fake runtime, calling the manager as the hooks do.
+struct App {
+    r: Residency,
+    f: &'static Fake,
+}
+
+impl App {
+    fn new(hbm_chunks: u64, vars: &[(&str, &str)]) -> App {
+        let f = Fake::leak(1, hbm_chunks * CHUNK);
+        let r = Residency::new(f, &config(vars)).expect("residency");
+        App { r, f }
+    }
+
+    fn malloc(&self, bytes: u64) -> u64 {
+        let (free, total) = self.f.mem_info().unwrap();
+        self.r
+            .malloc(0, bytes, free, total)
+            .expect("managed")
+            .expect("allocated")
+    }
+
+    fn free(&self, va: u64) {
+        assert_eq!(self.r.free(va), Some(Ok(())));
+    }
+
+    /// A synchronous call (the host waits for u3m's copies).
+    fn sync<T>(
+        &self,
+        ranges: &[Range],
+        overwrite: bool,
+        call: impl FnOnce() -> Result<T, AclError>,
+    ) -> Result<T, AclError> {
+        let tok = self
+            .r
+            .prepare(0, OpClass::Layout as u8, ranges, overwrite, Order::Host)?;
+        let out = call();
+        self.r.finish(tok, None, out.is_ok());
+        out
+    }
+
+    /// aclrtMemcpy host to device.
+    fn write(&self, va: u64, data: &[u8]) {
+        let rs = [Range {
+            addr: va,
+            len: data.len() as u64,
+            write: true,
+        }];
+        self.sync(&rs, true, || self.f.app_write(va, data))
+            .expect("write");
+    }
+
+    /// aclrtMemcpy device to host.
+    fn read(&self, va: u64, len: u64) -> Vec<u8> {
+        let rs = [Range {
+            addr: va,
+            len,
+            write: false,
+        }];
+        self.sync(&rs, true, || self.f.app_read(va, len))
+            .expect("read")
+    }
+
+    /// An operator on `stream`: reads `ins`, writes `outs` when it runs.
+    fn op(&self, stream: u64, ins: &[(u64, u64)], outs: &[(u64, u64)], k: Kernel) {
+        self.try_op(stream, ins, outs, k).expect("op");
+    }
+
+    fn try_op(
+        &self,
+        stream: u64,
+        ins: &[(u64, u64)],
+        outs: &[(u64, u64)],
+        k: Kernel,
+    ) -> Result<(), AclError> {
+        let ranges: Vec<Range> = ins
+            .iter()
+            .map(|&(addr, len)| Range {
+                addr,
+                len,
+                write: false,
+            })
+            .chain(outs.iter().map(|&(addr, len)| Range {
+                addr,
+                len,
+                write: true,
+            }))
+            .collect();
+        let tok = self.r.prepare(
+            0,
+            OpClass::Elementwise as u8,
+            &ranges,
+            false,
+            Order::Stream(stream),
+        )?;
+        let all = ins.iter().chain(outs).copied().collect();
+        let rc = self.f.app_launch(stream, "op", all, k);
+        self.r.finish(tok, Some(stream), rc.is_ok());
+        rc
+    }
+
+    /// Nothing ran on unmapped memory, nothing misused the runtime.
+    fn assert_clean(&self) {
+        let s = self.f.seen();
+        assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+        assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    }
+}
+
+/// dst = src + add, byte by byte.
+fn add(src: u64, dst: u64, len: u64, add: u8) -> Kernel {
+    Box::new(move |m: &mut Mem<'_>| {
+        let v: Vec<u8> = m
+            .read(src, len)
+            .iter()
+            .map(|b| b.wrapping_add(add))
+            .collect();
+        m.write(dst, &v);
+    })
+}
+
+#[test]
+fn data_survives_evict_and_fault_in_cycles() {
+    evict_and_fault_in_cycles(false);
+    evict_and_fault_in_cycles(true);
+}
+
+/// `eager`: the device runs work as soon as it is queued (else only when
+/// something synchronises).
+fn evict_and_fault_in_cycles(eager: bool) {
+    // 8 chunks of allocations on a 4-chunk device, partial last chunks
+    let a = App::new(4, &[]);
+    a.f.set_eager(eager);
+    let sizes = [5 * MIB, 2 * MIB, 4 * MIB, 3 * MIB];
+    let vas: Vec<u64> = sizes.iter().map(|&s| a.malloc(s)).collect();
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    for (k, (&va, &s)) in vas.iter().zip(&sizes).enumerate() {
+        let p = pattern(k as u64, s);
+        a.write(va, &p);
+        model.push(p);
+    }
+    let s = a.f.app_stream();
+    for round in 0..3u8 {
+        for k in 0..vas.len() {
+            // reads back what was written, from wherever it is
+            assert_eq!(
+                a.read(vas[k], sizes[k]),
+                model[k],
+                "round {round} alloc {k}"
+            );
+            // an operator transforms it in place on the program's stream
+            let (va, len) = (vas[k], sizes[k]);
+            a.op(s, &[(va, len)], &[(va, len)], add(va, va, len, round + 1));
+            model[k]
+                .iter_mut()
+                .for_each(|b| *b = b.wrapping_add(round + 1));
+        }
+    }
+    a.f.sync_stream(s).unwrap();
+    for k in 0..vas.len() {
+        assert_eq!(a.read(vas[k], sizes[k]), model[k], "final alloc {k}");
+    }
+    let c = a.r.counters();
+    assert!(c.evictions >= 20 && c.faults_in >= 20, "{c:?}");
+    assert_eq!(c.to_dram, c.evictions - c.clean_drops);
+    a.assert_clean();
+    for va in vas {
+        a.free(va);
+    }
+    assert_eq!(a.f.held().0, 0, "every physical chunk given back");
+    a.assert_clean();
+}
+
+#[test]
+fn a_clean_chunk_is_dropped_without_a_copy_out() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(2 * CHUNK);
+    let px = pattern(1, CHUNK);
+    a.write(x, &px);
+    a.write(y, &pattern(2, 2 * CHUNK)); // x leaves HBM: copied out
+    let c0 = a.r.counters();
+    assert_eq!((c0.evictions, c0.clean_drops, c0.to_dram), (1, 0, 1));
+    assert_eq!(a.read(x, CHUNK), px); // x back (clean), one chunk of y out
+    let c1 = a.r.counters();
+    assert_eq!((c1.evictions, c1.clean_drops), (2, 0));
+    let d2h = a.f.seen().d2h;
+    // y needs both chunks: x goes again, clean this time
+    a.read(y, 2 * CHUNK);
+    let c2 = a.r.counters();
+    assert_eq!(c2.clean_drops, 1, "{c2:?}");
+    assert_eq!(c2.eviction_bytes, c1.eviction_bytes, "nothing copied out");
+    assert_eq!(a.f.seen().d2h, d2h + 1, "only the program's own read");
+    assert_eq!(a.read(x, CHUNK), px);
+    a.assert_clean();
+}
+
+#[test]
+fn a_whole_chunk_overwrite_needs_no_copy_in_but_a_partial_one_does() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK)); // x to DRAM
+    let before = a.r.counters();
+    let p2 = pattern(3, CHUNK);
+    a.write(x, &p2); // the whole chunk: its DRAM copy is not needed
+    let after = a.r.counters();
+    assert_eq!(after.overwrites, before.overwrites + 1);
+    assert_eq!(after.fault_bytes, before.fault_bytes, "no copy-in");
+    assert_eq!(a.read(x, CHUNK), p2);
+    // part of a chunk: the rest must come back first
+    a.read(y, CHUNK); // x out again
+    let before = a.r.counters();
+    let mid = pattern(4, 4096);
+    a.write(x + 100_000, &mid);
+    let after = a.r.counters();
+    assert_eq!(after.fault_bytes, before.fault_bytes + CHUNK, "copied in");
+    assert_eq!(after.overwrites, before.overwrites);
+    let mut want = p2;
+    want[100_000..100_000 + 4096].copy_from_slice(&mid);
+    assert_eq!(a.read(x, CHUNK), want);
+    a.assert_clean();
+}
+
+struct SwapDir(std::path::PathBuf);
+impl SwapDir {
+    fn new(name: &str) -> SwapDir {
+        let p =
+            std::env::temp_dir().join(format!("u3m-residency-test-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        SwapDir(p)
+    }
+}
+impl Drop for SwapDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn nvme_round_trips_keep_every_byte() {
+    let dir = SwapDir::new("nvme");
+    let d = dir.0.display().to_string();
+    // DRAM takes one chunk below its 95 % mark; the rest goes to NVMe
+    let a = App::new(
+        2,
+        &[
+            ("U3M_DRAM_BYTES", "4M"),
+            ("U3M_SWAP_DIR", &d),
+            ("U3M_SWAP_BYTES", "64M"),
+        ],
+    );
+    let vas: Vec<u64> = (0..4).map(|_| a.malloc(2 * CHUNK)).collect();
+    let pats: Vec<Vec<u8>> = (0..4).map(|k| pattern(10 + k, 2 * CHUNK)).collect();
+    for (va, p) in vas.iter().zip(&pats) {
+        a.write(*va, p);
+    }
+    for _ in 0..2 {
+        for (va, p) in vas.iter().zip(&pats) {
+            assert_eq!(&a.read(*va, 2 * CHUNK), p);
+        }
+    }
+    let c = a.r.counters();
+    assert!(c.to_nvme >= 4 && c.from_nvme >= 4, "{c:?}");
+    assert_eq!(c.spill_errors, 0);
+    a.assert_clean();
+}
+
+#[test]
+fn a_failing_swap_keeps_data_in_dram_and_the_spill_moves_it_later() {
+    let dir = SwapDir::new("spill");
+    let d = dir.0.display().to_string();
+    let a = App::new(
+        1,
+        &[
+            ("U3M_DRAM_BYTES", "8M"),
+            ("U3M_SWAP_DIR", &d),
+            ("U3M_SWAP_BYTES", "64M"),
+        ],
+    );
+    let faults = |f: crate::store::nvme::NvmeFaults| {
+        let mut st = a.r.st.lock().unwrap();
+        st.nvme.as_mut().unwrap().set_faults(f);
+    };
+    // every NVMe write fails: the fourth evicted chunk stays in DRAM anyway
+    faults(crate::store::nvme::NvmeFaults {
+        fail_writes_after_bytes: Some(0),
+        ..Default::default()
+    });
+    let vas: Vec<u64> = (0..5).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK));
+    }
+    let c = a.r.counters();
+    assert_eq!((c.to_dram, c.to_nvme, c.spill_errors), (4, 0, 1), "{c:?}");
+    assert_eq!(a.r.usage(0).1, 8 * MIB, "DRAM full");
+    // the disk recovers: the background spill brings DRAM under 90 %
+    faults(Default::default());
+    assert_eq!(a.r.spill_dram(1.0), 1);
+    assert_eq!(a.r.usage(0).1, 6 * MIB);
+    assert_eq!(a.r.usage(0).2, 2 * MIB);
+    for (k, &va) in vas.iter().enumerate() {
+        assert_eq!(a.read(va, CHUNK), pattern(k as u64, CHUNK), "alloc {k}");
+    }
+    // the spilled chunk and the one evicted after it came back from NVMe
+    assert_eq!(a.r.counters().from_nvme, 2);
+    a.assert_clean();
+}
+
+#[test]
+fn a_vmm_handle_mapped_at_two_vas_shows_the_same_bytes_through_both() {
+    let a = App::new(2, &[]);
+    let h = a.r.malloc_physical(0, 2 * CHUNK, false).unwrap().unwrap();
+    let (v1, v2) = (
+        a.f.reserve(2 * CHUNK).unwrap(),
+        a.f.reserve(2 * CHUNK).unwrap(),
+    );
+    assert_eq!(a.r.map(v1, 2 * CHUNK, 0, h), Some(Ok(())));
+    assert_eq!(a.r.map(v2, 2 * CHUNK, 0, h), Some(Ok(())));
+    // whole handles only, at offset 0, never over a mapping
+    assert_eq!(a.r.map(v1, CHUNK, 0, h), Some(Err(AclError::INVALID_PARAM)));
+    let p = pattern(5, 2 * CHUNK);
+    a.write(v1, &p);
+    assert_eq!(a.read(v2, 2 * CHUNK), p);
+    // pressure: the handle's chunks leave HBM and come back at both VAs
+    let other = a.malloc(2 * CHUNK);
+    a.write(other, &pattern(6, 2 * CHUNK));
+    assert!(a.r.counters().evictions >= 2);
+    let q = pattern(7, 4096);
+    a.write(v2 + CHUNK + 8, &q);
+    let mut want = p.clone();
+    want[CHUNK as usize + 8..CHUNK as usize + 8 + 4096].copy_from_slice(&q);
+    assert_eq!(a.read(v1, 2 * CHUNK), want);
+    // a mapped handle cannot be freed
+    assert_eq!(a.r.free_physical(h), Some(Err(AclError::RT_MEMORY_FREE)));
+    assert_eq!(a.r.unmap(v1), Some(Ok(())));
+    assert_eq!(
+        a.read(v2, 2 * CHUNK),
+        want,
+        "still there through the other VA"
+    );
+    // unmapped everywhere: its data stays with the handle
+    assert_eq!(a.r.unmap(v2), Some(Ok(())));
+    a.read(other, 2 * CHUNK);
+    assert_eq!(a.r.map(v1, 2 * CHUNK, 0, h), Some(Ok(())));
+    assert_eq!(a.read(v1, 2 * CHUNK), want, "mapped again");
+    assert_eq!(a.r.unmap(v1), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h), Some(Ok(())));
+    a.f.release(v1).unwrap();
+    a.f.release(v2).unwrap();
+    a.free(other);
+    assert_eq!(a.f.held().0, 0);
+    a.assert_clean();
+}
+
+#[test]
+fn free_waits_for_u3ms_own_copies_and_gives_everything_back() {
+    let a = App::new(4, &[]);
+    let x = a.malloc(2 * CHUNK);
+    let y = a.malloc(4 * CHUNK);
+    a.write(x, &pattern(1, 2 * CHUNK));
+    a.write(y, &pattern(2, 4 * CHUNK)); // x to DRAM
+    a.free(y);
+    // the prefetch queues x's copy-ins on u3m's stream (lazy: not run yet)
+    let mut issued = 0;
+    for _ in 0..3 {
+        issued += a.r.prefetch(0, 64 * MIB, 1.0, 1000);
+    }
+    assert_eq!(issued, 2, "x predicted and brought back");
+    // freeing x now must not let those copies land in unmapped memory
+    a.free(x);
+    a.f.drain();
+    a.assert_clean();
+    assert_eq!(a.f.held().0, 0, "physical chunks given back");
+    assert_eq!(a.r.usage(0), (0, 0, 0), "nothing resident, no host copies");
+    assert!(!a.r.active());
+}
+
+#[test]
+fn an_eviction_waits_for_the_use_still_in_flight() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    // queued, not run: x is in use until the stream gets to it
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 7));
+    // y needs x's chunk of HBM: the eviction must wait for the operator
+    a.write(y, &pattern(2, CHUNK));
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(7))
+        .collect();
+    assert_eq!(a.read(x, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    a.assert_clean();
+}
+
+#[test]
+fn a_call_on_another_stream_runs_after_its_copy_in() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    let z = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    a.write(z, &pattern(3, CHUNK)); // x to DRAM
+    let s = a.f.app_stream();
+    // x comes back on u3m's stream; the operator must see its bytes
+    a.op(s, &[(x, CHUNK)], &[(y, CHUNK)], add(x, y, CHUNK, 1));
+    // the program synchronises its own stream only
+    a.f.sync_stream(s).unwrap();
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(1))
+        .collect();
+    assert_eq!(a.read(y, CHUNK), want);
+    a.assert_clean();
+}
+
+#[test]
+fn a_call_waits_for_a_prefetch_still_in_flight() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(2 * CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, 2 * CHUNK)); // x to DRAM
+    a.free(y);
+    let z = a.malloc(CHUNK);
+    a.write(z, &pattern(3, CHUNK));
+    // x's copy-in is queued on u3m's stream, not run
+    let issued: u32 = (0..3).map(|_| a.r.prefetch(0, 64 * MIB, 1.0, 1000)).sum();
+    assert_eq!(issued, 1);
+    let faults = a.r.counters().faults_in;
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(z, CHUNK)], add(x, z, CHUNK, 3));
+    assert_eq!(a.r.counters().faults_in, faults, "x and z were resident");
+    assert_eq!(
+        a.r.counters().prefetch_hits,
+        1,
+        "x was prefetched, then used"
+    );
+    a.f.sync_stream(s).unwrap();
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(3))
+        .collect();
+    assert_eq!(a.read(z, CHUNK), want);
+    a.assert_clean();
+}
+
+#[test]
+fn a_lost_device_keeps_what_dram_holds_readable() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(2 * CHUNK);
+    let y = a.malloc(2 * CHUNK);
+    let px = pattern(1, 2 * CHUNK);
+    a.write(x, &px);
+    a.write(y, &pattern(2, 2 * CHUNK)); // x only in DRAM, y only in HBM
+    a.f.lose();
+    let (lost, kept) = a.r.device_lost(0).expect("first report");
+    assert_eq!(lost, vec![(y, 2 * CHUNK)]);
+    assert_eq!(kept, vec![(x, 2 * CHUNK)]);
+    assert!(a.r.device_lost(0).is_none(), "reported once");
+    assert!(a.r.any_lost());
+    let mut buf = vec![0u8; 3 * MIB as usize];
+    let r = unsafe { a.r.read_lost(x + MIB, buf.as_mut_ptr(), 3 * MIB) };
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(&buf[..], &px[MIB as usize..4 * MIB as usize]);
+    let r = unsafe { a.r.read_lost(y, buf.as_mut_ptr(), MIB) };
+    assert_eq!(r, Some(Err(E_DEVICE_LOST)));
+    // nothing runs on the lost device
+    let rs = [Range {
+        addr: x,
+        len: 8,
+        write: false,
+    }];
+    assert_eq!(
+        a.r.prepare(0, 0, &rs, false, Order::Host).err(),
+        Some(E_DEVICE_LOST)
+    );
+    // unmanaged memory is not the manager's to serve
+    assert_eq!(unsafe { a.r.read_lost(0x1234, buf.as_mut_ptr(), 8) }, None);
+    a.assert_clean();
+}
+
+#[test]
+fn an_exported_handle_becomes_real_keeps_its_data_and_never_moves() {
+    let a = App::new(5, &[]);
+    // one chunk: made resident, its chunk exported
+    let h1 = a.r.malloc_physical(0, CHUNK, false).unwrap().unwrap();
+    let v1 = a.f.reserve(CHUNK).unwrap();
+    assert_eq!(a.r.map(v1, CHUNK, 0, h1), Some(Ok(())));
+    a.write(v1, &pattern(1, CHUNK));
+    // two chunks that get evicted first: replaced by one real handle
+    let h2 = a.r.malloc_physical(0, 2 * CHUNK, false).unwrap().unwrap();
+    let v2 = a.f.reserve(2 * CHUNK).unwrap();
+    assert_eq!(a.r.map(v2, 2 * CHUNK, 0, h2), Some(Ok(())));
+    a.write(v2, &pattern(2, 2 * CHUNK));
+    let x = a.malloc(2 * CHUNK);
+    let y = a.malloc(2 * CHUNK);
+    a.write(x, &pattern(3, 2 * CHUNK));
+    a.write(y, &pattern(4, 2 * CHUNK));
+    assert!(a.r.counters().evictions >= 1);
+    let real1 = a.r.export(h1).unwrap().unwrap();
+    let real2 = a.r.export(h2).unwrap().unwrap();
+    assert_ne!(real1, h1);
+    assert_ne!(real2, h2);
+    assert_eq!(a.r.export(h2), Some(Ok(real2)), "made real once");
+    assert_eq!(a.read(v1, CHUNK), pattern(1, CHUNK));
+    assert_eq!(a.read(v2, 2 * CHUNK), pattern(2, 2 * CHUNK));
+    // under pressure only the unpinned allocations move
+    for k in 0..3 {
+        assert_eq!(a.read(x, 2 * CHUNK), pattern(3, 2 * CHUNK), "round {k}");
+        assert_eq!(a.read(y, 2 * CHUNK), pattern(4, 2 * CHUNK), "round {k}");
+        let faults = a.r.counters().faults_in;
+        assert_eq!(a.read(v2, 2 * CHUNK), pattern(2, 2 * CHUNK), "round {k}");
+        assert_eq!(a.read(v1, CHUNK), pattern(1, CHUNK));
+        assert_eq!(a.r.counters().faults_in, faults, "the exported stay");
+    }
+    assert_eq!(a.r.unmap(v1), Some(Ok(())));
+    assert_eq!(a.r.unmap(v2), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h1), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h2), Some(Ok(())));
+    a.free(x);
+    a.free(y);
+    a.f.release(v1).unwrap();
+    a.f.release(v2).unwrap();
+    assert_eq!(a.f.held().0, 0);
+    a.assert_clean();
+}
+
+/// Random programs: allocations owned by one of two streams, operators,
+/// synchronous reads and writes, frees and new allocations, the device
+/// sometimes catching up — against a model of what every byte must be.
+#[test]
+fn random_programs_never_touch_unmapped_memory_and_lose_nothing() {
+    for seed in 1..=6u64 {
+        let a = App::new(6, &[]);
+        let streams = [a.f.app_stream(), a.f.app_stream()];
+        let mut rng = pattern(seed, 4096).into_iter().cycle();
+        let mut next = move |n: u64| -> u64 {
+            let v = (rng.next().unwrap() as u64) << 8 | rng.next().unwrap() as u64;
+            v % n
+        };
+        // (va, bytes, owning stream, model)
+        let mut live: Vec<(u64, u64, usize, Vec<u8>)> = Vec::new();
+        for step in 0..160 {
+            match next(10) {
+                0 | 1 if live.len() < 7 => {
+                    let bytes = (1 + next(5)) * MIB + next(3) * 4096;
+                    let va = a.malloc(bytes);
+                    let p = pattern(seed * 1000 + step, bytes);
+                    a.write(va, &p);
+                    live.push((va, bytes, next(2) as usize, p));
+                }
+                2 if live.len() > 2 => {
+                    let k = next(live.len() as u64) as usize;
+                    let (va, _, s, _) = live.swap_remove(k);
+                    a.f.sync_stream(streams[s]).unwrap();
+                    a.free(va);
+                }
+                3 => a.f.drain(),
+                4 | 5 if !live.is_empty() => {
+                    // a synchronous read of part of an allocation
+                    let k = next(live.len() as u64) as usize;
+                    let (va, bytes, s, ref m) = live[k];
+                    let off = next(bytes);
+                    let len = 1 + next(bytes - off);
+                    a.f.sync_stream(streams[s]).unwrap();
+                    assert_eq!(
+                        a.read(va + off, len),
+                        m[off as usize..(off + len) as usize],
+                        "seed {seed} step {step}"
+                    );
+                }
+                _ if live.len() >= 2 => {
+                    // an operator on the owner's stream: dst = src + 1 over
+                    // a span both have
+                    let i = next(live.len() as u64) as usize;
+                    let s = live[i].2;
+                    let same: Vec<usize> = (0..live.len()).filter(|&j| live[j].2 == s).collect();
+                    let j = same[next(same.len() as u64) as usize];
+                    let len = 1 + next(live[i].1.min(live[j].1));
+                    let (src, dst) = (live[i].0, live[j].0);
+                    a.op(
+                        streams[s],
+                        &[(src, len)],
+                        &[(dst, len)],
+                        add(src, dst, len, 1),
+                    );
+                    let v: Vec<u8> = live[i].3[..len as usize]
+                        .iter()
+                        .map(|b| b.wrapping_add(1))
+                        .collect();
+                    live[j].3[..len as usize].copy_from_slice(&v);
+                }
+                _ => {}
+            }
+        }
+        for s in streams {
+            a.f.sync_stream(s).unwrap();
+        }
+        for (va, bytes, _, m) in &live {
+            assert_eq!(&a.read(*va, *bytes), m, "seed {seed} final");
+        }
+        a.assert_clean();
+        assert!(a.r.counters().evictions > 0, "seed {seed}: no pressure");
+    }
+}
