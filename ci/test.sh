@@ -15,7 +15,7 @@ cargo build --release --workspace
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --release --workspace -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee "$log"
+cargo test --release --workspace --no-fail-fast -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 # the bug hunters (docs/reliability.md): loom, bounded fuzzing, the
 # sanitizer build; U3M_SKIP_LOOM / U3M_SKIP_FUZZ / U3M_SKIP_SANITIZERS=1 skip one

@@ -129,6 +129,20 @@ fn promql(prom: &str, q: &str) -> Vec<(serde_json::Value, f64)> {
         .collect()
 }
 
+/// `promql` once Prometheus has at least `n` series for `q`: a loaded
+/// machine can delay the first scrapes by seconds, and a fixed sleep made
+/// this test fail in CI with no series at all.
+fn promql_n(prom: &str, q: &str, n: usize) -> Vec<(serde_json::Value, f64)> {
+    let t0 = Instant::now();
+    loop {
+        let rows = promql(prom, q);
+        if rows.len() >= n || t0.elapsed() > Duration::from_secs(60) {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// One value per rank label, sorted by rank.
 fn by_rank(rows: Vec<(serde_json::Value, f64)>) -> Vec<(String, f64)> {
     let mut v: Vec<(String, f64)> = rows
@@ -373,19 +387,16 @@ fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
     let t_end = common_unix_s();
 
     assert_eq!(
-        promql(&prom_addr, "max_over_time(up{job=\"u3m\"}[5m])")[0].1,
+        promql_n(&prom_addr, "max_over_time(up{job=\"u3m\"}[5m])", 1)[0].1,
         1.0
     );
     assert_eq!(
-        promql(&prom_addr, "min_over_time(u3m_collection_success[5m])")[0].1,
+        promql_n(&prom_addr, "min_over_time(u3m_collection_success[5m])", 1)[0].1,
         1.0,
         "every scrape read every segment"
     );
     let mib = 1024.0 * 1024.0;
-    let hbm = by_rank(promql(
-        &prom_addr,
-        "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])",
-    ));
+    let hbm = by_rank(promql_n(&prom_addr, "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])", 2));
     assert_eq!(
         hbm.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
         ["0", "1"],
@@ -420,28 +431,19 @@ fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
             "demand fault-ins",
         ),
     ] {
-        let v = by_rank(promql(&prom_addr, q));
+        let v = by_rank(promql_n(&prom_addr, q, 2));
         assert_eq!(v.len(), 2, "{what}: {v:?}");
         assert!(v.iter().all(|r| r.1 > 0.0), "{what}: {v:?}");
     }
     // 132 MiB of allocations on a 96 MiB card
-    for (rank, v) in by_rank(promql(
-        &prom_addr,
-        "max_over_time(u3m_oversubscription_ratio[5m])",
-    )) {
+    for (rank, v) in by_rank(promql_n(&prom_addr, "max_over_time(u3m_oversubscription_ratio[5m])", 2)) {
         assert!(v > 1.2 && v < 1.6, "rank {rank}: ratio {v}");
     }
     // a rank's stalls can't be longer than its run
-    for (rank, v) in by_rank(promql(
-        &prom_addr,
-        "max_over_time(u3m_fault_in_stall_seconds_sum[5m])",
-    )) {
+    for (rank, v) in by_rank(promql_n(&prom_addr, "max_over_time(u3m_fault_in_stall_seconds_sum[5m])", 2)) {
         assert!(v < t_end - t_start, "rank {rank}: {v} s of stall");
     }
-    let last = by_rank(promql(
-        &prom_addr,
-        "max_over_time(u3m_last_update_timestamp_seconds[5m])",
-    ));
+    let last = by_rank(promql_n(&prom_addr, "max_over_time(u3m_last_update_timestamp_seconds[5m])", 2));
     for (rank, v) in &last {
         assert!(
             *v >= t_start - 1.0 && *v <= t_end + 1.0,
@@ -449,7 +451,7 @@ fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
         );
     }
     // the pod and run labels came through from each rank's environment
-    let info = promql(&prom_addr, "max_over_time(u3m_process_info[5m])");
+    let info = promql_n(&prom_addr, "max_over_time(u3m_process_info[5m])", 2);
     let mut pods: Vec<String> = info
         .iter()
         .map(|(m, _)| format!("{}/{} {}", m["namespace"], m["pod"], m["run_id"]).replace('"', ""))
