@@ -34,12 +34,9 @@ fn empty_tensor_launch_succeeds_when_the_live_tensors_fit() {
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");
 }
 
+// u3m once took a launch whose tensors are all empty (no range) for a
+// task-queue launch and made every live tensor resident: 207001
 #[test]
-#[ignore = "u3m bug: an aclnn launch whose tensors carry no range (all empty) is taken for a \
-            task-queue launch (src/hooks/aclnn.rs launch_with: no pending ranges -> live_ranges), \
-            so u3m makes every live aclTensor resident; with 32 MiB of live tensors on a 16 MiB \
-            device aclnnInplaceZero of an empty tensor fails with 207001 instead of 0 — the \
-            medium Llama of bench/llm.sh fails this way at 1.5x HBM even with TASK_QUEUE_ENABLE=0"]
 fn empty_tensor_launch_succeeds_with_more_live_tensors_than_hbm() {
     let (code, rc, err) = empty_launch("32", true);
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");

@@ -127,7 +127,7 @@ pub unsafe fn launch_with(
     stream: aclrtStream,
 ) -> aclnnStatus {
     super::ranges::with(|ranges| {
-        let complete = PENDING.try_with(|p| p.drain_into(ranges)).unwrap_or(false);
+        let mine = PENDING.try_with(|p| p.drain_into(ranges)).unwrap_or(Mine::Unknown);
         let has_ws = !ws.is_null() && ws_size > 0;
         if has_ws {
             ranges.push(Range {
@@ -137,13 +137,15 @@ pub unsafe fn launch_with(
             });
         }
         // With torch_npu's task queue, tensors are created on the submitting
-        // thread and launched on the queue thread: this thread then has no
-        // pending tensors, and residency must cover every live tensor (a
-        // superset: those of the launches queued ahead too). So must it when
-        // this thread's pending list overflowed (some tensors not recorded).
+        // thread and launched on the queue thread: this thread then created
+        // no tensor since its last launch, and residency must cover every
+        // live tensor (a superset: those of the launches queued ahead too).
+        // So must it when this thread's pending list overflowed. A launch
+        // whose tensors were created here but are all empty (no range) is
+        // this thread's own: it touches nothing but its workspace.
         let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
         let live;
-        let resident = if tiering && (ranges.len() <= usize::from(has_ws) || !complete) {
+        let resident = if tiering && mine == Mine::Unknown {
             live = live_ranges(ws, ws_size);
             Some(&live[..])
         } else {
@@ -214,6 +216,18 @@ struct Pending {
     t: RefCell<Vec<(usize, Range)>>,
     /// Tensors were created past `PENDING_MAX` since the last launch.
     overflow: Cell<bool>,
+    /// A tensor (with a range or empty) was created since the last launch.
+    created: Cell<bool>,
+}
+
+/// Whether a launch's tensors are known from its own thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mine {
+    /// Every tensor this thread created since its last launch was recorded.
+    Complete,
+    /// None created here (another thread built the launch), or some not
+    /// recorded (overflow): the launch's tensors are unknown.
+    Unknown,
 }
 
 impl Pending {
@@ -221,9 +235,15 @@ impl Pending {
         Pending {
             t: RefCell::new(Vec::new()),
             overflow: Cell::new(false),
+            created: Cell::new(false),
         }
     }
+    /// A tensor without a range (empty, or no data) was created.
+    fn created_empty(&self) {
+        self.created.set(true);
+    }
     fn push(&self, tensor: usize, r: Range) {
+        self.created.set(true);
         let Ok(mut t) = self.t.try_borrow_mut() else {
             self.overflow.set(true);
             return;
@@ -242,13 +262,19 @@ impl Pending {
         }
     }
     /// Appends the pending tensors' ranges to `out` (each storage once) and
-    /// empties the list; false when some were not recorded (overflow). All
-    /// are treated as read and written: the executor's roles are opaque, and
-    /// a conservative write keeps dirty tracking right.
-    fn drain_into(&self, out: &mut Vec<Range>) -> bool {
-        let complete = !self.overflow.replace(false);
+    /// empties the list. All are treated as read and written: the
+    /// executor's roles are opaque, and a conservative write keeps dirty
+    /// tracking right.
+    fn drain_into(&self, out: &mut Vec<Range>) -> Mine {
+        let overflow = self.overflow.replace(false);
+        let created = self.created.replace(false);
+        let mine = if created && !overflow {
+            Mine::Complete
+        } else {
+            Mine::Unknown
+        };
         let Ok(mut t) = self.t.try_borrow_mut() else {
-            return false;
+            return Mine::Unknown;
         };
         let start = out.len();
         if t.len() <= 64 {
@@ -272,7 +298,7 @@ impl Pending {
             out.truncate(k);
         }
         t.clear();
-        complete
+        mine
     }
 }
 
@@ -303,9 +329,16 @@ pub unsafe fn create_tensor(
     a: aclCreateTensor,
 ) -> *mut c_void {
     let t = real.call(a);
-    if !t.is_null() && !a.tensor_data.is_null() {
-        let len = footprint(a.data_type, a.storage_dims, a.storage_dims_num);
-        if len > 0 {
+    if !t.is_null() {
+        let len = if a.tensor_data.is_null() {
+            0
+        } else {
+            footprint(a.data_type, a.storage_dims, a.storage_dims_num)
+        };
+        if len == 0 {
+            // an empty tensor still says this thread builds its launches
+            let _ = PENDING.try_with(|p| p.created_empty());
+        } else {
             let r = Range {
                 addr: a.tensor_data as u64,
                 len,
