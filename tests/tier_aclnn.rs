@@ -34,12 +34,9 @@ fn empty_tensor_launch_succeeds_when_the_live_tensors_fit() {
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");
 }
 
+// u3m once took a launch whose tensors are all empty (no range) for a
+// task-queue launch and made every live tensor resident: 207001
 #[test]
-#[ignore = "u3m bug: an aclnn launch whose tensors carry no range (all empty) is taken for a \
-            task-queue launch (src/hooks/aclnn.rs launch_with: no pending ranges -> live_ranges), \
-            so u3m makes every live aclTensor resident; with 32 MiB of live tensors on a 16 MiB \
-            device aclnnInplaceZero of an empty tensor fails with 207001 instead of 0 — the \
-            medium Llama of bench/llm.sh fails this way at 1.5x HBM even with TASK_QUEUE_ENABLE=0"]
 fn empty_tensor_launch_succeeds_with_more_live_tensors_than_hbm() {
     let (code, rc, err) = empty_launch("32", true);
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");
@@ -81,13 +78,6 @@ fn a_launch_with_48_tensors_is_made_resident() {
 }
 
 #[test]
-#[ignore = "u3m bug: src/hooks/aclnn.rs keeps at most MAX_OP_RANGES (64) pending tensors per \
-            thread and drops the rest silently, so a launch with more tensors runs with some of \
-            them not resident: one aclnnForeachAddScalarV2 over 40 + 40 tensors of 2 MiB (160 MiB, \
-            HBM 256 MiB) is a device MMU fault (507053) under libu3m.so, fine on the stock \
-            runtime; op-plugin's foreach operators pass up to 48 tensors per list (96 + with \
-            outputs). The same cap lets tensors created but not yet launched crowd out a later \
-            launch's own tensors"]
 fn a_launch_with_80_tensors_is_made_resident() {
     let (code, facts, err, mmu) = wide_launch("40");
     assert_eq!(
@@ -95,4 +85,29 @@ fn a_launch_with_80_tensors_is_made_resident() {
         (0, "launch=0 sync=0 wrong=0", 0),
         "{err}"
     );
+}
+
+/// `optest_aclop wide 80 200` on a 256 MiB device under libu3m.so: one
+/// aclopExecuteV2 over 80 inputs of 2 MiB (160 MiB, all fitting in HBM at
+/// once) after 200 MiB of other data pushed them out. u3m once kept 64
+/// buffers per launch and dropped the rest: a device MMU fault.
+#[test]
+fn an_aclop_launch_with_80_inputs_is_made_resident() {
+    let dir = common::scratch("tier-aclop-wide");
+    let lib = libu3m();
+    let env: Vec<(&str, &str)> = vec![
+        ("ACLSIM_HBM_BYTES", "256M"),
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_OVERSUB", "3"),
+    ];
+    let r = run("optest_aclop", &["wide", "80", "200"], &env);
+    let facts = format!(
+        "launch={} sync={}",
+        r.fact("launch").unwrap_or_default(),
+        r.fact("sync").unwrap_or_default()
+    );
+    let mmu = r.stats["mmu_faults"].as_u64().unwrap_or(u64::MAX);
+    assert_eq!((r.code, facts.as_str(), mmu), (0, "launch=0 sync=0", 0), "{}", r.stderr);
 }

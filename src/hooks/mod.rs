@@ -21,6 +21,7 @@ mod graph;
 mod hccl;
 mod kernel;
 mod op;
+mod ranges;
 pub mod table;
 mod vmm;
 
