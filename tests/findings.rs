@@ -193,7 +193,6 @@ fn stock_runtime_refuses_an_invalid_malloc_policy() {
 }
 
 #[test]
-#[ignore = "finding 4: aclrtMalloc(&p, 4 MiB, 99) returns 0 under u3m; the runtime refuses it with 100000"]
 fn u3m_refuses_an_invalid_malloc_policy() {
     bad_policies(true);
 }

@@ -12,7 +12,7 @@ use super::{dev_index, Engine, PinReason};
 use crate::acl::AclError;
 use crate::config::LogLevel;
 use crate::engine::runtime::CHUNK;
-use crate::residency::malloc_room;
+use crate::residency::{malloc_policy_known, malloc_room};
 use crate::shm::mono_ns;
 
 /// What the engine does with a call it may own.
@@ -289,9 +289,9 @@ impl Engine {
         out: Out,
         real: Real<'_>,
     ) -> i32 {
-        // a bad argument is the runtime's to report
-        let _ = policy;
-        if !out.is_null() && size > 0 {
+        // a bad argument (null out, size 0, unknown policy) is the runtime's
+        // to report
+        if !out.is_null() && size > 0 && malloc_policy_known(policy) {
             let padded = api != AllocApi::MallocAlign32;
             match self.managed_malloc(dev, malloc_room(size, padded)) {
                 Detour::Done(Ok(va)) => {
