@@ -12,6 +12,7 @@ use super::{dev_index, Engine, PinReason};
 use crate::acl::AclError;
 use crate::config::LogLevel;
 use crate::engine::runtime::CHUNK;
+use crate::residency::{malloc_policy_known, malloc_room};
 use crate::shm::mono_ns;
 
 /// What the engine does with a call it may own.
@@ -42,7 +43,12 @@ fn hbm_attr(attr: i32) -> bool {
 impl Engine {
     pub(super) fn detour(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
         match *call {
-            Call::Malloc { api, size, out } => self.run_malloc(dev, api, size, out, real),
+            Call::Malloc {
+                api,
+                size,
+                policy,
+                out,
+            } => self.run_malloc(dev, api, size, policy, out, real),
             Call::Free { ptr } => {
                 // forgotten before the real free: afterwards the runtime may
                 // hand the address to another thread
@@ -274,10 +280,20 @@ impl Engine {
     /// reserved VA backed by chunks on demand); the runtime's own that fail
     /// for lack of HBM get room made (managed chunks evicted) and are tried
     /// again.
-    fn run_malloc(&self, dev: i32, api: AllocApi, size: u64, out: Out, real: Real<'_>) -> i32 {
-        // a bad argument is the runtime's to report
-        if !out.is_null() && size > 0 {
-            match self.managed_malloc(dev, size) {
+    fn run_malloc(
+        &self,
+        dev: i32,
+        api: AllocApi,
+        size: u64,
+        policy: i32,
+        out: Out,
+        real: Real<'_>,
+    ) -> i32 {
+        // a bad argument (null out, size 0, unknown policy) is the runtime's
+        // to report
+        if !out.is_null() && size > 0 && malloc_policy_known(policy) {
+            let padded = api != AllocApi::MallocAlign32;
+            match self.managed_malloc(dev, malloc_room(size, padded)) {
                 Detour::Done(Ok(va)) => {
                     out.set(va);
                     self.alloc(dev, va, size, api);

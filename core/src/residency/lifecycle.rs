@@ -17,6 +17,23 @@ fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
+/// The bytes an aclrtMalloc-family allocation of `size` owns: the runtime
+/// documents rounding up to 32 bytes and, for the padded calls (aclrtMalloc,
+/// aclrtMallocCached, aclrtMallocWithCfg; not aclrtMallocAlign32), 32 more
+/// bytes the program may write. A managed allocation owns the same room, so
+/// a write into the padding stays in its own chunks, never the neighbour's.
+pub fn malloc_room(size: u64, padded: bool) -> u64 {
+    round_up(size, 32) + if padded { 32 } else { 0 }
+}
+
+/// An aclrtMemMallocPolicy the runtime accepts: its low byte is one of the
+/// eight page policies (ACL_MEM_MALLOC_HUGE_FIRST .. HUGE1G_ONLY_P2P = 7);
+/// the higher bits are flags (ACL_MEM_TYPE_*, ACL_MEM_ACCESS_*). Any other
+/// value is the runtime's to refuse (100000), so u3m never serves it.
+pub fn malloc_policy_known(policy: i32) -> bool {
+    (policy as u32 & 0xff) <= 7
+}
+
 impl Residency {
     /// `ptr` is the start of a managed aclrtMalloc allocation.
     pub fn is_managed(&self, ptr: u64) -> bool {
@@ -71,7 +88,8 @@ impl Residency {
     // ------------------------------------------------------------- malloc
 
     /// aclrtMalloc family: Some(result) when u3m manages the allocation, None
-    /// to pass it through.
+    /// to pass it through. `size` is the room the allocation owns
+    /// (`malloc_room`), padding included.
     pub fn malloc(
         &self,
         dev: u32,
