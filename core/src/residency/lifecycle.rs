@@ -123,8 +123,8 @@ impl Residency {
                 .filter(|&(k, o)| k != d && o.capacity != 0)
                 .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
                 .sum();
-            let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
-            let fits_tiers = (dv.managed_virtual + vlen)
+            let fits_virtual = dv.managed_virtual + size + unmanaged <= vtotal;
+            let fits_tiers = (dv.managed_virtual + size)
                 .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                 + others
                 <= self.dram_limit + self.nvme_limit;
@@ -135,16 +135,17 @@ impl Residency {
                 };
                 let id = st.next_id;
                 st.next_id += 1;
-                st.backings
-                    .insert(id, Backing::new(dev, Kind::Malloc, vlen, vec![va]));
+                let mut b = Backing::new(dev, Kind::Malloc, vlen, vec![va]);
+                b.charged = size;
+                st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
-                st.dev_mut(dev).managed_virtual += vlen;
+                st.dev_mut(dev).managed_virtual += size;
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
             let refusal = Refusal {
                 dev,
-                size: vlen,
+                size,
                 limit: if fits_virtual {
                     Limit::HostTiers
                 } else {
@@ -154,7 +155,7 @@ impl Residency {
                 virtual_total: vtotal,
                 hbm: dv.capacity,
                 oversub: self.oversub,
-                host_need: (dv.managed_virtual + vlen)
+                host_need: (dv.managed_virtual + size)
                     .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                     + others,
                 host_limit: self.dram_limit + self.nvme_limit,
@@ -230,7 +231,7 @@ impl Residency {
             }
         }
         let d = st.dev_mut(b.dev);
-        d.managed_virtual = d.managed_virtual.saturating_sub(b.size);
+        d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
     }
 
     // ----------------------------------------------------------------- VMM

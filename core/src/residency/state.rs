@@ -59,6 +59,10 @@ pub(super) struct Backing {
     pub dev: u32,
     pub kind: Kind,
     pub size: u64,
+    /// What the backing counts against the virtual capacity: the bytes the
+    /// program owns (an aclrtMalloc's room), not its chunk-rounded size — a
+    /// chunk that holds only the 32-byte padding is backed only if written.
+    pub charged: u64,
     pub chunks: Vec<Chunk>,
     /// VAs the backing is mapped at (Malloc: exactly its own).
     pub vas: Vec<u64>,
@@ -75,6 +79,7 @@ impl Backing {
             dev,
             kind,
             size,
+            charged: size,
             chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
             vas,
             pinned: false,
