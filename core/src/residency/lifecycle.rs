@@ -88,8 +88,7 @@ impl Residency {
     // ------------------------------------------------------------- malloc
 
     /// aclrtMalloc family: Some(result) when u3m manages the allocation, None
-    /// to pass it through. `size` is the room the allocation owns
-    /// (`malloc_room`), padding included.
+    /// to pass it through. The allocation owns exactly `size` bytes.
     pub fn malloc(
         &self,
         dev: u32,
@@ -97,10 +96,27 @@ impl Residency {
         free: u64,
         total: u64,
     ) -> Option<Result<u64, AclError>> {
+        self.malloc_with_room(dev, size, size, free, total)
+    }
+
+    /// `malloc` of `size` bytes that owns `room` bytes (`malloc_room`: the
+    /// documented padding). The VA covers the room; the virtual capacity is
+    /// charged for `size` rounded to chunks, as before the padding was
+    /// given, so a program sized to the capacity still fits: a padding
+    /// chunk gets memory only if the program writes there.
+    pub fn malloc_with_room(
+        &self,
+        dev: u32,
+        size: u64,
+        room: u64,
+        free: u64,
+        total: u64,
+    ) -> Option<Result<u64, AclError>> {
         if size < self.min_bytes || size > (1u64 << 46) {
             return None;
         }
-        let vlen = round_up(size, CHUNK);
+        let vlen = round_up(room.max(size), CHUNK);
+        let charge = round_up(size, CHUNK);
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
         loop {
@@ -123,8 +139,8 @@ impl Residency {
                 .filter(|&(k, o)| k != d && o.capacity != 0)
                 .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
                 .sum();
-            let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
-            let fits_tiers = (dv.managed_virtual + vlen)
+            let fits_virtual = dv.managed_virtual + charge + unmanaged <= vtotal;
+            let fits_tiers = (dv.managed_virtual + charge)
                 .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                 + others
                 <= self.dram_limit + self.nvme_limit;
@@ -135,16 +151,17 @@ impl Residency {
                 };
                 let id = st.next_id;
                 st.next_id += 1;
-                st.backings
-                    .insert(id, Backing::new(dev, Kind::Malloc, vlen, vec![va]));
+                let mut b = Backing::new(dev, Kind::Malloc, vlen, vec![va]);
+                b.charged = charge;
+                st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
-                st.dev_mut(dev).managed_virtual += vlen;
+                st.dev_mut(dev).managed_virtual += charge;
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
             let refusal = Refusal {
                 dev,
-                size: vlen,
+                size: charge,
                 limit: if fits_virtual {
                     Limit::HostTiers
                 } else {
@@ -154,7 +171,7 @@ impl Residency {
                 virtual_total: vtotal,
                 hbm: dv.capacity,
                 oversub: self.oversub,
-                host_need: (dv.managed_virtual + vlen)
+                host_need: (dv.managed_virtual + charge)
                     .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                     + others,
                 host_limit: self.dram_limit + self.nvme_limit,
@@ -230,7 +247,7 @@ impl Residency {
             }
         }
         let d = st.dev_mut(b.dev);
-        d.managed_virtual = d.managed_virtual.saturating_sub(b.size);
+        d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
     }
 
     // ----------------------------------------------------------------- VMM

@@ -59,6 +59,9 @@ pub(super) struct Backing {
     pub dev: u32,
     pub kind: Kind,
     pub size: u64,
+    /// What the backing counts against the device's virtual capacity: its
+    /// size, less an aclrtMalloc's padding chunk (see `malloc_room`).
+    pub charged: u64,
     pub chunks: Vec<Chunk>,
     /// VAs the backing is mapped at (Malloc: exactly its own).
     pub vas: Vec<u64>,
@@ -75,6 +78,7 @@ impl Backing {
             dev,
             kind,
             size,
+            charged: size,
             chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
             vas,
             pinned: false,
