@@ -160,7 +160,6 @@ fn stock_program_that_never_maps_is_untouched_by_a_map_fault() {
 }
 
 #[test]
-#[ignore = "finding 3: one injected aclrtMapMem failure (ACLSIM_FAULTS=map:4) fails the program's aclrtMemcpy with 507899 under u3m"]
 fn u3m_absorbs_one_map_fault() {
     one_map_fault(true);
 }

@@ -13,6 +13,13 @@ use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::CHUNK;
 use crate::store::StoreError;
 
+/// Attempts at one aclrtMapMem u3m makes for itself. A failed map leaves
+/// nothing mapped, and the runtime's failures here are transient (a driver
+/// hiccup, an injected fault): retrying a few times absorbs one, as a
+/// refused physical allocation is absorbed by evicting, while a map that
+/// keeps failing still fails the call instead of looping.
+const MAP_TRIES: u32 = 3;
+
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
@@ -250,6 +257,37 @@ impl Residency {
         d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
     }
 
+    // --------------------------------------------------------- u3m's maps
+
+    /// Maps `len` bytes of `phys` at `va` for u3m itself, retrying a failure
+    /// (`MAP_TRIES`).
+    pub(super) fn map_retrying(&self, va: u64, len: u64, phys: u64) -> Result<(), AclError> {
+        let mut tries = 1;
+        loop {
+            match self.rt.map(va, len, phys) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries >= MAP_TRIES => return Err(e),
+                Err(_) => tries += 1,
+            }
+        }
+    }
+
+    /// Maps chunk `i` of a backing (physical chunk `phys`) at each of its
+    /// `vas`; on failure the ones already mapped are unmapped again, so the
+    /// caller only has `phys` to give back.
+    pub(super) fn map_chunk(&self, vas: &[u64], i: u32, phys: u64) -> Result<(), AclError> {
+        let off = i as u64 * CHUNK;
+        for (k, &va) in vas.iter().enumerate() {
+            if let Err(e) = self.map_retrying(va + off, CHUNK, phys) {
+                for &done in &vas[..k] {
+                    let _ = self.rt.unmap(done + off);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     // ----------------------------------------------------------------- VMM
 
     /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
@@ -312,7 +350,7 @@ impl Residency {
             return Some(Err(AclError::RT_PARAM_INVALID));
         }
         if b.real != 0 {
-            let rc = self.rt.map(va, size, b.real);
+            let rc = self.map_retrying(va, size, b.real);
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
@@ -326,8 +364,11 @@ impl Residency {
             .filter(|(_, c)| c.phys != 0)
             .map(|(i, c)| (i, c.phys))
             .collect();
-        for (i, p) in phys {
-            if let Err(e) = self.rt.map(va + i as u64 * CHUNK, CHUNK, p) {
+        for (k, &(i, p)) in phys.iter().enumerate() {
+            if let Err(e) = self.map_retrying(va + i as u64 * CHUNK, CHUNK, p) {
+                for &(j, _) in &phys[..k] {
+                    let _ = self.rt.unmap(va + j as u64 * CHUNK);
+                }
                 return Some(Err(e));
             }
         }
@@ -440,7 +481,7 @@ impl Residency {
             Ok(v) => v,
             Err(e) => return fail(st, 0, e),
         };
-        if let Err(e) = self.rt.map(va, size, real) {
+        if let Err(e) = self.map_retrying(va, size, real) {
             let _ = self.rt.release(va);
             let _ = self.rt.free_physical(real);
             return Err(e);
