@@ -131,7 +131,6 @@ fn stock_runtime_reloaded_after_finalize_works_every_round() {
 }
 
 #[test]
-#[ignore = "finding 2: after aclFinalize + dlclose + dlopen the second round crashes (SIGSEGV) under u3m: a lookup through the unloaded runtime's handle"]
 fn u3m_runtime_reloaded_after_finalize_works_every_round() {
     reload_rounds(true);
 }

@@ -260,8 +260,12 @@ impl Engine {
             }
             Call::Finalize => {
                 // flush before the runtime goes away: the program may exit
-                // right after
+                // right after; u3m's runtime objects are given back while
+                // the runtime can take them (it may be unloaded next)
                 self.runtime_finalize();
+                if let Some(r) = &self.residency {
+                    r.finalize();
+                }
                 real()
             }
             // device work is `run`'s

@@ -618,10 +618,17 @@ impl Residency {
     /// those backings without calling it (their memory is already gone).
     pub fn forget_device(&self, dev: u32) {
         let Ok(mut st) = self.st.lock() else { return };
+        self.forget_backings(&mut st, Some(dev));
+        *st.dev_mut(dev) = super::state::Dev::new();
+    }
+
+    /// Forgets the backings on `dev` (every device: None) without calling
+    /// the runtime: their device memory is gone; host copies are given back.
+    fn forget_backings(&self, st: &mut State, dev: Option<u32>) {
         let ids: Vec<u64> = st
             .backings
             .iter()
-            .filter(|(_, b)| b.dev == dev)
+            .filter(|(_, b)| dev.map_or(true, |d| b.dev == d))
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
@@ -638,6 +645,38 @@ impl Residency {
                 self.live.fetch_sub(1, Relaxed);
             }
         }
-        *st.dev_mut(dev) = super::state::Dev::new();
+    }
+
+    /// Before aclFinalize: the runtime is about to release everything the
+    /// process holds, and the program may unload it and load it again. u3m
+    /// waits for its own copies, forgets every managed allocation and handle
+    /// and every runtime object it made (streams, use events, scratch VAs),
+    /// and gives its pinned DRAM and staging buffers back while the runtime
+    /// can still take them: a later aclInit starts from nothing, as the
+    /// runtime does.
+    pub fn finalize(&self) {
+        let Ok(mut st) = self.st.lock() else { return };
+        for d in 0..st.devs.len() {
+            let stream = st.devs[d].stream;
+            if stream != 0 && !st.devs[d].lost {
+                let _ = self.rt.sync_stream(stream);
+            }
+        }
+        self.forget_backings(&mut st, None);
+        for h in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for d in 0..st.devs.len() {
+            let staging = st.devs[d].staging;
+            if staging != 0 {
+                let _ = self.rt.free_host(staging as *mut u8);
+            }
+            st.devs[d] = super::state::Dev::new();
+        }
+        st.event_refs.clear();
+        st.free_events.clear();
+        st.wait_for = None;
+        st.recently_freed.clear();
+        st.dram.shrink();
     }
 }
