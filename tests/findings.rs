@@ -131,7 +131,6 @@ fn stock_runtime_reloaded_after_finalize_works_every_round() {
 }
 
 #[test]
-#[ignore = "finding 2: after aclFinalize + dlclose + dlopen the second round crashes (SIGSEGV) under u3m: a lookup through the unloaded runtime's handle"]
 fn u3m_runtime_reloaded_after_finalize_works_every_round() {
     reload_rounds(true);
 }
@@ -160,7 +159,6 @@ fn stock_program_that_never_maps_is_untouched_by_a_map_fault() {
 }
 
 #[test]
-#[ignore = "finding 3: one injected aclrtMapMem failure (ACLSIM_FAULTS=map:4) fails the program's aclrtMemcpy with 507899 under u3m"]
 fn u3m_absorbs_one_map_fault() {
     one_map_fault(true);
 }

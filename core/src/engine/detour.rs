@@ -260,8 +260,12 @@ impl Engine {
             }
             Call::Finalize => {
                 // flush before the runtime goes away: the program may exit
-                // right after
+                // right after; u3m's runtime objects are given back while
+                // the runtime can take them (it may be unloaded next)
                 self.runtime_finalize();
+                if let Some(r) = &self.residency {
+                    r.finalize();
+                }
                 real()
             }
             // device work is `run`'s
@@ -293,7 +297,7 @@ impl Engine {
         // to report
         if !out.is_null() && size > 0 && malloc_policy_known(policy) {
             let padded = api != AllocApi::MallocAlign32;
-            match self.managed_malloc(dev, malloc_room(size, padded)) {
+            match self.managed_malloc(dev, size, malloc_room(size, padded)) {
                 Detour::Done(Ok(va)) => {
                     out.set(va);
                     self.alloc(dev, va, size, api);
@@ -325,7 +329,7 @@ impl Engine {
 
     /// An allocation the residency manager serves (Bypass: not tier mode,
     /// or too small to manage).
-    fn managed_malloc(&self, dev: i32, size: u64) -> Detour<u64> {
+    fn managed_malloc(&self, dev: i32, size: u64, room: u64) -> Detour<u64> {
         let Some(r) = &self.residency else {
             return Detour::Bypass;
         };
@@ -334,7 +338,7 @@ impl Engine {
         };
         self.capacity[dev_index(dev)].store(total, Relaxed);
         let t0 = mono_ns();
-        let d = r.malloc(dev.max(0) as u32, size, free, total);
+        let d = r.malloc_with_room(dev.max(0) as u32, size, room, free, total);
         self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
         self.say_refused(r);
         d.into()

@@ -62,7 +62,7 @@ impl Residency {
             st.dev_mut(dev).scratch_va = self.rt.reserve(CHUNK)?;
         }
         let va = st.dev(dev).scratch_va;
-        self.rt.map(va, CHUNK, st.chunk(id, i).phys)?;
+        self.map_retrying(va, CHUNK, st.chunk(id, i).phys)?;
         Ok(va)
     }
 
@@ -93,11 +93,12 @@ impl Residency {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
             let phys = self.alloc_phys(st, bdev, &protect)?;
-            st.dev_mut(bdev).resident += CHUNK;
             let vas = st.backings[&id].vas.clone();
-            for &va in &vas {
-                self.rt.map(va + i as u64 * CHUNK, CHUNK, phys)?;
+            if let Err(e) = self.map_chunk(&vas, i, phys) {
+                let _ = self.rt.free_physical(phys);
+                return Err(e.into());
             }
+            st.dev_mut(bdev).resident += CHUNK;
             let target = vas.first().map(|va| va + i as u64 * CHUNK);
             let c = st.chunk_mut(id, i);
             c.phys = phys;

@@ -59,9 +59,8 @@ pub(super) struct Backing {
     pub dev: u32,
     pub kind: Kind,
     pub size: u64,
-    /// What the backing counts against the virtual capacity: the bytes the
-    /// program owns (an aclrtMalloc's room), not its chunk-rounded size — a
-    /// chunk that holds only the 32-byte padding is backed only if written.
+    /// What the backing counts against the device's virtual capacity: its
+    /// size, less an aclrtMalloc's padding chunk (see `malloc_room`).
     pub charged: u64,
     pub chunks: Vec<Chunk>,
     /// VAs the backing is mapped at (Malloc: exactly its own).
