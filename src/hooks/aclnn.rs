@@ -141,7 +141,9 @@ pub unsafe fn launch_with(
     // superset: those of the launches queued ahead too).
     let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
     let live;
-    let resident = if tiering && n <= usize::from(has_ws) {
+    // more tensors than the pending list holds: the same superset
+    let overflow = PENDING.with(|p| p.overflow.take());
+    let resident = if tiering && (n <= usize::from(has_ws) || overflow || n == MAX_OP_RANGES) {
         live = live_ranges(ws, ws_size);
         Some(&live[..])
     } else {
@@ -201,6 +203,8 @@ fn live_ranges(ws: *mut c_void, ws_size: u64) -> Vec<Range> {
 struct Pending {
     t: UnsafeCell<[(usize, Range); MAX_OP_RANGES]>,
     n: std::cell::Cell<usize>,
+    /// A tensor did not fit since the last launch.
+    overflow: std::cell::Cell<bool>,
 }
 
 impl Pending {
@@ -208,6 +212,7 @@ impl Pending {
         Pending {
             t: UnsafeCell::new([(0, Range::ZERO); MAX_OP_RANGES]),
             n: std::cell::Cell::new(0),
+            overflow: std::cell::Cell::new(false),
         }
     }
     fn push(&self, tensor: usize, r: Range) {
@@ -215,6 +220,8 @@ impl Pending {
         if n < MAX_OP_RANGES {
             unsafe { (*self.t.get())[n] = (tensor, r) };
             self.n.set(n + 1);
+        } else {
+            self.overflow.set(true);
         }
     }
     fn forget(&self, tensor: usize) {

@@ -111,6 +111,30 @@ unsafe fn buffers(
     }
 }
 
+/// Every data buffer of a launch with more than MAX_OP_RANGES of them.
+unsafe fn all_buffers(
+    ins: *const *const c_void,
+    nin: c_int,
+    outs: *const *const c_void,
+    nout: c_int,
+) -> Vec<Range> {
+    let mut v = Vec::new();
+    for (list, n, write) in [(ins, nin, false), (outs, nout, true)] {
+        let mut part = [Range::ZERO; MAX_OP_RANGES];
+        let mut i = 0;
+        while i < n.max(0) {
+            let k = (n - i).min(MAX_OP_RANGES as c_int);
+            let mut len = 0;
+            if !list.is_null() {
+                buffers(list.add(i as usize), k, write, &mut part, &mut len);
+            }
+            v.extend_from_slice(&part[..len]);
+            i += k;
+        }
+    }
+    v
+}
+
 /// An aclop launch, decoded: the input and output data buffers are its
 /// ranges (inputs read, outputs written), the `flops` attribute its work.
 #[allow(clippy::too_many_arguments)]
@@ -129,6 +153,15 @@ unsafe fn launch(
     let mut n = 0;
     buffers(ins, nin, false, &mut ranges, &mut n);
     buffers(outs, nout, true, &mut ranges, &mut n);
+    // more buffers than observation keeps (a fused optimizer over many
+    // tensors): residency must still cover every one of them
+    let all;
+    let resident = if nin.max(0) as usize + nout.max(0) as usize > MAX_OP_RANGES {
+        all = all_buffers(ins, nin, outs, nout);
+        Some(&all[..])
+    } else {
+        None
+    };
     let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
     let call = Call::Launch(Launch {
         kind: LaunchKind::Aclop,
@@ -137,7 +170,7 @@ unsafe fn launch(
             .map(|n| u3m_core::opclass::classify_bytes(n).0)
             .unwrap_or(OpClass::Other),
         ranges: &ranges[..n],
-        resident: None,
+        resident,
         flops: attr_flops(attr),
         q: Queue::on(stream as u64),
         api: Api::Acl,

@@ -210,12 +210,20 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
             bytes(f.bytes_out(TIER_NVME))
         ));
     }
-    format!(
+    let mut line = format!(
         "summary: {secs:.1} s: {moved}; {peak}; calls stalled {:.2} s in u3m ({stall_pct:.0} % of wall time); {} allocation{} refused",
         r.stall_ns as f64 / 1e9,
         r.refusals,
         if r.refusals == 1 { "" } else { "s" }
-    )
+    );
+    if c.refused_oversize > 0 {
+        line.push_str(&format!(
+            "; {} call{} refused as larger than HBM",
+            c.refused_oversize,
+            if c.refused_oversize == 1 { "" } else { "s" }
+        ));
+    }
+    line
 }
 
 /// Which limit refused an allocation.
@@ -272,6 +280,18 @@ impl Refusal {
             ),
         }
     }
+}
+
+/// The line for a call refused before launch because its memory cannot all
+/// be accessible at once.
+pub fn oversize_line(what: &str, o: &crate::residency::Oversize) -> String {
+    format!(
+        "{what} on device {} needs {} of device memory at once; HBM is {} ({} of it available to managed memory): refused before launch (207001)",
+        o.dev,
+        bytes(o.need),
+        bytes(o.hbm),
+        bytes(o.room)
+    )
 }
 
 /// Migration lines and events at most this often.

@@ -69,6 +69,9 @@ counters! {
     /// Calls that waited for fault-ins and their total wait (ns).
     stall_count,
     stall_ns,
+    /// Calls refused before launch: their memory cannot all be made
+    /// accessible at once (larger than HBM, host mapping off).
+    refused_oversize,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

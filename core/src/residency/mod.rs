@@ -30,6 +30,7 @@
 
 mod counters;
 mod evict;
+mod hostmap;
 mod lifecycle;
 mod lost;
 mod migrate;
@@ -54,6 +55,7 @@ pub(crate) mod fake;
 mod tests;
 
 pub use counters::Counters;
+pub use hostmap::Oversize;
 pub use lost::Allocations;
 pub use protocol::{Order, Token};
 use state::State;
@@ -122,6 +124,9 @@ pub struct Residency {
     lost_any: AtomicBool,
     /// The figures of the last allocation `malloc` refused (for one line).
     refusal: Mutex<Option<Refusal>>,
+    /// The figures of the last call refused as larger than what can be
+    /// made accessible (for the engine's one line, which names the call).
+    oversize: Mutex<Option<Oversize>>,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -186,6 +191,7 @@ impl Residency {
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
             refusal: Mutex::new(None),
+            oversize: Mutex::new(None),
         })
     }
 

@@ -95,10 +95,13 @@ impl Residency {
         {
             return Err(E_DEVICE_LOST);
         }
-        // a call that needs more chunks than the device holds can never run
-        let cap = st.dev(dev).capacity;
-        if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
-            return Err(E_ALLOC);
+        // a call whose chunks cannot all be resident at once never runs:
+        // refused before anything moves (checked when something must move)
+        if need.iter().any(|n| st.chunk(n.0, n.1).phys == 0) {
+            if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
+                self.refuse_oversize(o);
+                return Err(E_ALLOC);
+            }
         }
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on Busy let them run, then try again
