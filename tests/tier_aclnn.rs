@@ -81,13 +81,7 @@ fn a_launch_with_48_tensors_is_made_resident() {
 }
 
 #[test]
-#[ignore = "u3m bug: src/hooks/aclnn.rs keeps at most MAX_OP_RANGES (64) pending tensors per \
-            thread and drops the rest silently, so a launch with more tensors runs with some of \
-            them not resident: one aclnnForeachAddScalarV2 over 40 + 40 tensors of 2 MiB (160 MiB, \
-            HBM 256 MiB) is a device MMU fault (507053) under libu3m.so, fine on the stock \
-            runtime; op-plugin's foreach operators pass up to 48 tensors per list (96 + with \
-            outputs). The same cap lets tensors created but not yet launched crowd out a later \
-            launch's own tensors"]
+// more than 64 pending tensors: residency covers every live tensor (issue 11)
 fn a_launch_with_80_tensors_is_made_resident() {
     let (code, facts, err, mmu) = wide_launch("40");
     assert_eq!(
