@@ -316,6 +316,7 @@ const JSON: &str = r#"{
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
+          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0 },
           "monitor": { "level": "warning", "hbm_use": 0.859375, "basis": "hbm", "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
@@ -344,6 +345,7 @@ const JSON: &str = r#"{
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
+          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0 },
           "monitor": { "level": "ok", "hbm_use": 0.0, "basis": "hbm", "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],

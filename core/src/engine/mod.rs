@@ -1187,6 +1187,7 @@ impl Engine {
             g.used[1].store(dram, Relaxed);
             g.peak[1].fetch_max(dram, Relaxed);
             g.used[2].store(nvme, Relaxed);
+            g.host_mapped.store(t.host_mapped(dev), Relaxed);
             g.peak[2].fetch_max(nvme, Relaxed);
             g.capacity[1].store(dram_limit, Relaxed);
             g.capacity[2].store(nvme_limit, Relaxed);
@@ -1206,6 +1207,9 @@ impl Engine {
                 g.stall_count.store(c.stall_count, Relaxed);
                 g.stall_ns.store(c.stall_ns, Relaxed);
                 g.refused_oversize.store(c.refused_oversize, Relaxed);
+                g.host_maps.store(c.host_maps, Relaxed);
+                g.host_map_bytes.store(c.host_map_bytes, Relaxed);
+                g.host_unmaps.store(c.host_unmaps, Relaxed);
                 for (b, v) in g.stall_buckets.iter().zip(c.stall_buckets) {
                     b.store(v, Relaxed);
                 }
@@ -1281,7 +1285,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1304,6 +1308,9 @@ impl Engine {
             t.prefetches,
             t.prefetch_bytes,
             t.refused_oversize,
+            t.host_maps,
+            t.host_map_bytes,
+            t.host_unmaps,
             dram_limit,
             nvme_limit,
             self.lost

@@ -216,6 +216,14 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
         r.refusals,
         if r.refusals == 1 { "" } else { "s" }
     );
+    if c.host_maps > 0 {
+        line.push_str(&format!(
+            "; host-mapped {} chunks ({} copied into host handles), {} brought back",
+            c.host_maps,
+            bytes(c.host_map_bytes),
+            c.host_unmaps
+        ));
+    }
     if c.refused_oversize > 0 {
         line.push_str(&format!(
             "; {} call{} refused as larger than HBM",
@@ -285,8 +293,12 @@ impl Refusal {
 /// The line for a call refused before launch because its memory cannot all
 /// be accessible at once.
 pub fn oversize_line(what: &str, o: &crate::residency::Oversize) -> String {
+    let why = match o.host_map_failed {
+        None => "host mapping is off (U3M_HOST_MAP=off)".to_string(),
+        Some(e) => format!("host memory could not be mapped for it (error {})", e.raw()),
+    };
     format!(
-        "{what} on device {} needs {} of device memory at once; HBM is {} ({} of it available to managed memory): refused before launch (207001)",
+        "{what} on device {} needs {} of device memory at once; HBM is {} ({} of it available to managed memory) and {why}: refused before launch (207001)",
         o.dev,
         bytes(o.need),
         bytes(o.hbm),

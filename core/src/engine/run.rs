@@ -37,7 +37,16 @@ impl Engine {
                             len: bytes,
                             write: true,
                         }];
-                        self.resident(dev, b"memset", OpClass::Layout, q, &rs, true, Api::Acl, real)
+                        self.resident(
+                            dev,
+                            b"memset",
+                            OpClass::Layout,
+                            q,
+                            &rs,
+                            true,
+                            Api::Acl,
+                            real,
+                        )
                     }
                     None => self.device_call(dev, Api::Acl, real),
                 };
@@ -66,7 +75,16 @@ impl Engine {
             Call::Kernel { blob, q, api } => {
                 let mut rs = [Range::ZERO; MAX_OP_RANGES];
                 let n = self.kernel_ranges(blob, &mut rs);
-                let rc = self.resident(dev, b"kernel", OpClass::Other, q, &rs[..n], false, api, real);
+                let rc = self.resident(
+                    dev,
+                    b"kernel",
+                    OpClass::Other,
+                    q,
+                    &rs[..n],
+                    false,
+                    api,
+                    real,
+                );
                 // an unreadable blob (null, or outside 8 B..1 MiB) is not counted
                 if rc == 0 && !blob.is_empty() {
                     self.kernel_args(dev, q.stream, &rs[..n]);
@@ -85,7 +103,16 @@ impl Engine {
                 let rc = match self.tiering() {
                     Some(_) => {
                         let rs = self.graph_ranges(model);
-                        self.resident(dev, b"graph replay", OpClass::Other, q, &rs, false, Api::Acl, real)
+                        self.resident(
+                            dev,
+                            b"graph replay",
+                            OpClass::Other,
+                            q,
+                            &rs,
+                            false,
+                            Api::Acl,
+                            real,
+                        )
                     }
                     None => self.device_call(dev, Api::Acl, real),
                 };
@@ -180,7 +207,16 @@ impl Engine {
         let rc = match self.tiering() {
             Some(_) => {
                 let (rs, n) = c.ranges();
-                self.resident(dev, b"copy", OpClass::Layout, q, &rs[..n], c.whole, Api::Acl, real)
+                self.resident(
+                    dev,
+                    b"copy",
+                    OpClass::Layout,
+                    q,
+                    &rs[..n],
+                    c.whole,
+                    Api::Acl,
+                    real,
+                )
             }
             None => self.device_call(dev, Api::Acl, real),
         };
@@ -217,7 +253,16 @@ impl Engine {
                     let (r, n) = c.ranges();
                     rs.extend_from_slice(&r[..n]);
                 }
-                self.resident(dev, b"batch copy", OpClass::Layout, q, &rs, true, Api::Acl, real)
+                self.resident(
+                    dev,
+                    b"batch copy",
+                    OpClass::Layout,
+                    q,
+                    &rs,
+                    true,
+                    Api::Acl,
+                    real,
+                )
             }
             None => self.device_call(dev, Api::Acl, real),
         };

@@ -112,6 +112,8 @@ pub struct Residency {
     dram_limit: u64,
     nvme_limit: u64,
     alloc_wait_ms: u64,
+    /// U3M_HOST_MAP=auto: calls larger than HBM run with host-mapped chunks.
+    host_map: bool,
     /// Backings alive: the hot path skips everything when 0.
     live: AtomicU64,
     c: counters::Live,
@@ -185,6 +187,7 @@ impl Residency {
             dram_limit,
             nvme_limit,
             alloc_wait_ms: cfg.alloc_wait_ms,
+            host_map: cfg.host_map,
             live: AtomicU64::new(0),
             c: counters::Live::default(),
             demand: AtomicU64::new(0),
@@ -234,6 +237,14 @@ impl Residency {
             st.dram.used(),
             nv,
         )
+    }
+
+    /// Bytes of managed memory of `dev` host-mapped now.
+    pub fn host_mapped(&self, dev: u32) -> u64 {
+        self.st
+            .lock()
+            .map(|st| st.dev(dev).host_mapped)
+            .unwrap_or(0)
     }
 
     /// Managed memory that is not resident in HBM, over all devices: what

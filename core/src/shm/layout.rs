@@ -251,7 +251,15 @@ pub struct DeviceGauges {
     /// 608 (1.2): calls refused before launch because their memory cannot
     /// all be accessible at once (issue 11).
     pub refused_oversize: AtomicU64,
-    pub _reserved: [u64; 51],
+    /// 616 (1.2): bytes of managed memory host-mapped on this device now
+    /// (pinned host memory at its device addresses, read over the link);
+    /// chunks that became host-mapped, the bytes copied into their host
+    /// handles, and host-mapped chunks brought back into HBM.
+    pub host_mapped: AtomicU64,
+    pub host_maps: AtomicU64,
+    pub host_map_bytes: AtomicU64,
+    pub host_unmaps: AtomicU64,
+    pub _reserved: [u64; 47],
 }
 
 /// Call counts per hook id.
@@ -531,6 +539,10 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "stall.count", Count, "calls that waited for fault-ins", |g| g.stall_count;
     "stall.ns", Count, "total time calls waited for fault-ins (ns)", |g| g.stall_ns;
     "refused_oversize", Count, "calls refused before launch: their memory cannot all be accessible at once", |g| g.refused_oversize;
+    "hostmap.bytes", Bytes, "managed memory host-mapped now (pinned host memory at its device addresses)", |g| g.host_mapped;
+    "hostmap.maps", Count, "chunks that became host-mapped for calls larger than HBM", |g| g.host_maps;
+    "hostmap.map_bytes", Bytes, "bytes copied into host-mapped chunks", |g| g.host_map_bytes;
+    "hostmap.unmaps", Count, "host-mapped chunks brought back into HBM", |g| g.host_unmaps;
 ];
 
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
@@ -604,7 +616,9 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).stall_ns)), 472);
             assert_eq!(off(p, addr_of!((*p).stall_buckets)), 480);
             assert_eq!(off(p, addr_of!((*p).refused_oversize)), 608);
-            assert_eq!(off(p, addr_of!((*p)._reserved)), 616);
+            assert_eq!(off(p, addr_of!((*p).host_mapped)), 616);
+            assert_eq!(off(p, addr_of!((*p).host_unmaps)), 640);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 648);
         }
     }
 
@@ -615,7 +629,7 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate device field key");
-        assert_eq!(field_index("refused_oversize"), DEVICE_FIELDS.len() - 1);
+        assert_eq!(field_index("hostmap.unmaps"), DEVICE_FIELDS.len() - 1);
     }
 
     #[test]
