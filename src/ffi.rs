@@ -40,6 +40,7 @@ pub const MEMCPY_INTER_D2D: c_int = 7;
 /// aclrtMemLocationType
 pub const MEM_LOCATION_HOST: u32 = 0;
 pub const MEM_LOCATION_DEVICE: u32 = 1;
+pub const MEM_LOCATION_HOST_NUMA: u32 = 4;
 
 #[repr(C)]
 #[derive(Clone, Copy)]

@@ -35,6 +35,36 @@ macro_rules! call {
     }};
 }
 
+/// aclrtMallocPhysical at a location with a memory attribute.
+fn physical(location: u32, id: u32, mem_attr: c_int, bytes: u64) -> Result<u64, AclError> {
+    let prop = aclrtPhysicalMemProp {
+        handle_type: 0,
+        allocation_type: 0,
+        mem_attr,
+        location: aclrtMemLocation {
+            id,
+            type_: location,
+        },
+        reserve: 0,
+    };
+
+    let mut h: aclrtDrvMemHandle = std::ptr::null_mut();
+    call!(
+        real::aclrtMallocPhysical,
+        unsafe extern "C" fn(
+            *mut aclrtDrvMemHandle,
+            usize,
+            *const aclrtPhysicalMemProp,
+            u64,
+        ) -> i32,
+        &mut h,
+        bytes as usize,
+        &prop,
+        0
+    )
+    .map(|()| h as u64)
+}
+
 pub struct Real;
 
 impl Runtime for Real {
@@ -47,31 +77,13 @@ impl Runtime for Real {
     }
 
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
-        let prop = aclrtPhysicalMemProp {
-            handle_type: 0,
-            allocation_type: 0,
-            mem_attr: 4, // ACL_HBM_MEM_HUGE: 2 MiB pages
-            location: aclrtMemLocation {
-                id: dev,
-                type_: MEM_LOCATION_DEVICE,
-            },
-            reserve: 0,
-        };
-        let mut h: aclrtDrvMemHandle = std::ptr::null_mut();
-        call!(
-            real::aclrtMallocPhysical,
-            unsafe extern "C" fn(
-                *mut aclrtDrvMemHandle,
-                usize,
-                *const aclrtPhysicalMemProp,
-                u64,
-            ) -> i32,
-            &mut h,
-            bytes as usize,
-            &prop,
-            0
-        )
-        .map(|()| h as u64)
+        // ACL_HBM_MEM_HUGE: 2 MiB pages
+        physical(MEM_LOCATION_DEVICE, dev, 4, bytes)
+    }
+
+    fn malloc_physical_host(&self, _dev: u32, bytes: u64) -> Result<u64, AclError> {
+        // ACL_MEM_HUGE on NUMA node 0 (the device's node is not known here)
+        physical(MEM_LOCATION_HOST_NUMA, 0, 13, bytes)
     }
 
     fn free_physical(&self, handle: u64) -> Result<(), AclError> {

@@ -175,15 +175,37 @@ fn counters(d: &DeviceSnapshot) -> Vec<Vec<String>> {
         vec![
             "residency".into(),
             format!(
-                "faults-in {} ({}), evictions {} ({}), pinned {}",
+                "faults-in {} ({}), evictions {} ({}), pinned {}{}",
                 d.get("faults_in.count"),
                 bytes(d.get("faults_in.bytes")),
                 d.get("evictions.count"),
                 bytes(d.get("evictions.bytes")),
-                bytes(d.get("pinned_bytes"))
+                bytes(d.get("pinned_bytes")),
+                hostmap_text(d)
             ),
         ],
     ]
+}
+
+/// The host-mapped state and calls refused as larger than HBM, when there
+/// were any (issue 11).
+fn hostmap_text(d: &DeviceSnapshot) -> String {
+    let mut t = String::new();
+    if d.get("hostmap.bytes") + d.get("hostmap.maps") > 0 {
+        t += &format!(
+            ", host-mapped {} now ({} chunks mapped, {} back in HBM)",
+            bytes(d.get("hostmap.bytes")),
+            d.get("hostmap.maps"),
+            d.get("hostmap.unmaps")
+        );
+    }
+    if d.get("refused_oversize") > 0 {
+        t += &format!(
+            ", {} calls refused as larger than HBM",
+            d.get("refused_oversize")
+        );
+    }
+    t
 }
 
 pub fn calls_line(s: &Snapshot) -> String {

@@ -481,3 +481,28 @@ fn a_recorded_workload_replays_in_the_simulators_time() {
     let _ = std::fs::remove_file(&trace);
     let _ = std::fs::remove_file(&summary);
 }
+
+/// An optimizer step larger than HBM (issue 11): with host mapping (the
+/// default) every policy replays it, part of its memory host-mapped and
+/// read over the link; with --host-map off the replay stops at it.
+#[test]
+fn an_operator_larger_than_hbm_replays_host_mapped() {
+    let t = replay(&[&trace("oversize_op"), "--hbm", "20M"]);
+    for p in t["policies"].as_array().unwrap() {
+        let name = p["policy"].as_str().unwrap();
+        assert!(p["host_map"]["maps"].as_u64().unwrap() > 0, "{name}: {p:#}");
+        assert!(
+            p["runtime"]["host_mapped_read_bytes"].as_u64().unwrap() > 0,
+            "{name}"
+        );
+        assert_eq!(p["runtime_misuse"], 0, "{name}");
+        assert!(p["peak_hbm_bytes"].as_u64().unwrap() <= 20 << 20, "{name}");
+    }
+    let o = u3m(&[&trace("oversize_op"), "--hbm", "20M", "--host-map", "off"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("oversize_op.trace:16: ApplyAdamW: the Tier could not make its memory accessible (error 207001"),
+        "{err}"
+    );
+}

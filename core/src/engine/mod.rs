@@ -1104,6 +1104,18 @@ impl Engine {
         }
     }
 
+    /// One line when a call was refused because its memory cannot all be
+    /// accessible at once: the call, the bytes it needs and HBM.
+    pub(super) fn say_oversize(&self, what: &[u8], o: &residency::Oversize) {
+        let line = report::oversize_line(&String::from_utf8_lossy(what), o);
+        if let Some(s) = &self.seg {
+            s.event_value(EventKind::Error, o.dev, 0, o.need, 207001, &line);
+        }
+        if self.cfg.log >= LogLevel::Warn {
+            eprintln!("u3m: {line}");
+        }
+    }
+
     pub(crate) fn is_capturing(&self, stream: u64) -> bool {
         self.capturing.load(Relaxed) != 0
             && self
@@ -1193,6 +1205,7 @@ impl Engine {
             g.used[1].store(dram, Relaxed);
             g.peak[1].fetch_max(dram, Relaxed);
             g.used[2].store(nvme, Relaxed);
+            g.host_mapped.store(t.host_mapped(dev), Relaxed);
             g.peak[2].fetch_max(nvme, Relaxed);
             g.capacity[1].store(dram_limit, Relaxed);
             g.capacity[2].store(nvme_limit, Relaxed);
@@ -1211,6 +1224,10 @@ impl Engine {
                 g.prefetch_misses.store(c.faults_in, Relaxed);
                 g.stall_count.store(c.stall_count, Relaxed);
                 g.stall_ns.store(c.stall_ns, Relaxed);
+                g.refused_oversize.store(c.refused_oversize, Relaxed);
+                g.host_maps.store(c.host_maps, Relaxed);
+                g.host_map_bytes.store(c.host_map_bytes, Relaxed);
+                g.host_unmaps.store(c.host_unmaps, Relaxed);
                 for (b, v) in g.stall_buckets.iter().zip(c.stall_buckets) {
                     b.store(v, Relaxed);
                 }
@@ -1286,7 +1303,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1308,6 +1325,10 @@ impl Engine {
             t.spill_errors,
             t.prefetches,
             t.prefetch_bytes,
+            t.refused_oversize,
+            t.host_maps,
+            t.host_map_bytes,
+            t.host_unmaps,
             dram_limit,
             nvme_limit,
             self.lost

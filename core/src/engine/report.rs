@@ -210,12 +210,28 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
             bytes(f.bytes_out(TIER_NVME))
         ));
     }
-    format!(
+    let mut line = format!(
         "summary: {secs:.1} s: {moved}; {peak}; calls stalled {:.2} s in u3m ({stall_pct:.0} % of wall time); {} allocation{} refused",
         r.stall_ns as f64 / 1e9,
         r.refusals,
         if r.refusals == 1 { "" } else { "s" }
-    )
+    );
+    if c.host_maps > 0 {
+        line.push_str(&format!(
+            "; host-mapped {} chunks ({} copied into host handles), {} brought back",
+            c.host_maps,
+            bytes(c.host_map_bytes),
+            c.host_unmaps
+        ));
+    }
+    if c.refused_oversize > 0 {
+        line.push_str(&format!(
+            "; {} call{} refused as larger than HBM",
+            c.refused_oversize,
+            if c.refused_oversize == 1 { "" } else { "s" }
+        ));
+    }
+    line
 }
 
 /// Which limit refused an allocation.
@@ -272,6 +288,22 @@ impl Refusal {
             ),
         }
     }
+}
+
+/// The line for a call refused before launch because its memory cannot all
+/// be accessible at once.
+pub fn oversize_line(what: &str, o: &crate::residency::Oversize) -> String {
+    let why = match o.host_map_failed {
+        None => "host mapping is off (U3M_HOST_MAP=off)".to_string(),
+        Some(e) => format!("host memory could not be mapped for it (error {})", e.raw()),
+    };
+    format!(
+        "{what} on device {} needs {} of device memory at once; HBM is {} ({} of it available to managed memory) and {why}: refused before launch (207001)",
+        o.dev,
+        bytes(o.need),
+        bytes(o.hbm),
+        bytes(o.room)
+    )
 }
 
 /// Migration lines and events at most this often.

@@ -37,7 +37,16 @@ impl Engine {
                             len: bytes,
                             write: true,
                         }];
-                        self.resident(dev, OpClass::Layout, q, &rs, true, Api::Acl, real)
+                        self.resident(
+                            dev,
+                            b"memset",
+                            OpClass::Layout,
+                            q,
+                            &rs,
+                            true,
+                            Api::Acl,
+                            real,
+                        )
                     }
                     None => self.device_call(dev, Api::Acl, real),
                 };
@@ -50,6 +59,7 @@ impl Engine {
             Call::Collective { name, ranges, q } => {
                 let rc = self.resident(
                     dev,
+                    name,
                     OpClass::Communication,
                     q,
                     ranges,
@@ -65,7 +75,16 @@ impl Engine {
             Call::Kernel { blob, q, api } => {
                 let mut rs = [Range::ZERO; MAX_OP_RANGES];
                 let n = self.kernel_ranges(blob, &mut rs);
-                let rc = self.resident(dev, OpClass::Other, q, &rs[..n], false, api, real);
+                let rc = self.resident(
+                    dev,
+                    b"kernel",
+                    OpClass::Other,
+                    q,
+                    &rs[..n],
+                    false,
+                    api,
+                    real,
+                );
                 // an unreadable blob (null, or outside 8 B..1 MiB) is not counted
                 if rc == 0 && !blob.is_empty() {
                     self.kernel_args(dev, q.stream, &rs[..n]);
@@ -84,7 +103,16 @@ impl Engine {
                 let rc = match self.tiering() {
                     Some(_) => {
                         let rs = self.graph_ranges(model);
-                        self.resident(dev, OpClass::Other, q, &rs, false, Api::Acl, real)
+                        self.resident(
+                            dev,
+                            b"graph replay",
+                            OpClass::Other,
+                            q,
+                            &rs,
+                            false,
+                            Api::Acl,
+                            real,
+                        )
                     }
                     None => self.device_call(dev, Api::Acl, real),
                 };
@@ -121,6 +149,7 @@ impl Engine {
     pub(super) fn resident(
         &self,
         dev: i32,
+        what: &[u8],
         class: OpClass,
         q: Queue,
         ranges: &[Range],
@@ -149,6 +178,9 @@ impl Engine {
             Err(e) => {
                 // the call is not made; a device found gone on the way is
                 // noticed as if the call had said so
+                if let Some(o) = r.take_oversize() {
+                    self.say_oversize(what, &o);
+                }
                 let rc = api.residency_error(e);
                 if api.device_lost(rc) {
                     self.device_lost(dev);
@@ -175,7 +207,16 @@ impl Engine {
         let rc = match self.tiering() {
             Some(_) => {
                 let (rs, n) = c.ranges();
-                self.resident(dev, OpClass::Layout, q, &rs[..n], c.whole, Api::Acl, real)
+                self.resident(
+                    dev,
+                    b"copy",
+                    OpClass::Layout,
+                    q,
+                    &rs[..n],
+                    c.whole,
+                    Api::Acl,
+                    real,
+                )
             }
             None => self.device_call(dev, Api::Acl, real),
         };
@@ -212,7 +253,16 @@ impl Engine {
                     let (r, n) = c.ranges();
                     rs.extend_from_slice(&r[..n]);
                 }
-                self.resident(dev, OpClass::Layout, q, &rs, true, Api::Acl, real)
+                self.resident(
+                    dev,
+                    b"batch copy",
+                    OpClass::Layout,
+                    q,
+                    &rs,
+                    true,
+                    Api::Acl,
+                    real,
+                )
             }
             None => self.device_call(dev, Api::Acl, real),
         };
@@ -229,6 +279,7 @@ impl Engine {
             LaunchKind::Model => real(),
             _ => self.resident(
                 dev,
+                l.name.unwrap_or(b"operator"),
                 l.class,
                 l.q,
                 l.resident.unwrap_or(l.ranges),

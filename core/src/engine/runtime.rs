@@ -15,6 +15,11 @@ pub trait Runtime: Send + Sync {
     /// A 2 MiB-granular physical allocation on `dev`.
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError>;
     fn free_physical(&self, handle: u64) -> Result<(), AclError>;
+    /// A 2 MiB-granular physical allocation in pinned host memory
+    /// (aclrtMallocPhysical at a HOST_NUMA location, near `dev`): mapped at a
+    /// device VA like an HBM handle, read and written by the device over the
+    /// link. It has no host pointer: its data moves by device copies.
+    fn malloc_physical_host(&self, dev: u32, bytes: u64) -> Result<u64, AclError>;
     /// A device VA range on the calling thread's device.
     fn reserve(&self, bytes: u64) -> Result<u64, AclError>;
     fn release(&self, va: u64) -> Result<(), AclError>;

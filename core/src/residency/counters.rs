@@ -69,6 +69,15 @@ counters! {
     /// Calls that waited for fault-ins and their total wait (ns).
     stall_count,
     stall_ns,
+    /// Calls refused before launch: their memory cannot all be made
+    /// accessible at once (larger than HBM, host mapping off).
+    refused_oversize,
+    /// Chunks that became host-mapped (a HOST_NUMA handle at their VAs) for
+    /// a call larger than HBM, and the bytes copied into those handles.
+    host_maps,
+    host_map_bytes,
+    /// Host-mapped chunks brought back into HBM (a copy and a remap each).
+    host_unmaps,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

@@ -120,7 +120,7 @@ impl Residency {
                 continue;
             }
             for (i, c) in b.chunks.iter().enumerate() {
-                if c.phys != 0 && c.pins == 0 && !protect.contains(&(id, i as u32)) {
+                if c.in_hbm() && c.pins == 0 && !protect.contains(&(id, i as u32)) {
                     cands.push(Cand {
                         key: b.key(id, i as u32),
                         last: c.last,
@@ -164,7 +164,7 @@ impl Residency {
             };
             let ch = st.chunk(id, i);
             // busy chunks are skipped: the background never waits
-            if ch.phys == 0
+            if !ch.in_hbm()
                 || ch.pins != 0
                 || !ch
                     .uses

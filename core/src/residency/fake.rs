@@ -44,6 +44,8 @@ struct Phys {
     dev: u32,
     data: Vec<u8>,
     maps: u32,
+    /// In host memory (malloc_physical_host): not counted in the device's use.
+    host: bool,
 }
 
 #[derive(Default)]
@@ -68,6 +70,8 @@ pub struct Seen {
     pub faults: Vec<String>,
     /// Bookkeeping misuse, described.
     pub misuse: Vec<String>,
+    /// Host physical handles live now (malloc_physical_host).
+    pub host_handles: u64,
 }
 
 struct State {
@@ -496,8 +500,34 @@ impl Runtime for Fake {
                 dev,
                 data: vec![0u8; bytes as usize],
                 maps: 0,
+                host: false,
             },
         );
+        Ok(h)
+    }
+
+    fn malloc_physical_host(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
+        let mut st = self.lock();
+        if st.lost {
+            return lost(&st);
+        }
+        #[allow(clippy::manual_is_multiple_of)]
+        let whole_chunks = bytes % CHUNK == 0;
+        if bytes == 0 || !whole_chunks {
+            return Err(AclError::RT_PARAM_INVALID);
+        }
+        let h = st.next_handle;
+        st.next_handle += 16;
+        st.phys.insert(
+            h,
+            Phys {
+                dev,
+                data: vec![0u8; bytes as usize],
+                maps: 0,
+                host: true,
+            },
+        );
+        st.seen.host_handles += 1;
         Ok(h)
     }
 
@@ -513,7 +543,11 @@ impl Runtime for Fake {
             Some(_) => {}
         }
         let p = st.phys.remove(&handle).expect("handle");
-        st.used[p.dev as usize] -= p.data.len() as u64;
+        if p.host {
+            st.seen.host_handles -= 1;
+        } else {
+            st.used[p.dev as usize] -= p.data.len() as u64;
+        }
         Ok(())
     }
 

@@ -231,7 +231,11 @@ impl Residency {
                     let _ = self.rt.unmap(va + i as u64 * CHUNK);
                 }
                 let _ = self.rt.free_physical(c.phys);
-                st.dev_mut(b.dev).resident -= CHUNK;
+                if std::mem::take(&mut c.on_host) {
+                    st.dev_mut(b.dev).host_mapped -= CHUNK;
+                } else {
+                    st.dev_mut(b.dev).resident -= CHUNK;
+                }
                 c.phys = 0;
             }
             if let Some(h) = c.host.take() {
@@ -572,6 +576,7 @@ impl Residency {
         let vas = st.backings[&id].vas.clone();
         let mut freed = Vec::new();
         let mut unresident = 0;
+        let mut unhosted = 0;
         {
             let b = st.backings.get_mut(&id).expect("backing");
             for (i, c) in b.chunks.iter_mut().enumerate() {
@@ -581,7 +586,11 @@ impl Residency {
                     }
                     let _ = self.rt.free_physical(c.phys);
                     c.phys = 0;
-                    unresident += CHUNK;
+                    if std::mem::take(&mut c.on_host) {
+                        unhosted += CHUNK;
+                    } else {
+                        unresident += CHUNK;
+                    }
                 }
                 if let Some(h) = c.host.take() {
                     freed.push(h);
@@ -590,6 +599,7 @@ impl Residency {
             }
         }
         st.dev_mut(dev).resident -= unresident;
+        st.dev_mut(dev).host_mapped -= unhosted;
         for h in freed {
             st.free_host(h);
         }

@@ -55,6 +55,7 @@ impl Residency {
                         }
                     }
                     c.phys = 0; // gone with the device: never freed or unmapped
+                    c.on_host = false;
                     c.dirty = false;
                 }
                 c.uses.clear();

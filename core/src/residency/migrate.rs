@@ -86,6 +86,11 @@ impl Residency {
                 continue;
             };
             if b.chunks[i as usize].phys != 0 {
+                if b.chunks[i as usize].on_host {
+                    // host-mapped: back into HBM (hostmap.rs)
+                    let bdev = b.dev;
+                    self.unmap_from_host(st, bdev, id, i, whole, &protect)?;
+                }
                 continue;
             }
             let bdev = b.dev;

@@ -30,6 +30,7 @@
 
 mod counters;
 mod evict;
+mod hostmap;
 mod lifecycle;
 mod lost;
 mod migrate;
@@ -54,6 +55,7 @@ pub(crate) mod fake;
 mod tests;
 
 pub use counters::Counters;
+pub use hostmap::Oversize;
 pub use lost::Allocations;
 pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use protocol::{Order, Token};
@@ -111,6 +113,8 @@ pub struct Residency {
     dram_limit: u64,
     nvme_limit: u64,
     alloc_wait_ms: u64,
+    /// U3M_HOST_MAP=auto: calls larger than HBM run with host-mapped chunks.
+    host_map: bool,
     /// Backings alive: the hot path skips everything when 0.
     live: AtomicU64,
     c: counters::Live,
@@ -123,6 +127,9 @@ pub struct Residency {
     lost_any: AtomicBool,
     /// The figures of the last allocation `malloc` refused (for one line).
     refusal: Mutex<Option<Refusal>>,
+    /// The figures of the last call refused as larger than what can be
+    /// made accessible (for the engine's one line, which names the call).
+    oversize: Mutex<Option<Oversize>>,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -181,12 +188,14 @@ impl Residency {
             dram_limit,
             nvme_limit,
             alloc_wait_ms: cfg.alloc_wait_ms,
+            host_map: cfg.host_map,
             live: AtomicU64::new(0),
             c: counters::Live::default(),
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
             refusal: Mutex::new(None),
+            oversize: Mutex::new(None),
         })
     }
 
@@ -229,6 +238,14 @@ impl Residency {
             st.dram.used(),
             nv,
         )
+    }
+
+    /// Bytes of managed memory of `dev` host-mapped now.
+    pub fn host_mapped(&self, dev: u32) -> u64 {
+        self.st
+            .lock()
+            .map(|st| st.dev(dev).host_mapped)
+            .unwrap_or(0)
     }
 
     /// Managed memory that is not resident in HBM, over all devices: what

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::hostmap::Oversize;
 use super::state::State;
 use super::{Fail, Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
@@ -95,10 +96,19 @@ impl Residency {
         {
             return Err(E_DEVICE_LOST);
         }
-        // a call that needs more chunks than the device holds can never run
-        let cap = st.dev(dev).capacity;
-        if cap != 0 && tok.chunks.len() as u64 * CHUNK > cap {
-            return Err(E_ALLOC);
+        // a call whose chunks cannot all be resident at once never runs on
+        // what is not accessible: the excess is host-mapped (U3M_HOST_MAP),
+        // or the call is refused before anything moves (checked when
+        // something must move)
+        let mut over = None;
+        if need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm()) {
+            if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
+                if !self.host_map {
+                    self.refuse_oversize(o);
+                    return Err(E_ALLOC);
+                }
+                over = Some(o);
+            }
         }
         // other threads' calls pin what they use only briefly, but they need
         // this lock to unpin: on Busy let them run, then try again
@@ -108,7 +118,27 @@ impl Residency {
         st.stall_from = None;
         let mut stall_from = None;
         loop {
-            let r = self.fault_in(&mut st, &need, dev, order);
+            let r = match over {
+                None => self.fault_in(&mut st, &need, dev, order),
+                Some(o) => match self.map_to_host(&mut st, dev, &need, o.need - o.room) {
+                    Ok(mapped) => {
+                        let rest: Vec<Need> = need
+                            .iter()
+                            .copied()
+                            .filter(|n| !mapped.contains(&(n.0, n.1)))
+                            .collect();
+                        self.fault_in(&mut st, &rest, dev, order)
+                    }
+                    Err(Fail::Acl(e)) => {
+                        self.refuse_oversize(Oversize {
+                            host_map_failed: Some(e),
+                            ..o
+                        });
+                        Err(Fail::Acl(E_ALLOC))
+                    }
+                    Err(e) => Err(e),
+                },
+            };
             stall_from = stall_from.or(st.stall_from.take());
             match r {
                 Ok(()) => {

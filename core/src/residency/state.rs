@@ -36,6 +36,9 @@ pub(super) struct Chunk {
     pub lost: bool,
     /// Brought back by the background prefetch and not used since.
     pub prefetched: bool,
+    /// `phys` is a host physical handle (HOST_NUMA) mapped at the chunk's
+    /// VAs, not HBM: the device reaches it over the link (`hostmap`).
+    pub on_host: bool,
 }
 
 impl Chunk {
@@ -43,6 +46,12 @@ impl Chunk {
     #[inline]
     pub fn needs_copy_out(&self) -> bool {
         self.dirty || self.host.is_none()
+    }
+
+    /// In HBM (mapped at its VAs with device memory).
+    #[inline]
+    pub fn in_hbm(&self) -> bool {
+        self.phys != 0 && !self.on_host
     }
 }
 
@@ -106,6 +115,11 @@ pub(super) struct Dev {
     /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
     pub scratch_va: u64,
     pub resident: u64,
+    /// Bytes of chunks host-mapped (in host handles at their VAs).
+    pub host_mapped: u64,
+    /// A 2 MiB VA where u3m maps a chunk's new home to copy into it
+    /// (HBM ↔ host handle).
+    pub hostmap_va: u64,
     pub managed_virtual: u64,
     pub capacity: u64,
     /// The device disappeared (card failure): its HBM is gone, nothing on it
@@ -120,6 +134,8 @@ impl Dev {
             staging: 0,
             scratch_va: 0,
             resident: 0,
+            host_mapped: 0,
+            hostmap_va: 0,
             managed_virtual: 0,
             capacity: 0,
             lost: false,

@@ -18,7 +18,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"U3MSTATS");
 /// Incompatible layout changes bump this; readers refuse other majors.
 pub const LAYOUT_MAJOR: u32 = 1;
 /// Additive changes (reserved space put to use) bump this.
-pub const LAYOUT_MINOR: u32 = 1;
+pub const LAYOUT_MINOR: u32 = 2;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_HOOKS: usize = 256;
@@ -248,7 +248,18 @@ pub struct DeviceGauges {
     pub stall_count: AtomicU64,
     pub stall_ns: AtomicU64,
     pub stall_buckets: [AtomicU64; STALL_BUCKETS],
-    pub _reserved: [u64; 52],
+    /// 608 (1.2): calls refused before launch because their memory cannot
+    /// all be accessible at once (issue 11).
+    pub refused_oversize: AtomicU64,
+    /// 616 (1.2): bytes of managed memory host-mapped on this device now
+    /// (pinned host memory at its device addresses, read over the link);
+    /// chunks that became host-mapped, the bytes copied into their host
+    /// handles, and host-mapped chunks brought back into HBM.
+    pub host_mapped: AtomicU64,
+    pub host_maps: AtomicU64,
+    pub host_map_bytes: AtomicU64,
+    pub host_unmaps: AtomicU64,
+    pub _reserved: [u64; 47],
 }
 
 /// Call counts per hook id.
@@ -527,6 +538,11 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "prefetch.misses", Count, "chunks a call had to wait for (demand fault-ins)", |g| g.prefetch_misses;
     "stall.count", Count, "calls that waited for fault-ins", |g| g.stall_count;
     "stall.ns", Count, "total time calls waited for fault-ins (ns)", |g| g.stall_ns;
+    "refused_oversize", Count, "calls refused before launch: their memory cannot all be accessible at once", |g| g.refused_oversize;
+    "hostmap.bytes", Bytes, "managed memory host-mapped now (pinned host memory at its device addresses)", |g| g.host_mapped;
+    "hostmap.maps", Count, "chunks that became host-mapped for calls larger than HBM", |g| g.host_maps;
+    "hostmap.map_bytes", Bytes, "bytes copied into host-mapped chunks", |g| g.host_map_bytes;
+    "hostmap.unmaps", Count, "host-mapped chunks brought back into HBM", |g| g.host_unmaps;
 ];
 
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
@@ -599,7 +615,10 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).stall_count)), 464);
             assert_eq!(off(p, addr_of!((*p).stall_ns)), 472);
             assert_eq!(off(p, addr_of!((*p).stall_buckets)), 480);
-            assert_eq!(off(p, addr_of!((*p)._reserved)), 608);
+            assert_eq!(off(p, addr_of!((*p).refused_oversize)), 608);
+            assert_eq!(off(p, addr_of!((*p).host_mapped)), 616);
+            assert_eq!(off(p, addr_of!((*p).host_unmaps)), 640);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 648);
         }
     }
 
@@ -610,7 +629,7 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate device field key");
-        assert_eq!(field_index("stall.ns"), DEVICE_FIELDS.len() - 1);
+        assert_eq!(field_index("hostmap.unmaps"), DEVICE_FIELDS.len() - 1);
     }
 
     #[test]

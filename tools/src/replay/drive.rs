@@ -53,6 +53,8 @@ pub struct Setup {
     pub warmup_s: f64,
     /// Keep a timeline (`RunOut::observed`): u3m snapshot and u3m report.
     pub observe: bool,
+    /// U3M_HOST_MAP=auto: calls larger than HBM run host-mapped.
+    pub host_map: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -167,6 +169,10 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_HBM_HIGH".into(), s.hbm_high.to_string()),
         ("U3M_CALIB_S".into(), s.calib_s.to_string()),
         ("U3M_WARMUP_S".into(), s.warmup_s.to_string()),
+        (
+            "U3M_HOST_MAP".into(),
+            if s.host_map { "auto" } else { "off" }.into(),
+        ),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));
@@ -522,7 +528,7 @@ impl Driver<'_> {
             let tok = self
                 .tier
                 .prepare(dev, class as u8, &managed, overwrite, order)
-                .map_err(|e| format!("{name}: the Tier could not make its memory resident (error {}; a call larger than HBM?)", e.raw()))?;
+                .map_err(|e| format!("{name}: the Tier could not make its memory accessible (error {}; a call larger than HBM with --host-map off?)", e.raw()))?;
             Some(tok)
         };
         // where the Tier left the memory decides the cost: bytes it keeps in

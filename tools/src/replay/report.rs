@@ -25,6 +25,11 @@ pub struct PolicyRow {
     pub faults: u64,
     pub evictions: u64,
     pub overwrites: u64,
+    /// Chunks host-mapped for calls larger than HBM, bytes copied into their
+    /// host handles, host-mapped chunks brought back into HBM.
+    pub host_maps: u64,
+    pub host_map_bytes: u64,
+    pub host_unmaps: u64,
     pub total_ns: u64,
     pub stall_ns: u64,
     pub peak_hbm: u64,
@@ -52,6 +57,9 @@ impl PolicyRow {
             faults: t.faults_in,
             evictions: t.evictions,
             overwrites: t.overwrites,
+            host_maps: t.host_maps,
+            host_map_bytes: t.host_map_bytes,
+            host_unmaps: t.host_unmaps,
             total_ns: o.total_ns,
             stall_ns: o.total_ns.saturating_sub(baseline_ns),
             peak_hbm: o.peak_hbm,
@@ -194,6 +202,19 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
         for (p, why) in &r.unavailable {
             let _ = writeln!(out, "  {p}: unavailable: {why}");
         }
+        // calls larger than HBM ran with part of their memory host-mapped
+        for p in r.rows.iter().filter(|p| p.host_maps > 0) {
+            let _ = writeln!(
+                out,
+                "  {}: host-mapped {} chunks ({} copied into host handles; device access over the link {} read, {} written), {} back into HBM",
+                p.policy,
+                p.host_maps,
+                bytes(p.host_map_bytes),
+                bytes(p.sim.host_read_bytes),
+                bytes(p.sim.host_write_bytes),
+                p.host_unmaps
+            );
+        }
         let misuse: u64 = r.rows.iter().map(|p| p.misuse).sum();
         if misuse > 0 {
             let _ = writeln!(out, "  warning: the engine misused the runtime {misuse} times (double map, unmap of nothing, ...)");
@@ -235,6 +256,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "faults_in": p.faults,
                         "evictions": p.evictions,
                         "overwrites": p.overwrites,
+                        "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps},
                         "total_ns": p.total_ns,
                         "stall_ns": p.stall_ns,
                         "peak_hbm_bytes": p.peak_hbm,

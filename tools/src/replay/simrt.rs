@@ -407,6 +407,10 @@ impl SimRuntime {
 }
 
 impl Runtime for SimRuntime {
+    fn malloc_physical_host(&self, _dev: u32, bytes: u64) -> Result<u64, AclError> {
+        SimRuntime::malloc_physical_host(self, bytes)
+    }
+
     fn set_device(&self, dev: u32) -> Result<(), AclError> {
         let mut st = self.lock();
         if dev as usize >= st.devs.len() {

@@ -1,0 +1,401 @@
+//! Calls larger than HBM. The invariant: no call runs on device memory u3m
+//! has not made accessible. A call whose chunks cannot all be resident at
+//! once is refused in `prepare`, before anything is queued or moved, with
+//! 207001; the engine says so in one line naming the call.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::protocol::Need;
+use super::state::{Host, State};
+use super::{Fail, Residency, E_ALLOC};
+use crate::acl::{AclError, MemcpyKind};
+use crate::engine::runtime::CHUNK;
+use crate::policy::Cand;
+
+/// A call refused because its memory cannot all be accessible at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Oversize {
+    pub dev: u32,
+    /// Bytes of managed memory the call touches on `dev` (whole chunks).
+    pub need: u64,
+    /// The device's HBM, and what managed memory can hold of it now
+    /// (free plus what is resident: memory u3m does not manage stays).
+    pub hbm: u64,
+    pub room: u64,
+    /// Host mapping was tried and failed with this error (None: it is off).
+    pub host_map_failed: Option<AclError>,
+}
+
+impl Residency {
+    /// Whether the chunks a call touches on `dev` can be resident together.
+    /// Asks the runtime (the calling thread's device is `dev`); on an error
+    /// the fault-in decides as before.
+    pub(super) fn check_fits(
+        &self,
+        st: &State,
+        dev: u32,
+        chunks: &[(u64, u32)],
+    ) -> Result<(), Oversize> {
+        let need = chunks
+            .iter()
+            .filter(|c| st.backings.get(&c.0).map(|b| b.dev) == Some(dev))
+            .count() as u64
+            * CHUNK;
+        let Ok((free, hbm)) = self.rt.mem_info() else {
+            return Ok(());
+        };
+        let room = free.saturating_add(st.dev(dev).resident);
+        if need <= room {
+            return Ok(());
+        }
+        Err(Oversize {
+            dev,
+            need,
+            hbm,
+            room,
+            host_map_failed: None,
+        })
+    }
+
+    /// Counts a refused call and keeps its figures for the engine.
+    pub(super) fn refuse_oversize(&self, o: Oversize) {
+        self.c.refused_oversize.fetch_add(1, Relaxed);
+        if let Ok(mut g) = self.oversize.lock() {
+            *g = Some(o);
+        }
+    }
+
+    /// The figures of the call `prepare` last refused as too large, once.
+    pub fn take_oversize(&self) -> Option<Oversize> {
+        self.oversize.lock().ok()?.take()
+    }
+}
+
+// ------------------------------------------------------------ host mapping
+//
+// A host-mapped chunk keeps its data in a HOST_NUMA physical handle mapped
+// at every VA of its backing (`Chunk::on_host`, the handle in `phys`): the
+// device reads and writes it over the link. A call whose chunks exceed what
+// HBM can hold maps the chunks the policy would evict first (already mapped
+// ones before any other) and faults the rest into HBM. Moving a chunk out of
+// HBM is one device copy into the handle and a remap; back into HBM (the next
+// call that fits, `fault_in`) is a copy and a remap. No host pointer exists
+// for the handle: u3m copies through its own VA (`Dev::hostmap_va`).
+
+/// Chunks of headroom a host-mapped call leaves in HBM (allocations u3m does
+/// not manage may take a little meanwhile).
+const HEADROOM: u64 = 2;
+
+impl Residency {
+    /// Serves `over` bytes of a call from host-mapped chunks. Returns the
+    /// chunks of `need` that are host-mapped now (the rest must be resident).
+    /// Busy: chunks it must move are still in use (`st.wait_for`).
+    pub(super) fn map_to_host(
+        &self,
+        st: &mut State,
+        dev: u32,
+        need: &[Need],
+        over: u64,
+    ) -> Result<Vec<(u64, u32)>, Fail> {
+        let want = (over.div_ceil(CHUNK) + HEADROOM) as usize;
+        // candidates: the call's chunks u3m may move, mapped ones first, then
+        // in the policy's eviction order (the furthest next use first)
+        let mut mapped: Vec<(u64, u32)> = Vec::new();
+        let mut cands: Vec<Cand> = Vec::new();
+        for &(id, i, _) in need {
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
+            if b.dev != dev || b.pinned || b.real != 0 || b.vas.is_empty() {
+                continue;
+            }
+            let c = &b.chunks[i as usize];
+            if c.on_host {
+                mapped.push((id, i));
+            } else {
+                cands.push(Cand {
+                    key: b.key(id, i),
+                    last: c.last,
+                    dirty: c.needs_copy_out(),
+                });
+            }
+        }
+        mapped.truncate(want);
+        self.policy.order(st.clock, &mut cands);
+        let mut busy = None;
+        for cand in cands {
+            if mapped.len() >= want {
+                break;
+            }
+            let Some((id, i)) = st.resolve(cand.key) else {
+                continue;
+            };
+            let whole = need.iter().any(|n| (n.0, n.1) == (id, i) && n.2);
+            let c = st.chunk(id, i);
+            if c.phys == 0 {
+                self.map_absent(st, dev, id, i, whole)?;
+            } else {
+                // in HBM: only once nothing else uses it
+                let pending = c
+                    .uses
+                    .iter()
+                    .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
+                    .map(|u| u.1);
+                if c.pins != 0 || pending.is_some() {
+                    busy = busy.or(pending);
+                    continue;
+                }
+                self.map_resident(st, dev, id, i, whole)?;
+            }
+            mapped.push((id, i));
+        }
+        // the copies into the handles are complete before the call is queued
+        let stream = self.dev_stream(st, dev)?;
+        self.rt.sync_stream(stream)?;
+        self.reclaim(st);
+        if mapped.len() < want {
+            if busy.is_some() {
+                st.wait_for = busy;
+                return Err(Fail::Busy);
+            }
+            return Err(Fail::Acl(E_ALLOC));
+        }
+        Ok(mapped)
+    }
+
+    /// u3m's VA on `dev` for copying into a chunk's new home.
+    fn hostmap_va(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
+        if st.dev(dev).hostmap_va == 0 {
+            st.dev_mut(dev).hostmap_va = self.rt.reserve(CHUNK)?;
+        }
+        Ok(st.dev(dev).hostmap_va)
+    }
+
+    /// Maps `handle` at every VA of chunk (id, i); undone on failure.
+    fn map_at_vas(&self, st: &State, id: u64, i: u32, handle: u64) -> Result<(), AclError> {
+        let vas = &st.backings[&id].vas;
+        for (k, &va) in vas.iter().enumerate() {
+            if let Err(e) = self.rt.map(va + i as u64 * CHUNK, CHUNK, handle) {
+                for &v in &vas[..k] {
+                    let _ = self.rt.unmap(v + i as u64 * CHUNK);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// A chunk in no device memory (its data in DRAM, NVMe, or none yet)
+    /// becomes host-mapped: a host handle at its VAs, filled from the host
+    /// copy by one copy on u3m's stream (`whole`: the call overwrites it).
+    fn map_absent(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+        whole: bool,
+    ) -> Result<(), AclError> {
+        let target = st.backings[&id].vas[0] + i as u64 * CHUNK;
+        let stream = self.dev_stream(st, dev)?;
+        let src = match &st.chunk(id, i).host {
+            _ if whole => None,
+            None => None,
+            Some(Host::Dram(slot)) => Some(slot.ptr as u64),
+            Some(Host::Nvme(_)) => {
+                let staging = self.staging(st, dev)?;
+                // the staging buffer may still feed an earlier copy
+                self.rt.sync_stream(stream)?;
+                let st2 = &mut *st;
+                let Some(Host::Nvme(slot)) = &st2.backings[&id].chunks[i as usize].host else {
+                    unreachable!()
+                };
+                let buf =
+                    unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
+                let ok = st2.nvme.as_mut().map(|n| n.read(slot, buf).is_ok());
+                if ok != Some(true) {
+                    self.c.spill_errors.fetch_add(1, Relaxed);
+                    return Err(E_ALLOC);
+                }
+                self.c.from_nvme.fetch_add(1, Relaxed);
+                Some(staging)
+            }
+        };
+        let h = self.rt.malloc_physical_host(dev, CHUNK)?;
+        if let Err(e) = self.map_at_vas(st, id, i, h) {
+            let _ = self.rt.free_physical(h);
+            return Err(e);
+        }
+        if let Some(src) = src {
+            let r = self
+                .rt
+                .memcpy_async(target, src, CHUNK, MemcpyKind::HOST_TO_DEVICE, stream);
+            if let Err(e) = r {
+                for &va in &st.backings[&id].vas {
+                    let _ = self.rt.unmap(va + i as u64 * CHUNK);
+                }
+                let _ = self.rt.free_physical(h);
+                return Err(e);
+            }
+            self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
+        }
+        let c = st.chunk_mut(id, i);
+        // the handle holds the only copy; the old one goes once copied
+        let old = c.host.take();
+        c.phys = h;
+        c.on_host = true;
+        c.dirty = true;
+        c.prefetched = false;
+        if let Some(o) = old {
+            st.pending_free.push(o);
+        }
+        st.dev_mut(dev).host_mapped += CHUNK;
+        self.c.host_maps.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// A chunk in HBM (no call using it) becomes host-mapped: one device
+    /// copy into a host handle, then the handle replaces HBM at its VAs.
+    fn map_resident(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+        whole: bool,
+    ) -> Result<(), AclError> {
+        let h = self.rt.malloc_physical_host(dev, CHUNK)?;
+        if !whole {
+            if let Err(e) = self.copy_chunk_into(st, dev, id, i, h) {
+                let _ = self.rt.free_physical(h);
+                return Err(e);
+            }
+            self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
+        }
+        let hbm = st.chunk(id, i).phys;
+        if let Err(e) = self.remap(st, id, i, hbm, h) {
+            let _ = self.rt.free_physical(h);
+            return Err(e);
+        }
+        let c = st.chunk_mut(id, i);
+        c.phys = h;
+        c.on_host = true;
+        c.dirty = true;
+        let old = c.host.take();
+        let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
+        for ev in uses {
+            st.unref_event(ev);
+        }
+        if let Some(o) = old {
+            st.pending_free.push(o);
+        }
+        let _ = self.rt.free_physical(hbm);
+        let d = st.dev_mut(dev);
+        d.resident -= CHUNK;
+        d.host_mapped += CHUNK;
+        self.c.host_maps.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// A host-mapped chunk comes back into HBM for a call (from `fault_in`):
+    /// a copy from its handle into a new HBM chunk, then a remap.
+    pub(super) fn unmap_from_host(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+        whole: bool,
+        protect: &[(u64, u32)],
+    ) -> Result<(), Fail> {
+        {
+            // a call in flight may be reading it where it is mapped now
+            let c = st.chunk(id, i);
+            if c.pins != 0 {
+                return Err(Fail::Busy);
+            }
+            if let Some(u) = c
+                .uses
+                .iter()
+                .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
+            {
+                st.wait_for = Some(u.1);
+                return Err(Fail::Busy);
+            }
+        }
+        let phys = self.alloc_phys(st, dev, protect)?;
+        if !whole {
+            if let Err(e) = self.copy_chunk_into(st, dev, id, i, phys) {
+                let _ = self.rt.free_physical(phys);
+                return Err(Fail::Acl(e));
+            }
+            self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
+        }
+        let h = st.chunk(id, i).phys;
+        if let Err(e) = self.remap(st, id, i, h, phys) {
+            let _ = self.rt.free_physical(phys);
+            return Err(Fail::Acl(e));
+        }
+        let _ = self.rt.free_physical(h);
+        let c = st.chunk_mut(id, i);
+        c.phys = phys;
+        c.on_host = false;
+        let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
+        for ev in uses {
+            st.unref_event(ev);
+        }
+        let d = st.dev_mut(dev);
+        d.host_mapped -= CHUNK;
+        d.resident += CHUNK;
+        self.c.host_unmaps.fetch_add(1, Relaxed);
+        self.c.faults_in.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Copies chunk (id, i) from where it is mapped now into `handle`
+    /// (mapped for the copy at u3m's VA), and waits for the copy.
+    fn copy_chunk_into(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+        handle: u64,
+    ) -> Result<(), AclError> {
+        let va = self.hostmap_va(st, dev)?;
+        let stream = self.dev_stream(st, dev)?;
+        let src = st.backings[&id].vas[0] + i as u64 * CHUNK;
+        self.rt.map(va, CHUNK, handle)?;
+        let r = self
+            .rt
+            .memcpy_async(va, src, CHUNK, MemcpyKind::DEVICE_TO_DEVICE, stream)
+            .and_then(|()| self.rt.sync_stream(stream));
+        let _ = self.rt.unmap(va);
+        r
+    }
+
+    /// At every VA of chunk (id, i): `from` unmapped, `to` mapped. A map
+    /// that fails (twice) puts `from` back everywhere: the chunk is never
+    /// left unmapped.
+    fn remap(&self, st: &State, id: u64, i: u32, from: u64, to: u64) -> Result<(), AclError> {
+        let vas = &st.backings[&id].vas;
+        let map = |at: u64, h: u64| {
+            self.rt
+                .map(at, CHUNK, h)
+                .or_else(|_| self.rt.map(at, CHUNK, h))
+        };
+        for (k, &va) in vas.iter().enumerate() {
+            let at = va + i as u64 * CHUNK;
+            let _ = self.rt.unmap(at);
+            if let Err(e) = map(at, to) {
+                let _ = map(at, from);
+                for &v in &vas[..k] {
+                    let _ = self.rt.unmap(v + i as u64 * CHUNK);
+                    let _ = map(v + i as u64 * CHUNK, from);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
