@@ -109,5 +109,46 @@ fn an_aclop_launch_with_80_inputs_is_made_resident() {
         r.fact("sync").unwrap_or_default()
     );
     let mmu = r.stats["mmu_faults"].as_u64().unwrap_or(u64::MAX);
-    assert_eq!((r.code, facts.as_str(), mmu), (0, "launch=0 sync=0", 0), "{}", r.stderr);
+    assert_eq!(
+        (r.code, facts.as_str(), mmu),
+        (0, "launch=0 sync=0", 0),
+        "{}",
+        r.stderr
+    );
+}
+
+/// `queued_launch MIB` on a 16 MiB device under libu3m.so: an operator whose
+/// executor is built on one thread and launched on another (torch_npu's task
+/// queue). u3m once made every live tensor resident for such a launch
+/// (207001 once they exceed HBM); it now binds the tensors to the executor.
+fn queued_launch(live_mib: &str) -> (i32, String, String) {
+    let dir = common::scratch(&format!("tier-aclnn-queued-{live_mib}"));
+    let lib = libu3m();
+    let env: Vec<(&str, &str)> = vec![
+        ("ACLSIM_HBM_BYTES", "16M"),
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_OVERSUB", "3"),
+    ];
+    let r = run("optest_llm", &["queued_launch", live_mib], &env);
+    let facts = format!(
+        "queued={} sync={} wrong={}",
+        r.fact("queued").unwrap_or_default(),
+        r.fact("sync").unwrap_or_default(),
+        r.fact("wrong").unwrap_or_default()
+    );
+    (r.code, facts, r.stderr)
+}
+
+#[test]
+fn a_launch_on_another_thread_than_its_build_is_made_resident() {
+    for mib in ["8", "32"] {
+        let (code, facts, err) = queued_launch(mib);
+        assert_eq!(
+            (code, facts.as_str()),
+            (0, "queued=0 sync=0 wrong=0"),
+            "{mib} MiB live: {err}"
+        );
+    }
 }

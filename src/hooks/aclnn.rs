@@ -15,7 +15,6 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::cell::{Cell, RefCell, UnsafeCell};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
@@ -65,11 +64,13 @@ pub unsafe fn redirect(
     // every two-phase operator: aclnnXxx, and the few op-api operators
     // without the aclnn prefix (aclStft, aclRfft1D); the companion check
     // below is what decides
-    if !name.starts_with(b"acl")
-        || name.ends_with(b"GetWorkspaceSize")
-        || name.len() + 17 > NAME_MAX
-    {
+    if !name.starts_with(b"acl") || name.len() + 17 > NAME_MAX {
         return None;
+    }
+    if let Some(op) = name.strip_suffix(b"GetWorkspaceSize") {
+        // the build phase of an operator whose prototype u3m knows: its
+        // tensors are bound to the executor it returns (aclnn_bind.rs)
+        return super::aclnn_bind::redirect(op, found);
     }
     // only two-phase operators: "<name>GetWorkspaceSize" must exist alongside
     let mut buf = [0u8; NAME_MAX + 20];
@@ -127,7 +128,16 @@ pub unsafe fn launch_with(
     stream: aclrtStream,
 ) -> aclnnStatus {
     super::ranges::with(|ranges| {
-        let mine = PENDING.try_with(|p| p.drain_into(ranges)).unwrap_or(Mine::Unknown);
+        // the executor's own tensors when u3m saw it built (with roles);
+        // else this thread's tensors since its last launch
+        let mine = if super::aclnn_bind::take(exec as usize, ranges) {
+            let _ = PENDING.try_with(|p| p.clear());
+            Mine::Complete
+        } else {
+            PENDING
+                .try_with(|p| p.drain_into(ranges))
+                .unwrap_or(Mine::Unknown)
+        };
         let has_ws = !ws.is_null() && ws_size > 0;
         if has_ws {
             ranges.push(Range {
@@ -137,16 +147,23 @@ pub unsafe fn launch_with(
             });
         }
         // With torch_npu's task queue, tensors are created on the submitting
-        // thread and launched on the queue thread: this thread then created
-        // no tensor since its last launch, and residency must cover every
-        // live tensor (a superset: those of the launches queued ahead too).
-        // So must it when this thread's pending list overflowed. A launch
-        // whose tensors were created here but are all empty (no range) is
-        // this thread's own: it touches nothing but its workspace.
+        // thread and launched on the queue thread: an executor u3m did not
+        // see built then has no tensors on this thread, and residency must
+        // cover every live tensor (a superset: those of the launches queued
+        // ahead too). So must it when this thread's pending list overflowed.
+        // A launch whose tensors were created here but are all empty (no
+        // range) is this thread's own: it touches nothing but its workspace.
         let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
-        let live;
+        let mut live = Vec::new();
         let resident = if tiering && mine == Mine::Unknown {
-            live = live_ranges(ws, ws_size);
+            super::aclnn_bind::live_ranges(&mut live);
+            if has_ws {
+                live.push(Range {
+                    addr: ws as u64,
+                    len: ws_size,
+                    write: true,
+                });
+            }
             Some(&live[..])
         } else {
             None
@@ -179,28 +196,6 @@ pub mod direct {
         )*};
     }
     direct!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
-}
-
-/// Every tensor created and not yet destroyed, on any thread (tier mode's
-/// residency for launches whose tensors another thread created).
-static LIVE: spin::Mutex<Option<HashMap<usize, Range>>> = spin::Mutex::new(None);
-
-fn live_ranges(ws: *mut c_void, ws_size: u64) -> Vec<Range> {
-    let mut v: Vec<Range> = match &*LIVE.lock() {
-        Some(m) => m.values().copied().collect(),
-        None => Vec::new(),
-    };
-    // several tensors viewing one storage are one access
-    v.sort_unstable_by_key(|r| (r.addr, r.len, r.write));
-    v.dedup();
-    if !ws.is_null() && ws_size > 0 {
-        v.push(Range {
-            addr: ws as u64,
-            len: ws_size,
-            write: true,
-        });
-    }
-    v
 }
 
 /// Most tensors one thread keeps pending between launches. A thread that
@@ -236,6 +231,14 @@ impl Pending {
             t: RefCell::new(Vec::new()),
             overflow: Cell::new(false),
             created: Cell::new(false),
+        }
+    }
+    /// Forgets every pending tensor (they are bound to an executor).
+    fn clear(&self) {
+        self.overflow.set(false);
+        self.created.set(false);
+        if let Ok(mut t) = self.t.try_borrow_mut() {
+            t.clear();
         }
     }
     /// A tensor without a range (empty, or no data) was created.
@@ -306,6 +309,12 @@ thread_local! {
     static PENDING: Pending = const { Pending::new() };
 }
 
+/// A GetWorkspaceSize on this thread bound the tensors so far to its
+/// executor: they are no longer pending.
+pub(super) fn pending_bound() {
+    let _ = PENDING.try_with(|p| p.clear());
+}
+
 /// Storage footprint of a tensor: prod(storageDims) * element size.
 unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
     let es = acl_dtype_size(dtype);
@@ -335,21 +344,18 @@ pub unsafe fn create_tensor(
         } else {
             footprint(a.data_type, a.storage_dims, a.storage_dims_num)
         };
+        let r = Range {
+            addr: a.tensor_data as u64,
+            len,
+            write: true,
+        };
+        // known to executors built from it (len 0: touches nothing)
+        super::aclnn_bind::tensor_created(t as usize, r);
         if len == 0 {
             // an empty tensor still says this thread builds its launches
             let _ = PENDING.try_with(|p| p.created_empty());
         } else {
-            let r = Range {
-                addr: a.tensor_data as u64,
-                len,
-                write: true,
-            };
             let _ = PENDING.try_with(|p| p.push(t as usize, r));
-            if cx.note(|e| e.residency().is_some()) {
-                LIVE.lock()
-                    .get_or_insert_with(HashMap::new)
-                    .insert(t as usize, r);
-            }
             cx.note(|e| e.tensor_created());
         }
     }
@@ -362,22 +368,33 @@ pub unsafe fn destroy_tensor(
     a: aclDestroyTensor,
 ) -> aclnnStatus {
     let _ = PENDING.try_with(|p| p.forget(a.tensor as usize));
-    forget_live(a.tensor as usize);
+    super::aclnn_bind::tensor_destroyed(a.tensor as usize);
     real.call(a)
 }
 
-fn forget_live(t: usize) {
-    if let Some(m) = &mut *LIVE.lock() {
-        m.remove(&t);
-    }
-}
+/// Longest tensor list recorded (a longer one is unknown to u3m: its
+/// executors fall back to the pending or live tensors).
+const LIST_MAX: u64 = 1 << 20;
 
 pub unsafe fn create_tensor_list(
     _cx: &Cx,
     real: Real<aclCreateTensorList>,
     a: aclCreateTensorList,
 ) -> *mut c_void {
-    real.call(a)
+    let l = real.call(a);
+    if !l.is_null() && (a.size == 0 || !a.value.is_null()) && a.size <= LIST_MAX {
+        let ts: &[*const c_void] = if a.size == 0 {
+            &[]
+        } else {
+            // SAFETY: the runtime accepted `value` as an array of `size`
+            // tensor pointers (it copied them into the list it returned)
+            std::slice::from_raw_parts(a.value, a.size as usize)
+        };
+        // SAFETY: `*const c_void` and `usize` have the same size and layout
+        let ts: &[usize] = std::mem::transmute::<&[*const c_void], &[usize]>(ts);
+        super::aclnn_bind::list_created(l as usize, ts);
+    }
+    l
 }
 
 pub unsafe fn destroy_tensor_list(
@@ -385,6 +402,28 @@ pub unsafe fn destroy_tensor_list(
     real: Real<aclDestroyTensorList>,
     a: aclDestroyTensorList,
 ) -> aclnnStatus {
+    // destroying a list destroys its tensors
+    super::aclnn_bind::list_destroyed(a.list as usize);
+    real.call(a)
+}
+
+/// A repeatable executor may be launched again after its tensors' addresses
+/// changed (aclSetInputTensorAddr and friends): u3m drops its binding.
+pub unsafe fn set_executor_repeatable(
+    _cx: &Cx,
+    real: Real<aclSetAclOpExecutorRepeatable>,
+    a: aclSetAclOpExecutorRepeatable,
+) -> aclnnStatus {
+    super::aclnn_bind::forget(a.executor as usize);
+    real.call(a)
+}
+
+pub unsafe fn destroy_executor(
+    _cx: &Cx,
+    real: Real<aclDestroyAclOpExecutor>,
+    a: aclDestroyAclOpExecutor,
+) -> aclnnStatus {
+    super::aclnn_bind::forget(a.executor as usize);
     real.call(a)
 }
 

@@ -15,6 +15,7 @@ use crate::real::RealFn;
 use u3m_core::engine::{Call, Engine};
 
 pub mod aclnn;
+mod aclnn_bind;
 mod alloc;
 mod copy;
 mod graph;
