@@ -221,6 +221,7 @@ impl Residency {
             }
         }
         // copies of ours that may still read or write these chunks
+        self.settle_outgoing(st, b.dev);
         let stream = st.dev(b.dev).stream;
         if stream != 0 {
             let _ = self.rt.sync_stream(stream);
@@ -440,7 +441,15 @@ impl Residency {
             return Some(Err(E_DEVICE_LOST));
         }
         if b.chunks.len() == 1 {
-            if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+            // room may wait for copy-outs in flight: they land, then retry
+            let mut held = Vec::new();
+            let mut r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+            while r == Err(Fail::Busy) && !st.dev(dev).outgoing.is_empty() {
+                self.settle_outgoing(&mut st, dev);
+                r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+            }
+            self.unreserve(&mut st, &mut held);
+            if let Err(e) = r {
                 return Some(Err(e.acl()));
             }
             let b = st.backings.get_mut(&id)?;
@@ -464,7 +473,8 @@ impl Residency {
                 Err(e) => return Err(e),
             }
             match self.evict_one(st, dev, &protect) {
-                Ok(true) => {}
+                // a copy-out started: its HBM is free once it lands
+                Ok(true) => self.settle_outgoing(st, dev),
                 Ok(false) | Err(Fail::Busy) => return Err(E_ALLOC),
                 Err(Fail::Acl(e)) => return Err(e),
             }
@@ -629,6 +639,8 @@ impl Residency {
     pub fn forget_device(&self, dev: u32) {
         let Ok(mut st) = self.st.lock() else { return };
         self.forget_backings(&mut st, Some(dev));
+        // copy-outs in flight give their DRAM slots back
+        self.settle_outgoing(&mut st, dev);
         *st.dev_mut(dev) = super::state::Dev::new();
     }
 
@@ -673,6 +685,10 @@ impl Residency {
             }
         }
         self.forget_backings(&mut st, None);
+        for d in 0..st.devs.len() {
+            // copy-outs in flight give their DRAM slots back
+            self.settle_outgoing(&mut st, d as u32);
+        }
         for h in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
         }
