@@ -232,3 +232,44 @@ fn stock_runtime_serves_a_forked_child() {
 fn u3m_serves_a_forked_child() {
     child_is_served(true);
 }
+
+// ---- finding 7: an internal error in tier mode fails closed
+
+/// B (40 MiB) is written, then A (40 MiB; part of B is evicted to DRAM),
+/// and the engine panics (LIBU3M_TEST_PANIC_AT=3: the third call through
+/// the residency protocol, the read of B, with the residency lock held).
+/// Pass-through would run that read on B's evicted chunks (an MMU fault or
+/// wrong bytes); failing closed refuses it, and every later device call,
+/// with 207001 and says why on stderr.
+#[test]
+fn u3m_fails_closed_after_a_panic_in_tier_mode() {
+    let r = go(
+        "tier_probe",
+        &["--scenario", "prefetch", "--bytes", "40M", "--idle-ms", "0"],
+        &[
+            ("ACLSIM_HBM_BYTES", "64M"),
+            ("LIBU3M_TEST_PANIC_AT", "3"),
+        ],
+        true,
+    );
+    let err = tail(&r.stderr);
+    assert!(
+        r.stderr.contains("failing closed"),
+        "the switch is announced\n{err}"
+    );
+    assert!(
+        !r.stderr.contains("MMU fault"),
+        "no call ran on evicted memory\n{err}"
+    );
+    assert!(
+        !r.stdout.contains("b_ok=1") && !r.stdout.contains("b_ok=0"),
+        "the read of B is refused, not served\n{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("ACL error 207001"),
+        "the program sees 207001 (exit {})\n{err}",
+        r.code
+    );
+    assert_eq!(r.code, 2, "the program stops on the refused call\n{err}");
+}

@@ -79,41 +79,58 @@ pub struct Cx {
 impl Cx {
     /// The one engine call of a hooked call: the engine runs its whole
     /// sequence around `real` and returns what the program gets. A panic in
-    /// the engine disables u3m (pass-through from then on) instead of
-    /// unwinding into C; the call itself still completes — the real function
-    /// runs if the engine had not called it yet.
+    /// the engine never unwinds into C: in tier mode, once u3m manages
+    /// memory, the engine fails closed (core/src/engine/failure.rs: device
+    /// work is refused from then on, this call included unless the engine
+    /// had already made it); otherwise u3m is disabled (pass-through) and the
+    /// call completes — the real function runs if the engine had not called
+    /// it yet.
     #[inline]
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = crate::init::current_device();
         catching(
             |real| self.eng.run(dev, call, real),
             real,
-            || crate::init::disable("internal error (panic) in the engine"),
+            || self.internal_error(Some(call)),
         )
     }
 
     /// Engine work outside `run` (bookkeeping of hooks that only observe);
-    /// a panic disables u3m instead of unwinding into C.
+    /// a panic fails closed or disables u3m as in `run`.
     #[inline]
     pub fn note<R: Default>(&self, f: impl FnOnce(&Engine) -> R) -> R {
         match catch_unwind(AssertUnwindSafe(|| f(self.eng))) {
             Ok(r) => r,
             Err(_) => {
-                crate::init::disable("internal error (panic) in the engine");
+                self.internal_error(None);
                 R::default()
             }
+        }
+    }
+
+    /// After a panic in the engine: fail closed (tier mode, memory managed)
+    /// or disable u3m. Some(code): what `call` returns instead of running.
+    #[cold]
+    fn internal_error(&self, call: Option<&Call<'_>>) -> Option<i32> {
+        const WHY: &str = "internal error (panic) in the engine";
+        if self.eng.fail_closed(WHY) {
+            call.and_then(|c| self.eng.refusal(c))
+        } else {
+            crate::init::disable(WHY);
+            None
         }
     }
 }
 
 /// Runs `engine` with the real function; if the engine panics, `on_panic`
 /// runs and the call still completes: with the real function's code if the
-/// engine had called it, else by calling it now (exactly once either way).
+/// engine had called it, else with `on_panic`'s code (Some: refused) or by
+/// calling the real function now (None) — exactly once either way.
 #[inline]
 fn catching(
     engine: impl FnOnce(&mut dyn FnMut() -> i32) -> i32,
     mut real: impl FnMut() -> i32,
-    on_panic: impl FnOnce(),
+    on_panic: impl FnOnce() -> Option<i32>,
 ) -> i32 {
     let mut last = None;
     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -126,10 +143,11 @@ fn catching(
     match r {
         Ok(rc) => rc,
         Err(_) => {
-            on_panic();
-            match last {
-                Some(rc) => rc,
-                None => real(),
+            let refused = on_panic();
+            match (last, refused) {
+                (Some(rc), _) => rc,
+                (None, Some(rc)) => rc,
+                (None, None) => real(),
             }
         }
     }
@@ -294,7 +312,10 @@ mod tests {
             42
         };
         let panicked = Cell::new(false);
-        let flag = || panicked.set(true);
+        let flag = || {
+            panicked.set(true);
+            None
+        };
         // no panic: the engine's answer
         assert_eq!(catching(|r| r() + 1, real, flag), 43);
         assert_eq!((calls.get(), panicked.get()), (1, false));
@@ -317,6 +338,10 @@ mod tests {
             42
         );
         assert_eq!((calls.get(), panicked.get()), (1, true));
+        // failing closed before the real call: the refusal, no call
+        calls.set(0);
+        assert_eq!(catching(|_| panic!("closed"), real, || Some(207001)), 207001);
+        assert_eq!(calls.get(), 0);
         std::panic::set_hook(prev);
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod call;
 mod detour;
+mod failure;
 mod ids;
 mod publish;
 pub mod report;
@@ -154,6 +155,8 @@ pub struct Engine {
     unmanaged: [AtomicU64; MAX_DEVICES],
     /// what the operator has been told, and the stall account
     ops: report::Operator,
+    /// fail-closed state after an internal error (failure.rs)
+    failure: failure::Failure,
 }
 
 #[derive(Default)]
@@ -266,6 +269,7 @@ impl Engine {
             rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             ops: report::Operator::default(),
+            failure: failure::Failure::from_env(),
             cfg,
         };
         Ok(e)

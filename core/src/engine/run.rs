@@ -26,6 +26,9 @@ impl Engine {
     /// program gets back (the real function's code, or the error u3m
     /// returns instead of calling it).
     pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        if self.failed() {
+            return self.run_failed(call, real);
+        }
         match *call {
             Call::Copy { copy, q } => self.run_copy(dev, &copy, q, real),
             Call::CopyBatch { copies, q } => self.run_batch(dev, copies, q, real),
@@ -140,6 +143,7 @@ impl Engine {
         } else {
             Order::Stream(q.stream)
         };
+        self.maybe_test_panic();
         let t0 = mono_ns();
         let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
         // the time calls spend in u3m before they can run (the stall account)

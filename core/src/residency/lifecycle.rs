@@ -257,6 +257,14 @@ impl Residency {
         d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
     }
 
+    /// Test hook (LIBU3M_TEST_PANIC_AT): panics with the lock held, as an
+    /// internal error in the middle of a residency operation would (the
+    /// lock is poisoned afterwards).
+    pub fn panic_under_lock(&self, why: &str) {
+        let _st = self.st.lock();
+        panic!("{why}: injected panic in the residency manager");
+    }
+
     // --------------------------------------------------------- u3m's maps
 
     /// Maps `len` bytes of `phys` at `va` for u3m itself, retrying a failure
