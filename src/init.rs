@@ -34,6 +34,10 @@ pub fn start_refused() -> bool {
 thread_local! {
     /// The device this thread set with aclrtSetDevice (-1: none seen yet).
     static DEVICE: Cell<i32> = const { Cell::new(-1) };
+    /// The residency lock, held by the forking thread from fork's prepare
+    /// step to its parent/child step.
+    static FORK_HOLD: std::cell::RefCell<Option<u3m_core::residency::ForkHold>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Writes one line to stderr with a single write(2): no allocation, no lock,
@@ -210,14 +214,48 @@ extern "C" fn at_exit() {
     }
 }
 
-/// In a forked child: start clean (own stats segment, no inherited threads).
-/// Runs right after fork(), so it only flips state; the next hook re-inits.
-extern "C" fn at_fork_child() {
+/// fork's prepare step: when a child would keep the engine (tier mode with
+/// managed memory), the residency lock is taken so that no other thread is
+/// in the middle of changing the state the child inherits. Not when this
+/// thread is inside u3m (it may hold the lock: fork from the runtime).
+extern "C" fn at_fork_prepare() {
+    if STATE.load(Ordering::Acquire) != READY || crate::guard::inside() {
+        return;
+    }
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        if e.kept_after_fork() {
+            let hold = e.hold_for_fork();
+            FORK_HOLD.with(|h| *h.borrow_mut() = hold);
+        }
+    }
+}
+
+/// fork's parent step: the lock taken in prepare is released.
+extern "C" fn at_fork_parent() {
+    FORK_HOLD.with(|h| h.borrow_mut().take());
+}
+
+/// In a forked child. Tier mode with managed memory: the child keeps the
+/// parent's engine — the runtime's state (device memory, mappings) is
+/// fork-copied and so are u3m's DRAM copies, so the child reads the
+/// parent's buffers and allocates its own as the stock runtime lets it;
+/// what belonged to the parent's threads is reset (engine.continue_in_child).
+/// Otherwise start clean (own stats segment, no inherited threads): the
+/// next hook re-inits.
+extern "C" fn at_fork_child() {
+    let hold = FORK_HOLD.with(|h| h.borrow_mut().take());
+    FORKED.store(true, Ordering::Release);
+    if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        if STATE.load(Ordering::Acquire) == READY && e.kept_after_fork() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                e.continue_in_child(hold)
+            }));
+            return;
+        }
+        drop(hold);
         e.forget_after_fork();
     }
     ENGINE.store(ptr::null_mut(), Ordering::Release); // the parent's engine is leaked in the child
-    FORKED.store(true, Ordering::Release);
     STATE.store(UNINIT, Ordering::Release);
 }
 
@@ -227,7 +265,11 @@ extern "C" fn at_fork_child() {
 extern "C" fn ctor() {
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(at_fork_child));
+        libc::pthread_atfork(
+            Some(at_fork_prepare),
+            Some(at_fork_parent),
+            Some(at_fork_child),
+        );
     }
     crate::dl::resolve_real();
 }

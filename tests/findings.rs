@@ -228,7 +228,7 @@ fn stock_runtime_serves_a_forked_child() {
 }
 
 #[test]
-#[ignore = "finding 5: after fork the child's reads of evicted memory give 507053 and its copies 207001 under u3m"]
+#[ignore = "finding 5, partly fixed: the child keeps the parent's engine and its data safe, but on 32 MiB of HBM full of the parent's (shared) resident chunks it cannot fault the evicted ones in: 207001 (see u3m_forked_child_gets_no_wrong_data)"]
 fn u3m_serves_a_forked_child() {
     child_is_served(true);
 }
@@ -272,4 +272,36 @@ fn u3m_fails_closed_after_a_panic_in_tier_mode() {
         r.code
     );
     assert_eq!(r.code, 2, "the program stops on the refused call\n{err}");
+}
+
+/// What u3m guarantees a forked child today (finding 5, docs/reliability.md):
+/// the child keeps the parent's engine; device memory is shared with the
+/// parent, so the child never evicts what was resident at the fork. Its
+/// calls are served or refused with 207001 and a line saying why — never
+/// answered with wrong bytes — and the parent's data is intact afterwards.
+#[test]
+fn u3m_forked_child_gets_no_wrong_data() {
+    let r = go(
+        "fork_child_acl",
+        &["--bytes", "8M", "--buffers", "6"],
+        &[("ACLSIM_HBM_BYTES", "32M"), ("U3M_OVERSUB", "3")],
+        true,
+    );
+    assert_eq!(r.code, 0, "exit\n{}", tail(&r.stderr));
+    assert_eq!(fact(&r, "child_exit"), "0", "{}", r.stdout);
+    assert_eq!(fact(&r, "parent_ok"), "1", "the parent's data\n{}", r.stdout);
+    for (rc, ok) in [
+        ("child_read_rc", "child_parent_ok"),
+        ("child_readback_rc", "child_ok"),
+    ] {
+        match fact(&r, rc).as_str() {
+            "0" => assert_eq!(fact(&r, ok), "1", "{rc}=0 but wrong bytes\n{}", r.stdout),
+            "207001" => assert!(
+                r.stderr.contains("forked child: device memory is shared with the parent"),
+                "a refusal says why\n{}",
+                tail(&r.stderr)
+            ),
+            other => panic!("{rc}={other}: neither served nor refused\n{}", r.stdout),
+        }
+    }
 }

@@ -30,6 +30,9 @@ pub(super) struct Failure {
     /// LIBU3M_TEST_PANIC_AT (0: never).
     panic_at: u64,
     protocol_calls: AtomicU64,
+    /// A forked child that kept the engine (its HBM refusals are explained).
+    in_child: AtomicBool,
+    child_said: AtomicBool,
 }
 
 impl Failure {
@@ -112,6 +115,21 @@ impl Engine {
                 rc
             }
             None => real(),
+        }
+    }
+
+    /// Marks this engine as a forked child's.
+    pub(super) fn set_forked_child(&self) {
+        self.failure.in_child.store(true, Relaxed);
+    }
+
+    /// A call refused for lack of HBM in a forked child: why, once.
+    pub(super) fn explain_child_refusal(&self, rc: i32) {
+        if rc == AclError::RT_MEMORY_ALLOCATION.raw()
+            && self.failure.in_child.load(Relaxed)
+            && !self.failure.child_said.swap(true, Relaxed)
+        {
+            say("forked child: device memory is shared with the parent, so the child never evicts what was resident at the fork; a call needing more HBM than is free returns 207001");
         }
     }
 

@@ -37,7 +37,7 @@ use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
 pub use crate::heat::PinReason;
 use crate::residency;
-pub use crate::residency::{Order, Residency, Token};
+pub use crate::residency::{ForkHold, Order, Residency, Token};
 pub use call::{Api, Call, Launch, LaunchKind, Memcpy, Out, Queue};
 use ids::SmallIds;
 pub use runtime::Runtime;
@@ -341,6 +341,34 @@ impl Engine {
             r.forget_after_fork();
         }
         self.publisher.forget_after_fork();
+    }
+
+    /// Whether a forked child keeps this engine: in tier mode with managed
+    /// memory the child's view of that memory (the runtime's fork-copied
+    /// state plus u3m's DRAM copies) only makes sense through it.
+    pub fn kept_after_fork(&self) -> bool {
+        self.residency.as_ref().is_some_and(|r| r.active())
+    }
+
+    /// fork's prepare step (see `kept_after_fork`).
+    pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
+        self.residency.as_ref()?.hold_for_fork()
+    }
+
+    /// In the forked child that keeps this engine: the parent's threads,
+    /// trace and stats segment are not the child's (its counting goes to a
+    /// private copy); the residency state is made usable here, or, where it
+    /// cannot be, the engine fails closed with one line saying why.
+    pub fn continue_in_child(&self, hold: Option<ForkHold>) {
+        self.forget_after_fork();
+        if let Some(s) = &self.seg {
+            s.privatize_after_fork();
+        }
+        let Some(r) = &self.residency else { return };
+        self.set_forked_child();
+        if let Err(why) = r.after_fork_child(hold) {
+            self.fail_closed(&format!("forked child: {why}"));
+        }
     }
 
     // ---- counters ----

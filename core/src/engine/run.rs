@@ -157,6 +157,7 @@ impl Engine {
                 if api.device_lost(rc) {
                     self.device_lost(dev);
                 }
+                self.explain_child_refusal(rc);
                 return rc;
             }
         };

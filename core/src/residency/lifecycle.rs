@@ -20,6 +20,13 @@ use crate::store::StoreError;
 /// keeps failing still fails the call instead of looping.
 const MAP_TRIES: u32 = 3;
 
+/// Pins of a chunk resident at fork, in the child: never evicted there
+/// (uses add and remove their own pins around it).
+const FORK_PINNED: u32 = 1 << 30;
+
+/// The residency lock held across fork() (`hold_for_fork`).
+pub struct ForkHold(std::sync::MutexGuard<'static, State>);
+
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
@@ -255,6 +262,60 @@ impl Residency {
         }
         let d = st.dev_mut(b.dev);
         d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
+    }
+
+    // --------------------------------------------------------------- fork
+
+    /// fork's prepare step: the residency lock, held across the fork so
+    /// the child's copy of the state is consistent and its lock free.
+    pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
+        self.st.lock().ok().map(ForkHold)
+    }
+
+    /// In a forked child that keeps the parent's memory (the runtime's
+    /// state is fork-copied too): the parent's streams, use events and
+    /// in-flight copies do not exist here, so u3m's streams and events are
+    /// made anew, lazily; chunks resident at the fork stay resident. The NVMe swap file is shared with the parent: the
+    /// child never writes it (its spills stay in DRAM), and Err when a chunk
+    /// of the child's copy of the state lives there (the parent may reuse
+    /// that slot), for the caller to fail closed.
+    pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
+        let mut st = match hold {
+            Some(ForkHold(g)) => g,
+            None => self.st.lock().map_err(|_| "the residency state is unusable".to_string())?,
+        };
+        for d in st.devs.iter_mut() {
+            d.stream = 0;
+        }
+        let mut in_nvme = 0u64;
+        for b in st.backings.values_mut() {
+            for c in b.chunks.iter_mut() {
+                c.uses.clear();
+                // device memory is shared with the parent (the physical
+                // pages are the same): a chunk resident at the fork is the
+                // parent's too, so the child never evicts it — freeing its
+                // page would let the child's next chunk overwrite the
+                // parent's data. The child's fault-ins use free HBM only.
+                c.pins = if c.phys != 0 { FORK_PINNED } else { 0 };
+                if matches!(c.host, Some(Host::Nvme(_))) {
+                    in_nvme += 1;
+                }
+            }
+        }
+        st.event_refs.clear();
+        st.free_events.clear();
+        st.wait_for = None;
+        for h in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        // the parent's file: neither written nor given back here
+        std::mem::forget(st.nvme.take());
+        if in_nvme > 0 {
+            return Err(format!(
+                "{in_nvme} managed chunk(s) of the parent are in the NVMe swap file, which the parent keeps using"
+            ));
+        }
+        Ok(())
     }
 
     /// Test hook (LIBU3M_TEST_PANIC_AT): panics with the lock held, as an

@@ -55,7 +55,7 @@ mod tests;
 
 pub use counters::Counters;
 pub use lost::Allocations;
-pub use lifecycle::{malloc_policy_known, malloc_room};
+pub use lifecycle::{malloc_policy_known, malloc_room, ForkHold};
 pub use protocol::{Order, Token};
 use state::State;
 
