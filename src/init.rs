@@ -54,6 +54,7 @@ pub fn log_line(parts: &[&str]) {
         buf[n..n + k].copy_from_slice(&b[..k]);
         n += k;
     }
+    // SAFETY: writes `n` <= buf.len() initialised bytes of a live buffer.
     unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, n) };
 }
 
@@ -85,6 +86,8 @@ pub fn warn_once(msg: &str) {
 #[inline]
 pub fn engine() -> Option<&'static Engine> {
     if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: ENGINE is null or a leaked Box<Engine> (never freed),
+        // published before READY with Release.
         return unsafe { ENGINE.load(Ordering::Acquire).as_ref() };
     }
     engine_slow()
@@ -96,6 +99,7 @@ fn engine_slow() -> Option<&'static Engine> {
         init();
     }
     if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: as in `engine`.
         unsafe { ENGINE.load(Ordering::Acquire).as_ref() }
     } else {
         None
@@ -198,6 +202,8 @@ pub fn set_current_device(dev: i32) {
 pub fn refresh_current_device() {
     static GET: crate::real::RealFn = crate::real::RealFn::new(b"aclrtGetDevice\0");
     if let Some(p) = GET.get() {
+        // SAFETY: `p` is the runtime's aclrtGetDevice(int32_t *), called
+        // with a live local.
         let f: unsafe extern "C" fn(*mut i32) -> i32 = unsafe { std::mem::transmute(p) };
         let mut d = -1;
         if unsafe { f(&mut d) } == 0 {
@@ -209,6 +215,7 @@ pub fn refresh_current_device() {
 /// At exit: flush the trace, remove the stats segment (only in the process
 /// that created them — a forked child inherits the handler).
 extern "C" fn at_exit() {
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine.
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.shutdown()));
     }
@@ -222,6 +229,7 @@ extern "C" fn at_fork_prepare() {
     if STATE.load(Ordering::Acquire) != READY || crate::guard::inside() {
         return;
     }
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine.
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         if e.kept_after_fork() {
             let hold = e.hold_for_fork();
@@ -245,6 +253,7 @@ extern "C" fn at_fork_parent() {
 extern "C" fn at_fork_child() {
     let hold = FORK_HOLD.with(|h| h.borrow_mut().take());
     FORKED.store(true, Ordering::Release);
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine (fork copied it).
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         if STATE.load(Ordering::Acquire) == READY && e.kept_after_fork() {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -263,6 +272,8 @@ extern "C" fn at_fork_child() {
 /// the first hooked call, so a process that never uses ACL (a shell, a
 /// `timeout` wrapper that inherited LD_PRELOAD) gets no segment, no thread.
 extern "C" fn ctor() {
+    // SAFETY: registers plain extern "C" fns with no arguments, as atexit
+    // and pthread_atfork expect; they live as long as the library.
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(

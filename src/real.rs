@@ -82,6 +82,7 @@ const CANN_LIBS: &[&[u8]] = &[
 /// Remembers every CANN library already loaded, without loading any.
 fn remember_loaded_cann_libs() {
     for lib in CANN_LIBS {
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD never loads anything.
         let h = unsafe {
             libc::dlopen(
                 lib.as_ptr() as *const c_char,

@@ -202,8 +202,8 @@ impl Engine {
         if !r.any_lost() {
             return None;
         }
-        // the hooks decoded `dst` from the program's host pointer, valid
-        // for `bytes` of writes for the duration of the copy
+        // SAFETY: the hooks decoded `dst` from the program's host pointer,
+        // valid for `bytes` of writes for the duration of the copy
         let res = unsafe { r.read_lost(c.src, c.dst as *mut u8, c.bytes) }?;
         Some(AclError::raw_of(&res))
     }
