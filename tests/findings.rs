@@ -228,7 +228,6 @@ fn stock_runtime_serves_a_forked_child() {
 }
 
 #[test]
-#[ignore = "finding 5, partly fixed: the child keeps the parent's engine and its data safe, but on 32 MiB of HBM full of the parent's (shared) resident chunks it cannot fault the evicted ones in: 207001 (see u3m_forked_child_gets_no_wrong_data)"]
 fn u3m_serves_a_forked_child() {
     child_is_served(true);
 }
@@ -274,8 +273,8 @@ fn u3m_fails_closed_after_a_panic_in_tier_mode() {
     assert_eq!(r.code, 2, "the program stops on the refused call\n{err}");
 }
 
-/// What u3m guarantees a forked child today (finding 5, docs/reliability.md):
-/// the child keeps the parent's engine; device memory is shared with the
+/// What u3m guarantees a forked child (finding 5, docs/reliability.md): the
+/// child keeps the parent's engine; device memory is shared with the
 /// parent, so the child never evicts what was resident at the fork. Its
 /// calls are served or refused with 207001 and a line saying why — never
 /// answered with wrong bytes — and the parent's data is intact afterwards.

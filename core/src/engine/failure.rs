@@ -123,6 +123,27 @@ impl Engine {
         self.failure.in_child.store(true, Relaxed);
     }
 
+    /// In a forked child: a synchronous host<->device copy of managed
+    /// memory, served without HBM (`Residency::child_copy`). None: not one.
+    pub(super) fn child_copy(&self, c: &super::call::Memcpy, sync: bool) -> Option<i32> {
+        if !sync || !self.failure.in_child.load(Relaxed) || c.bytes == 0 {
+            return None;
+        }
+        if c.dspan != c.bytes || c.sspan != c.bytes {
+            return None; // pitched: the normal path
+        }
+        let r = self.residency.as_ref()?;
+        let (dev_addr, host, to_device) = match c.kind {
+            crate::acl::MemcpyKind::HOST_TO_DEVICE => (c.dst, c.src, true),
+            crate::acl::MemcpyKind::DEVICE_TO_HOST => (c.src, c.dst, false),
+            _ => return None,
+        };
+        // SAFETY: the hooks decoded `host` from the program's host pointer,
+        // valid for `bytes` of the copy's access for the duration of the call
+        let res = unsafe { r.child_copy(dev_addr, host as *mut u8, c.bytes, to_device) }?;
+        Some(AclError::raw_of(&res))
+    }
+
     /// A call refused for lack of HBM in a forked child: why, once.
     pub(super) fn explain_child_refusal(&self, rc: i32) {
         if rc == AclError::RT_MEMORY_ALLOCATION.raw()

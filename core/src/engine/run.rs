@@ -178,10 +178,13 @@ impl Engine {
             }
         }
         let rc = match self.tiering() {
-            Some(_) => {
-                let (rs, n) = c.ranges();
-                self.resident(dev, OpClass::Layout, q, &rs[..n], c.whole, Api::Acl, real)
-            }
+            Some(_) => match self.child_copy(c, q.sync) {
+                Some(rc) => rc,
+                None => {
+                    let (rs, n) = c.ranges();
+                    self.resident(dev, OpClass::Layout, q, &rs[..n], c.whole, Api::Acl, real)
+                }
+            },
             None => self.device_call(dev, Api::Acl, real),
         };
         if read_back && Api::Acl.device_lost(rc) {

@@ -318,6 +318,91 @@ impl Residency {
         Ok(())
     }
 
+    /// A synchronous copy between host memory and one managed allocation,
+    /// in a forked child (whose HBM is the parent's: it cannot evict what was
+    /// resident at the fork). Chunks that are not resident are read from and
+    /// written to u3m's DRAM copy — the copy a later fault-in brings back —
+    /// and resident ones through the runtime on u3m's stream, so the child's
+    /// reads of the parent's evicted buffers and its writes to buffers of its
+    /// own need no HBM. None: not such a copy (the normal path runs).
+    ///
+    /// # Safety
+    /// `host` is the program's host pointer of the copy, valid for `len`
+    /// bytes of reads (`to_device`) or writes (otherwise) during the call.
+    pub unsafe fn child_copy(
+        &self,
+        dev_addr: u64,
+        host: *mut u8,
+        len: u64,
+        to_device: bool,
+    ) -> Option<Result<(), AclError>> {
+        if host.is_null() || len == 0 {
+            return None;
+        }
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=dev_addr).next_back()?;
+        if dev_addr + len > start + size {
+            return None;
+        }
+        let dev = st.backings.get(&id)?.dev;
+        if st.dev(dev).lost {
+            return None;
+        }
+        let off = dev_addr - start;
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
+            let i = (at / CHUNK) as u32;
+            let within = at % CHUNK;
+            let n = (CHUNK - within).min(len - done);
+            let h = host.add(done as usize);
+            if st.chunk(id, i).phys != 0 {
+                // resident (the parent's page, or one the child faulted in)
+                let stream = match self.dev_stream(&mut st, dev) {
+                    Ok(s) => s,
+                    Err(e) => return Some(Err(e)),
+                };
+                let (dst, src, kind) = if to_device {
+                    (dev_addr + done, h as u64, MemcpyKind::HOST_TO_DEVICE)
+                } else {
+                    (h as u64, dev_addr + done, MemcpyKind::DEVICE_TO_HOST)
+                };
+                let r = self
+                    .rt
+                    .memcpy_async(dst, src, n, kind, stream)
+                    .and_then(|()| self.rt.sync_stream(stream));
+                if let Err(e) = r {
+                    return Some(Err(e));
+                }
+                if to_device {
+                    st.chunk_mut(id, i).dirty = true;
+                }
+            } else {
+                let slot = match &st.chunk(id, i).host {
+                    Some(Host::Dram(slot)) => Some(slot.ptr),
+                    Some(Host::Nvme(_)) => return Some(Err(E_ALLOC)),
+                    None => None,
+                };
+                match (slot, to_device) {
+                    (Some(p), true) => std::ptr::copy_nonoverlapping(h, p.add(within as usize), n as usize),
+                    (Some(p), false) => std::ptr::copy_nonoverlapping(p.add(within as usize), h, n as usize),
+                    // never written: fresh memory reads as zeros
+                    (None, false) => std::ptr::write_bytes(h, 0, n as usize),
+                    (None, true) => {
+                        let Ok(slot) = st.dram.alloc(CHUNK) else {
+                            return Some(Err(E_ALLOC));
+                        };
+                        std::ptr::write_bytes(slot.ptr, 0, CHUNK as usize);
+                        std::ptr::copy_nonoverlapping(h, slot.ptr.add(within as usize), n as usize);
+                        st.chunk_mut(id, i).host = Some(Host::Dram(slot));
+                    }
+                }
+            }
+            done += n;
+        }
+        Some(Ok(()))
+    }
+
     /// Test hook (LIBU3M_TEST_PANIC_AT): panics with the lock held, as an
     /// internal error in the middle of a residency operation would (the
     /// lock is poisoned afterwards).
