@@ -200,7 +200,8 @@ impl RealFn {
     pub fn offer(&self, p: *mut c_void) {
         if !self.current() {
             self.ptr.store(std::ptr::null_mut(), Ordering::Release);
-            self.epoch.store(EPOCH.load(Ordering::Acquire), Ordering::Release);
+            self.epoch
+                .store(EPOCH.load(Ordering::Acquire), Ordering::Release);
             self.tried.store(0, Ordering::Release);
         }
         let _ =

@@ -245,10 +245,7 @@ fn u3m_fails_closed_after_a_panic_in_tier_mode() {
     let r = go(
         "tier_probe",
         &["--scenario", "prefetch", "--bytes", "40M", "--idle-ms", "0"],
-        &[
-            ("ACLSIM_HBM_BYTES", "64M"),
-            ("LIBU3M_TEST_PANIC_AT", "3"),
-        ],
+        &[("ACLSIM_HBM_BYTES", "64M"), ("LIBU3M_TEST_PANIC_AT", "3")],
         true,
     );
     let err = tail(&r.stderr);
@@ -288,7 +285,12 @@ fn u3m_forked_child_gets_no_wrong_data() {
     );
     assert_eq!(r.code, 0, "exit\n{}", tail(&r.stderr));
     assert_eq!(fact(&r, "child_exit"), "0", "{}", r.stdout);
-    assert_eq!(fact(&r, "parent_ok"), "1", "the parent's data\n{}", r.stdout);
+    assert_eq!(
+        fact(&r, "parent_ok"),
+        "1",
+        "the parent's data\n{}",
+        r.stdout
+    );
     for (rc, ok) in [
         ("child_read_rc", "child_parent_ok"),
         ("child_readback_rc", "child_ok"),
@@ -296,7 +298,8 @@ fn u3m_forked_child_gets_no_wrong_data() {
         match fact(&r, rc).as_str() {
             "0" => assert_eq!(fact(&r, ok), "1", "{rc}=0 but wrong bytes\n{}", r.stdout),
             "207001" => assert!(
-                r.stderr.contains("forked child: device memory is shared with the parent"),
+                r.stderr
+                    .contains("forked child: device memory is shared with the parent"),
                 "a refusal says why\n{}",
                 tail(&r.stderr)
             ),

@@ -353,7 +353,10 @@ mod tests {
         assert_eq!((calls.get(), panicked.get()), (1, true));
         // failing closed before the real call: the refusal, no call
         calls.set(0);
-        assert_eq!(catching(|_| panic!("closed"), real, || Some(207001)), 207001);
+        assert_eq!(
+            catching(|_| panic!("closed"), real, || Some(207001)),
+            207001
+        );
         assert_eq!(calls.get(), 0);
         std::panic::set_hook(prev);
     }

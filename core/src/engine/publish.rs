@@ -29,9 +29,8 @@ impl Publisher {
                     std::thread::sleep(tick);
                     // a panic here must not leave the hooks passing calls
                     // through on memory the helper was moving (failure.rs)
-                    let ticked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        e.tier_tick()
-                    }));
+                    let ticked =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.tier_tick()));
                     if ticked.is_err() {
                         e.background_failed();
                         return;

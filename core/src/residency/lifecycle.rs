@@ -282,7 +282,10 @@ impl Residency {
     pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
         let mut st = match hold {
             Some(ForkHold(g)) => g,
-            None => self.st.lock().map_err(|_| "the residency state is unusable".to_string())?,
+            None => self
+                .st
+                .lock()
+                .map_err(|_| "the residency state is unusable".to_string())?,
         };
         for d in st.devs.iter_mut() {
             d.stream = 0;
@@ -384,8 +387,12 @@ impl Residency {
                     None => None,
                 };
                 match (slot, to_device) {
-                    (Some(p), true) => std::ptr::copy_nonoverlapping(h, p.add(within as usize), n as usize),
-                    (Some(p), false) => std::ptr::copy_nonoverlapping(p.add(within as usize), h, n as usize),
+                    (Some(p), true) => {
+                        std::ptr::copy_nonoverlapping(h, p.add(within as usize), n as usize)
+                    }
+                    (Some(p), false) => {
+                        std::ptr::copy_nonoverlapping(p.add(within as usize), h, n as usize)
+                    }
                     // never written: fresh memory reads as zeros
                     (None, false) => std::ptr::write_bytes(h, 0, n as usize),
                     (None, true) => {

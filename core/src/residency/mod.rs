@@ -54,8 +54,8 @@ pub(crate) mod fake;
 mod tests;
 
 pub use counters::Counters;
-pub use lost::Allocations;
 pub use lifecycle::{malloc_policy_known, malloc_room, ForkHold};
+pub use lost::Allocations;
 pub use protocol::{Order, Token};
 use state::State;
 
