@@ -50,6 +50,9 @@ pub fn real_dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
             return std::ptr::null_mut();
         }
     }
+    // SAFETY: `p` is glibc's dlsym (found by elf::find_function), whose
+    // prototype DlsymFn is; dlsym accepts any handle and name the program
+    // could pass, and u3m passes the program's own or a valid C string.
     let f: DlsymFn = unsafe { std::mem::transmute(p) };
     unsafe { f(handle, name) }
 }
@@ -63,6 +66,8 @@ fn real_dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char)
             return std::ptr::null_mut();
         }
     }
+    // SAFETY: `p` is glibc's dlvsym, prototype DlvsymFn; the arguments are
+    // the program's, passed on unchanged.
     let f: DlvsymFn = unsafe { std::mem::transmute(p) };
     unsafe { f(handle, name, version) }
 }
@@ -75,6 +80,9 @@ pub fn real_next(name: *const c_char) -> *mut c_void {
 }
 
 /// What the override returns for (handle, name), given glibc's answer `found`.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string (dlsym's contract).
 unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void) -> *mut c_void {
     if name.is_null() || found.is_null() {
         return found;
@@ -102,6 +110,8 @@ unsafe fn redirect(handle: *mut c_void, name: *const c_char, found: *mut c_void)
     found
 }
 
+/// # Safety
+/// dlsym's C contract: `name` is null or a NUL-terminated string.
 unsafe extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     let found = real_dlsym(handle, name);
     redirect(handle, name, found)
@@ -109,6 +119,11 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mu
 
 /// `dlsym`: RTLD_NEXT is tail-jumped to glibc with the caller's return address
 /// intact; everything else goes through dlsym_impl.
+///
+/// # Safety
+/// dlsym's C contract. The naked bodies below only compare the handle and
+/// jump: the argument registers reach glibc or dlsym_impl untouched (saved
+/// and restored around resolve_real, with the stack kept 16-byte aligned).
 #[cfg(all(not(test), target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
@@ -137,6 +152,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     )
 }
 
+/// # Safety
+/// As the x86-64 `dlsym`.
 #[cfg(all(not(test), target_arch = "aarch64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
@@ -164,6 +181,8 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
     )
 }
 
+/// # Safety
+/// dlvsym's C contract: `name` and `version` are null or NUL-terminated.
 unsafe extern "C" fn dlvsym_impl(
     handle: *mut c_void,
     name: *const c_char,
@@ -173,6 +192,11 @@ unsafe extern "C" fn dlvsym_impl(
     redirect(handle, name, found)
 }
 
+/// `dlvsym`, as `dlsym` above.
+///
+/// # Safety
+/// dlvsym's C contract; the naked body only compares and jumps, restoring
+/// the argument registers it saves around resolve_real.
 #[cfg(all(not(test), target_arch = "x86_64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
@@ -206,6 +230,8 @@ pub unsafe extern "C" fn dlvsym(
     )
 }
 
+/// # Safety
+/// As the x86-64 `dlvsym`.
 #[cfg(all(not(test), target_arch = "aarch64"))]
 #[unsafe(no_mangle)]
 #[unsafe(naked)]
@@ -242,6 +268,9 @@ pub unsafe extern "C" fn dlvsym(
 /// hooked names up through, u3m forgets the handle and re-resolves every
 /// real function before its next use (a runtime unloaded after aclFinalize
 /// and loaded again may lie at another address).
+///
+/// # Safety
+/// dlclose's C contract: `handle` came from dlopen.
 #[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {

@@ -43,6 +43,8 @@ struct Search {
 }
 
 fn contains(info: &libc::dl_phdr_info, addr: usize) -> bool {
+    // SAFETY: dl_iterate_phdr hands `info` with `dlpi_phnum` program
+    // headers at `dlpi_phdr`, valid for the callback's duration.
     let phdrs = unsafe {
         std::slice::from_raw_parts(info.dlpi_phdr as *const Phdr, info.dlpi_phnum as usize)
     };
@@ -54,6 +56,10 @@ fn contains(info: &libc::dl_phdr_info, addr: usize) -> bool {
 
 /// Number of symbols in a GNU hash table: the highest index reached from any
 /// bucket, walked to the end of its chain.
+///
+/// # Safety
+/// `gh` points at a loaded object's DT_GNU_HASH table (header, bloom
+/// words, buckets, chains), mapped readable by the dynamic loader.
 unsafe fn gnu_hash_nsyms(gh: *const u32) -> usize {
     let nbuckets = *gh as usize;
     let symoffset = *gh.add(1) as usize;
@@ -77,6 +83,13 @@ unsafe fn gnu_hash_nsyms(gh: *const u32) -> usize {
     last + 1
 }
 
+/// dl_iterate_phdr's callback.
+///
+/// # Safety
+/// `info` is the loader's description of one loaded object and `data` the
+/// `Search` passed by `find_function`; both live for the call. The dynamic
+/// section's tables it reads are mapped by the loader (relocated pointers,
+/// or offsets from the base in the vDSO).
 unsafe extern "C" fn visit(
     info: *mut libc::dl_phdr_info,
     _size: usize,
@@ -152,6 +165,8 @@ pub fn find_function(name: &'static [u8], skip: usize) -> *mut c_void {
         skip,
         found: 0,
     };
+    // SAFETY: `visit` matches the callback type and treats `data` as the
+    // `Search` passed here, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(visit), &mut s as *mut Search as *mut c_void) };
     s.found as *mut c_void
 }

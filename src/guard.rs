@@ -26,6 +26,12 @@ impl Guard {
     }
 }
 
+/// Whether this thread is inside u3m now.
+#[inline]
+pub fn inside() -> bool {
+    INSIDE.with(|c| c.get())
+}
+
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {

@@ -34,6 +34,10 @@ pub fn start_refused() -> bool {
 thread_local! {
     /// The device this thread set with aclrtSetDevice (-1: none seen yet).
     static DEVICE: Cell<i32> = const { Cell::new(-1) };
+    /// The residency lock, held by the forking thread from fork's prepare
+    /// step to its parent/child step.
+    static FORK_HOLD: std::cell::RefCell<Option<u3m_core::residency::ForkHold>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Writes one line to stderr with a single write(2): no allocation, no lock,
@@ -50,6 +54,7 @@ pub fn log_line(parts: &[&str]) {
         buf[n..n + k].copy_from_slice(&b[..k]);
         n += k;
     }
+    // SAFETY: writes `n` <= buf.len() initialised bytes of a live buffer.
     unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, n) };
 }
 
@@ -81,6 +86,8 @@ pub fn warn_once(msg: &str) {
 #[inline]
 pub fn engine() -> Option<&'static Engine> {
     if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: ENGINE is null or a leaked Box<Engine> (never freed),
+        // published before READY with Release.
         return unsafe { ENGINE.load(Ordering::Acquire).as_ref() };
     }
     engine_slow()
@@ -92,6 +99,7 @@ fn engine_slow() -> Option<&'static Engine> {
         init();
     }
     if STATE.load(Ordering::Acquire) == READY {
+        // SAFETY: as in `engine`.
         unsafe { ENGINE.load(Ordering::Acquire).as_ref() }
     } else {
         None
@@ -194,6 +202,8 @@ pub fn set_current_device(dev: i32) {
 pub fn refresh_current_device() {
     static GET: crate::real::RealFn = crate::real::RealFn::new(b"aclrtGetDevice\0");
     if let Some(p) = GET.get() {
+        // SAFETY: `p` is the runtime's aclrtGetDevice(int32_t *), called
+        // with a live local.
         let f: unsafe extern "C" fn(*mut i32) -> i32 = unsafe { std::mem::transmute(p) };
         let mut d = -1;
         if unsafe { f(&mut d) } == 0 {
@@ -205,19 +215,56 @@ pub fn refresh_current_device() {
 /// At exit: flush the trace, remove the stats segment (only in the process
 /// that created them — a forked child inherits the handler).
 extern "C" fn at_exit() {
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine.
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.shutdown()));
     }
 }
 
-/// In a forked child: start clean (own stats segment, no inherited threads).
-/// Runs right after fork(), so it only flips state; the next hook re-inits.
-extern "C" fn at_fork_child() {
+/// fork's prepare step: when a child would keep the engine (tier mode with
+/// managed memory), the residency lock is taken so that no other thread is
+/// in the middle of changing the state the child inherits. Not when this
+/// thread is inside u3m (it may hold the lock: fork from the runtime).
+extern "C" fn at_fork_prepare() {
+    if STATE.load(Ordering::Acquire) != READY || crate::guard::inside() {
+        return;
+    }
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine.
     if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        if e.kept_after_fork() {
+            let hold = e.hold_for_fork();
+            FORK_HOLD.with(|h| *h.borrow_mut() = hold);
+        }
+    }
+}
+
+/// fork's parent step: the lock taken in prepare is released.
+extern "C" fn at_fork_parent() {
+    FORK_HOLD.with(|h| h.borrow_mut().take());
+}
+
+/// In a forked child. Tier mode with managed memory: the child keeps the
+/// parent's engine — the runtime's state (device memory, mappings) is
+/// fork-copied and so are u3m's DRAM copies, so the child reads the
+/// parent's buffers and allocates its own as the stock runtime lets it;
+/// what belonged to the parent's threads is reset (engine.continue_in_child).
+/// Otherwise start clean (own stats segment, no inherited threads): the
+/// next hook re-inits.
+extern "C" fn at_fork_child() {
+    let hold = FORK_HOLD.with(|h| h.borrow_mut().take());
+    FORKED.store(true, Ordering::Release);
+    // SAFETY: ENGINE is null or a leaked, never-freed Engine (fork copied it).
+    if let Some(e) = unsafe { ENGINE.load(Ordering::Acquire).as_ref() } {
+        if STATE.load(Ordering::Acquire) == READY && e.kept_after_fork() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                e.continue_in_child(hold)
+            }));
+            return;
+        }
+        drop(hold);
         e.forget_after_fork();
     }
     ENGINE.store(ptr::null_mut(), Ordering::Release); // the parent's engine is leaked in the child
-    FORKED.store(true, Ordering::Release);
     STATE.store(UNINIT, Ordering::Release);
 }
 
@@ -225,9 +272,15 @@ extern "C" fn at_fork_child() {
 /// the first hooked call, so a process that never uses ACL (a shell, a
 /// `timeout` wrapper that inherited LD_PRELOAD) gets no segment, no thread.
 extern "C" fn ctor() {
+    // SAFETY: registers plain extern "C" fns with no arguments, as atexit
+    // and pthread_atfork expect; they live as long as the library.
     unsafe {
         libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(at_fork_child));
+        libc::pthread_atfork(
+            Some(at_fork_prepare),
+            Some(at_fork_parent),
+            Some(at_fork_child),
+        );
     }
     crate::dl::resolve_real();
 }

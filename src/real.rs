@@ -82,6 +82,7 @@ const CANN_LIBS: &[&[u8]] = &[
 /// Remembers every CANN library already loaded, without loading any.
 fn remember_loaded_cann_libs() {
     for lib in CANN_LIBS {
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD never loads anything.
         let h = unsafe {
             libc::dlopen(
                 lib.as_ptr() as *const c_char,
@@ -199,7 +200,8 @@ impl RealFn {
     pub fn offer(&self, p: *mut c_void) {
         if !self.current() {
             self.ptr.store(std::ptr::null_mut(), Ordering::Release);
-            self.epoch.store(EPOCH.load(Ordering::Acquire), Ordering::Release);
+            self.epoch
+                .store(EPOCH.load(Ordering::Acquire), Ordering::Release);
             self.tried.store(0, Ordering::Release);
         }
         let _ =

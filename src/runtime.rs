@@ -1,6 +1,10 @@
 //! The tiering engine's device runtime: the real CANN functions, called
 //! directly (never through u3m's own exports, so u3m's own work is neither
 //! observed nor tiered).
+//!
+//! Every unsafe block here is one `call!`: the pointer is the named CANN
+//! function, transmuted to its C prototype as acl_rt.h declares it, and the
+//! arguments are u3m's own values or out-parameters on this stack.
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
@@ -26,6 +30,8 @@ macro_rules! call {
     ($f:expr, $ty:ty, $($a:expr),*) => {{
         let rc = match $f.get() {
             Some(p) => {
+                // SAFETY: `p` is the function `$f` names and `$ty` its C
+                // prototype (module note); the arguments are valid for it.
                 let f: $ty = unsafe { std::mem::transmute::<*mut c_void, $ty>(p) };
                 unsafe { f($($a),*) }
             }

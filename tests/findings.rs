@@ -228,7 +228,82 @@ fn stock_runtime_serves_a_forked_child() {
 }
 
 #[test]
-#[ignore = "finding 5: after fork the child's reads of evicted memory give 507053 and its copies 207001 under u3m"]
 fn u3m_serves_a_forked_child() {
     child_is_served(true);
+}
+
+// ---- finding 7: an internal error in tier mode fails closed
+
+/// B (40 MiB) is written, then A (40 MiB; part of B is evicted to DRAM),
+/// and the engine panics (LIBU3M_TEST_PANIC_AT=3: the third call through
+/// the residency protocol, the read of B, with the residency lock held).
+/// Pass-through would run that read on B's evicted chunks (an MMU fault or
+/// wrong bytes); failing closed refuses it, and every later device call,
+/// with 207001 and says why on stderr.
+#[test]
+fn u3m_fails_closed_after_a_panic_in_tier_mode() {
+    let r = go(
+        "tier_probe",
+        &["--scenario", "prefetch", "--bytes", "40M", "--idle-ms", "0"],
+        &[("ACLSIM_HBM_BYTES", "64M"), ("LIBU3M_TEST_PANIC_AT", "3")],
+        true,
+    );
+    let err = tail(&r.stderr);
+    assert!(
+        r.stderr.contains("failing closed"),
+        "the switch is announced\n{err}"
+    );
+    assert!(
+        !r.stderr.contains("MMU fault"),
+        "no call ran on evicted memory\n{err}"
+    );
+    assert!(
+        !r.stdout.contains("b_ok=1") && !r.stdout.contains("b_ok=0"),
+        "the read of B is refused, not served\n{}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains("ACL error 207001"),
+        "the program sees 207001 (exit {})\n{err}",
+        r.code
+    );
+    assert_eq!(r.code, 2, "the program stops on the refused call\n{err}");
+}
+
+/// What u3m guarantees a forked child (finding 5, docs/reliability.md): the
+/// child keeps the parent's engine; device memory is shared with the
+/// parent, so the child never evicts what was resident at the fork. Its
+/// calls are served or refused with 207001 and a line saying why — never
+/// answered with wrong bytes — and the parent's data is intact afterwards.
+#[test]
+fn u3m_forked_child_gets_no_wrong_data() {
+    let r = go(
+        "fork_child_acl",
+        &["--bytes", "8M", "--buffers", "6"],
+        &[("ACLSIM_HBM_BYTES", "32M"), ("U3M_OVERSUB", "3")],
+        true,
+    );
+    assert_eq!(r.code, 0, "exit\n{}", tail(&r.stderr));
+    assert_eq!(fact(&r, "child_exit"), "0", "{}", r.stdout);
+    assert_eq!(
+        fact(&r, "parent_ok"),
+        "1",
+        "the parent's data\n{}",
+        r.stdout
+    );
+    for (rc, ok) in [
+        ("child_read_rc", "child_parent_ok"),
+        ("child_readback_rc", "child_ok"),
+    ] {
+        match fact(&r, rc).as_str() {
+            "0" => assert_eq!(fact(&r, ok), "1", "{rc}=0 but wrong bytes\n{}", r.stdout),
+            "207001" => assert!(
+                r.stderr
+                    .contains("forked child: device memory is shared with the parent"),
+                "a refusal says why\n{}",
+                tail(&r.stderr)
+            ),
+            other => panic!("{rc}={other}: neither served nor refused\n{}", r.stdout),
+        }
+    }
 }

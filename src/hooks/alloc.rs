@@ -2,6 +2,12 @@
 //! what it manages), pinned host memory, host registration, memory info,
 //! device reset, and the per-thread current device (kept here: it is the
 //! interposer's state, not the engine's).
+//!
+//! Safety: every `pub unsafe fn` here is a hook handler,
+//! `unsafe fn(&Cx, Real<args::NAME>, args::NAME)`; its contract is the C
+//! prototype's (table.rs): the arguments are the program's, valid as that
+//! function documents them, and `real` is the next definition of the name.
+//! Pointers are read only where the runtime itself would read them.
 
 use super::args::*;
 use super::{Cx, Real};
@@ -47,6 +53,8 @@ fn malloc_call(
         api,
         size: size as u64,
         policy,
+        // SAFETY: `out` is the program's `void **devPtr`, null or writable
+        // for one pointer while the call runs.
         out: unsafe { Out::new(out) },
     }
 }

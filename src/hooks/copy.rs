@@ -3,6 +3,12 @@
 //! maintenance range, a device word. Each decodes into a `Call`; the engine
 //! makes the device sides resident (a destination covering whole chunks
 //! needs no copy-in) and observes them.
+//!
+//! Safety: every `pub unsafe fn` here is a hook handler,
+//! `unsafe fn(&Cx, Real<args::NAME>, args::NAME)`; its contract is the C
+//! prototype's (table.rs): the arguments are the program's, valid as that
+//! function documents them, and `real` is the next definition of the name.
+//! Pointers are read only where the runtime itself would read them.
 
 use std::ffi::c_void;
 
@@ -97,6 +103,10 @@ pub unsafe fn memcpy_2d_async(
 }
 
 /// The copy kind of batch entry `i` from the location attributes.
+///
+/// # Safety
+/// aclrtMemcpyBatch's contract: `attrs` holds `nattrs` attributes and `idx`
+/// their `nattrs` start indices (or either is null).
 unsafe fn batch_kind(
     attrs: *const aclrtMemcpyBatchAttr,
     idx: *const usize,
@@ -123,6 +133,10 @@ unsafe fn batch_kind(
 }
 
 /// A batch's copies, decoded: on the stack up to MAX_OP_RANGES entries.
+///
+/// # Safety
+/// aclrtMemcpyBatch's contract: `dsts`, `srcs`, `sizes` hold `n` entries,
+/// `attrs`/`idx` as in `batch_kind`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn batch(
     cx: &Cx,

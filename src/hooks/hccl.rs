@@ -1,6 +1,12 @@
 //! HCCL hooks: collective send/receive buffers are accesses (a residency
 //! failure is HCCL_E_MEMORY); registered communication memory must never
 //! move (HCCL holds its physical pages).
+//!
+//! Safety: every `pub unsafe fn` here is a hook handler,
+//! `unsafe fn(&Cx, Real<args::NAME>, args::NAME)`; its contract is the C
+//! prototype's (table.rs): the arguments are the program's, valid as that
+//! function documents them, and `real` is the next definition of the name.
+//! Pointers are read only where the runtime itself would read them.
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
@@ -10,6 +16,11 @@ use super::{Cx, Real};
 use crate::ffi::*;
 use u3m_core::engine::{Call, PinReason, Queue, Range, MAX_OP_RANGES};
 
+/// The communicator's rank count (1 if unknown).
+///
+/// # Safety
+/// `comm` is the program's communicator, passed to HcclGetRankSize as the
+/// program's own call would.
 unsafe fn rank_size(comm: HcclComm) -> u64 {
     static F: crate::real::RealFn = crate::real::RealFn::new(b"HcclGetRankSize\0");
     let Some(p) = F.get() else { return 1 };
@@ -119,6 +130,10 @@ pub unsafe fn all_to_all(cx: &Cx, real: Real<HcclAlltoAll>, a: HcclAlltoAll) -> 
 
 /// Extent of a V-collective buffer: max(displ + count) elements, from the
 /// host arrays of uint64 counts and displacements (one per rank).
+///
+/// # Safety
+/// The V-collective's contract: `counts` and `displs` hold `ranks` uint64
+/// each (or are null).
 unsafe fn v_extent(counts: *const c_void, displs: *const c_void, ranks: u64) -> u64 {
     if counts.is_null() || ranks > 65536 {
         return 0;

@@ -3,6 +3,12 @@
 //! device allocations (a heuristic: a slot that happens to hold such a value
 //! is treated as an access). Launches whose arguments u3m cannot read at all
 //! (an args handle) are counted as opaque.
+//!
+//! Safety: every `pub unsafe fn` here is a hook handler,
+//! `unsafe fn(&Cx, Real<args::NAME>, args::NAME)`; its contract is the C
+//! prototype's (table.rs): the arguments are the program's, valid as that
+//! function documents them, and `real` is the next definition of the name.
+//! Pointers are read only where the runtime itself would read them.
 
 use std::ffi::c_void;
 
@@ -12,6 +18,10 @@ use crate::ffi::*;
 use u3m_core::engine::{Api, Call, Queue};
 
 /// The argument blob u3m reads: 8 bytes to 1 MiB (else none).
+///
+/// # Safety
+/// aclrtLaunchKernel's contract: `args` is readable for `size` bytes while
+/// the call runs (the returned slice does not outlive it).
 unsafe fn blob<'a>(args: *const c_void, size: usize) -> &'a [u8] {
     if args.is_null() || !(8..=(1 << 20)).contains(&size) {
         &[]

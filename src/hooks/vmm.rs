@@ -1,6 +1,12 @@
 //! Virtual-memory hooks: reservations, physical handles (tier mode hands
 //! out its own for plain, non-shareable ones), mappings (expandable
 //! segments), and shareable-handle IPC (whose memory must never move).
+//!
+//! Safety: every `pub unsafe fn` here is a hook handler,
+//! `unsafe fn(&Cx, Real<args::NAME>, args::NAME)`; its contract is the C
+//! prototype's (table.rs): the arguments are the program's, valid as that
+//! function documents them, and `real` is the next definition of the name.
+//! Pointers are read only where the runtime itself would read them.
 
 use std::cell::Cell;
 

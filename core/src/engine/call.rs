@@ -213,6 +213,8 @@ impl Out {
         if self.0.is_null() {
             None
         } else {
+            // SAFETY: non-null, and valid for one u64 read while the
+            // call runs (`Out::new`'s contract).
             Some(unsafe { self.0.read_unaligned() })
         }
     }
@@ -221,6 +223,7 @@ impl Out {
     #[inline]
     pub fn set(self, v: u64) {
         if !self.0.is_null() {
+            // SAFETY: non-null, valid for one u64 write (`Out::new`).
             unsafe { self.0.write_unaligned(v) }
         }
     }

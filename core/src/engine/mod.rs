@@ -13,6 +13,7 @@
 
 pub mod call;
 mod detour;
+mod failure;
 mod ids;
 mod publish;
 pub mod report;
@@ -36,7 +37,7 @@ use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
 
 pub use crate::heat::PinReason;
 use crate::residency;
-pub use crate::residency::{Order, Residency, Token};
+pub use crate::residency::{ForkHold, Order, Residency, Token};
 pub use call::{Api, Call, Launch, LaunchKind, Memcpy, Out, Queue};
 use ids::SmallIds;
 pub use runtime::Runtime;
@@ -154,6 +155,8 @@ pub struct Engine {
     unmanaged: [AtomicU64; MAX_DEVICES],
     /// what the operator has been told, and the stall account
     ops: report::Operator,
+    /// fail-closed state after an internal error (failure.rs)
+    failure: failure::Failure,
 }
 
 #[derive(Default)]
@@ -177,6 +180,7 @@ fn coarse_ns() -> u64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // SAFETY: writes one timespec into a live local.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -266,6 +270,7 @@ impl Engine {
             rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
             ops: report::Operator::default(),
+            failure: failure::Failure::from_env(),
             cfg,
         };
         Ok(e)
@@ -337,6 +342,34 @@ impl Engine {
             r.forget_after_fork();
         }
         self.publisher.forget_after_fork();
+    }
+
+    /// Whether a forked child keeps this engine: in tier mode with managed
+    /// memory the child's view of that memory (the runtime's fork-copied
+    /// state plus u3m's DRAM copies) only makes sense through it.
+    pub fn kept_after_fork(&self) -> bool {
+        self.residency.as_ref().is_some_and(|r| r.active())
+    }
+
+    /// fork's prepare step (see `kept_after_fork`).
+    pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
+        self.residency.as_ref()?.hold_for_fork()
+    }
+
+    /// In the forked child that keeps this engine: the parent's threads,
+    /// trace and stats segment are not the child's (its counting goes to a
+    /// private copy); the residency state is made usable here, or, where it
+    /// cannot be, the engine fails closed with one line saying why.
+    pub fn continue_in_child(&self, hold: Option<ForkHold>) {
+        self.forget_after_fork();
+        if let Some(s) = &self.seg {
+            s.privatize_after_fork();
+        }
+        let Some(r) = &self.residency else { return };
+        self.set_forked_child();
+        if let Err(why) = r.after_fork_child(hold) {
+            self.fail_closed(&format!("forked child: {why}"));
+        }
     }
 
     // ---- counters ----

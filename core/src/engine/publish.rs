@@ -27,7 +27,14 @@ impl Publisher {
                 let mut since = Duration::ZERO;
                 while !e.publisher.stop.load(Ordering::Acquire) {
                     std::thread::sleep(tick);
-                    e.tier_tick();
+                    // a panic here must not leave the hooks passing calls
+                    // through on memory the helper was moving (failure.rs)
+                    let ticked =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.tier_tick()));
+                    if ticked.is_err() {
+                        e.background_failed();
+                        return;
+                    }
                     since += tick;
                     if since >= interval {
                         since = Duration::ZERO;

@@ -26,6 +26,9 @@ impl Engine {
     /// program gets back (the real function's code, or the error u3m
     /// returns instead of calling it).
     pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        if self.failed() {
+            return self.run_failed(call, real);
+        }
         match *call {
             Call::Copy { copy, q } => self.run_copy(dev, &copy, q, real),
             Call::CopyBatch { copies, q } => self.run_batch(dev, copies, q, real),
@@ -169,6 +172,7 @@ impl Engine {
         } else {
             Order::Stream(q.stream)
         };
+        self.maybe_test_panic();
         let t0 = mono_ns();
         let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
         // the time calls spend in u3m before they can run (the stall account)
@@ -185,6 +189,7 @@ impl Engine {
                 if api.device_lost(rc) {
                     self.device_lost(dev);
                 }
+                self.explain_child_refusal(rc);
                 return rc;
             }
         };
@@ -205,19 +210,22 @@ impl Engine {
             }
         }
         let rc = match self.tiering() {
-            Some(_) => {
-                let (rs, n) = c.ranges();
-                self.resident(
-                    dev,
-                    b"copy",
-                    OpClass::Layout,
-                    q,
-                    &rs[..n],
-                    c.whole,
-                    Api::Acl,
-                    real,
-                )
-            }
+            Some(_) => match self.child_copy(c, q.sync) {
+                Some(rc) => rc,
+                None => {
+                    let (rs, n) = c.ranges();
+                    self.resident(
+                        dev,
+                        b"copy",
+                        OpClass::Layout,
+                        q,
+                        &rs[..n],
+                        c.whole,
+                        Api::Acl,
+                        real,
+                    )
+                }
+            },
             None => self.device_call(dev, Api::Acl, real),
         };
         if read_back && Api::Acl.device_lost(rc) {
@@ -238,8 +246,8 @@ impl Engine {
         if !r.any_lost() {
             return None;
         }
-        // the hooks decoded `dst` from the program's host pointer, valid
-        // for `bytes` of writes for the duration of the copy
+        // SAFETY: the hooks decoded `dst` from the program's host pointer,
+        // valid for `bytes` of writes for the duration of the copy
         let res = unsafe { r.read_lost(c.src, c.dst as *mut u8, c.bytes) }?;
         Some(AclError::raw_of(&res))
     }

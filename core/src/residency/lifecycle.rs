@@ -20,6 +20,13 @@ use crate::store::StoreError;
 /// keeps failing still fails the call instead of looping.
 const MAP_TRIES: u32 = 3;
 
+/// Pins of a chunk resident at fork, in the child: never evicted there
+/// (uses add and remove their own pins around it).
+const FORK_PINNED: u32 = 1 << 30;
+
+/// The residency lock held across fork() (`hold_for_fork`).
+pub struct ForkHold(std::sync::MutexGuard<'static, State>);
+
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
@@ -260,6 +267,160 @@ impl Residency {
         }
         let d = st.dev_mut(b.dev);
         d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
+    }
+
+    // --------------------------------------------------------------- fork
+
+    /// fork's prepare step: the residency lock, held across the fork so
+    /// the child's copy of the state is consistent and its lock free.
+    pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
+        self.st.lock().ok().map(ForkHold)
+    }
+
+    /// In a forked child that keeps the parent's memory (the runtime's
+    /// state is fork-copied too): the parent's streams, use events and
+    /// in-flight copies do not exist here, so u3m's streams and events are
+    /// made anew, lazily; chunks resident at the fork stay resident. The NVMe swap file is shared with the parent: the
+    /// child never writes it (its spills stay in DRAM), and Err when a chunk
+    /// of the child's copy of the state lives there (the parent may reuse
+    /// that slot), for the caller to fail closed.
+    pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
+        let mut st = match hold {
+            Some(ForkHold(g)) => g,
+            None => self
+                .st
+                .lock()
+                .map_err(|_| "the residency state is unusable".to_string())?,
+        };
+        for d in st.devs.iter_mut() {
+            d.stream = 0;
+        }
+        let mut in_nvme = 0u64;
+        for b in st.backings.values_mut() {
+            for c in b.chunks.iter_mut() {
+                c.uses.clear();
+                // device memory is shared with the parent (the physical
+                // pages are the same): a chunk resident at the fork is the
+                // parent's too, so the child never evicts it — freeing its
+                // page would let the child's next chunk overwrite the
+                // parent's data. The child's fault-ins use free HBM only.
+                c.pins = if c.phys != 0 { FORK_PINNED } else { 0 };
+                if matches!(c.host, Some(Host::Nvme(_))) {
+                    in_nvme += 1;
+                }
+            }
+        }
+        st.event_refs.clear();
+        st.free_events.clear();
+        st.wait_for = None;
+        for h in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        // the parent's file: neither written nor given back here
+        std::mem::forget(st.nvme.take());
+        if in_nvme > 0 {
+            return Err(format!(
+                "{in_nvme} managed chunk(s) of the parent are in the NVMe swap file, which the parent keeps using"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A synchronous copy between host memory and one managed allocation,
+    /// in a forked child (whose HBM is the parent's: it cannot evict what was
+    /// resident at the fork). Chunks that are not resident are read from and
+    /// written to u3m's DRAM copy — the copy a later fault-in brings back —
+    /// and resident ones through the runtime on u3m's stream, so the child's
+    /// reads of the parent's evicted buffers and its writes to buffers of its
+    /// own need no HBM. None: not such a copy (the normal path runs).
+    ///
+    /// # Safety
+    /// `host` is the program's host pointer of the copy, valid for `len`
+    /// bytes of reads (`to_device`) or writes (otherwise) during the call.
+    pub unsafe fn child_copy(
+        &self,
+        dev_addr: u64,
+        host: *mut u8,
+        len: u64,
+        to_device: bool,
+    ) -> Option<Result<(), AclError>> {
+        if host.is_null() || len == 0 {
+            return None;
+        }
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=dev_addr).next_back()?;
+        if dev_addr + len > start + size {
+            return None;
+        }
+        let dev = st.backings.get(&id)?.dev;
+        if st.dev(dev).lost {
+            return None;
+        }
+        let off = dev_addr - start;
+        let mut done = 0u64;
+        while done < len {
+            let at = off + done;
+            let i = (at / CHUNK) as u32;
+            let within = at % CHUNK;
+            let n = (CHUNK - within).min(len - done);
+            let h = host.add(done as usize);
+            if st.chunk(id, i).phys != 0 {
+                // resident (the parent's page, or one the child faulted in)
+                let stream = match self.dev_stream(&mut st, dev) {
+                    Ok(s) => s,
+                    Err(e) => return Some(Err(e)),
+                };
+                let (dst, src, kind) = if to_device {
+                    (dev_addr + done, h as u64, MemcpyKind::HOST_TO_DEVICE)
+                } else {
+                    (h as u64, dev_addr + done, MemcpyKind::DEVICE_TO_HOST)
+                };
+                let r = self
+                    .rt
+                    .memcpy_async(dst, src, n, kind, stream)
+                    .and_then(|()| self.rt.sync_stream(stream));
+                if let Err(e) = r {
+                    return Some(Err(e));
+                }
+                if to_device {
+                    st.chunk_mut(id, i).dirty = true;
+                }
+            } else {
+                let slot = match &st.chunk(id, i).host {
+                    Some(Host::Dram(slot)) => Some(slot.ptr),
+                    Some(Host::Nvme(_)) => return Some(Err(E_ALLOC)),
+                    None => None,
+                };
+                match (slot, to_device) {
+                    (Some(p), true) => {
+                        std::ptr::copy_nonoverlapping(h, p.add(within as usize), n as usize)
+                    }
+                    (Some(p), false) => {
+                        std::ptr::copy_nonoverlapping(p.add(within as usize), h, n as usize)
+                    }
+                    // never written: fresh memory reads as zeros
+                    (None, false) => std::ptr::write_bytes(h, 0, n as usize),
+                    (None, true) => {
+                        let Ok(slot) = st.dram.alloc(CHUNK) else {
+                            return Some(Err(E_ALLOC));
+                        };
+                        std::ptr::write_bytes(slot.ptr, 0, CHUNK as usize);
+                        std::ptr::copy_nonoverlapping(h, slot.ptr.add(within as usize), n as usize);
+                        st.chunk_mut(id, i).host = Some(Host::Dram(slot));
+                    }
+                }
+            }
+            done += n;
+        }
+        Some(Ok(()))
+    }
+
+    /// Test hook (LIBU3M_TEST_PANIC_AT): panics with the lock held, as an
+    /// internal error in the middle of a residency operation would (the
+    /// lock is poisoned afterwards).
+    pub fn panic_under_lock(&self, why: &str) {
+        let _st = self.st.lock();
+        panic!("{why}: injected panic in the residency manager");
     }
 
     // --------------------------------------------------------- u3m's maps

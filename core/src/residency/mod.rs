@@ -56,8 +56,8 @@ mod tests;
 
 pub use counters::Counters;
 pub use hostmap::Oversize;
+pub use lifecycle::{malloc_policy_known, malloc_room, ForkHold};
 pub use lost::Allocations;
-pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use protocol::{Order, Token};
 use state::State;
 

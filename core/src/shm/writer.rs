@@ -391,6 +391,34 @@ impl DeviceGauges {
     }
 }
 
+impl StatsSegment {
+    /// In a forked child that keeps the parent's engine: the mapping becomes
+    /// a private copy, so the child's counting never lands in the parent's
+    /// segment (the child publishes nothing).
+    pub fn privatize_after_fork(&self) {
+        let base = self.seg.as_ptr().cast::<u8>();
+        let mut copy = vec![0u8; SEGMENT_SIZE];
+        // SAFETY: the segment is mapped readable for SEGMENT_SIZE bytes and,
+        // right after fork, only this thread exists to touch it; the anonymous
+        // mapping replaces it at the same address and size (MAP_FIXED), and
+        // the copy is written back before anything reads it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(base, copy.as_mut_ptr(), SEGMENT_SIZE);
+            let p = libc::mmap(
+                base.cast(),
+                SEGMENT_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            );
+            if p == base.cast() {
+                std::ptr::copy_nonoverlapping(copy.as_ptr(), base, SEGMENT_SIZE);
+            }
+        }
+    }
+}
+
 impl Drop for StatsSegment {
     fn drop(&mut self) {
         // SAFETY: mapped in create with this size; nothing borrows it past self.
