@@ -121,20 +121,36 @@ pub unsafe fn redirect(op: &[u8], found: *mut c_void) -> Option<*mut c_void> {
     Some(GWS_TRAMPOLINES[used] as *mut c_void)
 }
 
-/// Every live aclTensor: its range (len 0: empty or without data).
-static TENSORS: spin::Mutex<Option<HashMap<usize, Range>>> = spin::Mutex::new(None);
+/// The memory of one aclTensor: the bytes its view can touch (what it
+/// reads or writes; len 0: empty or without data) and its whole storage
+/// (what the runtime may require mapped: the simulator checks it).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorMem {
+    pub view: Range,
+    pub storage: Range,
+}
+
+/// Every live aclTensor's memory.
+static TENSORS: spin::Mutex<Option<HashMap<usize, TensorMem>>> = spin::Mutex::new(None);
 /// Every live aclTensorList: its tensors.
 static LISTS: spin::Mutex<Option<HashMap<usize, Vec<usize>>>> = spin::Mutex::new(None);
-/// Executors built through a hooked GetWorkspaceSize and not yet launched:
-/// their ranges, with roles.
-static EXECS: spin::Mutex<Option<HashMap<usize, Vec<Range>>>> = spin::Mutex::new(None);
+/// What an executor touches: its tensors' views with roles, and the
+/// storages residency must cover besides (read).
+#[derive(Default)]
+struct Bound {
+    ranges: Vec<Range>,
+    storage: Vec<Range>,
+}
+
+/// Executors built through a hooked GetWorkspaceSize and not yet launched.
+static EXECS: spin::Mutex<Option<HashMap<usize, Bound>>> = spin::Mutex::new(None);
 /// Range lists of launched executors, reused by later bindings.
-static SPARE: spin::Mutex<Vec<Vec<Range>>> = spin::Mutex::new(Vec::new());
+static SPARE: spin::Mutex<Vec<Bound>> = spin::Mutex::new(Vec::new());
 /// More unlaunched executors than this (built and never launched nor
 /// destroyed) and the bindings are dropped (launches fall back).
 const EXECS_MAX: usize = 1 << 16;
 
-pub fn tensor_created(t: usize, r: Range) {
+pub fn tensor_created(t: usize, r: TensorMem) {
     TENSORS.lock().get_or_insert_with(HashMap::new).insert(t, r);
 }
 
@@ -163,12 +179,12 @@ pub fn list_destroyed(l: usize) {
     }
 }
 
-/// Every live tensor's range, each storage once (a launch whose tensors are
-/// unknown).
+/// Every live tensor's storage, each once, written (a launch whose tensors
+/// are unknown).
 pub fn live_ranges(out: &mut Vec<Range>) {
     let start = out.len();
     if let Some(m) = &*TENSORS.lock() {
-        out.extend(m.values().filter(|r| r.len > 0).copied());
+        out.extend(m.values().map(|t| t.storage).filter(|r| r.len > 0));
     }
     out[start..].sort_unstable_by_key(|r| (r.addr, r.len, r.write));
     dedup_from(out, start);
@@ -196,9 +212,10 @@ fn bind_after(slot: usize, args: &RawArgs) {
     let Some(proto) = GWS_PROTO.lock()[slot] else {
         return;
     };
-    let mut ranges = SPARE.lock().pop().unwrap_or_default();
-    ranges.clear();
-    let exec = ranges_of(proto, args, &mut ranges);
+    let mut b = SPARE.lock().pop().unwrap_or_default();
+    b.ranges.clear();
+    b.storage.clear();
+    let exec = ranges_of(proto, args, &mut b);
     match exec {
         Some(e) if e != 0 => {
             let mut g = EXECS.lock();
@@ -206,12 +223,12 @@ fn bind_after(slot: usize, args: &RawArgs) {
             if m.len() >= EXECS_MAX {
                 m.clear();
             }
-            if let Some(old) = m.insert(e, ranges) {
+            if let Some(old) = m.insert(e, b) {
                 // an executor address reused without a launch we saw
                 SPARE.lock().push(old);
             }
         }
-        _ => SPARE.lock().push(ranges),
+        _ => SPARE.lock().push(b),
     }
     // this thread's tensors so far are accounted for by the executor
     super::aclnn::pending_bound();
@@ -219,14 +236,20 @@ fn bind_after(slot: usize, args: &RawArgs) {
 
 /// The ranges of the call's tensors into `out`, and the executor it
 /// returned (None: some tensor or list unknown to u3m, or no executor).
-fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize> {
+fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
     let tensors = TENSORS.lock();
     let tm = tensors.as_ref();
     let mut exec = None;
-    let tensor = |t: u64, write: bool, out: &mut Vec<Range>| -> Option<()> {
-        let r = tm?.get(&(t as usize))?;
-        if r.len > 0 {
-            out.push(Range { write, ..*r });
+    let tensor = |t: u64, write: bool, b: &mut Bound| -> Option<()> {
+        let m = tm?.get(&(t as usize))?;
+        if m.view.len > 0 {
+            b.ranges.push(Range { write, ..m.view });
+        }
+        if m.storage.len > 0 && m.storage != m.view {
+            b.storage.push(Range {
+                write: false,
+                ..m.storage
+            });
         }
         Some(())
     };
@@ -234,12 +257,12 @@ fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize
         let v = args.at(loc);
         match (p, v) {
             (Param::Tensor { .. } | Param::List { .. }, Some(0)) => {} // an optional one, absent
-            (Param::Tensor { write }, Some(t)) => tensor(t, write, out)?,
+            (Param::Tensor { write }, Some(t)) => tensor(t, write, b)?,
             (Param::List { write }, Some(l)) => {
                 let lists = LISTS.lock();
                 for &t in lists.as_ref()?.get(&(l as usize))? {
                     if t != 0 {
-                        tensor(t as u64, write, out)?;
+                        tensor(t as u64, write, b)?;
                     }
                 }
             }
@@ -251,7 +274,8 @@ fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize
             _ => {}
         }
     }
-    // one storage read and written is written; each range once
+    // one range read and written is written; each range once
+    let out = &mut b.ranges;
     out.sort_unstable_by_key(|r| (r.addr, r.len, !r.write));
     let mut k = 0;
     for i in 0..out.len() {
@@ -262,18 +286,22 @@ fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize
         k += 1;
     }
     out.truncate(k);
+    b.storage.sort_unstable_by_key(|r| (r.addr, r.len));
+    dedup_from(&mut b.storage, 0);
     exec
 }
 
-/// At launch: the ranges bound to `exec` appended to `out` (true), or false
+/// At launch: the ranges bound to `exec` appended to `out` and the
+/// storages residency must cover besides to `storage` (true), or false
 /// when u3m did not see it built. The binding is consumed: a launch
 /// consumes a (non-repeatable) executor.
-pub fn take(exec: usize, out: &mut Vec<Range>) -> bool {
-    let Some(v) = EXECS.lock().as_mut().and_then(|m| m.remove(&exec)) else {
+pub fn take(exec: usize, out: &mut Vec<Range>, storage: &mut Vec<Range>) -> bool {
+    let Some(b) = EXECS.lock().as_mut().and_then(|m| m.remove(&exec)) else {
         return false;
     };
-    out.extend_from_slice(&v);
-    SPARE.lock().push(v);
+    out.extend_from_slice(&b.ranges);
+    storage.extend_from_slice(&b.storage);
+    SPARE.lock().push(b);
     true
 }
 
