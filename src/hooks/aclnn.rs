@@ -197,6 +197,26 @@ pub mod direct {
         )*};
     }
     direct!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
+
+    // their build phases: the tensors bound to the executor, with roles
+    macro_rules! direct_gws {
+        ($($name:ident => $op:literal ($($arg:ident),*)),*) => {$(
+            #[allow(non_snake_case)]
+            pub unsafe fn $name(_cx: &Cx, real: Real<args::$name>, a: args::$name) -> aclnnStatus {
+                let rc = real.call(a);
+                if rc == 0 {
+                    super::super::aclnn_bind::bind_direct($op, &[$(a.$arg as u64),*]);
+                }
+                rc
+            }
+        )*};
+    }
+    direct_gws!(
+        aclnnAddGetWorkspaceSize => b"aclnnAdd" (self_, other, alpha, out, workspace_size, executor),
+        aclnnMulGetWorkspaceSize => b"aclnnMul" (self_, other, out, workspace_size, executor),
+        aclnnMatmulGetWorkspaceSize => b"aclnnMatmul" (self_, mat2, out, cube_math_type, workspace_size, executor),
+        aclnnSoftmaxGetWorkspaceSize => b"aclnnSoftmax" (self_, dim, out, workspace_size, executor)
+    );
 }
 
 /// Most tensors one thread keeps pending between launches. A thread that

@@ -212,6 +212,31 @@ fn bind_after(slot: usize, args: &RawArgs) {
     let Some(proto) = GWS_PROTO.lock()[slot] else {
         return;
     };
+    bind(proto, args);
+}
+
+/// After a successful GetWorkspaceSize of `op` reached through its exported
+/// hook (programs linking libopapi directly): `ints` are its arguments in
+/// order (all integer-class).
+pub fn bind_direct(op: &[u8], ints: &[u64]) {
+    let Some(proto) = roles::aclnn(op) else {
+        return;
+    };
+    let mut args = RawArgs {
+        int: [0; INT_REGS],
+        stack: [0; STACK_SLOTS],
+    };
+    for (i, &v) in ints.iter().enumerate() {
+        match i.checked_sub(INT_REGS) {
+            None => args.int[i] = v,
+            Some(k) if k < STACK_SLOTS => args.stack[k] = v,
+            Some(_) => return,
+        }
+    }
+    bind(proto, &args);
+}
+
+fn bind(proto: Proto, args: &RawArgs) {
     let mut b = SPARE.lock().pop().unwrap_or_default();
     b.ranges.clear();
     b.storage.clear();
