@@ -4,11 +4,12 @@
 //! from tensors made with aclCreateTensor. u3m intercepts the execute phase of
 //! every operator generically: the dlsym override hands out a trampoline from a
 //! fixed pool for any `aclnn*` name whose `*GetWorkspaceSize` companion exists
-//! in the same library; at launch, the tensors this thread created since its
-//! previous launch (their storage footprints) and the workspace are the
-//! launch's accesses, every one of them (a foreach operator passes every
-//! parameter of a model). Tensors are tracked per thread in a list that grows
-//! and is reused: no allocation once warm, no lock on the launch path.
+//! in the same library. A launch's accesses are the tensors bound to its
+//! executor where it was built (`aclnn_bind.rs`: views with roles), else the
+//! tensors this thread created since its previous launch (all written), and
+//! the workspace — every one of them (a foreach operator passes every
+//! parameter of a model). Pending tensors are tracked per thread in a list
+//! that grows and is reused: no allocation once warm.
 
 // Handlers are called by the generated wrappers and trampolines with the
 // program's arguments; their contract is the C prototype's.
@@ -49,6 +50,8 @@ unsafe extern "C" fn tramp<const N: usize>(
 }
 
 fn slot_name(slot: usize) -> &'static [u8] {
+    // SAFETY: a slot's name is written once, before its REAL pointer is
+    // published (release); callers reach a slot only through that pointer
     let n = unsafe { &(*NAMES.0.get())[slot] };
     let len = n.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
     &n[..len]
@@ -57,6 +60,11 @@ fn slot_name(slot: usize) -> &'static [u8] {
 /// For the dlsym override: the trampoline for an aclnn execute-phase lookup,
 /// or None when `name` is not one (or the pool is exhausted: then the real
 /// function is returned unobserved, and counted).
+///
+/// # Safety
+/// `handle` is a handle dlsym accepted; `found` what dlsym returned for
+/// `name` under it (a function with the execute-phase prototype when the
+/// `GetWorkspaceSize` companion exists).
 pub unsafe fn redirect(
     handle: *mut c_void,
     name: &[u8],
@@ -93,12 +101,15 @@ pub unsafe fn redirect(
         );
         return None;
     }
+    // SAFETY: slot `used` is unpublished (USED not yet bumped) and CLAIM is
+    // held: nobody else reads or writes its name
     (&mut (*NAMES.0.get())[used])[..name.len()].copy_from_slice(name);
     REAL[used].store(found, Ordering::Release);
     USED.store(used + 1, Ordering::Release);
     Some(TRAMPOLINES[used] as *mut c_void)
 }
 
+/// A trampoline's call. Safety: the program's execute-phase arguments.
 unsafe fn launch(
     slot: usize,
     ws: *mut c_void,
@@ -110,6 +121,8 @@ unsafe fn launch(
     if p.is_null() {
         return ACLNN_ERR_INNER_NULLPTR;
     }
+    // SAFETY: REAL[slot] holds the execute-phase function dlsym returned for
+    // this slot's name; every aclnn execute phase has the ExecFn prototype
     let f: ExecFn = std::mem::transmute(p);
     match super::enter_uncounted() {
         Some(cx) => launch_with(&cx, f, slot_name(slot), ws, ws_size, exec, stream),
@@ -118,7 +131,12 @@ unsafe fn launch(
 }
 
 /// The execute phase of an aclnn operator named `name` (with its prefix):
-/// the pending tensors of this thread and the workspace are its accesses.
+/// its executor's bound tensors (else this thread's pending ones) and the
+/// workspace are its accesses.
+///
+/// # Safety
+/// `f` is the operator's real execute phase; the other arguments are the
+/// program's, passed on unchanged.
 pub unsafe fn launch_with(
     cx: &Cx,
     f: ExecFn,
@@ -353,6 +371,10 @@ pub(super) fn pending_bound() {
 
 /// Storage footprint of a tensor: prod(storageDims) * element size (no
 /// dimensions: one element).
+///
+/// # Safety
+/// `dims` is null or points to `n` readable i64 (aclCreateTensor's contract,
+/// which the runtime accepted).
 unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
     let es = acl_dtype_size(dtype);
     if (dims.is_null() && n > 0) || n > 64 || es == 0 {
@@ -378,6 +400,10 @@ const PLAIN_FORMATS: [c_int; 5] = [0, 1, 2, 27, 30];
 /// is plain and the view lies in the storage, so a view into a large buffer
 /// (a KV-cache append, a slice) covers only its own chunks; else the whole
 /// storage footprint. (0, 0): empty.
+///
+/// # Safety
+/// `a` holds the arguments of an aclCreateTensor the runtime accepted: its
+/// view dims and strides point to `view_dims_num` readable i64 each.
 unsafe fn extent(a: &aclCreateTensor) -> (u64, u64) {
     let storage = footprint(a.data_type, a.storage_dims, a.storage_dims_num);
     let es = acl_dtype_size(a.data_type);
