@@ -291,11 +291,17 @@ fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
                     }
                 }
             }
-            (Param::Executor, Some(pp)) if pp != 0 => {
-                // SAFETY: the executor out-parameter (`aclOpExecutor **`,
-                // non-null) the real GetWorkspaceSize just wrote on success
+            // an `aclOpExecutor **` is an aligned user address; anything else
+            // means the runtime's prototype is not the table's: no binding
+            (Param::Executor, Some(pp)) if pp >= 1 << 16 && pp % 8 == 0 => {
+                // SAFETY: the executor out-parameter the real GetWorkspaceSize
+                // just wrote on success; every tensor argument before it was
+                // one u3m created, so the arguments are laid out as the
+                // table says (tests/abi_conformance.rs holds the simulator's
+                // prototypes to CANN's headers)
                 exec = Some(unsafe { (pp as *const usize).read_unaligned() });
             }
+            (Param::Executor, _) => return None,
             _ => {}
         }
     }
