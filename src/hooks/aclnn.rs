@@ -223,7 +223,10 @@ pub mod direct {
             pub unsafe fn $name(_cx: &Cx, real: Real<args::$name>, a: args::$name) -> aclnnStatus {
                 let rc = real.call(a);
                 if rc == 0 {
-                    super::super::aclnn_bind::bind_direct($op, &[$(a.$arg as u64),*]);
+                    static PROTO: std::sync::OnceLock<Option<u3m_core::roles::Proto>> =
+                        std::sync::OnceLock::new();
+                    let proto = *PROTO.get_or_init(|| u3m_core::roles::aclnn($op));
+                    super::super::aclnn_bind::bind_direct(proto, &[$(a.$arg as u64),*]);
                 }
                 rc
             }

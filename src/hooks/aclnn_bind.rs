@@ -23,6 +23,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -130,10 +131,34 @@ pub struct TensorMem {
     pub storage: Range,
 }
 
+/// Hashes a pointer key in a few instructions (the default SipHash costs
+/// more than the rest of a launch's bookkeeping). Keys are object addresses
+/// the runtime handed out, not attacker-chosen.
+#[derive(Default)]
+struct PtrHash(u64);
+
+impl Hasher for PtrHash {
+    fn finish(&self) -> u64 {
+        // the table indexes buckets by low bits and tags by high bits
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        let n = n as u64;
+        self.0 = (n ^ (n >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHash>>;
+
 /// Every live aclTensor's memory.
-static TENSORS: spin::Mutex<Option<HashMap<usize, TensorMem>>> = spin::Mutex::new(None);
+static TENSORS: spin::Mutex<Option<PtrMap<TensorMem>>> = spin::Mutex::new(None);
 /// Every live aclTensorList: its tensors.
-static LISTS: spin::Mutex<Option<HashMap<usize, Vec<usize>>>> = spin::Mutex::new(None);
+static LISTS: spin::Mutex<Option<PtrMap<Vec<usize>>>> = spin::Mutex::new(None);
 /// What an executor touches: its tensors' views with roles, and the
 /// storages residency must cover besides (read).
 #[derive(Default)]
@@ -143,7 +168,7 @@ struct Bound {
 }
 
 /// Executors built through a hooked GetWorkspaceSize and not yet launched.
-static EXECS: spin::Mutex<Option<HashMap<usize, Bound>>> = spin::Mutex::new(None);
+static EXECS: spin::Mutex<Option<PtrMap<Bound>>> = spin::Mutex::new(None);
 /// Range lists of launched executors, reused by later bindings.
 static SPARE: spin::Mutex<Vec<Bound>> = spin::Mutex::new(Vec::new());
 /// More unlaunched executors than this (built and never launched nor
@@ -151,7 +176,7 @@ static SPARE: spin::Mutex<Vec<Bound>> = spin::Mutex::new(Vec::new());
 const EXECS_MAX: usize = 1 << 16;
 
 pub fn tensor_created(t: usize, r: TensorMem) {
-    TENSORS.lock().get_or_insert_with(HashMap::new).insert(t, r);
+    TENSORS.lock().get_or_insert_with(PtrMap::default).insert(t, r);
 }
 
 pub fn tensor_destroyed(t: usize) {
@@ -163,7 +188,7 @@ pub fn tensor_destroyed(t: usize) {
 pub fn list_created(l: usize, tensors: &[usize]) {
     LISTS
         .lock()
-        .get_or_insert_with(HashMap::new)
+        .get_or_insert_with(PtrMap::default)
         .insert(l, tensors.to_vec());
 }
 
@@ -215,11 +240,12 @@ fn bind_after(slot: usize, args: &RawArgs) {
     bind(proto, args);
 }
 
-/// After a successful GetWorkspaceSize of `op` reached through its exported
-/// hook (programs linking libopapi directly): `ints` are its arguments in
+/// After a successful GetWorkspaceSize reached through its exported hook
+/// (programs linking libopapi directly), with the operator's prototype
+/// (`roles::aclnn`, looked up once per hook): `ints` are its arguments in
 /// order (all integer-class).
-pub fn bind_direct(op: &[u8], ints: &[u64]) {
-    let Some(proto) = roles::aclnn(op) else {
+pub fn bind_direct(proto: Option<Proto>, ints: &[u64]) {
+    let Some(proto) = proto else {
         return;
     };
     let mut args = RawArgs {
@@ -244,7 +270,7 @@ fn bind(proto: Proto, args: &RawArgs) {
     match exec {
         Some(e) if e != 0 => {
             let mut g = EXECS.lock();
-            let m = g.get_or_insert_with(HashMap::new);
+            let m = g.get_or_insert_with(PtrMap::default);
             if m.len() >= EXECS_MAX {
                 m.clear();
             }
