@@ -23,8 +23,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::ffi::*;
@@ -176,7 +176,10 @@ static SPARE: spin::Mutex<Vec<Bound>> = spin::Mutex::new(Vec::new());
 const EXECS_MAX: usize = 1 << 16;
 
 pub fn tensor_created(t: usize, r: TensorMem) {
-    TENSORS.lock().get_or_insert_with(PtrMap::default).insert(t, r);
+    TENSORS
+        .lock()
+        .get_or_insert_with(PtrMap::default)
+        .insert(t, r);
 }
 
 pub fn tensor_destroyed(t: usize) {
