@@ -10,9 +10,9 @@
 #   bench/llm.sh --out DIR        raw results there (default /tmp/u3m-llm.XXXXXX)
 #   bench/llm.sh --no-build       skip cargo build --release --workspace
 #
-# Needs the torch venv (ci/install-torch.sh). Runs with TASK_QUEUE_ENABLE=0:
-# under libu3m.so, torch_npu's task queue makes u3m fail with 207001 (see
-# docs/torch-npu.md); the unconstrained run is also measured with the queue.
+# Needs the torch venv (ci/install-torch.sh). Runs with TASK_QUEUE_ENABLE=0,
+# and each u3m point (and the unconstrained run) once more with torch_npu's
+# task queue (launches on the queue thread).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -12,6 +12,8 @@
 //! See docs/torch-npu.md.
 
 mod common;
+#[path = "common/writes.rs"]
+mod writes;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -471,6 +473,66 @@ fn operators_match_cpu() {
     assert!(l.stderr.contains(
         "operator NonZero refused (no simulated kernel for this operator): inputs bool[6,5]"
     ));
+}
+
+/// Every operator op_check.py launches (every aclnn entry point of the
+/// simulator, through op-plugin), under libu3m.so in observe mode: each byte
+/// the simulator may write (ACLSIM_WRITES_LOG) lies in a range u3m marks
+/// written for that launch (its operator roles, core/src/roles; a read-only
+/// tensor the operator writes would be dirty memory dropped as clean in tier
+/// mode). The task queue is off so launches and their trace events keep one
+/// order.
+#[test]
+fn operator_roles_cover_what_the_simulator_writes() {
+    if skipped("operator_roles_cover_what_the_simulator_writes") {
+        return;
+    }
+    let u3m = common::libu3m();
+    let dir = common::scratch("torch-roles");
+    let trace = dir.join("run.u3mt");
+    let log = dir.join("writes.txt");
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&log);
+    let (tr, lg) = (trace.display().to_string(), log.display().to_string());
+    let l = run_py(
+        Some("op_check.py"),
+        &[],
+        true,
+        &[
+            ("U3M_MODE", "observe"),
+            ("U3M_TRACE", tr.as_str()),
+            ("U3M_TRACE_LOSSLESS", "1"),
+            ("ACLSIM_WRITES_LOG", lg.as_str()),
+            ("TASK_QUEUE_ENABLE", "0"),
+        ],
+        &[u3m.as_path()],
+    );
+    assert!(
+        l.code == 0,
+        "op_check under libu3m.so failed:\n{}",
+        l.stderr
+    );
+    let t = std::fs::read_to_string(&trace).unwrap_or_else(|e| panic!("no trace at {tr}: {e}"));
+    let w = std::fs::read_to_string(&log).unwrap_or_default();
+    let apis: std::collections::BTreeSet<&str> = w
+        .lines()
+        .filter_map(|x| x.split_whitespace().next())
+        .collect();
+    match writes::check(&t, &w) {
+        Ok(n) => {
+            eprintln!("{n} launches of {} aclnn operators checked", apis.len());
+            assert!(
+                n > 300 && apis.len() > 150,
+                "{n} launches, {} operators",
+                apis.len()
+            );
+        }
+        Err(bad) => panic!(
+            "{} launches write memory u3m marks read-only:\n{}",
+            bad.len(),
+            bad[..bad.len().min(40)].join("\n")
+        ),
+    }
 }
 
 /// The C programs whose results tests/sim_ops.rs checks against references,

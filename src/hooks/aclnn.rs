@@ -4,11 +4,12 @@
 //! from tensors made with aclCreateTensor. u3m intercepts the execute phase of
 //! every operator generically: the dlsym override hands out a trampoline from a
 //! fixed pool for any `aclnn*` name whose `*GetWorkspaceSize` companion exists
-//! in the same library; at launch, the tensors this thread created since its
-//! previous launch (their storage footprints) and the workspace are the
-//! launch's accesses, every one of them (a foreach operator passes every
-//! parameter of a model). Tensors are tracked per thread in a list that grows
-//! and is reused: no allocation once warm, no lock on the launch path.
+//! in the same library. A launch's accesses are the tensors bound to its
+//! executor where it was built (`aclnn_bind.rs`: views with roles), else the
+//! tensors this thread created since its previous launch (all written), and
+//! the workspace — every one of them (a foreach operator passes every
+//! parameter of a model). Pending tensors are tracked per thread in a list
+//! that grows and is reused: no allocation once warm.
 
 // Handlers are called by the generated wrappers and trampolines with the
 // program's arguments; their contract is the C prototype's.
@@ -19,6 +20,7 @@ use std::ffi::c_void;
 use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
+use super::aclnn_bind::TensorMem;
 use super::args::{self, *};
 use super::{Cx, Real};
 use crate::ffi::*;
@@ -48,6 +50,8 @@ unsafe extern "C" fn tramp<const N: usize>(
 }
 
 fn slot_name(slot: usize) -> &'static [u8] {
+    // SAFETY: a slot's name is written once, before its REAL pointer is
+    // published (release); callers reach a slot only through that pointer
     let n = unsafe { &(*NAMES.0.get())[slot] };
     let len = n.iter().position(|&b| b == 0).unwrap_or(NAME_MAX);
     &n[..len]
@@ -56,6 +60,11 @@ fn slot_name(slot: usize) -> &'static [u8] {
 /// For the dlsym override: the trampoline for an aclnn execute-phase lookup,
 /// or None when `name` is not one (or the pool is exhausted: then the real
 /// function is returned unobserved, and counted).
+///
+/// # Safety
+/// `handle` is a handle dlsym accepted; `found` what dlsym returned for
+/// `name` under it (a function with the execute-phase prototype when the
+/// `GetWorkspaceSize` companion exists).
 pub unsafe fn redirect(
     handle: *mut c_void,
     name: &[u8],
@@ -92,12 +101,15 @@ pub unsafe fn redirect(
         );
         return None;
     }
+    // SAFETY: slot `used` is unpublished (USED not yet bumped) and CLAIM is
+    // held: nobody else reads or writes its name
     (&mut (*NAMES.0.get())[used])[..name.len()].copy_from_slice(name);
     REAL[used].store(found, Ordering::Release);
     USED.store(used + 1, Ordering::Release);
     Some(TRAMPOLINES[used] as *mut c_void)
 }
 
+/// A trampoline's call. Safety: the program's execute-phase arguments.
 unsafe fn launch(
     slot: usize,
     ws: *mut c_void,
@@ -109,6 +121,8 @@ unsafe fn launch(
     if p.is_null() {
         return ACLNN_ERR_INNER_NULLPTR;
     }
+    // SAFETY: REAL[slot] holds the execute-phase function dlsym returned for
+    // this slot's name; every aclnn execute phase has the ExecFn prototype
     let f: ExecFn = std::mem::transmute(p);
     match super::enter_uncounted() {
         Some(cx) => launch_with(&cx, f, slot_name(slot), ws, ws_size, exec, stream),
@@ -117,7 +131,12 @@ unsafe fn launch(
 }
 
 /// The execute phase of an aclnn operator named `name` (with its prefix):
-/// the pending tensors of this thread and the workspace are its accesses.
+/// its executor's bound tensors (else this thread's pending ones) and the
+/// workspace are its accesses.
+///
+/// # Safety
+/// `f` is the operator's real execute phase; the other arguments are the
+/// program's, passed on unchanged.
 pub unsafe fn launch_with(
     cx: &Cx,
     f: ExecFn,
@@ -127,15 +146,16 @@ pub unsafe fn launch_with(
     exec: *mut c_void,
     stream: aclrtStream,
 ) -> aclnnStatus {
-    super::ranges::with(|ranges| {
+    super::ranges::with2(|ranges, extra| {
         // the executor's own tensors when u3m saw it built (with roles);
-        // else this thread's tensors since its last launch
-        let mine = if super::aclnn_bind::take(exec as usize, ranges) {
+        // else this thread's tensors since its last launch. `extra`: the
+        // storages around their views, which residency covers too (read)
+        let mine = if super::aclnn_bind::take(exec as usize, ranges, extra) {
             let _ = PENDING.try_with(|p| p.clear());
             Mine::Complete
         } else {
             PENDING
-                .try_with(|p| p.drain_into(ranges))
+                .try_with(|p| p.drain_into(ranges, extra))
                 .unwrap_or(Mine::Unknown)
         };
         let has_ws = !ws.is_null() && ws_size > 0;
@@ -154,17 +174,16 @@ pub unsafe fn launch_with(
         // A launch whose tensors were created here but are all empty (no
         // range) is this thread's own: it touches nothing but its workspace.
         let tiering = cx.note(|e| e.residency().map(|t| t.active()).unwrap_or(false));
-        let mut live = Vec::new();
-        let resident = if tiering && mine == Mine::Unknown {
-            super::aclnn_bind::live_ranges(&mut live);
-            if has_ws {
-                live.push(Range {
-                    addr: ws as u64,
-                    len: ws_size,
-                    write: true,
-                });
-            }
-            Some(&live[..])
+        let resident = if !tiering {
+            None
+        } else if mine == Mine::Unknown {
+            extra.clear();
+            super::aclnn_bind::live_ranges(extra);
+            extra.extend_from_slice(ranges);
+            Some(&extra[..])
+        } else if !extra.is_empty() {
+            extra.extend_from_slice(ranges);
+            Some(&extra[..])
         } else {
             None
         };
@@ -196,6 +215,29 @@ pub mod direct {
         )*};
     }
     direct!(aclnnAdd, aclnnMul, aclnnMatmul, aclnnSoftmax);
+
+    // their build phases: the tensors bound to the executor, with roles
+    macro_rules! direct_gws {
+        ($($name:ident => $op:literal ($($arg:ident),*)),*) => {$(
+            #[allow(non_snake_case)]
+            pub unsafe fn $name(_cx: &Cx, real: Real<args::$name>, a: args::$name) -> aclnnStatus {
+                let rc = real.call(a);
+                if rc == 0 {
+                    static PROTO: std::sync::OnceLock<Option<u3m_core::roles::Proto>> =
+                        std::sync::OnceLock::new();
+                    let proto = *PROTO.get_or_init(|| u3m_core::roles::aclnn($op));
+                    super::super::aclnn_bind::bind_direct(proto, &[$(a.$arg as u64),*]);
+                }
+                rc
+            }
+        )*};
+    }
+    direct_gws!(
+        aclnnAddGetWorkspaceSize => b"aclnnAdd" (self_, other, alpha, out, workspace_size, executor),
+        aclnnMulGetWorkspaceSize => b"aclnnMul" (self_, other, out, workspace_size, executor),
+        aclnnMatmulGetWorkspaceSize => b"aclnnMatmul" (self_, mat2, out, cube_math_type, workspace_size, executor),
+        aclnnSoftmaxGetWorkspaceSize => b"aclnnSoftmax" (self_, dim, out, workspace_size, executor)
+    );
 }
 
 /// Most tensors one thread keeps pending between launches. A thread that
@@ -208,7 +250,7 @@ const PENDING_MAX: usize = 1 << 14;
 /// Tensors created on this thread since its last aclnn launch. The list
 /// grows as needed and is reused: no allocation per launch once warm.
 struct Pending {
-    t: RefCell<Vec<(usize, Range)>>,
+    t: RefCell<Vec<(usize, TensorMem)>>,
     /// Tensors were created past `PENDING_MAX` since the last launch.
     overflow: Cell<bool>,
     /// A tensor (with a range or empty) was created since the last launch.
@@ -245,7 +287,7 @@ impl Pending {
     fn created_empty(&self) {
         self.created.set(true);
     }
-    fn push(&self, tensor: usize, r: Range) {
+    fn push(&self, tensor: usize, r: TensorMem) {
         self.created.set(true);
         let Ok(mut t) = self.t.try_borrow_mut() else {
             self.overflow.set(true);
@@ -268,7 +310,7 @@ impl Pending {
     /// empties the list. All are treated as read and written: the
     /// executor's roles are opaque, and a conservative write keeps dirty
     /// tracking right.
-    fn drain_into(&self, out: &mut Vec<Range>) -> Mine {
+    fn drain_into(&self, out: &mut Vec<Range>, storage: &mut Vec<Range>) -> Mine {
         let overflow = self.overflow.replace(false);
         let created = self.created.replace(false);
         let mine = if created && !overflow {
@@ -280,28 +322,43 @@ impl Pending {
             return Mine::Unknown;
         };
         let start = out.len();
-        if t.len() <= 64 {
-            for e in t.iter() {
-                // several tensors viewing one storage are one access
-                if !out[start..].contains(&e.1) {
-                    out.push(e.1);
-                }
-            }
-        } else {
-            // wide launches (foreach operators): sort instead of a quadratic scan
-            out.extend(t.iter().map(|e| e.1));
-            out[start..].sort_unstable_by_key(|r| (r.addr, r.len, r.write));
-            let mut k = start;
-            for i in start..out.len() {
-                if k == start || out[k - 1] != out[i] {
-                    out[k] = out[i];
-                    k += 1;
-                }
-            }
-            out.truncate(k);
-        }
+        out.extend(t.iter().map(|e| e.1.view).filter(|r| r.len > 0));
+        dedup(out, start);
+        // the storages around views, for residency (read)
+        let s0 = storage.len();
+        storage.extend(t.iter().filter(|e| e.1.storage != e.1.view).map(|e| Range {
+            write: false,
+            ..e.1.storage
+        }));
+        dedup(storage, s0);
         t.clear();
         mine
+    }
+}
+
+/// Removes repeated ranges from `v[start..]` (several tensors viewing the
+/// same bytes are one access); order kept for a few, sorted for many.
+fn dedup(v: &mut Vec<Range>, start: usize) {
+    if v.len() - start <= 64 {
+        let mut k = start;
+        for i in start..v.len() {
+            if !v[start..k].contains(&v[i]) {
+                v[k] = v[i];
+                k += 1;
+            }
+        }
+        v.truncate(k);
+    } else {
+        // wide launches (foreach operators): sort instead of a quadratic scan
+        v[start..].sort_unstable_by_key(|r| (r.addr, r.len, r.write));
+        let mut k = start;
+        for i in start..v.len() {
+            if k == start || v[k - 1] != v[i] {
+                v[k] = v[i];
+                k += 1;
+            }
+        }
+        v.truncate(k);
     }
 }
 
@@ -315,10 +372,15 @@ pub(super) fn pending_bound() {
     let _ = PENDING.try_with(|p| p.clear());
 }
 
-/// Storage footprint of a tensor: prod(storageDims) * element size.
+/// Storage footprint of a tensor: prod(storageDims) * element size (no
+/// dimensions: one element).
+///
+/// # Safety
+/// `dims` is null or points to `n` readable i64 (aclCreateTensor's contract,
+/// which the runtime accepted).
 unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
     let es = acl_dtype_size(dtype);
-    if dims.is_null() || n == 0 || n > 64 || es == 0 {
+    if (dims.is_null() && n > 0) || n > 64 || es == 0 {
         return 0;
     }
     let mut e: u64 = 1;
@@ -332,6 +394,52 @@ unsafe fn footprint(dtype: c_int, dims: *const i64, n: u64) -> u64 {
     e.saturating_mul(es)
 }
 
+/// Formats whose strides describe memory (NCHW, NHWC, ND, NDHWC, NCDHW);
+/// the others (fractal, C0-blocked) are laid out by their storage shape.
+const PLAIN_FORMATS: [c_int; 5] = [0, 1, 2, 27, 30];
+
+/// The bytes a tensor can touch, as (offset from its data pointer, length):
+/// its view — element `offset` plus (dims - 1) × strides — when its format
+/// is plain and the view lies in the storage, so a view into a large buffer
+/// (a KV-cache append, a slice) covers only its own chunks; else the whole
+/// storage footprint. (0, 0): empty.
+///
+/// # Safety
+/// `a` holds the arguments of an aclCreateTensor the runtime accepted: its
+/// view dims and strides point to `view_dims_num` readable i64 each.
+unsafe fn extent(a: &aclCreateTensor) -> (u64, u64) {
+    let storage = footprint(a.data_type, a.storage_dims, a.storage_dims_num);
+    let es = acl_dtype_size(a.data_type);
+    let n = a.view_dims_num as usize;
+    if storage == 0
+        || !PLAIN_FORMATS.contains(&a.format)
+        || n > 64
+        || a.offset < 0
+        || (n > 0 && (a.view_dims.is_null() || a.stride.is_null()))
+    {
+        return (0, storage);
+    }
+    // last element's index, in elements from the data pointer
+    let mut last = a.offset as i128;
+    for i in 0..n {
+        let (d, st) = (*a.view_dims.add(i), *a.stride.add(i));
+        if d == 0 {
+            return (0, 0); // no element at all
+        }
+        if d < 0 || st < 0 {
+            return (0, storage);
+        }
+        last += (d as i128 - 1) * st as i128;
+    }
+    let lo = a.offset as i128 * es as i128;
+    let hi = (last + 1) * es as i128;
+    if hi > storage as i128 {
+        // past its storage: both (the runtime judges such a tensor)
+        return (0, (hi as u64).max(storage));
+    }
+    (lo as u64, (hi - lo) as u64)
+}
+
 pub unsafe fn create_tensor(
     cx: &Cx,
     real: Real<aclCreateTensor>,
@@ -339,23 +447,36 @@ pub unsafe fn create_tensor(
 ) -> *mut c_void {
     let t = real.call(a);
     if !t.is_null() {
-        let len = if a.tensor_data.is_null() {
+        let (at, len) = if a.tensor_data.is_null() {
+            (0, 0)
+        } else {
+            extent(&a)
+        };
+        let storage = if a.tensor_data.is_null() {
             0
         } else {
             footprint(a.data_type, a.storage_dims, a.storage_dims_num)
         };
-        let r = Range {
-            addr: a.tensor_data as u64,
-            len,
-            write: true,
+        let mem = TensorMem {
+            view: Range {
+                addr: a.tensor_data as u64 + at,
+                len,
+                write: true,
+            },
+            // never smaller than the view (a tensor past its storage)
+            storage: Range {
+                addr: a.tensor_data as u64,
+                len: storage.max(at + len),
+                write: true,
+            },
         };
         // known to executors built from it (len 0: touches nothing)
-        super::aclnn_bind::tensor_created(t as usize, r);
-        if len == 0 {
+        super::aclnn_bind::tensor_created(t as usize, mem);
+        if mem.storage.len == 0 {
             // an empty tensor still says this thread builds its launches
             let _ = PENDING.try_with(|p| p.created_empty());
         } else {
-            let _ = PENDING.try_with(|p| p.push(t as usize, r));
+            let _ = PENDING.try_with(|p| p.push(t as usize, mem));
             cx.note(|e| e.tensor_created());
         }
     }

@@ -24,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::ffi::*;
@@ -121,21 +122,64 @@ pub unsafe fn redirect(op: &[u8], found: *mut c_void) -> Option<*mut c_void> {
     Some(GWS_TRAMPOLINES[used] as *mut c_void)
 }
 
-/// Every live aclTensor: its range (len 0: empty or without data).
-static TENSORS: spin::Mutex<Option<HashMap<usize, Range>>> = spin::Mutex::new(None);
+/// The memory of one aclTensor: the bytes its view can touch (what it
+/// reads or writes; len 0: empty or without data) and its whole storage
+/// (what the runtime may require mapped: the simulator checks it).
+#[derive(Clone, Copy, Debug)]
+pub struct TensorMem {
+    pub view: Range,
+    pub storage: Range,
+}
+
+/// Hashes a pointer key in a few instructions (the default SipHash costs
+/// more than the rest of a launch's bookkeeping). Keys are object addresses
+/// the runtime handed out, not attacker-chosen.
+#[derive(Default)]
+struct PtrHash(u64);
+
+impl Hasher for PtrHash {
+    fn finish(&self) -> u64 {
+        // the table indexes buckets by low bits and tags by high bits
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        let n = n as u64;
+        self.0 = (n ^ (n >> 32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PtrMap<V> = HashMap<usize, V, BuildHasherDefault<PtrHash>>;
+
+/// Every live aclTensor's memory.
+static TENSORS: spin::Mutex<Option<PtrMap<TensorMem>>> = spin::Mutex::new(None);
 /// Every live aclTensorList: its tensors.
-static LISTS: spin::Mutex<Option<HashMap<usize, Vec<usize>>>> = spin::Mutex::new(None);
-/// Executors built through a hooked GetWorkspaceSize and not yet launched:
-/// their ranges, with roles.
-static EXECS: spin::Mutex<Option<HashMap<usize, Vec<Range>>>> = spin::Mutex::new(None);
+static LISTS: spin::Mutex<Option<PtrMap<Vec<usize>>>> = spin::Mutex::new(None);
+/// What an executor touches: its tensors' views with roles, and the
+/// storages residency must cover besides (read).
+#[derive(Default)]
+struct Bound {
+    ranges: Vec<Range>,
+    storage: Vec<Range>,
+}
+
+/// Executors built through a hooked GetWorkspaceSize and not yet launched.
+static EXECS: spin::Mutex<Option<PtrMap<Bound>>> = spin::Mutex::new(None);
 /// Range lists of launched executors, reused by later bindings.
-static SPARE: spin::Mutex<Vec<Vec<Range>>> = spin::Mutex::new(Vec::new());
+static SPARE: spin::Mutex<Vec<Bound>> = spin::Mutex::new(Vec::new());
 /// More unlaunched executors than this (built and never launched nor
 /// destroyed) and the bindings are dropped (launches fall back).
 const EXECS_MAX: usize = 1 << 16;
 
-pub fn tensor_created(t: usize, r: Range) {
-    TENSORS.lock().get_or_insert_with(HashMap::new).insert(t, r);
+pub fn tensor_created(t: usize, r: TensorMem) {
+    TENSORS
+        .lock()
+        .get_or_insert_with(PtrMap::default)
+        .insert(t, r);
 }
 
 pub fn tensor_destroyed(t: usize) {
@@ -147,7 +191,7 @@ pub fn tensor_destroyed(t: usize) {
 pub fn list_created(l: usize, tensors: &[usize]) {
     LISTS
         .lock()
-        .get_or_insert_with(HashMap::new)
+        .get_or_insert_with(PtrMap::default)
         .insert(l, tensors.to_vec());
 }
 
@@ -163,12 +207,12 @@ pub fn list_destroyed(l: usize) {
     }
 }
 
-/// Every live tensor's range, each storage once (a launch whose tensors are
-/// unknown).
+/// Every live tensor's storage, each once, written (a launch whose tensors
+/// are unknown).
 pub fn live_ranges(out: &mut Vec<Range>) {
     let start = out.len();
     if let Some(m) = &*TENSORS.lock() {
-        out.extend(m.values().filter(|r| r.len > 0).copied());
+        out.extend(m.values().map(|t| t.storage).filter(|r| r.len > 0));
     }
     out[start..].sort_unstable_by_key(|r| (r.addr, r.len, r.write));
     dedup_from(out, start);
@@ -196,22 +240,49 @@ fn bind_after(slot: usize, args: &RawArgs) {
     let Some(proto) = GWS_PROTO.lock()[slot] else {
         return;
     };
-    let mut ranges = SPARE.lock().pop().unwrap_or_default();
-    ranges.clear();
-    let exec = ranges_of(proto, args, &mut ranges);
+    bind(proto, args);
+}
+
+/// After a successful GetWorkspaceSize reached through its exported hook
+/// (programs linking libopapi directly), with the operator's prototype
+/// (`roles::aclnn`, looked up once per hook): `ints` are its arguments in
+/// order (all integer-class).
+pub fn bind_direct(proto: Option<Proto>, ints: &[u64]) {
+    let Some(proto) = proto else {
+        return;
+    };
+    let mut args = RawArgs {
+        int: [0; INT_REGS],
+        stack: [0; STACK_SLOTS],
+    };
+    for (i, &v) in ints.iter().enumerate() {
+        match i.checked_sub(INT_REGS) {
+            None => args.int[i] = v,
+            Some(k) if k < STACK_SLOTS => args.stack[k] = v,
+            Some(_) => return,
+        }
+    }
+    bind(proto, &args);
+}
+
+fn bind(proto: Proto, args: &RawArgs) {
+    let mut b = SPARE.lock().pop().unwrap_or_default();
+    b.ranges.clear();
+    b.storage.clear();
+    let exec = ranges_of(proto, args, &mut b);
     match exec {
         Some(e) if e != 0 => {
             let mut g = EXECS.lock();
-            let m = g.get_or_insert_with(HashMap::new);
+            let m = g.get_or_insert_with(PtrMap::default);
             if m.len() >= EXECS_MAX {
                 m.clear();
             }
-            if let Some(old) = m.insert(e, ranges) {
+            if let Some(old) = m.insert(e, b) {
                 // an executor address reused without a launch we saw
                 SPARE.lock().push(old);
             }
         }
-        _ => SPARE.lock().push(ranges),
+        _ => SPARE.lock().push(b),
     }
     // this thread's tensors so far are accounted for by the executor
     super::aclnn::pending_bound();
@@ -219,14 +290,20 @@ fn bind_after(slot: usize, args: &RawArgs) {
 
 /// The ranges of the call's tensors into `out`, and the executor it
 /// returned (None: some tensor or list unknown to u3m, or no executor).
-fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize> {
+fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
     let tensors = TENSORS.lock();
     let tm = tensors.as_ref();
     let mut exec = None;
-    let tensor = |t: u64, write: bool, out: &mut Vec<Range>| -> Option<()> {
-        let r = tm?.get(&(t as usize))?;
-        if r.len > 0 {
-            out.push(Range { write, ..*r });
+    let tensor = |t: u64, write: bool, b: &mut Bound| -> Option<()> {
+        let m = tm?.get(&(t as usize))?;
+        if m.view.len > 0 {
+            b.ranges.push(Range { write, ..m.view });
+        }
+        if m.storage.len > 0 && m.storage != m.view {
+            b.storage.push(Range {
+                write: false,
+                ..m.storage
+            });
         }
         Some(())
     };
@@ -234,24 +311,31 @@ fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize
         let v = args.at(loc);
         match (p, v) {
             (Param::Tensor { .. } | Param::List { .. }, Some(0)) => {} // an optional one, absent
-            (Param::Tensor { write }, Some(t)) => tensor(t, write, out)?,
+            (Param::Tensor { write }, Some(t)) => tensor(t, write, b)?,
             (Param::List { write }, Some(l)) => {
                 let lists = LISTS.lock();
                 for &t in lists.as_ref()?.get(&(l as usize))? {
                     if t != 0 {
-                        tensor(t as u64, write, out)?;
+                        tensor(t as u64, write, b)?;
                     }
                 }
             }
-            (Param::Executor, Some(pp)) if pp != 0 => {
-                // SAFETY: the executor out-parameter (`aclOpExecutor **`,
-                // non-null) the real GetWorkspaceSize just wrote on success
+            // an `aclOpExecutor **` is an aligned user address; anything else
+            // means the runtime's prototype is not the table's: no binding
+            (Param::Executor, Some(pp)) if pp >= 1 << 16 && pp % 8 == 0 => {
+                // SAFETY: the executor out-parameter the real GetWorkspaceSize
+                // just wrote on success; every tensor argument before it was
+                // one u3m created, so the arguments are laid out as the
+                // table says (tests/abi_conformance.rs holds the simulator's
+                // prototypes to CANN's headers)
                 exec = Some(unsafe { (pp as *const usize).read_unaligned() });
             }
+            (Param::Executor, _) => return None,
             _ => {}
         }
     }
-    // one storage read and written is written; each range once
+    // one range read and written is written; each range once
+    let out = &mut b.ranges;
     out.sort_unstable_by_key(|r| (r.addr, r.len, !r.write));
     let mut k = 0;
     for i in 0..out.len() {
@@ -262,18 +346,22 @@ fn ranges_of(proto: Proto, args: &RawArgs, out: &mut Vec<Range>) -> Option<usize
         k += 1;
     }
     out.truncate(k);
+    b.storage.sort_unstable_by_key(|r| (r.addr, r.len));
+    dedup_from(&mut b.storage, 0);
     exec
 }
 
-/// At launch: the ranges bound to `exec` appended to `out` (true), or false
+/// At launch: the ranges bound to `exec` appended to `out` and the
+/// storages residency must cover besides to `storage` (true), or false
 /// when u3m did not see it built. The binding is consumed: a launch
 /// consumes a (non-repeatable) executor.
-pub fn take(exec: usize, out: &mut Vec<Range>) -> bool {
-    let Some(v) = EXECS.lock().as_mut().and_then(|m| m.remove(&exec)) else {
+pub fn take(exec: usize, out: &mut Vec<Range>, storage: &mut Vec<Range>) -> bool {
+    let Some(b) = EXECS.lock().as_mut().and_then(|m| m.remove(&exec)) else {
         return false;
     };
-    out.extend_from_slice(&v);
-    SPARE.lock().push(v);
+    out.extend_from_slice(&b.ranges);
+    storage.extend_from_slice(&b.storage);
+    SPARE.lock().push(b);
     true
 }
 

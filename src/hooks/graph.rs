@@ -130,7 +130,10 @@ static GET_BUFFER: RealFn = RealFn::new(b"aclmdlGetDatasetBuffer\0");
 static GET_ADDR: RealFn = RealFn::new(b"aclGetDataBufferAddr\0");
 static GET_SIZE: RealFn = RealFn::new(b"aclGetDataBufferSizeV2\0");
 
-/// The (addr, size) of every buffer of an aclmdlDataset.
+/// The (addr, size) of every buffer of an aclmdlDataset, however many.
+///
+/// # Safety
+/// `ds` is null or a dataset the program passed to a model execution.
 unsafe fn dataset(ds: *const c_void, write: bool, out: &mut Vec<Range>) {
     if ds.is_null() {
         return;
@@ -143,6 +146,8 @@ unsafe fn dataset(ds: *const c_void, write: bool, out: &mut Vec<Range>) {
     ) else {
         return;
     };
+    // SAFETY: the real aclmdlGetDatasetNumBuffers, aclmdlGetDatasetBuffer,
+    // aclGetDataBufferAddr and aclGetDataBufferSizeV2, whose prototypes these are
     let nb: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(nb);
     let gb: unsafe extern "C" fn(*const c_void, usize) -> *mut c_void = std::mem::transmute(gb);
     let ga: unsafe extern "C" fn(*const c_void) -> *mut c_void = std::mem::transmute(ga);
@@ -162,6 +167,9 @@ unsafe fn dataset(ds: *const c_void, write: bool, out: &mut Vec<Range>) {
 
 /// A model execution: its datasets' buffers are its ranges (observed, not
 /// made resident), named `aclmdl<id>`.
+///
+/// # Safety
+/// `input`/`output` as `dataset` requires.
 unsafe fn model(
     cx: &Cx,
     id: u32,

@@ -81,7 +81,10 @@ pub unsafe fn destroy_attr(_cx: &Cx, real: Real<aclopDestroyAttr>, a: aclopDestr
     real.call(a)
 }
 
-/// Collects the (addr, size) of each data buffer.
+/// Collects the (addr, size) of each data buffer, however many.
+///
+/// # Safety
+/// `list` is null or points to `n` data buffer pointers (null or live).
 unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut Vec<Range>) {
     if list.is_null() || n <= 0 {
         return;
@@ -89,9 +92,13 @@ unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut V
     let (Some(ga), Some(gs)) = (GET_ADDR.get(), GET_SIZE.get()) else {
         return;
     };
+    // SAFETY: the real aclGetDataBufferAddr / aclGetDataBufferSizeV2, whose
+    // prototypes these are
     let ga: unsafe extern "C" fn(*const c_void) -> *mut c_void = std::mem::transmute(ga);
     let gs: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(gs);
     for i in 0..n as usize {
+        // SAFETY: the program passed `n` data buffers at `list` (the
+        // operator's prototype); the runtime reads the same array
         let b = *list.add(i);
         if b.is_null() {
             continue;
@@ -106,6 +113,10 @@ unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut V
 
 /// An aclop launch, decoded: the input and output data buffers are its
 /// ranges (inputs read, outputs written), the `flops` attribute its work.
+///
+/// # Safety
+/// The arguments of an aclop execute call the program made: `op_type` null
+/// or a C string, `ins`/`outs` as `buffers` requires.
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch(
     cx: &Cx,

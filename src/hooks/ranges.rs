@@ -10,6 +10,7 @@ use u3m_core::engine::Range;
 
 thread_local! {
     static BUF: RefCell<Vec<Range>> = const { RefCell::new(Vec::new()) };
+    static BUF2: RefCell<Vec<Range>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` with this thread's range buffer, empty. The buffer is taken out
@@ -17,7 +18,20 @@ thread_local! {
 /// fresh one instead of a borrow panic; so does a call during thread exit,
 /// after the thread-local is gone.
 pub fn with<R>(f: impl FnOnce(&mut Vec<Range>) -> R) -> R {
-    let mut v = BUF
+    with_in(&BUF, f)
+}
+
+/// `with`, for two buffers at once (a launch's accesses, and what
+/// residency must cover besides them).
+pub fn with2<R>(f: impl FnOnce(&mut Vec<Range>, &mut Vec<Range>) -> R) -> R {
+    with_in(&BUF, |a| with_in(&BUF2, |b| f(a, b)))
+}
+
+fn with_in<R>(
+    buf: &'static std::thread::LocalKey<RefCell<Vec<Range>>>,
+    f: impl FnOnce(&mut Vec<Range>) -> R,
+) -> R {
+    let mut v = buf
         .try_with(|b| {
             b.try_borrow_mut()
                 .map(|mut b| std::mem::take(&mut *b))
@@ -27,7 +41,7 @@ pub fn with<R>(f: impl FnOnce(&mut Vec<Range>) -> R) -> R {
     v.clear();
     let r = f(&mut v);
     // keep the larger of the two buffers (a nested use may have left one)
-    let _ = BUF.try_with(|b| {
+    let _ = buf.try_with(|b| {
         if let Ok(mut b) = b.try_borrow_mut() {
             if v.capacity() > b.capacity() {
                 *b = v;

@@ -87,6 +87,10 @@ super::hooks! {
     fn aclnnMul(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMul;
     fn aclnnMatmul(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMatmul;
     fn aclnnSoftmax(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnSoftmax;
+    fn aclnnAddGetWorkspaceSize(self_: *const c_void, other: *const c_void, alpha: *const c_void, out: *mut c_void, workspace_size: *mut u64, executor: *mut *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnAddGetWorkspaceSize;
+    fn aclnnMulGetWorkspaceSize(self_: *const c_void, other: *const c_void, out: *mut c_void, workspace_size: *mut u64, executor: *mut *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMulGetWorkspaceSize;
+    fn aclnnMatmulGetWorkspaceSize(self_: *const c_void, mat2: *const c_void, out: *mut c_void, cube_math_type: i8, workspace_size: *mut u64, executor: *mut *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMatmulGetWorkspaceSize;
+    fn aclnnSoftmaxGetWorkspaceSize(self_: *const c_void, dim: i64, out: *mut c_void, workspace_size: *mut u64, executor: *mut *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnSoftmaxGetWorkspaceSize;
 
     // --- graph capture and replay ---
     fn aclmdlRICaptureBegin(stream: aclrtStream, mode: c_int) -> aclError, NS => graph::capture_begin;

@@ -12,6 +12,8 @@
  *   optest_llm queued_launch MIB  (MIB of live tensors, then an operator
  *                                  built here and launched on another thread,
  *                                  as torch_npu's task queue does: the same)
+ *   optest_llm view_write OFF N   (a view of N floats at element OFF of a
+ *                                  16 MiB buffer zeroed: tests/aclnn_roles.rs)
  *   optest_llm wide_launch N OTHER (one foreach operator over N + N tensors of
  *                                  2 MiB each after OTHER MiB of other data:
  *                                  the same, tests/tier_aclnn.rs)
@@ -378,6 +380,32 @@ static void case_queued_launch(int argc, char **argv)
     printf("live_mib=%lld queued=%d sync=%d wrong=%d\n", (long long)mib, g_queued.rc, rs, bad);
 }
 
+
+/* A view into a large buffer, as a KV-cache append writes one slot: a
+ * 1-D view of ELEMS floats at element OFFSET of a 16 MiB storage, zeroed by
+ * aclnnInplaceZero through dlsym. Prints the storage's address so the
+ * caller can compare the range u3m records (tests/aclnn_roles.rs). */
+static void case_view_write(int argc, char **argv)
+{
+    if (argc < 4) app_die(3, "view_write OFFSET ELEMS");
+    int64_t off = app_parse_int(argv[2], "OFFSET"), n = app_parse_int(argv[3], "ELEMS");
+    void *lib = dlopen("libopapi.so", RTLD_NOW);
+    if (!lib) app_die(2, "dlopen libopapi.so: %s", dlerror());
+    typedef aclnnStatus (*ws_fn)(aclTensor *, uint64_t *, aclOpExecutor **);
+    ws_fn zero_ws = (ws_fn)dlsym(lib, "aclnnInplaceZeroGetWorkspaceSize");
+    queued_run_fn zero = (queued_run_fn)dlsym(lib, "aclnnInplaceZero");
+    if (!zero_ws || !zero) app_die(2, "dlsym aclnnInplaceZero: %s", dlerror());
+    int64_t storage = (16 << 20) / 4, st[1] = { 1 }, d[1] = { n };
+    void *base = upload(NULL, (size_t)storage * 4);
+    aclTensor *v = aclCreateTensor(d, 1, ACL_FLOAT, st, off, ACL_FORMAT_ND, &storage, 1, base);
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    int rc = zero_ws(v, &ws, &ex);
+    if (!rc) rc = zero(NULL, ws, ex, g_stream);
+    ACL_CHECK(aclrtSynchronizeStream(g_stream));
+    printf("base=%llx view_rc=%d\n", (unsigned long long)(uintptr_t)base, rc);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) app_die(3, "usage: optest_llm gelu | foreach_v1 | attention | refusals");
@@ -392,6 +420,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "empty_launch")) case_empty_launch(argc, argv);
     else if (!strcmp(c, "wide_launch")) case_wide_launch(argc, argv);
     else if (!strcmp(c, "queued_launch")) case_queued_launch(argc, argv);
+    else if (!strcmp(c, "view_write")) case_view_write(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     printf("done\n");

@@ -46,7 +46,8 @@ pub use runtime::Runtime;
 /// design.md §2) × 20 ms.
 const PREFETCH_BYTES_PER_TICK: u64 = 500_000_000;
 
-/// Most ranges one launch reports (more are cut and counted).
+/// Ranges a launch keeps in fixed arrays (the trace, kernel blobs); a wider
+/// one spills to the heap: no range is ever cut.
 pub const MAX_OP_RANGES: usize = 64;
 
 /// A device range an operation touches.
@@ -131,6 +132,8 @@ pub struct Engine {
     started_ns: u64,
     aclnn_launches: AtomicU64,
     tensors: AtomicU64,
+    /// launches whose ranges were cut (none since every range is kept; the
+    /// summary field stays for its readers)
     cut_ranges: AtomicU64,
     /// cold-path bookkeeping
     handles: Mutex<HashMap<u64, Handle>>,
@@ -785,9 +788,6 @@ impl Engine {
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
             panic!("U3M_DEBUG_PANIC_AT_OP reached");
         }
-        if ranges.len() == MAX_OP_RANGES {
-            self.cut_ranges.fetch_add(1, Relaxed);
-        }
         let d = dev_index(dev);
         if let Some(s) = &self.seg {
             s.device(d).ops.fetch_add(1, Relaxed);
@@ -942,24 +942,40 @@ impl Engine {
     }
 
     /// The device ranges a kernel's argument blob points into (pointer-sized
-    /// slots inside live allocations), for residency before the launch.
-    pub fn kernel_ranges(&self, blob: &[u8], out: &mut [Range; MAX_OP_RANGES]) -> usize {
+    /// slots inside live allocations), for residency before the launch:
+    /// Some(n) in `out[..n]`, or None when there are more than `out` holds,
+    /// then every one of them in `wide` (none may be left out: the kernel
+    /// would run on memory not made resident).
+    pub fn kernel_ranges(
+        &self,
+        blob: &[u8],
+        out: &mut [Range; MAX_OP_RANGES],
+        wide: &mut Vec<Range>,
+    ) -> Option<usize> {
         let mut n = 0;
         for w in blob.chunks_exact(8) {
             let v = u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-            if v == 0 || n == MAX_OP_RANGES {
+            if v == 0 {
                 continue;
             }
             if let Some((_, base, len)) = self.heat.lookup(v) {
-                out[n] = Range {
+                let r = Range {
                     addr: v,
                     len: base + len - v,
                     write: true,
                 };
+                if n < MAX_OP_RANGES {
+                    out[n] = r;
+                } else {
+                    if n == MAX_OP_RANGES {
+                        wide.extend_from_slice(&out[..]);
+                    }
+                    wide.push(r);
+                }
                 n += 1;
             }
         }
-        n
+        (n <= MAX_OP_RANGES).then_some(n)
     }
 
     pub fn ipc_imported(&self) {

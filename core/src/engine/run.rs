@@ -77,20 +77,17 @@ impl Engine {
             }
             Call::Kernel { blob, q, api } => {
                 let mut rs = [Range::ZERO; MAX_OP_RANGES];
-                let n = self.kernel_ranges(blob, &mut rs);
-                let rc = self.resident(
-                    dev,
-                    b"kernel",
-                    OpClass::Other,
-                    q,
-                    &rs[..n],
-                    false,
-                    api,
-                    real,
-                );
+                let mut wide = Vec::new();
+                let rs = match self.kernel_ranges(blob, &mut rs, &mut wide) {
+                    Some(n) => &rs[..n],
+                    // more pointers than the array holds: every one, in a
+                    // Vec (a rare kernel; the common one allocates nothing)
+                    None => &wide[..],
+                };
+                let rc = self.resident(dev, b"kernel", OpClass::Other, q, rs, false, api, real);
                 // an unreadable blob (null, or outside 8 B..1 MiB) is not counted
                 if rc == 0 && !blob.is_empty() {
-                    self.kernel_args(dev, q.stream, &rs[..n]);
+                    self.kernel_args(dev, q.stream, rs);
                 }
                 rc
             }

@@ -233,3 +233,36 @@ fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
     );
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
 }
+
+#[test]
+fn a_kernel_with_more_than_64_pointer_arguments_gets_every_one_resident() {
+    // 70 allocations pushed out to DRAM by 70 more, then one kernel whose
+    // argument blob points at the first 70: each must be resident for it
+    // (u3m once scanned at most 64 pointers and launched on the rest unmapped)
+    let (e, f, _d) = engine("wide-kernel", 72);
+    let first: Vec<u64> = (0..70).map(|_| malloc(&e, CHUNK)).collect();
+    for &va in &first {
+        assert_eq!(write(&e, f, va, &[1u8; 64]), 0);
+    }
+    for _ in 0..70 {
+        let va = malloc(&e, CHUNK);
+        assert_eq!(write(&e, f, va, &[2u8; 64]), 0);
+    }
+    let blob: Vec<u8> = first.iter().flat_map(|va| va.to_ne_bytes()).collect();
+    let call = Call::Kernel {
+        blob: &blob,
+        q: Queue::SYNC,
+        api: Api::Acl,
+    };
+    let rc = e.run(0, &call, &mut || {
+        // the kernel touches every argument
+        for &va in &first {
+            if let Err(err) = f.app_write(va, &[3u8; 8]) {
+                return err.raw();
+            }
+        }
+        0
+    });
+    assert_eq!(rc, 0, "a kernel argument was not resident");
+    assert!(f.seen().faults.is_empty(), "{:?}", f.seen().faults);
+}

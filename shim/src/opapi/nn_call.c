@@ -1,11 +1,13 @@
 /* The nn_call helpers of libopapi (nn_call.h): argument collection,
  * validation, executors and the launch. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "opapi/nn_call.h"
+#include "rt/kernels.h"
 
 void nn_begin(nn_call *c, const char *api, const char *op_type)
 {
@@ -218,6 +220,44 @@ aclnnStatus nn_finish(nn_call *c, uint64_t *workspaceSize, aclOpExecutor **execu
     return ACLNN_SUCCESS;
 }
 
+/* ACLSIM_WRITES_LOG=FILE: one line per aclnn launch, the API and the byte
+ * extent [lo, hi) of every output view the kernel may write (what an
+ * interposer must treat as written: tests/aclnn_roles.rs checks u3m's
+ * operator roles against it). Empty outputs are left out. */
+static void nn_log_writes(const aclOpExecutor *ex)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static FILE *f;
+    static int state;   /* 0: not looked at, 1: off, 2: on */
+    pthread_mutex_lock(&lock);
+    if (state == 0) {
+        const char *v = getenv("ACLSIM_WRITES_LOG");
+        f = v && *v ? fopen(v, "a") : NULL;
+        state = f ? 2 : 1;
+    }
+    if (state == 2) {
+        fprintf(f, "%s", ex->api);
+        for (int j = 0; j < ex->nout; j++) {
+            const sim_tensor *t = &ex->t[ex->nin + j];
+            int64_t lo = 0, hi = 0;
+            int empty = 0;
+            for (int k = 0; k < t->ndim; k++) {
+                if (t->dims[k] <= 0) empty = 1;
+                int64_t span = (t->dims[k] - 1) * t->strides[k];
+                if (span < 0) lo += span; else hi += span;
+            }
+            if (empty) continue;
+            int64_t es = (int64_t)kern_dtype_size(t->dtype);
+            uintptr_t d = (uintptr_t)t->data;
+            fprintf(f, " %llx:%llx", (unsigned long long)(d + (uintptr_t)(lo * es)),
+                (unsigned long long)(d + (uintptr_t)((hi + 1) * es)));
+        }
+        fprintf(f, "\n");
+        fflush(f);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 /* Second phase: runs and consumes the executor. A NULL, destroyed or already
  * launched executor is ACLNN_ERR_PARAM_INVALID; runtime failures (not ready,
  * bad stream, injected op fault, lost device) return the runtime's code. */
@@ -232,6 +272,7 @@ aclnnStatus nn_launch(const char *api, void *workspace, uint64_t workspaceSize, 
     if (strcmp(ex->api, api) != 0)
         aclsim_log("%s: launching an executor prepared by %sGetWorkspaceSize", api, ex->api);
     aclnnStatus st;
+    nn_log_writes(ex);
     if ((st = aclsim_check_ready()) == 0 && (st = aclsim_stream_check(stream)) == 0) {
         if (aclsim_fault_hit(SIM_FAULT_OP))
             st = ACL_ERROR_RT_AICORE_EXCEPTION;
