@@ -473,8 +473,16 @@ fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
         assert_ne!(st.chunk(id, i).phys, 0, "x still in HBM, mapped");
         assert_ne!(st.chunk(id, i).out_ev, 0, "x is leaving");
     }
-    assert_eq!(a.f.seen().d2h, d2h + 1, "the copy-out is issued (and not run)");
-    assert_eq!(a.f.held().0, held, "x's HBM is held while its copy is in flight");
+    assert_eq!(
+        a.f.seen().d2h,
+        d2h + 1,
+        "the copy-out is issued (and not run)"
+    );
+    assert_eq!(
+        a.f.held().0,
+        held,
+        "x's HBM is held while its copy is in flight"
+    );
     assert_eq!(a.r.counters().evictions, 0);
     // z needs x's HBM: its fault-in waits (without the lock) for the copy
     let z = a.malloc(CHUNK);
@@ -508,7 +516,10 @@ fn a_chunk_needed_during_its_copy_out_stays_in_hbm() {
         assert!(st.devs[0].outgoing.is_empty());
     }
     assert_eq!(a.r.usage(0), (CHUNK, 0, 0), "resident, no DRAM copy");
-    let want: Vec<u8> = pattern(1, CHUNK).iter().map(|b| b.wrapping_add(5)).collect();
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(5))
+        .collect();
     assert_eq!(a.read(x, CHUNK), want);
     assert_eq!(a.r.counters().evictions, 0);
     a.assert_clean();
@@ -525,7 +536,11 @@ fn copy_outs_run_ahead_for_the_chunks_a_call_still_needs() {
     let s = a.f.app_stream();
     a.op(s, &[(y, 3 * CHUNK)], &[], Box::new(|_m: &mut Mem<'_>| {}));
     let c = a.r.counters();
-    assert_eq!(c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64, 3, "{c:?}");
+    assert_eq!(
+        c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64,
+        3,
+        "{c:?}"
+    );
     a.f.drain();
     assert_eq!(a.read(x, 4 * CHUNK), pattern(1, 4 * CHUNK));
     a.assert_clean();
@@ -761,7 +776,8 @@ impl crate::policy::Placement for CountingLru {
         self.lru.on_free(key)
     }
     fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
-        self.orders.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.orders
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.lru.order(now, cands)
     }
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
@@ -806,6 +822,10 @@ fn evictions_take_victims_from_a_kept_order_not_a_sort_each() {
     assert!(c.evictions >= 500, "{c:?}");
     // a sort per eviction would be one per eviction; a kept order is
     // rebuilt every REBUILD_TAKEN evictions or REBUILD_TICKS calls
-    assert!(orders * 16 <= c.evictions, "{orders} sorts for {} evictions", c.evictions);
+    assert!(
+        orders * 16 <= c.evictions,
+        "{orders} sorts for {} evictions",
+        c.evictions
+    );
     a.assert_clean();
 }
