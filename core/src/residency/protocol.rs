@@ -149,15 +149,25 @@ impl Residency {
                     if !wait.map(|ev| self.is_copy_out(&st, ev)).unwrap_or(false) {
                         self.unreserve(&mut st, &mut reserved);
                     }
+                    // a reference while unlocked: the event cannot go back to
+                    // the pool and be recorded again for other work meanwhile
+                    let wait = wait.filter(|ev| st.event_refs.contains_key(ev));
+                    if let Some(r) = wait.and_then(|ev| st.event_refs.get_mut(&ev)) {
+                        *r += 1;
+                    }
                     drop(st);
                     match wait {
-                        // the oldest use of the coldest chunk: wait for it unlocked
+                        // the oldest use of the coldest chunk, or the oldest
+                        // copy-out: wait for it unlocked
                         Some(ev) => {
                             let _ = self.rt.sync_event(ev);
                         }
                         None => std::thread::sleep(std::time::Duration::from_micros(500)),
                     }
                     st = self.st.lock().map_err(|_| E_ALLOC)?;
+                    if let Some(ev) = wait {
+                        st.unref_event(ev);
+                    }
                     tries += 1;
                 }
                 Err(e) => {
