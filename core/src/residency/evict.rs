@@ -79,7 +79,8 @@ impl Residency {
         }
     }
 
-    /// Evicts the first evictable chunk of `dev` in the policy's order.
+    /// Evicts the first evictable chunk of `dev` in the policy's order (the
+    /// device's maintained `VictimOrder`; one sort per many evictions).
     /// Ok(false): nothing can move. Busy: every candidate is still in use
     /// (`st.wait_for` names an event to wait for without the lock).
     pub(super) fn evict_one(
@@ -88,56 +89,116 @@ impl Residency {
         dev: u32,
         protect: &[(u64, u32)],
     ) -> Result<bool, Fail> {
-        let ordered = self.victims(st, dev, protect);
-        if ordered.is_empty() {
-            return Ok(false);
+        let mut fresh = false;
+        loop {
+            if !fresh && st.dev(dev).order.stale(st.clock) {
+                self.rebuild_order(st, dev);
+                fresh = true;
+            }
+            match self.evict_in_order(st, dev, protect)? {
+                Some(true) => return Ok(true),
+                // used up: one rebuild (chunks resident since it was built)
+                _ if fresh => return Ok(false),
+                _ => {
+                    self.rebuild_order(st, dev);
+                    fresh = true;
+                }
+            }
         }
-        let cands: Vec<(u64, u64, u32)> = ordered
-            .iter()
-            .take(64)
-            .filter_map(|c| st.resolve(c.key).map(|(id, i)| (c.last, id, i)))
-            .collect();
-        if cands.is_empty() {
-            return Ok(false);
-        }
-        // prefer a chunk whose uses are complete; else wait for the oldest
-        let mut pick = None;
-        for &(_, id, i) in cands.iter() {
+    }
+
+    /// Sorts `dev`'s candidates into a new maintained order.
+    fn rebuild_order(&self, st: &mut State, dev: u32) {
+        let mut cands = std::mem::take(&mut st.dev_mut(dev).order.cands);
+        self.victims_into(st, dev, &[], &mut cands);
+        let clock = st.clock;
+        let o = &mut st.dev_mut(dev).order;
+        o.cands = cands;
+        o.next = 0;
+        o.built_at = clock;
+        o.taken = 0;
+    }
+
+    /// One eviction from the maintained order: Some(true) evicted,
+    /// Some(false) no candidate left in it, Err(Busy) all in use.
+    fn evict_in_order(
+        &self,
+        st: &mut State,
+        dev: u32,
+        protect: &[(u64, u32)],
+    ) -> Result<Option<bool>, Fail> {
+        let built_at = st.dev(dev).order.built_at;
+        // still a candidate, and its place in the order is current
+        let usable = |st: &State, key: u64| -> Option<(u64, u32)> {
+            let (id, i) = st.resolve(key)?;
+            let b = &st.backings[&id];
+            let c = &b.chunks[i as usize];
+            (b.dev == dev
+                && !b.pinned
+                && c.in_hbm()
+                && c.pins == 0
+                && c.out_ev == 0
+                && c.last <= built_at)
+                .then_some((id, i))
+        };
+        // prefer a chunk whose uses are complete among the first 64 usable;
+        // else wait for the oldest
+        let mut first_busy = None;
+        let mut seen = 0;
+        let mut k = st.dev(dev).order.next;
+        while k < st.dev(dev).order.cands.len() && seen < 64 {
+            let key = st.dev(dev).order.cands[k].key;
+            let Some((id, i)) = usable(st, key) else {
+                if k == st.dev(dev).order.next {
+                    st.dev_mut(dev).order.next += 1; // gone for good
+                }
+                k += 1;
+                continue;
+            };
+            k += 1;
+            if protect.contains(&(id, i)) {
+                continue;
+            }
+            seen += 1;
             if st
                 .chunk(id, i)
                 .uses
                 .iter()
                 .all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true))
             {
-                pick = Some((id, i));
-                break;
+                self.evict(st, id, i)?;
+                st.dev_mut(dev).order.taken += 1;
+                return Ok(Some(true));
             }
+            first_busy.get_or_insert((id, i));
         }
-        let (id, i) = match pick {
-            Some(p) => p,
-            None => {
-                // Every candidate is still in use. Never wait for the device
-                // while holding the lock: a stream may be blocked on work the
-                // host has yet to issue (an HCCL peer), and issuing it needs
-                // this lock. The caller drops the lock and waits (Busy).
-                let (_, id, i) = cands[0];
-                let uses = &st.chunk(id, i).uses;
-                st.wait_for = uses
-                    .iter()
-                    .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
-                    .or(uses.first())
-                    .map(|u| u.1);
-                return Err(Fail::Busy);
-            }
+        let Some((id, i)) = first_busy else {
+            return Ok(Some(false));
         };
-        self.evict(st, id, i)?;
-        Ok(true)
+        // Every candidate is still in use. Never wait for the device while
+        // holding the lock: a stream may be blocked on work the host has yet
+        // to issue (an HCCL peer), and issuing it needs this lock. The caller
+        // drops the lock and waits (Busy).
+        let uses = &st.chunk(id, i).uses;
+        st.wait_for = uses
+            .iter()
+            .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
+            .or(uses.first())
+            .map(|u| u.1);
+        Err(Fail::Busy)
     }
 
     /// Resident chunks of `dev` that may leave HBM (not pinned, not in a
-    /// call, not in `protect`), in the policy's eviction order.
+    /// call, not leaving, not in `protect`), in the policy's eviction order.
     fn victims(&self, st: &State, dev: u32, protect: &[(u64, u32)]) -> Vec<Cand> {
-        let mut cands: Vec<Cand> = Vec::new();
+        let mut cands = Vec::new();
+        self.victims_into(st, dev, protect, &mut cands);
+        cands
+    }
+
+    /// `victims` into `cands` (cleared first; its capacity is reused).
+    fn victims_into(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
+        cands.clear();
         for (&id, b) in st.backings.iter() {
             if b.dev != dev || b.pinned {
                 continue;
@@ -156,8 +217,7 @@ impl Residency {
                 }
             }
         }
-        self.policy.order(st.clock, &mut cands);
-        cands
+        self.policy.order(st.clock, cands);
     }
 
     /// Background watermark work for `dev`: when HBM use is above `high` ×

@@ -406,7 +406,9 @@ impl Residency {
     /// Whether `ev` marks one of u3m's copy-outs (it completes without any
     /// work of the host's).
     pub(super) fn is_copy_out(&self, st: &State, ev: u64) -> bool {
-        st.devs.iter().any(|d| d.outgoing.iter().any(|o| o.ev == ev))
+        st.devs
+            .iter()
+            .any(|d| d.outgoing.iter().any(|o| o.ev == ev))
     }
 
     /// A call needs chunk (id, i) while its copy-out is in flight: it stays
@@ -445,9 +447,8 @@ impl Residency {
         // an allocation's VA stays mapped until the copy lands (freeing it
         // settles first); a VMM handle may be unmapped by the program at any
         // time, and NVMe needs the staging buffer written out
-        let asynchronous = staging == 0
-            && scratch.is_none()
-            && matches!(st.backings[&id].kind, Kind::Malloc);
+        let asynchronous =
+            staging == 0 && scratch.is_none() && matches!(st.backings[&id].kind, Kind::Malloc);
         let stream = match if asynchronous {
             self.out_stream(st, dev)
         } else {

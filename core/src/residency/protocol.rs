@@ -55,13 +55,18 @@ impl Residency {
         order: Order,
     ) -> Result<Token, AclError> {
         let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
-        let mut need: Vec<Need> = Vec::new();
-        let mut tok = Token::default();
+        // every (chunk, range) the call covers, then merged per chunk: a
+        // chunk is overwritten whole only if every range covering it does,
+        // written if any does
+        let mut all = std::mem::take(&mut st.call_chunks);
+        all.clear();
+        let mut ranges_seen = 0;
         for r in ranges {
             if r.len == 0 {
                 continue;
             }
             let end = r.addr.saturating_add(r.len);
+            let before = all.len();
             for (&start, &(id, len)) in st.vas.range(..end).rev() {
                 if start + len <= r.addr {
                     break;
@@ -74,22 +79,36 @@ impl Residency {
                 for i in lo / CHUNK..hi.div_ceil(CHUNK) {
                     let cs = i * CHUNK;
                     let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
-                    match need.iter_mut().find(|n| n.0 == id && n.1 == i as u32) {
-                        Some(n) => n.2 &= whole,
-                        None => need.push((id, i as u32, whole)),
-                    }
-                    if let Some(k) = tok.chunks.iter().position(|&c| c == (id, i as u32)) {
-                        tok.writes[k] |= r.write;
-                    } else {
-                        tok.chunks.push((id, i as u32));
-                        tok.writes.push(r.write);
-                    }
+                    all.push((id, i as u32, whole, r.write));
                 }
             }
+            ranges_seen += (all.len() > before) as u32;
         }
-        if need.is_empty() {
-            return Ok(tok);
+        if all.is_empty() {
+            st.call_chunks = all;
+            return Ok(Token::default());
         }
+        // one range covers each chunk once; several may overlap
+        if ranges_seen > 1 {
+            all.sort_unstable_by_key(|c| (c.0, c.1));
+            all.dedup_by(|c, kept| {
+                let same = c.0 == kept.0 && c.1 == kept.1;
+                if same {
+                    kept.2 &= c.2;
+                    kept.3 |= c.3;
+                }
+                same
+            });
+        }
+        let mut need = std::mem::take(&mut st.call_need);
+        need.clear();
+        let mut tok = st.tokens.pop().unwrap_or_default();
+        for &(id, i, whole, write) in &all {
+            need.push((id, i, whole));
+            tok.chunks.push((id, i));
+            tok.writes.push(write);
+        }
+        st.call_chunks = all;
         // nothing runs on a lost device (checked only once one is lost)
         if self.lost_any.load(Relaxed)
             && (st.dev(dev).lost || need.iter().any(|n| st.backing_lost(n.0)))
@@ -160,15 +179,25 @@ impl Residency {
                     if !wait.map(|ev| self.is_copy_out(&st, ev)).unwrap_or(false) {
                         self.unreserve(&mut st, &mut reserved);
                     }
+                    // a reference while unlocked: the event cannot go back to
+                    // the pool and be recorded again for other work meanwhile
+                    let wait = wait.filter(|ev| st.event_refs.contains_key(ev));
+                    if let Some(r) = wait.and_then(|ev| st.event_refs.get_mut(&ev)) {
+                        *r += 1;
+                    }
                     drop(st);
                     match wait {
-                        // the oldest use of the coldest chunk: wait for it unlocked
+                        // the oldest use of the coldest chunk, or the oldest
+                        // copy-out: wait for it unlocked
                         Some(ev) => {
                             let _ = self.rt.sync_event(ev);
                         }
                         None => std::thread::sleep(std::time::Duration::from_micros(500)),
                     }
                     st = self.st.lock().map_err(|_| E_ALLOC)?;
+                    if let Some(ev) = wait {
+                        st.unref_event(ev);
+                    }
                     tries += 1;
                 }
                 Err(e) => {
@@ -193,7 +222,9 @@ impl Residency {
         }
         st.clock += 1;
         let clock = st.clock;
-        let mut keys = Vec::with_capacity(tok.chunks.len());
+        st.call_need = need;
+        let mut keys = std::mem::take(&mut st.call_keys);
+        keys.clear();
         let mut hits = 0;
         for &(id, i) in &tok.chunks {
             if let Some(b) = st.backings.get_mut(&id) {
@@ -211,6 +242,7 @@ impl Residency {
         if keys.len() == tok.writes.len() {
             self.policy.on_access(clock, class, &keys, &tok.writes);
         }
+        st.call_keys = keys;
         Ok(tok)
     }
 
@@ -260,6 +292,12 @@ impl Residency {
         if let Some(e) = ev {
             // the reference taken at creation
             st.unref_event(e);
+        }
+        if st.tokens.len() < 64 {
+            let mut tok = tok;
+            tok.chunks.clear();
+            tok.writes.clear();
+            st.tokens.push(tok);
         }
     }
 

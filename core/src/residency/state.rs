@@ -6,8 +6,10 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use super::protocol::{Need, Token};
 use super::MAX_DEVICES;
 use crate::engine::runtime::CHUNK;
+use crate::policy::Cand;
 use crate::store::dram::{DramSlot, DramStore, HostAllocator};
 use crate::store::nvme::{NvmeSlot, NvmeStore};
 
@@ -129,6 +131,8 @@ pub(super) struct Dev {
     pub out_stream: u64,
     /// Copy-outs issued on `out_stream`, oldest first (they complete in order).
     pub outgoing: VecDeque<Outgoing>,
+    /// The eviction order (`evict::victims`), kept between evictions.
+    pub order: VictimOrder,
     /// A 2 MiB pinned staging buffer for NVMe transfers.
     pub staging: u64,
     /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
@@ -152,6 +156,7 @@ impl Dev {
             stream: 0,
             out_stream: 0,
             outgoing: VecDeque::new(),
+            order: VictimOrder::new(),
             staging: 0,
             scratch_va: 0,
             resident: 0,
@@ -161,6 +166,47 @@ impl Dev {
             capacity: 0,
             lost: false,
         }
+    }
+}
+
+/// The policy's eviction order over a device's resident chunks, built by
+/// one sort and consumed by many evictions: entries are skipped once they
+/// stop being candidates (evicted, leaving, pinned) or were used after the
+/// order was built (their place in it is stale). Rebuilt when used up or
+/// `stale`.
+/// A kept order is rebuilt after this many evictions from it, or this many
+/// calls after it was built: chunks made resident since are missing from it
+/// (under a predictive policy often the best victims), and the policy's
+/// view moves on.
+pub(super) const REBUILD_TAKEN: usize = 32;
+pub(super) const REBUILD_TICKS: u64 = 4;
+
+pub(super) struct VictimOrder {
+    pub cands: Vec<Cand>,
+    /// The first entry not yet skipped or taken.
+    pub next: usize,
+    /// `State::clock` when built.
+    pub built_at: u64,
+    /// Chunks evicted from this order.
+    pub taken: usize,
+}
+
+impl VictimOrder {
+    pub const fn new() -> VictimOrder {
+        VictimOrder {
+            cands: Vec::new(),
+            next: 0,
+            built_at: 0,
+            taken: 0,
+        }
+    }
+
+    /// Whether the order must be rebuilt before the next eviction (at
+    /// logical time `now`).
+    pub fn stale(&self, now: u64) -> bool {
+        self.next >= self.cands.len()
+            || self.taken >= REBUILD_TAKEN
+            || now >= self.built_at + REBUILD_TICKS
     }
 }
 
@@ -192,6 +238,13 @@ pub(super) struct State {
     /// CLOCK_MONOTONIC when the current call's first absent chunk was met
     /// (its fault-in stall starts there); taken by `prepare`.
     pub stall_from: Option<u64>,
+    /// Buffers `prepare` reuses so a call allocates nothing once warm:
+    /// (backing, chunk, overwritten whole, written) per range and chunk,
+    /// the chunks it needs, the policy keys, finished calls' tokens.
+    pub call_chunks: Vec<(u64, u32, bool, bool)>,
+    pub call_need: Vec<Need>,
+    pub call_keys: Vec<u64>,
+    pub tokens: Vec<Token>,
 }
 
 impl State {
@@ -210,6 +263,10 @@ impl State {
             pending_free: Vec::new(),
             wait_for: None,
             stall_from: None,
+            call_chunks: Vec::new(),
+            call_need: Vec::new(),
+            call_keys: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 

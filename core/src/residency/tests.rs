@@ -55,6 +55,13 @@ impl App {
         App { r, f }
     }
 
+    /// With a policy object of the test's.
+    fn with_policy(hbm_chunks: u64, policy: Box<dyn crate::policy::Placement>) -> App {
+        let f = Fake::leak(1, hbm_chunks * CHUNK);
+        let r = Residency::with_policy(f, &config(&[]), policy).expect("residency");
+        App { r, f }
+    }
+
     fn malloc(&self, bytes: u64) -> u64 {
         let (free, total) = self.f.mem_info().unwrap();
         self.r
@@ -466,8 +473,16 @@ fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
         assert_ne!(st.chunk(id, i).phys, 0, "x still in HBM, mapped");
         assert_ne!(st.chunk(id, i).out_ev, 0, "x is leaving");
     }
-    assert_eq!(a.f.seen().d2h, d2h + 1, "the copy-out is issued (and not run)");
-    assert_eq!(a.f.held().0, held, "x's HBM is held while its copy is in flight");
+    assert_eq!(
+        a.f.seen().d2h,
+        d2h + 1,
+        "the copy-out is issued (and not run)"
+    );
+    assert_eq!(
+        a.f.held().0,
+        held,
+        "x's HBM is held while its copy is in flight"
+    );
     assert_eq!(a.r.counters().evictions, 0);
     // z needs x's HBM: its fault-in waits (without the lock) for the copy
     let z = a.malloc(CHUNK);
@@ -501,7 +516,10 @@ fn a_chunk_needed_during_its_copy_out_stays_in_hbm() {
         assert!(st.devs[0].outgoing.is_empty());
     }
     assert_eq!(a.r.usage(0), (CHUNK, 0, 0), "resident, no DRAM copy");
-    let want: Vec<u8> = pattern(1, CHUNK).iter().map(|b| b.wrapping_add(5)).collect();
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(5))
+        .collect();
     assert_eq!(a.read(x, CHUNK), want);
     assert_eq!(a.r.counters().evictions, 0);
     a.assert_clean();
@@ -518,7 +536,11 @@ fn copy_outs_run_ahead_for_the_chunks_a_call_still_needs() {
     let s = a.f.app_stream();
     a.op(s, &[(y, 3 * CHUNK)], &[], Box::new(|_m: &mut Mem<'_>| {}));
     let c = a.r.counters();
-    assert_eq!(c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64, 3, "{c:?}");
+    assert_eq!(
+        c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64,
+        3,
+        "{c:?}"
+    );
     a.f.drain();
     assert_eq!(a.read(x, 4 * CHUNK), pattern(1, 4 * CHUNK));
     a.assert_clean();
@@ -735,4 +757,75 @@ fn random_programs_never_touch_unmapped_memory_and_lose_nothing() {
         a.assert_clean();
         assert!(a.r.counters().evictions > 0, "seed {seed}: no pressure");
     }
+}
+
+/// LRU that counts how often it orders the eviction candidates.
+struct CountingLru {
+    lru: crate::policy::Lru,
+    orders: &'static std::sync::atomic::AtomicU64,
+}
+
+impl crate::policy::Placement for CountingLru {
+    fn name(&self) -> &'static str {
+        "counting-lru"
+    }
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        self.lru.on_access(now, class, keys, writes)
+    }
+    fn on_free(&self, key: u64) {
+        self.lru.on_free(key)
+    }
+    fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
+        self.orders
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lru.order(now, cands)
+    }
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        self.lru.predicts(now, key, w)
+    }
+}
+
+#[test]
+fn evictions_take_victims_from_a_kept_order_not_a_sort_each() {
+    static ORDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let a = App::with_policy(
+        256,
+        Box::new(CountingLru {
+            lru: crate::policy::Lru::new(),
+            orders: &ORDERS,
+        }),
+    );
+    // 320 one-chunk allocations on a 256-chunk device, read in a cycle by
+    // calls that each touch 32 of them
+    let vas: Vec<u64> = (0..320).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64));
+    }
+    for _ in 0..3 {
+        for group in vas.chunks(32) {
+            let rs: Vec<Range> = group
+                .iter()
+                .map(|&addr| Range {
+                    addr,
+                    len: 64,
+                    write: false,
+                })
+                .collect();
+            a.sync(&rs, false, || Ok(())).expect("call");
+        }
+        for (k, &va) in vas.iter().enumerate().step_by(37) {
+            assert_eq!(a.read(va, 64), pattern(k as u64, 64));
+        }
+    }
+    let c = a.r.counters();
+    let orders = ORDERS.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(c.evictions >= 500, "{c:?}");
+    // a sort per eviction would be one per eviction; a kept order is
+    // rebuilt every REBUILD_TAKEN evictions or REBUILD_TICKS calls
+    assert!(
+        orders * 16 <= c.evictions,
+        "{orders} sorts for {} evictions",
+        c.evictions
+    );
+    a.assert_clean();
 }
