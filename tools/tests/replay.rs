@@ -211,8 +211,16 @@ fn belady_is_never_beaten() {
             };
             let best = fault_in(b);
             for p in t["policies"].as_array().unwrap() {
+                // In the defaults MIN is not a theorem: a host running ahead
+                // and background evictions decide with stale information,
+                // and predictive's kept victim order (rebuilt every 4 calls,
+                // issue 10 part 2) beat belady's per-eviction order on
+                // `loop` (58 vs 78 MiB in). There belady must still beat
+                // the recency baseline.
+                let exact = extra == EXACT;
+                let rival = p["policy"] == "lru" || exact;
                 assert!(
-                    fault_in(p) >= best,
+                    !rival || fault_in(p) >= best,
                     "{name} {extra:?}: {} faults in {} bytes < belady's {best}",
                     p["policy"],
                     fault_in(p)

@@ -51,6 +51,11 @@ impl Placement for Belady {
 
     fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
 
+    // the optimum is a property of the exact next uses at each eviction
+    fn order_ttl(&self) -> u64 {
+        0
+    }
+
     fn order(&self, now: u64, cands: &mut [Cand]) {
         let mut v: Vec<(u64, Cand)> = cands
             .iter()

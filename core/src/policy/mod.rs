@@ -63,6 +63,15 @@ pub trait Placement: Send + Sync {
     /// Orders eviction candidates in place: the first leaves HBM first.
     fn order(&self, now: u64, cands: &mut [Cand]);
 
+    /// For how many logical ticks an order from `order` stays good enough
+    /// to take victims from (the residency manager keeps one order per
+    /// device and rebuilds it after this many calls). An exact policy whose
+    /// order changes with every tick (Belady on the future) says 0: its
+    /// order is rebuilt for every eviction.
+    fn order_ttl(&self) -> u64 {
+        4
+    }
+
     /// Whether the policy expects `key` to be accessed within the next `w`
     /// logical ticks after `now` (prefetch; precision and recall).
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool;

@@ -91,7 +91,7 @@ impl Residency {
     ) -> Result<bool, Fail> {
         let mut fresh = false;
         loop {
-            if !fresh && st.dev(dev).order.stale(st.clock) {
+            if !fresh && st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
                 self.rebuild_order(st, dev);
                 fresh = true;
             }

@@ -179,7 +179,6 @@ impl Dev {
 /// (under a predictive policy often the best victims), and the policy's
 /// view moves on.
 pub(super) const REBUILD_TAKEN: usize = 32;
-pub(super) const REBUILD_TICKS: u64 = 4;
 
 pub(super) struct VictimOrder {
     pub cands: Vec<Cand>,
@@ -202,11 +201,12 @@ impl VictimOrder {
     }
 
     /// Whether the order must be rebuilt before the next eviction (at
-    /// logical time `now`).
-    pub fn stale(&self, now: u64) -> bool {
+    /// logical time `now`; `ttl`: the policy's `order_ttl`).
+    pub fn stale(&self, now: u64, ttl: u64) -> bool {
         self.next >= self.cands.len()
             || self.taken >= REBUILD_TAKEN
-            || now >= self.built_at + REBUILD_TICKS
+            || ttl == 0
+            || now >= self.built_at + ttl
     }
 }
 

@@ -821,7 +821,7 @@ fn evictions_take_victims_from_a_kept_order_not_a_sort_each() {
     let orders = ORDERS.load(std::sync::atomic::Ordering::Relaxed);
     assert!(c.evictions >= 500, "{c:?}");
     // a sort per eviction would be one per eviction; a kept order is
-    // rebuilt every REBUILD_TAKEN evictions or REBUILD_TICKS calls
+    // rebuilt every REBUILD_TAKEN evictions or the policy's order_ttl calls
     assert!(
         orders * 16 <= c.evictions,
         "{orders} sorts for {} evictions",

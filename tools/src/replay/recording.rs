@@ -49,6 +49,10 @@ impl Placement for Recording {
         self.inner.order(now, cands)
     }
 
+    fn order_ttl(&self) -> u64 {
+        self.inner.order_ttl()
+    }
+
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
         self.inner.predicts(now, key, w)
     }
