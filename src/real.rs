@@ -67,6 +67,46 @@ pub fn forget_handle(h: *mut c_void) -> bool {
     found
 }
 
+/// The current epoch (bumped when a remembered handle is dlclose'd).
+#[inline]
+pub fn epoch() -> u32 {
+    EPOCH.load(Ordering::Acquire)
+}
+
+/// For a function pointer `old` resolved as `name` (the concatenation of
+/// `parts`, without NUL) before the current epoch: `old` itself while a
+/// loaded object still defines `name` there, else `name` looked up again
+/// (the library came back at another address), else None (it is gone: the
+/// caller must not jump to `old`). Trampoline pools call this on their
+/// first call of a new epoch.
+pub fn refresh(old: *mut c_void, parts: &[&[u8]]) -> Option<*mut c_void> {
+    let mut name = [0u8; 160];
+    let mut len = 0;
+    for part in parts {
+        if len + part.len() >= name.len() {
+            return None;
+        }
+        name[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    let name = &name[..len + 1]; // NUL-terminated
+    if !old.is_null() {
+        // SAFETY: dladdr only reads the loader's tables; `info` is written
+        // by it before it returns nonzero
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        if unsafe { libc::dladdr(old as *const c_void, &mut info) } != 0
+            && info.dli_saddr == old
+            && !info.dli_sname.is_null()
+            // SAFETY: dli_sname is a NUL-terminated string of the loader's
+            && unsafe { std::ffi::CStr::from_ptr(info.dli_sname) }.to_bytes_with_nul() == name
+        {
+            return Some(old);
+        }
+    }
+    let p = lookup(name.as_ptr() as *const c_char);
+    (!p.is_null()).then_some(p)
+}
+
 /// The CANN libraries a program may have loaded privately (RTLD_LOCAL):
 /// Python loads torch_npu's _C module that way, and with it libascendcl.
 const CANN_LIBS: &[&[u8]] = &[

@@ -135,6 +135,41 @@ fn u3m_runtime_reloaded_after_finalize_works_every_round() {
     reload_rounds(true);
 }
 
+// finding 2's leftover: an aclnn operator (execute phase and its
+// GetWorkspaceSize, both trampolines under u3m) in every round, with
+// libopapi loaded at another address from round 2 on
+
+fn reload_rounds_with_aclnn(u3m: bool) {
+    let r = go("dlsym_reload_after_finalize", &["3", "aclnn"], &[], u3m);
+    assert_eq!(
+        r.code,
+        0,
+        "exit (139: segfault)\nstdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        tail(&r.stderr)
+    );
+    for round in 1..=3 {
+        assert!(
+            r.stdout.contains(&format!("aclnn_round={round} ok=1")),
+            "round {round}:\n{}\n{}",
+            r.stdout,
+            tail(&r.stderr)
+        );
+    }
+    assert_eq!(fact(&r, "aclnn_moved"), "1", "libopapi never moved");
+    assert_eq!(fact(&r, "rounds_ok"), "3");
+}
+
+#[test]
+fn stock_aclnn_works_every_round_after_reload() {
+    reload_rounds_with_aclnn(false);
+}
+
+#[test]
+fn u3m_aclnn_works_every_round_after_reload() {
+    reload_rounds_with_aclnn(true);
+}
+
 // ---- finding 3: one injected aclrtMapMem failure is not absorbed
 
 fn one_map_fault(u3m: bool) {

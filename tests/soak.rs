@@ -1,7 +1,7 @@
 //! Soak: `soak_app` (tests/apps/soak_app.c) under libu3m.so in tier mode for
 //! a configurable time, with a live set of about 2 x HBM (constant eviction)
-//! and randomly injected faults — single physical-allocation failures (u3m
-//! must absorb them) and single copy failures (the program sees an error on
+//! and randomly injected faults — single physical-allocation and
+//! aclrtMapMem failures (u3m must absorb them) and single copy failures (the program sees an error on
 //! one call and stops vouching for the bytes that call wrote; nothing else
 //! may change). Checked:
 //!   - 0 corrupted bytes (every byte read back that the program's model
@@ -16,8 +16,7 @@
 //!     simulator.
 //! `U3M_SOAK_SECS` sets the time (default 120 under CI=true, 20 otherwise;
 //! docs/reliability.md records a 30-minute run), `U3M_SOAK_SEED` the fault
-//! schedule. Injected aclrtMapMem failures are left out while issue 13's
-//! finding 3 is open (one is not absorbed; tests/findings.rs has the test).
+//! schedule.
 
 mod common;
 
@@ -67,14 +66,20 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     // the fault schedule: one-off failures spread over the run (about 30
-    // physical allocations and 6 copies a second go through the simulator)
+    // physical allocations, 180 maps and 6 copies a second go through the
+    // simulator; maps are placed within the first 100 a second so that a
+    // slow machine still reaches some)
     let mut s = seed;
     let mut rules = Vec::new();
     // (the simulator takes at most 64 rules)
-    let n_phys = (4 + secs / 10).min(44);
+    let n_phys = (4 + secs / 10).min(22);
+    let n_map = (4 + secs / 10).min(22);
     let n_copy = (2 + secs / 30).min(20);
     for _ in 0..n_phys {
         rules.push(format!("phys:{}", 10 + next(&mut s) % (25 * secs)));
+    }
+    for _ in 0..n_map {
+        rules.push(format!("map:{}", 10 + next(&mut s) % (100 * secs)));
     }
     for _ in 0..n_copy {
         rules.push(format!("copy:{}", 50 + next(&mut s) % (5 * secs)));
@@ -172,6 +177,8 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
     let injected = st["injected_faults"].as_u64().unwrap_or(0);
+    // the simulator logs each injected fault; the map ones must fire too
+    let map_faults = stderr.matches("injected fault: map call").count();
     let evictions = sum["tier"]["evictions"].as_u64().unwrap_or(0);
     let third = |i: usize| -> u64 {
         let dur = secs as f64;
@@ -183,13 +190,14 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
     };
     let (mid, end) = (third(1), third(2));
     eprintln!(
-        "soak: {} s, {} ops, {} bytes verified, {} corrupted, {} call errors; {injected} faults injected; \
+        "soak: {} s, {} ops, {} bytes verified, {} corrupted, {} call errors; {injected} faults injected ({map_faults} map, of {} maps); \
          {evictions} evictions; RSS max {} MiB in the second third, {} MiB in the last ({} samples)",
         f("t"),
         f("ops"),
         f("verified_bytes"),
         f("corrupted_bytes"),
         f("errors"),
+        st["allocs"]["map"],
         mid / 1024,
         end / 1024,
         rss.len()
@@ -200,8 +208,9 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
     assert!(evictions > 0, "no eviction pressure: {sum}");
     assert_eq!(st["mmu_faults"].as_u64(), Some(0), "device MMU faults");
     assert!(injected > 0, "no fault fired: {st}");
+    assert!(map_faults > 0, "no map fault fired: {st}");
     // a copy failure fails the call it hits (or the synchronisation after
-    // it); an absorbed physical-allocation failure fails nothing
+    // it); an absorbed physical-allocation or map failure fails nothing
     assert!(
         f("errors") <= 2 * n_copy,
         "{} call errors for {n_copy} copy faults:\n{stderr}",

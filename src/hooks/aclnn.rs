@@ -18,7 +18,7 @@
 use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::c_void;
 use std::os::raw::{c_char, c_int};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use super::aclnn_bind::TensorMem;
 use super::args::{self, *};
@@ -32,6 +32,10 @@ include!(concat!(env!("OUT_DIR"), "/aclnn_tramps.rs"));
 
 /// Real execute function and operator name of each slot.
 static REAL: [AtomicPtr<c_void>; SLOTS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; SLOTS];
+/// The real.rs epoch each REAL pointer was found in: after a dlclose of the
+/// runtime a slot's pointer may lie in an unloaded libopapi, so its next
+/// call resolves it again (`current_real`).
+static EPOCHS: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];
 const NAME_MAX: usize = 96;
 struct Names(UnsafeCell<[[u8; NAME_MAX]; SLOTS]>);
 // A slot's name is written once, before its REAL pointer is published.
@@ -90,8 +94,20 @@ pub unsafe fn redirect(
     }
     let _g = CLAIM.lock();
     let used = USED.load(Ordering::Acquire);
+    let epoch = crate::real::epoch();
     for (i, r) in REAL.iter().enumerate().take(used) {
         if r.load(Ordering::Acquire) == found {
+            if slot_name(i) != name {
+                continue;
+            }
+            EPOCHS[i].store(epoch, Ordering::Release);
+            return Some(TRAMPOLINES[i] as *mut c_void);
+        }
+        if EPOCHS[i].load(Ordering::Acquire) != epoch && slot_name(i) == name {
+            // the operator again after its library was reloaded elsewhere:
+            // the slot (and trampolines handed out before) follow it
+            r.store(found, Ordering::Release);
+            EPOCHS[i].store(epoch, Ordering::Release);
             return Some(TRAMPOLINES[i] as *mut c_void);
         }
     }
@@ -104,9 +120,29 @@ pub unsafe fn redirect(
     // SAFETY: slot `used` is unpublished (USED not yet bumped) and CLAIM is
     // held: nobody else reads or writes its name
     (&mut (*NAMES.0.get())[used])[..name.len()].copy_from_slice(name);
+    EPOCHS[used].store(epoch, Ordering::Release);
     REAL[used].store(found, Ordering::Release);
     USED.store(used + 1, Ordering::Release);
     Some(TRAMPOLINES[used] as *mut c_void)
+}
+
+/// Slot `slot`'s real function, resolved again when found before the
+/// current epoch (null: its library is gone).
+#[inline]
+fn current_real(slot: usize) -> *mut c_void {
+    let p = REAL[slot].load(Ordering::Acquire);
+    let epoch = crate::real::epoch();
+    if EPOCHS[slot].load(Ordering::Acquire) == epoch {
+        return p;
+    }
+    match crate::real::refresh(p, &[slot_name(slot)]) {
+        Some(q) => {
+            REAL[slot].store(q, Ordering::Release);
+            EPOCHS[slot].store(epoch, Ordering::Release);
+            q
+        }
+        None => std::ptr::null_mut(),
+    }
 }
 
 /// A trampoline's call. Safety: the program's execute-phase arguments.
@@ -117,7 +153,7 @@ unsafe fn launch(
     exec: *mut c_void,
     stream: aclrtStream,
 ) -> aclnnStatus {
-    let p = REAL[slot].load(Ordering::Acquire);
+    let p = current_real(slot);
     if p.is_null() {
         return ACLNN_ERR_INNER_NULLPTR;
     }

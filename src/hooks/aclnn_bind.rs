@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::ffi::*;
 use u3m_core::engine::Range;
@@ -64,7 +64,7 @@ macro_rules! gws_abi {
 
         #[allow(clippy::too_many_arguments)]
         unsafe extern "C" fn gws_tramp<const N: usize>($($i: u64,)* $($f: f64,)* $($s: u64,)*) -> aclnnStatus {
-            let p = GWS_REAL[N].load(Ordering::Acquire);
+            let p = gws_current_real(N);
             if p.is_null() {
                 return ACLNN_ERR_INNER_NULLPTR;
             }
@@ -96,6 +96,32 @@ static GWS_REAL: [AtomicPtr<c_void>; GWS_SLOTS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; GWS_SLOTS];
 static GWS_PROTO: spin::Mutex<[Option<Proto>; GWS_SLOTS]> = spin::Mutex::new([None; GWS_SLOTS]);
 static GWS_USED: AtomicUsize = AtomicUsize::new(0);
+/// The real.rs epoch each GWS_REAL pointer was found in (as aclnn.rs's
+/// EPOCHS: after a dlclose of the runtime it is resolved again).
+static GWS_EPOCHS: [AtomicU32; GWS_SLOTS] = [const { AtomicU32::new(0) }; GWS_SLOTS];
+
+/// Slot `slot`'s real GetWorkspaceSize, resolved again when found before
+/// the current epoch (null: its library is gone).
+#[inline]
+fn gws_current_real(slot: usize) -> *mut c_void {
+    let p = GWS_REAL[slot].load(Ordering::Acquire);
+    let epoch = crate::real::epoch();
+    if GWS_EPOCHS[slot].load(Ordering::Acquire) == epoch {
+        return p;
+    }
+    // the slot is published (a trampoline handed out): its prototype is set
+    let Some(op) = GWS_PROTO.lock()[slot].map(|p| p.name) else {
+        return std::ptr::null_mut();
+    };
+    match crate::real::refresh(p, &[op.as_bytes(), b"GetWorkspaceSize"]) {
+        Some(q) => {
+            GWS_REAL[slot].store(q, Ordering::Release);
+            GWS_EPOCHS[slot].store(epoch, Ordering::Release);
+            q
+        }
+        None => std::ptr::null_mut(),
+    }
+}
 
 /// For the dlsym override: the trampoline for `<op>GetWorkspaceSize` when
 /// the table has the operator's prototype (None: returned unhooked).
@@ -106,9 +132,15 @@ pub unsafe fn redirect(op: &[u8], found: *mut c_void) -> Option<*mut c_void> {
     }
     let mut protos = GWS_PROTO.lock();
     let used = GWS_USED.load(Ordering::Acquire);
+    let epoch = crate::real::epoch();
     for i in 0..used {
         if protos[i].map(|p| p.name) == Some(proto.name) {
             // the same operator looked up again: one slot, one real function
+            // per epoch (after a reload it follows the new definition)
+            if GWS_EPOCHS[i].load(Ordering::Acquire) != epoch {
+                GWS_REAL[i].store(found, Ordering::Release);
+                GWS_EPOCHS[i].store(epoch, Ordering::Release);
+            }
             return (GWS_REAL[i].load(Ordering::Acquire) == found)
                 .then_some(GWS_TRAMPOLINES[i] as *mut c_void);
         }
@@ -117,6 +149,7 @@ pub unsafe fn redirect(op: &[u8], found: *mut c_void) -> Option<*mut c_void> {
         return None;
     }
     protos[used] = Some(proto);
+    GWS_EPOCHS[used].store(epoch, Ordering::Release);
     GWS_REAL[used].store(found, Ordering::Release);
     GWS_USED.store(used + 1, Ordering::Release);
     Some(GWS_TRAMPOLINES[used] as *mut c_void)

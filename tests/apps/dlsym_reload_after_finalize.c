@@ -5,8 +5,14 @@
  * stream of that round, synchronous reads. Links only -ldl (the name starts
  * with "dlsym", so shim/build.rs does not link the runtime).
  * Prints per round: "round=<r> rc=<first failing code or 0> ok=<data intact>"
- * and rounds_ok=. */
+ * and rounds_ok=. With "aclnn" as the second argument each round also loads
+ * libopapi.so + libnnopbase.so, runs aclnnAdd (out = x + 2x) and checks it;
+ * from round 2 on the address range libopapi had is reserved first, so it
+ * loads elsewhere (prints "aclnn_moved=1" when it did). */
+#define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +27,13 @@ typedef int (*memcpy_fn)(void *, size_t, const void *, size_t, int);
 typedef int (*memcpy_async_fn)(void *, size_t, const void *, size_t, int, void *);
 typedef int (*stream_fn)(void **);
 typedef int (*stream1_fn)(void *);
+
+typedef void *(*tensor_fn)(const int64_t *, uint64_t, int, const int64_t *, int64_t, int,
+                           const int64_t *, uint64_t, void *);
+typedef int (*destroy_fn)(void *);
+typedef void *(*scalar_fn)(void *, int);
+typedef int (*add_gws_fn)(void *, void *, void *, void *, uint64_t *, void **);
+typedef int (*exec_fn)(void *, uint64_t, void *, void *);
 
 #define H2D 1
 #define D2H 2
@@ -49,7 +62,8 @@ int main(int argc, char **argv) {
     size_t n = 32u << 20;
     unsigned char *pat = malloc(n), *back = malloc(n);
     if (!pat || !back) return 1;
-    int rounds_ok = 0;
+    int rounds_ok = 0, with_aclnn = argc > 2 && !strcmp(argv[2], "aclnn"), moved = 0;
+    uintptr_t opapi_base = 0;
     for (int round = 1; round <= rounds; round++) {
         void *h = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
         if (!h) {
@@ -67,6 +81,23 @@ int main(int argc, char **argv) {
         stream_fn mkstream = (stream_fn)sym(h, "aclrtCreateStream");
         stream1_fn syncstream = (stream1_fn)sym(h, "aclrtSynchronizeStream");
         stream1_fn rmstream = (stream1_fn)sym(h, "aclrtDestroyStream");
+        void *opapi = NULL, *nnop = NULL;
+        if (with_aclnn) {
+            if (opapi_base) /* keep the loader from reusing the old range */
+                mmap((void *)opapi_base, 4096, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            opapi = dlopen("libopapi.so", RTLD_NOW | RTLD_LOCAL);
+            nnop = dlopen("libnnopbase.so", RTLD_NOW | RTLD_LOCAL);
+            if (!opapi || !nnop) {
+                fprintf(stderr, "dlopen: %s\n", dlerror());
+                return 2;
+            }
+            struct link_map *lm = NULL;
+            if (dlinfo(opapi, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
+                if (opapi_base && lm->l_addr != opapi_base) moved = 1;
+                opapi_base = lm->l_addr;
+            }
+        }
         int rc = 0, ok = 0;
         TRY(init(NULL));
         TRY(setdev(0));
@@ -82,14 +113,51 @@ int main(int argc, char **argv) {
             TRY(cpy(back, n, d, n, D2H));
             ok = !rc && memcmp(back, pat, n) == 0;
         }
+        if (with_aclnn && d && s) {
+            tensor_fn mkt = (tensor_fn)sym(opapi, "aclCreateTensor");
+            destroy_fn rmt = (destroy_fn)sym(opapi, "aclDestroyTensor");
+            scalar_fn mks = (scalar_fn)sym(nnop, "aclCreateScalar");
+            destroy_fn rms = (destroy_fn)sym(nnop, "aclDestroyScalar");
+            add_gws_fn add_gws = (add_gws_fn)sym(opapi, "aclnnAddGetWorkspaceSize");
+            exec_fn add = (exec_fn)sym(opapi, "aclnnAdd");
+            /* x in d[0..k), out = x + 2 * x in d[k..2k) (floats) */
+            int64_t k = 4096, dims[1] = {k}, strides[1] = {1};
+            float *hx = (float *)pat, *hout = (float *)back;
+            for (int64_t i = 0; i < k; i++) hx[i] = (float)(i + round);
+            void *x = d, *out = (char *)d + k * 4;
+            TRY(cpy(x, k * 4, hx, k * 4, H2D));
+            void *tx = mkt(dims, 1, 0, strides, 0, 2, dims, 1, x);
+            void *tout = mkt(dims, 1, 0, strides, 0, 2, dims, 1, out);
+            float two = 2.0f;
+            void *alpha = mks(&two, 0);
+            uint64_t ws = 0;
+            void *ex = NULL;
+            int aok = 0;
+            if (tx && tout && alpha) {
+                TRY(add_gws(tx, tx, alpha, tout, &ws, &ex));
+                if (!rc && ws == 0) TRY(add(NULL, 0, ex, s));
+                TRY(syncstream(s));
+                TRY(cpy(hout, k * 4, out, k * 4, D2H));
+                aok = !rc;
+                for (int64_t i = 0; aok && i < k; i++) aok = hout[i] == 3.0f * (float)(i + round);
+            }
+            if (tx) rmt(tx);
+            if (tout) rmt(tout);
+            if (alpha) rms(alpha);
+            printf("aclnn_round=%d ok=%d\n", round, aok);
+            ok = ok && aok;
+        }
         if (d) TRY(fre(d));
         if (s) TRY(rmstream(s));
         TRY(resetdev(0));
         TRY(fin());
+        if (nnop) dlclose(nnop);
+        if (opapi) dlclose(opapi);
         dlclose(h);
         printf("round=%d rc=%d ok=%d\n", round, rc, ok);
         rounds_ok += ok && !rc;
     }
+    if (with_aclnn) printf("aclnn_moved=%d\n", moved);
     printf("rounds_ok=%d\n", rounds_ok);
     return 0;
 }

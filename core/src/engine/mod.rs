@@ -132,9 +132,6 @@ pub struct Engine {
     started_ns: u64,
     aclnn_launches: AtomicU64,
     tensors: AtomicU64,
-    /// launches whose ranges were cut (none since every range is kept; the
-    /// summary field stays for its readers)
-    cut_ranges: AtomicU64,
     /// cold-path bookkeeping
     handles: Mutex<HashMap<u64, Handle>>,
     mappings: Mutex<HashMap<u64, (u64, u64)>>, // va -> (len, handle)
@@ -256,7 +253,6 @@ impl Engine {
             started_ns: mono_ns(),
             aclnn_launches: AtomicU64::new(0),
             tensors: AtomicU64::new(0),
-            cut_ranges: AtomicU64::new(0),
             handles: Mutex::new(HashMap::new()),
             mappings: Mutex::new(HashMap::new()),
             host: Mutex::new(HashMap::new()),
@@ -1333,7 +1329,7 @@ impl Engine {
     /// The run's summary (U3M_SUMMARY): what moved between tiers and what
     /// was seen. Hand-written JSON: u3m-core has no serde.
     pub fn summary_json(&self) -> String {
-        let (aclnn, tensors, cut) = self.counters();
+        let (aclnn, tensors) = self.counters();
         let t = self
             .residency
             .as_ref()
@@ -1348,7 +1344,7 @@ impl Engine {
         format!(
             concat!(
                 "{{\n  \"schema\": 1,\n  \"mode\": \"{}\",\n  \"pid\": {},\n",
-                "  \"ops\": {},\n  \"aclnn_launches\": {},\n  \"tensors\": {},\n  \"cut_ranges\": {},\n",
+                "  \"ops\": {},\n  \"aclnn_launches\": {},\n  \"tensors\": {},\n",
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
@@ -1359,7 +1355,6 @@ impl Engine {
             self.seq.load(Relaxed),
             aclnn,
             tensors,
-            cut,
             totals.live_allocs,
             totals.touches,
             t.faults_in,
@@ -1401,11 +1396,10 @@ impl Engine {
         self.rec.as_ref()
     }
 
-    pub fn counters(&self) -> (u64, u64, u64) {
+    pub fn counters(&self) -> (u64, u64) {
         (
             self.aclnn_launches.load(Relaxed),
             self.tensors.load(Relaxed),
-            self.cut_ranges.load(Relaxed),
         )
     }
 }
