@@ -134,3 +134,32 @@ fn an_operator_with_96_buffers_runs_host_mapped() {
         160 * MIB,
     );
 }
+
+/// Managed memory (aclrtMemAllocManaged) is the runtime's own: u3m passes it
+/// through and never counts its accesses as fault-ins. hostmem_app's managed
+/// case touches 16 MiB of managed memory and one 8 MiB aclrtMalloc buffer:
+/// the only fault-ins are that buffer's 4 first touches, nothing copied.
+#[test]
+fn managed_memory_is_never_counted_as_fault_ins() {
+    let dir = common::scratch("oversize-managed");
+    let summary = dir.join("summary.json");
+    let lib = libu3m();
+    let r = run(
+        "hostmem_app",
+        &["--case", "managed"],
+        &[
+            ("LD_PRELOAD", lib.to_str().unwrap()),
+            ("U3M_SHM_DIR", dir.to_str().unwrap()),
+            ("U3M_MODE", "tier"),
+            ("U3M_SUMMARY", summary.to_str().unwrap()),
+        ],
+    )
+    .must_succeed();
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let t = &s["tier"];
+    assert_eq!(t["faults_in"].as_u64(), Some(4), "{s}\n{}", r.stdout);
+    assert_eq!(t["first_touches"].as_u64(), Some(4), "{s}");
+    assert_eq!(t["fault_bytes"].as_u64(), Some(0), "{s}");
+    assert_eq!(t["host_maps"].as_u64(), Some(0), "{s}");
+}
