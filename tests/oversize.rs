@@ -163,3 +163,52 @@ fn managed_memory_is_never_counted_as_fault_ins() {
     assert_eq!(t["fault_bytes"].as_u64(), Some(0), "{s}");
     assert_eq!(t["host_maps"].as_u64(), Some(0), "{s}");
 }
+
+/// A synthesized full-parameter AdamW trace (tests/oversize_data/adam_small.trace,
+/// `u3m synth`: tensors inside caching-allocator segments) replayed by
+/// acl_replay on 24 MiB of HBM, where the embedding's ApplyAdamW touches
+/// 32 MiB: with host mapping the unconstrained checksum and no MMU fault;
+/// without, a clean 207001 at that operator.
+#[test]
+fn a_synthesized_adam_trace_whose_optimizer_step_exceeds_hbm_replays() {
+    let t = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/oversize_data/adam_small.trace"
+    );
+    let reference = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let lib = libu3m();
+    let dir = common::scratch("oversize-adam");
+    let summary = dir.join("summary.json");
+    for host_map in ["auto", "off"] {
+        let r = run(
+            "acl_replay",
+            &[t],
+            &[
+                ("ACLSIM_HBM_BYTES", "24M"),
+                ("LD_PRELOAD", lib.to_str().unwrap()),
+                ("U3M_SHM_DIR", dir.to_str().unwrap()),
+                ("U3M_MODE", "tier"),
+                ("U3M_OVERSUB", "16"),
+                ("U3M_HOST_MAP", host_map),
+                ("U3M_SUMMARY", summary.to_str().unwrap()),
+            ],
+        );
+        assert_eq!(r.stat_u64(&["mmu_faults"]), 0, "{host_map}: {}", r.stderr);
+        let s: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+        if host_map == "auto" {
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            assert_eq!(r.fact("checksum"), reference.fact("checksum"));
+            assert!(s["tier"]["host_maps"].as_u64().unwrap() > 0, "{s}");
+        } else {
+            assert_eq!(r.code, 2, "{}", r.stderr);
+            assert!(
+                r.stderr
+                    .contains("ACL error 207001 in aclopExecuteV2(ApplyAdamW)"),
+                "{}",
+                r.stderr
+            );
+            assert_eq!(s["tier"]["refused_oversize"].as_u64(), Some(1), "{s}");
+        }
+    }
+}
