@@ -8,7 +8,7 @@
 //! real caller, exactly as without u3m.
 
 use std::ffi::{c_void, CStr};
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_int};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::hooks;
@@ -236,6 +236,32 @@ pub unsafe extern "C" fn dlvsym(
         resolve = sym resolve_real,
         imp = sym dlvsym_impl,
     )
+}
+
+/// `dlclose`: glibc's, then, if the program closed a handle u3m looked
+/// hooked names up through, u3m forgets the handle and re-resolves every
+/// real function before its next use (a runtime unloaded after aclFinalize
+/// and loaded again may lie at another address).
+#[cfg(not(test))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Acquire);
+    if p.is_null() {
+        p = real_next(b"dlclose\0".as_ptr() as *const c_char);
+        if p.is_null() {
+            return -1;
+        }
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's dlclose (the next definition after u3m's),
+    // called with the program's own argument.
+    let rc = unsafe { std::mem::transmute::<*mut c_void, DlcloseFn>(p)(handle) };
+    if rc == 0 {
+        crate::real::forget_handle(handle);
+    }
+    rc
 }
 
 #[allow(dead_code)]

@@ -3,6 +3,11 @@
 //! RTLD_NEXT, or through a library handle the program looked a hooked name up
 //! with — the only way to reach libraries dlopen'ed RTLD_LOCAL (torch_npu
 //! loads libascendcl, libopapi and libhccl that way).
+//!
+//! A program may unload the runtime (aclFinalize, dlclose) and load it again,
+//! possibly at another address: a dlclose of a handle u3m remembered forgets
+//! the handle and starts a new epoch, and every definition resolved in an
+//! older epoch is looked up again before its next use (`RealFn::get`).
 
 use std::ffi::c_void;
 use std::os::raw::c_char;
@@ -11,28 +16,55 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 const MAX_HANDLES: usize = 16;
 static HANDLES: [AtomicPtr<c_void>; MAX_HANDLES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HANDLES];
+/// A slot whose handle was dlclose'd: skipped by lookups, reused by
+/// `remember_handle` (null still ends the list).
+const CLOSED: *mut c_void = 1 as *mut c_void;
 /// Bumped whenever a handle is added: a cached miss is retried after that.
 static HANDLES_GEN: AtomicU32 = AtomicU32::new(1);
+/// Bumped when a remembered handle is closed: definitions resolved before
+/// may lie in an unloaded library.
+static EPOCH: AtomicU32 = AtomicU32::new(1);
 
 /// Remembers a library handle through which a hooked name was found.
 pub fn remember_handle(h: *mut c_void) {
-    if h.is_null() || h as isize == -1 {
+    if h.is_null() || h as isize == -1 || h == CLOSED {
+        return;
+    }
+    if HANDLES.iter().any(|s| s.load(Ordering::Acquire) == h) {
         return;
     }
     for slot in HANDLES.iter() {
         let cur = slot.load(Ordering::Acquire);
-        if cur == h {
-            return;
-        }
-        if cur.is_null()
+        if (cur.is_null() || cur == CLOSED)
             && slot
-                .compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(cur, h, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
             HANDLES_GEN.fetch_add(1, Ordering::AcqRel);
             return;
         }
     }
+}
+
+/// After the program dlclose'd `h`: if u3m remembered it, the handle is
+/// forgotten and every resolved definition is looked up again before its
+/// next use (the library may be gone, or come back at another address).
+/// true when `h` was one of u3m's handles.
+pub fn forget_handle(h: *mut c_void) -> bool {
+    let mut found = false;
+    for slot in HANDLES.iter() {
+        if slot
+            .compare_exchange(h, CLOSED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            found = true;
+        }
+    }
+    if found {
+        EPOCH.fetch_add(1, Ordering::AcqRel);
+        HANDLES_GEN.fetch_add(1, Ordering::AcqRel);
+    }
+    found
 }
 
 /// The CANN libraries a program may have loaded privately (RTLD_LOCAL):
@@ -83,6 +115,9 @@ fn lookup_handles(name: *const c_char) -> *mut c_void {
         if h.is_null() {
             break;
         }
+        if h == CLOSED {
+            continue;
+        }
         let p = crate::dl::real_dlsym(h, name);
         if !p.is_null() {
             return p;
@@ -94,6 +129,8 @@ fn lookup_handles(name: *const c_char) -> *mut c_void {
 pub struct RealFn {
     name: &'static [u8], // NUL-terminated
     ptr: AtomicPtr<c_void>,
+    /// EPOCH when `ptr` was found: from an older epoch it is looked up again.
+    epoch: AtomicU32,
     /// HANDLES_GEN at the last completed lookup (0: never looked up).
     tried: AtomicU32,
 }
@@ -103,6 +140,7 @@ impl RealFn {
         RealFn {
             name,
             ptr: AtomicPtr::new(std::ptr::null_mut()),
+            epoch: AtomicU32::new(0),
             tried: AtomicU32::new(0),
         }
     }
@@ -111,10 +149,16 @@ impl RealFn {
     #[inline]
     pub fn get(&self) -> Option<*mut c_void> {
         let p = self.ptr.load(Ordering::Acquire);
-        if !p.is_null() {
+        if !p.is_null() && self.current() {
             return Some(p);
         }
         self.resolve()
+    }
+
+    /// `ptr` (if any) was found in the current epoch.
+    #[inline]
+    fn current(&self) -> bool {
+        self.epoch.load(Ordering::Acquire) == EPOCH.load(Ordering::Acquire)
     }
 
     #[cold]
@@ -122,6 +166,13 @@ impl RealFn {
         // A miss is cached until a new library handle is seen (a program
         // calling a missing function in a loop must not pay a lookup each
         // time); racing first callers each look up, none sees a false miss.
+        let epoch = EPOCH.load(Ordering::Acquire);
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            // resolved before a dlclose: forget it, look up again
+            self.ptr.store(std::ptr::null_mut(), Ordering::Release);
+            self.epoch.store(epoch, Ordering::Release);
+            self.tried.store(0, Ordering::Release);
+        }
         let gen = HANDLES_GEN.load(Ordering::Acquire);
         if self.tried.load(Ordering::Acquire) != gen {
             let p = lookup(self.name.as_ptr() as *const c_char);
@@ -143,8 +194,14 @@ impl RealFn {
         }
     }
 
-    /// A definition found through a library handle; the first one wins.
+    /// A definition found through a library handle; the first one of an
+    /// epoch wins.
     pub fn offer(&self, p: *mut c_void) {
+        if !self.current() {
+            self.ptr.store(std::ptr::null_mut(), Ordering::Release);
+            self.epoch.store(EPOCH.load(Ordering::Acquire), Ordering::Release);
+            self.tried.store(0, Ordering::Release);
+        }
         let _ =
             self.ptr
                 .compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire);
@@ -155,6 +212,6 @@ impl RealFn {
     }
 
     pub fn is_resolved(&self) -> bool {
-        !self.ptr.load(Ordering::Acquire).is_null()
+        !self.ptr.load(Ordering::Acquire).is_null() && self.current()
     }
 }

@@ -64,10 +64,10 @@ const MAX_STREAMS: usize = 4;
 
 /// Findings of issue 13 whose u3m fix has not landed: the generator does
 /// not produce their calls (unless U3M_DIFFTEST_ALL=1), and their saved
-/// cases are replayed by ignored tests. 1: writes into the documented 32-byte
-/// padding of aclrtMalloc(N); 3: injected aclrtMapMem failures; 4: invalid
-/// malloc policies.
-const OPEN_FINDINGS: &[u32] = &[1, 3, 4];
+/// cases are replayed by ignored tests. None is open: fixed are 1 (writes
+/// into the documented 32-byte padding of aclrtMalloc(N)), 3 (injected
+/// aclrtMapMem failures), 4 (invalid malloc policies).
+const OPEN_FINDINGS: &[u32] = &[];
 
 fn cases_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/difftest/cases")
@@ -2099,19 +2099,16 @@ fn case(name: &str) -> PathBuf {
 }
 
 #[test]
-#[ignore = "finding 1: u3m manages exactly N bytes of aclrtMalloc(N); the documented 32-byte padding lies in the next allocation"]
 fn case_finding_1_padding_write() {
     replay(&case("finding1-padding.case"));
 }
 
 #[test]
-#[ignore = "finding 3: one injected aclrtMapMem failure fails the program's call with 507899 under u3m"]
 fn case_finding_3_map_fault() {
     replay(&case("finding3-map-fault.case"));
 }
 
 #[test]
-#[ignore = "finding 4: an invalid malloc policy is accepted by u3m for managed sizes"]
 fn case_finding_4_bad_policy() {
     replay(&case("finding4-bad-policy.case"));
 }

@@ -332,6 +332,22 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
         String::from_utf8_lossy(&lint.stdout),
         String::from_utf8_lossy(&lint.stderr)
     );
+    // Hold the ranks (SIGSTOP) once their counters have moved, until
+    // Prometheus has stored every series the checks read: a rank's segment
+    // goes away when it exits, and on a loaded machine the ranks could
+    // otherwise end before the first scrape (seen in CI).
+    wait_counters_moved(&addr, &mut ranks);
+    signal(&ranks, libc::SIGSTOP);
+    for q in RANK_SERIES {
+        let t0 = Instant::now();
+        while !(by_rank(promql(&prom_addr, q)).len() == 2
+            && by_rank(promql(&prom_addr, q)).iter().all(|r| r.1 > 0.0))
+        {
+            assert!(t0.elapsed() < Duration::from_secs(60), "Prometheus never stored {q}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    signal(&ranks, libc::SIGCONT);
     prometheus_checks(&prom_addr, &mut ranks, t_start);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -373,6 +389,65 @@ fn start_prometheus(prometheus: &Path, dir: &Path, target: &str) -> (Reap, Strin
         std::thread::sleep(Duration::from_millis(100));
     }
     (prom, prom_addr)
+}
+
+/// The per-rank series the Prometheus checks read, each > 0 for both ranks
+/// by the time the ranks are held.
+const RANK_SERIES: [&str; 6] = [
+    "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])",
+    "max_over_time(u3m_resident_bytes{tier=\"dram\"}[5m])",
+    "max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"out\"}[5m])",
+    "max_over_time(u3m_migrated_bytes_total{tier=\"hbm\",direction=\"in\"}[5m])",
+    "max_over_time(u3m_fault_in_stall_seconds_count[5m])",
+    "max_over_time(u3m_prefetch_misses_total[5m])",
+];
+
+fn signal(ranks: &[Reap], sig: i32) {
+    for r in ranks {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(r.0.id() as i32, sig) };
+    }
+}
+
+/// Waits until the exporter shows, for both ranks, every series in
+/// RANK_SERIES above zero (read straight from the exporter, not Prometheus).
+fn wait_counters_moved(addr: &str, ranks: &mut [Reap]) {
+    let want = [
+        ("u3m_resident_bytes{", "tier=\"hbm\""),
+        ("u3m_resident_bytes{", "tier=\"dram\""),
+        ("u3m_migrated_bytes_total{", "direction=\"out\""),
+        ("u3m_migrated_bytes_total{", "direction=\"in\""),
+        ("u3m_fault_in_stall_seconds_count{", ""),
+        ("u3m_prefetch_misses_total{", ""),
+    ];
+    let t0 = Instant::now();
+    loop {
+        let (_, _, body) = get(addr, "/metrics", "text/plain");
+        let moved = want.iter().all(|(name, has)| {
+            (0..2).all(|r| {
+                body.lines().any(|l| {
+                    l.starts_with(name)
+                        && l.contains(has)
+                        && (!name.starts_with("u3m_migrated") || l.contains("tier=\"hbm\""))
+                        && l.contains(&format!("rank=\"{r}\""))
+                        && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) > 0.0
+                })
+            })
+        });
+        if moved {
+            return;
+        }
+        for r in ranks.iter_mut() {
+            if let Ok(Some(st)) = r.0.try_wait() {
+                panic!("a rank ended ({st}) before its counters all showed:\n{body}");
+            }
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the ranks' counters never all moved:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// After the ranks end: what Prometheus stored about them.

@@ -34,12 +34,9 @@ fn empty_tensor_launch_succeeds_when_the_live_tensors_fit() {
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");
 }
 
+// u3m once took a launch whose tensors are all empty (no range) for a
+// task-queue launch and made every live tensor resident: 207001
 #[test]
-#[ignore = "u3m bug: an aclnn launch whose tensors carry no range (all empty) is taken for a \
-            task-queue launch (src/hooks/aclnn.rs launch_with: no pending ranges -> live_ranges), \
-            so u3m makes every live aclTensor resident; with 32 MiB of live tensors on a 16 MiB \
-            device aclnnInplaceZero of an empty tensor fails with 207001 instead of 0 — the \
-            medium Llama of bench/llm.sh fails this way at 1.5x HBM even with TASK_QUEUE_ENABLE=0"]
 fn empty_tensor_launch_succeeds_with_more_live_tensors_than_hbm() {
     let (code, rc, err) = empty_launch("32", true);
     assert_eq!((code, rc.as_str()), (0, "0"), "under libu3m.so: {err}");
@@ -81,7 +78,6 @@ fn a_launch_with_48_tensors_is_made_resident() {
 }
 
 #[test]
-// more than 64 pending tensors: residency covers every live tensor (issue 11)
 fn a_launch_with_80_tensors_is_made_resident() {
     let (code, facts, err, mmu) = wide_launch("40");
     assert_eq!(
@@ -89,4 +85,70 @@ fn a_launch_with_80_tensors_is_made_resident() {
         (0, "launch=0 sync=0 wrong=0", 0),
         "{err}"
     );
+}
+
+/// `optest_aclop wide 80 200` on a 256 MiB device under libu3m.so: one
+/// aclopExecuteV2 over 80 inputs of 2 MiB (160 MiB, all fitting in HBM at
+/// once) after 200 MiB of other data pushed them out. u3m once kept 64
+/// buffers per launch and dropped the rest: a device MMU fault.
+#[test]
+fn an_aclop_launch_with_80_inputs_is_made_resident() {
+    let dir = common::scratch("tier-aclop-wide");
+    let lib = libu3m();
+    let env: Vec<(&str, &str)> = vec![
+        ("ACLSIM_HBM_BYTES", "256M"),
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_OVERSUB", "3"),
+    ];
+    let r = run("optest_aclop", &["wide", "80", "200"], &env);
+    let facts = format!(
+        "launch={} sync={}",
+        r.fact("launch").unwrap_or_default(),
+        r.fact("sync").unwrap_or_default()
+    );
+    let mmu = r.stats["mmu_faults"].as_u64().unwrap_or(u64::MAX);
+    assert_eq!(
+        (r.code, facts.as_str(), mmu),
+        (0, "launch=0 sync=0", 0),
+        "{}",
+        r.stderr
+    );
+}
+
+/// `queued_launch MIB` on a 16 MiB device under libu3m.so: an operator whose
+/// executor is built on one thread and launched on another (torch_npu's task
+/// queue). u3m once made every live tensor resident for such a launch
+/// (207001 once they exceed HBM); it now binds the tensors to the executor.
+fn queued_launch(live_mib: &str) -> (i32, String, String) {
+    let dir = common::scratch(&format!("tier-aclnn-queued-{live_mib}"));
+    let lib = libu3m();
+    let env: Vec<(&str, &str)> = vec![
+        ("ACLSIM_HBM_BYTES", "16M"),
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_OVERSUB", "3"),
+    ];
+    let r = run("optest_llm", &["queued_launch", live_mib], &env);
+    let facts = format!(
+        "queued={} sync={} wrong={}",
+        r.fact("queued").unwrap_or_default(),
+        r.fact("sync").unwrap_or_default(),
+        r.fact("wrong").unwrap_or_default()
+    );
+    (r.code, facts, r.stderr)
+}
+
+#[test]
+fn a_launch_on_another_thread_than_its_build_is_made_resident() {
+    for mib in ["8", "32"] {
+        let (code, facts, err) = queued_launch(mib);
+        assert_eq!(
+            (code, facts.as_str()),
+            (0, "queued=0 sync=0 wrong=0"),
+            "{mib} MiB live: {err}"
+        );
+    }
 }

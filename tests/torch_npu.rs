@@ -1069,10 +1069,9 @@ fn llm_tier_mode_at_twice_hbm() {
 /// The same with torch_npu's default task queue (launches on the queue
 /// thread, many GetWorkspaceSize calls ahead).
 #[test]
-#[ignore = "u3m bug: with torch_npu's task queue, aclnn launches run on the queue thread and \
-            src/hooks/aclnn.rs makes every live aclTensor's storage resident (live_ranges); the \
-            live tensors of the launches queued ahead span more than HBM, so a launch fails with \
-            207001 (seen on aclnnFlashAttentionScore, aclnnMul, aclnnMuls); TASK_QUEUE_ENABLE=0 passes"]
+// u3m binds each executor's tensors at GetWorkspaceSize (on the submitting
+// thread), so a launch on the queue thread needs only its own tensors
+// resident (it once made every live tensor resident: 207001)
 fn llm_tier_mode_with_the_task_queue() {
     if skipped("llm_tier_mode_with_the_task_queue") {
         return;

@@ -13,6 +13,7 @@ pub mod opclass;
 pub mod plan;
 pub mod policy;
 pub mod residency;
+pub mod roles;
 pub mod shm;
 pub mod store;
 pub mod trace;

@@ -37,16 +37,22 @@ pub unsafe fn set_context(
     r
 }
 
-fn malloc_call(api: AllocApi, out: *mut *mut std::ffi::c_void, size: usize) -> Call<'static> {
+fn malloc_call(
+    api: AllocApi,
+    out: *mut *mut std::ffi::c_void,
+    size: usize,
+    policy: i32,
+) -> Call<'static> {
     Call::Malloc {
         api,
         size: size as u64,
+        policy,
         out: unsafe { Out::new(out) },
     }
 }
 
 pub unsafe fn malloc(cx: &Cx, real: Real<aclrtMalloc>, a: aclrtMalloc) -> aclError {
-    let call = malloc_call(AllocApi::Malloc, a.dev_ptr, a.size);
+    let call = malloc_call(AllocApi::Malloc, a.dev_ptr, a.size, a.policy);
     cx.run(&call, || real.call(a))
 }
 
@@ -55,7 +61,7 @@ pub unsafe fn malloc_align32(
     real: Real<aclrtMallocAlign32>,
     a: aclrtMallocAlign32,
 ) -> aclError {
-    let call = malloc_call(AllocApi::MallocAlign32, a.dev_ptr, a.size);
+    let call = malloc_call(AllocApi::MallocAlign32, a.dev_ptr, a.size, a.policy);
     cx.run(&call, || real.call(a))
 }
 
@@ -64,7 +70,7 @@ pub unsafe fn malloc_cached(
     real: Real<aclrtMallocCached>,
     a: aclrtMallocCached,
 ) -> aclError {
-    let call = malloc_call(AllocApi::MallocCached, a.dev_ptr, a.size);
+    let call = malloc_call(AllocApi::MallocCached, a.dev_ptr, a.size, a.policy);
     cx.run(&call, || real.call(a))
 }
 
@@ -73,7 +79,7 @@ pub unsafe fn malloc_with_cfg(
     real: Real<aclrtMallocWithCfg>,
     a: aclrtMallocWithCfg,
 ) -> aclError {
-    let call = malloc_call(AllocApi::MallocWithCfg, a.dev_ptr, a.size);
+    let call = malloc_call(AllocApi::MallocWithCfg, a.dev_ptr, a.size, a.policy);
     cx.run(&call, || real.call(a))
 }
 

@@ -9,7 +9,7 @@ use super::args::*;
 use super::{Cx, Real};
 use crate::ffi::*;
 use crate::real::RealFn;
-use u3m_core::engine::{Api, Call, Launch, LaunchKind, Out, Queue, Range, MAX_OP_RANGES};
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Out, Queue, Range};
 use u3m_core::opclass::OpClass;
 
 pub unsafe fn capture_begin(
@@ -131,7 +131,7 @@ static GET_ADDR: RealFn = RealFn::new(b"aclGetDataBufferAddr\0");
 static GET_SIZE: RealFn = RealFn::new(b"aclGetDataBufferSizeV2\0");
 
 /// The (addr, size) of every buffer of an aclmdlDataset.
-unsafe fn dataset(ds: *const c_void, write: bool, out: &mut [Range; MAX_OP_RANGES], n: &mut usize) {
+unsafe fn dataset(ds: *const c_void, write: bool, out: &mut Vec<Range>) {
     if ds.is_null() {
         return;
     }
@@ -149,15 +149,14 @@ unsafe fn dataset(ds: *const c_void, write: bool, out: &mut [Range; MAX_OP_RANGE
     let gs: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(gs);
     for i in 0..nb(ds) {
         let b = gb(ds, i);
-        if b.is_null() || *n == MAX_OP_RANGES {
+        if b.is_null() {
             continue;
         }
-        out[*n] = Range {
+        out.push(Range {
             addr: ga(b) as u64,
             len: gs(b) as u64,
             write,
-        };
-        *n += 1;
+        });
     }
 }
 
@@ -171,25 +170,25 @@ unsafe fn model(
     stream: aclrtStream,
     real: impl FnMut() -> aclError,
 ) -> aclError {
-    let mut ranges = [Range::ZERO; MAX_OP_RANGES];
-    let mut n = 0;
-    dataset(input, false, &mut ranges, &mut n);
-    dataset(output, true, &mut ranges, &mut n);
-    let mut name = [0u8; 32];
-    let mut w = &mut name[..];
-    let _ = std::io::Write::write_fmt(&mut w, format_args!("aclmdl{id}"));
-    let len = name.iter().position(|&b| b == 0).unwrap_or(32);
-    let call = Call::Launch(Launch {
-        kind: LaunchKind::Model,
-        name: Some(&name[..len]),
-        class: OpClass::Other,
-        ranges: &ranges[..n],
-        resident: None,
-        flops: None,
-        q: Queue::on(stream as u64),
-        api: Api::Acl,
-    });
-    cx.run(&call, real)
+    super::ranges::with(|ranges| {
+        dataset(input, false, ranges);
+        dataset(output, true, ranges);
+        let mut name = [0u8; 32];
+        let mut w = &mut name[..];
+        let _ = std::io::Write::write_fmt(&mut w, format_args!("aclmdl{id}"));
+        let len = name.iter().position(|&b| b == 0).unwrap_or(32);
+        let call = Call::Launch(Launch {
+            kind: LaunchKind::Model,
+            name: Some(&name[..len]),
+            class: OpClass::Other,
+            ranges,
+            resident: None,
+            flops: None,
+            q: Queue::on(stream as u64),
+            api: Api::Acl,
+        });
+        cx.run(&call, real)
+    })
 }
 
 pub unsafe fn mdl_execute(cx: &Cx, real: Real<aclmdlExecute>, a: aclmdlExecute) -> aclError {

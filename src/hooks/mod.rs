@@ -15,12 +15,14 @@ use crate::real::RealFn;
 use u3m_core::engine::{Call, Engine};
 
 pub mod aclnn;
+mod aclnn_bind;
 mod alloc;
 mod copy;
 mod graph;
 mod hccl;
 mod kernel;
 mod op;
+mod ranges;
 pub mod table;
 mod vmm;
 

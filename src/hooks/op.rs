@@ -11,7 +11,7 @@ use super::args::*;
 use super::{Cx, Real};
 use crate::ffi::*;
 use crate::real::RealFn;
-use u3m_core::engine::{Api, Call, Launch, LaunchKind, Queue, Range, MAX_OP_RANGES};
+use u3m_core::engine::{Api, Call, Launch, LaunchKind, Queue, Range};
 use u3m_core::opclass::OpClass;
 
 static GET_ADDR: RealFn = RealFn::new(b"aclGetDataBufferAddr\0");
@@ -82,13 +82,7 @@ pub unsafe fn destroy_attr(_cx: &Cx, real: Real<aclopDestroyAttr>, a: aclopDestr
 }
 
 /// Collects the (addr, size) of each data buffer.
-unsafe fn buffers(
-    list: *const *const c_void,
-    n: c_int,
-    write: bool,
-    out: &mut [Range; MAX_OP_RANGES],
-    len: &mut usize,
-) {
+unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut Vec<Range>) {
     if list.is_null() || n <= 0 {
         return;
     }
@@ -99,40 +93,15 @@ unsafe fn buffers(
     let gs: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(gs);
     for i in 0..n as usize {
         let b = *list.add(i);
-        if b.is_null() || *len == MAX_OP_RANGES {
+        if b.is_null() {
             continue;
         }
-        out[*len] = Range {
+        out.push(Range {
             addr: ga(b) as u64,
             len: gs(b) as u64,
             write,
-        };
-        *len += 1;
+        });
     }
-}
-
-/// Every data buffer of a launch with more than MAX_OP_RANGES of them.
-unsafe fn all_buffers(
-    ins: *const *const c_void,
-    nin: c_int,
-    outs: *const *const c_void,
-    nout: c_int,
-) -> Vec<Range> {
-    let mut v = Vec::new();
-    for (list, n, write) in [(ins, nin, false), (outs, nout, true)] {
-        let mut part = [Range::ZERO; MAX_OP_RANGES];
-        let mut i = 0;
-        while i < n.max(0) {
-            let k = (n - i).min(MAX_OP_RANGES as c_int);
-            let mut len = 0;
-            if !list.is_null() {
-                buffers(list.add(i as usize), k, write, &mut part, &mut len);
-            }
-            v.extend_from_slice(&part[..len]);
-            i += k;
-        }
-    }
-    v
 }
 
 /// An aclop launch, decoded: the input and output data buffers are its
@@ -149,33 +118,25 @@ unsafe fn launch(
     stream: aclrtStream,
     real: impl FnMut() -> aclError,
 ) -> aclError {
-    let mut ranges = [Range::ZERO; MAX_OP_RANGES];
-    let mut n = 0;
-    buffers(ins, nin, false, &mut ranges, &mut n);
-    buffers(outs, nout, true, &mut ranges, &mut n);
-    // more buffers than observation keeps (a fused optimizer over many
-    // tensors): residency must still cover every one of them
-    let all;
-    let resident = if nin.max(0) as usize + nout.max(0) as usize > MAX_OP_RANGES {
-        all = all_buffers(ins, nin, outs, nout);
-        Some(&all[..])
-    } else {
-        None
-    };
-    let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
-    let call = Call::Launch(Launch {
-        kind: LaunchKind::Aclop,
-        name,
-        class: name
-            .map(|n| u3m_core::opclass::classify_bytes(n).0)
-            .unwrap_or(OpClass::Other),
-        ranges: &ranges[..n],
-        resident,
-        flops: attr_flops(attr),
-        q: Queue::on(stream as u64),
-        api: Api::Acl,
-    });
-    cx.run(&call, real)
+    // every buffer, however many (the per-thread buffer grows and is reused)
+    super::ranges::with(|ranges| {
+        buffers(ins, nin, false, ranges);
+        buffers(outs, nout, true, ranges);
+        let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
+        let call = Call::Launch(Launch {
+            kind: LaunchKind::Aclop,
+            name,
+            class: name
+                .map(|n| u3m_core::opclass::classify_bytes(n).0)
+                .unwrap_or(OpClass::Other),
+            ranges,
+            resident: None,
+            flops: attr_flops(attr),
+            q: Queue::on(stream as u64),
+            api: Api::Acl,
+        });
+        cx.run(&call, real)
+    })
 }
 
 pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> aclError {

@@ -80,6 +80,8 @@ super::hooks! {
     fn aclDestroyTensor(tensor: *const c_void) -> aclnnStatus, NS => aclnn::destroy_tensor;
     fn aclCreateTensorList(value: *const *const c_void, size: u64) -> *mut c_void, std::ptr::null_mut() => aclnn::create_tensor_list;
     fn aclDestroyTensorList(list: *const c_void) -> aclnnStatus, NS => aclnn::destroy_tensor_list;
+    fn aclSetAclOpExecutorRepeatable(executor: *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::set_executor_repeatable;
+    fn aclDestroyAclOpExecutor(executor: *mut c_void) -> aclnnStatus, ACLNN_NS => aclnn::destroy_executor;
     // execute phases exported for programs linking libopapi directly (see aclnn::direct)
     fn aclnnAdd(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnAdd;
     fn aclnnMul(workspace: *mut c_void, workspace_size: u64, executor: *mut c_void, stream: aclrtStream) -> aclnnStatus, ACLNN_NS => aclnn::direct::aclnnMul;

@@ -9,6 +9,7 @@
  *   optest_aclop adam N
  *   optest_aclop hash | inplace | errors | mmu | host | f16 | aliases
  *   optest_aclop flops F          (F < 0: no flops attr)
+ *   optest_aclop wide N OTHER     (one opaque operator over N inputs of 2 MiB)
  *
  * Arrays print as name=v0,v1,... with %.9g (exact float round trip). */
 #include <math.h>
@@ -564,6 +565,40 @@ static void case_flops(int argc, char **argv)
     printf("ok=1\n");
 }
 
+
+/* N inputs of 2 MiB each (bytes, an opaque operator: the hash kernel reads
+ * every input), then OTHER MiB of other data copied in after them (pushing
+ * them out of a small HBM under u3m), then one aclopExecuteV2 over all N
+ * inputs and one output: under libu3m.so in tier mode every buffer must be
+ * resident (tests/tier_aclnn.rs) */
+static void case_wide(int argc, char **argv)
+{
+    if (argc < 4) app_die(3, "wide N OTHER");
+    int64_t n = app_parse_int(argv[2], "N"), other = app_parse_int(argv[3], "OTHER");
+    const size_t b = 2u << 20;
+    unsigned char *h = malloc(b);
+    for (size_t i = 0; i < b; i++) h[i] = (unsigned char)i;
+    aclTensorDesc **id = calloc((size_t)n, sizeof *id);
+    aclDataBuffer **ib = calloc((size_t)n, sizeof *ib);
+    int64_t d[1] = { (int64_t)b };
+    for (int64_t i = 0; i < n; i++) {
+        void *p = dev_alloc(b);
+        ACL_CHECK(aclrtMemcpy(p, b, h, b, ACL_MEMCPY_HOST_TO_DEVICE));
+        id[i] = aclCreateTensorDesc(ACL_UINT8, 1, d, ACL_FORMAT_ND);
+        ib[i] = aclCreateDataBuffer(p, b);
+    }
+    for (int64_t k = 0; k < other / 2; k++) {
+        void *p = dev_alloc(b);
+        ACL_CHECK(aclrtMemcpy(p, b, h, b, ACL_MEMCPY_HOST_TO_DEVICE));
+    }
+    void *o = dev_alloc(b);
+    aclTensorDesc *od[1] = { aclCreateTensorDesc(ACL_UINT8, 1, d, ACL_FORMAT_ND) };
+    aclDataBuffer *ob[1] = { aclCreateDataBuffer(o, b) };
+    int rc = aclopExecuteV2("WideOpaqueOp", (int)n, id, ib, 1, od, ob, NULL, g_stream);
+    int rs = aclrtSynchronizeStream(g_stream);
+    printf("inputs=%lld launch=%d sync=%d\n", (long long)n, rc, rs);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) app_die(3, "usage: optest_aclop CASE [ARGS]");
@@ -585,6 +620,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "f16")) case_f16();
     else if (!strcmp(c, "aliases")) case_aliases();
     else if (!strcmp(c, "flops")) case_flops(argc, argv);
+    else if (!strcmp(c, "wide")) case_wide(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     ACL_CHECK(aclrtDestroyStream(g_stream));

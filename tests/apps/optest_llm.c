@@ -9,12 +9,16 @@
  *   optest_llm empty_launch MIB   (MIB of live tensors, then an operator on an
  *                                  empty tensor: under libu3m.so in tier mode
  *                                  with less HBM, see tests/tier_aclnn.rs)
+ *   optest_llm queued_launch MIB  (MIB of live tensors, then an operator
+ *                                  built here and launched on another thread,
+ *                                  as torch_npu's task queue does: the same)
  *   optest_llm wide_launch N OTHER (one foreach operator over N + N tensors of
  *                                  2 MiB each after OTHER MiB of other data:
  *                                  the same, tests/tier_aclnn.rs)
  *
  * Arrays print as name=v0,v1,... with %.9g. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -321,6 +325,59 @@ static void case_wide_launch(int argc, char **argv)
     printf("tensors=%lld launch=%d sync=%d wrong=%d\n", (long long)(2 * n), rc, rs, bad);
 }
 
+
+/* A launch on another thread than the one that built its executor, as
+ * torch_npu's task queue does: `mib` MiB of live 2 MiB tensors (each zeroed
+ * once), then x (2 MiB of ones) is zeroed by aclnnInplaceZero whose
+ * GetWorkspaceSize runs here and whose launch runs on a second thread. */
+typedef aclnnStatus (*queued_run_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+static struct { queued_run_fn run; uint64_t ws; aclOpExecutor *ex; int rc; } g_queued;
+
+static void *queued_worker(void *arg)
+{
+    (void)arg;
+    g_queued.rc = aclrtSetDevice(0);
+    if (!g_queued.rc) g_queued.rc = g_queued.run(NULL, g_queued.ws, g_queued.ex, g_stream);
+    return NULL;
+}
+
+static void case_queued_launch(int argc, char **argv)
+{
+    if (argc < 3) app_die(3, "queued_launch MIB");
+    void *lib = dlopen("libopapi.so", RTLD_NOW);
+    if (!lib) app_die(2, "dlopen libopapi.so: %s", dlerror());
+    typedef aclnnStatus (*ws_fn)(aclTensor *, uint64_t *, aclOpExecutor **);
+    ws_fn zero_ws = (ws_fn)dlsym(lib, "aclnnInplaceZeroGetWorkspaceSize");
+    queued_run_fn zero = (queued_run_fn)dlsym(lib, "aclnnInplaceZero");
+    if (!zero_ws || !zero) app_die(2, "dlsym aclnnInplaceZero: %s", dlerror());
+    int64_t mib = app_parse_int(argv[2], "MIB"), n = mib / 2;
+    enum { E = (2 << 20) / 4 };
+    int64_t d[1] = { E };
+    uint64_t ws = 0;
+    aclOpExecutor *ex = NULL;
+    for (int64_t i = 0; i < n; i++) {
+        aclTensor *t = tensor(d, 1, ACL_FLOAT, upload(NULL, 2u << 20));
+        ACL_CHECK(zero_ws(t, &ws, &ex));
+        ACL_CHECK(zero(NULL, ws, ex, g_stream));
+    }
+    ACL_CHECK(aclrtSynchronizeStream(g_stream));
+    float *h = malloc((size_t)E * 4);
+    for (int j = 0; j < E; j++) h[j] = 1.0f;
+    void *xd = upload(h, (size_t)E * 4);
+    aclTensor *x = tensor(d, 1, ACL_FLOAT, xd);
+    ACL_CHECK(zero_ws(x, &g_queued.ws, &g_queued.ex));
+    g_queued.run = zero;
+    pthread_t th;
+    if (pthread_create(&th, NULL, queued_worker, NULL)) app_die(2, "pthread_create");
+    pthread_join(th, NULL);
+    int rs = aclrtSynchronizeStream(g_stream), bad = 0;
+    if (!g_queued.rc && !rs) {
+        download(h, xd, (size_t)E * 4);
+        for (int j = 0; j < E; j++) bad += h[j] != 0.0f;
+    }
+    printf("live_mib=%lld queued=%d sync=%d wrong=%d\n", (long long)mib, g_queued.rc, rs, bad);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) app_die(3, "usage: optest_llm gelu | foreach_v1 | attention | refusals");
@@ -334,6 +391,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "refusals")) case_refusals();
     else if (!strcmp(c, "empty_launch")) case_empty_launch(argc, argv);
     else if (!strcmp(c, "wide_launch")) case_wide_launch(argc, argv);
+    else if (!strcmp(c, "queued_launch")) case_queued_launch(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     printf("done\n");

@@ -21,7 +21,7 @@ use u3m_core::trace::Body;
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// A recorded trace (U3M_TRACE; ../shared/docs/trace-format.md).
+    /// A recorded trace (U3M_TRACE; docs/trace-format.md).
     #[arg(value_name = "TRACE")]
     pub trace: PathBuf,
     /// Where to write the HTML page.

@@ -271,10 +271,12 @@ pub enum Call<'a> {
     },
 
     // ---- allocation: the engine may own these ----
-    /// aclrtMalloc family; `out` receives the device pointer.
+    /// aclrtMalloc family; `out` receives the device pointer. `policy` is
+    /// the program's aclrtMemMallocPolicy, unchecked.
     Malloc {
         api: AllocApi,
         size: u64,
+        policy: i32,
         out: Out,
     },
     /// aclrtFree.

@@ -12,6 +12,7 @@ use super::{dev_index, Engine, PinReason};
 use crate::acl::AclError;
 use crate::config::LogLevel;
 use crate::engine::runtime::CHUNK;
+use crate::residency::{malloc_policy_known, malloc_room};
 use crate::shm::mono_ns;
 
 /// What the engine does with a call it may own.
@@ -42,7 +43,12 @@ fn hbm_attr(attr: i32) -> bool {
 impl Engine {
     pub(super) fn detour(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
         match *call {
-            Call::Malloc { api, size, out } => self.run_malloc(dev, api, size, out, real),
+            Call::Malloc {
+                api,
+                size,
+                policy,
+                out,
+            } => self.run_malloc(dev, api, size, policy, out, real),
             Call::Free { ptr } => {
                 // forgotten before the real free: afterwards the runtime may
                 // hand the address to another thread
@@ -254,8 +260,12 @@ impl Engine {
             }
             Call::Finalize => {
                 // flush before the runtime goes away: the program may exit
-                // right after
+                // right after; u3m's runtime objects are given back while
+                // the runtime can take them (it may be unloaded next)
                 self.runtime_finalize();
+                if let Some(r) = &self.residency {
+                    r.finalize();
+                }
                 real()
             }
             // device work is `run`'s
@@ -274,10 +284,20 @@ impl Engine {
     /// reserved VA backed by chunks on demand); the runtime's own that fail
     /// for lack of HBM get room made (managed chunks evicted) and are tried
     /// again.
-    fn run_malloc(&self, dev: i32, api: AllocApi, size: u64, out: Out, real: Real<'_>) -> i32 {
-        // a bad argument is the runtime's to report
-        if !out.is_null() && size > 0 {
-            match self.managed_malloc(dev, size) {
+    fn run_malloc(
+        &self,
+        dev: i32,
+        api: AllocApi,
+        size: u64,
+        policy: i32,
+        out: Out,
+        real: Real<'_>,
+    ) -> i32 {
+        // a bad argument (null out, size 0, unknown policy) is the runtime's
+        // to report
+        if !out.is_null() && size > 0 && malloc_policy_known(policy) {
+            let padded = api != AllocApi::MallocAlign32;
+            match self.managed_malloc(dev, size, malloc_room(size, padded)) {
                 Detour::Done(Ok(va)) => {
                     out.set(va);
                     self.alloc(dev, va, size, api);
@@ -309,7 +329,7 @@ impl Engine {
 
     /// An allocation the residency manager serves (Bypass: not tier mode,
     /// or too small to manage).
-    fn managed_malloc(&self, dev: i32, size: u64) -> Detour<u64> {
+    fn managed_malloc(&self, dev: i32, size: u64, room: u64) -> Detour<u64> {
         let Some(r) = &self.residency else {
             return Detour::Bypass;
         };
@@ -318,7 +338,7 @@ impl Engine {
         };
         self.capacity[dev_index(dev)].store(total, Relaxed);
         let t0 = mono_ns();
-        let d = r.malloc(dev.max(0) as u32, size, free, total);
+        let d = r.malloc_with_room(dev.max(0) as u32, size, room, free, total);
         self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
         self.say_refused(r);
         d.into()

@@ -766,10 +766,28 @@ impl Engine {
     /// outputs.
     fn record_op(&self, d: usize, stream: u64, name: &[u8], ranges: &[Range], flops: Option<u64>) {
         let Some(rec) = &self.rec else { return };
+        if ranges.len() > MAX_OP_RANGES {
+            // a wide launch (a foreach operator): every range is recorded,
+            // at the price of an allocation (the common case below has none)
+            let t = |r: &Range| TraceRange {
+                addr: r.addr,
+                bytes: r.len,
+            };
+            let ins: Vec<TraceRange> = ranges.iter().filter(|r| !r.write).map(t).collect();
+            let outs: Vec<TraceRange> = ranges.iter().filter(|r| r.write).map(t).collect();
+            let op = Rec::Op {
+                op_type: name,
+                inputs: &ins,
+                outputs: &outs,
+                flops,
+            };
+            rec.record(d as u32, self.stream_id(stream), op);
+            return;
+        }
         let mut ins = [TraceRange::default(); MAX_OP_RANGES];
         let mut outs = [TraceRange::default(); MAX_OP_RANGES];
         let (mut ni, mut no) = (0, 0);
-        for r in ranges.iter().take(MAX_OP_RANGES) {
+        for r in ranges {
             let t = TraceRange {
                 addr: r.addr,
                 bytes: r.len,

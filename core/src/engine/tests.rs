@@ -46,6 +46,7 @@ fn malloc(e: &Engine, size: u64) -> u64 {
     let mut p = 0u64;
     let call = Call::Malloc {
         api: AllocApi::Malloc,
+        policy: 0,
         size,
         out: unsafe { Out::new(&mut p) },
     };
@@ -100,6 +101,7 @@ fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
     let mut p = 0u64;
     let call = Call::Malloc {
         api: AllocApi::Malloc,
+        policy: 0,
         size: 4096,
         out: unsafe { Out::new(&mut p) },
     };

@@ -69,6 +69,9 @@ counters! {
     prefetch_bytes,
     /// Prefetched chunks a call then used while still resident.
     prefetch_hits,
+    /// Dirty chunks a call needed again while their asynchronous copy-out
+    /// was in flight: they stayed in HBM, the copy was discarded.
+    rescued,
     /// Calls that waited for fault-ins and their total wait (ns).
     stall_count,
     stall_ns,

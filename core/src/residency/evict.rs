@@ -8,51 +8,74 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
 use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
+
+/// Asynchronous copy-outs in flight per device before a fault-in waits for
+/// the oldest: enough to keep the device-to-host link busy while copy-ins
+/// run, few enough that HBM is not drained ahead of need (32 MiB).
+pub(super) const COPY_OUT_DEPTH: usize = 16;
 use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
 
 impl Residency {
     /// A physical chunk on `dev`, evicting others (never `protect`) when HBM
     /// is full.
+    /// `ahead`: chunks the caller still needs after this one (copy-outs for
+    /// them may start now, overlapping this chunk's copy-in).
     pub(super) fn alloc_phys(
         &self,
         st: &mut State,
         dev: u32,
         protect: &[(u64, u32)],
+        ahead: usize,
     ) -> Result<u64, Fail> {
-        let r = self.alloc_phys_evicting(st, dev, protect);
+        let r = self.alloc_phys_evicting(st, dev, protect, ahead);
         if !matches!(r, Ok((_, 0))) {
             self.demand.fetch_add(1, Relaxed);
         }
         r.map(|(h, _)| h)
     }
 
-    /// `alloc_phys` with the number of chunks it evicted.
+    /// `alloc_phys` with the number of chunks it evicted (or started to).
+    /// A landed copy-out frees its chunk (`harvest`, one per chunk wanted:
+    /// the copy-in into that HBM is ordered after that copy-out only); while
+    /// HBM is full, clean victims are freed at once and dirty ones start
+    /// their copy-out, one per chunk the caller still needs (at most
+    /// `COPY_OUT_DEPTH` in flight); then the caller waits for the oldest
+    /// without the lock (Busy with `wait_for`) and tries again.
     fn alloc_phys_evicting(
         &self,
         st: &mut State,
         dev: u32,
         protect: &[(u64, u32)],
+        ahead: usize,
     ) -> Result<(u64, u32), Fail> {
         let mut evicted = 0u32;
-        // evict before asking when HBM is visibly full (a refused request
-        // costs the runtime a failed allocation and a log line)
-        while let Ok((free, _)) = self.rt.mem_info() {
-            if free >= CHUNK || !self.evict_one(st, dev, protect)? {
-                break;
-            }
-            evicted += 1;
-        }
+        let depth = (ahead + 1).min(COPY_OUT_DEPTH);
         loop {
-            match self.rt.malloc_physical(dev, CHUNK) {
-                Ok(h) => return Ok((h, evicted)),
-                Err(E_ALLOC) => {}
-                Err(e) => return Err(Fail::Acl(e)),
+            self.harvest(st, dev, 1);
+            // ask only when HBM visibly has room (a refused request costs
+            // the runtime a failed allocation and a log line)
+            let room = self
+                .rt
+                .mem_info()
+                .map(|(free, _)| free >= CHUNK)
+                .unwrap_or(true);
+            if room {
+                match self.rt.malloc_physical(dev, CHUNK) {
+                    Ok(h) => return Ok((h, evicted)),
+                    Err(E_ALLOC) => {}
+                    Err(e) => return Err(Fail::Acl(e)),
+                }
             }
-            if !self.evict_one(st, dev, protect)? {
-                return Err(Fail::Busy);
+            if st.dev(dev).outgoing.len() < depth && self.evict_one(st, dev, protect)? {
+                evicted += 1;
+                continue;
             }
-            evicted += 1;
+            match st.dev(dev).outgoing.front() {
+                Some(o) => st.wait_for = Some(o.ev),
+                None => return Err(Fail::Busy),
+            }
+            return Err(Fail::Busy);
         }
     }
 
@@ -120,7 +143,11 @@ impl Residency {
                 continue;
             }
             for (i, c) in b.chunks.iter().enumerate() {
-                if c.in_hbm() && c.pins == 0 && !protect.contains(&(id, i as u32)) {
+                if c.in_hbm()
+                    && c.pins == 0
+                    && c.out_ev == 0
+                    && !protect.contains(&(id, i as u32))
+                {
                     cands.push(Cand {
                         key: b.key(id, i as u32),
                         last: c.last,
@@ -148,6 +175,7 @@ impl Residency {
             return 0;
         }
         let Ok(mut st) = self.st.lock() else { return 0 };
+        self.harvest(&mut st, dev, usize::MAX);
         let target = (total.saturating_sub(free) as f64 - low * total as f64).max(0.0) as u64;
         // one ordering per round; a chunk the policy expects within the
         // horizon ends the round: evicting it would only bring it back (the
@@ -166,6 +194,7 @@ impl Residency {
             // busy chunks are skipped: the background never waits
             if !ch.in_hbm()
                 || ch.pins != 0
+                || ch.out_ev != 0
                 || !ch
                     .uses
                     .iter()
@@ -194,6 +223,8 @@ impl Residency {
                 _ => break,
             }
         }
+        // the caller retries its allocation at once: copy-outs land first
+        self.settle_outgoing(&mut st, dev);
         freed > 0
     }
 }

@@ -132,6 +132,12 @@ impl Residency {
             };
             let whole = need.iter().any(|n| (n.0, n.1) == (id, i) && n.2);
             let c = st.chunk(id, i);
+            if c.out_ev != 0 {
+                // its copy-out is in flight (evict.rs): HBM it still holds
+                // is freed when that lands; wait for it rather than move it
+                busy = busy.or(Some(c.out_ev));
+                continue;
+            }
             if c.phys == 0 {
                 self.map_absent(st, dev, id, i, whole)?;
             } else {
@@ -323,7 +329,7 @@ impl Residency {
                 return Err(Fail::Busy);
             }
         }
-        let phys = self.alloc_phys(st, dev, protect)?;
+        let phys = self.alloc_phys(st, dev, protect, 0)?;
         if !whole {
             if let Err(e) = self.copy_chunk_into(st, dev, id, i, phys) {
                 let _ = self.rt.free_physical(phys);

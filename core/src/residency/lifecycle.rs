@@ -13,8 +13,32 @@ use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::CHUNK;
 use crate::store::StoreError;
 
+/// Attempts at one aclrtMapMem u3m makes for itself. A failed map leaves
+/// nothing mapped, and the runtime's failures here are transient (a driver
+/// hiccup, an injected fault): retrying a few times absorbs one, as a
+/// refused physical allocation is absorbed by evicting, while a map that
+/// keeps failing still fails the call instead of looping.
+const MAP_TRIES: u32 = 3;
+
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
+}
+
+/// The bytes an aclrtMalloc-family allocation of `size` owns: the runtime
+/// documents rounding up to 32 bytes and, for the padded calls (aclrtMalloc,
+/// aclrtMallocCached, aclrtMallocWithCfg; not aclrtMallocAlign32), 32 more
+/// bytes the program may write. A managed allocation owns the same room, so
+/// a write into the padding stays in its own chunks, never the neighbour's.
+pub fn malloc_room(size: u64, padded: bool) -> u64 {
+    round_up(size, 32) + if padded { 32 } else { 0 }
+}
+
+/// An aclrtMemMallocPolicy the runtime accepts: its low byte is one of the
+/// eight page policies (ACL_MEM_MALLOC_HUGE_FIRST .. HUGE1G_ONLY_P2P = 7);
+/// the higher bits are flags (ACL_MEM_TYPE_*, ACL_MEM_ACCESS_*). Any other
+/// value is the runtime's to refuse (100000), so u3m never serves it.
+pub fn malloc_policy_known(policy: i32) -> bool {
+    (policy as u32 & 0xff) <= 7
 }
 
 impl Residency {
@@ -71,7 +95,7 @@ impl Residency {
     // ------------------------------------------------------------- malloc
 
     /// aclrtMalloc family: Some(result) when u3m manages the allocation, None
-    /// to pass it through.
+    /// to pass it through. The allocation owns exactly `size` bytes.
     pub fn malloc(
         &self,
         dev: u32,
@@ -79,10 +103,27 @@ impl Residency {
         free: u64,
         total: u64,
     ) -> Option<Result<u64, AclError>> {
+        self.malloc_with_room(dev, size, size, free, total)
+    }
+
+    /// `malloc` of `size` bytes that owns `room` bytes (`malloc_room`: the
+    /// documented padding). The VA covers the room; the virtual capacity is
+    /// charged for `size` rounded to chunks, as before the padding was
+    /// given, so a program sized to the capacity still fits: a padding
+    /// chunk gets memory only if the program writes there.
+    pub fn malloc_with_room(
+        &self,
+        dev: u32,
+        size: u64,
+        room: u64,
+        free: u64,
+        total: u64,
+    ) -> Option<Result<u64, AclError>> {
         if size < self.min_bytes || size > (1u64 << 46) {
             return None;
         }
-        let vlen = round_up(size, CHUNK);
+        let vlen = round_up(room.max(size), CHUNK);
+        let charge = round_up(size, CHUNK);
         let deadline =
             std::time::Instant::now() + std::time::Duration::from_millis(self.alloc_wait_ms);
         loop {
@@ -105,8 +146,8 @@ impl Residency {
                 .filter(|&(k, o)| k != d && o.capacity != 0)
                 .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
                 .sum();
-            let fits_virtual = dv.managed_virtual + vlen + unmanaged <= vtotal;
-            let fits_tiers = (dv.managed_virtual + vlen)
+            let fits_virtual = dv.managed_virtual + charge + unmanaged <= vtotal;
+            let fits_tiers = (dv.managed_virtual + charge)
                 .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                 + others
                 <= self.dram_limit + self.nvme_limit;
@@ -117,16 +158,17 @@ impl Residency {
                 };
                 let id = st.next_id;
                 st.next_id += 1;
-                st.backings
-                    .insert(id, Backing::new(dev, Kind::Malloc, vlen, vec![va]));
+                let mut b = Backing::new(dev, Kind::Malloc, vlen, vec![va]);
+                b.charged = charge;
+                st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
-                st.dev_mut(dev).managed_virtual += vlen;
+                st.dev_mut(dev).managed_virtual += charge;
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
             let refusal = Refusal {
                 dev,
-                size: vlen,
+                size: charge,
                 limit: if fits_virtual {
                     Limit::HostTiers
                 } else {
@@ -136,7 +178,7 @@ impl Residency {
                 virtual_total: vtotal,
                 hbm: dv.capacity,
                 oversub: self.oversub,
-                host_need: (dv.managed_virtual + vlen)
+                host_need: (dv.managed_virtual + charge)
                     .saturating_sub(dv.capacity.saturating_sub(unmanaged))
                     + others,
                 host_limit: self.dram_limit + self.nvme_limit,
@@ -179,6 +221,7 @@ impl Residency {
             }
         }
         // copies of ours that may still read or write these chunks
+        self.settle_outgoing(st, b.dev);
         let stream = st.dev(b.dev).stream;
         if stream != 0 {
             let _ = self.rt.sync_stream(stream);
@@ -216,7 +259,38 @@ impl Residency {
             }
         }
         let d = st.dev_mut(b.dev);
-        d.managed_virtual = d.managed_virtual.saturating_sub(b.size);
+        d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
+    }
+
+    // --------------------------------------------------------- u3m's maps
+
+    /// Maps `len` bytes of `phys` at `va` for u3m itself, retrying a failure
+    /// (`MAP_TRIES`).
+    pub(super) fn map_retrying(&self, va: u64, len: u64, phys: u64) -> Result<(), AclError> {
+        let mut tries = 1;
+        loop {
+            match self.rt.map(va, len, phys) {
+                Ok(()) => return Ok(()),
+                Err(e) if tries >= MAP_TRIES => return Err(e),
+                Err(_) => tries += 1,
+            }
+        }
+    }
+
+    /// Maps chunk `i` of a backing (physical chunk `phys`) at each of its
+    /// `vas`; on failure the ones already mapped are unmapped again, so the
+    /// caller only has `phys` to give back.
+    pub(super) fn map_chunk(&self, vas: &[u64], i: u32, phys: u64) -> Result<(), AclError> {
+        let off = i as u64 * CHUNK;
+        for (k, &va) in vas.iter().enumerate() {
+            if let Err(e) = self.map_retrying(va + off, CHUNK, phys) {
+                for &done in &vas[..k] {
+                    let _ = self.rt.unmap(done + off);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     // ----------------------------------------------------------------- VMM
@@ -281,7 +355,7 @@ impl Residency {
             return Some(Err(AclError::RT_PARAM_INVALID));
         }
         if b.real != 0 {
-            let rc = self.rt.map(va, size, b.real);
+            let rc = self.map_retrying(va, size, b.real);
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
@@ -295,8 +369,11 @@ impl Residency {
             .filter(|(_, c)| c.phys != 0)
             .map(|(i, c)| (i, c.phys))
             .collect();
-        for (i, p) in phys {
-            if let Err(e) = self.rt.map(va + i as u64 * CHUNK, CHUNK, p) {
+        for (k, &(i, p)) in phys.iter().enumerate() {
+            if let Err(e) = self.map_retrying(va + i as u64 * CHUNK, CHUNK, p) {
+                for &(j, _) in &phys[..k] {
+                    let _ = self.rt.unmap(va + j as u64 * CHUNK);
+                }
                 return Some(Err(e));
             }
         }
@@ -364,7 +441,15 @@ impl Residency {
             return Some(Err(E_DEVICE_LOST));
         }
         if b.chunks.len() == 1 {
-            if let Err(e) = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host) {
+            // room may wait for copy-outs in flight: they land, then retry
+            let mut held = Vec::new();
+            let mut r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+            while r == Err(Fail::Busy) && !st.dev(dev).outgoing.is_empty() {
+                self.settle_outgoing(&mut st, dev);
+                r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+            }
+            self.unreserve(&mut st, &mut held);
+            if let Err(e) = r {
                 return Some(Err(e.acl()));
             }
             let b = st.backings.get_mut(&id)?;
@@ -388,7 +473,8 @@ impl Residency {
                 Err(e) => return Err(e),
             }
             match self.evict_one(st, dev, &protect) {
-                Ok(true) => {}
+                // a copy-out started: its HBM is free once it lands
+                Ok(true) => self.settle_outgoing(st, dev),
                 Ok(false) | Err(Fail::Busy) => return Err(E_ALLOC),
                 Err(Fail::Acl(e)) => return Err(e),
             }
@@ -409,7 +495,7 @@ impl Residency {
             Ok(v) => v,
             Err(e) => return fail(st, 0, e),
         };
-        if let Err(e) = self.rt.map(va, size, real) {
+        if let Err(e) = self.map_retrying(va, size, real) {
             let _ = self.rt.release(va);
             let _ = self.rt.free_physical(real);
             return Err(e);
@@ -552,10 +638,19 @@ impl Residency {
     /// those backings without calling it (their memory is already gone).
     pub fn forget_device(&self, dev: u32) {
         let Ok(mut st) = self.st.lock() else { return };
+        self.forget_backings(&mut st, Some(dev));
+        // copy-outs in flight give their DRAM slots back
+        self.settle_outgoing(&mut st, dev);
+        *st.dev_mut(dev) = super::state::Dev::new();
+    }
+
+    /// Forgets the backings on `dev` (every device: None) without calling
+    /// the runtime: their device memory is gone; host copies are given back.
+    fn forget_backings(&self, st: &mut State, dev: Option<u32>) {
         let ids: Vec<u64> = st
             .backings
             .iter()
-            .filter(|(_, b)| b.dev == dev)
+            .filter(|(_, b)| dev.map_or(true, |d| b.dev == d))
             .map(|(&id, _)| id)
             .collect();
         for id in ids {
@@ -572,6 +667,42 @@ impl Residency {
                 self.live.fetch_sub(1, Relaxed);
             }
         }
-        *st.dev_mut(dev) = super::state::Dev::new();
+    }
+
+    /// Before aclFinalize: the runtime is about to release everything the
+    /// process holds, and the program may unload it and load it again. u3m
+    /// waits for its own copies, forgets every managed allocation and handle
+    /// and every runtime object it made (streams, use events, scratch VAs),
+    /// and gives its pinned DRAM and staging buffers back while the runtime
+    /// can still take them: a later aclInit starts from nothing, as the
+    /// runtime does.
+    pub fn finalize(&self) {
+        let Ok(mut st) = self.st.lock() else { return };
+        for d in 0..st.devs.len() {
+            let stream = st.devs[d].stream;
+            if stream != 0 && !st.devs[d].lost {
+                let _ = self.rt.sync_stream(stream);
+            }
+        }
+        self.forget_backings(&mut st, None);
+        for d in 0..st.devs.len() {
+            // copy-outs in flight give their DRAM slots back
+            self.settle_outgoing(&mut st, d as u32);
+        }
+        for h in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for d in 0..st.devs.len() {
+            let staging = st.devs[d].staging;
+            if staging != 0 {
+                let _ = self.rt.free_host(staging as *mut u8);
+            }
+            st.devs[d] = super::state::Dev::new();
+        }
+        st.event_refs.clear();
+        st.free_events.clear();
+        st.wait_for = None;
+        st.recently_freed.clear();
+        st.dram.shrink();
     }
 }

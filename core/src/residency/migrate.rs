@@ -4,15 +4,20 @@
 //! stream per device.
 //!
 //! A copy-out is two steps, `start_copy_out` (the D2H copy is issued) and
-//! `complete_copy_out` (the data has landed: the host slot becomes the
-//! chunk's copy, an NVMe slot is written). Today eviction completes at once
-//! (a stream synchronisation); an asynchronous eviction completes later,
-//! once the copy's event is done, and reuses the chunk's HBM only then.
+//! its completion (the data has landed: the host slot becomes the chunk's
+//! copy, the chunk's HBM is unmapped and freed). A dirty chunk of an
+//! aclrtMalloc allocation going to DRAM is evicted asynchronously: the copy
+//! runs on u3m's device-to-host stream, an event is recorded after it, and
+//! `harvest` completes it once that event is done — never before, so the HBM
+//! is reused only after the data left it. The chunk stays mapped and
+//! resident meanwhile; a call that needs it again takes it back (`rescue`).
+//! Copy-outs to NVMe and of VMM handles complete at once (a stream
+//! synchronisation: the staging buffer and scratch VA are shared).
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::protocol::{Need, Order};
-use super::state::{Host, State};
+use super::state::{Host, Kind, Outgoing, State};
 use super::{Fail, Residency, E_ALLOC, MAX_DEVICES};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::runtime::CHUNK;
@@ -31,6 +36,8 @@ pub(super) struct CopyOut {
     /// The scratch VA the chunk was mapped at for the copy (an unmapped VMM
     /// handle's chunk), unmapped once the copy is complete.
     scratch: Option<u64>,
+    /// Issued on the device-to-host stream, completed by `harvest`.
+    asynchronous: bool,
 }
 
 impl Residency {
@@ -40,6 +47,14 @@ impl Residency {
             st.dev_mut(dev).stream = self.rt.create_stream()?;
         }
         Ok(st.dev(dev).stream)
+    }
+
+    /// u3m's device-to-host stream on `dev` (created on first use).
+    fn out_stream(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
+        if st.dev(dev).out_stream == 0 {
+            st.dev_mut(dev).out_stream = self.rt.create_stream()?;
+        }
+        Ok(st.dev(dev).out_stream)
     }
 
     /// The 2 MiB pinned staging buffer for NVMe transfers on `dev`.
@@ -62,7 +77,7 @@ impl Residency {
             st.dev_mut(dev).scratch_va = self.rt.reserve(CHUNK)?;
         }
         let va = st.dev(dev).scratch_va;
-        self.rt.map(va, CHUNK, st.chunk(id, i).phys)?;
+        self.map_retrying(va, CHUNK, st.chunk(id, i).phys)?;
         Ok(va)
     }
 
@@ -70,43 +85,118 @@ impl Residency {
 
     /// Makes the listed chunks resident. Chunks of this call are protected
     /// from eviction; the caller's stream (or the host) is ordered after the
-    /// copies.
+    /// copies. On Busy the copies issued so far are recorded as uses of
+    /// their chunks, so the retry orders itself after them
+    /// (`after_copy_ins`) without anyone waiting with the lock held.
+    /// Every chunk made resident is pinned and listed in `reserved` (the
+    /// caller unpins them, `unreserve`): while the caller waits for a
+    /// copy-out without the lock, other calls cannot evict what it already
+    /// brought in.
     pub(super) fn fault_in(
         &self,
         st: &mut State,
         need: &[Need],
         dev: u32,
         order: Order,
+        reserved: &mut Vec<(u64, u32)>,
     ) -> Result<(), Fail> {
-        let protect: Vec<(u64, u32)> = need.iter().map(|n| (n.0, n.1)).collect();
-        let mut copied = false;
         let mut filled: Vec<(u64, u32)> = Vec::new();
-        for &(id, i, whole) in need {
+        let r = self.fault_in_chunks(st, need, dev, &mut filled, reserved);
+        if filled.is_empty() || matches!(r, Err(Fail::Acl(_))) {
+            return r; // a failure: prepare synchronises u3m's stream
+        }
+        let stream = self.dev_stream(st, dev)?;
+        match (order, r) {
+            (Order::Host, Ok(())) => self.rt.sync_stream(stream)?,
+            (order, r) => {
+                let Some(ev) = self.use_event(st, stream) else {
+                    let _ = self.rt.sync_stream(stream);
+                    return Err(Fail::Acl(E_ALLOC));
+                };
+                // the copy is a use of each chunk it fills: no eviction
+                // before it completes, and other streams' calls order
+                // themselves after it (`after_copy_ins`)
+                for &(id, i) in &filled {
+                    st.set_use(id, i, stream, ev);
+                }
+                let rc = match (order, r) {
+                    (Order::Stream(s), Ok(())) => self.rt.stream_wait(s, ev),
+                    _ => Ok(()),
+                };
+                st.unref_event(ev);
+                rc?;
+                r?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `fault_in`'s chunk loop; `filled` gets the chunks a copy-in was
+    /// issued for.
+    fn fault_in_chunks(
+        &self,
+        st: &mut State,
+        need: &[Need],
+        dev: u32,
+        filled: &mut Vec<(u64, u32)>,
+        reserved: &mut Vec<(u64, u32)>,
+    ) -> Result<(), Fail> {
+        // built at the first absent chunk: a call that finds everything
+        // resident allocates nothing
+        let mut protect: Vec<(u64, u32)> = Vec::new();
+        // absent chunks after the current one (copy-outs for them may start)
+        let mut ahead = 0usize;
+        for (k, &(id, i, whole)) in need.iter().enumerate() {
             let Some(b) = st.backings.get(&id) else {
                 continue;
             };
-            if b.chunks[i as usize].phys != 0 {
-                if b.chunks[i as usize].on_host {
-                    // host-mapped: back into HBM (hostmap.rs)
+            let c = &b.chunks[i as usize];
+            if c.phys != 0 {
+                if c.on_host {
+                    // host-mapped: back into HBM (hostmap.rs); the HBM it
+                    // takes must never come from this call's own chunks
                     let bdev = b.dev;
+                    if protect.is_empty() {
+                        protect.extend(need.iter().map(|n| (n.0, n.1)));
+                    }
                     self.unmap_from_host(st, bdev, id, i, whole, &protect)?;
+                } else if c.out_ev != 0 {
+                    // its copy-out is in flight: it stays (pipe)
+                    self.rescue(st, id, i);
                 }
                 continue;
+            }
+            if protect.is_empty() {
+                protect.extend(need.iter().map(|n| (n.0, n.1)));
+                ahead = need[k + 1..]
+                    .iter()
+                    .filter(|n| {
+                        st.backings
+                            .get(&n.0)
+                            .map(|b| b.chunks[n.1 as usize].phys == 0)
+                            .unwrap_or(false)
+                    })
+                    .count();
+            } else {
+                ahead = ahead.saturating_sub(1);
             }
             let bdev = b.dev;
             if st.stall_from.is_none() {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
-            let phys = self.alloc_phys(st, bdev, &protect)?;
-            st.dev_mut(bdev).resident += CHUNK;
+            let phys = self.alloc_phys(st, bdev, &protect, ahead)?;
             let vas = st.backings[&id].vas.clone();
-            for &va in &vas {
-                self.rt.map(va + i as u64 * CHUNK, CHUNK, phys)?;
+            if let Err(e) = self.map_chunk(&vas, i, phys) {
+                let _ = self.rt.free_physical(phys);
+                return Err(e.into());
             }
+            st.dev_mut(bdev).resident += CHUNK;
             let target = vas.first().map(|va| va + i as u64 * CHUNK);
             let c = st.chunk_mut(id, i);
             c.phys = phys;
             c.prefetched = false;
+            c.pins += 1;
+            reserved.push((id, i));
             self.c.faults_in.fetch_add(1, Relaxed);
             if whole && c.host.is_some() {
                 // overwritten entirely: the old contents are not needed
@@ -141,7 +231,6 @@ impl Residency {
                         stream,
                     )?;
                     c.dirty = false;
-                    copied = true;
                     filled.push((id, i));
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
@@ -175,30 +264,9 @@ impl Residency {
                         stream,
                     )?;
                     st.chunk_mut(id, i).dirty = false;
-                    copied = true;
                     filled.push((id, i));
                     self.c.from_nvme.fetch_add(1, Relaxed);
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
-                }
-            }
-        }
-        if copied {
-            let stream = self.dev_stream(st, dev)?;
-            match order {
-                Order::Host => self.rt.sync_stream(stream)?,
-                Order::Stream(s) => {
-                    let Some(ev) = self.use_event(st, stream) else {
-                        return Err(Fail::Acl(E_ALLOC));
-                    };
-                    // the copy is a use of each chunk it fills: no eviction
-                    // before it completes, and other streams' calls order
-                    // themselves after it (`after_copy_ins`)
-                    for &(id, i) in &filled {
-                        st.set_use(id, i, stream, ev);
-                    }
-                    let rc = self.rt.stream_wait(s, ev);
-                    st.unref_event(ev);
-                    rc?;
                 }
             }
         }
@@ -207,18 +275,150 @@ impl Residency {
 
     // ----------------------------------------------------------- copy-out
 
-    /// Moves one resident chunk out of HBM (copying it out unless a clean
-    /// host copy exists), then unmaps and frees its physical memory.
+    /// Moves one resident chunk out of HBM: a clean one (a current host copy
+    /// exists) is unmapped and freed now; a dirty one is copied out — to
+    /// DRAM asynchronously (freed by a later `harvest`), else at once.
     pub(super) fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), AclError> {
-        if st.chunk(id, i).needs_copy_out() {
-            let out = self.start_copy_out(st, id, i)?;
-            self.complete_copy_out(st, out)?;
-            self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
-        } else {
+        if !st.chunk(id, i).needs_copy_out() {
             self.c.clean_drops.fetch_add(1, Relaxed);
+            self.release_chunk(st, id, i);
+            return Ok(());
         }
+        let out = self.start_copy_out(st, id, i)?;
+        if out.asynchronous {
+            let dev = st.backings[&id].dev;
+            let Some(ev) = self.use_event(st, out.stream) else {
+                // no event to know when it lands: wait for it now
+                self.complete_copy_out(st, out)?;
+                self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
+                self.release_chunk(st, id, i);
+                return Ok(());
+            };
+            st.chunk_mut(id, i).out_ev = ev;
+            st.dev_mut(dev).outgoing.push_back(Outgoing {
+                id,
+                i,
+                slot: out.slot,
+                ev,
+            });
+            return Ok(());
+        }
+        self.complete_copy_out(st, out)?;
+        self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
         self.release_chunk(st, id, i);
         Ok(())
+    }
+
+    /// Completes up to `limit` copy-outs of `dev` whose events are done,
+    /// oldest first: the slot becomes the chunk's host copy and the chunk's
+    /// HBM is unmapped and freed. Never waits. A copy-out whose chunk was
+    /// taken back (`rescue`) or freed meanwhile only gives its slot back.
+    pub(super) fn harvest(&self, st: &mut State, dev: u32, limit: usize) {
+        let mut last = None;
+        let mut freed = 0;
+        while let Some(o) = st.dev(dev).outgoing.front() {
+            if freed >= limit {
+                break;
+            }
+            let ev = o.ev;
+            // an error (the device is gone): nothing more lands
+            let failed = match self.rt.event_done(ev) {
+                Ok(true) => false,
+                Ok(false) => break,
+                Err(_) => true,
+            };
+            let o = st.dev_mut(dev).outgoing.pop_front().expect("front");
+            let current = st
+                .backings
+                .get(&o.id)
+                .and_then(|b| b.chunks.get(o.i as usize))
+                .map(|c| c.out_ev == ev && c.phys != 0)
+                .unwrap_or(false);
+            if let Some(c) = st
+                .backings
+                .get_mut(&o.id)
+                .and_then(|b| b.chunks.get_mut(o.i as usize))
+                .filter(|c| c.out_ev == ev)
+            {
+                c.out_ev = 0;
+            }
+            if current && !failed {
+                st.chunk_mut(o.id, o.i).host = Some(o.slot);
+                self.c.to_dram.fetch_add(1, Relaxed);
+                self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
+                self.release_chunk(st, o.id, o.i);
+                freed += 1;
+                if let Some(prev) = last.replace(ev) {
+                    st.unref_event(prev);
+                }
+            } else {
+                st.free_host(o.slot);
+                st.unref_event(ev);
+            }
+        }
+        // The HBM just freed may take a copy-in on u3m's other stream at
+        // once; on a device whose event status runs ahead of its clock (the
+        // simulator) that copy must still start after the copy-out ended.
+        if let Some(ev) = last {
+            let stream = st.dev(dev).stream;
+            if stream != 0 {
+                let _ = self.rt.stream_wait(stream, ev);
+            }
+            st.unref_event(ev);
+        }
+    }
+
+    /// Waits for every copy-out of `dev` and completes them (the lock is
+    /// held: u3m's device-to-host stream holds only copies, so the wait
+    /// cannot depend on work the host has yet to issue). For the paths that
+    /// free or replace memory, not for calls.
+    pub(super) fn settle_outgoing(&self, st: &mut State, dev: u32) {
+        if st.dev(dev).outgoing.is_empty() {
+            return;
+        }
+        let s = st.dev(dev).out_stream;
+        let _ = self.rt.sync_stream(s);
+        self.harvest(st, dev, usize::MAX);
+        // what did not complete (a failing device) gives its slots back
+        while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
+            if let Some(c) = st
+                .backings
+                .get_mut(&o.id)
+                .and_then(|b| b.chunks.get_mut(o.i as usize))
+                .filter(|c| c.out_ev == o.ev)
+            {
+                c.out_ev = 0;
+            }
+            st.free_host(o.slot);
+            st.unref_event(o.ev);
+        }
+    }
+
+    /// Unpins the chunks `fault_in` reserved.
+    pub(super) fn unreserve(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>) {
+        for (id, i) in reserved.drain(..) {
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
+                c.pins = c.pins.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Whether `ev` marks one of u3m's copy-outs (it completes without any
+    /// work of the host's).
+    pub(super) fn is_copy_out(&self, st: &State, ev: u64) -> bool {
+        st.devs.iter().any(|d| d.outgoing.iter().any(|o| o.ev == ev))
+    }
+
+    /// A call needs chunk (id, i) while its copy-out is in flight: it stays
+    /// in HBM (still dirty); the copy's slot is given back when it lands.
+    #[inline]
+    pub(super) fn rescue(&self, st: &mut State, id: u64, i: u32) {
+        st.chunk_mut(id, i).out_ev = 0;
+        self.c.rescued.fetch_add(1, Relaxed);
     }
 
     /// Issues the copy of chunk (id, i) to a host slot on u3m's stream.
@@ -227,7 +427,6 @@ impl Residency {
             let b = &st.backings[&id];
             (b.dev, b.vas.first().copied())
         };
-        let stream = self.dev_stream(st, dev)?;
         // where the data can be read from on the device
         let (src, scratch) = match first {
             Some(va) => (va + i as u64 * CHUNK, None),
@@ -239,9 +438,29 @@ impl Residency {
         let slot = self.host_slot(st, id, i)?;
         let (dst, staging) = match &slot {
             Host::Dram(s) => (s.ptr as u64, 0),
-            Host::Nvme(_) => {
-                let staging = self.staging(st, dev)?;
-                (staging, staging)
+            Host::Nvme(_) => match self.staging(st, dev) {
+                Ok(staging) => (staging, staging),
+                Err(e) => {
+                    st.free_host(slot);
+                    return Err(e);
+                }
+            },
+        };
+        // an allocation's VA stays mapped until the copy lands (freeing it
+        // settles first); a VMM handle may be unmapped by the program at any
+        // time, and NVMe needs the staging buffer written out
+        let asynchronous = staging == 0
+            && scratch.is_none()
+            && matches!(st.backings[&id].kind, Kind::Malloc);
+        let stream = match if asynchronous {
+            self.out_stream(st, dev)
+        } else {
+            self.dev_stream(st, dev)
+        } {
+            Ok(s) => s,
+            Err(e) => {
+                st.free_host(slot);
+                return Err(e);
             }
         };
         if let Err(e) = self
@@ -258,6 +477,7 @@ impl Residency {
             staging,
             stream,
             scratch,
+            asynchronous,
         })
     }
 
@@ -272,6 +492,7 @@ impl Residency {
             staging,
             stream,
             scratch,
+            asynchronous: _,
         } = out;
         if let Err(e) = self.rt.sync_stream(stream) {
             st.free_host(slot);

@@ -60,6 +60,7 @@ mod tests;
 pub use counters::Counters;
 pub use hostmap::Oversize;
 pub use lost::Allocations;
+pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use protocol::{Order, Token};
 use state::State;
 

@@ -66,15 +66,8 @@ impl Residency {
                 break;
             };
             let vas = st.backings[&id].vas.clone();
-            let mut ok = true;
-            let mut mapped = Vec::new();
-            for &va in &vas {
-                if self.rt.map(va + i as u64 * CHUNK, CHUNK, phys).is_err() {
-                    ok = false;
-                    break;
-                }
-                mapped.push(va);
-            }
+            let mut ok = self.map_chunk(&vas, i, phys).is_ok();
+            let mapped: &[u64] = if ok { &vas } else { &[] };
             let src = match &st.chunk(id, i).host {
                 Some(Host::Dram(slot)) => slot.ptr as u64,
                 _ => 0,
@@ -92,7 +85,7 @@ impl Residency {
                     .is_ok();
             }
             if !ok {
-                for va in mapped {
+                for &va in mapped {
                     let _ = self.rt.unmap(va + i as u64 * CHUNK);
                 }
                 let _ = self.rt.free_physical(phys);

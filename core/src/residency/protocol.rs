@@ -117,9 +117,11 @@ impl Residency {
         // the state; taken before the lock is dropped for a retry)
         st.stall_from = None;
         let mut stall_from = None;
+        // chunks made resident for this call, pinned across retries
+        let mut reserved: Vec<(u64, u32)> = Vec::new();
         loop {
             let r = match over {
-                None => self.fault_in(&mut st, &need, dev, order),
+                None => self.fault_in(&mut st, &need, dev, order, &mut reserved),
                 Some(o) => match self.map_to_host(&mut st, dev, &need, o.need - o.room) {
                     Ok(mapped) => {
                         let rest: Vec<Need> = need
@@ -127,7 +129,7 @@ impl Residency {
                             .copied()
                             .filter(|n| !mapped.contains(&(n.0, n.1)))
                             .collect();
-                        self.fault_in(&mut st, &rest, dev, order)
+                        self.fault_in(&mut st, &rest, dev, order, &mut reserved)
                     }
                     Err(Fail::Acl(e)) => {
                         self.refuse_oversize(Oversize {
@@ -142,19 +144,22 @@ impl Residency {
             stall_from = stall_from.or(st.stall_from.take());
             match r {
                 Ok(()) => {
+                    self.unreserve(&mut st, &mut reserved);
                     self.after_copy_ins(&mut st, &need, order)?;
                     break;
                 }
                 Err(Fail::Busy) if tries < 2000 => {
                     self.demand.fetch_add(1, Relaxed);
-                    // copy-ins already issued for this call complete before
-                    // the lock is dropped: the retry sees them as resident
-                    // and issues no wait for them
-                    let stream = st.dev(dev).stream;
-                    if stream != 0 {
-                        let _ = self.rt.sync_stream(stream);
-                    }
+                    // copy-ins already issued for this call carry a use
+                    // event (fault_in): the retry orders itself after them
                     let wait = st.wait_for.take();
+                    // keep what this call holds only while it waits for one
+                    // of u3m's copy-outs (done without the host); a use
+                    // event may need another thread's call, which may need
+                    // this HBM
+                    if !wait.map(|ev| self.is_copy_out(&st, ev)).unwrap_or(false) {
+                        self.unreserve(&mut st, &mut reserved);
+                    }
                     drop(st);
                     match wait {
                         // the oldest use of the coldest chunk: wait for it unlocked
@@ -167,6 +172,7 @@ impl Residency {
                     tries += 1;
                 }
                 Err(e) => {
+                    self.unreserve(&mut st, &mut reserved);
                     // copy-ins issued before the failure must not outlive
                     // the chunks they write (nothing else orders them)
                     let stream = st.dev(dev).stream;

@@ -39,6 +39,9 @@ pub(super) struct Chunk {
     /// `phys` is a host physical handle (HOST_NUMA) mapped at the chunk's
     /// VAs, not HBM: the device reaches it over the link (`hostmap`).
     pub on_host: bool,
+    /// Leaving HBM: the event recorded after its copy-out (a `Dev::outgoing`
+    /// entry); 0 otherwise. Still mapped and resident until that completes.
+    pub out_ev: u64,
 }
 
 impl Chunk {
@@ -68,6 +71,9 @@ pub(super) struct Backing {
     pub dev: u32,
     pub kind: Kind,
     pub size: u64,
+    /// What the backing counts against the device's virtual capacity: its
+    /// size, less an aclrtMalloc's padding chunk (see `malloc_room`).
+    pub charged: u64,
     pub chunks: Vec<Chunk>,
     /// VAs the backing is mapped at (Malloc: exactly its own).
     pub vas: Vec<u64>,
@@ -84,6 +90,7 @@ impl Backing {
             dev,
             kind,
             size,
+            charged: size,
             chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
             vas,
             pinned: false,
@@ -101,11 +108,27 @@ impl Backing {
     }
 }
 
+/// A dirty chunk's copy-out in flight on u3m's device-to-host stream. Its
+/// HBM is unmapped and freed only once `ev` completes (`migrate::harvest`).
+pub(super) struct Outgoing {
+    pub id: u64,
+    pub i: u32,
+    /// The DRAM slot the copy lands in: the chunk's host copy once complete.
+    pub slot: Host,
+    /// Recorded on the device-to-host stream after the copy (one reference).
+    pub ev: u64,
+}
+
 /// Per-device data. Today inside the one residency lock; the unit a
 /// per-device lock would cover.
 pub(super) struct Dev {
-    /// u3m's own stream for migrations (0: not created yet).
+    /// u3m's own stream for copy-ins and synchronous copies (0: not created yet).
     pub stream: u64,
+    /// u3m's stream for asynchronous copy-outs (0: not created yet): apart
+    /// from `stream`, so copy-outs overlap copy-ins.
+    pub out_stream: u64,
+    /// Copy-outs issued on `out_stream`, oldest first (they complete in order).
+    pub outgoing: VecDeque<Outgoing>,
     /// A 2 MiB pinned staging buffer for NVMe transfers.
     pub staging: u64,
     /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
@@ -127,6 +150,8 @@ impl Dev {
     pub const fn new() -> Dev {
         Dev {
             stream: 0,
+            out_stream: 0,
+            outgoing: VecDeque::new(),
             staging: 0,
             scratch_va: 0,
             resident: 0,

@@ -440,6 +440,90 @@ fn an_eviction_waits_for_the_use_still_in_flight() {
     a.assert_clean();
 }
 
+/// Starts the eviction of the chunk at `va` as the demand path does: a
+/// dirty chunk's copy-out is issued on u3m's device-to-host stream and the
+/// call returns without waiting for it.
+fn start_eviction(a: &App, va: u64) -> (u64, u32) {
+    let mut st = a.r.st.lock().unwrap();
+    let (id, i) = st.resolve(va).expect("managed");
+    a.r.evict(&mut st, id, i).expect("evict");
+    (id, i)
+}
+
+#[test]
+fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    let (held, d2h) = (a.f.held().0, a.f.seen().d2h);
+    let (id, i) = start_eviction(&a, x);
+    {
+        let mut st = a.r.st.lock().unwrap();
+        // the device has not run the copy (lazy stream): nothing completes
+        a.r.harvest(&mut st, 0, usize::MAX);
+        assert_ne!(st.chunk(id, i).phys, 0, "x still in HBM, mapped");
+        assert_ne!(st.chunk(id, i).out_ev, 0, "x is leaving");
+    }
+    assert_eq!(a.f.seen().d2h, d2h + 1, "the copy-out is issued (and not run)");
+    assert_eq!(a.f.held().0, held, "x's HBM is held while its copy is in flight");
+    assert_eq!(a.r.counters().evictions, 0);
+    // z needs x's HBM: its fault-in waits (without the lock) for the copy
+    let z = a.malloc(CHUNK);
+    a.write(z, &pattern(3, CHUNK));
+    let c = a.r.counters();
+    assert_eq!((c.evictions, c.to_dram, c.clean_drops), (1, 1, 0), "{c:?}");
+    assert_eq!(a.read(x, CHUNK), pattern(1, CHUNK));
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    assert_eq!(a.read(z, CHUNK), pattern(3, CHUNK));
+    a.assert_clean();
+}
+
+#[test]
+fn a_chunk_needed_during_its_copy_out_stays_in_hbm() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    start_eviction(&a, x);
+    let faults = a.r.counters().faults_in;
+    // an operator on the program's stream needs x before the copy ran
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 5));
+    let c = a.r.counters();
+    assert_eq!(c.faults_in, faults, "x never left");
+    assert_eq!(c.rescued, 1);
+    // both streams run; the landed copy is stale and only gives its slot back
+    a.f.drain();
+    {
+        let mut st = a.r.st.lock().unwrap();
+        a.r.harvest(&mut st, 0, usize::MAX);
+        assert!(st.devs[0].outgoing.is_empty());
+    }
+    assert_eq!(a.r.usage(0), (CHUNK, 0, 0), "resident, no DRAM copy");
+    let want: Vec<u8> = pattern(1, CHUNK).iter().map(|b| b.wrapping_add(5)).collect();
+    assert_eq!(a.read(x, CHUNK), want);
+    assert_eq!(a.r.counters().evictions, 0);
+    a.assert_clean();
+}
+
+#[test]
+fn copy_outs_run_ahead_for_the_chunks_a_call_still_needs() {
+    // 4 dirty chunks fill HBM; a call needing 3 others starts their
+    // victims' copy-outs together (one per chunk still needed), not 1 by 1
+    let a = App::new(4, &[]);
+    let x = a.malloc(4 * CHUNK);
+    a.write(x, &pattern(1, 4 * CHUNK));
+    let y = a.malloc(3 * CHUNK);
+    let s = a.f.app_stream();
+    a.op(s, &[(y, 3 * CHUNK)], &[], Box::new(|_m: &mut Mem<'_>| {}));
+    let c = a.r.counters();
+    assert_eq!(c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64, 3, "{c:?}");
+    a.f.drain();
+    assert_eq!(a.read(x, 4 * CHUNK), pattern(1, 4 * CHUNK));
+    a.assert_clean();
+}
+
 #[test]
 fn a_call_on_another_stream_runs_after_its_copy_in() {
     let a = App::new(2, &[]);

@@ -1,4 +1,4 @@
-//! The events of a trace (docs: ../shared/docs/trace-format.md), as owned values.
+//! The events of a trace (docs: docs/trace-format.md), as owned values.
 
 use std::fmt;
 

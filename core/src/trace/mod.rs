@@ -1,4 +1,4 @@
-//! The u3m access trace (text form, version 1: ../shared/docs/trace-format.md;
+//! The u3m access trace (text form, version 1: docs/trace-format.md;
 //! this crate's side of it: docs/trace.md).
 //!
 //! - [`event`]: the events as owned values;

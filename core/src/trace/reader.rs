@@ -1,5 +1,5 @@
 //! Streaming reader of the text format: one line at a time (traces can be GBs),
-//! validating every rule of ../shared/docs/trace-format.md against the live
+//! validating every rule of docs/trace-format.md against the live
 //! allocations seen so far. It never panics; the first violation ends the
 //! stream with a [`TraceError`] naming the line.
 //!

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# bench/engine_v2.sh — the figures of BENCHMARKS.md "Residency engine v2"
+# (issue 10), before and after each stage, in one run:
+#   step    13B-shaped LoRA (8 layers, seq 1024 x batch 2), phantom, acl_replay:
+#           unconstrained vs libu3m.so at 1.5 x HBM — simulated step time, the
+#           link floor (design.md §5), H2D/D2H bytes per step, host CPU per step
+#   call    callgrind Ir per call u3m adds in tier mode with nothing to move
+#           (hookbench, T=1 and T=8)
+#   start   start-up: wall time of a 50-step phantom mlp_train, without
+#           libu3m.so and with it (observe, tier); median of 5
+#
+#   bench/engine_v2.sh [--only step,call,start] [--layers N] [--workload lora|adam]
+#                      [--steps A,B] [--out DIR] [--no-build]
+# Per step = (B-step run - A-step run) / (B - A): start-up and weight load cancel.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT="" ONLY="step,call,start" LAYERS=8 WORKLOAD=lora STEPS="1,3" BUILD=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --out) OUT=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        --layers) LAYERS=$2; shift 2 ;;
+        --workload) WORKLOAD=$2; shift 2 ;;
+        --steps) STEPS=$2; shift 2 ;;
+        --no-build) BUILD=0; shift ;;
+        -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "engine_v2.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
+    esac
+done
+[ "$BUILD" = 1 ] && (cd "$ROOT" && cargo build --release --workspace >&2)
+[ -n "$OUT" ] || OUT=$(mktemp -d /tmp/u3m-engine-v2.XXXXXX)
+mkdir -p "$OUT/bin"
+# a private copy of the build: other builds may rewrite target/release meanwhile
+cp -a "$ROOT"/target/release/*.so "$ROOT/target/release/acl-apps" "$ROOT/target/release/u3m" "$OUT/bin/"
+echo "engine_v2.sh: raw results in $OUT" >&2
+
+exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" <<'PY'
+import json, os, statistics, subprocess, sys, time
+
+ROOT, OUT, ONLY, LAYERS, WORKLOAD, STEPS = sys.argv[1:7]
+ONLY = set(ONLY.split(","))
+S1, S2 = (int(x) for x in STEPS.split(","))
+BIN = os.path.join(OUT, "bin")
+APPS, LIB, U3M = os.path.join(BIN, "acl-apps"), os.path.join(BIN, "libu3m.so"), os.path.join(BIN, "u3m")
+MIB, GIB, LINK = 1 << 20, 1 << 30, 25e9  # LINK: ACLSIM_LINK_GBPS default, bytes/s
+
+def log(m):
+    print("engine_v2: " + m, file=sys.stderr, flush=True)
+
+def run(name, cmd, env, tier=False):
+    """Runs cmd with a hermetic environment; returns stats, summary, rusage."""
+    path = os.path.join(OUT, name)
+    e = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    e.update(env)
+    e["ACLSIM_STATS"] = path + ".stats.json"
+    if tier:
+        e["LD_PRELOAD"] = LIB
+        e.setdefault("U3M_MODE", "tier")
+        e["U3M_SUMMARY"] = path + ".summary.json"
+    log("%s: %s %s" % (name, " ".join("%s=%s" % kv for kv in env.items()), " ".join(cmd)))
+    t0 = time.monotonic()
+    with open(path + ".out", "w") as fo, open(path + ".err", "w") as fe:
+        p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=e, cwd=ROOT)
+        _, status, ru = os.wait4(p.pid, 0)
+    rec = {"name": name, "rc": os.waitstatus_to_exitcode(status), "wall_s": time.monotonic() - t0,
+           "cpu_s": ru.ru_utime + ru.ru_stime}
+    for f, k in ((".stats.json", "stats"), (".summary.json", "summary")):
+        try:
+            rec[k] = json.load(open(path + f))
+        except (OSError, ValueError):
+            rec[k] = {}
+    if rec["rc"] != 0:
+        log("%s failed (rc %d): %s" % (name, rec["rc"], open(path + ".err").read()[-400:]))
+    return rec
+
+def fmt_b(b):
+    return "%.2f GiB" % (b / GIB) if abs(b) >= GIB else "%.1f MiB" % (b / MIB)
+
+def sec_step():
+    shape = ["--model", "llama2-13b", "--layers", LAYERS, "--seq", "1024", "--batch", "2", "--workload", WORKLOAD]
+    sz = json.loads(subprocess.run([U3M, "synth"] + shape + ["--sizes"], capture_output=True, text=True, check=True).stdout)
+    F = sz["trace"]["reserved_bytes"]
+    H = (int(F / 1.5) + MIB - 1) // MIB * MIB
+    # read-only memory: the frozen base weights of a LoRA step; everything else
+    # may be written. The floor places the excess on read-only memory first.
+    ro = sz["bytes"]["weights"] if WORKLOAD == "lora" else 0
+    excess = F - H
+    must_cross = min(excess, ro) + 2 * max(0, excess - ro)
+    ph = {"ACLSIM_PRESET": "910b4", "ACLSIM_PHANTOM": "1"}
+    res = {}
+    for s in (S1, S2):
+        tr = os.path.join(OUT, "trace-s%d" % s)
+        subprocess.run([U3M, "synth"] + shape + ["--steps", str(s), "-o", tr], check=True)
+        cmd = [os.path.join(APPS, "acl_replay"), "--no-verify", tr]
+        res[("unc", s)] = run("unc-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"))
+        res[("tier", s)] = run("tier-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="%dM" % (H // MIB), U3M_OVERSUB="2",
+                                                          U3M_DRAM_BYTES="64G"), tier=True)
+        os.unlink(tr)
+    d = lambda arm, f: (f(res[(arm, S2)]) - f(res[(arm, S1)])) / (S2 - S1)
+    cb = lambda k: (lambda r: (r["stats"].get("copy_bytes") or {}).get(k, 0))
+    unc = d("unc", lambda r: r["stats"]["sim_ns"]) / 1e6
+    tier = d("tier", lambda r: r["stats"]["sim_ns"]) / 1e6
+    floor = max(unc, must_cross / LINK * 1e3)
+    print("## step: 13B-shaped %s, %s layers, seq 1024 x batch 2, phantom acl_replay, 910b4, per step from %d- and %d-step runs"
+          % (WORKLOAD, LAYERS, S1, S2))
+    print("footprint F %s, HBM %s (F/1.5), excess %s, read-only %s -> bytes that must cross %s / step"
+          % (fmt_b(F), fmt_b(H), fmt_b(excess), fmt_b(ro), fmt_b(must_cross)))
+    print("step unconstrained (simulated)  %.1f ms" % unc)
+    print("link floor (simulated)          %.1f ms" % floor)
+    print("step libu3m.so (simulated)      %.1f ms = %.2f x floor" % (tier, tier / floor))
+    for arm in ("unc", "tier"):
+        print("%-4s H2D / step %s, D2H / step %s, host CPU / step %.2f s, whole %d-step run: %.1f s CPU, %.1f s wall"
+              % (arm, fmt_b(d(arm, cb("H2D"))), fmt_b(d(arm, cb("D2H"))), d(arm, lambda r: r["cpu_s"]), S2,
+                 res[(arm, S2)]["cpu_s"], res[(arm, S2)]["wall_s"]))
+    t = (res[("tier", S2)]["summary"].get("tier") or {})
+    print("tier counters (%d-step run): %s" % (S2, ", ".join("%s=%s" % (k, t.get(k)) for k in
+          ("faults_in", "evictions", "clean_drops", "to_dram", "prefetched", "evict_waits") if k in t)))
+    rcs = [r["rc"] for r in res.values()]
+    if any(rcs):
+        print("FAILED runs: %s" % [r["name"] for r in res.values() if r["rc"]])
+    print()
+
+def sec_call():
+    hb = os.path.join(APPS, "hookbench")
+    print("## call: Ir per call u3m adds, tier mode, nothing to move (hookbench, callgrind, phantom)")
+    for t, iters in ((1, 4000), (8, 500)):
+        row = []
+        for c in ("aclop_4", "memcpy_h2d", "memset_sync", "aclnn_add", "malloc_free_small"):
+            ir = {}
+            for arm in ("direct", "u3m"):
+                f = os.path.join(OUT, "cg-%s-t%d-%s" % (arm, t, c))
+                env = dict(os.environ, ACLSIM_PHANTOM="1")
+                if arm == "u3m":
+                    env.update(LD_PRELOAD=LIB, U3M_MODE="tier", U3M_SHM_DIR=OUT)
+                subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no", "--toggle-collect=hb_measure",
+                                "--callgrind-out-file=" + f + ".cg", hb, "--threads", str(t), "--iters", str(iters),
+                                "--warmup", "200", "--case", c], env=env, stdout=subprocess.DEVNULL,
+                               stderr=open(f + ".log", "w"), check=True)
+                s = subprocess.run([sys.executable, os.path.join(ROOT, "bench/cg_summary.py"), f + ".cg"],
+                                   capture_output=True, text=True, check=True)
+                ir[arm] = json.loads(s.stdout)["total"]
+            calls = {"aclnn_add": 7, "malloc_free_small": 2}.get(c, 1)
+            row.append("%s %.0f" % (c, (ir["u3m"] - ir["direct"]) / (iters * t) / calls))
+        print("T=%d: %s" % (t, ", ".join(row)))
+    print()
+
+def sec_start():
+    cmd = [os.path.join(APPS, "mlp_train"), "--steps", "50"]
+    print("## start: 50-step phantom mlp_train, wall s (median of 5)")
+    out = []
+    for arm, env, tier in (("without", {}, False), ("observe", {"U3M_MODE": "observe"}, True), ("tier", {}, True)):
+        w = [run("start-%s-%d" % (arm, i), cmd, dict(env, ACLSIM_PHANTOM="1"), tier=tier)["wall_s"] for i in range(5)]
+        out.append("%s %.3f" % (arm, statistics.median(w)))
+    print(", ".join(out))
+    print()
+
+print("# engine_v2.sh, commit %s, %s, load %s\n" % (
+    subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+    time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join("%.1f" % x for x in os.getloadavg())))
+for name, f in (("step", sec_step), ("call", sec_call), ("start", sec_start)):
+    if name in ONLY:
+        f()
+PY
