@@ -746,7 +746,11 @@ fn the_fused_optimizer_is_one_apply_adamw_over_the_flat_parameter_set() {
         .take_while(|o| o.0 == "ApplyAdamW" || o.0 == "Cast")
         .filter(|o| o.0 == "Cast" && overlaps(&o.1[0], &ins[1]))
         .count();
-    assert_eq!(casts_after as u64, 3 + 9 * 2, "embed, final norm, head, 9 per layer");
+    assert_eq!(
+        casts_after as u64,
+        3 + 9 * 2,
+        "embed, final norm, head, 9 per layer"
+    );
     // it replays (real data)
     let n_ops = ops(&events).len();
     let out = replay(&text, &[("ACLSIM_HBM_BYTES", "2G")]);
