@@ -421,6 +421,24 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
         dl,
         g("prefetch.bytes"),
     );
+    x.gauge(
+        "u3m_host_mapped_bytes",
+        "managed memory host-mapped now (pinned host memory at its device addresses, read over the link)",
+        dl,
+        g("hostmap.bytes"),
+    );
+    x.counter(
+        "u3m_host_maps",
+        "chunks that became host-mapped for calls larger than HBM",
+        dl,
+        g("hostmap.maps"),
+    );
+    x.counter(
+        "u3m_calls_refused_oversize",
+        "calls refused before launch: their memory cannot all be accessible at once",
+        dl,
+        g("refused_oversize"),
+    );
     x.counter(
         "u3m_operator_launches",
         "operator launches (aclop, aclnn)",

@@ -144,6 +144,9 @@ pub struct SynthArgs {
     /// Activation checkpointing: keep each layer's input only, re-run its forward before its backward.
     #[arg(long)]
     pub recompute: bool,
+    /// Adam: one fused ApplyAdamW over flat gradient/master/moment buffers (torch_npu NpuFusedAdamW) instead of one per tensor.
+    #[arg(long = "fused-optimizer")]
+    pub fused_optimizer: bool,
     /// Seeds the input data (the host buffers token ids are copied from); the memory pattern does not depend on it.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
@@ -212,9 +215,13 @@ pub fn options(a: &SynthArgs) -> Result<Opts, CliError> {
         lora_targets: targets,
         flash: a.flash,
         recompute: a.recompute,
+        fused_optimizer: a.fused_optimizer,
         seed: a.seed,
     };
     o.validate().map_err(usage)?;
+    if o.fused_optimizer && o.train == Train::None {
+        return Err(usage("--fused-optimizer: the rag workload trains nothing"));
+    }
     Ok(o)
 }
 
@@ -248,7 +255,7 @@ fn describe(o: &Opts) -> Vec<String> {
     )];
     if o.trains() {
         v.push(format!(
-            "training: {} steps{}, seq {} batch {}, {}{}{}",
+            "training: {} steps{}, seq {} batch {}, {}{}{}{}",
             o.steps,
             if o.kind == Kind::Mixed {
                 " before and after serving"
@@ -265,6 +272,11 @@ fn describe(o: &Opts) -> Vec<String> {
             if o.flash { ", flash attention" } else { "" },
             if o.recompute {
                 ", activation recomputation"
+            } else {
+                ""
+            },
+            if o.fused_optimizer {
+                ", one fused ApplyAdamW over flat buffers"
             } else {
                 ""
             }
@@ -386,7 +398,7 @@ pub fn sizes(o: &Opts, r: &Report) -> Value {
             "kind": o.kind.name(),
             "train": match o.train { Train::Adam => "adam", Train::Lora => "lora", Train::None => "none" },
             "seq": o.seq, "batch": o.batch, "steps": o.steps, "requests": o.requests, "context": o.context,
-            "decode_tokens": o.decode, "flash": o.flash, "recompute": o.recompute, "seed": o.seed, "lora": lora,
+            "decode_tokens": o.decode, "flash": o.flash, "recompute": o.recompute, "fused_optimizer": o.fused_optimizer, "seed": o.seed, "lora": lora,
         },
         "params": { "total": p.total, "trainable": trainable, "lora": o.lora_params() },
         "kv_bytes_per_token": kv_tok,

@@ -191,13 +191,21 @@ fn tiered(s: &Snapshot) -> bool {
 fn tier_rate_line(v: &View) -> String {
     match &v.rates {
         None => "-".into(),
-        Some(r) => format!(
-            "to HBM {} · out of HBM {} · fault-ins {}/s · evictions {}/s",
-            rate_bytes(r.tier.in_bps),
-            rate_bytes(r.tier.out_bps),
-            rate(r.tier.faults_per_s),
-            rate(r.tier.evictions_per_s)
-        ),
+        Some(r) => {
+            let mut line = format!(
+                "to HBM {} · out of HBM {} · fault-ins {}/s · evictions {}/s",
+                rate_bytes(r.tier.in_bps),
+                rate_bytes(r.tier.out_bps),
+                rate(r.tier.faults_per_s),
+                rate(r.tier.evictions_per_s)
+            );
+            // the host-mapped state (calls larger than HBM), when in use
+            let mapped: u64 = v.snap.devices.iter().map(|d| d.get("hostmap.bytes")).sum();
+            if mapped > 0 {
+                line += &format!(" · host-mapped {}", crate::human::bytes(mapped));
+            }
+            line
+        }
     }
 }
 

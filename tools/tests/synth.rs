@@ -707,6 +707,56 @@ fn acl_replay_runs_a_full_size_trace_in_phantom_mode() {
     assert!(out.contains(&format!(" ops={n_ops} ")), "{out}");
 }
 
+/// `--fused-optimizer`: each step's optimizer is one ApplyAdamW over flat
+/// buffers — bf16 gradients (2 B per parameter), fp32 master, m and v (4 B
+/// each), master and moments updated in place — holding every trained
+/// parameter's slice, with the same footprint as the per-tensor optimizer.
+#[test]
+fn the_fused_optimizer_is_one_apply_adamw_over_the_flat_parameter_set() {
+    let args = small("llama2-7b", "adam", &["--fused-optimizer", "--steps", "2"]);
+    let text = synth(&refs(&args));
+    let events = read_str(&text, "t").unwrap();
+    let adam: Vec<Op> = ops(&events)
+        .into_iter()
+        .filter(|o| o.0 == "ApplyAdamW")
+        .collect();
+    assert_eq!(adam.len(), 2, "one per step");
+    let fused = sizes(&refs(&args));
+    let per_tensor = sizes(&refs(&small("llama2-7b", "adam", &["--steps", "2"])));
+    let p = n(&fused["params"]["trainable"]);
+    assert_eq!(fused["bytes"], per_tensor["bytes"]);
+    let (_, ins, outs, _) = adam[0];
+    let bytes: Vec<u64> = ins.iter().map(|r| r.bytes).collect();
+    assert_eq!(bytes, [2 * p, 4 * p, 4 * p, 4 * p]);
+    assert_eq!(outs, &ins[1..], "master, m and v updated in place");
+    assert_eq!(adam[1].1, ins, "the same buffers every step");
+    // every trained tensor's master is a slice of the flat master
+    let t = tensors(&text);
+    let masters: u64 = t
+        .values()
+        .filter(|(_, tag)| tag == "weight")
+        .map(|(r, _)| 2 * r.bytes)
+        .sum();
+    assert_eq!(masters, 4 * p);
+    assert_eq!(t["flat.master"].0, ins[1]);
+    // the weights are updated from the master by one Cast each, after the step
+    let casts_after = ops(&events)
+        .into_iter()
+        .skip_while(|o| o.0 != "ApplyAdamW")
+        .take_while(|o| o.0 == "ApplyAdamW" || o.0 == "Cast")
+        .filter(|o| o.0 == "Cast" && overlaps(&o.1[0], &ins[1]))
+        .count();
+    assert_eq!(
+        casts_after as u64,
+        3 + 9 * 2,
+        "embed, final norm, head, 9 per layer"
+    );
+    // it replays (real data)
+    let n_ops = ops(&events).len();
+    let out = replay(&text, &[("ACLSIM_HBM_BYTES", "2G")]);
+    assert!(out.contains(&format!(" ops={n_ops} ")), "{out}");
+}
+
 #[test]
 fn bad_input_is_named() {
     let cases: &[(&[&str], &str)] = &[
@@ -762,6 +812,17 @@ fn bad_input_is_named() {
                 "-",
             ],
             "--sizes",
+        ),
+        (
+            &[
+                "--model",
+                "llama2-7b",
+                "--workload",
+                "rag",
+                "--fused-optimizer",
+                "--sizes",
+            ],
+            "--fused-optimizer",
         ),
     ];
     for (args, want) in cases {

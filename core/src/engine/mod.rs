@@ -1346,7 +1346,7 @@ impl Engine {
                 "{{\n  \"schema\": 1,\n  \"mode\": \"{}\",\n  \"pid\": {},\n",
                 "  \"ops\": {},\n  \"aclnn_launches\": {},\n  \"tensors\": {},\n",
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
-                "  \"tier\": {{\"faults_in\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
+                "  \"tier\": {{\"faults_in\": {}, \"first_touches\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
                 "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
@@ -1358,6 +1358,7 @@ impl Engine {
             totals.live_allocs,
             totals.touches,
             t.faults_in,
+            t.first_touches,
             t.fault_bytes,
             t.evictions,
             t.eviction_bytes,

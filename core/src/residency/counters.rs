@@ -41,6 +41,9 @@ counters! {
     {
     /// Chunks made resident for a call (first touches included).
     faults_in,
+    /// Of those, first touches: fresh memory mapped, nothing copied (a
+    /// program's new allocation, never managed memory of the runtime's).
+    first_touches,
     /// Bytes copied into HBM for calls.
     fault_bytes,
     /// Chunks that left HBM.

@@ -217,7 +217,11 @@ impl Residency {
             let stream = self.dev_stream(st, dev)?;
             let c = st.chunk_mut(id, i);
             match &c.host {
-                None => c.dirty = true, // fresh memory: nothing to copy
+                None => {
+                    // fresh memory: nothing to copy
+                    c.dirty = true;
+                    self.c.first_touches.fetch_add(1, Relaxed);
+                }
                 Some(Host::Dram(slot)) => {
                     self.rt.memcpy_async(
                         target,

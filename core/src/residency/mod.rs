@@ -10,6 +10,8 @@
 //!   resident     a physical 2 MiB handle, mapped at every VA of the backing;
 //!                maybe with a clean host copy (`host`, `dirty == false`)
 //!   host         only in DRAM or NVMe (`host`)
+//!   host-mapped  a pinned host physical handle mapped at every VA of the
+//!                backing (`on_host`): reached over the link (`hostmap`)
 //! Invariants: a chunk is never unmapped while a call that may touch it is in
 //! flight (`pins` during the call, `uses`: per-stream events recorded after
 //! it, all complete before eviction); a chunk a call needs is never evicted
@@ -21,6 +23,7 @@
 //! - `protocol`: a call's `prepare`/`finish`, ordering with events;
 //! - `migrate`: copy-in (fault-in) and copy-out, host slots, DRAM→NVMe spill;
 //! - `evict`: victim choice, demand and watermark eviction;
+//! - `hostmap`: calls larger than HBM: refused, or run with host-mapped chunks;
 //! - `prefetch`: background copy-ins the policy predicts;
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.

@@ -130,8 +130,12 @@ impl Residency {
             }
         }
         // other threads' calls pin what they use only briefly, but they need
-        // this lock to unpin: on Busy let them run, then try again
+        // this lock to unpin: on Busy let them run, then try again. A call
+        // may wait a few times per chunk it needs (a victim's copy-out, a
+        // copy-out of its own, a use), so the cap grows with its size: a
+        // call of thousands of chunks on a full HBM is not refused midway
         let mut tries = 0;
+        let max_tries = 2000 + 4 * need.len();
         // when this call met its first absent chunk (fault_in notes it in
         // the state; taken before the lock is dropped for a retry)
         st.stall_from = None;
@@ -167,7 +171,7 @@ impl Residency {
                     self.after_copy_ins(&mut st, &need, order)?;
                     break;
                 }
-                Err(Fail::Busy) if tries < 2000 => {
+                Err(Fail::Busy) if tries < max_tries => {
                     self.demand.fetch_add(1, Relaxed);
                     // copy-ins already issued for this call carry a use
                     // event (fault_in): the retry orders itself after them

@@ -828,4 +828,55 @@ fn evictions_take_victims_from_a_kept_order_not_a_sort_each() {
         c.evictions
     );
     a.assert_clean();
+
+/// A call larger than HBM (issue 11): with host mapping it runs, part of
+/// its chunks in host handles at their VAs, and computes the right bytes;
+/// the chunks come back into HBM for a later call that fits; with host
+/// mapping off it is refused before anything runs.
+#[test]
+fn a_call_larger_than_hbm_runs_host_mapped_or_is_refused() {
+    for host_map in ["auto", "off"] {
+        // 10 + 10 MiB touched at once on an 8-chunk (16 MiB) device
+        let a = App::new(8, &[("U3M_HOST_MAP", host_map)]);
+        let (x, y) = (a.malloc(10 * MIB), a.malloc(10 * MIB));
+        let px = pattern(1, 10 * MIB);
+        a.write(x, &px);
+        a.write(y, &pattern(2, 10 * MIB));
+        let s = a.f.app_stream();
+        let rc = a.try_op(
+            s,
+            &[(x, 10 * MIB)],
+            &[(y, 10 * MIB)],
+            add(x, y, 10 * MIB, 1),
+        );
+        let c = a.r.counters();
+        if host_map == "auto" {
+            assert_eq!(rc, Ok(()));
+            assert!(c.host_maps > 0, "{c:?}");
+            assert!(a.f.seen().host_handles > 0);
+            assert_eq!(c.refused_oversize, 0);
+        } else {
+            assert_eq!(rc, Err(E_ALLOC));
+            assert_eq!(c.refused_oversize, 1, "{c:?}");
+            assert_eq!(c.host_maps, 0);
+            assert!(a.r.take_oversize().is_some());
+        }
+        a.f.drain();
+        // each read fits: host-mapped chunks come back into HBM
+        assert_eq!(a.read(x, 10 * MIB), px, "{host_map}: x intact");
+        let want: Vec<u8> = if host_map == "auto" {
+            px.iter().map(|b| b.wrapping_add(1)).collect()
+        } else {
+            pattern(2, 10 * MIB)
+        };
+        assert_eq!(a.read(y, 10 * MIB), want, "{host_map}: y");
+        if host_map == "auto" {
+            assert!(a.r.counters().host_unmaps > 0);
+        }
+        a.free(x);
+        a.free(y);
+        assert_eq!(a.f.seen().host_handles, 0, "host handles freed");
+        assert_eq!(a.r.host_mapped(0), 0);
+        a.assert_clean();
+    }
 }

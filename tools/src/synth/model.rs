@@ -132,6 +132,9 @@ pub struct Opts {
     pub lora_targets: Vec<Proj>,
     pub flash: bool,
     pub recompute: bool,
+    /// One ApplyAdamW over flat gradient, master and moment buffers (torch_npu's
+    /// NpuFusedAdamW, which combines the parameter set into contiguous buffers).
+    pub fused_optimizer: bool,
     pub seed: u64,
 }
 
@@ -219,6 +222,49 @@ pub struct Param {
     pub w: Tensor,
     pub state: Option<[Tensor; 3]>,
     pub grad: Option<Tensor>,
+    /// Has optimizer state (set before a fused model's flat state exists).
+    pub trained: bool,
+}
+
+/// The fused optimizer's flat buffers over every trained parameter, in model
+/// order: bf16 gradients, fp32 master, m and v. They live for the whole run
+/// (the gradients too: NpuFusedAdamW keeps its combined gradient buffer).
+pub struct Flat {
+    pub grad: Tensor,
+    pub master: Tensor,
+    pub m: Tensor,
+    pub v: Tensor,
+}
+
+/// Allocates the flat buffers and points every trained parameter's state and
+/// gradient at its slice of them; masters by a Cast from each weight, the
+/// moments zeroed by one memset each.
+fn flat_state(g: &mut Emit, params: &mut [Param]) -> Flat {
+    let n: u64 = params.iter().filter(|p| p.trained).map(|p| p.n).sum();
+    let grad = g.named("flat.grad", 2 * n, Component::Grads);
+    let master = g.named("flat.master", 4 * n, Component::Optimizer);
+    let m = g.named("flat.adam_m", 4 * n, Component::Optimizer);
+    let v = g.named("flat.adam_v", 4 * n, Component::Optimizer);
+    let view = |t: &Tensor, off: u64, bytes: u64| Tensor {
+        addr: t.addr + off,
+        bytes,
+        comp: t.comp,
+    };
+    let mut off = 0;
+    for p in params.iter_mut().filter(|p| p.trained) {
+        let s = [
+            view(&master, 4 * off, 4 * p.n),
+            view(&m, 4 * off, 4 * p.n),
+            view(&v, 4 * off, 4 * p.n),
+        ];
+        g.op("Cast", &[p.w.range()], &[s[0].range()], 0);
+        p.state = Some(s);
+        p.grad = Some(view(&grad, 2 * off, 2 * p.n));
+        off += p.n;
+    }
+    g.memset(m.range());
+    g.memset(v.range());
+    Flat { grad, master, m, v }
 }
 
 pub struct Layer {
@@ -247,6 +293,8 @@ pub struct Model {
     pub layers: Vec<Layer>,
     pub fnorm: usize,
     pub head: usize,
+    /// The fused optimizer's flat buffers (--fused-optimizer).
+    pub flat: Option<Flat>,
 }
 
 impl Model {
@@ -262,6 +310,8 @@ impl Model {
     pub fn load(g: &mut Emit, o: &Opts) -> Model {
         let a = &o.arch;
         let full = o.train == Train::Adam;
+        // Fused: the states are views of flat buffers allocated after the weights.
+        let per_param_state = !o.fused_optimizer;
         let mut params = Vec::new();
         let mut add =
             |g: &mut Emit, name: String, n: u64, comp: Component, trained: bool, zero: bool| {
@@ -271,7 +321,7 @@ impl Model {
                 } else {
                     g.h2d(w.range(), HOST_STAGE);
                 }
-                let state = if trained {
+                let state = if trained && per_param_state {
                     let m32 = g.named(&format!("{name}.master"), 4 * n, Component::Optimizer);
                     let m = g.named(&format!("{name}.adam_m"), 4 * n, Component::Optimizer);
                     let v = g.named(&format!("{name}.adam_v"), 4 * n, Component::Optimizer);
@@ -287,6 +337,7 @@ impl Model {
                     w,
                     state,
                     grad: None,
+                    trained,
                 });
                 params.len() - 1
             };
@@ -341,12 +392,18 @@ impl Model {
         }
         let fnorm = add(g, "final_norm".into(), h, Component::Weights, full, false);
         let head = add(g, "lm_head".into(), h * v, Component::Weights, full, false);
+        let flat = if o.fused_optimizer {
+            Some(flat_state(g, &mut params))
+        } else {
+            None
+        };
         Model {
             params,
             emb,
             layers,
             fnorm,
             head,
+            flat,
         }
     }
 

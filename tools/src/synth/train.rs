@@ -654,6 +654,23 @@ pub fn step(g: &mut Emit, m: &mut Model, o: &Opts, step: u64) {
     g.free(dy);
     g.free(ids);
     g.comment(&format!("train step {step}: optimizer"));
+    if let Some(f) = &m.flat {
+        // One operator over the whole flat parameter set: about 14 B per
+        // parameter at once, what makes a step larger than HBM.
+        g.op(
+            "ApplyAdamW",
+            &[f.grad.range(), f.master.range(), f.m.range(), f.v.range()],
+            &[f.master.range(), f.m.range(), f.v.range()],
+            0,
+        );
+        for i in m.trained().collect::<Vec<_>>() {
+            let p = &m.params[i];
+            let [m32, _, _] = p.state.expect("trained");
+            g.op("Cast", &[m32.range()], &[p.w.range()], 0);
+        }
+        // the flat gradient buffer stays (zeroed by the next backward's writes)
+        return;
+    }
     let trained: Vec<usize> = m.trained().collect();
     for i in trained {
         let p = &m.params[i];
