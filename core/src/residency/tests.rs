@@ -828,6 +828,7 @@ fn evictions_take_victims_from_a_kept_order_not_a_sort_each() {
         c.evictions
     );
     a.assert_clean();
+}
 
 /// A call larger than HBM (issue 11): with host mapping it runs, part of
 /// its chunks in host handles at their VAs, and computes the right bytes;
