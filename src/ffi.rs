@@ -1,5 +1,5 @@
 //! The C types and constants of the CANN surface u3m hooks (values from the
-//! real headers; see ../shared/docs/acl-surface.md §2).
+//! real headers; see docs/acl-surface.md §2).
 #![allow(non_camel_case_types, dead_code)]
 
 use std::os::raw::{c_int, c_void};

@@ -343,7 +343,10 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
         while !(by_rank(promql(&prom_addr, q)).len() == 2
             && by_rank(promql(&prom_addr, q)).iter().all(|r| r.1 > 0.0))
         {
-            assert!(t0.elapsed() < Duration::from_secs(60), "Prometheus never stored {q}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "Prometheus never stored {q}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -430,7 +433,11 @@ fn wait_counters_moved(addr: &str, ranks: &mut [Reap]) {
                         && l.contains(has)
                         && (!name.starts_with("u3m_migrated") || l.contains("tier=\"hbm\""))
                         && l.contains(&format!("rank=\"{r}\""))
-                        && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) > 0.0
+                        && l.rsplit(' ')
+                            .next()
+                            .and_then(|v| v.parse::<f64>().ok())
+                            .unwrap_or(0.0)
+                            > 0.0
                 })
             })
         });
@@ -471,7 +478,11 @@ fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
         "every scrape read every segment"
     );
     let mib = 1024.0 * 1024.0;
-    let hbm = by_rank(promql_n(&prom_addr, "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])", 2));
+    let hbm = by_rank(promql_n(
+        &prom_addr,
+        "max_over_time(u3m_resident_bytes{tier=\"hbm\"}[5m])",
+        2,
+    ));
     assert_eq!(
         hbm.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
         ["0", "1"],
@@ -511,14 +522,26 @@ fn prometheus_checks(prom_addr: &str, ranks: &mut [Reap], t_start: f64) {
         assert!(v.iter().all(|r| r.1 > 0.0), "{what}: {v:?}");
     }
     // 132 MiB of allocations on a 96 MiB card
-    for (rank, v) in by_rank(promql_n(&prom_addr, "max_over_time(u3m_oversubscription_ratio[5m])", 2)) {
+    for (rank, v) in by_rank(promql_n(
+        &prom_addr,
+        "max_over_time(u3m_oversubscription_ratio[5m])",
+        2,
+    )) {
         assert!(v > 1.2 && v < 1.6, "rank {rank}: ratio {v}");
     }
     // a rank's stalls can't be longer than its run
-    for (rank, v) in by_rank(promql_n(&prom_addr, "max_over_time(u3m_fault_in_stall_seconds_sum[5m])", 2)) {
+    for (rank, v) in by_rank(promql_n(
+        &prom_addr,
+        "max_over_time(u3m_fault_in_stall_seconds_sum[5m])",
+        2,
+    )) {
         assert!(v < t_end - t_start, "rank {rank}: {v} s of stall");
     }
-    let last = by_rank(promql_n(&prom_addr, "max_over_time(u3m_last_update_timestamp_seconds[5m])", 2));
+    let last = by_rank(promql_n(
+        &prom_addr,
+        "max_over_time(u3m_last_update_timestamp_seconds[5m])",
+        2,
+    ));
     for (rank, v) in &last {
         assert!(
             *v >= t_start - 1.0 && *v <= t_end + 1.0,

@@ -105,7 +105,9 @@ fn base() -> &'static Vec<u8> {
             config_text: "mode=tier U3M_OVERSUB=2",
             hook_names: &["aclrtMalloc", "aclrtFree", "aclopExecuteV2"],
             class_names: &["matmul", "norm"],
-            labels: std::array::from_fn(|i| ["node-a", "3", "1", "8", "2", "run", "pod", "ns"][i % 8].to_string()),
+            labels: std::array::from_fn(|i| {
+                ["node-a", "3", "1", "8", "2", "run", "pod", "ns"][i % 8].to_string()
+            }),
         };
         let seg = StatsSegment::create(&cfg).expect("segment");
         seg.count_call(0);

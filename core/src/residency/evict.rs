@@ -204,10 +204,7 @@ impl Residency {
                 continue;
             }
             for (i, c) in b.chunks.iter().enumerate() {
-                if c.in_hbm()
-                    && c.pins == 0
-                    && c.out_ev == 0
-                    && !protect.contains(&(id, i as u32))
+                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 && !protect.contains(&(id, i as u32))
                 {
                     cands.push(Cand {
                         key: b.key(id, i as u32),
