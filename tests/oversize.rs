@@ -12,25 +12,9 @@ const MIB: u64 = 1 << 20;
 
 /// `oversize_app` under libu3m.so in tier mode; the run and its summary.
 fn tier(args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Value) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = common::scratch(&format!("oversize-{n}"));
-    let summary = dir.join("summary.json");
-    let lib = libu3m();
-    let mut e: Vec<(&str, &str)> = vec![
-        ("LD_PRELOAD", lib.to_str().unwrap()),
-        ("U3M_SHM_DIR", dir.to_str().unwrap()),
-        ("U3M_MODE", "tier"),
-        ("U3M_OVERSUB", "4"),
-        ("U3M_SUMMARY", summary.to_str().unwrap()),
-    ];
+    let mut e = vec![("U3M_OVERSUB", "4")];
     e.extend_from_slice(env);
-    let r = run("oversize_app", args, &e);
-    let s = std::fs::read_to_string(&summary)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(serde_json::Value::Null);
-    (r, s)
+    common::tier("oversize_app", args, &e)
 }
 
 /// The refused operator: 207001 before anything was launched, one line

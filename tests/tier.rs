@@ -4,31 +4,10 @@
 //! simulator sees no MMU fault and never more physical memory than HBM.
 
 mod common;
-use common::{libu3m, run, Run};
+use common::{run, Run};
 use std::path::{Path, PathBuf};
 
-/// Runs `prog` in tier mode with a private segment dir and a summary file;
-/// returns the run and the parsed U3M_SUMMARY.
-fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Value) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let dir = common::scratch(&format!("tier-{prog}-{n}"));
-    let summary = dir.join("summary.json");
-    let lib = libu3m();
-    let mut e: Vec<(&str, &str)> = vec![
-        ("LD_PRELOAD", lib.to_str().unwrap()),
-        ("U3M_SHM_DIR", dir.to_str().unwrap()),
-        ("U3M_MODE", "tier"),
-        ("U3M_SUMMARY", summary.to_str().unwrap()),
-    ];
-    e.extend_from_slice(env);
-    let r = run(prog, args, &e);
-    let s = std::fs::read_to_string(&summary)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or(serde_json::Value::Null);
-    (r, s)
-}
+use common::tier;
 
 /// Output lines that are results (simulated timings legitimately differ).
 fn results(stdout: &str) -> Vec<&str> {

@@ -117,3 +117,26 @@ pub fn run_path(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
 pub fn libu3m() -> PathBuf {
     target_dir().join("libu3m.so")
 }
+
+/// Runs `prog` under libu3m.so in tier mode with a private segment dir and a
+/// summary file; returns the run and the parsed U3M_SUMMARY (Null if none).
+pub fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json::Value) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = scratch(&format!("tier-{prog}-{n}"));
+    let summary = dir.join("summary.json");
+    let lib = libu3m();
+    let mut e: Vec<(&str, &str)> = vec![
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_SHM_DIR", dir.to_str().unwrap()),
+        ("U3M_MODE", "tier"),
+        ("U3M_SUMMARY", summary.to_str().unwrap()),
+    ];
+    e.extend_from_slice(env);
+    let r = run(prog, args, &e);
+    let s = std::fs::read_to_string(&summary)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (r, s)
+}
