@@ -66,6 +66,9 @@ pub struct aclrtPhysicalMemProp {
     pub reserve: u64,
 }
 
+/// HcclSendRecvType (hccl_types.h): HCCL_SEND = 0, HCCL_RECV = 1.
+pub const HCCL_RECV: c_int = 1;
+
 #[repr(C)]
 pub struct HcclSendRecvItem {
     pub send_recv_type: c_int,

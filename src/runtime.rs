@@ -17,6 +17,7 @@ use u3m_core::engine::runtime::Runtime;
 
 static CREATE_STREAM: RealFn = RealFn::new(b"aclrtCreateStream\0");
 static SYNC_STREAM: RealFn = RealFn::new(b"aclrtSynchronizeStream\0");
+static GET_DEVICE: RealFn = RealFn::new(b"aclrtGetDevice\0");
 static CREATE_EVENT: RealFn = RealFn::new(b"aclrtCreateEvent\0");
 static RECORD_EVENT: RealFn = RealFn::new(b"aclrtRecordEvent\0");
 static QUERY_EVENT: RealFn = RealFn::new(b"aclrtQueryEventStatus\0");
@@ -80,6 +81,12 @@ impl Runtime for Real {
             unsafe extern "C" fn(i32) -> i32,
             dev as i32
         )
+    }
+
+    fn current_device(&self) -> Option<u32> {
+        let mut d: i32 = -1;
+        call!(GET_DEVICE, unsafe extern "C" fn(*mut i32) -> i32, &mut d).ok()?;
+        u32::try_from(d).ok()
     }
 
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {

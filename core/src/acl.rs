@@ -39,6 +39,9 @@ codes! {
     INVALID_PARAM = 100000;
     /// ACL_ERROR_RT_PARAM_INVALID: an argument the runtime rejects.
     RT_PARAM_INVALID = 107000;
+    /// ACL_ERROR_RT_STREAM_CONTEXT: a stream used while another device is
+    /// the thread's current one.
+    RT_STREAM_CONTEXT = 107003;
     /// ACL_ERROR_RT_DEVICE_TASK_ABORT: the device has gone away (card failure).
     RT_DEVICE_TASK_ABORT = 107022;
     /// ACL_ERROR_RT_FEATURE_NOT_SUPPORT: also what u3m returns for a hooked

@@ -12,9 +12,10 @@ use std::ffi::c_void;
 use std::os::raw::c_int;
 
 use super::args::*;
+use super::ranges;
 use super::{Cx, Real};
 use crate::ffi::*;
-use u3m_core::engine::{Call, PinReason, Queue, Range, MAX_OP_RANGES};
+use u3m_core::engine::{Call, PinReason, Queue, Range};
 
 /// The communicator's rank count (1 if unknown).
 ///
@@ -189,21 +190,22 @@ pub unsafe fn batch_send_recv(
     real: Real<HcclBatchSendRecv>,
     a: HcclBatchSendRecv,
 ) -> HcclResult {
-    let mut ranges = [Range::default(); MAX_OP_RANGES];
-    let mut k = 0;
-    if !a.items.is_null() {
-        for i in 0..(a.item_num as usize).min(ranges.len()) {
-            let it = &*a.items.add(i);
-            ranges[k] = Range {
-                addr: it.buf as u64,
-                len: bytes(it.count, it.data_type),
-                write: it.send_recv_type == 1,
-            };
-            k += 1;
+    // every item: a batch may exchange any number of buffers, and one left
+    // out would run on memory tier mode never made resident
+    ranges::with(|ranges| {
+        if !a.items.is_null() {
+            for i in 0..a.item_num as usize {
+                let it = &*a.items.add(i);
+                ranges.push(Range {
+                    addr: it.buf as u64,
+                    len: bytes(it.count, it.data_type),
+                    write: it.send_recv_type == HCCL_RECV,
+                });
+            }
         }
-    }
-    cx.run(&coll(b"HcclBatchSendRecv", a.stream, &ranges[..k]), || {
-        real.call(a)
+        cx.run(&coll(b"HcclBatchSendRecv", a.stream, ranges), || {
+            real.call(a)
+        })
     })
 }
 

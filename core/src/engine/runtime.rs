@@ -12,6 +12,11 @@ pub const CHUNK: u64 = 2 << 20;
 pub trait Runtime: Send + Sync {
     /// Makes `dev` the calling thread's device (background threads only).
     fn set_device(&self, dev: u32) -> Result<(), AclError>;
+    /// The calling thread's device (aclrtGetDevice); None if it has none or
+    /// the runtime cannot say.
+    fn current_device(&self) -> Option<u32> {
+        None
+    }
     /// A 2 MiB-granular physical allocation on `dev`.
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError>;
     fn free_physical(&self, handle: u64) -> Result<(), AclError>;

@@ -50,6 +50,9 @@ struct Phys {
 
 #[derive(Default)]
 struct Stream {
+    /// The device current when it was created: as the real runtime, the
+    /// fake refuses work on it queued or waited for from another device.
+    dev: u32,
     queue: VecDeque<Op>,
     /// Operations queued / run so far.
     queued: u64,
@@ -326,6 +329,21 @@ impl State {
         }
     }
 
+    /// ACL_ERROR_RT_STREAM_CONTEXT for a stream of another device than the
+    /// calling thread's (the runtime's check; a misuse u3m must not make).
+    fn context(&mut self, stream: u64, what: &str) -> Result<(), AclError> {
+        match self.streams.get(&stream).map(|s| s.dev) {
+            Some(d) if d != self.cur_dev => {
+                let cur = self.cur_dev;
+                self.misuse(format!(
+                    "{what} on stream {stream:#x} of device {d} while the current device is {cur}"
+                ));
+                Err(AclError::RT_STREAM_CONTEXT)
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn queue(&mut self, stream: u64, op: Op) -> Result<(), AclError> {
         if self.lost {
             return Err(AclError::RT_DEVICE_TASK_ABORT);
@@ -468,6 +486,10 @@ fn lost<T>(st: &State) -> Result<T, AclError> {
 }
 
 impl Runtime for Fake {
+    fn current_device(&self) -> Option<u32> {
+        Some(self.lock().cur_dev)
+    }
+
     fn set_device(&self, dev: u32) -> Result<(), AclError> {
         let mut st = self.lock();
         if dev as usize >= st.capacity.len() {
@@ -619,7 +641,14 @@ impl Runtime for Fake {
         let mut st = self.lock();
         let s = st.next_stream;
         st.next_stream += 16;
-        st.streams.insert(s, Stream::default());
+        let dev = st.cur_dev;
+        st.streams.insert(
+            s,
+            Stream {
+                dev,
+                ..Stream::default()
+            },
+        );
         Ok(s)
     }
 
@@ -643,6 +672,7 @@ impl Runtime for Fake {
             }
             _ => st.seen.d2d += 1,
         }
+        st.context(stream, "memcpy_async")?;
         st.queue(
             stream,
             Op::Copy {
@@ -659,6 +689,7 @@ impl Runtime for Fake {
         if st.lost {
             return lost(&st);
         }
+        st.context(stream, "sync_stream")?;
         st.run(stream, u64::MAX)
     }
 
@@ -710,6 +741,7 @@ impl Runtime for Fake {
 
     fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
+        st.context(stream, "stream_wait")?;
         match st.events.get(&event) {
             Some(None) => Ok(()),
             Some(&Some((s, pos))) => st.queue(stream, Op::Wait { stream: s, pos }),

@@ -253,7 +253,7 @@ impl Residency {
         c.dirty = true;
         c.prefetched = false;
         if let Some(o) = old {
-            st.pending_free.push(o);
+            st.pending_free.push((dev, o));
         }
         st.dev_mut(dev).host_mapped += CHUNK;
         self.c.host_maps.fetch_add(1, Relaxed);
@@ -293,7 +293,7 @@ impl Residency {
             st.unref_event(ev);
         }
         if let Some(o) = old {
-            st.pending_free.push(o);
+            st.pending_free.push((dev, o));
         }
         let _ = self.rt.free_physical(hbm);
         let d = st.dev_mut(dev);

@@ -313,7 +313,7 @@ impl Residency {
         st.event_refs.clear();
         st.free_events.clear();
         st.wait_for = None;
-        for h in std::mem::take(&mut st.pending_free) {
+        for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
         }
         // the parent's file: neither written nor given back here
@@ -839,18 +839,36 @@ impl Residency {
     /// runtime does.
     pub fn finalize(&self) {
         let Ok(mut st) = self.st.lock() else { return };
+        // a stream is synchronised on its own device (the runtime refuses
+        // another device's stream); the caller's device is restored after
+        let cur = self.rt.current_device();
+        let mut at = cur;
         for d in 0..st.devs.len() {
-            let stream = st.devs[d].stream;
-            if stream != 0 && !st.devs[d].lost {
-                let _ = self.rt.sync_stream(stream);
+            let (stream, out) = (st.devs[d].stream, st.devs[d].out_stream);
+            if (stream == 0 && out == 0) || st.devs[d].lost {
+                continue;
             }
+            if at != Some(d as u32) {
+                if self.rt.set_device(d as u32).is_err() {
+                    continue;
+                }
+                at = Some(d as u32);
+            }
+            for s in [stream, out] {
+                if s != 0 {
+                    let _ = self.rt.sync_stream(s);
+                }
+            }
+        }
+        if let Some(c) = cur.filter(|&c| at != Some(c)) {
+            let _ = self.rt.set_device(c);
         }
         self.forget_backings(&mut st, None);
         for d in 0..st.devs.len() {
             // copy-outs in flight give their DRAM slots back
             self.settle_outgoing(&mut st, d as u32);
         }
-        for h in std::mem::take(&mut st.pending_free) {
+        for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
         }
         for d in 0..st.devs.len() {

@@ -51,7 +51,7 @@ impl Residency {
                         any_lost = true;
                         // a stale host copy must never be served as current
                         if let Some(h) = c.host.take() {
-                            st2.pending_free.push(h);
+                            st2.pending_free.push((dev, h));
                         }
                     }
                     c.phys = 0; // gone with the device: never freed or unmapped
@@ -70,7 +70,7 @@ impl Residency {
             }
         }
         // host slots of lost chunks: nothing of ours runs on the lost device
-        for h in std::mem::take(&mut st.pending_free) {
+        for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
         }
         Some((lost, kept))

@@ -204,7 +204,7 @@ impl Residency {
                 let h = c.host.take();
                 c.dirty = true;
                 if let Some(h) = h {
-                    st.pending_free.push(h);
+                    st.pending_free.push((bdev, h));
                 }
                 continue;
             }
@@ -623,7 +623,7 @@ impl Residency {
                 }
                 if c.phys != 0 && !c.dirty && matches!(c.host, Some(Host::Dram(_))) {
                     if let Some(h) = c.host.take() {
-                        dropped.push(h);
+                        dropped.push((b.dev, h));
                         c.dirty = true;
                         freed += CHUNK;
                     }
@@ -639,18 +639,36 @@ impl Residency {
         freed
     }
 
-    /// Gives back deferred host slots once no issued copy can read them.
+    /// Gives back deferred host slots once no issued copy can read them: a
+    /// slot is read only by copy-ins on its chunk's device's u3m stream, and
+    /// a stream can be synchronised only from its own device (the runtime
+    /// refuses another's), so the slots of the calling thread's device go
+    /// now and the others' wait for a reclaim on their device (or finalize).
     pub(super) fn reclaim(&self, st: &mut State) {
         if st.pending_free.is_empty() {
             return;
         }
-        for d in 0..MAX_DEVICES {
-            if st.devs[d].stream != 0 {
-                let _ = self.rt.sync_stream(st.devs[d].stream);
+        // None: a runtime that cannot say (the replayer) has no contexts
+        let cur = self.rt.current_device();
+        let mut idle = [false; MAX_DEVICES];
+        for (d, ok) in idle.iter_mut().enumerate() {
+            let stream = st.devs[d].stream;
+            if stream == 0 {
+                *ok = true; // u3m never copied in on this device
+            } else if cur.is_none_or(|c| c as usize == d) {
+                let _ = self.rt.sync_stream(stream);
+                *ok = true;
             }
         }
-        for h in std::mem::take(&mut st.pending_free) {
-            st.free_host(h);
+        let mut k = 0;
+        while k < st.pending_free.len() {
+            let d = st.pending_free[k].0 as usize;
+            if idle.get(d).copied().unwrap_or(true) {
+                let (_, h) = st.pending_free.swap_remove(k);
+                st.free_host(h);
+            } else {
+                k += 1;
+            }
         }
     }
 

@@ -264,6 +264,7 @@ impl Residency {
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
             let mut old = None;
+            let dev = st.backings.get(&id).map_or(0, |b| b.dev);
             if let Some(c) = st
                 .backings
                 .get_mut(&id)
@@ -284,7 +285,7 @@ impl Residency {
                 }
             }
             if let Some(h) = stale {
-                st.pending_free.push(h);
+                st.pending_free.push((dev, h));
             }
             if let Some(e) = ev {
                 *st.event_refs.entry(e).or_insert(0) += 1;

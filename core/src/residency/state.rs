@@ -231,8 +231,9 @@ pub(super) struct State {
     pub clock: u64,
     pub recently_freed: VecDeque<u64>,
     /// Host slots no longer needed that an issued copy-in may still be
-    /// reading: given back only after u3m's streams are synchronised.
-    pub pending_free: Vec<Host>,
+    /// reading, with the device whose u3m stream may read them (the chunk's):
+    /// given back only after that stream is synchronised.
+    pub pending_free: Vec<(u32, Host)>,
     /// An event an eviction must see complete (waited for without the lock).
     pub wait_for: Option<u64>,
     /// CLOCK_MONOTONIC when the current call's first absent chunk was met

@@ -881,3 +881,58 @@ fn a_call_larger_than_hbm_runs_host_mapped_or_is_refused() {
         a.assert_clean();
     }
 }
+
+/// Two devices: u3m synchronises a stream only from its own device (the
+/// runtime refuses a stream of another device). Before, reclaiming host
+/// slots and aclFinalize synchronised every device's stream from the
+/// calling thread's device: the other device's copies were not waited for
+/// and their DRAM slots were given back under them.
+#[test]
+fn streams_are_synchronised_on_their_own_device() {
+    let f = Fake::leak(2, CHUNK);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let step = |dev: u32, va: u64, data: Option<&[u8]>| -> Vec<u8> {
+        f.set_device(dev).unwrap();
+        let len = CHUNK;
+        let rs = [Range {
+            addr: va,
+            len,
+            write: data.is_some(),
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
+            .expect("prepare");
+        let out = match data {
+            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
+            None => f.app_read(va, len),
+        };
+        r.finish(tok, None, out.is_ok());
+        out.expect("call")
+    };
+    let mut vas = Vec::new();
+    for dev in 0..2u32 {
+        f.set_device(dev).unwrap();
+        let (free, total) = f.mem_info().unwrap();
+        let x = r.malloc(dev, CHUNK, free, total).unwrap().unwrap();
+        let y = r.malloc(dev, CHUNK, free, total).unwrap().unwrap();
+        step(dev, x, Some(&pattern(dev as u64, CHUNK)));
+        step(dev, y, Some(&pattern(10 + dev as u64, CHUNK))); // x copied out
+        assert_eq!(step(dev, x, None), pattern(dev as u64, CHUNK)); // y out, x in
+                                                                    // x's clean DRAM copy goes stale: its slot waits for device `dev`'s
+                                                                    // stream (device 1's evictions below reclaim slots: never by
+                                                                    // synchronising device 0's stream from device 1)
+        step(dev, x, Some(&pattern(20 + dev as u64, CHUNK)));
+        vas.push((x, y));
+    }
+    for (dev, &(x, y)) in vas.iter().enumerate() {
+        let dev = dev as u32;
+        assert_eq!(step(dev, y, None), pattern(10 + dev as u64, CHUNK));
+        assert_eq!(step(dev, x, None), pattern(20 + dev as u64, CHUNK));
+    }
+    // device 1 is current; u3m's streams of device 0 hold its last copies
+    r.finalize();
+    f.drain();
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}

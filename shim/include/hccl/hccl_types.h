@@ -68,6 +68,21 @@ typedef enum {
     HCCL_DATA_TYPE_RESERVED = 255
 } HcclDataType;
 
+typedef enum {
+    HCCL_SEND = 0,
+    HCCL_RECV = 1,
+    HCCL_SEND_RECV_RESERVED
+} HcclSendRecvType;
+
+/* One point-to-point transfer of HcclBatchSendRecv. */
+typedef struct HcclSendRecvItemDef {
+    HcclSendRecvType sendRecvType;
+    void *buf;
+    uint64_t count;
+    HcclDataType dataType;
+    uint32_t remoteRank;
+} HcclSendRecvItem;
+
 #ifdef __cplusplus
 }
 #endif

@@ -65,8 +65,9 @@
 
 #define COMM_MAGIC 0x48434d4dU /* "HCMM" */
 
-enum coll_kind { COLL_ALLREDUCE = 0, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST };
-static const char *const k_coll_name[] = { "HcclAllReduce", "HcclAllGather", "HcclReduceScatter", "HcclBroadcast" };
+enum coll_kind { COLL_ALLREDUCE = 0, COLL_ALLGATHER, COLL_REDUCESCATTER, COLL_BROADCAST, COLL_BATCH };
+static const char *const k_coll_name[] = { "HcclAllReduce", "HcclAllGather", "HcclReduceScatter", "HcclBroadcast",
+                                           "HcclBatchSendRecv" };
 
 /* One rank's arguments to a collective. */
 typedef struct coll_args {
@@ -77,6 +78,9 @@ typedef struct coll_args {
     int reduces;             /* AllReduce, ReduceScatter: `op` is meaningful */
     int op;
     uint32_t root;
+    /* HcclBatchSendRecv: the rank's items (a copy owned by its coll_work) */
+    const HcclSendRecvItem *items;
+    uint32_t nitems;
 } coll_args;
 
 enum slot_state { SLOT_WAITING = 0, SLOT_RUNNING, SLOT_DONE, SLOT_FAILED };
@@ -322,7 +326,11 @@ static uint64_t coll_cost_ns(const coll_args *a, int n) {
     const sim_config *c = aclsim_config();
     uint64_t b = a->count * (uint64_t)dtype_size(a->dtype);
     double moved = 0;
-    if (n > 1) {
+    if (a->kind == COLL_BATCH) {
+        /* every item crosses the link once (sends out, receives in) */
+        for (uint32_t i = 0; i < a->nitems; i++)
+            moved += (double)a->items[i].count * (double)dtype_size(a->items[i].dataType);
+    } else if (n > 1) {
         switch (a->kind) {
         case COLL_ALLREDUCE: moved = 2.0 * (n - 1) / n * (double)b; break;
         case COLL_ALLGATHER: /* fall through: (n-1) of n blocks of b */
@@ -420,6 +428,108 @@ static int args_mismatch(const coll_slot *s, int n) {
     return -1;
 }
 
+/* Index of the k-th item of `type` with remoteRank `peer` in a rank's batch, or -1. */
+static int batch_nth(const coll_args *a, int type, uint32_t peer, uint32_t k) {
+    for (uint32_t i = 0; i < a->nitems; i++) {
+        if ((int)a->items[i].sendRecvType == type && a->items[i].remoteRank == peer) {
+            if (k == 0) return (int)i;
+            k--;
+        }
+    }
+    return -1;
+}
+
+static uint32_t batch_count(const coll_args *a, int type, uint32_t peer) {
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < a->nitems; i++)
+        if ((int)a->items[i].sendRecvType == type && a->items[i].remoteRank == peer) k++;
+    return k;
+}
+
+static uint64_t item_bytes(const HcclSendRecvItem *it) {
+    return it->count * (uint64_t)dtype_size(it->dataType);
+}
+
+/* HcclBatchSendRecv's last arrival: the k-th send of rank r to rank q pairs
+ * with the k-th receive of q from r (counts and data types must agree), every
+ * buffer is range-checked, every send is read into scratch before any receive
+ * is written (buffers may alias). Group mutex NOT held. */
+static void run_batch(coll_group *g, coll_slot *s) {
+    const int n = g->nranks;
+    for (int r = 0; r < n; r++) {
+        for (int q = 0; q < n; q++) {
+            const coll_args *a = &s->args[r], *b = &s->args[q];
+            uint32_t sends = batch_count(a, HCCL_SEND, (uint32_t)q), recvs = batch_count(b, HCCL_RECV, (uint32_t)r);
+            const char *why = NULL;
+            uint32_t k = 0;
+            if (sends != recvs) why = "the numbers of sends and receives differ";
+            for (; !why && k < sends; k++) {
+                const HcclSendRecvItem *x = &a->items[batch_nth(a, HCCL_SEND, (uint32_t)q, k)];
+                const HcclSendRecvItem *y = &b->items[batch_nth(b, HCCL_RECV, (uint32_t)r, k)];
+                if (x->count != y->count || x->dataType != y->dataType) why = "a send and its receive differ in count or type";
+            }
+            if (why) {
+                aclsim_log("HcclBatchSendRecv #%llu: rank %d sends %u item(s) to rank %d, which receives %u from it: %s; "
+                           "failing it on all ranks", (unsigned long long)s->seq, r, sends, q, recvs, why);
+                for (int x = 0; x < n; x++) s->rc[x] = ACL_ERROR_RT_PARAM_INVALID;
+                return;
+            }
+        }
+    }
+    aclsim_mm_read_lock();
+    int faulted = 0;
+    uint64_t total = 0;
+    for (int r = 0; r < n; r++) {
+        const coll_args *a = &s->args[r];
+        sim_range *rg = calloc(a->nitems ? a->nitems : 1, sizeof *rg);
+        if (!rg) {
+            s->rc[r] = ACL_ERROR_RT_INTERNAL_ERROR;
+            faulted = 1;
+            continue;
+        }
+        for (uint32_t i = 0; i < a->nitems; i++) {
+            rg[i] = (sim_range){ (uintptr_t)a->items[i].buf, item_bytes(&a->items[i]), a->items[i].sendRecvType == HCCL_RECV };
+            if (a->items[i].sendRecvType == HCCL_SEND) total += rg[i].bytes;
+        }
+        char what[96];
+        snprintf(what, sizeof what, "HcclBatchSendRecv (rank %d of %d, device %d)", r, n, g->devices[r]);
+        s->rc[r] = aclsim_check_ranges(rg, (int)a->nitems, what);
+        if (s->rc[r]) faulted = 1;
+        free(rg);
+    }
+    if (faulted) {
+        for (int r = 0; r < n; r++)
+            if (!s->rc[r]) s->rc[r] = ACL_ERROR_RT_SUSPECT_REMOTE_ERROR;
+    } else if (!aclsim_config()->phantom && total > 0) {
+        unsigned char *tmp = malloc(total);
+        if (!tmp) {
+            aclsim_log("HcclBatchSendRecv: cannot allocate %llu bytes of host scratch", (unsigned long long)total);
+            for (int r = 0; r < n; r++) s->rc[r] = ACL_ERROR_RT_INTERNAL_ERROR;
+        } else {
+            /* pass 0 reads every send into scratch, pass 1 writes every receive */
+            for (int pass = 0; pass < 2; pass++) {
+                uint64_t off = 0;
+                for (int r = 0; r < n; r++) {
+                    for (int q = 0; q < n; q++) {
+                        const coll_args *a = &s->args[r], *b = &s->args[q];
+                        uint32_t sends = batch_count(a, HCCL_SEND, (uint32_t)q);
+                        for (uint32_t k = 0; k < sends; k++) {
+                            const HcclSendRecvItem *x = &a->items[batch_nth(a, HCCL_SEND, (uint32_t)q, k)];
+                            const HcclSendRecvItem *y = &b->items[batch_nth(b, HCCL_RECV, (uint32_t)r, k)];
+                            uint64_t nb = item_bytes(x);
+                            if (pass == 0) memcpy(tmp + off, x->buf, nb);
+                            else memcpy(y->buf, tmp + off, nb);
+                            off += nb;
+                        }
+                    }
+                }
+            }
+            free(tmp);
+        }
+    }
+    aclsim_mm_read_unlock();
+}
+
 /* The last arrival: check, compute, time. Group mutex NOT held. */
 static void run_collective(coll_group *g, coll_slot *s) {
     const int n = g->nranks;
@@ -435,6 +545,10 @@ static void run_collective(coll_group *g, coll_slot *s) {
                    s->args[bad].dtype, s->args[bad].op, s->args[bad].root);
         for (int r = 0; r < n; r++) s->rc[r] = ACL_ERROR_RT_PARAM_INVALID;
         return;
+    }
+    if (a0->kind == COLL_BATCH) {
+        run_batch(g, s);
+        goto timing;
     }
 
     uint64_t send_b, recv_b;
@@ -493,6 +607,7 @@ static void run_collective(coll_group *g, coll_slot *s) {
     }
     aclsim_mm_read_unlock();
 
+timing:;
     uint64_t end = 0;
     for (int r = 0; r < n; r++)
         if (s->start_ns[r] + s->cost_ns > end) end = s->start_ns[r] + s->cost_ns;
@@ -591,6 +706,7 @@ static void coll_destroy(sim_work *w) {
     coll_work *cw = (coll_work *)w->payload;
     if (!cw) return;
     group_unref(cw->g);
+    free((void *)cw->a.items);
     free(cw);
     w->payload = NULL;
 }
@@ -795,8 +911,15 @@ static HcclResult coll_launch(const char *name, coll_args *a, HcclComm comm, acl
     uint64_t send_b, recv_b;
     coll_sizes(a, g->nranks, &send_b, &recv_b);
     coll_work *cw = calloc(1, sizeof *cw);
-    sim_work *w = cw ? aclsim_work_new(a->kind == COLL_BROADCAST ? 1 : 2) : NULL;
+    int nr = a->kind == COLL_BATCH ? (int)a->nitems : a->kind == COLL_BROADCAST ? 1 : 2;
+    HcclSendRecvItem *items = NULL;
+    if (cw && a->kind == COLL_BATCH) {
+        items = malloc((size_t)a->nitems * sizeof *items);
+        if (items) memcpy(items, a->items, (size_t)a->nitems * sizeof *items);
+    }
+    sim_work *w = cw && (items || a->kind != COLL_BATCH) ? aclsim_work_new(nr) : NULL;
     if (!w) {
+        free(items);
         free(cw);
         hr = HCCL_E_MEMORY;
         goto out;
@@ -804,7 +927,11 @@ static HcclResult coll_launch(const char *name, coll_args *a, HcclComm comm, acl
     snprintf(w->what, sizeof w->what, "%s(rank %d)", name, c->rank);
     w->kind = SIM_WORK_COLLECTIVE;
     w->flags = SIM_WF_SELF_CHECK;
-    if (a->kind == COLL_BROADCAST) {
+    if (a->kind == COLL_BATCH) {
+        w->nranges = nr;
+        for (int i = 0; i < nr; i++)
+            w->ranges[i] = (sim_range){ (uintptr_t)items[i].buf, item_bytes(&items[i]), items[i].sendRecvType == HCCL_RECV };
+    } else if (a->kind == COLL_BROADCAST) {
         w->nranges = 1;
         w->ranges[0] = (sim_range){ a->send, send_b, a->root != (uint32_t)c->rank };
     } else {
@@ -819,6 +946,7 @@ static HcclResult coll_launch(const char *name, coll_args *a, HcclComm comm, acl
     cw->rank = c->rank;
     cw->seq = c->next_seq;
     cw->a = *a;
+    cw->a.items = items;
     w->payload = cw;
     pthread_mutex_lock(&g->mu);
     g->refs++;               /* released by coll_destroy */
@@ -840,7 +968,7 @@ HCCL_EXPORT HcclResult HcclAllReduce(void *sendBuf, void *recvBuf, uint64_t coun
     HcclReduceOp op, HcclComm comm, aclrtStream stream) {
     if (count == 0) return HCCL_SUCCESS;
     if (!comm || !sendBuf || !recvBuf) return HCCL_E_PTR;
-    coll_args a = { COLL_ALLREDUCE, (uintptr_t)sendBuf, (uintptr_t)recvBuf, count, (int)dataType, 1, (int)op, 0 };
+    coll_args a = { COLL_ALLREDUCE, (uintptr_t)sendBuf, (uintptr_t)recvBuf, count, (int)dataType, 1, (int)op, 0, NULL, 0 };
     return coll_launch("HcclAllReduce", &a, comm, stream);
 }
 
@@ -848,7 +976,7 @@ HCCL_EXPORT HcclResult HcclAllGather(void *sendBuf, void *recvBuf, uint64_t send
     HcclComm comm, aclrtStream stream) {
     if (sendCount == 0) return HCCL_SUCCESS;
     if (!comm || !sendBuf || !recvBuf) return HCCL_E_PTR;
-    coll_args a = { COLL_ALLGATHER, (uintptr_t)sendBuf, (uintptr_t)recvBuf, sendCount, (int)dataType, 0, 0, 0 };
+    coll_args a = { COLL_ALLGATHER, (uintptr_t)sendBuf, (uintptr_t)recvBuf, sendCount, (int)dataType, 0, 0, 0, NULL, 0 };
     return coll_launch("HcclAllGather", &a, comm, stream);
 }
 
@@ -857,7 +985,7 @@ HCCL_EXPORT HcclResult HcclReduceScatter(void *sendBuf, void *recvBuf, uint64_t 
     if (recvCount == 0) return HCCL_SUCCESS;
     if (!comm || !sendBuf || !recvBuf) return HCCL_E_PTR;
     coll_args a = { COLL_REDUCESCATTER, (uintptr_t)sendBuf, (uintptr_t)recvBuf, recvCount, (int)dataType, 1, (int)op,
-                     0 };
+                     0, NULL, 0 };
     return coll_launch("HcclReduceScatter", &a, comm, stream);
 }
 
@@ -865,6 +993,48 @@ HCCL_EXPORT HcclResult HcclBroadcast(void *buf, uint64_t count, HcclDataType dat
     aclrtStream stream) {
     if (count == 0) return HCCL_SUCCESS;
     if (!comm || !buf) return HCCL_E_PTR;
-    coll_args a = { COLL_BROADCAST, (uintptr_t)buf, (uintptr_t)buf, count, (int)dataType, 0, 0, root };
+    coll_args a = { COLL_BROADCAST, (uintptr_t)buf, (uintptr_t)buf, count, (int)dataType, 0, 0, root, NULL, 0 };
     return coll_launch("HcclBroadcast", &a, comm, stream);
+}
+
+/* Point-to-point transfers between the ranks of one communicator. The
+ * simulator pairs them through the communicator's rendezvous: every rank of the
+ * communicator calls HcclBatchSendRecv the same number of times, in the same
+ * order relative to its other collectives (real HCCL only needs the ranks that
+ * exchange data); the k-th send of rank r to rank q pairs with the k-th receive
+ * of q from r. Argument checks follow the collectives': no items -> success;
+ * a NULL item array, buffer or comm -> HCCL_E_PTR; an unknown send/recv type,
+ * a remote rank outside the communicator or a count above the limit ->
+ * HCCL_E_PARA; an unknown data type -> HCCL_E_NOT_SUPPORT. */
+HCCL_EXPORT HcclResult HcclBatchSendRecv(HcclSendRecvItem *sendRecvInfo, uint32_t itemNum, HcclComm comm,
+    aclrtStream stream) {
+    if (itemNum == 0) return HCCL_SUCCESS;
+    if (!comm || !sendRecvInfo) return HCCL_E_PTR;
+    uint32_t nranks = 0;
+    HcclResult hr = HcclGetRankSize(comm, &nranks);
+    if (hr != HCCL_SUCCESS) return hr;
+    for (uint32_t i = 0; i < itemNum; i++) {
+        const HcclSendRecvItem *it = &sendRecvInfo[i];
+        if (it->sendRecvType != HCCL_SEND && it->sendRecvType != HCCL_RECV) {
+            aclsim_log("HcclBatchSendRecv: item %u has send/recv type %d", i, (int)it->sendRecvType);
+            return HCCL_E_PARA;
+        }
+        if (it->remoteRank >= nranks) {
+            aclsim_log("HcclBatchSendRecv: item %u names remote rank %u of a communicator of %u", i, it->remoteRank,
+                       nranks);
+            return HCCL_E_PARA;
+        }
+        if (it->count > HCCL_MAX_COUNT) {
+            aclsim_log("HcclBatchSendRecv: item %u: count %llu is bigger than the maximum %llu", i,
+                       (unsigned long long)it->count, (unsigned long long)HCCL_MAX_COUNT);
+            return HCCL_E_PARA;
+        }
+        if ((int)it->dataType < 0 || it->dataType >= HCCL_DATA_TYPE_RESERVED || dtype_size(it->dataType) == 0) {
+            aclsim_log("HcclBatchSendRecv: item %u: data type %d not supported", i, (int)it->dataType);
+            return HCCL_E_NOT_SUPPORT;
+        }
+        if (!it->buf && it->count > 0) return HCCL_E_PTR;
+    }
+    coll_args a = { COLL_BATCH, 0, 0, 0, HCCL_DATA_TYPE_INT8, 0, 0, 0, sendRecvInfo, itemNum };
+    return coll_launch("HcclBatchSendRecv", &a, comm, stream);
 }
