@@ -6,7 +6,11 @@
 #   bench/replay_vs_lib.sh [--model M] [--layers N] [--seq S] [--batch B]
 #       [--workload lora|adam] [--steps A,B] [--ratio R] [--policy P]
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
-#       [--replay-args "ARGS"]   (default "--event-model simulator")
+#       [--replay-args "ARGS"]   (default "--event-model simulator") [--reps R]
+# --reps R: library runs per trace (default 3): which copy-out or use event has
+#   completed follows the host's real timing, so the library's figures vary
+#   run to run; the median (by step) is compared, min-max shown. The replay
+#   is deterministic: one run.
 #
 # Library side: acl_replay --no-verify TRACE under libu3m.so (U3M_MODE=tier,
 #   U3M_POLICY=P, U3M_OVERSUB=64, U3M_DRAM_BYTES=64G), phantom, preset 910b4,
@@ -23,7 +27,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=llama2-13b LAYERS=2 SEQ=512 BATCH=1 WORKLOAD=lora STEPS="1,2" RATIO=1.5 POLICY=predictive
-TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator"
+TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator" REPS=3
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
         --no-build) BUILD=0; shift ;;
         --link-model) LINK_MODEL=$2; shift 2 ;;
         --replay-args) REPLAY_ARGS=$2; shift 2 ;;
+        --reps) REPS=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "replay_vs_lib.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
     esac
@@ -50,11 +55,12 @@ mkdir -p "$OUT"
 echo "replay_vs_lib.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$MODEL" "$LAYERS" "$SEQ" "$BATCH" "$WORKLOAD" "$STEPS" "$RATIO" "$POLICY" \
-    "$TRACE" "$HBM" "$LINK_MODEL" "$REPLAY_ARGS" <<'PY'
+    "$TRACE" "$HBM" "$LINK_MODEL" "$REPLAY_ARGS" "$REPS" <<'PY'
 import json, os, subprocess, sys, time
 
 ROOT, OUT, MODEL, LAYERS, SEQ, BATCH, WORKLOAD, STEPS, RATIO, POLICY, TRACE, HBM, LINK_MODEL = sys.argv[1:14]
-EXTRA = sys.argv[14].split() if len(sys.argv) > 14 else []
+EXTRA = sys.argv[14].split()
+REPS = max(1, int(sys.argv[15]))
 REL = os.path.join(ROOT, "target", "release")
 U3M, LIB, APP = os.path.join(REL, "u3m"), os.path.join(REL, "libu3m.so"), os.path.join(REL, "acl-apps", "acl_replay")
 MIB, GIB = 1 << 20, 1 << 30
@@ -98,7 +104,9 @@ def replay_run(name, trace, hbm):
     j = json.loads(p.stdout)
     pol = [x for x in j["traces"][0]["policies"] if x["policy"] == POLICY][0]
     rt = pol["runtime"]
-    return {"ns": pol["total_ns"], "h2d": rt["h2d_bytes"], "d2h": rt["d2h_bytes"],
+    # the simulator counts the program's copies and the Tier's alike
+    return {"ns": pol["total_ns"], "h2d": rt["h2d_bytes"] + rt["program_h2d_bytes"],
+            "d2h": rt["d2h_bytes"] + rt["program_d2h_bytes"],
             "busy_in": rt.get("link_h2d_busy_ns", 0), "busy_out": rt.get("link_d2h_busy_ns", 0),
             "wall": time.monotonic() - t0}
 
@@ -128,30 +136,39 @@ else:
         MODEL, WORKLOAD, LAYERS, SEQ, BATCH, fmt_b(F), " and ".join(map(str, S)))
 res = {}
 for s, tr in runs:
-    log("library, %d steps" % s)
-    res[("lib", s)] = lib_run("lib-s%d" % s, tr, hbm)
+    for k in range(REPS):
+        log("library, %d steps, run %d" % (s, k + 1))
+        res[("lib%d" % k, s)] = lib_run("lib-s%d-r%d" % (s, k), tr, hbm)
     log("replay, %d steps" % s)
     res[("rep", s)] = replay_run("rep-s%d" % s, tr, hbm)
+arms = ["lib%d" % k for k in range(REPS)] + ["rep"]
+last = runs[-1][0]
+tables = [("whole %d-step run" % last if last else "whole run", {arm: res[(arm, last)] for arm in arms})]
 if len(runs) == 2:
     (a, _), (b, _) = runs
-    v = {arm: {k: (res[(arm, b)][k] - res[(arm, a)][k]) / (b - a) for k in res[(arm, b)]} for arm in ("lib", "rep")}
-else:
-    v = {arm: res[(arm, runs[0][0])] for arm in ("lib", "rep")}
+    tables.append(("per step: (%d-step run - %d-step run) / %d, library runs paired in order" % (b, a, b - a),
+                   {arm: {k: (res[(arm, b)][k] - res[(arm, a)][k]) / (b - a) for k in res[(arm, b)]} for arm in arms}))
 print("# replay_vs_lib.sh, commit %s, %s, load %s" % (
     subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
     time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join("%.1f" % x for x in os.getloadavg())))
-print("%s; HBM %s; policy %s; link model %s; replay %s" % (what, fmt_b(hbm), POLICY, LINK_MODEL, " ".join(EXTRA)))
-print("%-28s %14s %14s %8s" % ("", "library", "replay", "ratio"))
-rows = [("step (simulated ms)", "ns", 1e-6), ("H2D bytes (GiB)", "h2d", 1 / GIB), ("D2H bytes (GiB)", "d2h", 1 / GIB),
+print("%s; HBM %s; policy %s; link model %s; replay %s; library runs %d" % (
+    what, fmt_b(hbm), POLICY, LINK_MODEL, " ".join(EXTRA), REPS))
+rows = [("time (simulated ms)", "ns", 1e-6), ("H2D bytes (GiB)", "h2d", 1 / GIB), ("D2H bytes (GiB)", "d2h", 1 / GIB),
         ("link H2D busy (sim ms)", "busy_in", 1e-6), ("link D2H busy (sim ms)", "busy_out", 1e-6)]
-worst = 0.0
-for label, k, sc in rows:
-    l, r = v["lib"][k] * sc, v["rep"][k] * sc
-    ratio = r / l if l else float("nan")
-    if k in ("ns", "h2d", "d2h") and l:
-        worst = max(worst, abs(ratio - 1))
-    print("%-28s %14.3f %14.3f %8.3f" % (label, l, r, ratio))
-print("largest step/bytes deviation: %.1f %%" % (100 * worst))
-print("wall s: library %s, replay %s" % (" ".join("%.1f" % res[("lib", s)]["wall"] for s, _ in runs),
+for title, v in tables:
+    libs = sorted((v["lib%d" % k] for k in range(REPS)), key=lambda x: x["ns"])
+    med = libs[len(libs) // 2]
+    print("\n## %s" % title)
+    print("%-26s %14s %21s %12s %8s" % ("", "library median", "library min-max", "replay", "ratio"))
+    worst = 0.0
+    for label, k, sc in rows:
+        l, r = med[k] * sc, v["rep"][k] * sc
+        lo, hi = min(x[k] for x in libs) * sc, max(x[k] for x in libs) * sc
+        ratio = r / l if l else float("nan")
+        if k in ("ns", "h2d", "d2h") and l:
+            worst = max(worst, abs(ratio - 1))
+        print("%-26s %14.3f %10.3f-%-10.3f %12.3f %8.3f" % (label, l, lo, hi, r, ratio))
+    print("largest time/bytes deviation from the library's median run: %.1f %%" % (100 * worst))
+print("\nwall s: library %s, replay %s" % (" ".join("%.1f" % res[("lib0", s)]["wall"] for s, _ in runs),
                                         " ".join("%.1f" % res[("rep", s)]["wall"] for s, _ in runs)))
 PY

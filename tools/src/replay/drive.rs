@@ -537,6 +537,9 @@ impl Driver<'_> {
             .iter()
             .map(|r| (r.addr, r.len, r.write as u8))
             .collect();
+        if let Cost::Link(b, to_device) = &cost {
+            self.rt.program_copy(*b, *to_device);
+        }
         let work = cost.work(&self.s.costs, &self.rt.host_access(&spans));
         if sync {
             let ns = self.rt.sync_work(&work);

@@ -266,6 +266,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "nvme_read_bytes": p.sim.nvme_read_bytes, "nvme_write_bytes": p.sim.nvme_write_bytes,
                             "link_busy_ns": p.sim.link_ns, "nvme_busy_ns": p.sim.nvme_ns,
                             "link_h2d_busy_ns": p.sim.link_in_busy_ns, "link_d2h_busy_ns": p.sim.link_out_busy_ns,
+                            "program_h2d_bytes": p.sim.program_h2d_bytes, "program_d2h_bytes": p.sim.program_d2h_bytes,
                             "host_mapped_read_bytes": p.sim.host_read_bytes, "host_mapped_write_bytes": p.sim.host_write_bytes,
                             "host_phys_peak_bytes": p.sim.host_phys_peak,
                         },

@@ -80,6 +80,10 @@ pub struct SimCounters {
     /// per-stream link).
     pub link_in_busy_ns: u64,
     pub link_out_busy_ns: u64,
+    /// The program's own host→device / device→host copy bytes (the trace's
+    /// `M` events; `h2d_bytes`, `d2h_bytes` are the Tier's).
+    pub program_h2d_bytes: u64,
+    pub program_d2h_bytes: u64,
 }
 
 /// One direction of a device's link: the simulated time already taken, as
@@ -438,6 +442,15 @@ impl SimRuntime {
         let end = start + self.work_ns(st, start, w);
         st.streams[(stream - 1) as usize].clock = end;
         end
+    }
+
+    /// Counts a copy of the program's.
+    pub fn program_copy(&self, bytes: u64, to_device: bool) {
+        let mut st = self.lock();
+        match to_device {
+            true => st.c.program_h2d_bytes += bytes,
+            false => st.c.program_d2h_bytes += bytes,
+        }
     }
 
     /// Runs `w` synchronously from the host's time; returns its duration.
