@@ -7,6 +7,7 @@
 #       [--workload lora|adam] [--steps A,B] [--ratio R] [--policy P]
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
 #       [--replay-args "ARGS"]   (default "--event-model simulator") [--reps R]
+#       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
 # --reps R: library runs per trace (default 3): which copy-out or use event has
 #   completed follows the host's real timing, so the library's figures vary
 #   run to run; the median (by step) is compared, min-max shown. The replay
@@ -27,7 +28,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=llama2-13b LAYERS=2 SEQ=512 BATCH=1 WORKLOAD=lora STEPS="1,2" RATIO=1.5 POLICY=predictive
-TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator" REPS=3
+TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator" REPS=3 SYNTH_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;
@@ -45,6 +46,7 @@ while [ $# -gt 0 ]; do
         --link-model) LINK_MODEL=$2; shift 2 ;;
         --replay-args) REPLAY_ARGS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
+        --synth-args) SYNTH_ARGS=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "replay_vs_lib.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
     esac
@@ -55,12 +57,13 @@ mkdir -p "$OUT"
 echo "replay_vs_lib.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$MODEL" "$LAYERS" "$SEQ" "$BATCH" "$WORKLOAD" "$STEPS" "$RATIO" "$POLICY" \
-    "$TRACE" "$HBM" "$LINK_MODEL" "$REPLAY_ARGS" "$REPS" <<'PY'
+    "$TRACE" "$HBM" "$LINK_MODEL" "$REPLAY_ARGS" "$REPS" "$SYNTH_ARGS" <<'PY'
 import json, os, subprocess, sys, time
 
 ROOT, OUT, MODEL, LAYERS, SEQ, BATCH, WORKLOAD, STEPS, RATIO, POLICY, TRACE, HBM, LINK_MODEL = sys.argv[1:14]
 EXTRA = sys.argv[14].split()
 REPS = max(1, int(sys.argv[15]))
+SYNTH_EXTRA = sys.argv[16].split()
 REL = os.path.join(ROOT, "target", "release")
 U3M, LIB, APP = os.path.join(REL, "u3m"), os.path.join(REL, "libu3m.so"), os.path.join(REL, "acl-apps", "acl_replay")
 MIB, GIB = 1 << 20, 1 << 30
@@ -121,7 +124,7 @@ if TRACE:
     hbm = parse_size(HBM)
     what = "%s (whole run)" % os.path.basename(TRACE)
 else:
-    shape = ["--model", MODEL, "--layers", LAYERS, "--seq", SEQ, "--batch", BATCH, "--workload", WORKLOAD]
+    shape = ["--model", MODEL, "--layers", LAYERS, "--seq", SEQ, "--batch", BATCH, "--workload", WORKLOAD] + SYNTH_EXTRA
     sz = json.loads(subprocess.run([U3M, "synth"] + shape + ["--sizes"], capture_output=True, text=True,
                                    check=True).stdout)
     F = sz["trace"]["reserved_bytes"]

@@ -223,6 +223,43 @@ pub fn ns_at(bytes: u64, gbps: f64) -> u64 {
 }
 
 impl State {
+    /// `SimRuntime::host_access` with the state locked.
+    fn host_access(&mut self, ranges: &[(u64, u64, u8)]) -> HostAccess {
+        let st = self;
+        let mut a = HostAccess::default();
+        if st.host_maps == 0 {
+            return a;
+        }
+        for &(va, len, write) in ranges {
+            let end = va.saturating_add(len);
+            let mut p = va;
+            while p < end {
+                let Some((&mva, &h)) = st.mapped.range(..=p).next_back() else {
+                    break;
+                };
+                let Some(ph) = st.phys.get(&h) else { break };
+                let mend = mva + ph.bytes;
+                if mend <= p {
+                    break; // not mapped here: the Tier's call would fault
+                }
+                let n = mend.min(end) - p;
+                if ph.dev.is_none() {
+                    if write != 1 {
+                        a.read += n;
+                    }
+                    if write != 0 {
+                        a.write += n;
+                    }
+                    a.footprint += n;
+                }
+                p += n;
+            }
+        }
+        st.c.host_read_bytes += a.read;
+        st.c.host_write_bytes += a.write;
+        a
+    }
+
     /// The clock of whoever is calling: the host, or the background thread.
     fn caller(&mut self) -> &mut u64 {
         match &mut self.bg {
@@ -316,39 +353,7 @@ impl SimRuntime {
     /// mapped now — call it after the Tier prepared the call, and charge the
     /// call with a `*_ns_split` cost. Counted in the counters.
     pub fn host_access(&self, ranges: &[(u64, u64, u8)]) -> HostAccess {
-        let mut st = self.lock();
-        let mut a = HostAccess::default();
-        if st.host_maps == 0 {
-            return a;
-        }
-        for &(va, len, write) in ranges {
-            let end = va.saturating_add(len);
-            let mut p = va;
-            while p < end {
-                let Some((&mva, &h)) = st.mapped.range(..=p).next_back() else {
-                    break;
-                };
-                let Some(ph) = st.phys.get(&h) else { break };
-                let mend = mva + ph.bytes;
-                if mend <= p {
-                    break; // not mapped here: the Tier's call would fault
-                }
-                let n = mend.min(end) - p;
-                if ph.dev.is_none() {
-                    if write != 1 {
-                        a.read += n;
-                    }
-                    if write != 0 {
-                        a.write += n;
-                    }
-                    a.footprint += n;
-                }
-                p += n;
-            }
-        }
-        st.c.host_read_bytes += a.read;
-        st.c.host_write_bytes += a.write;
-        a
+        self.lock().host_access(ranges)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -703,13 +708,36 @@ impl Runtime for SimRuntime {
         }
         let host = *st.caller();
         let start = st.streams[(stream - 1) as usize].clock.max(host);
-        let end = match (self.costs.shared_link, kind) {
-            (true, MEMCPY_H2D) => self.reserve_link(st, 0, start, link),
-            (true, MEMCPY_D2H) => self.reserve_link(st, 1, start, link),
-            _ => start + link,
+        let end = if self.costs.shared_link {
+            // as the simulator charges it: the copy's own bytes in its
+            // direction, and a device side in host memory (a host handle:
+            // host mapping) over the link again; D2D at HBM rate
+            // (the counters keep the program's calls' host-mapped bytes)
+            let kept = (st.c.host_read_bytes, st.c.host_write_bytes);
+            let h = match kind {
+                MEMCPY_H2D => st.host_access(&[(dst, bytes, 1)]),
+                MEMCPY_D2H => st.host_access(&[(src, bytes, 0)]),
+                _ => st.host_access(&[(src, bytes, 0), (dst, bytes, 1)]),
+            };
+            (st.c.host_read_bytes, st.c.host_write_bytes) = kept;
+            let (base, to, from) = match kind {
+                MEMCPY_H2D => (link, bytes, 0),
+                MEMCPY_D2H => (link, 0, bytes),
+                _ => (self.costs.d2d_ns(bytes), 0, 0),
+            };
+            let w = Work {
+                base,
+                launch: 0,
+                link_in: to + h.read,
+                link_out: from + h.write,
+                per_stream: base,
+            };
+            start + self.work_ns(st, start, &w)
+        } else {
+            start + link
         };
         let s = &mut st.streams[(stream - 1) as usize];
-        s.clock = end.max(start + link);
+        s.clock = end;
         if kind == MEMCPY_D2H && st.staging.contains(&dst) {
             let w = ns_at(bytes, self.costs.nvme_write_gbps);
             s.nvme_write_ns += w;
