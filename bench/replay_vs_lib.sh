@@ -6,7 +6,7 @@
 #   bench/replay_vs_lib.sh [--model M] [--layers N] [--seq S] [--batch B]
 #       [--workload lora|adam] [--steps A,B] [--ratio R] [--policy P]
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
-#       [--replay-args "ARGS"]   (default "--event-model simulator") [--reps R]
+#       [--replay-args "ARGS"]   (default "--event-model simulator --call-us 0") [--reps R]
 #       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
 # --reps R: library runs per trace (default 3): which copy-out or use event has
 #   completed follows the host's real timing, so the library's figures vary
@@ -19,7 +19,8 @@
 #   link model ACLSIM_LINK_MODEL (default shared).
 # Replay side: u3m replay TRACE --hbm SAME --policy P --json --link-model SAME
 #   ARGS (--event-model simulator: events complete when recorded, as the
-#   library sees them on the simulator).
+#   library sees them on the simulator; --call-us 0: the simulator's host
+#   clock spends nothing per asynchronous call).
 # Per step = (B-step run - A-step run) / (B - A) on `u3m synth` traces
 #   (default 1,2); with --trace, the whole run of that one trace.
 # Prints the library's simulated step, the replay's, H2D and D2H bytes of
@@ -28,7 +29,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=llama2-13b LAYERS=2 SEQ=512 BATCH=1 WORKLOAD=lora STEPS="1,2" RATIO=1.5 POLICY=predictive
-TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator" REPS=3 SYNTH_ARGS=""
+TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator --call-us 0" REPS=3 SYNTH_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;

@@ -90,6 +90,8 @@ fn replay_predicts_the_library_on_a_small_lora_trace() {
             "--json",
             "--event-model",
             "simulator",
+            "--call-us",
+            "0",
         ])
         .output()
         .unwrap();

@@ -102,6 +102,9 @@ pub struct ReplayArgs {
     /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card) or simulator (when it is recorded, as libu3m.so sees it on the simulator, whose stream threads run ahead of simulated time).
     #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator"])]
     pub event_model: String,
+    /// Host time per asynchronous call, µs [default: --launch-us]; the simulator's host clock spends none (0).
+    #[arg(long, value_name = "US")]
+    pub call_us: Option<f64>,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -292,6 +295,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             pageable: a.pageable,
             shared_link: a.link_model == "shared",
             events_at_record: a.event_model == "simulator",
+            call_us: a.call_us.unwrap_or(a.launch_us),
         },
         dram: a.dram.unwrap_or(1 << 40),
         nvme: a.nvme,

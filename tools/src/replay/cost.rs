@@ -29,6 +29,9 @@ pub struct Costs {
     /// lies (in phantom mode at once). False: when the device reaches it in
     /// simulated time, as on a real card.
     pub events_at_record: bool,
+    /// Host time per asynchronous call, µs (default: the launch latency; the
+    /// simulator's host clock spends none — it moves only on synchronisation).
+    pub call_us: f64,
 }
 
 /// One piece of device work, split for the shared link: it lasts
@@ -57,6 +60,7 @@ impl Default for Costs {
             pageable: false,
             shared_link: true,
             events_at_record: false,
+            call_us: 5.0,
         }
     }
 }
@@ -64,6 +68,11 @@ impl Default for Costs {
 impl Costs {
     pub fn launch_ns(&self) -> u64 {
         (self.launch_us * 1e3).round() as u64
+    }
+
+    /// What the host spends issuing one asynchronous call.
+    pub fn call_ns(&self) -> u64 {
+        (self.call_us * 1e3).round() as u64
     }
 
     /// An operator: max(flops / TFLOPS, bytes touched / HBM) + launch.

@@ -546,7 +546,7 @@ impl Driver<'_> {
             self.rt.host_spend(ns.max(self.s.costs.launch_ns()));
         } else {
             let end = self.rt.launch_work(stream, &work);
-            self.rt.host_spend(self.s.costs.launch_ns());
+            self.rt.host_spend(self.s.costs.call_ns());
             self.queue.push_back(end);
         }
         if let Some(tok) = tok {
