@@ -11,8 +11,8 @@ pub struct Costs {
     pub hbm_gbps: f64,
     /// Operator compute rate (ACLSIM_TFLOPS).
     pub tflops: f64,
-    /// Launch latency per operator and memset (ACLSIM_LAUNCH_US); also what
-    /// the host spends issuing any call.
+    /// Launch latency per operator and memset (ACLSIM_LAUNCH_US); also the
+    /// least a synchronous call takes the host (`call_us`: asynchronous ones).
     pub launch_us: f64,
     pub nvme_read_gbps: f64,
     pub nvme_write_gbps: f64,
