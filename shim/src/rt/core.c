@@ -418,6 +418,12 @@ static uint64_t link_reserve(int dev, int dir, uint64_t start, uint64_t need) {
 
 static int link_per_stream(void) { return g_cfg.link_model == 1; }
 
+uint64_t sim_link_transfer(int dev, int to_device, uint64_t start, uint64_t bytes) {
+    uint64_t need = sim_link_ns(bytes);
+    if (link_per_stream()) return start + need;
+    return link_reserve(dev, to_device ? LINK_H2D : LINK_D2H, start, need);
+}
+
 /* The old model: every stream has the whole link (ACLSIM_LINK_MODEL=per-stream). */
 static uint64_t cost_per_stream(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
                                 const sim_link *l) {

@@ -116,6 +116,9 @@ void sim_write_stats(void);
 uint64_t sim_work_cost(int dev, int kind, int copy_kind, uint64_t start, uint64_t base, uint64_t flops,
                        uint64_t bytes, const sim_link *l);
 uint64_t sim_link_ns(uint64_t bytes);
+/* `bytes` over device `dev`'s link (to the device or from it) from `start`
+ * on, shared with every other transfer; returns when they have crossed. */
+uint64_t sim_link_transfer(int dev, int to_device, uint64_t start, uint64_t bytes);
 void sim_count_link(int work_kind, const sim_link *l);
 
 /* mem.c */
