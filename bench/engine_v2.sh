@@ -114,8 +114,8 @@ def sec_step():
     for s in (S1, S2):
         res[("tier", s)] = res[("tier%d" % med, s)]
     floor = max(unc, must_cross / LINK * 1e3)
-    # the simulator runs each stream on its own clock: copy-ins and
-    # copy-outs on u3m's two streams overlap like a full-duplex link, where
+    # the simulator's link is full duplex (PCIe is; docs/simulator.md): one
+    # shared calendar per direction, so copy-ins and copy-outs overlap and
     # the floor is the busier direction (excess in, dirty excess out)
     dirty_out = max(0, excess - ro)
     floor_duplex = max(unc, max(excess, dirty_out) / LINK * 1e3)

@@ -107,7 +107,9 @@ fn apply_adam_updates_host_memory_in_place_like_hbm_and_moves_each_byte_once() {
         2 * 3 * p * 4
     );
     let step = fact_u64(&r, "adam_host_step_ns") as f64;
-    let floor = link_ns(6 * p * 4, 25.0);
+    // the link is full duplex (simulator.md): 3 p f32 read host->device while
+    // 3 p are written back device->host
+    let floor = link_ns(3 * p * 4, 25.0);
     assert!(step >= floor, "one step {step} ns < link floor {floor} ns");
     assert!(
         step < floor * 1.1,
@@ -140,8 +142,9 @@ fn device_work_on_host_memory_is_charged_at_link_bandwidth() {
     let r50 = at("50");
     let b = fact_u64(&r25, "operand_bytes");
     let ns = |r: &Run, k: &str| fact_u64(r, k) as f64;
-    // Add over three host-mapped operands touches k = 3 b bytes over the link
-    let k = 3 * b;
+    // Add over three host-mapped operands reads 2 b and writes b over the
+    // link; full duplex: the busier direction, k = 2 b, sets the time
+    let k = 2 * b;
     for (r, gbps) in [(&r25, 25.0), (&r50, 50.0)] {
         let host = ns(r, "host_add_ns");
         assert!(
@@ -165,7 +168,7 @@ fn device_work_on_host_memory_is_charged_at_link_bandwidth() {
     assert!((ratio - 2.0).abs() < 0.02, "25 vs 50 GB/s ratio {ratio}");
     // the same Add in HBM runs at HBM bandwidth (800 GB/s on the 910b4 preset)
     let hbm = ns(&r25, "hbm_add_ns");
-    assert!(hbm < ns(&r25, "host_add_ns") / 20.0, "HBM Add {hbm} ns");
+    assert!(hbm < ns(&r25, "host_add_ns") / 15.0, "HBM Add {hbm} ns");
     assert!(ns(&r25, "hbm_to_hbm_copy_ns") < ns(&r25, "host_to_hbm_copy_ns") / 20.0);
     // statistics per class of work
     assert_eq!(r25.stat_u64(&["host_mapped", "read_bytes", "op"]), 2 * b);

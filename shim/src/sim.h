@@ -33,6 +33,7 @@ typedef struct sim_config {
     uint64_t host_bytes;     /* ACLSIM_HOST_BYTES: host RAM for host-located physical handles */
     const char *soc_name;    /* from ACLSIM_PRESET */
     char stats_path[1024];   /* ACLSIM_STATS */
+    int link_model;          /* ACLSIM_LINK_MODEL: 0 shared (default), 1 per-stream */
 } sim_config;
 
 SIM_API const sim_config *aclsim_config(void);
@@ -49,6 +50,9 @@ SIM_API int aclsim_current_device(void);   /* -1 if none */
 /* ---- cost model (simulated nanoseconds) ---- */
 SIM_API uint64_t aclsim_op_cost_ns(uint64_t flops, uint64_t bytes_touched);
 SIM_API uint64_t aclsim_copy_cost_ns(int kind /* aclrtMemcpyKind */, uint64_t bytes, int host_pinned);
+/* Simulated ns device `dev`'s host link has been busy in direction `dir`
+ * (0 host->device, 1 device->host) so far (the shared link, core.c). */
+SIM_API uint64_t aclsim_link_busy_ns(int dev, int dir);
 
 /* ---- device memory ---- */
 typedef struct sim_range {

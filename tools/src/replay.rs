@@ -96,6 +96,15 @@ pub struct ReplayArgs {
     /// NVMe write rate, GB/s.
     #[arg(long, value_name = "GBPS", default_value_t = 4.5)]
     pub nvme_write_gbps: f64,
+    /// The host link (ACLSIM_LINK_MODEL): shared (one full-duplex link per device, shared in simulated time by every transfer) or per-stream (every stream has the whole link).
+    #[arg(long, value_name = "shared|per-stream", default_value = "shared", value_parser = ["shared", "per-stream"])]
+    pub link_model: String,
+    /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card) or simulator (when it is recorded, as libu3m.so sees it on the simulator, whose stream threads run ahead of simulated time).
+    #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator"])]
+    pub event_model: String,
+    /// Host time per asynchronous call, µs [default: --launch-us]; the simulator's host clock spends none (0).
+    #[arg(long, value_name = "US")]
+    pub call_us: Option<f64>,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -284,6 +293,9 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             nvme_read_gbps: a.nvme_read_gbps,
             nvme_write_gbps: a.nvme_write_gbps,
             pageable: a.pageable,
+            shared_link: a.link_model == "shared",
+            events_at_record: a.event_model == "simulator",
+            call_us: a.call_us.unwrap_or(a.launch_us),
         },
         dram: a.dram.unwrap_or(1 << 40),
         nvme: a.nvme,

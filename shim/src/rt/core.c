@@ -92,6 +92,7 @@ static int parse_double(const char *name, const char *s, double *out, double min
 }
 
 static void fault_parse(const char *spec);
+static void link_init(void);
 
 static void config_load(void) {
     pthread_rwlockattr_t ra;
@@ -158,6 +159,14 @@ static void config_load(void) {
             g_cfg_err = 1;
         } else c->host_bytes = b;
     }
+    if ((v = getenv("ACLSIM_LINK_MODEL")) && *v) {
+        if (!strcmp(v, "per-stream")) c->link_model = 1;
+        else if (strcmp(v, "shared")) {
+            aclsim_log("invalid ACLSIM_LINK_MODEL='%s': expected shared or per-stream", v);
+            g_cfg_err = 1;
+        }
+    }
+    link_init();
     if ((v = getenv("ACLSIM_STATS")) && *v) snprintf(c->stats_path, sizeof c->stats_path, "%s", v);
     if ((v = getenv("ACLSIM_FAULTS")) && *v) fault_parse(v);
     for (int i = 0; i < SIM_MAX_DEVICES; i++) g_dev[i].id = i;
@@ -302,12 +311,122 @@ uint64_t sim_link_ns(uint64_t bytes) {
     return (uint64_t)llround((double)bytes / (g_cfg.link_gbps * 1e9) * 1e9);
 }
 
-/* The memory side of the roofline splits: bytes in HBM at HBM bandwidth, bytes
- * in host memory at link bandwidth, in parallel; managed pages migrated before
- * the access are added (the access waits for them). Copies already pay the
- * link for their host side; a device side in host memory crosses it again. */
-uint64_t sim_cost_with_link(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
-                            const sim_link *l) {
+/* ---- the host link, shared in simulated time ----
+ * Each device has one host<->device link (PCIe x16: full duplex), modelled as
+ * one calendar per direction: the simulated time already taken on it, as
+ * sorted, disjoint busy intervals. A transfer that needs `need` ns of the
+ * link from `start` on takes the free time after `start` until it has had
+ * `need` ns (it fills the gaps other transfers left), so transfers that
+ * overlap in simulated time share the direction's bandwidth and the link
+ * never carries more than link_gbps in either direction. Work items reach
+ * the calendar in the order their stream threads run them, not in simulated
+ * order; which of two overlapping transfers finishes first can therefore
+ * vary between runs, the total time the link is busy cannot.
+ * ACLSIM_LINK_MODEL=per-stream restores the old model (every stream has the
+ * whole link to itself). */
+enum { LINK_H2D = 0, LINK_D2H = 1 };
+typedef struct link_cal {
+    pthread_mutex_t mu;
+    uint64_t (*iv)[2];       /* busy [start, end), sorted, disjoint, not adjacent */
+    size_t n, cap;
+    size_t prune_at;         /* prune once n exceeds this */
+    uint64_t floor;          /* time below it was pruned: counts as busy */
+    uint64_t busy_ns;        /* total reserved (statistics) */
+} link_cal;
+static link_cal g_link[SIM_MAX_DEVICES][2];
+
+static void link_init(void) {
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        for (int k = 0; k < 2; k++) {
+            pthread_mutex_init(&g_link[d][k].mu, NULL);
+            g_link[d][k].prune_at = 1024;
+        }
+}
+
+/* Drops busy intervals that end before `wm`: no work can start before it. */
+static void link_prune_locked(link_cal *c, uint64_t wm) {
+    size_t i = 0;
+    while (i < c->n && c->iv[i][1] <= wm) i++;
+    if (i) {
+        memmove(c->iv, c->iv + i, (c->n - i) * sizeof *c->iv);
+        c->n -= i;
+    }
+    if (wm > c->floor) c->floor = wm;
+    c->prune_at = c->n * 2 > 1024 ? c->n * 2 : 1024;
+}
+
+/* Reserves `need` ns of direction `dir` of device `dev`'s link from `start`
+ * on; returns when the transfer ends. */
+static uint64_t link_reserve(int dev, int dir, uint64_t start, uint64_t need) {
+    if (!need) return start;
+    if (dev < 0 || dev >= SIM_MAX_DEVICES) return start + need;
+    link_cal *c = &g_link[dev][dir];
+    uint64_t wm = 0;
+    pthread_mutex_lock(&c->mu);
+    int prune = c->n > c->prune_at;
+    pthread_mutex_unlock(&c->mu);
+    if (prune) wm = sim_link_low_water(dev);   /* takes stream locks: not under c->mu */
+    pthread_mutex_lock(&c->mu);
+    if (prune) link_prune_locked(c, wm);
+    if (start < c->floor) start = c->floor;
+    /* first interval ending after start */
+    size_t lo = 0, hi = c->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->iv[mid][1] <= start) lo = mid + 1; else hi = mid;
+    }
+    size_t i = lo, j = lo;
+    uint64_t t = start, left = need;
+    while (left) {
+        if (j < c->n && c->iv[j][0] <= t) {   /* busy: skip to its end */
+            t = c->iv[j][1];
+            j++;
+            continue;
+        }
+        uint64_t gap = j < c->n ? c->iv[j][0] - t : UINT64_MAX - t;
+        uint64_t take = left < gap ? left : gap;
+        t += take;
+        left -= take;
+    }
+    /* [s, t) is busy now: replace intervals i..k-1 by one, merged with
+     * neighbours that touch it */
+    uint64_t s = start, e = t;
+    if (i < c->n && c->iv[i][0] < s) s = c->iv[i][0];
+    if (i > 0 && c->iv[i - 1][1] == s) s = c->iv[--i][0];
+    size_t k = j;
+    if (k < c->n && c->iv[k][0] <= e) e = c->iv[k++][1];
+    if (k == i) {   /* insert */
+        if (c->n == c->cap) {
+            size_t cap = c->cap ? 2 * c->cap : 256;
+            void *p = realloc(c->iv, cap * sizeof *c->iv);
+            if (!p) abort();
+            c->iv = p;
+            c->cap = cap;
+        }
+        memmove(c->iv + i + 1, c->iv + i, (c->n - i) * sizeof *c->iv);
+        c->n++;
+    } else if (k > i + 1) {
+        memmove(c->iv + i + 1, c->iv + k, (c->n - k) * sizeof *c->iv);
+        c->n -= k - i - 1;
+    }
+    c->iv[i][0] = s;
+    c->iv[i][1] = e;
+    c->busy_ns += need;
+    pthread_mutex_unlock(&c->mu);
+    return t;
+}
+
+static int link_per_stream(void) { return g_cfg.link_model == 1; }
+
+uint64_t sim_link_transfer(int dev, int to_device, uint64_t start, uint64_t bytes) {
+    uint64_t need = sim_link_ns(bytes);
+    if (link_per_stream()) return start + need;
+    return link_reserve(dev, to_device ? LINK_H2D : LINK_D2H, start, need);
+}
+
+/* The old model: every stream has the whole link (ACLSIM_LINK_MODEL=per-stream). */
+static uint64_t cost_per_stream(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
+                                const sim_link *l) {
     uint64_t remote = l->hm_rd + l->hm_wr + l->mg_rd + l->mg_wr, fp = l->hm_fp + l->mg_fp;
     if (!remote && !l->mg_migrated) return base;
     double link = (double)sim_link_ns(remote), mig = (double)sim_link_ns(l->mg_migrated);
@@ -324,6 +443,50 @@ uint64_t sim_cost_with_link(int kind, int copy_kind, uint64_t base, uint64_t flo
     default:   /* collectives: their ring already runs over the link */
         return base + (uint64_t)llround(link + mig);
     }
+}
+
+/* Duration of work on device `dev` starting at `start` whose all-HBM cost is
+ * `base`, once its link traffic `l` is known. The memory side of the roofline
+ * splits: bytes in HBM at HBM bandwidth, bytes in host memory over the link,
+ * in parallel; managed pages migrated before the access come first (the access
+ * waits for them). Host->device traffic (a H2D copy's bytes, device reads of
+ * host memory, migrations) takes the H2D direction of the shared link, the
+ * rest the D2H direction (see link_reserve). Collectives keep their own ring
+ * cost plus their host-memory bytes at link rate, outside the calendar. */
+uint64_t sim_work_cost(int dev, int kind, int copy_kind, uint64_t start, uint64_t base, uint64_t flops,
+                       uint64_t bytes, const sim_link *l) {
+    uint64_t remote = l->hm_rd + l->hm_wr + l->mg_rd + l->mg_wr, fp = l->hm_fp + l->mg_fp;
+    int xfer = kind == SIM_WORK_COPY &&
+               (copy_kind == ACL_MEMCPY_HOST_TO_DEVICE || copy_kind == ACL_MEMCPY_DEVICE_TO_HOST);
+    if (link_per_stream() || kind == SIM_WORK_COLLECTIVE || dev < 0 || (!xfer && !remote && !l->mg_migrated))
+        return cost_per_stream(kind, copy_kind, base, flops, bytes, l);
+    /* migrations first */
+    uint64_t t1 = link_reserve(dev, LINK_H2D, start, sim_link_ns(l->mg_migrated));
+    uint64_t in = l->hm_rd + l->mg_rd, out = l->hm_wr + l->mg_wr;
+    if (xfer && copy_kind == ACL_MEMCPY_HOST_TO_DEVICE) in += bytes;
+    if (xfer && copy_kind == ACL_MEMCPY_DEVICE_TO_HOST) out += bytes;
+    uint64_t e_in = link_reserve(dev, LINK_H2D, t1, sim_link_ns(in));
+    uint64_t e_out = link_reserve(dev, LINK_D2H, t1, sim_link_ns(out));
+    uint64_t link = (e_in > e_out ? e_in : e_out) - t1;
+    switch (kind) {
+    case SIM_WORK_OP:
+    case SIM_WORK_MEMSET: {
+        double compute = (double)flops / (g_cfg.tflops * 1e12) * 1e9;
+        double local = (double)(bytes > fp ? bytes - fp : 0) / (g_cfg.hbm_gbps * 1e9) * 1e9;
+        return (t1 - start) + (uint64_t)llround(fmax(compute, fmax(local, (double)link)) + g_cfg.launch_us * 1e3);
+    }
+    default:   /* copies: at least their own cost (pageable memory: half rate) */
+        return (t1 - start) + (base > link ? base : link);
+    }
+}
+
+SIM_API uint64_t aclsim_link_busy_ns(int dev, int dir) {
+    if (dev < 0 || dev >= SIM_MAX_DEVICES || dir < 0 || dir > 1) return 0;
+    link_cal *c = &g_link[dev][dir];
+    pthread_mutex_lock(&c->mu);
+    uint64_t b = c->busy_ns;
+    pthread_mutex_unlock(&c->mu);
+    return b;
 }
 
 void sim_count_link(int work_kind, const sim_link *l) {
@@ -470,6 +633,7 @@ void sim_write_stats(void) {
     fprintf(f, "{\n  \"version\": 1,\n  \"phantom\": %s,\n", g_cfg.phantom ? "true" : "false");
     fprintf(f, "  \"sim_ns\": %llu,\n", (unsigned long long)(host > dev_max ? host : dev_max));
     fprintf(f, "  \"host_sim_ns\": %llu,\n", (unsigned long long)host);
+    fprintf(f, "  \"link_model\": \"%s\",\n", g_cfg.link_model ? "per-stream" : "shared");
     fprintf(f, "  \"ops\": %llu,\n  \"hccl_ops\": %llu,\n  \"memsets\": %llu,\n",
             (unsigned long long)g_stat[ST_OPS], (unsigned long long)g_stat[ST_HCCL_OPS],
             (unsigned long long)g_stat[ST_MEMSETS]);
@@ -499,10 +663,12 @@ void sim_write_stats(void) {
         uint64_t used = 0, peak = 0;
         sim_mem_stats(d, &used, &peak);
         fprintf(f, "%s\n    {\"id\": %d, \"hbm_bytes\": %llu, \"peak_bytes\": %llu, \"current_bytes\": %llu, "
-                "\"failed_allocs\": %llu, \"mmu_faults\": %llu, \"lost\": %s}",
+                "\"failed_allocs\": %llu, \"mmu_faults\": %llu, \"lost\": %s,\n     \"link_h2d_busy_ns\": %llu, "
+                "\"link_d2h_busy_ns\": %llu}",
                 d ? "," : "", d, (unsigned long long)g_cfg.hbm_bytes, (unsigned long long)peak,
                 (unsigned long long)used, (unsigned long long)g_dev[d].failed_allocs,
-                (unsigned long long)g_dev[d].mmu_faults, g_dev[d].lost ? "true" : "false");
+                (unsigned long long)g_dev[d].mmu_faults, g_dev[d].lost ? "true" : "false",
+                (unsigned long long)aclsim_link_busy_ns(d, 0), (unsigned long long)aclsim_link_busy_ns(d, 1));
     }
     fprintf(f, "\n  ],\n  \"streams\": [");
     sim_stream_stats(f);

@@ -350,15 +350,22 @@ static int pf_page(mg_visit *v, sim_mpage *g) {
  * call is skipped with a message, as the runtime's callback only logs. */
 static aclError prefetch_exec(sim_work *w) {
     pf_payload *p = w->payload;
-    uint64_t moved = 0;
+    uint64_t moved = 0, end = w->start_ns;
     pthread_rwlock_rdlock(&g_mm);
     for (size_t i = 0; i < p->n; i++) {
         mg_visit v = {.page = pf_page, .l = p->it[i].l};
-        if (mg_visit_range((void *)p->it[i].a, p->it[i].n, &v, w->what) == 0) moved += v.moved;
+        if (mg_visit_range((void *)p->it[i].a, p->it[i].n, &v, w->what) == 0 && v.moved) {
+            moved += v.moved;
+            /* over the shared link (core.c): to a device on that device's
+             * link, to the host on the stream's device's */
+            int to_dev = p->it[i].l.t == ACL_MEM_LOCATIONTYPE_DEVICE;
+            uint64_t e = sim_link_transfer(to_dev ? p->it[i].l.id : w->device, to_dev, end, v.moved);
+            if (e > end) end = e;
+        }
     }
     pthread_rwlock_unlock(&g_mm);
     atomic_fetch_add(&g_stat[ST_MG_PREFETCH_BYTES], moved);
-    w->end_ns = w->start_ns + sim_link_ns(moved);
+    w->end_ns = end;
     return 0;
 }
 
@@ -556,7 +563,13 @@ ACL_FUNC_VISIBILITY aclError aclrtMemManagedAdvise(const void *const ptr, uint64
     if (rc) return rc;
     atomic_fetch_add(&g_stat[ST_MG_ADVISES], 1);
     atomic_fetch_add(&g_stat[ST_MG_ADVISE_BYTES], v.moved);
-    sim_host_advance(sim_link_ns(v.moved));
+    if (v.moved) {
+        /* what it places on a device crosses to it, the rest (host copies)
+         * from the current device, over the shared link */
+        int to_dev = l.t == ACL_MEM_LOCATIONTYPE_DEVICE;
+        uint64_t start = atomic_load(&g_host_ns);
+        sim_host_advance(sim_link_transfer(to_dev ? l.id : t_dev, to_dev, start, v.moved) - start);
+    }
     return ACL_SUCCESS;
 }
 

@@ -108,12 +108,17 @@ aclError sim_work_tick(int dev);     /* counts a work item; lost device -> 10702
 void sim_note_host_time(uint64_t t);
 uint64_t sim_host_advance(uint64_t cost); /* sync work: returns end time */
 void sim_write_stats(void);
-/* Duration of work whose all-HBM cost was `base` once `l` is known: bytes in
- * host memory go over the link (the roofline's memory side splits into HBM
- * and link), migrations come first. */
-uint64_t sim_cost_with_link(int kind, int copy_kind, uint64_t base, uint64_t flops, uint64_t bytes,
-                            const sim_link *l);
+/* Duration of work on device `dev` (-1: none) starting at `start` whose
+ * all-HBM cost was `base`, once its link traffic `l` is known: bytes in host
+ * memory go over the device's link, shared in simulated time with every other
+ * transfer in the same direction (the roofline's memory side splits into HBM
+ * and link), migrations come first. Reserves the link time it uses. */
+uint64_t sim_work_cost(int dev, int kind, int copy_kind, uint64_t start, uint64_t base, uint64_t flops,
+                       uint64_t bytes, const sim_link *l);
 uint64_t sim_link_ns(uint64_t bytes);
+/* `bytes` over device `dev`'s link (to the device or from it) from `start`
+ * on, shared with every other transfer; returns when they have crossed. */
+uint64_t sim_link_transfer(int dev, int to_device, uint64_t start, uint64_t bytes);
 void sim_count_link(int work_kind, const sim_link *l);
 
 /* mem.c */
@@ -151,5 +156,8 @@ aclError sim_sync_all(int dev /* -1 = all */);
 aclError sim_stream_sync_handle(aclrtStream stream);
 void sim_stream_stats(FILE *f);
 uint64_t sim_max_stream_clock(void);
+/* No work on `dev` can start before this simulated time (the shared link
+ * forgets its calendar below it). Takes g_lock and stream locks. */
+uint64_t sim_link_low_water(int dev);
 
 #endif

@@ -125,7 +125,8 @@ static void run_item(sim_stream *s, sim_node *n) {
         pthread_rwlock_unlock(&g_mm);
     }
     if (!rc && !skip && w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
-        uint64_t cost = sim_cost_with_link(w->kind, w->copy_kind, w->cost_ns, w->flops, w->bytes, &link);
+        uint64_t cost =
+            sim_work_cost(s->dev, w->kind, w->copy_kind, start, w->cost_ns, w->flops, w->bytes, &link);
         if (cost != w->cost_ns) {
             int64_t end = (int64_t)w->end_ns + ((int64_t)cost - (int64_t)w->cost_ns);
             w->end_ns = end > (int64_t)start ? (uint64_t)end : start;
@@ -241,9 +242,10 @@ static void enqueue(sim_stream *s, sim_work *w) {
     sim_node *n = malloc(sizeof *n);
     if (!n) abort();
     n->w = w;
-    n->host_ns = atomic_load(&g_host_ns);
     n->next = NULL;
     pthread_mutex_lock(&s->mu);
+    /* read under the lock: sim_link_low_water relies on it */
+    n->host_ns = atomic_load(&g_host_ns);
     if (s->tail) s->tail->next = n; else s->head = n;
     s->tail = n;
     s->enq++;
@@ -327,6 +329,37 @@ uint64_t sim_max_stream_clock(void) {
         if (c > m) m = c;
     }
     pthread_mutex_unlock(&g_lock);
+    return m;
+}
+
+/* Every item starts at or after its stream's clock, and an item queued later
+ * at or after the host time when it is queued (read under the stream's lock,
+ * after `host` below), so the minimum over the device's streams of their
+ * clock (work pending or running) or max(clock, host) (idle) bounds every
+ * future start. */
+uint64_t sim_link_low_water(int dev) {
+    uint64_t host = atomic_load(&g_host_ns), m = host;
+    sim_stream *list[1024];
+    int n = 0;
+    pthread_mutex_lock(&g_lock);
+    for (sim_stream *s = g_all_streams; s; s = s->next_all) {
+        if (s->dev != dev) continue;
+        if (n == 1024) {   /* too many to look at: prune nothing */
+            pthread_mutex_unlock(&g_lock);
+            return 0;
+        }
+        list[n++] = s;
+    }
+    pthread_mutex_unlock(&g_lock);
+    for (int i = 0; i < n; i++) {   /* streams are never freed */
+        sim_stream *s = list[i];
+        pthread_mutex_lock(&s->mu);
+        uint64_t clock = atomic_load(&s->rec->clock);
+        int busy = s->done < s->enq;
+        pthread_mutex_unlock(&s->mu);
+        uint64_t lb = busy ? clock : (clock > host ? clock : host);
+        if (lb < m) m = lb;
+    }
     return m;
 }
 

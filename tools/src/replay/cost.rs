@@ -11,14 +11,41 @@ pub struct Costs {
     pub hbm_gbps: f64,
     /// Operator compute rate (ACLSIM_TFLOPS).
     pub tflops: f64,
-    /// Launch latency per operator and memset (ACLSIM_LAUNCH_US); also what
-    /// the host spends issuing any call.
+    /// Launch latency per operator and memset (ACLSIM_LAUNCH_US); also the
+    /// least a synchronous call takes the host (`call_us`: asynchronous ones).
     pub launch_us: f64,
     pub nvme_read_gbps: f64,
     pub nvme_write_gbps: f64,
     /// The program's own host↔device copies use pageable memory: half the
     /// link rate, as the simulator charges (the Tier's copies are pinned).
     pub pageable: bool,
+    /// One full-duplex link per device shared by every transfer in simulated
+    /// time (the simulator's ACLSIM_LINK_MODEL=shared, its default); false:
+    /// every stream has the whole link (ACLSIM_LINK_MODEL=per-stream).
+    pub shared_link: bool,
+    /// An event counts as completed as soon as it is recorded, as the
+    /// simulator answers queries: its stream threads run each item as soon
+    /// as it is queued, however far ahead of the host's simulated clock it
+    /// lies (in phantom mode at once). False: when the device reaches it in
+    /// simulated time, as on a real card.
+    pub events_at_record: bool,
+    /// Host time per asynchronous call, µs (default: the launch latency; the
+    /// simulator's host clock spends none — it moves only on synchronisation).
+    pub call_us: f64,
+}
+
+/// One piece of device work, split for the shared link: it lasts
+/// max(`base`, the time its link bytes take) + `launch`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Compute and HBM time (copies: their own duration, pageable at half rate).
+    pub base: u64,
+    pub launch: u64,
+    /// Bytes host→device and device→host over the link.
+    pub link_in: u64,
+    pub link_out: u64,
+    /// The duration when every stream has the whole link (per-stream model).
+    pub per_stream: u64,
 }
 
 impl Default for Costs {
@@ -31,6 +58,9 @@ impl Default for Costs {
             nvme_read_gbps: 6.5,
             nvme_write_gbps: 4.5,
             pageable: false,
+            shared_link: true,
+            events_at_record: false,
+            call_us: 5.0,
         }
     }
 }
@@ -38,6 +68,11 @@ impl Default for Costs {
 impl Costs {
     pub fn launch_ns(&self) -> u64 {
         (self.launch_us * 1e3).round() as u64
+    }
+
+    /// What the host spends issuing one asynchronous call.
+    pub fn call_ns(&self) -> u64 {
+        (self.call_us * 1e3).round() as u64
     }
 
     /// An operator: max(flops / TFLOPS, bytes touched / HBM) + launch.
@@ -113,6 +148,57 @@ impl Costs {
     /// the link twice.
     pub fn copy_ns_split(&self, bytes: u64, h: &HostAccess) -> u64 {
         self.link_ns(bytes) + self.host_link_ns(h)
+    }
+
+    fn compute_ns(&self, flops: u64) -> u64 {
+        if self.tflops > 0.0 {
+            (flops as f64 / (self.tflops * 1e3)).ceil() as u64
+        } else {
+            0
+        }
+    }
+
+    /// An operator (a memset: no flops) as `Work`: reads of host-mapped
+    /// memory go host→device, writes device→host.
+    pub fn op_work(&self, flops: u64, bytes: u64, h: &HostAccess) -> Work {
+        Work {
+            base: self
+                .compute_ns(flops)
+                .max(ns_at(bytes.saturating_sub(h.footprint), self.hbm_gbps)),
+            launch: self.launch_ns(),
+            link_in: h.read,
+            link_out: h.write,
+            per_stream: self.op_ns_split(flops, bytes, h),
+        }
+    }
+
+    pub fn memset_work(&self, bytes: u64, h: &HostAccess) -> Work {
+        Work {
+            per_stream: self.memset_ns_split(bytes, h),
+            ..self.op_work(0, bytes, h)
+        }
+    }
+
+    pub fn d2d_work(&self, bytes: u64, h: &HostAccess) -> Work {
+        Work {
+            base: self.d2d_ns(bytes),
+            launch: 0,
+            link_in: h.read,
+            link_out: h.write,
+            per_stream: self.d2d_ns_split(bytes, h),
+        }
+    }
+
+    /// A host↔device copy of the program's (`to_device`: H2D).
+    pub fn copy_work(&self, bytes: u64, to_device: bool, h: &HostAccess) -> Work {
+        let (a, b) = if to_device { (bytes, 0) } else { (0, bytes) };
+        Work {
+            base: self.link_ns(bytes),
+            launch: 0,
+            link_in: a + h.read,
+            link_out: b + h.write,
+            per_stream: self.copy_ns_split(bytes, h),
+        }
     }
 }
 

@@ -28,7 +28,7 @@ use u3m_core::residency::{Counters, Order, Residency};
 use u3m_core::trace::{Body, CopyKind, Event};
 
 use super::accuracy::{Accuracy, Future};
-use super::cost::Costs;
+use super::cost::{Costs, Work};
 use super::recording::Recording;
 use super::simrt::{HostAccess, MapRec, SimCounters, SimRuntime};
 
@@ -137,19 +137,19 @@ enum Cost {
         flops: u64,
         bytes: u64,
     },
-    /// A host↔device copy of the program's.
-    Link(u64),
+    /// A host↔device copy of the program's (true: to the device).
+    Link(u64, bool),
     D2d(u64),
     Memset(u64),
 }
 
 impl Cost {
-    fn ns(&self, c: &Costs, h: &HostAccess) -> u64 {
+    fn work(&self, c: &Costs, h: &HostAccess) -> Work {
         match *self {
-            Cost::Op { flops, bytes } => c.op_ns_split(flops, bytes, h),
-            Cost::Link(b) => c.copy_ns_split(b, h),
-            Cost::D2d(b) => c.d2d_ns_split(b, h),
-            Cost::Memset(b) => c.memset_ns_split(b, h),
+            Cost::Op { flops, bytes } => c.op_work(flops, bytes, h),
+            Cost::Link(b, to_device) => c.copy_work(b, to_device, h),
+            Cost::D2d(b) => c.d2d_work(b, h),
+            Cost::Memset(b) => c.memset_work(b, h),
         }
     }
 }
@@ -409,8 +409,8 @@ impl Driver<'_> {
                 bytes,
             } => {
                 let (ranges, cost) = match kind {
-                    CopyKind::H2D => (vec![(*dst, *bytes, true)], Cost::Link(*bytes)),
-                    CopyKind::D2H => (vec![(*src, *bytes, false)], Cost::Link(*bytes)),
+                    CopyKind::H2D => (vec![(*dst, *bytes, true)], Cost::Link(*bytes, true)),
+                    CopyKind::D2H => (vec![(*src, *bytes, false)], Cost::Link(*bytes, false)),
                     CopyKind::D2D => (
                         vec![(*src, *bytes, false), (*dst, *bytes, true)],
                         Cost::D2d(*bytes),
@@ -537,12 +537,16 @@ impl Driver<'_> {
             .iter()
             .map(|r| (r.addr, r.len, r.write as u8))
             .collect();
-        let cost = cost.ns(&self.s.costs, &self.rt.host_access(&spans));
+        if let Cost::Link(b, to_device) = &cost {
+            self.rt.program_copy(*b, *to_device);
+        }
+        let work = cost.work(&self.s.costs, &self.rt.host_access(&spans));
         if sync {
-            self.rt.host_spend(cost.max(self.s.costs.launch_ns()));
+            let ns = self.rt.sync_work(&work);
+            self.rt.host_spend(ns.max(self.s.costs.launch_ns()));
         } else {
-            let end = self.rt.launch(stream, cost);
-            self.rt.host_spend(self.s.costs.launch_ns());
+            let end = self.rt.launch_work(stream, &work);
+            self.rt.host_spend(self.s.costs.call_ns());
             self.queue.push_back(end);
         }
         if let Some(tok) = tok {

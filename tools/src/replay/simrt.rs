@@ -29,7 +29,7 @@ use std::sync::Mutex;
 use u3m_core::acl::{AclError, MemcpyKind};
 use u3m_core::engine::runtime::{Runtime, CHUNK};
 
-use super::cost::Costs;
+use super::cost::{Costs, Work};
 
 const E_ALLOC: AclError = AclError::RT_MEMORY_ALLOCATION;
 const E_PARAM: AclError = AclError::RT_PARAM_INVALID;
@@ -43,6 +43,8 @@ const VA_BASE: u64 = 0x1000_0000_0000;
 
 #[derive(Default)]
 struct Dev {
+    /// The link's two directions: host→device, device→host.
+    link: [LinkCal; 2],
     capacity: u64,
     /// Physical handles plus unmanaged allocations.
     used: u64,
@@ -73,6 +75,72 @@ pub struct SimCounters {
     pub host_write_bytes: u64,
     /// Peak bytes of host-located physical handles.
     pub host_phys_peak: u64,
+    /// Simulated ns the shared link was busy host→device / device→host
+    /// (the simulator's `link_h2d_busy_ns`, `link_d2h_busy_ns`; 0 with the
+    /// per-stream link).
+    pub link_in_busy_ns: u64,
+    pub link_out_busy_ns: u64,
+    /// The program's own host→device / device→host copy bytes (the trace's
+    /// `M` events; `h2d_bytes`, `d2h_bytes` are the Tier's).
+    pub program_h2d_bytes: u64,
+    pub program_d2h_bytes: u64,
+}
+
+/// One direction of a device's link: the simulated time already taken, as
+/// sorted, disjoint, non-touching busy intervals (the simulator's calendar,
+/// shim/src/rt/core.c `link_reserve`).
+#[derive(Default)]
+struct LinkCal {
+    iv: Vec<(u64, u64)>,
+    /// Time below it was forgotten (no work can start earlier).
+    floor: u64,
+}
+
+impl LinkCal {
+    /// Takes `need` ns of free link time from `start` on; returns the end.
+    fn reserve(&mut self, start: u64, need: u64) -> u64 {
+        if need == 0 {
+            return start;
+        }
+        let start = start.max(self.floor);
+        let i = self.iv.partition_point(|&(_, e)| e <= start);
+        let (mut t, mut left, mut j) = (start, need, i);
+        while left > 0 {
+            if j < self.iv.len() && self.iv[j].0 <= t {
+                t = self.iv[j].1;
+                j += 1;
+                continue;
+            }
+            let gap = if j < self.iv.len() {
+                self.iv[j].0 - t
+            } else {
+                u64::MAX - t
+            };
+            let take = left.min(gap);
+            t += take;
+            left -= take;
+        }
+        let (mut s, mut e, mut i, mut k) = (start, t, i, j);
+        if i < self.iv.len() && self.iv[i].0 < s {
+            s = self.iv[i].0;
+        }
+        if i > 0 && self.iv[i - 1].1 == s {
+            i -= 1;
+            s = self.iv[i].0;
+        }
+        if k < self.iv.len() && self.iv[k].0 <= e {
+            e = self.iv[k].1;
+            k += 1;
+        }
+        self.iv.splice(i..k, [(s, e)]);
+        t
+    }
+
+    fn prune(&mut self, wm: u64) {
+        let n = self.iv.partition_point(|&(_, e)| e <= wm);
+        self.iv.drain(..n);
+        self.floor = self.floor.max(wm);
+    }
 }
 
 /// Where a call's bytes in host-mapped memory are (`host_access`).
@@ -155,6 +223,43 @@ pub fn ns_at(bytes: u64, gbps: f64) -> u64 {
 }
 
 impl State {
+    /// `SimRuntime::host_access` with the state locked.
+    fn host_access(&mut self, ranges: &[(u64, u64, u8)]) -> HostAccess {
+        let st = self;
+        let mut a = HostAccess::default();
+        if st.host_maps == 0 {
+            return a;
+        }
+        for &(va, len, write) in ranges {
+            let end = va.saturating_add(len);
+            let mut p = va;
+            while p < end {
+                let Some((&mva, &h)) = st.mapped.range(..=p).next_back() else {
+                    break;
+                };
+                let Some(ph) = st.phys.get(&h) else { break };
+                let mend = mva + ph.bytes;
+                if mend <= p {
+                    break; // not mapped here: the Tier's call would fault
+                }
+                let n = mend.min(end) - p;
+                if ph.dev.is_none() {
+                    if write != 1 {
+                        a.read += n;
+                    }
+                    if write != 0 {
+                        a.write += n;
+                    }
+                    a.footprint += n;
+                }
+                p += n;
+            }
+        }
+        st.c.host_read_bytes += a.read;
+        st.c.host_write_bytes += a.write;
+        a
+    }
+
     /// The clock of whoever is calling: the host, or the background thread.
     fn caller(&mut self) -> &mut u64 {
         match &mut self.bg {
@@ -248,39 +353,7 @@ impl SimRuntime {
     /// mapped now — call it after the Tier prepared the call, and charge the
     /// call with a `*_ns_split` cost. Counted in the counters.
     pub fn host_access(&self, ranges: &[(u64, u64, u8)]) -> HostAccess {
-        let mut st = self.lock();
-        let mut a = HostAccess::default();
-        if st.host_maps == 0 {
-            return a;
-        }
-        for &(va, len, write) in ranges {
-            let end = va.saturating_add(len);
-            let mut p = va;
-            while p < end {
-                let Some((&mva, &h)) = st.mapped.range(..=p).next_back() else {
-                    break;
-                };
-                let Some(ph) = st.phys.get(&h) else { break };
-                let mend = mva + ph.bytes;
-                if mend <= p {
-                    break; // not mapped here: the Tier's call would fault
-                }
-                let n = mend.min(end) - p;
-                if ph.dev.is_none() {
-                    if write != 1 {
-                        a.read += n;
-                    }
-                    if write != 0 {
-                        a.write += n;
-                    }
-                    a.footprint += n;
-                }
-                p += n;
-            }
-        }
-        st.c.host_read_bytes += a.read;
-        st.c.host_write_bytes += a.write;
-        a
+        self.lock().host_access(ranges)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -324,12 +397,73 @@ impl SimRuntime {
     }
 
     /// Queues `cost` ns of device work on `stream`; returns its end time.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn launch(&self, stream: u64, cost: u64) -> u64 {
         let mut st = self.lock();
         let host = st.host;
         let s = &mut st.streams[(stream - 1) as usize];
         s.clock = s.clock.max(host) + cost;
         s.clock
+    }
+
+    /// Takes link time for `w` on the current device from `start`; returns
+    /// the work's duration (`Work::per_stream` with the per-stream link).
+    fn work_ns(&self, st: &mut State, start: u64, w: &Work) -> u64 {
+        if !self.costs.shared_link || w.link_in + w.link_out == 0 {
+            return w.per_stream;
+        }
+        let g = self.costs.link_gbps;
+        let end = [(0, w.link_in), (1, w.link_out)]
+            .into_iter()
+            .map(|(dir, b)| self.reserve_link(st, dir, start, ns_at(b, g)))
+            .max()
+            .unwrap_or(start);
+        w.base.max(end - start) + w.launch
+    }
+
+    /// `need` ns of direction `dir` (0 in, 1 out) of the current device's link.
+    fn reserve_link(&self, st: &mut State, dir: usize, start: u64, need: u64) -> u64 {
+        if need == 0 {
+            return start;
+        }
+        let dev = st.cur_dev as usize;
+        if st.devs[dev].link[dir].iv.len() > 4096 {
+            // no work starts before the host or any stream's clock
+            let wm = st.streams.iter().map(|s| s.clock).fold(st.host, u64::min);
+            st.devs[dev].link[dir].prune(wm);
+        }
+        match dir {
+            0 => st.c.link_in_busy_ns += need,
+            _ => st.c.link_out_busy_ns += need,
+        }
+        st.devs[dev].link[dir].reserve(start, need)
+    }
+
+    /// Queues `w` on `stream` (the current device's); returns its end time.
+    pub fn launch_work(&self, stream: u64, w: &Work) -> u64 {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let start = st.streams[(stream - 1) as usize].clock.max(st.host);
+        let end = start + self.work_ns(st, start, w);
+        st.streams[(stream - 1) as usize].clock = end;
+        end
+    }
+
+    /// Counts a copy of the program's.
+    pub fn program_copy(&self, bytes: u64, to_device: bool) {
+        let mut st = self.lock();
+        match to_device {
+            true => st.c.program_h2d_bytes += bytes,
+            false => st.c.program_d2h_bytes += bytes,
+        }
+    }
+
+    /// Runs `w` synchronously from the host's time; returns its duration.
+    pub fn sync_work(&self, w: &Work) -> u64 {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let start = st.host;
+        self.work_ns(st, start, w)
     }
 
     /// Memory the Tier does not manage (small allocations) counts against
@@ -573,8 +707,37 @@ impl Runtime for SimRuntime {
             st.c.nvme_ns += r;
         }
         let host = *st.caller();
+        let start = st.streams[(stream - 1) as usize].clock.max(host);
+        let end = if self.costs.shared_link {
+            // as the simulator charges it: the copy's own bytes in its
+            // direction, and a device side in host memory (a host handle:
+            // host mapping) over the link again; D2D at HBM rate
+            // (the counters keep the program's calls' host-mapped bytes)
+            let kept = (st.c.host_read_bytes, st.c.host_write_bytes);
+            let h = match kind {
+                MEMCPY_H2D => st.host_access(&[(dst, bytes, 1)]),
+                MEMCPY_D2H => st.host_access(&[(src, bytes, 0)]),
+                _ => st.host_access(&[(src, bytes, 0), (dst, bytes, 1)]),
+            };
+            (st.c.host_read_bytes, st.c.host_write_bytes) = kept;
+            let (base, to, from) = match kind {
+                MEMCPY_H2D => (link, bytes, 0),
+                MEMCPY_D2H => (link, 0, bytes),
+                _ => (self.costs.d2d_ns(bytes), 0, 0),
+            };
+            let w = Work {
+                base,
+                launch: 0,
+                link_in: to + h.read,
+                link_out: from + h.write,
+                per_stream: base,
+            };
+            start + self.work_ns(st, start, &w)
+        } else {
+            start + link
+        };
         let s = &mut st.streams[(stream - 1) as usize];
-        s.clock = s.clock.max(host) + link;
+        s.clock = end;
         if kind == MEMCPY_D2H && st.staging.contains(&dst) {
             let w = ns_at(bytes, self.costs.nvme_write_gbps);
             s.nvme_write_ns += w;
@@ -626,9 +789,10 @@ impl Runtime for SimRuntime {
     fn event_done(&self, event: u64) -> Result<bool, AclError> {
         let mut st = self.lock();
         let now = *st.caller();
+        let at_record = self.costs.events_at_record;
         st.events
             .get((event as usize).wrapping_sub(1))
-            .map(|&t| t <= now)
+            .map(|&t| at_record || t <= now)
             .ok_or(E_PARAM)
     }
 
@@ -793,6 +957,89 @@ mod tests {
             "a host mapping is no arrival in HBM"
         );
         assert_eq!(r.mem_info(), Ok((3 * CHUNK, 4 * CHUNK)));
+    }
+
+    #[test]
+    fn the_link_is_shared_per_direction_and_full_duplex() {
+        let one = ns_at(25_000_000, 25.0); // 1 ms
+        let r = rt();
+        let (a, b, c) = (
+            r.create_stream().unwrap(),
+            r.create_stream().unwrap(),
+            r.create_stream().unwrap(),
+        );
+        r.memcpy_async(0, 0, 25_000_000, MEMCPY_H2D, a).unwrap();
+        r.memcpy_async(0, 0, 25_000_000, MEMCPY_H2D, b).unwrap();
+        r.memcpy_async(0, 0, 25_000_000, MEMCPY_D2H, c).unwrap();
+        // the second copy in waits for the first; the copy out runs beside them
+        assert_eq!(r.finish(), 2 * one);
+        let k = r.counters();
+        assert_eq!((k.link_in_busy_ns, k.link_out_busy_ns), (2 * one, one));
+        // an operator reading 25 MB of host-mapped memory on a fourth stream
+        // shares the H2D direction too: it fills the time after both copies
+        let op = Costs::default().op_work(
+            0,
+            25_000_000,
+            &HostAccess {
+                read: 25_000_000,
+                write: 0,
+                footprint: 25_000_000,
+            },
+        );
+        let p = r.program_stream();
+        assert_eq!(r.launch_work(p, &op), 3 * one + op.launch);
+        // the per-stream model: every stream has the whole link
+        let old = SimRuntime::new(
+            Costs {
+                shared_link: false,
+                ..Costs::default()
+            },
+            1,
+            4 * CHUNK,
+        );
+        let (a, b) = (old.create_stream().unwrap(), old.create_stream().unwrap());
+        old.memcpy_async(0, 0, 25_000_000, MEMCPY_H2D, a).unwrap();
+        old.memcpy_async(0, 0, 25_000_000, MEMCPY_H2D, b).unwrap();
+        assert_eq!(old.finish(), one);
+        assert_eq!(old.counters().link_in_busy_ns, 0);
+    }
+
+    #[test]
+    fn the_link_calendar_fills_gaps_and_merges() {
+        let mut c = LinkCal::default();
+        assert_eq!(c.reserve(100, 50), 150);
+        assert_eq!(c.reserve(300, 50), 350);
+        // from 0: 100 free before the first interval, 150 between: 120 more
+        // ends inside the gap
+        assert_eq!(c.reserve(0, 120), 170);
+        assert_eq!(c.iv, vec![(0, 170), (300, 350)]);
+        // exactly filling the rest of the gap merges everything
+        assert_eq!(c.reserve(0, 130), 300);
+        assert_eq!(c.iv, vec![(0, 350)]);
+        c.prune(400);
+        assert!(c.iv.is_empty());
+        assert_eq!(c.reserve(10, 5), 405, "nothing starts below the floor");
+    }
+
+    #[test]
+    fn events_complete_at_record_in_the_simulator_model() {
+        for (at_record, done) in [(false, false), (true, true)] {
+            let r = SimRuntime::new(
+                Costs {
+                    events_at_record: at_record,
+                    ..Costs::default()
+                },
+                1,
+                4 * CHUNK,
+            );
+            let s = r.create_stream().unwrap();
+            r.memcpy_async(0, 0, 25_000, MEMCPY_H2D, s).unwrap();
+            let e = r.create_event().unwrap();
+            r.record_event(e, s).unwrap();
+            assert_eq!(r.event_done(e), Ok(done));
+            r.sync_event(e).unwrap();
+            assert_eq!(r.host_ns(), 1000, "a wait still takes simulated time");
+        }
     }
 
     #[test]
