@@ -224,6 +224,12 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
             c.host_unmaps
         ));
     }
+    if c.stream_maps > 0 || c.stream_reads > 0 {
+        line.push_str(&format!(
+            "; read-once streams mapped instead of copied: {} chunks, {} reads in place",
+            c.stream_maps, c.stream_reads
+        ));
+    }
     if c.refused_oversize > 0 {
         line.push_str(&format!(
             "; {} call{} refused as larger than HBM",

@@ -405,3 +405,137 @@ impl Residency {
         Ok(())
     }
 }
+
+// ------------------------------------------------- read-once streams
+//
+// U3M_HOST_MAP=stream. A chunk a call only reads is a read-once stream when
+// (1) it was read at least `STREAM_READS` times since it was last written,
+// (2) more chunks were touched since its previous use, and between the two
+// uses before, than HBM holds (its last two reuse distances exceed HBM:
+// copied in, it would be evicted again before its next use; a chunk read
+// twice per step — forward, backward — has one short distance), and (3) the policy does not expect it back sooner, within
+// W = the calls that touch as many chunks as HBM holds at the rate of its
+// last interval (`!predicts(now, key, W)`). Such a chunk is host-mapped
+// instead of copied in (the device reads it over the link): the copy-in
+// and the eviction it needs go, and the HBM stays with chunks that are
+// reused. An absent chunk is mapped only while HBM is full (copying into
+// free HBM evicts nothing); a host-mapped one stays mapped while it keeps
+// passing (1)-(3), so later passes read it in place. A chunk that is
+// written, or comes back sooner, is copied back into HBM by the fault-in.
+
+/// Read-only uses since the last write before a chunk counts as a stream:
+/// weights of full-parameter training are read twice (forward, backward)
+/// between the optimizer's writes and never qualify; frozen or served
+/// weights are read every pass.
+pub(super) const STREAM_READS: u8 = 3;
+
+/// Logical ticks past the call being prepared at which the policy is asked
+/// for the chunk's next use: the prediction of this very access (early or
+/// late by a few ticks) must not count as "expected back soon".
+const PAST_THIS_CALL: u64 = 8;
+
+impl Residency {
+    /// The chunks of `need` (`writes[k]`: the call writes `need[k]`) served
+    /// host-mapped as read-once streams, sorted, and how many of them were
+    /// host-mapped already (reads in place). Chunks newly mapped get their
+    /// fill copy ordered before the call (a use on u3m's stream, which
+    /// `after_copy_ins` orders the caller after). A failure to map leaves
+    /// the rest to the fault-in (copies).
+    pub(super) fn map_streams(
+        &self,
+        st: &mut State,
+        dev: u32,
+        need: &[Need],
+        writes: &[bool],
+    ) -> Result<(Vec<(u64, u32)>, u64), Fail> {
+        let mut out: Vec<(u64, u32)> = Vec::new();
+        // candidates: read-only, not in HBM, read often since last written
+        let mut cands: Vec<usize> = Vec::new();
+        let mut absent = 0u64;
+        for (k, &(id, i, whole)) in need.iter().enumerate() {
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
+            let c = &b.chunks[i as usize];
+            if c.in_hbm() || c.out_ev != 0 {
+                continue;
+            }
+            absent += !c.on_host as u64;
+            if whole
+                || writes.get(k).copied().unwrap_or(true)
+                || c.ro_uses < STREAM_READS
+                || b.dev != dev
+                || b.pinned
+                || b.real != 0
+                || b.vas.is_empty()
+                || (c.phys == 0 && c.host.is_none())
+            {
+                continue;
+            }
+            cands.push(k);
+        }
+        if cands.is_empty() {
+            return Ok((out, 0));
+        }
+        let Ok((free, total)) = self.rt.mem_info() else {
+            return Ok((out, 0));
+        };
+        let hbm_chunks = total / CHUNK;
+        // copying into free HBM evicts nothing
+        let full = free < (absent + HEADROOM) * CHUNK;
+        let (now, touches) = (st.clock, st.touches);
+        let mut fresh: Vec<(u64, u32)> = Vec::new();
+        let mut reads = 0;
+        for k in cands {
+            let (id, i, _) = need[k];
+            let c = st.chunk(id, i);
+            let on_host = c.on_host;
+            if !on_host && !full {
+                continue;
+            }
+            let dist = touches.saturating_sub(c.last_touches);
+            if dist.min(c.reuse) <= hbm_chunks {
+                continue;
+            }
+            let calls = now.saturating_sub(c.last).max(1);
+            let w = (calls as u128 * hbm_chunks as u128 / dist as u128).max(1) as u64;
+            let key = st.backings[&id].key(id, i);
+            // the access being prepared is the one the policy predicted
+            // (it has not been told of it yet): ask about the window after it
+            if self.policy.predicts(now + PAST_THIS_CALL, key, w) {
+                continue;
+            }
+            if on_host {
+                reads += 1;
+            } else {
+                match self.map_absent(st, dev, id, i, false) {
+                    Ok(()) => {
+                        self.c.stream_maps.fetch_add(1, Relaxed);
+                        fresh.push((id, i));
+                    }
+                    // no host handle (host memory limit, a failed map or
+                    // copy): this chunk and the rest are copied in
+                    Err(_) => break,
+                }
+            }
+            out.push((id, i));
+        }
+        if !fresh.is_empty() {
+            // the fill copies are uses of their chunks on u3m's stream: no
+            // call runs on them before they land (after_copy_ins), and a
+            // failed event falls back to waiting here
+            let stream = self.dev_stream(st, dev)?;
+            match self.use_event(st, stream) {
+                Some(ev) => {
+                    for &(id, i) in &fresh {
+                        st.set_use(id, i, stream, ev);
+                    }
+                    st.unref_event(ev);
+                }
+                None => self.rt.sync_stream(stream)?,
+            }
+        }
+        out.sort_unstable();
+        Ok((out, reads))
+    }
+}
