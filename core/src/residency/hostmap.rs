@@ -409,24 +409,28 @@ impl Residency {
 // ------------------------------------------------- read-once streams
 //
 // U3M_HOST_MAP=stream. A chunk a call only reads is a read-once stream when
-// (1) it was read at least `STREAM_READS` times since it was last written,
-// (2) more chunks were touched since its previous use, and between the two
-// uses before, than HBM holds (its last two reuse distances exceed HBM:
-// copied in, it would be evicted again before its next use; a chunk read
-// twice per step — forward, backward — has one short distance), and (3) the policy does not expect it back sooner, within
-// W = the calls that touch as many chunks as HBM holds at the rate of its
-// last interval (`!predicts(now, key, W)`). Such a chunk is host-mapped
-// instead of copied in (the device reads it over the link): the copy-in
-// and the eviction it needs go, and the HBM stays with chunks that are
-// reused. An absent chunk is mapped only while HBM is full (copying into
-// free HBM evicts nothing); a host-mapped one stays mapped while it keeps
-// passing (1)-(3), so later passes read it in place. A chunk that is
-// written, or comes back sooner, is copied back into HBM by the fault-in.
+// (1) since it was last written it was read again at least `STREAM_READS`
+// times after more chunks than HBM holds had been touched (passes; reads
+// closer together, by other tensors sharing the chunk, do not count),
+// (2) more chunks were touched since its previous use than HBM holds
+// (copied in, it would be evicted again before its next use), and (3) the
+// policy does not expect it back sooner, within W = the calls that touch as
+// many chunks as HBM holds at the rate since its previous use
+// (`!predicts(now, key, W)`). Such a chunk is host-mapped instead of copied
+// in (the device reads it over the link): the copy-in and the eviction it
+// needs go, and the HBM stays with chunks that are reused. An absent chunk
+// is mapped only while HBM is full (copying into free HBM evicts nothing).
+// A host-mapped chunk a call only reads stays mapped while (1) and (3)
+// hold, whatever its distance: later passes read it in place (a weight read
+// in the forward and again soon in the backward would otherwise be copied
+// back, and written back when evicted). A chunk that is written, or that
+// the policy expects back sooner, is copied back into HBM by the fault-in.
 
-/// Read-only uses since the last write before a chunk counts as a stream:
-/// weights of full-parameter training are read twice (forward, backward)
-/// between the optimizer's writes and never qualify; frozen or served
-/// weights are read every pass.
+/// Passes (read-only reuses farther apart than HBM holds) since the last
+/// write before a chunk counts as a stream: weights of full-parameter
+/// training are read at most twice per step (forward, backward) between
+/// the optimizer's writes and never qualify; frozen or served weights are
+/// read every pass.
 pub(super) const STREAM_READS: u8 = 3;
 
 /// Logical ticks past the call being prepared at which the policy is asked
@@ -493,8 +497,12 @@ impl Residency {
             if !on_host && !full {
                 continue;
             }
-            let dist = touches.saturating_sub(c.last_touches);
-            if dist.min(c.reuse) <= hbm_chunks {
+            // an absent chunk: only if its reuse distance now exceeds HBM
+            // (a host-mapped one read again sooner — a weight read in the
+            // forward and soon after in the backward — is still read in
+            // place: a copy back would be written back when evicted)
+            let dist = touches.saturating_sub(c.last_touches).max(1);
+            if !on_host && dist <= hbm_chunks {
                 continue;
             }
             let calls = now.saturating_sub(c.last).max(1);

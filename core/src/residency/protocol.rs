@@ -252,6 +252,7 @@ impl Residency {
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
         let mut hits = 0;
+        let hbm_chunks = st.dev(dev).capacity / CHUNK;
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
@@ -265,11 +266,12 @@ impl Residency {
                     };
                     c.last = clock;
                     c.last_touches = touches;
-                    c.ro_uses = if tok.writes[k] {
-                        0
-                    } else {
-                        c.ro_uses.saturating_add(1)
-                    };
+                    // read-only passes since the last write (hostmap.rs)
+                    if tok.writes[k] {
+                        c.ro_uses = 0;
+                    } else if c.reuse > hbm_chunks {
+                        c.ro_uses = c.ro_uses.saturating_add(1);
+                    }
                     hits += std::mem::take(&mut c.prefetched) as u64;
                 }
             }
