@@ -438,6 +438,10 @@ pub(super) const STREAM_READS: u8 = 3;
 /// late by a few ticks) must not count as "expected back soon".
 const PAST_THIS_CALL: u64 = 8;
 
+/// Host copies freed by fills (128 MiB) before `map_streams` synchronises
+/// u3m's streams to give them back.
+const RECLAIM_BATCH: usize = 64;
+
 impl Residency {
     /// The chunks of `need` (`writes[k]`: the call writes `need[k]`) served
     /// host-mapped as read-once streams, sorted, and how many of them were
@@ -541,6 +545,12 @@ impl Residency {
                     st.unref_event(ev);
                 }
                 None => self.rt.sync_stream(stream)?,
+            }
+            // the fills' DRAM copies wait in pending_free for u3m's streams
+            // to be synchronised; give them back in batches, not at the
+            // next DRAM shortage (they count as DRAM in use meanwhile)
+            if st.pending_free.len() >= RECLAIM_BATCH {
+                self.reclaim(st);
             }
         }
         out.sort_unstable();
