@@ -168,8 +168,8 @@ pub const VARS: &[VarSpec] = &[
         doc: "tier mode: how long a new allocation waits for room when every tier is full" },
     VarSpec { name: "U3M_OVERSUB", kind: Kind::Number { min: 1.0, max: 64.0 }, default: "1.5", empty: None, zero: None,
         doc: "tier mode: virtual HBM capacity as a multiple of physical (allocations beyond it fail with 207001)" },
-    VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "off"]), default: "auto", empty: None, zero: None,
-        doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); off: such a call fails with 207001" },
+    VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "stream", "off"]), default: "auto", empty: None, zero: None,
+        doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); stream: auto, and chunks a call only reads that form a read-once stream (read repeatedly, never written, not expected back before HBM turns over) are host-mapped instead of copied in while HBM is full; off: a call larger than HBM fails with 207001" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
         doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
     VarSpec { name: "U3M_CALIB_S", kind: Kind::Number { min: 0.001, max: 604_800.0 }, default: "600", empty: None, zero: None,
@@ -258,12 +258,16 @@ pub struct Config {
     pub ssd_rate: u64,
     pub alloc_wait_ms: u64,
     pub oversub: f64,
-    /// U3M_HOST_MAP=auto: calls larger than HBM run with host-mapped chunks.
+    /// U3M_HOST_MAP=auto (or stream): calls larger than HBM run with
+    /// host-mapped chunks.
     pub host_map: bool,
     pub policy: String,
     pub calib_s: f64,
     pub warmup_s: f64,
     pub debug_panic_at_op: u64,
+    /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
+    /// copied in (residency/hostmap.rs).
+    pub host_map_stream: bool,
     /// (name, value) of every known U3M_* variable that was set, for the
     /// stats segment's configuration text.
     pub set: Vec<(String, String)>,
@@ -571,7 +575,8 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
         ssd_rate: int("U3M_SSD_RATE"),
         alloc_wait_ms: int("U3M_ALLOC_WAIT_MS"),
         oversub: num("U3M_OVERSUB"),
-        host_map: word("U3M_HOST_MAP") == "auto",
+        host_map: word("U3M_HOST_MAP") != "off",
+        host_map_stream: word("U3M_HOST_MAP") == "stream",
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),
         warmup_s: num("U3M_WARMUP_S"),

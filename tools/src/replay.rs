@@ -57,8 +57,8 @@ pub struct ReplayArgs {
     /// Allocations at least this large are managed (U3M_MIN_BYTES).
     #[arg(long, value_name = "BYTES", value_parser = size, default_value = "2M")]
     pub min_bytes: u64,
-    /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link) or off (such a call stops the replay).
-    #[arg(long, value_name = "auto|off", default_value = "auto", value_parser = ["auto", "off"])]
+    /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), stream (auto, and read-once streams are host-mapped instead of copied in while HBM is full) or off (a call larger than HBM stops the replay).
+    #[arg(long, value_name = "auto|stream|off", default_value = "auto", value_parser = ["auto", "stream", "off"])]
     pub host_map: String,
     /// Background round period in simulated ms (watermarks, spill, policy tick); 0: none.
     #[arg(long, value_name = "MS", default_value_t = 20.0)]
@@ -309,7 +309,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         calib_s: a.calib_s,
         warmup_s: a.warmup_s,
         observe: false,
-        host_map: a.host_map == "auto",
+        host_map: a.host_map.clone(),
     })
 }
 

@@ -515,6 +515,45 @@ fn an_operator_larger_than_hbm_replays_host_mapped() {
     );
 }
 
+/// Read-once streams (issue 11 bullet 2): serving over weights 2 x HBM
+/// (tests/oversize_data/rag_small.trace, 62 MiB on 32 MiB) with
+/// `--host-map stream` maps weight chunks instead of copying them in and
+/// reads them in place: fewer bytes copied in than `auto`, which maps
+/// nothing; no runtime misuse, HBM never exceeded.
+#[test]
+fn read_once_streams_are_host_mapped_with_host_map_stream() {
+    let t =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/oversize_data/rag_small.trace");
+    let t = t.to_str().unwrap();
+    let run = |hm: &str| {
+        let r = replay(&[
+            t,
+            "--hbm",
+            "32M",
+            "--policy",
+            "predictive",
+            "--host-map",
+            hm,
+        ]);
+        policy(&r, "predictive").clone()
+    };
+    let (a, s) = (run("auto"), run("stream"));
+    assert_eq!(a["host_map"]["stream_maps"], 0, "{a:#}");
+    assert_eq!(a["host_map"]["maps"], 0, "{a:#}");
+    assert!(s["host_map"]["stream_maps"].as_u64().unwrap() > 0, "{s:#}");
+    assert!(s["host_map"]["stream_reads"].as_u64().unwrap() > 0, "{s:#}");
+    assert!(s["runtime"]["host_mapped_read_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(s["runtime"]["host_mapped_write_bytes"], 0);
+    assert!(
+        s["runtime"]["h2d_bytes"].as_u64().unwrap() < a["runtime"]["h2d_bytes"].as_u64().unwrap(),
+        "{s:#}\n{a:#}"
+    );
+    for p in [&a, &s] {
+        assert_eq!(p["runtime_misuse"], 0);
+        assert!(p["peak_hbm_bytes"].as_u64().unwrap() <= 32 << 20);
+    }
+}
+
 /// A call that waits for more than 2000 copy-outs of other chunks (a 5 GiB
 /// memset on 6 GiB of HBM evicting 4 GiB of dirty data, 2048 chunks) runs:
 /// the Tier's retry cap grows with the call's size. With a fixed cap of 2000

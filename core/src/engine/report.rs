@@ -224,6 +224,12 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
             c.host_unmaps
         ));
     }
+    if c.stream_maps > 0 || c.stream_reads > 0 {
+        line.push_str(&format!(
+            "; read-once streams mapped instead of copied: {} chunks, {} reads in place",
+            c.stream_maps, c.stream_reads
+        ));
+    }
     if c.refused_oversize > 0 {
         line.push_str(&format!(
             "; {} call{} refused as larger than HBM",
@@ -473,6 +479,20 @@ mod tests {
         assert_eq!(
             s,
             "summary: 10.0 s: HBM→host 8 chunks (16.0 MiB; 10 evictions, 2 of them clean drops), host→HBM 10 chunks (20.0 MiB; 9 faults-in, 3 prefetched), NVMe in 6.0 MiB out 4.0 MiB; peak HBM 128.0 MiB of 130.0 MiB; calls stalled 2.50 s in u3m (25 % of wall time); 1 allocation refused"
+        );
+        // U3M_HOST_MAP=stream: the maps of read-once streams and the reads
+        // served in place follow the host-mapped figures
+        let c = Counters {
+            host_maps: 5,
+            host_map_bytes: 5 * CHUNK,
+            stream_maps: 4,
+            stream_reads: 12,
+            ..counters()
+        };
+        let t = exit_summary(Mode::Tier, &c, &r);
+        assert!(
+            t.ends_with("; 1 allocation refused; host-mapped 5 chunks (10.0 MiB copied into host handles), 0 brought back; read-once streams mapped instead of copied: 4 chunks, 12 reads in place"),
+            "{t}"
         );
         let s = exit_summary(Mode::Observe, &Counters::default(), &r);
         assert_eq!(

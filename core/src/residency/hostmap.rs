@@ -405,3 +405,155 @@ impl Residency {
         Ok(())
     }
 }
+
+// ------------------------------------------------- read-once streams
+//
+// U3M_HOST_MAP=stream. A chunk a call only reads is a read-once stream when
+// (1) since it was last written it was read again at least `STREAM_READS`
+// times after more chunks than HBM holds had been touched (passes; reads
+// closer together, by other tensors sharing the chunk, do not count),
+// (2) more chunks were touched since its previous use than HBM holds
+// (copied in, it would be evicted again before its next use), and (3) the
+// policy does not expect it back sooner, within W = the calls that touch as
+// many chunks as HBM holds at the rate since its previous use
+// (`!predicts(now, key, W)`). Such a chunk is host-mapped instead of copied
+// in (the device reads it over the link): the copy-in and the eviction it
+// needs go, and the HBM stays with chunks that are reused. An absent chunk
+// is mapped only while HBM is full (copying into free HBM evicts nothing).
+// A host-mapped chunk a call only reads stays mapped while (1) and (3)
+// hold, whatever its distance: later passes read it in place (a weight read
+// in the forward and again soon in the backward would otherwise be copied
+// back, and written back when evicted). A chunk that is written, or that
+// the policy expects back sooner, is copied back into HBM by the fault-in.
+
+/// Passes (read-only reuses farther apart than HBM holds) since the last
+/// write before a chunk counts as a stream: weights of full-parameter
+/// training are read at most twice per step (forward, backward) between
+/// the optimizer's writes and never qualify; frozen or served weights are
+/// read every pass.
+pub(super) const STREAM_READS: u8 = 3;
+
+/// Logical ticks past the call being prepared at which the policy is asked
+/// for the chunk's next use: the prediction of this very access (early or
+/// late by a few ticks) must not count as "expected back soon".
+const PAST_THIS_CALL: u64 = 8;
+
+/// Host copies freed by fills (128 MiB) before `map_streams` synchronises
+/// u3m's streams to give them back.
+const RECLAIM_BATCH: usize = 64;
+
+impl Residency {
+    /// The chunks of `need` (`writes[k]`: the call writes `need[k]`) served
+    /// host-mapped as read-once streams, sorted, and how many of them were
+    /// host-mapped already (reads in place). Chunks newly mapped get their
+    /// fill copy ordered before the call (a use on u3m's stream, which
+    /// `after_copy_ins` orders the caller after). A failure to map leaves
+    /// the rest to the fault-in (copies).
+    pub(super) fn map_streams(
+        &self,
+        st: &mut State,
+        dev: u32,
+        need: &[Need],
+        writes: &[bool],
+    ) -> Result<(Vec<(u64, u32)>, u64), Fail> {
+        let mut out: Vec<(u64, u32)> = Vec::new();
+        // candidates: read-only, not in HBM, read often since last written
+        let mut cands: Vec<usize> = Vec::new();
+        let mut absent = 0u64;
+        for (k, &(id, i, whole)) in need.iter().enumerate() {
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
+            let c = &b.chunks[i as usize];
+            if c.in_hbm() || c.out_ev != 0 {
+                continue;
+            }
+            absent += !c.on_host as u64;
+            if whole
+                || writes.get(k).copied().unwrap_or(true)
+                || c.ro_uses < STREAM_READS
+                || b.dev != dev
+                || b.pinned
+                || b.real != 0
+                || b.vas.is_empty()
+                || (c.phys == 0 && c.host.is_none())
+            {
+                continue;
+            }
+            cands.push(k);
+        }
+        if cands.is_empty() {
+            return Ok((out, 0));
+        }
+        let Ok((free, total)) = self.rt.mem_info() else {
+            return Ok((out, 0));
+        };
+        let hbm_chunks = total / CHUNK;
+        // copying into free HBM evicts nothing
+        let full = free < (absent + HEADROOM) * CHUNK;
+        let (now, touches) = (st.clock, st.touches);
+        let mut fresh: Vec<(u64, u32)> = Vec::new();
+        let mut reads = 0;
+        for k in cands {
+            let (id, i, _) = need[k];
+            let c = st.chunk(id, i);
+            let on_host = c.on_host;
+            if !on_host && !full {
+                continue;
+            }
+            // an absent chunk: only if its reuse distance now exceeds HBM
+            // (a host-mapped one read again sooner — a weight read in the
+            // forward and soon after in the backward — is still read in
+            // place: a copy back would be written back when evicted)
+            let dist = touches.saturating_sub(c.last_touches).max(1);
+            if !on_host && dist <= hbm_chunks {
+                continue;
+            }
+            let calls = now.saturating_sub(c.last).max(1);
+            let w = (calls as u128 * hbm_chunks as u128 / dist as u128).max(1) as u64;
+            let key = st.backings[&id].key(id, i);
+            // the access being prepared is the one the policy predicted
+            // (it has not been told of it yet): ask about the window after it
+            if self.policy.predicts(now + PAST_THIS_CALL, key, w) {
+                continue;
+            }
+            if on_host {
+                reads += 1;
+            } else {
+                match self.map_absent(st, dev, id, i, false) {
+                    Ok(()) => {
+                        self.c.stream_maps.fetch_add(1, Relaxed);
+                        fresh.push((id, i));
+                    }
+                    // no host handle (host memory limit, a failed map or
+                    // copy): this chunk and the rest are copied in
+                    Err(_) => break,
+                }
+            }
+            out.push((id, i));
+        }
+        if !fresh.is_empty() {
+            // the fill copies are uses of their chunks on u3m's stream: no
+            // call runs on them before they land (after_copy_ins), and a
+            // failed event falls back to waiting here
+            let stream = self.dev_stream(st, dev)?;
+            match self.use_event(st, stream) {
+                Some(ev) => {
+                    for &(id, i) in &fresh {
+                        st.set_use(id, i, stream, ev);
+                    }
+                    st.unref_event(ev);
+                }
+                None => self.rt.sync_stream(stream)?,
+            }
+            // the fills' DRAM copies wait in pending_free for u3m's streams
+            // to be synchronised; give them back in batches, not at the
+            // next DRAM shortage (they count as DRAM in use meanwhile)
+            if st.pending_free.len() >= RECLAIM_BATCH {
+                self.reclaim(st);
+            }
+        }
+        out.sort_unstable();
+        Ok((out, reads))
+    }
+}

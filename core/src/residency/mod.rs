@@ -133,6 +133,9 @@ pub struct Residency {
     /// The figures of the last call refused as larger than what can be
     /// made accessible (for the engine's one line, which names the call).
     oversize: Mutex<Option<Oversize>>,
+    /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
+    /// copied in (`hostmap::map_streams`).
+    host_map_stream: bool,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -199,6 +202,7 @@ impl Residency {
             lost_any: AtomicBool::new(false),
             refusal: Mutex::new(None),
             oversize: Mutex::new(None),
+            host_map_stream: cfg.host_map_stream,
         })
     }
 

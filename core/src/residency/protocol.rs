@@ -142,8 +142,25 @@ impl Residency {
         let mut stall_from = None;
         // chunks made resident for this call, pinned across retries
         let mut reserved: Vec<(u64, u32)> = Vec::new();
+        // U3M_HOST_MAP=stream: reads of host-mapped chunks served in place
+        // by the last try (counted once the call goes ahead)
+        let mut stream_reads = 0;
         loop {
             let r = match over {
+                None if self.host_map_stream => {
+                    match self.map_streams(&mut st, dev, &need, &tok.writes) {
+                        Ok((mapped, reads)) => {
+                            stream_reads = reads;
+                            let rest: Vec<Need> = need
+                                .iter()
+                                .copied()
+                                .filter(|n| mapped.binary_search(&(n.0, n.1)).is_err())
+                                .collect();
+                            self.fault_in(&mut st, &rest, dev, order, &mut reserved)
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
                 None => self.fault_in(&mut st, &need, dev, order, &mut reserved),
                 Some(o) => match self.map_to_host(&mut st, dev, &need, o.need - o.room) {
                     Ok(mapped) => {
@@ -224,18 +241,37 @@ impl Residency {
             self.c.stall_ns.fetch_add(ns, Relaxed);
             self.c.stall_buckets[stall_bucket(ns)].fetch_add(1, Relaxed);
         }
+        if stream_reads != 0 {
+            self.c.stream_reads.fetch_add(stream_reads, Relaxed);
+        }
         st.clock += 1;
+        let touches = st.touches;
+        st.touches += tok.chunks.len() as u64;
         let clock = st.clock;
         st.call_need = need;
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
         let mut hits = 0;
-        for &(id, i) in &tok.chunks {
+        let hbm_chunks = st.dev(dev).capacity / CHUNK;
+        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
                     c.pins += 1;
+                    // its previous reuse distance (0: first use)
+                    c.reuse = if c.last == 0 {
+                        0
+                    } else {
+                        touches.saturating_sub(c.last_touches)
+                    };
                     c.last = clock;
+                    c.last_touches = touches;
+                    // read-only passes since the last write (hostmap.rs)
+                    if tok.writes[k] {
+                        c.ro_uses = 0;
+                    } else if c.reuse > hbm_chunks {
+                        c.ro_uses = c.ro_uses.saturating_add(1);
+                    }
                     hits += std::mem::take(&mut c.prefetched) as u64;
                 }
             }

@@ -44,6 +44,16 @@ pub(super) struct Chunk {
     /// Leaving HBM: the event recorded after its copy-out (a `Dev::outgoing`
     /// entry); 0 otherwise. Still mapped and resident until that completes.
     pub out_ev: u64,
+    /// Calls that read it without writing it since it was last written
+    /// (saturating): a read-once stream's chunks are read again and again
+    /// (`hostmap::map_streams`).
+    pub ro_uses: u8,
+    /// `State::touches` when it was last used: chunks touched since, an
+    /// upper bound of its reuse distance (`hostmap::map_streams`).
+    pub last_touches: u64,
+    /// Chunks touched between its last two uses (its previous reuse
+    /// distance; 0 before it has one).
+    pub reuse: u64,
 }
 
 impl Chunk {
@@ -246,6 +256,9 @@ pub(super) struct State {
     pub call_need: Vec<Need>,
     pub call_keys: Vec<u64>,
     pub tokens: Vec<Token>,
+    /// Chunks touched by calls so far, summed over calls (with `clock`: how
+    /// many calls HBM holds, `hostmap::map_streams`).
+    pub touches: u64,
 }
 
 impl State {
@@ -268,6 +281,7 @@ impl State {
             call_need: Vec::new(),
             call_keys: Vec::new(),
             tokens: Vec::new(),
+            touches: 0,
         }
     }
 

@@ -53,8 +53,9 @@ pub struct Setup {
     pub warmup_s: f64,
     /// Keep a timeline (`RunOut::observed`): u3m snapshot and u3m report.
     pub observe: bool,
-    /// U3M_HOST_MAP=auto: calls larger than HBM run host-mapped.
-    pub host_map: bool,
+    /// U3M_HOST_MAP: auto (calls larger than HBM run host-mapped), stream
+    /// (and read-once streams are host-mapped instead of copied in) or off.
+    pub host_map: String,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -169,10 +170,7 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_HBM_HIGH".into(), s.hbm_high.to_string()),
         ("U3M_CALIB_S".into(), s.calib_s.to_string()),
         ("U3M_WARMUP_S".into(), s.warmup_s.to_string()),
-        (
-            "U3M_HOST_MAP".into(),
-            if s.host_map { "auto" } else { "off" }.into(),
-        ),
+        ("U3M_HOST_MAP".into(), s.host_map.clone()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));

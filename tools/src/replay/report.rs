@@ -30,6 +30,9 @@ pub struct PolicyRow {
     pub host_maps: u64,
     pub host_map_bytes: u64,
     pub host_unmaps: u64,
+    /// U3M_HOST_MAP=stream: chunks mapped instead of copied, reads in place.
+    pub stream_maps: u64,
+    pub stream_reads: u64,
     pub total_ns: u64,
     pub stall_ns: u64,
     pub peak_hbm: u64,
@@ -60,6 +63,8 @@ impl PolicyRow {
             host_maps: t.host_maps,
             host_map_bytes: t.host_map_bytes,
             host_unmaps: t.host_unmaps,
+            stream_maps: t.stream_maps,
+            stream_reads: t.stream_reads,
             total_ns: o.total_ns,
             stall_ns: o.total_ns.saturating_sub(baseline_ns),
             peak_hbm: o.peak_hbm,
@@ -206,13 +211,15 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
         for p in r.rows.iter().filter(|p| p.host_maps > 0) {
             let _ = writeln!(
                 out,
-                "  {}: host-mapped {} chunks ({} copied into host handles; device access over the link {} read, {} written), {} back into HBM",
+                "  {}: host-mapped {} chunks ({} copied into host handles; device access over the link {} read, {} written), {} back into HBM; read-once streams: {} chunks mapped instead of copied, {} reads in place",
                 p.policy,
                 p.host_maps,
                 bytes(p.host_map_bytes),
                 bytes(p.sim.host_read_bytes),
                 bytes(p.sim.host_write_bytes),
-                p.host_unmaps
+                p.host_unmaps,
+                p.stream_maps,
+                p.stream_reads
             );
         }
         let misuse: u64 = r.rows.iter().map(|p| p.misuse).sum();
@@ -256,7 +263,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "faults_in": p.faults,
                         "evictions": p.evictions,
                         "overwrites": p.overwrites,
-                        "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps},
+                        "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps, "stream_maps": p.stream_maps, "stream_reads": p.stream_reads},
                         "total_ns": p.total_ns,
                         "stall_ns": p.stall_ns,
                         "peak_hbm_bytes": p.peak_hbm,
