@@ -239,6 +239,11 @@ impl Engine {
                 rc
             }
             Call::CaptureBegin { stream } => {
+                // the use fence of the stream's earlier calls is recorded
+                // while the stream still runs what is queued on it
+                if let Some(r) = &self.residency {
+                    r.before_capture(stream);
+                }
                 let rc = real();
                 if rc == 0 {
                     self.capture_begin(stream);

@@ -72,6 +72,8 @@ pub struct Seen {
     pub misuse: Vec<String>,
     /// Host physical handles live now (malloc_physical_host).
     pub host_handles: u64,
+    /// Event records per stream.
+    pub records: BTreeMap<u64, u64>,
 }
 
 struct State {
@@ -681,6 +683,7 @@ impl Runtime for Fake {
         match st.events.get_mut(&event) {
             Some(e) => {
                 *e = Some((stream, pos));
+                *st.seen.records.entry(stream).or_insert(0) += 1;
                 Ok(())
             }
             None => Err(st.misuse(format!("record of unknown event {event:#x}"))),

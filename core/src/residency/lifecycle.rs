@@ -312,6 +312,8 @@ impl Residency {
         }
         st.event_refs.clear();
         st.free_events.clear();
+        st.closed_fences.clear();
+        self.fences.forget();
         st.wait_for = None;
         for h in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
@@ -862,6 +864,8 @@ impl Residency {
         }
         st.event_refs.clear();
         st.free_events.clear();
+        st.closed_fences.clear();
+        self.fences.forget();
         st.wait_for = None;
         st.recently_freed.clear();
         st.dram.shrink();

@@ -33,6 +33,7 @@
 
 mod counters;
 mod evict;
+mod fence;
 mod hostmap;
 mod lifecycle;
 mod lost;
@@ -106,7 +107,9 @@ impl Fail {
 
 /// The residency manager (tier mode).
 pub struct Residency {
+    /// The runtime, with use fences recorded lazily: `fences` (`fence`).
     rt: &'static dyn Runtime,
+    fences: &'static fence::Fenced,
     policy: Box<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
@@ -181,8 +184,13 @@ impl Residency {
             _ => None,
         };
         let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
+        // one small object per manager (a process has one; tests and the
+        // replayer a few), leaked so the manager's modules keep a
+        // `&'static dyn Runtime`
+        let fences: &'static fence::Fenced = Box::leak(Box::new(fence::Fenced::new(rt)));
         Ok(Residency {
-            rt,
+            rt: fences,
+            fences,
             policy,
             ssd_rate: cfg.ssd_rate.max(1),
             st: Mutex::new(State::new(dram, nvme)),
@@ -212,7 +220,13 @@ impl Residency {
     }
 
     pub fn runtime(&self) -> &'static dyn Runtime {
-        self.rt
+        self.fences.inner()
+    }
+
+    /// Before capture begins on `stream`: the fence its earlier calls named
+    /// is recorded now (a capturing stream records into the graph).
+    pub fn before_capture(&self, stream: u64) {
+        self.fences.close_stream(stream);
     }
 
     /// The engine's logical clock (one tick per tracked call).

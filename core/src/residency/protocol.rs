@@ -250,16 +250,21 @@ impl Residency {
         Ok(tok)
     }
 
-    /// After the call: unpin; on success note the use on `stream` (an event
-    /// recorded after the call) and the writes (host copies go stale).
+    /// After the call: unpin; on success note the use on `stream` (the
+    /// stream's use fence, recorded when someone asks or after
+    /// `FENCE_CALLS` calls: fence.rs) and the writes (host copies go stale).
     pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
         if tok.chunks.is_empty() {
             return;
         }
         let Ok(mut st) = self.st.lock() else { return };
-        let ev = match (ok, stream) {
-            (true, Some(s)) => self.use_event(&mut st, s),
-            _ => None,
+        // the stream's use fence (fence.rs), not an event per call
+        let (ev, full) = match (ok, stream) {
+            (true, Some(s)) => match self.call_fence(&mut st, s) {
+                Some((e, full)) => (Some(e), full),
+                None => (None, false),
+            },
+            _ => (None, false),
         };
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
@@ -293,9 +298,9 @@ impl Residency {
                 st.unref_event(o);
             }
         }
-        if let Some(e) = ev {
-            // the reference taken at creation
-            st.unref_event(e);
+        if let (true, Some(s)) = (full, stream) {
+            // recorded by the call that fills it, on the calls' own thread
+            self.fences.close_stream(s);
         }
         if st.tokens.len() < 64 {
             let mut tok = tok;
@@ -305,26 +310,47 @@ impl Residency {
         }
     }
 
-    /// An event recorded on `stream` now. Pooled events are reused only
-    /// once complete: re-recording a pending event would let a stream that
-    /// waits on its older record run ahead when the newer one completes.
-    pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
-        let mut ev = None;
+    /// The use fence a call on `stream` names (fence.rs): the stream's open
+    /// fence, or a new one (a pooled, complete event or a new event, with
+    /// one reference held until it is recorded). Also drops the references
+    /// of fences recorded meanwhile. `.1`: the fence is full, record it.
+    fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
+        let mut closed = std::mem::take(&mut st.closed_fences);
+        self.fences.take_closed(&mut closed);
+        for ev in closed.drain(..) {
+            st.unref_event(ev);
+        }
+        st.closed_fences = closed;
+        if let Some(f) = self.fences.join(stream) {
+            return Some(f);
+        }
+        let ev = self.pooled_event(st)?;
+        st.event_refs.insert(ev, 1);
+        self.fences.open(stream, ev);
+        Some((ev, false))
+    }
+
+    /// A complete event from the pool, or a new one.
+    fn pooled_event(&self, st: &mut State) -> Option<u64> {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
-                ev = Some(st.free_events.swap_remove(k));
-                break;
+                return Some(st.free_events.swap_remove(k));
             }
             k += 1;
             if k >= 8 {
                 break; // the oldest are first: no need to scan a long tail
             }
         }
-        let ev = match ev {
-            Some(e) => e,
-            None => self.rt.create_event().ok()?,
-        };
+        self.rt.create_event().ok()
+    }
+
+    /// An event recorded on `stream` now (u3m's own copies). Pooled events
+    /// are reused only once complete: re-recording a pending event would let
+    /// a stream that waits on its older record run ahead when the newer one
+    /// completes.
+    pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
+        let ev = self.pooled_event(st)?;
         if self.rt.record_event(ev, stream).is_err() {
             st.free_events.push(ev);
             return None;

@@ -881,3 +881,107 @@ fn a_call_larger_than_hbm_runs_host_mapped_or_is_refused() {
         a.assert_clean();
     }
 }
+
+/// Records of use fences on the program's stream `s`.
+fn records_on(a: &App, s: u64) -> u64 {
+    a.f.seen().records.get(&s).copied().unwrap_or(0)
+}
+
+/// Use fences (fence.rs): calls on a stream share one fence, recorded only
+/// when an eviction asks. Both chunks' operators are queued, not run, when
+/// a third chunk needs their HBM: the eviction must wait for the fence,
+/// which must be recorded *after* both operators. Fails if the fence is
+/// queried unrecorded (the fake reports an unrecorded event complete: the
+/// chunk is unmapped under the queued operator, an MMU fault) or recorded
+/// before the second call.
+#[test]
+fn an_eviction_waits_for_every_call_a_shared_fence_covers() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    let z = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 7));
+    a.op(s, &[(y, CHUNK)], &[(y, CHUNK)], add(y, y, CHUNK, 3));
+    assert_eq!(records_on(&a, s), 0, "no event per call");
+    // z needs HBM that x or y hold: waits for the stream
+    a.write(z, &pattern(3, CHUNK));
+    assert_eq!(records_on(&a, s), 1, "one fence for both calls");
+    let plus = |seed, k: u8| -> Vec<u8> {
+        pattern(seed, CHUNK)
+            .iter()
+            .map(|b| b.wrapping_add(k))
+            .collect()
+    };
+    for (va, want, n) in [(x, plus(1, 7), "x"), (y, plus(2, 3), "y")] {
+        let got = a.read(va, CHUNK);
+        assert!(
+            got == want,
+            "{n}: {:?} want {:?}, faults {:?}",
+            &got[..8],
+            &want[..8],
+            a.f.seen().faults
+        );
+    }
+    // a new round: the next call names a new fence (not the recorded one,
+    // which is complete), and the evictions x and y force wait for it
+    a.op(s, &[(z, CHUNK)], &[(z, CHUNK)], add(z, z, CHUNK, 5));
+    a.write(x, &pattern(4, CHUNK));
+    a.write(y, &pattern(5, CHUNK));
+    a.f.drain(); // the program synchronises the stream before reading z
+    for (va, want, n) in [
+        (z, plus(3, 5), "z"),
+        (x, pattern(4, CHUNK), "x"),
+        (y, pattern(5, CHUNK), "y"),
+    ] {
+        let got = a.read(va, CHUNK);
+        assert!(
+            got == want,
+            "{n}: {:?} want {:?}, faults {:?}",
+            &got[..8],
+            &want[..8],
+            a.f.seen().faults
+        );
+    }
+    assert_eq!(records_on(&a, s), 2);
+    a.assert_clean();
+}
+
+/// Many calls on one stream with nothing to evict: the fence is recorded
+/// once per `FENCE_CALLS` calls (by the call that fills it), not per call;
+/// before capture begins on the stream its open fence is recorded, and an
+/// eviction afterwards records nothing more there. Fails with an event per
+/// call (100 records) or if a capture can find an open fence on its stream.
+#[test]
+fn fences_are_recorded_once_per_round_and_before_capture() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    for _ in 0..100 {
+        a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 1));
+    }
+    let full = 100 / super::fence::FENCE_CALLS as u64;
+    assert_eq!(records_on(&a, s), full);
+    a.r.before_capture(s);
+    assert_eq!(records_on(&a, s), full + 1, "the open fence, recorded");
+    a.r.before_capture(s);
+    assert_eq!(records_on(&a, s), full + 1, "nothing open any more");
+    // (capture would begin here) y evicts x: waits for the recorded fence
+    a.write(y, &pattern(2, CHUNK));
+    assert_eq!(
+        records_on(&a, s),
+        full + 1,
+        "no record on the capturing stream"
+    );
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(100))
+        .collect();
+    assert_eq!(a.read(x, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    a.assert_clean();
+}
