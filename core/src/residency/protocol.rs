@@ -266,6 +266,8 @@ impl Residency {
             },
             _ => (None, false),
         };
+        // chunks that name the fence now (one that already did changes no count)
+        let mut named = 0u32;
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
             let mut old = None;
@@ -281,22 +283,27 @@ impl Residency {
                 }
                 if let (Some(e), Some(s)) = (ev, stream) {
                     if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
-                        old = Some(u.1);
-                        u.1 = e;
+                        if u.1 != e {
+                            old = Some(u.1);
+                            u.1 = e;
+                            named += 1;
+                        }
                     } else {
                         c.uses.push((s, e));
+                        named += 1;
                     }
                 }
             }
             if let Some(h) = stale {
                 st.pending_free.push(h);
             }
-            if let Some(e) = ev {
-                *st.event_refs.entry(e).or_insert(0) += 1;
-            }
             if let Some(o) = old {
+                // never the fence itself: it holds its opening reference
                 st.unref_event(o);
             }
+        }
+        if let (Some(e), true) = (ev, named > 0) {
+            *st.event_refs.entry(e).or_insert(0) += named;
         }
         if let (true, Some(s)) = (full, stream) {
             // recorded by the call that fills it, on the calls' own thread
