@@ -18,6 +18,10 @@
 //! An unrecorded event must never be queried as is: a runtime may report it
 //! complete.
 //!
+//! The default stream (0) is not fenced: `finish` records an event per
+//! call there, as before, because "stream 0" names a different stream in
+//! every context and the record may happen on another thread.
+//!
 //! Streams that refuse a record: a stream about to be captured has its open
 //! fence recorded before capture begins (`before_capture`); after that its
 //! calls are ordered by the host and name no fence. If a record fails anyway

@@ -258,8 +258,13 @@ impl Residency {
             return;
         }
         let Ok(mut st) = self.st.lock() else { return };
-        // the stream's use fence (fence.rs), not an event per call
+        // the stream's use fence (fence.rs), not an event per call — but on
+        // the default stream an event recorded now, as before fences: "stream
+        // 0" is a different stream in every context, so a fence shared under
+        // that name could be recorded on the wrong one
+        let eager = stream == Some(0);
         let (ev, full) = match (ok, stream) {
+            (true, Some(0)) => (self.use_event(&mut st, 0), false),
             (true, Some(s)) => match self.call_fence(&mut st, s) {
                 Some((e, full)) => (Some(e), full),
                 None => (None, false),
@@ -304,6 +309,10 @@ impl Residency {
         }
         if let (Some(e), true) = (ev, named > 0) {
             *st.event_refs.entry(e).or_insert(0) += named;
+        }
+        if let (Some(e), true) = (ev, eager) {
+            // the reference taken at creation
+            st.unref_event(e);
         }
         if let (true, Some(s)) = (full, stream) {
             // recorded by the call that fills it, on the calls' own thread

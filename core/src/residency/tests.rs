@@ -985,3 +985,31 @@ fn fences_are_recorded_once_per_round_and_before_capture() {
     assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
     a.assert_clean();
 }
+
+/// Calls on the default stream (0) each record their own event (no fence
+/// shared under a name that differs per context), and an eviction still
+/// waits for the last one.
+#[test]
+fn the_default_stream_records_an_event_per_call() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    for _ in 0..3 {
+        a.op(0, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 1));
+    }
+    assert_eq!(records_on(&a, 0), 3);
+    a.write(y, &pattern(2, CHUNK)); // evicts x: waits for the stream
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(3))
+        .collect();
+    let got = a.read(x, CHUNK);
+    assert!(
+        got == want,
+        "x: {:?}, faults {:?}",
+        &got[..8],
+        a.f.seen().faults
+    );
+    a.assert_clean();
+}
