@@ -13,14 +13,16 @@
 //!   host-mapped  a pinned host physical handle mapped at every VA of the
 //!                backing (`on_host`): reached over the link (`hostmap`)
 //! Invariants: a chunk is never unmapped while a call that may touch it is in
-//! flight (`pins` during the call, `uses`: per-stream events recorded after
-//! it, all complete before eviction); a chunk a call needs is never evicted
+//! flight (`pins` during the call, `uses`: per-stream events that complete
+//! after it — a stream's shared use fence, recorded when someone asks
+//! (`fence`) — all complete before eviction); a chunk a call needs is never evicted
 //! for that call; pinned backings (IPC-exported) never move.
 //!
 //! The manager is split along its seams:
 //! - `state`: chunks, backings, per-device data, the stores, event pool;
 //! - `lifecycle`: malloc/free, VMM handles, map/unmap, export;
 //! - `protocol`: a call's `prepare`/`finish`, ordering with events;
+//! - `fence`: use fences, one lazily recorded event per stream and round;
 //! - `migrate`: copy-in (fault-in) and copy-out, host slots, DRAM→NVMe spill;
 //! - `evict`: victim choice, demand and watermark eviction;
 //! - `hostmap`: calls larger than HBM: refused, or run with host-mapped chunks;
