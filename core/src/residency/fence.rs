@@ -46,7 +46,7 @@ use crate::engine::runtime::Runtime;
 pub(super) const FENCE_CALLS: u32 = 32;
 
 #[derive(Default)]
-struct List {
+pub(super) struct List {
     /// (stream, event, calls that named it) of every open (unrecorded) fence.
     open: Vec<(u64, u64, u32)>,
     /// Fences recorded (or settled) since the manager last looked: each
@@ -56,6 +56,9 @@ struct List {
     /// for every query (their stream is gone).
     dead: Vec<u64>,
 }
+
+/// The fence list's guard, held across a fork.
+pub struct ListHold(std::sync::MutexGuard<'static, List>);
 
 /// The runtime with lazily recorded use fences (see the module doc).
 pub(super) struct Fenced {
@@ -137,6 +140,21 @@ impl Fenced {
         if let Some(ev) = self.open_fence(stream) {
             self.settle(ev);
         }
+    }
+
+    /// The list, held across a fork (`ForkHold`): no thread is recording a
+    /// fence then, so the child's copy of the lock is free.
+    pub fn hold(&'static self) -> ListHold {
+        ListHold(self.lock())
+    }
+
+    /// In the forked child: every fence forgotten through the guard held
+    /// across the fork (locking again could wait for a thread the child
+    /// does not have).
+    pub fn forget_held(&self, h: ListHold) {
+        let ListHold(mut l) = h;
+        *l = List::default();
+        self.any.store(false, Release);
     }
 
     /// Forgets every fence (the runtime's objects are gone: a forked child,

@@ -25,7 +25,12 @@ const MAP_TRIES: u32 = 3;
 const FORK_PINNED: u32 = 1 << 30;
 
 /// The residency lock held across fork() (`hold_for_fork`).
-pub struct ForkHold(std::sync::MutexGuard<'static, State>);
+pub struct ForkHold(
+    std::sync::MutexGuard<'static, State>,
+    /// The use-fence list (taken second: the lock order), so no thread is
+    /// recording a fence at the fork.
+    super::fence::ListHold,
+);
 
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
@@ -274,7 +279,8 @@ impl Residency {
     /// fork's prepare step: the residency lock, held across the fork so
     /// the child's copy of the state is consistent and its lock free.
     pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
-        self.st.lock().ok().map(ForkHold)
+        let st = self.st.lock().ok()?;
+        Some(ForkHold(st, self.fences.hold()))
     }
 
     /// In a forked child that keeps the parent's memory (the runtime's
@@ -286,7 +292,12 @@ impl Residency {
     /// that slot), for the caller to fail closed.
     pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
         let mut st = match hold {
-            Some(ForkHold(g)) => g,
+            Some(ForkHold(g, fences)) => {
+                // the fence list as the fork found it: no other thread was
+                // inside it; reset through the held guard
+                self.fences.forget_held(fences);
+                g
+            }
             None => self
                 .st
                 .lock()

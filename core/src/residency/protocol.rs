@@ -422,6 +422,34 @@ impl Residency {
         Ok(())
     }
 
+    /// After a `make_room` that found every candidate still in use: waits,
+    /// without the lock, for the use the eviction named (`st.wait_for`: a
+    /// use fence — recorded now if it was open — or a copy-out), as a busy
+    /// `prepare` does. false: there was nothing to wait for.
+    pub fn wait_busy(&self) -> bool {
+        let wait = {
+            let Ok(mut st) = self.st.lock() else {
+                return false;
+            };
+            let wait = st
+                .wait_for
+                .take()
+                .filter(|ev| st.event_refs.contains_key(ev));
+            // a reference while unlocked: the event cannot be pooled and
+            // recorded again for other work meanwhile
+            if let Some(r) = wait.and_then(|ev| st.event_refs.get_mut(&ev)) {
+                *r += 1;
+            }
+            wait
+        };
+        let Some(ev) = wait else { return false };
+        let _ = self.rt.sync_event(ev);
+        if let Ok(mut st) = self.st.lock() {
+            st.unref_event(ev);
+        }
+        true
+    }
+
     /// Makes every managed chunk of [addr, addr+len) resident and pins the
     /// backings for good (exported memory must stay where it is).
     pub fn pin_range(&self, dev: u32, addr: u64, len: u64) -> Result<(), AclError> {

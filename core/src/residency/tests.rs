@@ -1013,3 +1013,33 @@ fn the_default_stream_records_an_event_per_call() {
     );
     a.assert_clean();
 }
+
+/// Room for memory u3m does not manage (`make_room`) when the only
+/// candidate is named by a fence whose calls are still queued: the first
+/// try records the fence and finds it pending; `wait_busy` waits for it
+/// without the lock; the second try evicts. Fails if the busy eviction
+/// leaves nothing to wait for, or if the wait does not make the chunk idle.
+#[test]
+fn room_for_unmanaged_memory_waits_for_a_queued_fence() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 2));
+    assert!(!a.r.make_room(0, CHUNK), "x's call is still queued");
+    assert!(a.r.wait_busy(), "the eviction named the fence to wait for");
+    assert!(a.r.make_room(0, CHUNK), "x's call has run: x can leave");
+    assert!(!a.r.wait_busy(), "nothing left to wait for");
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(2))
+        .collect();
+    let got = a.read(x, CHUNK);
+    assert!(
+        got == want,
+        "x: {:?}, faults {:?}",
+        &got[..8],
+        a.f.seen().faults
+    );
+    a.assert_clean();
+}
