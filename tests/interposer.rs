@@ -376,6 +376,8 @@ fn a_panic_in_the_engine_falls_back_to_pass_through() {
 
 /// Peak RSS in KiB of `prog args` (phantom, hermetic environment plus `env`),
 /// from wait4: only this child's figure, whatever other tests run meanwhile.
+// the child is reaped by wait4, which std's Child does not know
+#[allow(clippy::zombie_processes)]
 fn max_rss_kib(prog: &str, args: &[&str], env: &[(&str, &str)]) -> i64 {
     use std::os::unix::process::ExitStatusExt;
     let mut cmd = std::process::Command::new(common::app(prog));
