@@ -239,6 +239,11 @@ impl Engine {
                 rc
             }
             Call::CaptureBegin { stream } => {
+                // the use fence of the stream's earlier calls is recorded
+                // while the stream still runs what is queued on it
+                if let Some(r) = &self.residency {
+                    r.before_capture(stream);
+                }
                 let rc = real();
                 if rc == 0 {
                     self.capture_begin(stream);
@@ -350,11 +355,16 @@ impl Engine {
 
     /// After an unmanaged allocation failed with 207001: evict managed
     /// chunks so that a retry can succeed. false: nothing could move.
+    /// When every candidate is still in use (calls queued on their streams
+    /// name them), waits for the first such use, unlocked, and tries again:
+    /// a use fence is recorded only when an eviction asks, so the first ask
+    /// rarely finds it complete.
     fn make_room(&self, dev: i32, bytes: u64) -> bool {
-        self.residency
-            .as_ref()
-            .map(|r| r.make_room(dev.max(0) as u32, bytes))
-            .unwrap_or(false)
+        let Some(r) = &self.residency else {
+            return false;
+        };
+        let d = dev.max(0) as u32;
+        r.make_room(d, bytes) || (r.wait_busy() && r.make_room(d, bytes))
     }
 
     /// aclrtMallocPhysical: u3m's own handle (2 MiB chunks that move

@@ -127,7 +127,7 @@ pub(crate) enum Resolved {
 }
 
 pub(crate) struct AddrMap {
-    top: Box<[AtomicPtr<Region>]>,
+    top: zeroed::ZSlice<AtomicPtr<Region>>,
 }
 
 #[inline]

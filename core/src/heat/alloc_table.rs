@@ -30,7 +30,7 @@ pub(crate) struct AllocSlot {
 unsafe impl Zeroable for AllocSlot {}
 
 pub(crate) struct AllocTable {
-    slots: Box<[AllocSlot]>,
+    slots: zeroed::ZSlice<AllocSlot>,
 }
 
 impl AllocTable {

@@ -83,9 +83,9 @@ struct Cold {
 pub struct HeatTable {
     map: AddrMap,
     allocs: AllocTable,
-    chunk_recs: Box<[ChunkRec]>,
+    chunk_recs: zeroed::ZSlice<ChunkRec>,
     ranges: RangeTable,
-    shards: Box<[Shard]>,
+    shards: zeroed::ZSlice<Shard>,
     cold: Mutex<Cold>,
     config: HeatConfig,
 }

@@ -50,7 +50,7 @@ pub(crate) enum RangeHit {
 }
 
 pub(crate) struct RangeTable {
-    entries: Box<[Entry]>,
+    entries: zeroed::ZSlice<Entry>,
     mask: usize,
 }
 

@@ -75,6 +75,8 @@ pub struct Seen {
     pub misuse: Vec<String>,
     /// Host physical handles live now (malloc_physical_host).
     pub host_handles: u64,
+    /// Event records per stream.
+    pub records: BTreeMap<u64, u64>,
 }
 
 struct State {
@@ -709,9 +711,11 @@ impl Runtime for Fake {
         let Some(pos) = st.streams.get(&stream).map(|s| s.queued) else {
             return Err(st.misuse(format!("record on unknown stream {stream:#x}")));
         };
+        st.context(stream, "record_event")?;
         match st.events.get_mut(&event) {
             Some(e) => {
                 *e = Some((stream, pos));
+                *st.seen.records.entry(stream).or_insert(0) += 1;
                 Ok(())
             }
             None => Err(st.misuse(format!("record of unknown event {event:#x}"))),

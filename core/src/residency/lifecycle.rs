@@ -25,7 +25,12 @@ const MAP_TRIES: u32 = 3;
 const FORK_PINNED: u32 = 1 << 30;
 
 /// The residency lock held across fork() (`hold_for_fork`).
-pub struct ForkHold(std::sync::MutexGuard<'static, State>);
+pub struct ForkHold(
+    std::sync::MutexGuard<'static, State>,
+    /// The use-fence list (taken second: the lock order), so no thread is
+    /// recording a fence at the fork.
+    super::fence::ListHold,
+);
 
 fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
@@ -231,7 +236,7 @@ impl Residency {
         self.settle_outgoing(st, b.dev);
         let stream = st.dev(b.dev).stream;
         if stream != 0 {
-            let _ = self.rt.sync_stream(stream);
+            self.sync_on_device(b.dev, stream);
         }
         for (i, c) in b.chunks.iter_mut().enumerate() {
             if c.phys != 0 {
@@ -274,7 +279,8 @@ impl Residency {
     /// fork's prepare step: the residency lock, held across the fork so
     /// the child's copy of the state is consistent and its lock free.
     pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
-        self.st.lock().ok().map(ForkHold)
+        let st = self.st.lock().ok()?;
+        Some(ForkHold(st, self.fences.hold()))
     }
 
     /// In a forked child that keeps the parent's memory (the runtime's
@@ -286,7 +292,12 @@ impl Residency {
     /// that slot), for the caller to fail closed.
     pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
         let mut st = match hold {
-            Some(ForkHold(g)) => g,
+            Some(ForkHold(g, fences)) => {
+                // the fence list as the fork found it: no other thread was
+                // inside it; reset through the held guard
+                self.fences.forget_held(fences);
+                g
+            }
             None => self
                 .st
                 .lock()
@@ -312,6 +323,8 @@ impl Residency {
         }
         st.event_refs.clear();
         st.free_events.clear();
+        st.closed_fences.clear();
+        self.fences.forget();
         st.wait_for = None;
         for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
@@ -830,6 +843,23 @@ impl Residency {
         }
     }
 
+    /// Synchronises u3m's `stream` of device `dev` from any thread: the
+    /// runtime refuses a stream of another device than the caller's, so the
+    /// caller's device is switched to `dev` for it and restored after.
+    pub(super) fn sync_on_device(&self, dev: u32, stream: u64) {
+        match self.rt.current_device() {
+            Some(cur) if cur != dev => {
+                if self.rt.set_device(dev).is_ok() {
+                    let _ = self.rt.sync_stream(stream);
+                    let _ = self.rt.set_device(cur);
+                }
+            }
+            _ => {
+                let _ = self.rt.sync_stream(stream);
+            }
+        }
+    }
+
     /// Before aclFinalize: the runtime is about to release everything the
     /// process holds, and the program may unload it and load it again. u3m
     /// waits for its own copies, forgets every managed allocation and handle
@@ -880,6 +910,8 @@ impl Residency {
         }
         st.event_refs.clear();
         st.free_events.clear();
+        st.closed_fences.clear();
+        self.fences.forget();
         st.wait_for = None;
         st.recently_freed.clear();
         st.dram.shrink();

@@ -13,14 +13,16 @@
 //!   host-mapped  a pinned host physical handle mapped at every VA of the
 //!                backing (`on_host`): reached over the link (`hostmap`)
 //! Invariants: a chunk is never unmapped while a call that may touch it is in
-//! flight (`pins` during the call, `uses`: per-stream events recorded after
-//! it, all complete before eviction); a chunk a call needs is never evicted
+//! flight (`pins` during the call, `uses`: per-stream events that complete
+//! after it — a stream's shared use fence, recorded when someone asks
+//! (`fence`) — all complete before eviction); a chunk a call needs is never evicted
 //! for that call; pinned backings (IPC-exported) never move.
 //!
 //! The manager is split along its seams:
 //! - `state`: chunks, backings, per-device data, the stores, event pool;
 //! - `lifecycle`: malloc/free, VMM handles, map/unmap, export;
 //! - `protocol`: a call's `prepare`/`finish`, ordering with events;
+//! - `fence`: use fences, one lazily recorded event per stream and round;
 //! - `migrate`: copy-in (fault-in) and copy-out, host slots, DRAM→NVMe spill;
 //! - `evict`: victim choice, demand and watermark eviction;
 //! - `hostmap`: calls larger than HBM: refused, or run with host-mapped chunks;
@@ -33,6 +35,7 @@
 
 mod counters;
 mod evict;
+mod fence;
 mod hostmap;
 mod lifecycle;
 mod lost;
@@ -106,7 +109,9 @@ impl Fail {
 
 /// The residency manager (tier mode).
 pub struct Residency {
+    /// The runtime, with use fences recorded lazily: `fences` (`fence`).
     rt: &'static dyn Runtime,
+    fences: &'static fence::Fenced,
     policy: Box<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
@@ -184,8 +189,13 @@ impl Residency {
             _ => None,
         };
         let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
+        // one small object per manager (a process has one; tests and the
+        // replayer a few), leaked so the manager's modules keep a
+        // `&'static dyn Runtime`
+        let fences: &'static fence::Fenced = Box::leak(Box::new(fence::Fenced::new(rt)));
         Ok(Residency {
-            rt,
+            rt: fences,
+            fences,
             policy,
             ssd_rate: cfg.ssd_rate.max(1),
             st: Mutex::new(State::new(dram, nvme)),
@@ -216,7 +226,13 @@ impl Residency {
     }
 
     pub fn runtime(&self) -> &'static dyn Runtime {
-        self.rt
+        self.fences.inner()
+    }
+
+    /// Before capture begins on `stream`: the fence its earlier calls named
+    /// is recorded now (a capturing stream records into the graph).
+    pub fn before_capture(&self, stream: u64) {
+        self.fences.close_stream(stream);
     }
 
     /// The engine's logical clock (one tick per tracked call).

@@ -286,17 +286,29 @@ impl Residency {
         Ok(tok)
     }
 
-    /// After the call: unpin; on success note the use on `stream` (an event
-    /// recorded after the call) and the writes (host copies go stale).
+    /// After the call: unpin; on success note the use on `stream` (the
+    /// stream's use fence, recorded when someone asks or after
+    /// `FENCE_CALLS` calls: fence.rs) and the writes (host copies go stale).
     pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
         if tok.chunks.is_empty() {
             return;
         }
         let Ok(mut st) = self.st.lock() else { return };
-        let ev = match (ok, stream) {
-            (true, Some(s)) => self.use_event(&mut st, s),
-            _ => None,
+        // the stream's use fence (fence.rs), not an event per call — but on
+        // the default stream an event recorded now, as before fences: "stream
+        // 0" is a different stream in every context, so a fence shared under
+        // that name could be recorded on the wrong one
+        let eager = stream == Some(0);
+        let (ev, full) = match (ok, stream) {
+            (true, Some(0)) => (self.use_event(&mut st, 0), false),
+            (true, Some(s)) => match self.call_fence(&mut st, s) {
+                Some((e, full)) => (Some(e), full),
+                None => (None, false),
+            },
+            _ => (None, false),
         };
+        // chunks that name the fence now (one that already did changes no count)
+        let mut named = 0u32;
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
             let mut old = None;
@@ -313,26 +325,35 @@ impl Residency {
                 }
                 if let (Some(e), Some(s)) = (ev, stream) {
                     if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
-                        old = Some(u.1);
-                        u.1 = e;
+                        if u.1 != e {
+                            old = Some(u.1);
+                            u.1 = e;
+                            named += 1;
+                        }
                     } else {
                         c.uses.push((s, e));
+                        named += 1;
                     }
                 }
             }
             if let Some(h) = stale {
                 st.pending_free.push((dev, h));
             }
-            if let Some(e) = ev {
-                *st.event_refs.entry(e).or_insert(0) += 1;
-            }
             if let Some(o) = old {
+                // never the fence itself: it holds its opening reference
                 st.unref_event(o);
             }
         }
-        if let Some(e) = ev {
+        if let (Some(e), true) = (ev, named > 0) {
+            *st.event_refs.entry(e).or_insert(0) += named;
+        }
+        if let (Some(e), true) = (ev, eager) {
             // the reference taken at creation
             st.unref_event(e);
+        }
+        if let (true, Some(s)) = (full, stream) {
+            // recorded by the call that fills it, on the calls' own thread
+            self.fences.close_stream(s);
         }
         if st.tokens.len() < 64 {
             let mut tok = tok;
@@ -342,26 +363,47 @@ impl Residency {
         }
     }
 
-    /// An event recorded on `stream` now. Pooled events are reused only
-    /// once complete: re-recording a pending event would let a stream that
-    /// waits on its older record run ahead when the newer one completes.
-    pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
-        let mut ev = None;
+    /// The use fence a call on `stream` names (fence.rs): the stream's open
+    /// fence, or a new one (a pooled, complete event or a new event, with
+    /// one reference held until it is recorded). Also drops the references
+    /// of fences recorded meanwhile. `.1`: the fence is full, record it.
+    fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
+        let mut closed = std::mem::take(&mut st.closed_fences);
+        self.fences.take_closed(&mut closed);
+        for ev in closed.drain(..) {
+            st.unref_event(ev);
+        }
+        st.closed_fences = closed;
+        if let Some(f) = self.fences.join(stream) {
+            return Some(f);
+        }
+        let ev = self.pooled_event(st)?;
+        st.event_refs.insert(ev, 1);
+        self.fences.open(stream, ev);
+        Some((ev, false))
+    }
+
+    /// A complete event from the pool, or a new one.
+    fn pooled_event(&self, st: &mut State) -> Option<u64> {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
-                ev = Some(st.free_events.swap_remove(k));
-                break;
+                return Some(st.free_events.swap_remove(k));
             }
             k += 1;
             if k >= 8 {
                 break; // the oldest are first: no need to scan a long tail
             }
         }
-        let ev = match ev {
-            Some(e) => e,
-            None => self.rt.create_event().ok()?,
-        };
+        self.rt.create_event().ok()
+    }
+
+    /// An event recorded on `stream` now (u3m's own copies). Pooled events
+    /// are reused only once complete: re-recording a pending event would let
+    /// a stream that waits on its older record run ahead when the newer one
+    /// completes.
+    pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
+        let ev = self.pooled_event(st)?;
         if self.rt.record_event(ev, stream).is_err() {
             st.free_events.push(ev);
             return None;
@@ -415,6 +457,34 @@ impl Residency {
             }
         }
         Ok(())
+    }
+
+    /// After a `make_room` that found every candidate still in use: waits,
+    /// without the lock, for the use the eviction named (`st.wait_for`: a
+    /// use fence — recorded now if it was open — or a copy-out), as a busy
+    /// `prepare` does. false: there was nothing to wait for.
+    pub fn wait_busy(&self) -> bool {
+        let wait = {
+            let Ok(mut st) = self.st.lock() else {
+                return false;
+            };
+            let wait = st
+                .wait_for
+                .take()
+                .filter(|ev| st.event_refs.contains_key(ev));
+            // a reference while unlocked: the event cannot be pooled and
+            // recorded again for other work meanwhile
+            if let Some(r) = wait.and_then(|ev| st.event_refs.get_mut(&ev)) {
+                *r += 1;
+            }
+            wait
+        };
+        let Some(ev) = wait else { return false };
+        let _ = self.rt.sync_event(ev);
+        if let Ok(mut st) = self.st.lock() {
+            st.unref_event(ev);
+        }
+        true
     }
 
     /// Makes every managed chunk of [addr, addr+len) resident and pins the

@@ -227,7 +227,7 @@ pub(super) fn dev_index(dev: u32) -> usize {
 }
 
 pub(super) struct State {
-    pub backings: HashMap<u64, Backing>,
+    pub backings: IdMap<Backing>,
     pub next_id: u64,
     /// VA start -> (backing id, bytes) for every mapped backing.
     pub vas: BTreeMap<u64, (u64, u64)>,
@@ -235,7 +235,7 @@ pub(super) struct State {
     pub dram: DramStore<Box<dyn HostAllocator>>,
     pub nvme: Option<NvmeStore>,
     /// event -> number of chunk uses referring to it; free events
-    pub event_refs: HashMap<u64, u32>,
+    pub event_refs: IdMap<u32>,
     pub free_events: Vec<u64>,
     /// Logical clock: one tick per call that touched managed memory.
     pub clock: u64,
@@ -259,18 +259,21 @@ pub(super) struct State {
     /// Chunks touched by calls so far, summed over calls (with `clock`: how
     /// many calls HBM holds, `hostmap::map_streams`).
     pub touches: u64,
+    /// Use fences recorded since the last call (`fence`): their opening
+    /// references are dropped here (a reused buffer).
+    pub closed_fences: Vec<u64>,
 }
 
 impl State {
     pub fn new(dram: DramStore<Box<dyn HostAllocator>>, nvme: Option<NvmeStore>) -> State {
         State {
-            backings: HashMap::new(),
+            backings: IdMap::default(),
             next_id: 1,
             vas: BTreeMap::new(),
             devs: [const { Dev::new() }; MAX_DEVICES],
             dram,
             nvme,
-            event_refs: HashMap::new(),
+            event_refs: IdMap::default(),
             free_events: Vec::new(),
             clock: 0,
             recently_freed: VecDeque::new(),
@@ -282,6 +285,7 @@ impl State {
             call_keys: Vec::new(),
             tokens: Vec::new(),
             touches: 0,
+            closed_fences: Vec::new(),
         }
     }
 
@@ -392,6 +396,34 @@ impl State {
     }
 }
 
+/// A map keyed by u3m's own integers (backing ids, event handles): hashed
+/// by one multiply instead of SipHash — the keys are not the program's to
+/// choose, so flooding is no concern, and every tracked call looks its
+/// chunks' backings up several times.
+pub(super) type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+
+#[derive(Default, Clone, Copy)]
+pub(super) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        // mixes into the low bits (the bucket) and the top bits (the tag):
+        // event handles are pointers whose low bits are all alike
+        let h = (self.0 ^ (self.0 >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 32)
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
 /// u3m's handles for aclrtMallocPhysical: odd values with a tag, so they can
 /// never be mistaken for a runtime pointer.
 const HANDLE_TAG: u64 = 0x0075_3300_0000_0001;
@@ -413,6 +445,21 @@ pub(super) fn id_of(h: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_hashes_spread_aligned_keys() {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        let b = BuildHasherDefault::<IdHasher>::default();
+        // 4096 pointer-like keys 64 B apart: distinct low 12 bits (buckets)
+        // and more than one top-7-bit tag
+        let lo: std::collections::HashSet<u64> = (0..4096u64)
+            .map(|k| b.hash_one(0x5555_0000_0000 + k * 64) & 0xfff)
+            .collect();
+        assert!(lo.len() > 2000, "{} distinct buckets", lo.len());
+        let tags: std::collections::HashSet<u64> =
+            (0..4096u64).map(|k| b.hash_one(1 + k) >> 57).collect();
+        assert!(tags.len() > 64, "{} tags", tags.len());
+    }
 
     #[test]
     fn handles_round_trip_and_are_recognisable() {

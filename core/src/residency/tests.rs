@@ -936,3 +936,204 @@ fn streams_are_synchronised_on_their_own_device() {
     assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
     assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
 }
+
+/// Records of use fences on the program's stream `s`.
+fn records_on(a: &App, s: u64) -> u64 {
+    a.f.seen().records.get(&s).copied().unwrap_or(0)
+}
+
+/// Use fences (fence.rs): calls on a stream share one fence, recorded only
+/// when an eviction asks. Both chunks' operators are queued, not run, when
+/// a third chunk needs their HBM: the eviction must wait for the fence,
+/// which must be recorded *after* both operators. Fails if the fence is
+/// queried unrecorded (the fake reports an unrecorded event complete: the
+/// chunk is unmapped under the queued operator, an MMU fault) or recorded
+/// before the second call.
+#[test]
+fn an_eviction_waits_for_every_call_a_shared_fence_covers() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    let z = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 7));
+    a.op(s, &[(y, CHUNK)], &[(y, CHUNK)], add(y, y, CHUNK, 3));
+    assert_eq!(records_on(&a, s), 0, "no event per call");
+    // z needs HBM that x or y hold: waits for the stream
+    a.write(z, &pattern(3, CHUNK));
+    assert_eq!(records_on(&a, s), 1, "one fence for both calls");
+    let plus = |seed, k: u8| -> Vec<u8> {
+        pattern(seed, CHUNK)
+            .iter()
+            .map(|b| b.wrapping_add(k))
+            .collect()
+    };
+    for (va, want, n) in [(x, plus(1, 7), "x"), (y, plus(2, 3), "y")] {
+        let got = a.read(va, CHUNK);
+        assert!(
+            got == want,
+            "{n}: {:?} want {:?}, faults {:?}",
+            &got[..8],
+            &want[..8],
+            a.f.seen().faults
+        );
+    }
+    // a new round: the next call names a new fence (not the recorded one,
+    // which is complete), and the evictions x and y force wait for it
+    a.op(s, &[(z, CHUNK)], &[(z, CHUNK)], add(z, z, CHUNK, 5));
+    a.write(x, &pattern(4, CHUNK));
+    a.write(y, &pattern(5, CHUNK));
+    a.f.drain(); // the program synchronises the stream before reading z
+    for (va, want, n) in [
+        (z, plus(3, 5), "z"),
+        (x, pattern(4, CHUNK), "x"),
+        (y, pattern(5, CHUNK), "y"),
+    ] {
+        let got = a.read(va, CHUNK);
+        assert!(
+            got == want,
+            "{n}: {:?} want {:?}, faults {:?}",
+            &got[..8],
+            &want[..8],
+            a.f.seen().faults
+        );
+    }
+    assert_eq!(records_on(&a, s), 2);
+    a.assert_clean();
+}
+
+/// Many calls on one stream with nothing to evict: the fence is recorded
+/// once per `FENCE_CALLS` calls (by the call that fills it), not per call;
+/// before capture begins on the stream its open fence is recorded, and an
+/// eviction afterwards records nothing more there. Fails with an event per
+/// call (100 records) or if a capture can find an open fence on its stream.
+#[test]
+fn fences_are_recorded_once_per_round_and_before_capture() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    for _ in 0..100 {
+        a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 1));
+    }
+    let full = 100 / super::fence::FENCE_CALLS as u64;
+    assert_eq!(records_on(&a, s), full);
+    a.r.before_capture(s);
+    assert_eq!(records_on(&a, s), full + 1, "the open fence, recorded");
+    a.r.before_capture(s);
+    assert_eq!(records_on(&a, s), full + 1, "nothing open any more");
+    // (capture would begin here) y evicts x: waits for the recorded fence
+    a.write(y, &pattern(2, CHUNK));
+    assert_eq!(
+        records_on(&a, s),
+        full + 1,
+        "no record on the capturing stream"
+    );
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(100))
+        .collect();
+    assert_eq!(a.read(x, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    a.assert_clean();
+}
+
+/// Calls on the default stream (0) each record their own event (no fence
+/// shared under a name that differs per context), and an eviction still
+/// waits for the last one.
+#[test]
+fn the_default_stream_records_an_event_per_call() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    for _ in 0..3 {
+        a.op(0, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 1));
+    }
+    assert_eq!(records_on(&a, 0), 3);
+    a.write(y, &pattern(2, CHUNK)); // evicts x: waits for the stream
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(3))
+        .collect();
+    let got = a.read(x, CHUNK);
+    assert!(
+        got == want,
+        "x: {:?}, faults {:?}",
+        &got[..8],
+        a.f.seen().faults
+    );
+    a.assert_clean();
+}
+
+/// Room for memory u3m does not manage (`make_room`) when the only
+/// candidate is named by a fence whose calls are still queued: the first
+/// try records the fence and finds it pending; `wait_busy` waits for it
+/// without the lock; the second try evicts. Fails if the busy eviction
+/// leaves nothing to wait for, or if the wait does not make the chunk idle.
+#[test]
+fn room_for_unmanaged_memory_waits_for_a_queued_fence() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 2));
+    assert!(!a.r.make_room(0, CHUNK), "x's call is still queued");
+    assert!(a.r.wait_busy(), "the eviction named the fence to wait for");
+    assert!(a.r.make_room(0, CHUNK), "x's call has run: x can leave");
+    assert!(!a.r.wait_busy(), "nothing left to wait for");
+    let want: Vec<u8> = pattern(1, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(2))
+        .collect();
+    let got = a.read(x, CHUNK);
+    assert!(
+        got == want,
+        "x: {:?}, faults {:?}",
+        &got[..8],
+        a.f.seen().faults
+    );
+    a.assert_clean();
+}
+
+/// u3m's own copy-ins are still queued on device 0's stream when a thread
+/// whose current device is 1 frees the allocation: the free waits for them
+/// on device 0 (the runtime refuses a stream of another device; before, the
+/// refused synchronisation was ignored and the copies landed in memory
+/// already unmapped).
+#[test]
+fn a_free_from_another_device_waits_for_u3ms_copies() {
+    let f = Fake::leak(2, 4 * CHUNK);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    f.set_device(0).unwrap();
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, 4 * CHUNK, free, total).unwrap().unwrap();
+    for (va, seed, len) in [(x, 1, 2 * CHUNK), (y, 2, 4 * CHUNK)] {
+        let rs = [Range {
+            addr: va,
+            len,
+            write: true,
+        }];
+        let tok = r
+            .prepare(0, OpClass::Layout as u8, &rs, true, Order::Host)
+            .unwrap();
+        f.app_write(va, &pattern(seed, len)).unwrap();
+        r.finish(tok, None, true);
+    }
+    assert_eq!(r.free(y), Some(Ok(()))); // x is in DRAM
+    let mut issued = 0;
+    for _ in 0..3 {
+        issued += r.prefetch(0, 64 * MIB, 1.0, 1000);
+    }
+    assert_eq!(issued, 2, "x's copy-ins queued on u3m's stream");
+    f.set_device(1).unwrap();
+    assert_eq!(r.free(x), Some(Ok(())));
+    f.drain();
+    let seen = f.seen();
+    assert!(seen.misuse.is_empty(), "misuse: {:#?}", seen.misuse);
+    assert!(seen.faults.is_empty(), "faults: {:#?}", seen.faults);
+}
