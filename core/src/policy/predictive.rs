@@ -5,6 +5,7 @@
 //! was learned. Evicts the chunk predicted to be needed furthest in the
 //! future; `place` asks for the chunks predicted within the prefetch horizon.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use super::mode::{ModeDetector, ModeEvent};
@@ -60,6 +61,11 @@ struct Inner {
     /// their own.
     steps: [(u64, u32); 8],
     events: Vec<String>,
+    /// The calendar: (predicted next access, key) of every chunk with a
+    /// model that predicts one, as of its latest access (`upcoming`). A
+    /// chunk's entry is replaced at each access; entries whose tick passed
+    /// are dropped as the clock moves.
+    cal: BTreeSet<(u64, u64)>,
 }
 
 pub struct Predictive {
@@ -152,6 +158,28 @@ impl Inner {
         }
     }
 
+    /// Files chunk `k` (just accessed at `now`) in the calendar under its
+    /// predicted next access, replacing its previous entry.
+    fn schedule(&mut self, now: u64, k: u64) {
+        let at = match self.expect(now, k, now, None) {
+            Expect::At(p) if p > now && p != u64::MAX => p,
+            _ => 0,
+        };
+        let Some(c) = self.chunks.get_mut(&k) else {
+            return;
+        };
+        let old = std::mem::replace(&mut c.sched, at);
+        if old == at {
+            return;
+        }
+        if old != 0 {
+            self.cal.remove(&(old, k));
+        }
+        if at != 0 {
+            self.cal.insert((at, k));
+        }
+    }
+
     fn calibrate(&mut self) {
         let warming = self.warming();
         for c in 0..CLASSES {
@@ -227,6 +255,7 @@ impl Predictive {
                 typical: 0.0,
                 steps: [(0, 0); 8],
                 events: Vec::new(),
+                cal: BTreeSet::new(),
             }),
         }
     }
@@ -264,6 +293,7 @@ impl Placement for Predictive {
             Some(e @ ModeEvent::Switch { .. }) => {
                 // a new mode: what was learned describes the old one
                 g.chunks.clear();
+                g.cal.clear();
                 g.cls = [ClassCal::FRESH; CLASSES];
                 g.steps = [(0, 0); 8];
                 g.typical = 0.0;
@@ -306,13 +336,49 @@ impl Placement for Predictive {
                     g.chunks.insert(k, ChunkModel::new(now, class));
                 }
             }
+            g.schedule(now, k);
+        }
+        // predictions that came due leave the calendar
+        while let Some(&(t, k)) = g.cal.first() {
+            if t > now {
+                break;
+            }
+            g.cal.pop_first();
+            if let Some(c) = g.chunks.get_mut(&k).filter(|c| c.sched == t) {
+                c.sched = 0;
+            }
         }
     }
 
     fn on_free(&self, key: u64) {
         if let Ok(mut g) = self.inner.lock() {
-            g.chunks.remove(&key);
+            if let Some(c) = g.chunks.remove(&key) {
+                if c.sched != 0 {
+                    g.cal.remove(&(c.sched, key));
+                }
+            }
         }
+    }
+
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        let g = self.inner.lock().ok()?;
+        match g.expect(now, key, 0, None) {
+            Expect::At(p) if p != u64::MAX => Some(p),
+            _ => None,
+        }
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        let Ok(g) = self.inner.lock() else { return };
+        let end = now.saturating_add(d);
+        if end <= now {
+            return;
+        }
+        out.extend(
+            g.cal
+                .range((now + 1, 0)..(end.saturating_add(1), 0))
+                .copied(),
+        );
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
@@ -1155,5 +1221,44 @@ mod tests {
             sim(&Lru::new()),
             sim(&super::super::Markov::new())
         );
+    }
+}
+
+#[cfg(test)]
+mod when_tests {
+    use super::*;
+
+    const MB2: u64 = 2 << 20;
+
+    /// A cycle of 12 chunks: the calendar names exactly the chunks due in a
+    /// window, at the ticks they come, and `next_use` agrees.
+    #[test]
+    fn upcoming_names_the_chunks_due_in_the_window() {
+        let p = Predictive::new();
+        let n = 12u64;
+        let mut t = 0;
+        for _ in 0..6 {
+            for k in 0..n {
+                t += 1;
+                p.on_access(t, OpClass::Layout as u8, &[k * MB2], &[false]);
+            }
+        }
+        // t = 72: chunk k is next used at 72 + k + 1
+        let mut up = Vec::new();
+        p.upcoming(t, 4, &mut up);
+        up.sort_unstable();
+        assert_eq!(up, (0..4).map(|k| (t + k + 1, k * MB2)).collect::<Vec<_>>());
+        assert_eq!(p.next_use(t, 5 * MB2), Some(t + 6));
+        // the window moves on: nothing twice, nothing past due
+        up.clear();
+        p.upcoming(t + 4, 3, &mut up);
+        up.sort_unstable();
+        assert_eq!(up, (4..7).map(|k| (t + k + 1, k * MB2)).collect::<Vec<_>>());
+        // a freed chunk leaves the calendar
+        p.on_free(5 * MB2);
+        up.clear();
+        p.upcoming(t, 12, &mut up);
+        assert_eq!(up.len(), 11);
+        assert!(!up.iter().any(|e| e.1 == 5 * MB2));
     }
 }

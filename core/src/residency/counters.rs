@@ -84,6 +84,14 @@ counters! {
     host_map_bytes,
     /// Host-mapped chunks brought back into HBM (a copy and a remap each).
     host_unmaps,
+    /// Look-ahead prefetch (ahead.rs): chunks it brought in (also counted
+    /// in `prefetches`), victims it evicted for them by Belady's rule on
+    /// predictions, calls where it stopped for want of a later-used victim,
+    /// and its current depth in ticks (a gauge, the latest device's).
+    ahead_prefetches,
+    ahead_evictions,
+    ahead_full,
+    ahead_depth,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

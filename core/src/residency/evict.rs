@@ -13,6 +13,8 @@ use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 /// the oldest: enough to keep the device-to-host link busy while copy-ins
 /// run, few enough that HBM is not drained ahead of need (32 MiB).
 pub(super) const COPY_OUT_DEPTH: usize = 16;
+/// Candidates of the victim order a look-ahead prefetch examines.
+const AHEAD_SCAN: usize = 8;
 use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
 
@@ -186,6 +188,71 @@ impl Residency {
             .or(uses.first())
             .map(|u| u.1);
         Err(Fail::Busy)
+    }
+
+    /// One victim for a look-ahead prefetch of a chunk predicted at tick
+    /// `t` (`ahead`), by Belady's rule on predictions: among the first
+    /// candidates of the maintained order, the first whose predicted next
+    /// use is later than `t` — a dirty one (its eviction costs a copy-out
+    /// too) only if over twice as far from now. A candidate the policy cannot
+    /// date, one in use (pinned, or a use not yet complete: never waited
+    /// for) and one in `protect` are skipped. Some(dirty) evicted (a dirty
+    /// one's copy-out started), None: no victim qualifies.
+    pub(super) fn evict_ahead(
+        &self,
+        st: &mut State,
+        dev: u32,
+        t: u64,
+        protect: &[(u64, u32)],
+    ) -> Option<bool> {
+        if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
+            self.rebuild_order(st, dev);
+        }
+        let now = st.clock;
+        let built_at = st.dev(dev).order.built_at;
+        let mut seen = 0;
+        let mut k = st.dev(dev).order.next;
+        while k < st.dev(dev).order.cands.len() && seen < AHEAD_SCAN {
+            let key = st.dev(dev).order.cands[k].key;
+            k += 1;
+            let Some((id, i)) = st.resolve(key) else {
+                continue;
+            };
+            let b = &st.backings[&id];
+            let c = &b.chunks[i as usize];
+            if b.dev != dev
+                || b.pinned
+                || !c.in_hbm()
+                || c.pins != 0
+                || c.out_ev != 0
+                || c.last > built_at
+                || protect.contains(&(id, i))
+            {
+                continue;
+            }
+            seen += 1;
+            let dirty = c.needs_copy_out();
+            let later = match self.policy.next_use(now, key) {
+                Some(v) if dirty => v.saturating_sub(now) > 2 * t.saturating_sub(now),
+                Some(v) => v > t,
+                None => false,
+            };
+            if !later
+                || !c
+                    .uses
+                    .iter()
+                    .all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true))
+            {
+                continue;
+            }
+            if self.evict(st, id, i).is_err() {
+                return None;
+            }
+            st.dev_mut(dev).order.taken += 1;
+            self.c.ahead_evictions.fetch_add(1, Relaxed);
+            return Some(dirty);
+        }
+        None
     }
 
     /// Resident chunks of `dev` that may leave HBM (not pinned, not in a

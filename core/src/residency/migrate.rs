@@ -564,6 +564,8 @@ impl Residency {
         }
         st.dev_mut(dev).resident -= CHUNK;
         self.c.evictions.fetch_add(1, Relaxed);
+        let key = st.backings[&id].key(id, i);
+        self.ahead_note_left(st, dev, key);
     }
 
     // --------------------------------------------------------- host slots

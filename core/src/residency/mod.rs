@@ -31,6 +31,7 @@
 //! All state is behind one mutex: this is the slow path of tier mode; the
 //! heat table stays lock-free.
 
+mod ahead;
 mod counters;
 mod evict;
 mod hostmap;
@@ -133,6 +134,8 @@ pub struct Residency {
     /// The figures of the last call refused as larger than what can be
     /// made accessible (for the engine's one line, which names the call).
     oversize: Mutex<Option<Oversize>>,
+    /// The look-ahead prefetch is off (`set_look_ahead`).
+    ahead_off: AtomicBool,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -199,6 +202,7 @@ impl Residency {
             lost_any: AtomicBool::new(false),
             refusal: Mutex::new(None),
             oversize: Mutex::new(None),
+            ahead_off: AtomicBool::new(false),
         })
     }
 

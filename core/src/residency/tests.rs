@@ -881,3 +881,160 @@ fn a_call_larger_than_hbm_runs_host_mapped_or_is_refused() {
         a.assert_clean();
     }
 }
+
+/// A policy that knows the future the test scripts: `at[key]` is the key's
+/// next use (absolute tick); eviction order is furthest next use first.
+struct Script {
+    at: &'static Mutex<std::collections::HashMap<u64, u64>>,
+}
+
+impl Script {
+    fn new() -> (Script, &'static Mutex<std::collections::HashMap<u64, u64>>) {
+        let at = Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
+        (Script { at }, at)
+    }
+}
+
+impl crate::policy::Placement for Script {
+    fn name(&self) -> &'static str {
+        "script"
+    }
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
+        cands.sort_by_key(|c| std::cmp::Reverse(self.next_use(now, c.key).unwrap_or(u64::MAX)));
+    }
+    fn order_ttl(&self) -> u64 {
+        0
+    }
+    fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
+        false
+    }
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        self.at
+            .lock()
+            .unwrap()
+            .get(&key)
+            .copied()
+            .filter(|&t| t > now)
+    }
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        for (&k, &t) in self.at.lock().unwrap().iter() {
+            if t > now && t <= now + d {
+                out.push((t, k));
+            }
+        }
+    }
+}
+
+/// Whether the chunk at `va` is in HBM.
+fn resident(a: &App, va: u64) -> bool {
+    let st = a.r.st.lock().unwrap();
+    let (id, i) = st.resolve(va).expect("managed");
+    st.chunk(id, i).in_hbm()
+}
+
+/// Look-ahead under pressure (ahead.rs): a prefetch never evicts a chunk
+/// predicted sooner than the prefetched one; it evicts one predicted later
+/// (Belady's rule on predictions); a call on the program's stream that needs
+/// the prefetched chunk while its copy-in is in flight waits for it.
+#[test]
+fn look_ahead_evicts_only_later_used_victims_and_calls_wait_for_its_copies() {
+    let (policy, at) = Script::new();
+    let a = App::with_policy(2, Box::new(policy));
+    a.r.set_look_ahead(false);
+    let (x, y, z) = (a.malloc(CHUNK), a.malloc(CHUNK), a.malloc(CHUNK));
+    at.lock().unwrap().extend([(x, 100), (y, 50), (z, 60)]);
+    for (k, &va) in [x, y, z].iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK)); // ticks 1, 2, 3: x leaves
+    }
+    a.f.drain();
+    assert!(!resident(&a, x) && resident(&a, y) && resident(&a, z));
+    assert_eq!(a.r.now(), 3);
+
+    // x is due at 8, y (dirty) at 5, z at 6: HBM holds what is needed sooner
+    at.lock().unwrap().extend([(x, 8), (y, 5), (z, 6)]);
+    a.r.set_look_ahead(true);
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 4
+    let c = a.r.counters();
+    assert!(!resident(&a, x), "x must not displace y (due at 5 < 8)");
+    assert!(resident(&a, y) && resident(&a, z));
+    assert_eq!((c.ahead_evictions, c.ahead_prefetches), (0, 0), "{c:?}");
+    assert_eq!(c.ahead_full, 1, "{c:?}");
+
+    // y is now needed at 40, far after x: it makes room (a dirty victim:
+    // its copy-out first, then x's copy-in into its HBM)
+    at.lock().unwrap().insert(y, 40);
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 5
+    assert_eq!(a.r.counters().ahead_evictions, 1);
+    a.f.drain(); // the copy-out lands
+    let faults = a.r.counters().faults_in;
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 6: x's copy-in issued
+    let c = a.r.counters();
+    assert!(resident(&a, x) && !resident(&a, y), "{c:?}");
+    assert_eq!((c.ahead_prefetches, c.prefetches), (1, 1), "{c:?}");
+
+    // x's copy-in is queued on u3m's stream, not run (lazy fake): an
+    // operator on the program's stream that reads x must wait for it
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(z, CHUNK)], add(x, z, CHUNK, 3));
+    let c = a.r.counters();
+    assert_eq!(c.faults_in, faults, "x was resident: no fault-in");
+    assert_eq!(c.prefetch_hits, 1, "{c:?}");
+    a.f.sync_stream(s).unwrap();
+    let want: Vec<u8> = pattern(0, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(3))
+        .collect();
+    assert_eq!(a.read(z, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(1, CHUNK));
+    a.assert_clean();
+}
+
+/// A cyclic workload larger than HBM under the predictive policy: the
+/// look-ahead turns the calls' fault-ins into prefetches issued a call or
+/// more ahead, with the same bytes read back.
+#[test]
+fn look_ahead_turns_cyclic_fault_ins_into_prefetches() {
+    let run = |on: bool| {
+        let a = App::new(8, &[("U3M_POLICY", "predictive")]);
+        a.r.set_look_ahead(on);
+        let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
+        for (k, &va) in vas.iter().enumerate() {
+            a.write(va, &pattern(k as u64, 256));
+        }
+        let mut warm = Counters::default();
+        for round in 0..12 {
+            if round == 6 {
+                warm = a.r.counters();
+            }
+            for (k, &va) in vas.iter().enumerate() {
+                assert_eq!(
+                    a.read(va, 256),
+                    pattern(k as u64, 256),
+                    "round {round} chunk {k}"
+                );
+            }
+        }
+        let c = a.r.counters();
+        a.assert_clean();
+        (
+            c.faults_in - warm.faults_in,
+            c.ahead_prefetches - warm.ahead_prefetches,
+            c.prefetch_hits - warm.prefetch_hits,
+            c,
+        )
+    };
+    let (off_faults, off_pf, _, off) = run(false);
+    let (on_faults, on_pf, on_hits, on) = run(true);
+    eprintln!("6 cycles of 12 chunks on 8: off faults {off_faults} prefetches {off_pf}; on faults {on_faults} prefetches {on_pf} hits {on_hits}\n off {off:?}\n on {on:?}");
+    assert_eq!(off_pf, 0);
+    assert!(off_faults >= 6 * 4, "the cycle does not fit: {off_faults}");
+    assert!(
+        on_faults * 4 <= off_faults,
+        "on {on_faults} off {off_faults}"
+    );
+    assert!(
+        on_pf + on_faults >= off_faults && on_hits >= on_pf * 9 / 10,
+        "{on:?}"
+    );
+}
