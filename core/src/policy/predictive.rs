@@ -160,11 +160,12 @@ impl Inner {
 
     /// Files chunk `k` (just accessed at `now`) in the calendar under its
     /// predicted next access, replacing its previous entry.
+    /// Only firm predictions are filed: a verified cycle of the chunk's
+    /// own, or the workload's step repeated (`expect`'s first two cases); a
+    /// chunk's plain EMA of its latest interval (seen a couple of times, or
+    /// irregular) still orders eviction but starts no copy.
     fn schedule(&mut self, now: u64, k: u64) {
-        let at = match self.expect(now, k, now, None) {
-            Expect::At(p) if p > now && p != u64::MAX => p,
-            _ => 0,
-        };
+        let at = self.firm_next(now, k).unwrap_or(0);
         let Some(c) = self.chunks.get_mut(&k) else {
             return;
         };
@@ -177,6 +178,27 @@ impl Inner {
         }
         if at != 0 {
             self.cal.insert((at, k));
+        }
+    }
+
+    /// `expect`'s prediction for a chunk just accessed at `now` when it is
+    /// a firm one (see `schedule`).
+    fn firm_next(&self, now: u64, k: u64) -> Option<u64> {
+        let c = self.chunks.get(&k)?;
+        if c.n < 3 || self.cls[c.class as usize].fallback {
+            return None;
+        }
+        let step = self.step();
+        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+            match c.shift_next(now, step) {
+                Some(x) if x != u64::MAX => return (x > now).then_some(x),
+                Some(_) => return None,
+                None => {}
+            }
+        }
+        match c.prediction() {
+            Some((p, _)) if c.strict && p > now => Some(p),
+            _ => None,
         }
     }
 

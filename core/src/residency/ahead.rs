@@ -21,6 +21,12 @@
 //! would only evict what is needed sooner); and it never drops below twice
 //! the measured lag. Bounds: `MIN_DEPTH`..`MAX_DEPTH` ticks.
 //!
+//! The look-ahead checks that its predictions pay: while fewer than
+//! `TRUST` of the chunks it (or the background prefetch) brought in are
+//! used before they leave HBM again, every such copy is link time taken
+//! from the copies calls wait for, and it only probes (one chunk every
+//! `PROBE_EVERY` calls) until the share recovers.
+//!
 //! Policies that do not know *when* (lru, seed-heat, markov) name no
 //! upcoming chunks: the look-ahead then does nothing.
 
@@ -39,6 +45,12 @@ pub const MAX_DEPTH: u64 = 4096;
 /// Copy-ins one call's look-ahead may issue (bounds the work on a call's
 /// path; the next call continues).
 const MAX_PER_CALL: usize = 64;
+/// The share of prefetched chunks that must be used before they leave HBM
+/// for the look-ahead to run at full rate; below it the predictions are
+/// worse than the link they would cost, and the look-ahead only probes: one
+/// chunk per `PROBE_EVERY` calls, to notice when they improve.
+const TRUST: f64 = 0.75;
+const PROBE_EVERY: u32 = 32;
 /// Batches in flight before the look-ahead stops issuing (the link is that
 /// far behind: more would only queue).
 const MAX_INFLIGHT: usize = 64;
@@ -62,6 +74,13 @@ pub(super) struct Ahead {
     pub lag: f64,
     /// `upcoming`'s buffer (reused).
     pub buf: Vec<(u64, u64)>,
+    /// Prefetched chunks used and wasted (left HBM unused), recently (both
+    /// halved now and then), and the counters' values last seen.
+    pub hits: f64,
+    pub wasted: f64,
+    pub seen: (u64, u64),
+    /// Calls since the last probe while the predictions are not trusted.
+    pub since_probe: u32,
 }
 
 impl Ahead {
@@ -73,6 +92,10 @@ impl Ahead {
             inflight: VecDeque::new(),
             lag: 0.0,
             buf: Vec::new(),
+            hits: 0.0,
+            wasted: 0.0,
+            seen: (0, 0),
+            since_probe: 0,
         }
     }
 }
@@ -109,6 +132,37 @@ impl Residency {
             return;
         }
         let now = st.clock;
+        // 0. are the predictions worth the link? (prefetched chunks used vs
+        // gone unused, either prefetch)
+        let (h, w) = (
+            self.c.prefetch_hits.load(Relaxed),
+            self.c.prefetch_wasted.load(Relaxed),
+        );
+        let per_call = {
+            let a = &mut st.dev_mut(dev).ahead;
+            a.hits += h.saturating_sub(a.seen.0) as f64;
+            a.wasted += w.saturating_sub(a.seen.1) as f64;
+            a.seen = (h, w);
+            if a.hits + a.wasted > 1024.0 {
+                a.hits /= 2.0;
+                a.wasted /= 2.0;
+            }
+            if a.hits + a.wasted < 32.0 || a.hits >= TRUST * (a.hits + a.wasted) {
+                a.since_probe = 0;
+                MAX_PER_CALL
+            } else {
+                a.since_probe += 1;
+                if a.since_probe < PROBE_EVERY {
+                    return;
+                }
+                a.since_probe = 0;
+                // predictions made while it idled may lie inside the window
+                // asked for before: ask for the whole window again
+                a.frontier = now;
+                self.c.ahead_probes.fetch_add(1, Relaxed);
+                1
+            }
+        };
         // 1. batches the link delivered: their delay in ticks
         let mut was_busy = false;
         while let Some(&(ev, t0)) = st.dev(dev).ahead.inflight.front() {
@@ -174,7 +228,7 @@ impl Residency {
                 st.dev_mut(dev).ahead.pending.pop_first();
                 continue;
             }
-            if inflight_full || filled.len() >= MAX_PER_CALL {
+            if inflight_full || filled.len() >= per_call {
                 break;
             }
             if stream == 0 {
@@ -249,11 +303,19 @@ impl Residency {
         }
     }
 
+    /// A prefetched chunk left HBM before any call used it: the look-ahead
+    /// reached further than HBM holds (or than the predictions hold): a
+    /// little shallower.
+    pub(super) fn ahead_wasted(&self, st: &mut State, dev: u32) {
+        let a = &mut st.dev_mut(dev).ahead;
+        a.depth = (a.depth - a.depth / 16).max(MIN_DEPTH);
+    }
+
     /// The link drained everything it was given and every predicted chunk
     /// in the window is placed: look further.
     fn deepen(&self, st: &mut State, dev: u32) {
         let a = &mut st.dev_mut(dev).ahead;
-        a.depth = (a.depth * 2).clamp(MIN_DEPTH, MAX_DEPTH);
+        a.depth = (a.depth + a.depth / 4).clamp(MIN_DEPTH, MAX_DEPTH);
         self.c.ahead_depth.store(a.depth, Relaxed);
     }
 

@@ -92,6 +92,12 @@ counters! {
     ahead_evictions,
     ahead_full,
     ahead_depth,
+    /// Prefetched chunks (either prefetch) that left HBM before any call
+    /// used them: bytes the link carried for nothing.
+    prefetch_wasted,
+    /// Calls where the look-ahead only probed (its prefetches were not used
+    /// often enough to run at full rate).
+    ahead_probes,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

@@ -15,6 +15,23 @@ use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 pub(super) const COPY_OUT_DEPTH: usize = 16;
 /// Candidates of the victim order a look-ahead prefetch examines.
 const AHEAD_SCAN: usize = 8;
+
+/// How far off a chunk next used at `at` is, weighted by what evicting it
+/// costs — the measure the predictive order sorts by: a clean chunk's
+/// eviction costs one transfer (back in later), a dirty one's two (out now,
+/// back in later), so a clean chunk counts twice as far; within the next
+/// 64 calls the order matters more than the copy-out and nothing is
+/// weighted. The look-ahead brings a chunk in (it will be clean) only for a
+/// victim further off by this measure, so demand eviction, taking the
+/// furthest first, does not send it straight back.
+fn ahead_cost(now: u64, at: u64, dirty: bool) -> u64 {
+    let d = at.saturating_sub(now);
+    if dirty || d <= 64 {
+        d
+    } else {
+        d.saturating_mul(2)
+    }
+}
 use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
 
@@ -232,11 +249,10 @@ impl Residency {
             }
             seen += 1;
             let dirty = c.needs_copy_out();
-            let later = match self.policy.next_use(now, key) {
-                Some(v) if dirty => v.saturating_sub(now) > 2 * t.saturating_sub(now),
-                Some(v) => v > t,
-                None => false,
-            };
+            let later = self
+                .policy
+                .next_use(now, key)
+                .is_some_and(|v| ahead_cost(now, v, dirty) > ahead_cost(now, t, false));
             if !later
                 || !c
                     .uses

@@ -886,12 +886,15 @@ fn a_call_larger_than_hbm_runs_host_mapped_or_is_refused() {
 /// next use (absolute tick); eviction order is furthest next use first.
 struct Script {
     at: &'static Mutex<std::collections::HashMap<u64, u64>>,
+    /// Demand eviction least recently used first (the script then steers
+    /// only the look-ahead).
+    lru: bool,
 }
 
 impl Script {
     fn new() -> (Script, &'static Mutex<std::collections::HashMap<u64, u64>>) {
         let at = Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
-        (Script { at }, at)
+        (Script { at, lru: false }, at)
     }
 }
 
@@ -901,6 +904,9 @@ impl crate::policy::Placement for Script {
     }
     fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
     fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
+        if self.lru {
+            return crate::policy::Lru::new().order(now, cands);
+        }
         cands.sort_by_key(|c| std::cmp::Reverse(self.next_use(now, c.key).unwrap_or(u64::MAX)));
     }
     fn order_ttl(&self) -> u64 {
@@ -1037,4 +1043,47 @@ fn look_ahead_turns_cyclic_fault_ins_into_prefetches() {
         on_pf + on_faults >= off_faults && on_hits >= on_pf * 9 / 10,
         "{on:?}"
     );
+}
+
+/// Predictions that do not come true: the look-ahead notices that its
+/// prefetches leave HBM unused and drops to a probe every PROBE_EVERY calls
+/// instead of spending the link on them at every call.
+#[test]
+fn look_ahead_backs_off_when_its_prefetches_go_unused() {
+    let (mut policy, at) = Script::new();
+    policy.lru = true;
+    let a = App::with_policy(4, Box::new(policy));
+    let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64));
+    }
+    let mut mid = Counters::default();
+    for call in 0..400u64 {
+        if call == 200 {
+            mid = a.r.counters();
+        }
+        // the script says chunks 4.. come next, far before 0..3 — yet the
+        // program keeps reading 0..3 only
+        let now = a.r.now();
+        {
+            let mut m = at.lock().unwrap();
+            for (k, &va) in vas.iter().enumerate() {
+                m.insert(va, if k < 4 { now + 100 } else { now + 2 });
+            }
+        }
+        let j = (call % 4) as usize;
+        assert_eq!(a.read(vas[j], 64), pattern(j as u64, 64));
+    }
+    let c = a.r.counters();
+    eprintln!("{mid:?}\n{c:?}");
+    assert!(mid.prefetch_wasted >= 32, "{mid:?}");
+    assert!(c.ahead_probes >= 5, "{c:?}");
+    let late = c.ahead_prefetches - mid.ahead_prefetches;
+    assert!(late >= 1, "probes still prefetch: {c:?}");
+    assert!(
+        late <= 200 / 32 + 1,
+        "second half: {} prefetches",
+        c.ahead_prefetches - mid.ahead_prefetches
+    );
+    a.assert_clean();
 }
