@@ -88,6 +88,9 @@ pub trait Placement: Send + Sync {
     /// (`now`, `now + d`], as (predicted tick, key), in any order. Cost:
     /// O(log n + chunks due), never a scan of every chunk. Policies without
     /// a model of *when* append nothing (the look-ahead then does nothing).
+    /// A policy may leave out chunks predicted within a few ticks of their
+    /// latest access (resident then; the look-ahead asks `next_use` of every
+    /// chunk that leaves HBM inside its window).
     fn upcoming(&self, _now: u64, _d: u64, _out: &mut Vec<(u64, u64)>) {}
 
     /// Where the policy would place `key` now (None: no opinion, the engine

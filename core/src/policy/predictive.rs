@@ -25,6 +25,8 @@ const MIN_PREDICTIONS: u32 = 20;
 /// within it (the engine bounds the bytes by the link's bandwidth).
 pub const PREFETCH_TICKS: u64 = 32;
 const MAX_EVENTS: usize = 1024;
+/// Predictions this close to the access are not filed in the calendar.
+const NEAR: u64 = 8;
 
 #[derive(Clone, Copy)]
 struct ClassCal {
@@ -164,8 +166,15 @@ impl Inner {
     /// own, or the workload's step repeated (`expect`'s first two cases); a
     /// chunk's plain EMA of its latest interval (seen a couple of times, or
     /// irregular) still orders eviction but starts no copy.
+    /// Nor are predictions within `NEAR` ticks of the access: the chunk
+    /// was just used and is resident, and a look-ahead has asked for that
+    /// window already (it asks `next_use` of a chunk that leaves HBM) — a
+    /// chunk used at every call then costs no calendar update.
     fn schedule(&mut self, now: u64, k: u64) {
-        let at = self.firm_next(now, k).unwrap_or(0);
+        let at = self
+            .firm_next(now, k)
+            .filter(|&t| t > now.saturating_add(NEAR))
+            .unwrap_or(0);
         let Some(c) = self.chunks.get_mut(&k) else {
             return;
         };

@@ -124,6 +124,18 @@ impl Residency {
             .unwrap_or(0)
     }
 
+    /// The look-ahead after a call that touched `chunks` (lock held; at
+    /// once when nothing is held in DRAM: nothing to bring back).
+    pub(super) fn look_ahead_after(&self, st: &mut State, chunks: &[(u64, u32)]) {
+        if self.ahead_off.load(Relaxed) || st.dram.used() == 0 {
+            return;
+        }
+        if let Some(dev) = chunks.first().and_then(|c| st.backings.get(&c.0)) {
+            let dev = dev.dev;
+            self.look_ahead(st, dev, chunks);
+        }
+    }
+
     /// The look-ahead after a call on `dev` (lock held): measure, extend the
     /// window, issue copy-ins, adapt the depth. `protect`: the chunks of the
     /// call just launched.
@@ -181,10 +193,12 @@ impl Residency {
                 }
             }
         }
-        // 2. the window: chunks due up to now + depth not asked for yet
-        let end = now.saturating_add(st.dev(dev).ahead.depth);
+        // 2. the window: chunks due up to now + depth not asked for yet —
+        // asked for once half the window has passed, not at every call
+        let depth = st.dev(dev).ahead.depth;
+        let end = now.saturating_add(depth);
         let from = st.dev(dev).ahead.frontier.max(now);
-        if end > from {
+        if from <= now.saturating_add(depth / 2) {
             let mut buf = std::mem::take(&mut st.dev_mut(dev).ahead.buf);
             buf.clear();
             self.policy.upcoming(from, end - from, &mut buf);

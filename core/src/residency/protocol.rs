@@ -299,10 +299,7 @@ impl Residency {
         }
         // the call is queued: start the copy-ins the next calls will need
         if ok {
-            if let Some(dev) = tok.chunks.first().and_then(|c| st.backings.get(&c.0)) {
-                let dev = dev.dev;
-                self.look_ahead(&mut st, dev, &tok.chunks);
-            }
+            self.look_ahead_after(&mut st, &tok.chunks);
         }
         if st.tokens.len() < 64 {
             let mut tok = tok;
