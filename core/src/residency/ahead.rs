@@ -51,6 +51,9 @@ const MAX_PER_CALL: usize = 64;
 /// chunk per `PROBE_EVERY` calls, to notice when they improve.
 const TRUST: f64 = 0.75;
 const PROBE_EVERY: u32 = 32;
+/// Verdicts (used or wasted) before the share is judged; until then at most
+/// this many prefetched chunks await theirs.
+const JUDGE: f64 = 32.0;
 /// Batches in flight before the look-ahead stops issuing (the link is that
 /// far behind: more would only queue).
 const MAX_INFLIGHT: usize = 64;
@@ -159,7 +162,21 @@ impl Residency {
                 a.hits /= 2.0;
                 a.wasted /= 2.0;
             }
-            if a.hits + a.wasted < 32.0 || a.hits >= TRUST * (a.hits + a.wasted) {
+            if a.hits + a.wasted < JUDGE {
+                // not judged yet: at most JUDGE prefetched chunks awaiting
+                // their verdict (used, or gone unused) at a time
+                let open = self
+                    .c
+                    .prefetches
+                    .load(Relaxed)
+                    .saturating_sub(h)
+                    .saturating_sub(w);
+                let room = (JUDGE as u64).saturating_sub(open) as usize;
+                if room == 0 {
+                    return;
+                }
+                room.min(MAX_PER_CALL)
+            } else if a.hits >= TRUST * (a.hits + a.wasted) {
                 a.since_probe = 0;
                 MAX_PER_CALL
             } else {
