@@ -282,6 +282,12 @@ impl Residency {
             filled.push((id, i));
         }
         if !filled.is_empty() {
+            // pinned while the batch had no use event yet: a later victim
+            // search of this round must not take them
+            for &(id, i) in &filled {
+                let c = st.chunk_mut(id, i);
+                c.pins = c.pins.saturating_sub(1);
+            }
             match self.use_event(st, stream) {
                 Some(ev) => {
                     for &(id, i) in &filled {
@@ -432,6 +438,8 @@ impl Residency {
         c.dirty = false; // the DRAM copy stays: evicting it again is free
         c.last = now;
         c.prefetched = true;
+        // until the batch's use event is recorded (`look_ahead`)
+        c.pins += 1;
         true
     }
 }
