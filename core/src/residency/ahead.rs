@@ -6,8 +6,11 @@
 //!
 //! Under pressure a prefetch evicts, but only by Belady's rule on the
 //! policy's predictions: a victim whose predicted next use is later than the
-//! prefetched chunk's (a dirty victim — it costs a copy-out too — only when
-//! it is needed over twice as late). A victim the policy cannot date, one
+//! prefetched chunk's and than the end of the window (a dirty victim — it
+//! costs a copy-out too — only when it is needed over twice as late). A
+//! victim needed inside the window would come back within it: in a loop that
+//! fits the window, swapping by the bare rule moves every chunk once per
+//! loop where demand paging by MIN moves the excess only. A victim the policy cannot date, one
 //! pinned by a call in flight, one whose last use has not completed, and one
 //! the current call needs are never taken. The look-ahead never waits: a
 //! chunk it cannot place now stays pending for the next call.
@@ -381,7 +384,8 @@ impl Residency {
             if st.dev(dev).outgoing.len() >= COPY_OUT_DEPTH {
                 return Err(NoRoom::Later);
             }
-            match self.evict_ahead(st, dev, t, protect) {
+            let beyond = st.clock.saturating_add(st.dev(dev).ahead.depth);
+            match self.evict_ahead(st, dev, t, beyond, protect) {
                 // a clean victim's HBM is free now
                 Some(false) => continue,
                 // a dirty one's once its copy-out lands

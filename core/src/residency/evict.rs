@@ -210,8 +210,11 @@ impl Residency {
     /// One victim for a look-ahead prefetch of a chunk predicted at tick
     /// `t` (`ahead`), by Belady's rule on predictions: among the first
     /// candidates of the maintained order, the first whose predicted next
-    /// use is later than `t` — a dirty one (its eviction costs a copy-out
-    /// too) only if over twice as far from now. A candidate the policy cannot
+    /// use is later than `t` and than `beyond` (the end of the look-ahead
+    /// window: a chunk needed inside the window would only come back,
+    /// where demand paging — MIN — would have kept it and evicted a chunk
+    /// used in between) — a dirty one (its eviction costs a copy-out too)
+    /// only if over twice as far from now. A candidate the policy cannot
     /// date, one in use (pinned, or a use not yet complete: never waited
     /// for) and one in `protect` are skipped. Some(dirty) evicted (a dirty
     /// one's copy-out started), None: no victim qualifies.
@@ -220,6 +223,7 @@ impl Residency {
         st: &mut State,
         dev: u32,
         t: u64,
+        beyond: u64,
         protect: &[(u64, u32)],
     ) -> Option<bool> {
         if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
@@ -252,7 +256,7 @@ impl Residency {
             let later = self
                 .policy
                 .next_use(now, key)
-                .is_some_and(|v| ahead_cost(now, v, dirty) > ahead_cost(now, t, false));
+                .is_some_and(|v| ahead_cost(now, v, dirty) > ahead_cost(now, t.max(beyond), false));
             if !later
                 || !c
                     .uses

@@ -1078,7 +1078,7 @@ fn look_ahead_backs_off_when_its_prefetches_go_unused() {
         {
             let mut m = at.lock().unwrap();
             for (k, &va) in vas.iter().enumerate() {
-                m.insert(va, if k < 4 { now + 100 } else { now + 2 });
+                m.insert(va, if k < 4 { now + 5000 } else { now + 2 });
             }
         }
         let j = (call % 4) as usize;
