@@ -1348,7 +1348,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"first_touches\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1376,6 +1376,14 @@ impl Engine {
             t.host_unmaps,
             t.stream_maps,
             t.stream_reads,
+            t.prefetch_hits,
+            t.rescued,
+            t.ahead_prefetches,
+            t.ahead_evictions,
+            t.ahead_full,
+            t.ahead_depth,
+            t.prefetch_wasted,
+            t.ahead_probes,
             dram_limit,
             nvme_limit,
             self.lost

@@ -10,6 +10,8 @@ use super::{Cand, Place, Placement};
 pub struct Belady {
     /// Every key's access ticks, ascending.
     uses: KeyMap<Vec<u64>>,
+    /// The whole log by tick: (tick, key), ascending (`upcoming`).
+    by_tick: Vec<(u64, u64)>,
     prefetch: u64,
 }
 
@@ -17,6 +19,9 @@ impl Belady {
     /// From the access log of the same trace: (tick, key), any order.
     pub fn new(log: Vec<(u64, u64)>) -> Belady {
         let mut uses: KeyMap<Vec<u64>> = KeyMap::default();
+        let mut by_tick = log.clone();
+        by_tick.sort_unstable();
+        by_tick.dedup();
         for (t, k) in log {
             uses.entry(k).or_default().push(t);
         }
@@ -26,6 +31,7 @@ impl Belady {
         }
         Belady {
             uses,
+            by_tick,
             prefetch: PREFETCH_TICKS,
         }
     }
@@ -71,6 +77,21 @@ impl Placement for Belady {
         for (slot, (_, c)) in cands.iter_mut().zip(v) {
             *slot = c;
         }
+    }
+
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        Belady::next_use(self, now, key)
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        let end = now.saturating_add(d);
+        let from = self.by_tick.partition_point(|&(t, _)| t <= now);
+        out.extend(
+            self.by_tick[from..]
+                .iter()
+                .take_while(|&&(t, _)| t <= end)
+                .copied(),
+        );
     }
 
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
@@ -123,6 +144,13 @@ mod tests {
         );
         assert!(b.predicts(4, 0xb, 1) && !b.predicts(4, 0xa, 5) && b.predicts(4, 0xa, 6));
         assert!(!b.predicts(3, 0xc, 1000));
+        // when, exactly, through the trait
+        let p: &dyn Placement = &b;
+        assert_eq!(p.next_use(4, 0xa), Some(10));
+        assert_eq!(p.next_use(3, 0xc), None);
+        let mut up = Vec::new();
+        p.upcoming(3, 4, &mut up);
+        assert_eq!(up, vec![(4, 0xd), (5, 0xb), (7, 0xd)]);
         assert_eq!(b.place(8, 0xa), Some(Place::Hbm));
         assert_eq!(b.place(3, 0xc), None);
     }

@@ -76,6 +76,23 @@ pub trait Placement: Send + Sync {
     /// logical ticks after `now` (prefetch; precision and recall).
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool;
 
+    /// The predicted logical tick of `key`'s next access after `now` (None:
+    /// the policy does not know). The look-ahead prefetch compares these
+    /// (Belady's rule on predictions): it evicts for a chunk only a victim
+    /// predicted later. Policies without a model of *when* say None.
+    fn next_use(&self, _now: u64, _key: u64) -> Option<u64> {
+        None
+    }
+
+    /// Appends to `out` the chunks predicted to be accessed in the ticks
+    /// (`now`, `now + d`], as (predicted tick, key), in any order. Cost:
+    /// O(log n + chunks due), never a scan of every chunk. Policies without
+    /// a model of *when* append nothing (the look-ahead then does nothing).
+    /// A policy may leave out chunks predicted within a few ticks of their
+    /// latest access (resident then; the look-ahead asks `next_use` of every
+    /// chunk that leaves HBM inside its window).
+    fn upcoming(&self, _now: u64, _d: u64, _out: &mut Vec<(u64, u64)>) {}
+
     /// Where the policy would place `key` now (None: no opinion, the engine
     /// decides by pressure). Drives the background prefetch and the choice
     /// between DRAM and NVMe for an evicted chunk.

@@ -5,6 +5,7 @@
 //! was learned. Evicts the chunk predicted to be needed furthest in the
 //! future; `place` asks for the chunks predicted within the prefetch horizon.
 
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use super::mode::{ModeDetector, ModeEvent};
@@ -24,6 +25,8 @@ const MIN_PREDICTIONS: u32 = 20;
 /// within it (the engine bounds the bytes by the link's bandwidth).
 pub const PREFETCH_TICKS: u64 = 32;
 const MAX_EVENTS: usize = 1024;
+/// Predictions this close to the access are not filed in the calendar.
+const NEAR: u64 = 8;
 
 #[derive(Clone, Copy)]
 struct ClassCal {
@@ -60,6 +63,11 @@ struct Inner {
     /// their own.
     steps: [(u64, u32); 8],
     events: Vec<String>,
+    /// The calendar: (predicted next access, key) of every chunk with a
+    /// model that predicts one, as of its latest access (`upcoming`). A
+    /// chunk's entry is replaced at each access; entries whose tick passed
+    /// are dropped as the clock moves.
+    cal: BTreeSet<(u64, u64)>,
 }
 
 pub struct Predictive {
@@ -152,6 +160,57 @@ impl Inner {
         }
     }
 
+    /// Files chunk `k` (just accessed at `now`) in the calendar under its
+    /// predicted next access, replacing its previous entry.
+    /// Only firm predictions are filed: a verified cycle of the chunk's
+    /// own, or the workload's step repeated (`expect`'s first two cases); a
+    /// chunk's plain EMA of its latest interval (seen a couple of times, or
+    /// irregular) still orders eviction but starts no copy.
+    /// Nor are predictions within `NEAR` ticks of the access: the chunk
+    /// was just used and is resident, and a look-ahead has asked for that
+    /// window already (it asks `next_use` of a chunk that leaves HBM) — a
+    /// chunk used at every call then costs no calendar update.
+    fn schedule(&mut self, now: u64, k: u64) {
+        let at = self
+            .firm_next(now, k)
+            .filter(|&t| t > now.saturating_add(NEAR))
+            .unwrap_or(0);
+        let Some(c) = self.chunks.get_mut(&k) else {
+            return;
+        };
+        let old = std::mem::replace(&mut c.sched, at);
+        if old == at {
+            return;
+        }
+        if old != 0 {
+            self.cal.remove(&(old, k));
+        }
+        if at != 0 {
+            self.cal.insert((at, k));
+        }
+    }
+
+    /// `expect`'s prediction for a chunk just accessed at `now` when it is
+    /// a firm one (see `schedule`).
+    fn firm_next(&self, now: u64, k: u64) -> Option<u64> {
+        let c = self.chunks.get(&k)?;
+        if c.n < 3 || self.cls[c.class as usize].fallback {
+            return None;
+        }
+        let step = self.step();
+        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+            match c.shift_next(now, step) {
+                Some(x) if x != u64::MAX => return (x > now).then_some(x),
+                Some(_) => return None,
+                None => {}
+            }
+        }
+        match c.prediction() {
+            Some((p, _)) if c.strict && p > now => Some(p),
+            _ => None,
+        }
+    }
+
     fn calibrate(&mut self) {
         let warming = self.warming();
         for c in 0..CLASSES {
@@ -227,6 +286,7 @@ impl Predictive {
                 typical: 0.0,
                 steps: [(0, 0); 8],
                 events: Vec::new(),
+                cal: BTreeSet::new(),
             }),
         }
     }
@@ -264,6 +324,7 @@ impl Placement for Predictive {
             Some(e @ ModeEvent::Switch { .. }) => {
                 // a new mode: what was learned describes the old one
                 g.chunks.clear();
+                g.cal.clear();
                 g.cls = [ClassCal::FRESH; CLASSES];
                 g.steps = [(0, 0); 8];
                 g.typical = 0.0;
@@ -306,13 +367,49 @@ impl Placement for Predictive {
                     g.chunks.insert(k, ChunkModel::new(now, class));
                 }
             }
+            g.schedule(now, k);
+        }
+        // predictions that came due leave the calendar
+        while let Some(&(t, k)) = g.cal.first() {
+            if t > now {
+                break;
+            }
+            g.cal.pop_first();
+            if let Some(c) = g.chunks.get_mut(&k).filter(|c| c.sched == t) {
+                c.sched = 0;
+            }
         }
     }
 
     fn on_free(&self, key: u64) {
         if let Ok(mut g) = self.inner.lock() {
-            g.chunks.remove(&key);
+            if let Some(c) = g.chunks.remove(&key) {
+                if c.sched != 0 {
+                    g.cal.remove(&(c.sched, key));
+                }
+            }
         }
+    }
+
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        let g = self.inner.lock().ok()?;
+        match g.expect(now, key, 0, None) {
+            Expect::At(p) if p != u64::MAX => Some(p),
+            _ => None,
+        }
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        let Ok(g) = self.inner.lock() else { return };
+        let end = now.saturating_add(d);
+        if end <= now {
+            return;
+        }
+        out.extend(
+            g.cal
+                .range((now + 1, 0)..(end.saturating_add(1), 0))
+                .copied(),
+        );
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
@@ -1155,5 +1252,44 @@ mod tests {
             sim(&Lru::new()),
             sim(&super::super::Markov::new())
         );
+    }
+}
+
+#[cfg(test)]
+mod when_tests {
+    use super::*;
+
+    const MB2: u64 = 2 << 20;
+
+    /// A cycle of 12 chunks: the calendar names exactly the chunks due in a
+    /// window, at the ticks they come, and `next_use` agrees.
+    #[test]
+    fn upcoming_names_the_chunks_due_in_the_window() {
+        let p = Predictive::new();
+        let n = 12u64;
+        let mut t = 0;
+        for _ in 0..6 {
+            for k in 0..n {
+                t += 1;
+                p.on_access(t, OpClass::Layout as u8, &[k * MB2], &[false]);
+            }
+        }
+        // t = 72: chunk k is next used at 72 + k + 1
+        let mut up = Vec::new();
+        p.upcoming(t, 4, &mut up);
+        up.sort_unstable();
+        assert_eq!(up, (0..4).map(|k| (t + k + 1, k * MB2)).collect::<Vec<_>>());
+        assert_eq!(p.next_use(t, 5 * MB2), Some(t + 6));
+        // the window moves on: nothing twice, nothing past due
+        up.clear();
+        p.upcoming(t + 4, 3, &mut up);
+        up.sort_unstable();
+        assert_eq!(up, (4..7).map(|k| (t + k + 1, k * MB2)).collect::<Vec<_>>());
+        // a freed chunk leaves the calendar
+        p.on_free(5 * MB2);
+        up.clear();
+        p.upcoming(t, 12, &mut up);
+        assert_eq!(up.len(), 11);
+        assert!(!up.iter().any(|e| e.1 == 5 * MB2));
     }
 }

@@ -46,6 +46,9 @@ pub struct ChunkModel {
     pub next: u64,
     /// How far from `next` an access still counts as the predicted one.
     pub tol: u32,
+    /// The tick the predictive policy's calendar holds this chunk under
+    /// (its predicted next access when last seen; 0: not in the calendar).
+    pub sched: u64,
 }
 
 impl ChunkModel {
@@ -65,6 +68,7 @@ impl ChunkModel {
             prev_obs: 0.0,
             next: 0,
             tol: 0,
+            sched: 0,
         }
     }
 

@@ -90,6 +90,20 @@ counters! {
     /// eviction it needed).
     stream_maps,
     stream_reads,
+    /// Look-ahead prefetch (ahead.rs): chunks it brought in (also counted
+    /// in `prefetches`), victims it evicted for them by Belady's rule on
+    /// predictions, calls where it stopped for want of a later-used victim,
+    /// and its current depth in ticks (a gauge, the latest device's).
+    ahead_prefetches,
+    ahead_evictions,
+    ahead_full,
+    ahead_depth,
+    /// Prefetched chunks (either prefetch) that left HBM before any call
+    /// used them: bytes the link carried for nothing.
+    prefetch_wasted,
+    /// Calls where the look-ahead only probed (its prefetches were not used
+    /// often enough to run at full rate).
+    ahead_probes,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

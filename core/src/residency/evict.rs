@@ -13,6 +13,25 @@ use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 /// the oldest: enough to keep the device-to-host link busy while copy-ins
 /// run, few enough that HBM is not drained ahead of need (32 MiB).
 pub(super) const COPY_OUT_DEPTH: usize = 16;
+/// Candidates of the victim order a look-ahead prefetch examines.
+const AHEAD_SCAN: usize = 8;
+
+/// How far off a chunk next used at `at` is, weighted by what evicting it
+/// costs — the measure the predictive order sorts by: a clean chunk's
+/// eviction costs one transfer (back in later), a dirty one's two (out now,
+/// back in later), so a clean chunk counts twice as far; within the next
+/// 64 calls the order matters more than the copy-out and nothing is
+/// weighted. The look-ahead brings a chunk in (it will be clean) only for a
+/// victim further off by this measure, so demand eviction, taking the
+/// furthest first, does not send it straight back.
+fn ahead_cost(now: u64, at: u64, dirty: bool) -> u64 {
+    let d = at.saturating_sub(now);
+    if dirty || d <= 64 {
+        d
+    } else {
+        d.saturating_mul(2)
+    }
+}
 use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
 
@@ -186,6 +205,74 @@ impl Residency {
             .or(uses.first())
             .map(|u| u.1);
         Err(Fail::Busy)
+    }
+
+    /// One victim for a look-ahead prefetch of a chunk predicted at tick
+    /// `t` (`ahead`), by Belady's rule on predictions: among the first
+    /// candidates of the maintained order, the first whose predicted next
+    /// use is later than `t` and than `beyond` (the end of the look-ahead
+    /// window: a chunk needed inside the window would only come back,
+    /// where demand paging — MIN — would have kept it and evicted a chunk
+    /// used in between) — a dirty one (its eviction costs a copy-out too)
+    /// only if over twice as far from now. A candidate the policy cannot
+    /// date, one in use (pinned, or a use not yet complete: never waited
+    /// for) and one in `protect` are skipped. Some(dirty) evicted (a dirty
+    /// one's copy-out started), None: no victim qualifies.
+    pub(super) fn evict_ahead(
+        &self,
+        st: &mut State,
+        dev: u32,
+        t: u64,
+        beyond: u64,
+        protect: &[(u64, u32)],
+    ) -> Option<bool> {
+        if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
+            self.rebuild_order(st, dev);
+        }
+        let now = st.clock;
+        let built_at = st.dev(dev).order.built_at;
+        let mut seen = 0;
+        let mut k = st.dev(dev).order.next;
+        while k < st.dev(dev).order.cands.len() && seen < AHEAD_SCAN {
+            let key = st.dev(dev).order.cands[k].key;
+            k += 1;
+            let Some((id, i)) = st.resolve(key) else {
+                continue;
+            };
+            let b = &st.backings[&id];
+            let c = &b.chunks[i as usize];
+            if b.dev != dev
+                || b.pinned
+                || !c.in_hbm()
+                || c.pins != 0
+                || c.out_ev != 0
+                || c.last > built_at
+                || protect.contains(&(id, i))
+            {
+                continue;
+            }
+            seen += 1;
+            let dirty = c.needs_copy_out();
+            let later = self
+                .policy
+                .next_use(now, key)
+                .is_some_and(|v| ahead_cost(now, v, dirty) > ahead_cost(now, t.max(beyond), false));
+            if !later
+                || !c
+                    .uses
+                    .iter()
+                    .all(|&(_, ev)| self.rt.event_done(ev).unwrap_or(true))
+            {
+                continue;
+            }
+            if self.evict(st, id, i).is_err() {
+                return None;
+            }
+            st.dev_mut(dev).order.taken += 1;
+            self.c.ahead_evictions.fetch_add(1, Relaxed);
+            return Some(dirty);
+        }
+        None
     }
 
     /// Resident chunks of `dev` that may leave HBM (not pinned, not in a

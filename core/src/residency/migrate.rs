@@ -558,12 +558,19 @@ impl Residency {
         let _ = self.rt.free_physical(c.phys);
         c.phys = 0;
         c.dirty = false;
+        let wasted = std::mem::take(&mut c.prefetched);
         let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
         for ev in uses {
             st.unref_event(ev);
         }
         st.dev_mut(dev).resident -= CHUNK;
         self.c.evictions.fetch_add(1, Relaxed);
+        if wasted {
+            self.c.prefetch_wasted.fetch_add(1, Relaxed);
+            self.ahead_wasted(st, dev);
+        }
+        let key = st.backings[&id].key(id, i);
+        self.ahead_note_left(st, dev, key);
     }
 
     // --------------------------------------------------------- host slots

@@ -33,6 +33,7 @@
 //! All state is behind one mutex: this is the slow path of tier mode; the
 //! heat table stays lock-free.
 
+mod ahead;
 mod counters;
 mod evict;
 mod fence;
@@ -141,6 +142,8 @@ pub struct Residency {
     /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
     /// copied in (`hostmap::map_streams`).
     host_map_stream: bool,
+    /// The look-ahead prefetch is off (`set_look_ahead`).
+    ahead_off: AtomicBool,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -213,6 +216,7 @@ impl Residency {
             refusal: Mutex::new(None),
             oversize: Mutex::new(None),
             host_map_stream: cfg.host_map_stream,
+            ahead_off: AtomicBool::new(false),
         })
     }
 

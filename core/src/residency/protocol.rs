@@ -355,6 +355,10 @@ impl Residency {
             // recorded by the call that fills it, on the calls' own thread
             self.fences.close_stream(s);
         }
+        // the call is queued: start the copy-ins the next calls will need
+        if ok {
+            self.look_ahead_after(&mut st, &tok.chunks);
+        }
         if st.tokens.len() < 64 {
             let mut tok = tok;
             tok.chunks.clear();

@@ -158,6 +158,8 @@ pub(super) struct Dev {
     /// The device disappeared (card failure): its HBM is gone, nothing on it
     /// is called again; chunks with a current host copy stay readable.
     pub lost: bool,
+    /// The look-ahead prefetch's window, pending chunks and depth.
+    pub ahead: super::ahead::Ahead,
 }
 
 impl Dev {
@@ -175,6 +177,7 @@ impl Dev {
             managed_virtual: 0,
             capacity: 0,
             lost: false,
+            ahead: super::ahead::Ahead::new(),
         }
     }
 }

@@ -1069,6 +1069,222 @@ fn the_default_stream_records_an_event_per_call() {
     a.assert_clean();
 }
 
+/// A policy that knows the future the test scripts: `at[key]` is the key's
+/// next use (absolute tick); eviction order is furthest next use first.
+struct Script {
+    at: &'static Mutex<std::collections::HashMap<u64, u64>>,
+    /// Demand eviction least recently used first (the script then steers
+    /// only the look-ahead).
+    lru: bool,
+    /// What `upcoming` names, when not `at` (a script whose two answers
+    /// disagree, as a predictor's may between access and eviction).
+    listed: Option<&'static Mutex<std::collections::HashMap<u64, u64>>>,
+}
+
+impl Script {
+    fn new() -> (Script, &'static Mutex<std::collections::HashMap<u64, u64>>) {
+        let at = Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
+        (
+            Script {
+                at,
+                lru: false,
+                listed: None,
+            },
+            at,
+        )
+    }
+}
+
+impl crate::policy::Placement for Script {
+    fn name(&self) -> &'static str {
+        "script"
+    }
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
+        if self.lru {
+            return crate::policy::Lru::new().order(now, cands);
+        }
+        cands.sort_by_key(|c| std::cmp::Reverse(self.next_use(now, c.key).unwrap_or(u64::MAX)));
+    }
+    fn order_ttl(&self) -> u64 {
+        0
+    }
+    fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
+        false
+    }
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        self.at
+            .lock()
+            .unwrap()
+            .get(&key)
+            .copied()
+            .filter(|&t| t > now)
+    }
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        for (&k, &t) in self.listed.unwrap_or(self.at).lock().unwrap().iter() {
+            if t > now && t <= now + d {
+                out.push((t, k));
+            }
+        }
+    }
+}
+
+/// Whether the chunk at `va` is in HBM.
+fn resident(a: &App, va: u64) -> bool {
+    let st = a.r.st.lock().unwrap();
+    let (id, i) = st.resolve(va).expect("managed");
+    st.chunk(id, i).in_hbm()
+}
+
+/// Look-ahead under pressure (ahead.rs): a prefetch never evicts a chunk
+/// predicted sooner than the prefetched one; it evicts one predicted later
+/// (Belady's rule on predictions); a call on the program's stream that needs
+/// the prefetched chunk while its copy-in is in flight waits for it.
+#[test]
+fn look_ahead_evicts_only_later_used_victims_and_calls_wait_for_its_copies() {
+    let (policy, at) = Script::new();
+    let a = App::with_policy(2, Box::new(policy));
+    a.r.set_look_ahead(false);
+    let (x, y, z) = (a.malloc(CHUNK), a.malloc(CHUNK), a.malloc(CHUNK));
+    at.lock().unwrap().extend([(x, 100), (y, 50), (z, 60)]);
+    for (k, &va) in [x, y, z].iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK)); // ticks 1, 2, 3: x leaves
+    }
+    a.f.drain();
+    assert!(!resident(&a, x) && resident(&a, y) && resident(&a, z));
+    assert_eq!(a.r.now(), 3);
+
+    // x is due at 8, y (dirty) at 5, z at 6: HBM holds what is needed sooner
+    at.lock().unwrap().extend([(x, 8), (y, 5), (z, 6)]);
+    a.r.set_look_ahead(true);
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 4
+    let c = a.r.counters();
+    assert!(!resident(&a, x), "x must not displace y (due at 5 < 8)");
+    assert!(resident(&a, y) && resident(&a, z));
+    assert_eq!((c.ahead_evictions, c.ahead_prefetches), (0, 0), "{c:?}");
+    assert_eq!(c.ahead_full, 1, "{c:?}");
+
+    // y is now needed at 40, far after x: it makes room (a dirty victim:
+    // its copy-out first, then x's copy-in into its HBM)
+    at.lock().unwrap().insert(y, 40);
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 5
+    assert_eq!(a.r.counters().ahead_evictions, 1);
+    a.f.drain(); // the copy-out lands
+    let faults = a.r.counters().faults_in;
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 6: x's copy-in issued
+    let c = a.r.counters();
+    assert!(resident(&a, x) && !resident(&a, y), "{c:?}");
+    assert_eq!((c.ahead_prefetches, c.prefetches), (1, 1), "{c:?}");
+
+    // x's copy-in is queued on u3m's stream, not run (lazy fake): an
+    // operator on the program's stream that reads x must wait for it
+    let s = a.f.app_stream();
+    a.op(s, &[(x, CHUNK)], &[(z, CHUNK)], add(x, z, CHUNK, 3));
+    let c = a.r.counters();
+    assert_eq!(c.faults_in, faults, "x was resident: no fault-in");
+    assert_eq!(c.prefetch_hits, 1, "{c:?}");
+    a.f.sync_stream(s).unwrap();
+    let want: Vec<u8> = pattern(0, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(3))
+        .collect();
+    assert_eq!(a.read(z, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(1, CHUNK));
+    a.assert_clean();
+}
+
+/// A cyclic workload larger than HBM under the predictive policy: the
+/// look-ahead turns the calls' fault-ins into prefetches issued a call or
+/// more ahead, with the same bytes read back.
+#[test]
+fn look_ahead_turns_cyclic_fault_ins_into_prefetches() {
+    let run = |on: bool| {
+        let a = App::new(8, &[("U3M_POLICY", "predictive")]);
+        a.r.set_look_ahead(on);
+        let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
+        for (k, &va) in vas.iter().enumerate() {
+            a.write(va, &pattern(k as u64, 256));
+        }
+        let mut warm = Counters::default();
+        for round in 0..12 {
+            if round == 6 {
+                warm = a.r.counters();
+            }
+            for (k, &va) in vas.iter().enumerate() {
+                assert_eq!(
+                    a.read(va, 256),
+                    pattern(k as u64, 256),
+                    "round {round} chunk {k}"
+                );
+            }
+        }
+        let c = a.r.counters();
+        a.assert_clean();
+        (
+            c.faults_in - warm.faults_in,
+            c.ahead_prefetches - warm.ahead_prefetches,
+            c.prefetch_hits - warm.prefetch_hits,
+            c,
+        )
+    };
+    let (off_faults, off_pf, _, off) = run(false);
+    let (on_faults, on_pf, on_hits, on) = run(true);
+    eprintln!("6 cycles of 12 chunks on 8: off faults {off_faults} prefetches {off_pf}; on faults {on_faults} prefetches {on_pf} hits {on_hits}\n off {off:?}\n on {on:?}");
+    assert_eq!(off_pf, 0);
+    assert!(off_faults >= 6 * 4, "the cycle does not fit: {off_faults}");
+    assert!(
+        on_faults * 4 <= off_faults,
+        "on {on_faults} off {off_faults}"
+    );
+    assert!(
+        on_pf + on_faults >= off_faults && on_hits >= on_pf * 9 / 10,
+        "{on:?}"
+    );
+}
+
+/// Predictions that do not come true: the look-ahead notices that its
+/// prefetches leave HBM unused and drops to a probe every PROBE_EVERY calls
+/// instead of spending the link on them at every call.
+#[test]
+fn look_ahead_backs_off_when_its_prefetches_go_unused() {
+    let (mut policy, at) = Script::new();
+    policy.lru = true;
+    let a = App::with_policy(4, Box::new(policy));
+    let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64));
+    }
+    let mut mid = Counters::default();
+    for call in 0..400u64 {
+        if call == 200 {
+            mid = a.r.counters();
+        }
+        // the script says chunks 4.. come next, far before 0..3 — yet the
+        // program keeps reading 0..3 only
+        let now = a.r.now();
+        {
+            let mut m = at.lock().unwrap();
+            for (k, &va) in vas.iter().enumerate() {
+                m.insert(va, if k < 4 { now + 5000 } else { now + 2 });
+            }
+        }
+        let j = (call % 4) as usize;
+        assert_eq!(a.read(vas[j], 64), pattern(j as u64, 64));
+    }
+    let c = a.r.counters();
+    eprintln!("{mid:?}\n{c:?}");
+    assert!(mid.prefetch_wasted >= 32, "{mid:?}");
+    assert!(c.ahead_probes >= 5, "{c:?}");
+    let late = c.ahead_prefetches - mid.ahead_prefetches;
+    assert!(late >= 1, "probes still prefetch: {c:?}");
+    assert!(
+        late <= 200 / 32 + 1,
+        "second half: {} prefetches",
+        c.ahead_prefetches - mid.ahead_prefetches
+    );
+    a.assert_clean();
+}
+
 /// Room for memory u3m does not manage (`make_room`) when the only
 /// candidate is named by a fence whose calls are still queued: the first
 /// try records the fence and finds it pending; `wait_busy` waits for it
@@ -1136,4 +1352,44 @@ fn a_free_from_another_device_waits_for_u3ms_copies() {
     let seen = f.seen();
     assert!(seen.misuse.is_empty(), "misuse: {:#?}", seen.misuse);
     assert!(seen.faults.is_empty(), "faults: {:#?}", seen.faults);
+}
+
+/// A chunk whose copy-in the look-ahead has just queued is not a victim for
+/// the next chunk of the same round, even when the policy now dates its use
+/// later (its HBM would be unmapped under the queued copy: an MMU fault).
+#[test]
+fn look_ahead_never_evicts_a_chunk_whose_copy_in_it_just_queued() {
+    let (mut policy, at) = Script::new();
+    let listed: &'static Mutex<std::collections::HashMap<u64, u64>> =
+        Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
+    policy.listed = Some(listed);
+    let a = App::with_policy(3, Box::new(policy));
+    a.r.set_look_ahead(false);
+    let v: Vec<u64> = (0..5).map(|_| a.malloc(CHUNK)).collect();
+    let (x, y, p, q, r) = (v[0], v[1], v[2], v[3], v[4]);
+    at.lock()
+        .unwrap()
+        .extend([(x, 100), (y, 99), (p, 50), (q, 51), (r, 52)]);
+    for (k, &va) in v.iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK)); // x and y leave for DRAM
+    }
+    a.free(r); // one chunk of HBM free
+    a.f.drain();
+    assert!(!resident(&a, x) && !resident(&a, y) && resident(&a, p) && resident(&a, q));
+    // listed: x due at +3, y at +4; but asked when, x is far (200) and p, q
+    // are needed first
+    let now = a.r.now();
+    listed.lock().unwrap().extend([(x, now + 3), (y, now + 4)]);
+    at.lock()
+        .unwrap()
+        .extend([(x, now + 200), (y, now + 4), (p, now + 1), (q, now + 2)]);
+    a.r.set_look_ahead(true);
+    assert_eq!(a.read(p, 64), pattern(2, 64)); // x into the free chunk
+    let c = a.r.counters();
+    assert_eq!(c.ahead_prefetches, 1, "{c:?}");
+    assert!(resident(&a, x) && !resident(&a, y), "{c:?}");
+    a.f.drain(); // x's copy runs: onto mapped memory
+    assert_eq!(a.read(x, CHUNK), pattern(0, CHUNK));
+    assert_eq!(a.read(y, CHUNK), pattern(1, CHUNK));
+    a.assert_clean();
 }

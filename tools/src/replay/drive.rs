@@ -228,6 +228,11 @@ fn run_in(
     }
     let (rec, log) = Recording::new(policy);
     let tier = Residency::with_policy(rt, &cfg, Box::new(rec))?;
+    // belady is MIN, the demand-paging optimum the others' bytes are
+    // measured against: no look-ahead prefetch (it can only add bytes)
+    if tier.policy().name() == "belady" {
+        tier.set_look_ahead(false);
+    }
     let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
     let clock = Arc::new(AtomicU64::new(HEAT_EPOCH_NS));
     {

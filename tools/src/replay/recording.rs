@@ -57,6 +57,14 @@ impl Placement for Recording {
         self.inner.predicts(now, key, w)
     }
 
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        self.inner.next_use(now, key)
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        self.inner.upcoming(now, d, out)
+    }
+
     fn place(&self, now: u64, key: u64) -> Option<Place> {
         self.inner.place(now, key)
     }
