@@ -170,6 +170,8 @@ pub const VARS: &[VarSpec] = &[
         doc: "tier mode: virtual HBM capacity as a multiple of physical (allocations beyond it fail with 207001)" },
     VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "stream", "off"]), default: "auto", empty: None, zero: None,
         doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); stream: auto, and chunks a call only reads that form a read-once stream (read repeatedly, never written, not expected back before HBM turns over) are host-mapped instead of copied in while HBM is full; off: a call larger than HBM fails with 207001" },
+    VarSpec { name: "U3M_LOOK_AHEAD", kind: Kind::Choice(&["on", "off"]), default: "on", empty: None, zero: None,
+        doc: "tier mode: on: after each call, copy-ins of the chunks the policy predicts within an adaptive window start on u3m's stream (evicting only victims predicted later; it backs off to probing while under 75 % of its prefetches are used); off: chunks come back on demand and by the background prefetch only" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
         doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
     VarSpec { name: "U3M_CALIB_S", kind: Kind::Number { min: 0.001, max: 604_800.0 }, default: "600", empty: None, zero: None,
@@ -268,6 +270,8 @@ pub struct Config {
     /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
     /// copied in (residency/hostmap.rs).
     pub host_map_stream: bool,
+    /// U3M_LOOK_AHEAD=on: the look-ahead prefetch (residency/ahead.rs).
+    pub look_ahead: bool,
     /// (name, value) of every known U3M_* variable that was set, for the
     /// stats segment's configuration text.
     pub set: Vec<(String, String)>,
@@ -577,6 +581,7 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
         oversub: num("U3M_OVERSUB"),
         host_map: word("U3M_HOST_MAP") != "off",
         host_map_stream: word("U3M_HOST_MAP") == "stream",
+        look_ahead: word("U3M_LOOK_AHEAD") == "on",
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),
         warmup_s: num("U3M_WARMUP_S"),

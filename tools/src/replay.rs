@@ -60,6 +60,9 @@ pub struct ReplayArgs {
     /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), stream (auto, and read-once streams are host-mapped instead of copied in while HBM is full) or off (a call larger than HBM stops the replay).
     #[arg(long, value_name = "auto|stream|off", default_value = "auto", value_parser = ["auto", "stream", "off"])]
     pub host_map: String,
+    /// U3M_LOOK_AHEAD: on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady always runs without it (MIN, the demand-paging reference).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    pub look_ahead: String,
     /// Background round period in simulated ms (watermarks, spill, policy tick); 0: none.
     #[arg(long, value_name = "MS", default_value_t = 20.0)]
     pub tick_ms: f64,
@@ -310,6 +313,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         warmup_s: a.warmup_s,
         observe: false,
         host_map: a.host_map.clone(),
+        look_ahead: a.look_ahead.clone(),
     })
 }
 

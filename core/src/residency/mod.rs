@@ -216,7 +216,7 @@ impl Residency {
             refusal: Mutex::new(None),
             oversize: Mutex::new(None),
             host_map_stream: cfg.host_map_stream,
-            ahead_off: AtomicBool::new(false),
+            ahead_off: AtomicBool::new(!cfg.look_ahead),
         })
     }
 

@@ -56,6 +56,8 @@ pub struct Setup {
     /// U3M_HOST_MAP: auto (calls larger than HBM run host-mapped), stream
     /// (and read-once streams are host-mapped instead of copied in) or off.
     pub host_map: String,
+    /// U3M_LOOK_AHEAD: on or off (belady always runs without it).
+    pub look_ahead: String,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -171,6 +173,7 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_CALIB_S".into(), s.calib_s.to_string()),
         ("U3M_WARMUP_S".into(), s.warmup_s.to_string()),
         ("U3M_HOST_MAP".into(), s.host_map.clone()),
+        ("U3M_LOOK_AHEAD".into(), s.look_ahead.clone()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));
