@@ -60,8 +60,8 @@ pub struct ReplayArgs {
     /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), stream (auto, and read-once streams are host-mapped instead of copied in while HBM is full) or off (a call larger than HBM stops the replay).
     #[arg(long, value_name = "auto|stream|off", default_value = "auto", value_parser = ["auto", "stream", "off"])]
     pub host_map: String,
-    /// U3M_LOOK_AHEAD: on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady always runs without it (MIN, the demand-paging reference).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+    /// U3M_LOOK_AHEAD (default off, as in the library): on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady always runs without it (MIN, the demand-paging reference).
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub look_ahead: String,
     /// Background round period in simulated ms (watermarks, spill, policy tick); 0: none.
     #[arg(long, value_name = "MS", default_value_t = 20.0)]

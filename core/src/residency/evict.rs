@@ -253,6 +253,13 @@ impl Residency {
             }
             seen += 1;
             let dirty = c.needs_copy_out();
+            if dirty {
+                // a dirty victim costs a copy-out, and its HBM is free only
+                // once that lands: the look-ahead takes clean ones only (on
+                // kv_decode at 2 x the KV that fits, dirty victims made
+                // 130 GB of copy-outs and doubled the decode step)
+                continue;
+            }
             let later = self
                 .policy
                 .next_use(now, key)

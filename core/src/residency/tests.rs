@@ -1152,26 +1152,34 @@ fn look_ahead_evicts_only_later_used_victims_and_calls_wait_for_its_copies() {
     }
     a.f.drain();
     assert!(!resident(&a, x) && resident(&a, y) && resident(&a, z));
-    assert_eq!(a.r.now(), 3);
+    // y round-trips through DRAM so that it is clean (the look-ahead never
+    // takes a dirty victim): x in for y, then y in for x
+    at.lock().unwrap().extend([(x, 100), (y, 200), (z, 60)]);
+    assert_eq!(a.read(x, 64), pattern(0, 64)); // tick 4: y leaves
+    at.lock().unwrap().extend([(x, 100), (y, 50), (z, 60)]);
+    assert_eq!(a.read(y, 64), pattern(1, 64)); // tick 5: x leaves, y clean
+    a.f.drain();
+    assert!(!resident(&a, x) && resident(&a, y) && resident(&a, z));
+    assert_eq!(a.r.now(), 5);
 
-    // x is due at 8, y (dirty) at 5, z at 6: HBM holds what is needed sooner
-    at.lock().unwrap().extend([(x, 8), (y, 5), (z, 6)]);
+    // x is due at 10, y at 7, z at 8: HBM holds what is needed sooner
+    at.lock().unwrap().extend([(x, 10), (y, 7), (z, 8)]);
     a.r.set_look_ahead(true);
-    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 4
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 6
     let c = a.r.counters();
     assert!(!resident(&a, x), "x must not displace y (due at 5 < 8)");
     assert!(resident(&a, y) && resident(&a, z));
     assert_eq!((c.ahead_evictions, c.ahead_prefetches), (0, 0), "{c:?}");
     assert_eq!(c.ahead_full, 1, "{c:?}");
 
-    // y is now needed at 40, far after x: it makes room (a dirty victim:
-    // its copy-out first, then x's copy-in into its HBM)
-    at.lock().unwrap().insert(y, 40);
-    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 5
+    // y is now needed at 42, far after x: it makes room (a clean victim,
+    // dropped; x's copy-in into its HBM). z (dirty) is never taken.
+    at.lock().unwrap().insert(y, 42);
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 7
     assert_eq!(a.r.counters().ahead_evictions, 1);
     a.f.drain(); // the copy-out lands
     let faults = a.r.counters().faults_in;
-    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 6: x's copy-in issued
+    assert_eq!(a.read(z, 64), pattern(2, 64)); // tick 8: x's copy-in issued
     let c = a.r.counters();
     assert!(resident(&a, x) && !resident(&a, y), "{c:?}");
     assert_eq!((c.ahead_prefetches, c.prefetches), (1, 1), "{c:?}");
@@ -1250,6 +1258,7 @@ fn look_ahead_backs_off_when_its_prefetches_go_unused() {
     let (mut policy, at) = Script::new();
     policy.lru = true;
     let a = App::with_policy(4, Box::new(policy));
+    a.r.set_look_ahead(true);
     let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
     for (k, &va) in vas.iter().enumerate() {
         a.write(va, &pattern(k as u64, 64));
