@@ -55,6 +55,49 @@ MIB, GIB, LINK = 1 << 20, 1 << 30, 25e9  # LINK: ACLSIM_LINK_GBPS default, bytes
 def log(m):
     print("engine_v2: " + m, file=sys.stderr, flush=True)
 
+THREAD_POLL_S = 0.01
+TICK = os.sysconf("SC_CLK_TCK")
+
+def sample_threads(pid, seen):
+    """CPU seconds of every thread of pid so far, by tid: {tid: (comm, s)}.
+    schedstat (ns) where the kernel has it, else stat's utime + stime (ticks).
+    A thread that exits between two samples keeps its last sample: up to
+    THREAD_POLL_S of its CPU goes unattributed (the total comes from rusage)."""
+    base = "/proc/%d/task" % pid
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return
+    for t in tids:
+        try:
+            st = open("%s/%s/stat" % (base, t)).read()
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            try:
+                cpu = int(open("%s/%s/schedstat" % (base, t)).read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                f = st[st.rindex(")") + 2:].split()
+                cpu = (int(f[11]) + int(f[12])) / TICK
+        except (OSError, ValueError):
+            continue
+        if cpu >= seen.get(int(t), ("", 0.0))[1]:
+            seen[int(t)] = (comm, cpu)
+
+def thread_group(pid, tid, comm):
+    if tid == pid:
+        return "app"  # the program's main thread: u3m's hooks run inline on it
+    if comm.startswith("aclsim-"):
+        return "sim"  # the simulated runtime's stream workers (device work)
+    if comm.startswith("u3m"):
+        return "u3m"  # u3m's named background threads
+    return "other"  # unnamed threads (they inherit the creator's name)
+
+def thread_groups(pid, seen):
+    g = {"app": 0.0, "sim": 0.0, "u3m": 0.0, "other": 0.0}
+    for tid, (comm, cpu) in seen.items():
+        g[thread_group(pid, tid, comm)] += cpu
+    g["names"] = sorted({c for c in (v[0] for v in seen.values())})
+    return g
+
 def run(name, cmd, env, tier=False):
     """Runs cmd with a hermetic environment; returns stats, summary, rusage."""
     path = os.path.join(OUT, name)
@@ -69,9 +112,16 @@ def run(name, cmd, env, tier=False):
     t0 = time.monotonic()
     with open(path + ".out", "w") as fo, open(path + ".err", "w") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=e, cwd=ROOT)
-        _, status, ru = os.wait4(p.pid, 0)
+        threads = {}
+        while True:
+            # the zombie's last sample happens before wait4 reaps it
+            sample_threads(p.pid, threads)
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(THREAD_POLL_S)
     rec = {"name": name, "rc": os.waitstatus_to_exitcode(status), "wall_s": time.monotonic() - t0,
-           "cpu_s": ru.ru_utime + ru.ru_stime}
+           "cpu_s": ru.ru_utime + ru.ru_stime, "threads": thread_groups(p.pid, threads)}
     for f, k in ((".stats.json", "stats"), (".summary.json", "summary")):
         try:
             rec[k] = json.load(open(path + f))
@@ -132,6 +182,22 @@ def sec_step():
         print("%-5s H2D / step %s, D2H / step %s, host CPU / step %.2f s, whole %d-step run: %.1f s CPU, %.1f s wall"
               % (arm, fmt_b(d(arm, cb("H2D"))), fmt_b(d(arm, cb("D2H"))), d(arm, lambda r: r["cpu_s"]), S2,
                  res[(arm, S2)]["cpu_s"], res[(arm, S2)]["wall_s"]))
+    # host CPU by thread: per step, each group's (B-step - A-step) / (B - A);
+    # "unattributed" = rusage total - the threads' samples (threads that
+    # exited between two samples). u3m's added CPU = tier - unc.
+    grp = lambda g: (lambda r: r["threads"][g])
+    unatt = lambda r: r["cpu_s"] - sum(r["threads"][g] for g in ("app", "sim", "u3m", "other"))
+    cols = (("app", grp("app")), ("u3m-bg", grp("u3m")), ("sim", grp("sim")), ("other", grp("other")),
+            ("unattributed", unatt), ("total", lambda r: r["cpu_s"]))
+    print("host CPU by thread / step (s): app = main thread incl. u3m's inline hooks, u3m-bg = u3m-* threads,"
+          " sim = simulator stream threads aclsim-*, other = unnamed threads")
+    for arm in ["unc", "tier"] + ["tier%d" % k for k in range(REPS)]:
+        print("%-5s %s" % (arm, ", ".join("%s %.3f" % (c, d(arm, f)) for c, f in cols)))
+    u3m_add = d("tier", grp("app")) + d("tier", grp("u3m")) + d("tier", grp("other")) \
+        - d("unc", grp("app")) - d("unc", grp("u3m")) - d("unc", grp("other"))
+    print("u3m's added host CPU / step (tier - unc, threads other than sim): %.3f s = %.2f x the simulated step;"
+          " sim threads %.3f s (unc %.3f s)" % (u3m_add, u3m_add / (tier / 1e3), d("tier", grp("sim")), d("unc", grp("sim"))))
+    print("thread names (%d-step tier run): %s" % (S2, " ".join(res[("tier", S2)]["threads"]["names"])))
     t = (res[("tier", S2)]["summary"].get("tier") or {})
     print("tier counters (%d-step run): %s" % (S2, ", ".join("%s=%s" % (k, t.get(k)) for k in
           ("faults_in", "evictions", "clean_drops", "to_dram", "prefetched", "evict_waits") if k in t)))
