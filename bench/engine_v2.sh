@@ -4,6 +4,7 @@
 #   step    13B-shaped LoRA (8 layers, seq 1024 x batch 2), phantom, acl_replay:
 #           unconstrained vs libu3m.so at 1.5 x HBM — simulated step time, the
 #           link floor (design.md §5), H2D/D2H bytes per step, host CPU per step
+#           (rusage total, and by thread: app / u3m-* / simulator aclsim-*)
 #   call    callgrind Ir per call u3m adds in tier mode with nothing to move
 #           (hookbench, T=1 and T=8)
 #   start   start-up: wall time of a 50-step phantom mlp_train, without
@@ -42,7 +43,7 @@ cp -a "$SRC"/*.so "$SRC/acl-apps" "$SRC/u3m" "$OUT/bin/"
 echo "engine_v2.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" "$REPS" <<'PY'
-import json, os, statistics, subprocess, sys, time
+import json, os, statistics, subprocess, sys, threading, time
 
 ROOT, OUT, ONLY, LAYERS, WORKLOAD, STEPS, REPS = sys.argv[1:8]
 REPS = int(REPS)
@@ -98,8 +99,9 @@ def thread_groups(pid, seen):
     g["names"] = sorted({c for c in (v[0] for v in seen.values())})
     return g
 
-def run(name, cmd, env, tier=False):
-    """Runs cmd with a hermetic environment; returns stats, summary, rusage."""
+def run(name, cmd, env, tier=False, by_thread=False):
+    """Runs cmd with a hermetic environment; returns stats, summary, rusage
+    (and, by_thread, each thread's CPU: see sample_threads)."""
     path = os.path.join(OUT, name)
     e = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
     e.update(env)
@@ -112,14 +114,20 @@ def run(name, cmd, env, tier=False):
     t0 = time.monotonic()
     with open(path + ".out", "w") as fo, open(path + ".err", "w") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=e, cwd=ROOT)
-        threads = {}
-        while True:
-            # the zombie's last sample happens before wait4 reaps it
+        threads, stop = {}, threading.Event()
+        if by_thread:
+            def poll():
+                while not stop.wait(THREAD_POLL_S):
+                    sample_threads(p.pid, threads)
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            # exit seen at once (no polling delay in wall_s), not yet reaped:
+            # the zombie's last sample, then wait4
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+            stop.set()
+            poller.join()
             sample_threads(p.pid, threads)
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            time.sleep(THREAD_POLL_S)
+        _, status, ru = os.wait4(p.pid, 0)
     rec = {"name": name, "rc": os.waitstatus_to_exitcode(status), "wall_s": time.monotonic() - t0,
            "cpu_s": ru.ru_utime + ru.ru_stime, "threads": thread_groups(p.pid, threads)}
     for f, k in ((".stats.json", "stats"), (".summary.json", "summary")):
@@ -150,10 +158,10 @@ def sec_step():
         tr = os.path.join(OUT, "trace-s%d" % s)
         subprocess.run([U3M, "synth"] + shape + ["--steps", str(s), "-o", tr], check=True)
         cmd = [os.path.join(APPS, "acl_replay"), "--no-verify", tr]
-        res[("unc", s)] = run("unc-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"))
+        res[("unc", s)] = run("unc-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"), by_thread=True)
         for k in range(REPS):
             res[("tier%d" % k, s)] = run("tier-s%d-r%d" % (s, k), cmd, dict(ph, ACLSIM_HBM_BYTES="%dM" % (H // MIB),
-                                         U3M_OVERSUB="2", U3M_DRAM_BYTES="64G"), tier=True)
+                                         U3M_OVERSUB="2", U3M_DRAM_BYTES="64G"), tier=True, by_thread=True)
         os.unlink(tr)
     d = lambda arm, f: (f(res[(arm, S2)]) - f(res[(arm, S1)])) / (S2 - S1)
     cb = lambda k: (lambda r: (r["stats"].get("copy_bytes") or {}).get(k, 0))
