@@ -4,6 +4,7 @@
 #   step    13B-shaped LoRA (8 layers, seq 1024 x batch 2), phantom, acl_replay:
 #           unconstrained vs libu3m.so at 1.5 x HBM — simulated step time, the
 #           link floor (design.md §5), H2D/D2H bytes per step, host CPU per step
+#           (rusage total, and by thread: app / u3m-* / simulator aclsim-*)
 #   call    callgrind Ir per call u3m adds in tier mode with nothing to move
 #           (hookbench, T=1 and T=8)
 #   start   start-up: wall time of a 50-step phantom mlp_train, without
@@ -42,7 +43,7 @@ cp -a "$SRC"/*.so "$SRC/acl-apps" "$SRC/u3m" "$OUT/bin/"
 echo "engine_v2.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" "$REPS" <<'PY'
-import json, os, statistics, subprocess, sys, time
+import json, os, statistics, subprocess, sys, threading, time
 
 ROOT, OUT, ONLY, LAYERS, WORKLOAD, STEPS, REPS = sys.argv[1:8]
 REPS = int(REPS)
@@ -55,8 +56,52 @@ MIB, GIB, LINK = 1 << 20, 1 << 30, 25e9  # LINK: ACLSIM_LINK_GBPS default, bytes
 def log(m):
     print("engine_v2: " + m, file=sys.stderr, flush=True)
 
-def run(name, cmd, env, tier=False):
-    """Runs cmd with a hermetic environment; returns stats, summary, rusage."""
+THREAD_POLL_S = 0.01
+TICK = os.sysconf("SC_CLK_TCK")
+
+def sample_threads(pid, seen):
+    """CPU seconds of every thread of pid so far, by tid: {tid: (comm, s)}.
+    schedstat (ns) where the kernel has it, else stat's utime + stime (ticks).
+    A thread that exits between two samples keeps its last sample: up to
+    THREAD_POLL_S of its CPU goes unattributed (the total comes from rusage)."""
+    base = "/proc/%d/task" % pid
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return
+    for t in tids:
+        try:
+            st = open("%s/%s/stat" % (base, t)).read()
+            comm = st[st.index("(") + 1:st.rindex(")")]
+            try:
+                cpu = int(open("%s/%s/schedstat" % (base, t)).read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                f = st[st.rindex(")") + 2:].split()
+                cpu = (int(f[11]) + int(f[12])) / TICK
+        except (OSError, ValueError):
+            continue
+        if cpu >= seen.get(int(t), ("", 0.0))[1]:
+            seen[int(t)] = (comm, cpu)
+
+def thread_group(pid, tid, comm):
+    if tid == pid:
+        return "app"  # the program's main thread: u3m's hooks run inline on it
+    if comm.startswith("aclsim-"):
+        return "sim"  # the simulated runtime's stream workers (device work)
+    if comm.startswith("u3m"):
+        return "u3m"  # u3m's named background threads
+    return "other"  # unnamed threads (they inherit the creator's name)
+
+def thread_groups(pid, seen):
+    g = {"app": 0.0, "sim": 0.0, "u3m": 0.0, "other": 0.0}
+    for tid, (comm, cpu) in seen.items():
+        g[thread_group(pid, tid, comm)] += cpu
+    g["names"] = sorted({c for c in (v[0] for v in seen.values())})
+    return g
+
+def run(name, cmd, env, tier=False, by_thread=False):
+    """Runs cmd with a hermetic environment; returns stats, summary, rusage
+    (and, by_thread, each thread's CPU: see sample_threads)."""
     path = os.path.join(OUT, name)
     e = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
     e.update(env)
@@ -69,9 +114,22 @@ def run(name, cmd, env, tier=False):
     t0 = time.monotonic()
     with open(path + ".out", "w") as fo, open(path + ".err", "w") as fe:
         p = subprocess.Popen(cmd, stdout=fo, stderr=fe, env=e, cwd=ROOT)
+        threads, stop = {}, threading.Event()
+        if by_thread:
+            def poll():
+                while not stop.wait(THREAD_POLL_S):
+                    sample_threads(p.pid, threads)
+            poller = threading.Thread(target=poll, daemon=True)
+            poller.start()
+            # exit seen at once (no polling delay in wall_s), not yet reaped:
+            # the zombie's last sample, then wait4
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+            stop.set()
+            poller.join()
+            sample_threads(p.pid, threads)
         _, status, ru = os.wait4(p.pid, 0)
     rec = {"name": name, "rc": os.waitstatus_to_exitcode(status), "wall_s": time.monotonic() - t0,
-           "cpu_s": ru.ru_utime + ru.ru_stime}
+           "cpu_s": ru.ru_utime + ru.ru_stime, "threads": thread_groups(p.pid, threads)}
     for f, k in ((".stats.json", "stats"), (".summary.json", "summary")):
         try:
             rec[k] = json.load(open(path + f))
@@ -100,10 +158,10 @@ def sec_step():
         tr = os.path.join(OUT, "trace-s%d" % s)
         subprocess.run([U3M, "synth"] + shape + ["--steps", str(s), "-o", tr], check=True)
         cmd = [os.path.join(APPS, "acl_replay"), "--no-verify", tr]
-        res[("unc", s)] = run("unc-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"))
+        res[("unc", s)] = run("unc-s%d" % s, cmd, dict(ph, ACLSIM_HBM_BYTES="1T"), by_thread=True)
         for k in range(REPS):
             res[("tier%d" % k, s)] = run("tier-s%d-r%d" % (s, k), cmd, dict(ph, ACLSIM_HBM_BYTES="%dM" % (H // MIB),
-                                         U3M_OVERSUB="2", U3M_DRAM_BYTES="64G"), tier=True)
+                                         U3M_OVERSUB="2", U3M_DRAM_BYTES="64G"), tier=True, by_thread=True)
         os.unlink(tr)
     d = lambda arm, f: (f(res[(arm, S2)]) - f(res[(arm, S1)])) / (S2 - S1)
     cb = lambda k: (lambda r: (r["stats"].get("copy_bytes") or {}).get(k, 0))
@@ -132,6 +190,22 @@ def sec_step():
         print("%-5s H2D / step %s, D2H / step %s, host CPU / step %.2f s, whole %d-step run: %.1f s CPU, %.1f s wall"
               % (arm, fmt_b(d(arm, cb("H2D"))), fmt_b(d(arm, cb("D2H"))), d(arm, lambda r: r["cpu_s"]), S2,
                  res[(arm, S2)]["cpu_s"], res[(arm, S2)]["wall_s"]))
+    # host CPU by thread: per step, each group's (B-step - A-step) / (B - A);
+    # "unattributed" = rusage total - the threads' samples (threads that
+    # exited between two samples). u3m's added CPU = tier - unc.
+    grp = lambda g: (lambda r: r["threads"][g])
+    unatt = lambda r: r["cpu_s"] - sum(r["threads"][g] for g in ("app", "sim", "u3m", "other"))
+    cols = (("app", grp("app")), ("u3m-bg", grp("u3m")), ("sim", grp("sim")), ("other", grp("other")),
+            ("unattributed", unatt), ("total", lambda r: r["cpu_s"]))
+    print("host CPU by thread / step (s): app = main thread incl. u3m's inline hooks, u3m-bg = u3m-* threads,"
+          " sim = simulator stream threads aclsim-*, other = unnamed threads")
+    for arm in ["unc", "tier"] + ["tier%d" % k for k in range(REPS)]:
+        print("%-5s %s" % (arm, ", ".join("%s %.3f" % (c, d(arm, f)) for c, f in cols)))
+    u3m_add = d("tier", grp("app")) + d("tier", grp("u3m")) + d("tier", grp("other")) \
+        - d("unc", grp("app")) - d("unc", grp("u3m")) - d("unc", grp("other"))
+    print("u3m's added host CPU / step (tier - unc, threads other than sim): %.3f s = %.2f x the simulated step;"
+          " sim threads %.3f s (unc %.3f s)" % (u3m_add, u3m_add / (tier / 1e3), d("tier", grp("sim")), d("unc", grp("sim"))))
+    print("thread names (%d-step tier run): %s" % (S2, " ".join(res[("tier", S2)]["threads"]["names"])))
     t = (res[("tier", S2)]["summary"].get("tier") or {})
     print("tier counters (%d-step run): %s" % (S2, ", ".join("%s=%s" % (k, t.get(k)) for k in
           ("faults_in", "evictions", "clean_drops", "to_dram", "prefetched", "evict_waits") if k in t)))
