@@ -39,7 +39,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::evict::COPY_OUT_DEPTH;
 use super::state::{Host, State};
 use super::Residency;
-use crate::acl::MemcpyKind;
 use crate::engine::runtime::CHUNK;
 
 /// Bounds of the look-ahead depth, logical ticks.
@@ -407,43 +406,11 @@ impl Residency {
         stream: u64,
         now: u64,
     ) -> bool {
-        let vas = st.backings[&id].vas.clone();
-        let src = match &st.chunk(id, i).host {
-            Some(Host::Dram(slot)) => slot.ptr as u64,
-            _ => 0,
-        };
-        let mut ok = src != 0 && self.map_chunk(&vas, i, phys).is_ok();
-        let mapped = ok;
-        if ok {
-            ok = self
-                .rt
-                .memcpy_async(
-                    vas[0] + i as u64 * CHUNK,
-                    src,
-                    CHUNK,
-                    MemcpyKind::HOST_TO_DEVICE,
-                    stream,
-                )
-                .is_ok();
-        }
-        if !ok {
-            if mapped {
-                for &va in &vas {
-                    let _ = self.rt.unmap(va + i as u64 * CHUNK);
-                }
-            }
-            let _ = self.rt.free_physical(phys);
+        if !self.dram_copy_in(st, id, i, phys, stream, now) {
             return false;
         }
-        let dev = st.backings[&id].dev;
-        st.dev_mut(dev).resident += CHUNK;
-        let c = st.chunk_mut(id, i);
-        c.phys = phys;
-        c.dirty = false; // the DRAM copy stays: evicting it again is free
-        c.last = now;
-        c.prefetched = true;
         // until the batch's use event is recorded (`look_ahead`)
-        c.pins += 1;
+        st.chunk_mut(id, i).pins += 1;
         true
     }
 }

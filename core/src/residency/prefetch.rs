@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::state::Host;
+use super::state::{Host, State};
 use super::Residency;
 use crate::acl::MemcpyKind;
 use crate::engine::runtime::CHUNK;
@@ -65,38 +65,9 @@ impl Residency {
             let Ok(phys) = self.rt.malloc_physical(dev, CHUNK) else {
                 break;
             };
-            let vas = st.backings[&id].vas.clone();
-            let mut ok = self.map_chunk(&vas, i, phys).is_ok();
-            let mapped: &[u64] = if ok { &vas } else { &[] };
-            let src = match &st.chunk(id, i).host {
-                Some(Host::Dram(slot)) => slot.ptr as u64,
-                _ => 0,
-            };
-            if ok && src != 0 {
-                ok = self
-                    .rt
-                    .memcpy_async(
-                        vas[0] + i as u64 * CHUNK,
-                        src,
-                        CHUNK,
-                        MemcpyKind::HOST_TO_DEVICE,
-                        stream,
-                    )
-                    .is_ok();
-            }
-            if !ok {
-                for &va in mapped {
-                    let _ = self.rt.unmap(va + i as u64 * CHUNK);
-                }
-                let _ = self.rt.free_physical(phys);
+            if !self.dram_copy_in(&mut st, id, i, phys, stream, now) {
                 break;
             }
-            st.dev_mut(dev).resident += CHUNK;
-            let c = st.chunk_mut(id, i);
-            c.phys = phys;
-            c.dirty = false; // the DRAM copy stays: evicting it again is free
-            c.last = now;
-            c.prefetched = true;
             filled.push((id, i));
             bytes += CHUNK;
             used += CHUNK;
@@ -118,5 +89,57 @@ impl Residency {
             self.c.prefetch_bytes.fetch_add(bytes, Relaxed);
         }
         filled.len() as u32
+    }
+
+    /// Issues the copy-in of chunk (id, i) from its DRAM copy into the new
+    /// physical chunk `phys` on u3m's `stream` (background and look-ahead
+    /// prefetch): mapped at every VA of its backing, resident and clean (its
+    /// DRAM copy stays, so evicting it again is free) from now. On failure
+    /// `phys` is given back and nothing changed.
+    pub(super) fn dram_copy_in(
+        &self,
+        st: &mut State,
+        id: u64,
+        i: u32,
+        phys: u64,
+        stream: u64,
+        now: u64,
+    ) -> bool {
+        let vas = st.backings[&id].vas.clone();
+        let src = match &st.chunk(id, i).host {
+            Some(Host::Dram(slot)) => slot.ptr as u64,
+            _ => 0,
+        };
+        let mut ok = src != 0 && self.map_chunk(&vas, i, phys).is_ok();
+        let mapped = ok;
+        if ok {
+            ok = self
+                .rt
+                .memcpy_async(
+                    vas[0] + i as u64 * CHUNK,
+                    src,
+                    CHUNK,
+                    MemcpyKind::HOST_TO_DEVICE,
+                    stream,
+                )
+                .is_ok();
+        }
+        if !ok {
+            if mapped {
+                for &va in &vas {
+                    let _ = self.rt.unmap(va + i as u64 * CHUNK);
+                }
+            }
+            let _ = self.rt.free_physical(phys);
+            return false;
+        }
+        let dev = st.backings[&id].dev;
+        st.dev_mut(dev).resident += CHUNK;
+        let c = st.chunk_mut(id, i);
+        c.phys = phys;
+        c.dirty = false;
+        c.last = now;
+        c.prefetched = true;
+        true
     }
 }
