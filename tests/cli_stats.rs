@@ -188,7 +188,7 @@ fn normalise(s: &str, pid: u32) -> String {
 
 const TABLE: &str = "\
 node node-a
-pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 1.2 · up T · running
+pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 1.3 · up T · running
   config  U3M_MODE=observe U3M_MIN_BYTES=2097152
   device 0  monitor: warning, hbm 85.9%, OOM in 5s at 100.0 MiB/s
     tier  used     capacity  use    peak     moved in  moved out
@@ -282,7 +282,7 @@ const JSON: &str = r#"{
     {
       "pid": 0,
       "writer_version": "0.1.0",
-      "layout": "1.2",
+      "layout": "1.3",
       "labels": { "node": "node-a", "rank": "1", "local_rank": "1", "world_size": "2", "local_world_size": "2",
                   "run_id": "job-7", "pod": "train-1", "namespace": "ml" },
       "state": "running",
@@ -316,7 +316,7 @@ const JSON: &str = r#"{
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
-          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0 },
+          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0, "stream_maps": 0, "stream_reads": 0 },
           "monitor": { "level": "warning", "hbm_use": 0.859375, "basis": "hbm", "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
@@ -345,7 +345,7 @@ const JSON: &str = r#"{
           "prefetch": { "chunks": 0, "bytes": 0, "hits": 0, "misses": 0 },
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
-          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0 },
+          "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0, "stream_maps": 0, "stream_reads": 0 },
           "monitor": { "level": "ok", "hbm_use": 0.0, "basis": "hbm", "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],

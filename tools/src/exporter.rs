@@ -434,6 +434,18 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
         g("hostmap.maps"),
     );
     x.counter(
+        "u3m_stream_maps",
+        "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=stream)",
+        dl,
+        g("hostmap.stream_maps"),
+    );
+    x.counter(
+        "u3m_stream_reads",
+        "reads of read-once chunks served in place instead of by a copy-in",
+        dl,
+        g("hostmap.stream_reads"),
+    );
+    x.counter(
         "u3m_calls_refused_oversize",
         "calls refused before launch: their memory cannot all be accessible at once",
         dl,

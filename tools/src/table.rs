@@ -199,6 +199,13 @@ fn hostmap_text(d: &DeviceSnapshot) -> String {
             d.get("hostmap.unmaps")
         );
     }
+    if d.get("hostmap.stream_maps") + d.get("hostmap.stream_reads") > 0 {
+        t += &format!(
+            ", read-once: {} chunks mapped instead of copied, {} reads in place",
+            d.get("hostmap.stream_maps"),
+            d.get("hostmap.stream_reads")
+        );
+    }
     if d.get("refused_oversize") > 0 {
         t += &format!(
             ", {} calls refused as larger than HBM",

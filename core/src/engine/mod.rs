@@ -1273,6 +1273,8 @@ impl Engine {
                 g.host_maps.store(c.host_maps, Relaxed);
                 g.host_map_bytes.store(c.host_map_bytes, Relaxed);
                 g.host_unmaps.store(c.host_unmaps, Relaxed);
+                g.stream_maps.store(c.stream_maps, Relaxed);
+                g.stream_reads.store(c.stream_reads, Relaxed);
                 for (b, v) in g.stall_buckets.iter().zip(c.stall_buckets) {
                     b.store(v, Relaxed);
                 }

@@ -18,7 +18,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"U3MSTATS");
 /// Incompatible layout changes bump this; readers refuse other majors.
 pub const LAYOUT_MAJOR: u32 = 1;
 /// Additive changes (reserved space put to use) bump this.
-pub const LAYOUT_MINOR: u32 = 2;
+pub const LAYOUT_MINOR: u32 = 3;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_HOOKS: usize = 256;
@@ -259,7 +259,12 @@ pub struct DeviceGauges {
     pub host_maps: AtomicU64,
     pub host_map_bytes: AtomicU64,
     pub host_unmaps: AtomicU64,
-    pub _reserved: [u64; 47],
+    /// 648 (1.3): U3M_HOST_MAP=stream: chunks of read-once streams
+    /// host-mapped instead of copied in, and reads of such chunks served in
+    /// place instead of by a copy-in (docs/tiering.md).
+    pub stream_maps: AtomicU64,
+    pub stream_reads: AtomicU64,
+    pub _reserved: [u64; 45],
 }
 
 /// Call counts per hook id.
@@ -543,6 +548,8 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "hostmap.maps", Count, "chunks that became host-mapped for calls larger than HBM", |g| g.host_maps;
     "hostmap.map_bytes", Bytes, "bytes copied into host-mapped chunks", |g| g.host_map_bytes;
     "hostmap.unmaps", Count, "host-mapped chunks brought back into HBM", |g| g.host_unmaps;
+    "hostmap.stream_maps", Count, "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=stream)", |g| g.stream_maps;
+    "hostmap.stream_reads", Count, "reads of read-once chunks served in place instead of by a copy-in", |g| g.stream_reads;
 ];
 
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
@@ -618,7 +625,9 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).refused_oversize)), 608);
             assert_eq!(off(p, addr_of!((*p).host_mapped)), 616);
             assert_eq!(off(p, addr_of!((*p).host_unmaps)), 640);
-            assert_eq!(off(p, addr_of!((*p)._reserved)), 648);
+            assert_eq!(off(p, addr_of!((*p).stream_maps)), 648);
+            assert_eq!(off(p, addr_of!((*p).stream_reads)), 656);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 664);
         }
     }
 
@@ -629,7 +638,7 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate device field key");
-        assert_eq!(field_index("hostmap.unmaps"), DEVICE_FIELDS.len() - 1);
+        assert_eq!(field_index("hostmap.stream_reads"), DEVICE_FIELDS.len() - 1);
     }
 
     #[test]

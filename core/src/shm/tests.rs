@@ -548,7 +548,7 @@ fn labels_and_pid_namespace_are_recorded() {
     let seg = StatsSegment::create(&cfg).unwrap();
     let r = reader::SegmentReader::open(seg.path()).unwrap();
     let s = r.snapshot();
-    assert_eq!(s.layout, (1, 2));
+    assert_eq!(s.layout, (1, 3));
     assert_eq!(s.label("rank"), "3");
     assert_eq!(s.label("local_rank"), "1");
     assert_eq!(s.label("world_size"), "8");
