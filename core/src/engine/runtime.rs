@@ -9,6 +9,22 @@ use crate::acl::{AclError, MemcpyKind};
 
 pub const CHUNK: u64 = 2 << 20;
 
+/// Runs `f` with `dev` as the calling thread's device: a stream (and what
+/// is recorded on it) is usable only from its own device. Switches only when
+/// the runtime says the current device differs, and switches back after.
+/// None when the switch is refused (`f` did not run).
+pub fn on_device<T>(rt: &dyn Runtime, dev: u32, f: impl FnOnce() -> T) -> Option<T> {
+    match rt.current_device() {
+        Some(cur) if cur != dev => {
+            rt.set_device(dev).ok()?;
+            let r = f();
+            let _ = rt.set_device(cur);
+            Some(r)
+        }
+        _ => Some(f()),
+    }
+}
+
 pub trait Runtime: Send + Sync {
     /// Makes `dev` the calling thread's device (background threads only).
     fn set_device(&self, dev: u32) -> Result<(), AclError>;

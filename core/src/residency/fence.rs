@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Mutex;
 
 use crate::acl::{AclError, MemcpyKind};
-use crate::engine::runtime::Runtime;
+use crate::engine::runtime::{on_device, Runtime};
 
 /// A fence is recorded by the call that makes it cover this many calls, even
 /// if nobody asked: how far behind a chunk's real last use its fence may
@@ -173,16 +173,10 @@ impl Fenced {
     /// another device than the caller's, on the stream's own device `dev`
     /// (the caller's device is restored after).
     fn record_on(&self, ev: u64, stream: u64, dev: Option<u32>) -> bool {
-        match (dev, self.rt.current_device()) {
-            (Some(d), Some(cur)) if d != cur => {
-                if self.rt.set_device(d).is_err() {
-                    return false;
-                }
-                let ok = self.rt.record_event(ev, stream).is_ok();
-                let _ = self.rt.set_device(cur);
-                ok
-            }
-            _ => self.rt.record_event(ev, stream).is_ok(),
+        let record = || self.rt.record_event(ev, stream).is_ok();
+        match dev {
+            Some(d) => on_device(self.rt, d, record).unwrap_or(false),
+            None => record(),
         }
     }
 

@@ -10,7 +10,7 @@ use super::state::{handle_of, id_of, Backing, Host, Kind, State};
 use super::{Fail, Order, Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::report::{Limit, Refusal};
-use crate::engine::runtime::CHUNK;
+use crate::engine::runtime::{on_device, CHUNK};
 use crate::store::StoreError;
 
 /// Attempts at one aclrtMapMem u3m makes for itself. A failed map leaves
@@ -847,17 +847,7 @@ impl Residency {
     /// runtime refuses a stream of another device than the caller's, so the
     /// caller's device is switched to `dev` for it and restored after.
     pub(super) fn sync_on_device(&self, dev: u32, stream: u64) {
-        match self.rt.current_device() {
-            Some(cur) if cur != dev => {
-                if self.rt.set_device(dev).is_ok() {
-                    let _ = self.rt.sync_stream(stream);
-                    let _ = self.rt.set_device(cur);
-                }
-            }
-            _ => {
-                let _ = self.rt.sync_stream(stream);
-            }
-        }
+        let _ = on_device(self.rt, dev, || self.rt.sync_stream(stream));
     }
 
     /// Before aclFinalize: the runtime is about to release everything the
@@ -870,28 +860,19 @@ impl Residency {
     pub fn finalize(&self) {
         let Ok(mut st) = self.st.lock() else { return };
         // a stream is synchronised on its own device (the runtime refuses
-        // another device's stream); the caller's device is restored after
-        let cur = self.rt.current_device();
-        let mut at = cur;
+        // another device's stream)
         for d in 0..st.devs.len() {
             let (stream, out) = (st.devs[d].stream, st.devs[d].out_stream);
             if (stream == 0 && out == 0) || st.devs[d].lost {
                 continue;
             }
-            if at != Some(d as u32) {
-                if self.rt.set_device(d as u32).is_err() {
-                    continue;
+            let _ = on_device(self.rt, d as u32, || {
+                for s in [stream, out] {
+                    if s != 0 {
+                        let _ = self.rt.sync_stream(s);
+                    }
                 }
-                at = Some(d as u32);
-            }
-            for s in [stream, out] {
-                if s != 0 {
-                    let _ = self.rt.sync_stream(s);
-                }
-            }
-        }
-        if let Some(c) = cur.filter(|&c| at != Some(c)) {
-            let _ = self.rt.set_device(c);
+            });
         }
         self.forget_backings(&mut st, None);
         for d in 0..st.devs.len() {

@@ -312,12 +312,13 @@ impl Residency {
         for (k, &(id, i)) in tok.chunks.iter().enumerate() {
             let mut stale = None;
             let mut old = None;
-            let dev = st.backings.get(&id).map_or(0, |b| b.dev);
-            if let Some(c) = st
+            let mut dev = 0;
+            if let Some((d, c)) = st
                 .backings
                 .get_mut(&id)
-                .and_then(|b| b.chunks.get_mut(i as usize))
+                .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?)))
             {
+                dev = d;
                 c.pins = c.pins.saturating_sub(1);
                 if ok && tok.writes[k] {
                     c.dirty = true;
