@@ -23,6 +23,7 @@ static RECORD_EVENT: RealFn = RealFn::new(b"aclrtRecordEvent\0");
 static QUERY_EVENT: RealFn = RealFn::new(b"aclrtQueryEventStatus\0");
 static SYNC_EVENT: RealFn = RealFn::new(b"aclrtSynchronizeEvent\0");
 static WAIT_EVENT: RealFn = RealFn::new(b"aclrtStreamWaitEvent\0");
+static ELAPSED: RealFn = RealFn::new(b"aclrtEventElapsedTime\0");
 
 const NOT_FOUND: i32 = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
 
@@ -222,6 +223,18 @@ impl Runtime for Real {
             &mut st
         )
         .map(|()| st == 1) // ACL_EVENT_RECORDED_STATUS_COMPLETE
+    }
+
+    fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
+        let mut ms: f32 = 0.0;
+        call!(
+            ELAPSED,
+            unsafe extern "C" fn(*mut f32, aclrtEvent, aclrtEvent) -> i32,
+            &mut ms,
+            start as aclrtEvent,
+            end as aclrtEvent
+        )?;
+        Ok((ms.max(0.0) as f64 * 1e6) as u64)
     }
 
     fn sync_event(&self, event: u64) -> Result<(), AclError> {

@@ -166,3 +166,49 @@ fn mt_stress_with_the_stream_rule_loses_nothing() {
     assert!(r.fact("verified_bytes").unwrap().parse::<u64>().unwrap() > 0);
     assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
 }
+
+/// U3M_HOST_MAP=probe with real data: serving over weights 2 × HBM long
+/// enough for the read-once probe to time a window of mapping against one
+/// of copies twice (21,368 calls; `u3m synth --model llama2-7b --workload
+/// rag --scale 8 --layers 8 --requests 2 --context 64 --decode-tokens 160`,
+/// 62 MiB on 32 MiB). The device (the simulator's event clock) times
+/// mapping faster, the probe adopts it; chunks move between host-mapped
+/// and HBM at every switch — and the checksum is the unconstrained one.
+#[test]
+fn the_read_once_probe_adopts_mapping_where_the_device_times_it_faster() {
+    let dir = common::scratch("probe");
+    let t = dir.join("rag160.trace");
+    let t = t.to_str().unwrap();
+    let o = std::process::Command::new(common::target_dir().join("u3m"))
+        .args([
+            "synth", "--model", "llama2-7b", "--workload", "rag", "--scale", "8", "--layers", "8",
+            "--requests", "2", "--context", "64", "--decode-tokens", "160", "-o", t,
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let want = reference.fact("checksum");
+    assert!(want.is_some(), "{}", reference.stdout);
+    let (copies, sc) = tier(&[t], "32M", "auto", "acl_replay");
+    assert_clean(&copies, 32 * MIB, "auto");
+    assert_eq!(copies.fact("checksum"), want);
+    let (probed, sp) = tier(&[t], "32M", "probe", "acl_replay");
+    assert_clean(&probed, 32 * MIB, "probe");
+    assert_eq!(probed.fact("checksum"), want, "{}", probed.stderr);
+    let p = &sp["tier"];
+    assert_eq!(sc["tier"]["stream_maps"].as_u64(), Some(0), "{sc}");
+    assert!(p["probe_verdicts"].as_u64().unwrap() >= 2, "{sp}");
+    assert!(p["probe_maps"].as_u64().unwrap() >= 2, "{sp}");
+    assert!(p["stream_maps"].as_u64().unwrap() > 0, "{sp}");
+    // the probe's windows of copies brought mapped chunks back
+    assert!(p["host_unmaps"].as_u64().unwrap() > 0, "{sp}");
+    let sim = |r: &Run| r.stat_u64(&["sim_ns"]);
+    assert!(
+        sim(&probed) < sim(&copies),
+        "simulated time: probe {} ns vs copies {} ns",
+        sim(&probed),
+        sim(&copies)
+    );
+    assert!(probed.stderr.contains("read-once probe: mapping timed faster in"), "{}", probed.stderr);
+}

@@ -168,8 +168,8 @@ pub const VARS: &[VarSpec] = &[
         doc: "tier mode: how long a new allocation waits for room when every tier is full" },
     VarSpec { name: "U3M_OVERSUB", kind: Kind::Number { min: 1.0, max: 64.0 }, default: "1.5", empty: None, zero: None,
         doc: "tier mode: virtual HBM capacity as a multiple of physical (allocations beyond it fail with 207001)" },
-    VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "stream", "off"]), default: "auto", empty: None, zero: None,
-        doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); stream: auto, and chunks a call only reads that form a read-once stream (read repeatedly, never written, not expected back before HBM turns over) are host-mapped instead of copied in while HBM is full; off: a call larger than HBM fails with 207001" },
+    VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "probe", "stream", "off"]), default: "auto", empty: None, zero: None,
+        doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); probe: auto, and chunks a call only reads that form a read-once stream (read repeatedly, never written, not expected back before HBM turns over) are host-mapped instead of copied in while HBM is full, whenever the device times a window of calls with mapping faster than one with copies (docs/tiering.md, the read-once probe); stream: auto, always mapping read-once streams; off: a call larger than HBM fails with 207001" },
     VarSpec { name: "U3M_LOOK_AHEAD", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: after each call, copy-ins of the chunks the policy predicts within an adaptive window start on u3m's stream (evicting only clean victims predicted later; it backs off to probing while under 75 % of its prefetches are used); off: chunks come back on demand and by the background prefetch only (the default: the look-ahead has not shortened a measured step yet, BENCHMARKS.md)" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
@@ -236,6 +236,17 @@ pub enum LogLevel {
     Debug,
 }
 
+/// Read-once streams under U3M_HOST_MAP (residency/hostmap.rs, probe.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadOnce {
+    /// Copied in like any chunk (auto, off).
+    Off,
+    /// Host-mapped while the read-once probe times mapping faster (probe).
+    Probe,
+    /// Always host-mapped (stream).
+    Always,
+}
+
 /// The parsed configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -260,16 +271,15 @@ pub struct Config {
     pub ssd_rate: u64,
     pub alloc_wait_ms: u64,
     pub oversub: f64,
-    /// U3M_HOST_MAP=auto (or stream): calls larger than HBM run with
+    /// U3M_HOST_MAP=auto, probe or stream: calls larger than HBM run with
     /// host-mapped chunks.
     pub host_map: bool,
     pub policy: String,
     pub calib_s: f64,
     pub warmup_s: f64,
     pub debug_panic_at_op: u64,
-    /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
-    /// copied in (residency/hostmap.rs).
-    pub host_map_stream: bool,
+    /// What U3M_HOST_MAP does with read-once streams (residency/hostmap.rs).
+    pub read_once: ReadOnce,
     /// U3M_LOOK_AHEAD=on: the look-ahead prefetch (residency/ahead.rs).
     pub look_ahead: bool,
     /// (name, value) of every known U3M_* variable that was set, for the
@@ -580,7 +590,11 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
         alloc_wait_ms: int("U3M_ALLOC_WAIT_MS"),
         oversub: num("U3M_OVERSUB"),
         host_map: word("U3M_HOST_MAP") != "off",
-        host_map_stream: word("U3M_HOST_MAP") == "stream",
+        read_once: match word("U3M_HOST_MAP") {
+            "probe" => ReadOnce::Probe,
+            "stream" => ReadOnce::Always,
+            _ => ReadOnce::Off,
+        },
         look_ahead: word("U3M_LOOK_AHEAD") == "on",
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),

@@ -57,8 +57,8 @@ pub struct ReplayArgs {
     /// Allocations at least this large are managed (U3M_MIN_BYTES).
     #[arg(long, value_name = "BYTES", value_parser = size, default_value = "2M")]
     pub min_bytes: u64,
-    /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), stream (auto, and read-once streams are host-mapped instead of copied in while HBM is full) or off (a call larger than HBM stops the replay).
-    #[arg(long, value_name = "auto|stream|off", default_value = "auto", value_parser = ["auto", "stream", "off"])]
+    /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), probe (auto, and read-once streams are host-mapped instead of copied in while the read-once probe times that faster), stream (auto, and read-once streams always host-mapped while HBM is full) or off (a call larger than HBM stops the replay).
+    #[arg(long, value_name = "auto|probe|stream|off", default_value = "auto", value_parser = ["auto", "probe", "stream", "off"])]
     pub host_map: String,
     /// U3M_LOOK_AHEAD (default off, as in the library): on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady always runs without it (MIN, the demand-paging reference).
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]

@@ -1350,7 +1350,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"first_touches\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"probe_verdicts\": {}, \"probe_maps\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1378,6 +1378,8 @@ impl Engine {
             t.host_unmaps,
             t.stream_maps,
             t.stream_reads,
+            t.probe_verdicts,
+            t.probe_maps,
             t.prefetch_hits,
             t.rescued,
             t.ahead_prefetches,

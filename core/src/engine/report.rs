@@ -230,6 +230,12 @@ pub fn exit_summary(mode: Mode, c: &Counters, r: &RunFigures) -> String {
             c.stream_maps, c.stream_reads
         ));
     }
+    if c.probe_verdicts > 0 {
+        line.push_str(&format!(
+            "; read-once probe: mapping timed faster in {} of {} probes",
+            c.probe_maps, c.probe_verdicts
+        ));
+    }
     if c.refused_oversize > 0 {
         line.push_str(&format!(
             "; {} call{} refused as larger than HBM",

@@ -65,6 +65,12 @@ pub trait Runtime: Send + Sync {
     fn event_done(&self, event: u64) -> Result<bool, AclError>;
     fn sync_event(&self, event: u64) -> Result<(), AclError>;
     fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError>;
+    /// Device time between two completed events (aclrtEventElapsedTime),
+    /// ns: what the read-once probe compares. A runtime that cannot time
+    /// events says so, and the probe keeps copying.
+    fn elapsed_ns(&self, _start: u64, _end: u64) -> Result<u64, AclError> {
+        Err(AclError::RT_FEATURE_NOT_SUPPORT)
+    }
     /// Pinned host memory.
     fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError>;
     fn free_host(&self, ptr: *mut u8) -> Result<(), AclError>;

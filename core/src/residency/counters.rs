@@ -104,6 +104,11 @@ counters! {
     /// Calls where the look-ahead only probed (its prefetches were not used
     /// often enough to run at full rate).
     ahead_probes,
+    /// U3M_HOST_MAP=probe's read-once probe: verdicts given (each times a
+    /// window of mapping against one of copies), and how many chose
+    /// mapping (gauges of the probed device).
+    probe_verdicts,
+    probe_maps,
     }
     /// The waits' histogram (shm::layout::STALL_BOUNDS buckets).
     stall_buckets[STALL_BUCKETS],

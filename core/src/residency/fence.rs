@@ -281,6 +281,12 @@ impl Runtime for Fenced {
         }
         self.rt.stream_wait(stream, event)
     }
+    fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
+        if !self.settle(start) || !self.settle(end) {
+            return Err(AclError::RT_PARAM_INVALID);
+        }
+        self.rt.elapsed_ns(start, end)
+    }
     fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
         self.rt.malloc_host(bytes)
     }

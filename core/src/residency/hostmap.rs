@@ -10,7 +10,9 @@ use super::state::{Host, State};
 use super::{Fail, Residency, E_ALLOC};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::runtime::CHUNK;
+use crate::config::ReadOnce;
 use crate::policy::Cand;
+use super::probe::{Arm, Step, WINDOW};
 
 /// A call refused because its memory cannot all be accessible at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,11 +248,14 @@ impl Residency {
             self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
         }
         let c = st.chunk_mut(id, i);
-        // the handle holds the only copy; the old one goes once copied
-        let old = c.host.take();
+        // the host copy stays, current while no call writes the chunk (a
+        // write drops it: `finish`): brought back into HBM unwritten — a
+        // read-once stream, the probe switching to copies — the chunk is
+        // clean and its next eviction copies nothing out
+        let old = if whole { c.host.take() } else { None };
         c.phys = h;
         c.on_host = true;
-        c.dirty = true;
+        c.dirty = c.host.is_none();
         c.prefetched = false;
         if let Some(o) = old {
             st.pending_free.push((dev, o));
@@ -455,6 +460,7 @@ impl Residency {
         dev: u32,
         need: &[Need],
         writes: &[bool],
+        map: bool,
     ) -> Result<(Vec<(u64, u32)>, u64), Fail> {
         let mut out: Vec<(u64, u32)> = Vec::new();
         // candidates: read-only, not in HBM, read often since last written
@@ -494,6 +500,7 @@ impl Residency {
         let (now, touches) = (st.clock, st.touches);
         let mut fresh: Vec<(u64, u32)> = Vec::new();
         let mut reads = 0;
+        let mut seen = 0;
         for k in cands {
             let (id, i, _) = need[k];
             let c = st.chunk(id, i);
@@ -517,6 +524,12 @@ impl Residency {
             if self.policy.predicts(now + PAST_THIS_CALL, key, w) {
                 continue;
             }
+            if !map {
+                // the probe's copies: count what would be mapped; chunks
+                // host-mapped by its last window of mapping come back
+                seen += !on_host as u64;
+                continue;
+            }
             if on_host {
                 reads += 1;
             } else {
@@ -531,6 +544,10 @@ impl Residency {
                 }
             }
             out.push((id, i));
+        }
+        if seen != 0 {
+            st.probe.probe.saw(seen);
+            st.probe.dev.get_or_insert(dev);
         }
         if !fresh.is_empty() {
             // the fill copies are uses of their chunks on u3m's stream: no
@@ -555,5 +572,73 @@ impl Residency {
         }
         out.sort_unstable();
         Ok((out, reads))
+    }
+}
+
+impl Residency {
+    /// The read-once probe's part of a call on `dev` queued on a stream
+    /// (U3M_HOST_MAP=probe): counts the call, records the marks the probe
+    /// asks for on the call's stream, and hands it the device's timing of
+    /// windows whose marks have completed. Synchronous calls do not count
+    /// (a mark needs a stream).
+    pub(super) fn probe_tick(&self, st: &mut State, dev: u32, stream: u64) {
+        if st.probe.dev != Some(dev) {
+            return;
+        }
+        match st.probe.probe.tick() {
+            Step::Nothing => {}
+            Step::Start => {
+                if let Some(old) = st.probe.open.take() {
+                    st.unref_event(old);
+                }
+                st.probe.open = self.use_event(st, stream);
+                if st.probe.open.is_none() {
+                    // no mark: the window cannot be timed; copies for good
+                    let arm = st.probe.probe.arm;
+                    st.probe.probe.timed(arm, None, WINDOW);
+                }
+            }
+            Step::End(arm) => match (st.probe.open.take(), self.use_event(st, stream)) {
+                (Some(a), Some(b)) => st.probe.pending.push((a, b, arm)),
+                (a, b) => {
+                    for ev in [a, b].into_iter().flatten() {
+                        st.unref_event(ev);
+                    }
+                    st.probe.probe.timed(arm, None, WINDOW);
+                }
+            },
+        }
+        // a window is timed once the device has passed its end mark
+        if st.probe.pending.is_empty() || st.clock % 16 != 0 {
+            return;
+        }
+        let mut k = 0;
+        while k < st.probe.pending.len() {
+            let (a, b, arm) = st.probe.pending[k];
+            match self.rt.event_done(b) {
+                Ok(false) => k += 1,
+                done => {
+                    let ns = done.ok().and_then(|_| self.rt.elapsed_ns(a, b).ok());
+                    st.probe.pending.swap_remove(k);
+                    st.unref_event(a);
+                    st.unref_event(b);
+                    st.probe.probe.timed(arm, ns, WINDOW);
+                    let p = &st.probe.probe;
+                    if !p.waiting() {
+                        self.c.probe_verdicts.store(p.probes, Relaxed);
+                        self.c.probe_maps.store(p.map_verdicts, Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether read-once streams are mapped now (`map_streams`' `map`).
+    pub(super) fn read_once_maps(&self, st: &State) -> bool {
+        match self.read_once {
+            ReadOnce::Always => true,
+            ReadOnce::Probe => st.probe.probe.arm == Arm::Map,
+            ReadOnce::Off => false,
+        }
     }
 }

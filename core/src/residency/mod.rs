@@ -42,6 +42,7 @@ mod lifecycle;
 mod lost;
 mod migrate;
 mod prefetch;
+mod probe;
 mod protocol;
 mod state;
 
@@ -139,9 +140,9 @@ pub struct Residency {
     /// The figures of the last call refused as larger than what can be
     /// made accessible (for the engine's one line, which names the call).
     oversize: Mutex<Option<Oversize>>,
-    /// U3M_HOST_MAP=stream: read-once streams are host-mapped instead of
-    /// copied in (`hostmap::map_streams`).
-    host_map_stream: bool,
+    /// What U3M_HOST_MAP does with read-once streams (`hostmap::map_streams`,
+    /// `probe`).
+    read_once: crate::config::ReadOnce,
     /// The look-ahead prefetch is off (`set_look_ahead`).
     ahead_off: AtomicBool,
 }
@@ -215,7 +216,7 @@ impl Residency {
             lost_any: AtomicBool::new(false),
             refusal: Mutex::new(None),
             oversize: Mutex::new(None),
-            host_map_stream: cfg.host_map_stream,
+            read_once: cfg.read_once,
             ahead_off: AtomicBool::new(!cfg.look_ahead),
         })
     }

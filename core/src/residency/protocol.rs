@@ -10,6 +10,7 @@ use super::hostmap::Oversize;
 use super::state::State;
 use super::{Fail, Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
+use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
 use crate::shm::layout::stall_bucket;
@@ -120,7 +121,13 @@ impl Residency {
         // or the call is refused before anything moves (checked when
         // something must move)
         let mut over = None;
-        if need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm()) {
+        let absent = need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm());
+        if self.read_once == ReadOnce::Probe {
+            if let Order::Stream(s) = order {
+                self.probe_tick(&mut st, dev, s);
+            }
+        }
+        if absent {
             if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
                 if !self.host_map {
                     self.refuse_oversize(o);
@@ -147,8 +154,9 @@ impl Residency {
         let mut stream_reads = 0;
         loop {
             let r = match over {
-                None if self.host_map_stream => {
-                    match self.map_streams(&mut st, dev, &need, &tok.writes) {
+                None if absent && self.read_once != ReadOnce::Off => {
+                    let map = self.read_once_maps(&st);
+                    match self.map_streams(&mut st, dev, &need, &tok.writes, map) {
                         Ok((mapped, reads)) => {
                             stream_reads = reads;
                             let rest: Vec<Need> = need

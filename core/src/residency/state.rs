@@ -265,6 +265,8 @@ pub(super) struct State {
     /// Use fences recorded since the last call (`fence`): their opening
     /// references are dropped here (a reused buffer).
     pub closed_fences: Vec<u64>,
+    /// The read-once probe (U3M_HOST_MAP=probe: `probe`, `hostmap`).
+    pub probe: super::probe::Marks,
 }
 
 impl State {
@@ -289,6 +291,7 @@ impl State {
             tokens: Vec::new(),
             touches: 0,
             closed_fences: Vec::new(),
+            probe: Default::default(),
         }
     }
 

@@ -33,6 +33,9 @@ pub struct PolicyRow {
     /// U3M_HOST_MAP=stream: chunks mapped instead of copied, reads in place.
     pub stream_maps: u64,
     pub stream_reads: u64,
+    /// U3M_HOST_MAP=auto's read-once probe: verdicts, of which mapping.
+    pub probe_verdicts: u64,
+    pub probe_maps: u64,
     pub total_ns: u64,
     pub stall_ns: u64,
     pub peak_hbm: u64,
@@ -65,6 +68,8 @@ impl PolicyRow {
             host_unmaps: t.host_unmaps,
             stream_maps: t.stream_maps,
             stream_reads: t.stream_reads,
+            probe_verdicts: t.probe_verdicts,
+            probe_maps: t.probe_maps,
             total_ns: o.total_ns,
             stall_ns: o.total_ns.saturating_sub(baseline_ns),
             peak_hbm: o.peak_hbm,
@@ -211,7 +216,7 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
         for p in r.rows.iter().filter(|p| p.host_maps > 0) {
             let _ = writeln!(
                 out,
-                "  {}: host-mapped {} chunks ({} copied into host handles; device access over the link {} read, {} written), {} back into HBM; read-once streams: {} chunks mapped instead of copied, {} reads in place",
+                "  {}: host-mapped {} chunks ({} copied into host handles; device access over the link {} read, {} written), {} back into HBM; read-once streams: {} chunks mapped instead of copied, {} reads in place; read-once probe: {} verdicts, {} for mapping",
                 p.policy,
                 p.host_maps,
                 bytes(p.host_map_bytes),
@@ -219,7 +224,9 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
                 bytes(p.sim.host_write_bytes),
                 p.host_unmaps,
                 p.stream_maps,
-                p.stream_reads
+                p.stream_reads,
+                p.probe_verdicts,
+                p.probe_maps
             );
         }
         let misuse: u64 = r.rows.iter().map(|p| p.misuse).sum();
@@ -263,7 +270,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "faults_in": p.faults,
                         "evictions": p.evictions,
                         "overwrites": p.overwrites,
-                        "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps, "stream_maps": p.stream_maps, "stream_reads": p.stream_reads},
+                        "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps, "stream_maps": p.stream_maps, "stream_reads": p.stream_reads, "probe_verdicts": p.probe_verdicts, "probe_maps": p.probe_maps},
                         "total_ns": p.total_ns,
                         "stall_ns": p.stall_ns,
                         "peak_hbm_bytes": p.peak_hbm,

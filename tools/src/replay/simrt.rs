@@ -806,6 +806,15 @@ impl Runtime for SimRuntime {
         Ok(())
     }
 
+    fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
+        let st = self.lock();
+        let t = |e: u64| st.events.get((e as usize).wrapping_sub(1)).copied();
+        match (t(start), t(end)) {
+            (Some(a), Some(b)) => Ok(b.saturating_sub(a)),
+            _ => Err(E_PARAM),
+        }
+    }
+
     fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
