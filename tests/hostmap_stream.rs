@@ -4,7 +4,9 @@
 //! has chunks host-mapped instead of copied in, with the unconstrained
 //! checksum, no MMU fault and fewer bytes copied in; a full-parameter
 //! training loop (weights written every step) never triggers the rule;
-//! kv_decode and 8 threads under eviction keep every byte.
+//! kv_decode and 8 threads under eviction keep every byte; with
+//! U3M_HOST_MAP=probe the device's timing decides, and the switches between
+//! mapping and copies keep every byte too.
 
 mod common;
 use common::{run, Run};

@@ -435,7 +435,7 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
     );
     x.counter(
         "u3m_stream_maps",
-        "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=stream)",
+        "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=probe or stream)",
         dl,
         g("hostmap.stream_maps"),
     );

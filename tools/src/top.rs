@@ -199,14 +199,26 @@ fn tier_rate_line(v: &View) -> String {
                 rate(r.tier.faults_per_s),
                 rate(r.tier.evictions_per_s)
             );
-            // the host-mapped state (calls larger than HBM), when in use
-            let mapped: u64 = v.snap.devices.iter().map(|d| d.get("hostmap.bytes")).sum();
-            if mapped > 0 {
-                line += &format!(" · host-mapped {}", crate::human::bytes(mapped));
-            }
+            line += &hostmap_part(&v.snap);
             line
         }
     }
+}
+
+/// The host-mapped state (calls larger than HBM, read-once streams), when
+/// in use: " · host-mapped 4.0 MiB · read-once 12 mapped, 340 reads in place".
+fn hostmap_part(s: &Snapshot) -> String {
+    let sum = |k: &str| s.devices.iter().map(|d| d.get(k)).sum::<u64>();
+    let mut t = String::new();
+    let mapped = sum("hostmap.bytes");
+    if mapped > 0 {
+        t += &format!(" · host-mapped {}", crate::human::bytes(mapped));
+    }
+    let (maps, reads) = (sum("hostmap.stream_maps"), sum("hostmap.stream_reads"));
+    if maps + reads > 0 {
+        t += &format!(" · read-once {maps} mapped, {reads} reads in place");
+    }
+    t
 }
 
 fn hot_line(s: &Snapshot, h: &u3m_core::shm::HotEntry) -> String {
@@ -602,5 +614,19 @@ mod tests {
         let mut other = snap(2_000_000_000, 0, 0, 0);
         other.start_mono_ns = 5; // a new process with the same pid
         assert!(rates(&b, &other).is_none());
+    }
+
+    #[test]
+    fn the_host_mapped_state_and_read_once_streams_are_shown_when_in_use() {
+        let mut s = snap(1, 0, 0, 0);
+        assert_eq!(hostmap_part(&s), "");
+        let f = u3m_core::shm::layout::field_index;
+        s.devices[0].values[f("hostmap.bytes")] = 4 << 20;
+        s.devices[0].values[f("hostmap.stream_maps")] = 12;
+        s.devices[0].values[f("hostmap.stream_reads")] = 340;
+        assert_eq!(
+            hostmap_part(&s),
+            " · host-mapped 4.0 MiB · read-once 12 mapped, 340 reads in place"
+        );
     }
 }

@@ -84,7 +84,7 @@ counters! {
     host_map_bytes,
     /// Host-mapped chunks brought back into HBM (a copy and a remap each).
     host_unmaps,
-    /// U3M_HOST_MAP=stream: chunks of read-once streams host-mapped instead
+    /// U3M_HOST_MAP=probe or stream: chunks of read-once streams host-mapped instead
     /// of copied into HBM (part of host_maps), and reads of chunks left
     /// host-mapped instead of copied back (each saved a copy-in and the
     /// eviction it needed).

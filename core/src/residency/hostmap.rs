@@ -413,7 +413,8 @@ impl Residency {
 
 // ------------------------------------------------- read-once streams
 //
-// U3M_HOST_MAP=stream. A chunk a call only reads is a read-once stream when
+// U3M_HOST_MAP=stream (always) and probe (while the read-once probe, probe.rs,
+// times it faster). A chunk a call only reads is a read-once stream when
 // (1) since it was last written it was read again at least `STREAM_READS`
 // times after more chunks than HBM holds had been touched (passes; reads
 // closer together, by other tensors sharing the chunk, do not count),

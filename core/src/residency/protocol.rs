@@ -149,7 +149,7 @@ impl Residency {
         let mut stall_from = None;
         // chunks made resident for this call, pinned across retries
         let mut reserved: Vec<(u64, u32)> = Vec::new();
-        // U3M_HOST_MAP=stream: reads of host-mapped chunks served in place
+        // U3M_HOST_MAP=probe or stream: reads of host-mapped chunks served in place
         // by the last try (counted once the call goes ahead)
         let mut stream_reads = 0;
         loop {

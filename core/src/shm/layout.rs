@@ -548,7 +548,7 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "hostmap.maps", Count, "chunks that became host-mapped for calls larger than HBM", |g| g.host_maps;
     "hostmap.map_bytes", Bytes, "bytes copied into host-mapped chunks", |g| g.host_map_bytes;
     "hostmap.unmaps", Count, "host-mapped chunks brought back into HBM", |g| g.host_unmaps;
-    "hostmap.stream_maps", Count, "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=stream)", |g| g.stream_maps;
+    "hostmap.stream_maps", Count, "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=probe or stream)", |g| g.stream_maps;
     "hostmap.stream_reads", Count, "reads of read-once chunks served in place instead of by a copy-in", |g| g.stream_reads;
 ];
 

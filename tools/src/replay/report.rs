@@ -30,7 +30,7 @@ pub struct PolicyRow {
     pub host_maps: u64,
     pub host_map_bytes: u64,
     pub host_unmaps: u64,
-    /// U3M_HOST_MAP=stream: chunks mapped instead of copied, reads in place.
+    /// U3M_HOST_MAP=probe or stream: chunks mapped instead of copied, reads in place.
     pub stream_maps: u64,
     pub stream_reads: u64,
     /// U3M_HOST_MAP=auto's read-once probe: verdicts, of which mapping.
