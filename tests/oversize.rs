@@ -54,6 +54,12 @@ fn an_operator_1_5x_hbm_is_refused_before_launch_with_host_mapping_off() {
 }
 
 #[test]
+fn an_operator_3x_hbm_is_refused_before_launch_with_host_mapping_off() {
+    // 11 inputs and an output of 16 MiB: 192 MiB on 64 MiB of HBM
+    assert_refused(&["--inputs", "11"], "64M", 192 * MIB);
+}
+
+#[test]
 fn an_operator_with_more_buffers_than_observation_keeps_is_refused_too() {
     // 95 inputs and an output of 2 MiB: more than the 64 ranges an
     // operator's observation keeps, and the first 64 fit in 160 MiB — before
