@@ -10,8 +10,9 @@
 #       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
 # --reps R: library runs per trace (default 3): which copy-out or use event has
 #   completed follows the host's real timing, so the library's figures vary
-#   run to run; the median (by step) is compared, min-max shown. The replay
-#   is deterministic: one run.
+#   run to run; the median (by step) is compared, min-max shown. (Its
+#   background rounds do not: on the simulator they run on its simulated host
+#   clock, as the replay's do.) The replay is deterministic: one run.
 #
 # Library side: acl_replay --no-verify TRACE under libu3m.so (U3M_MODE=tier,
 #   U3M_POLICY=P, U3M_OVERSUB=64, U3M_DRAM_BYTES=64G), phantom, preset 910b4,

@@ -53,6 +53,10 @@ SIM_API uint64_t aclsim_copy_cost_ns(int kind /* aclrtMemcpyKind */, uint64_t by
 /* Simulated ns device `dev`'s host link has been busy in direction `dir`
  * (0 host->device, 1 device->host) so far (the shared link, core.c). */
 SIM_API uint64_t aclsim_link_busy_ns(int dev, int dir);
+/* The simulated host clock (ns): where the host's simulated time stands now
+ * (it moves on synchronisation). An interposer paces time-driven work by it
+ * (libu3m.so's background rounds, core/src/engine/publish.rs). */
+SIM_API uint64_t aclsim_host_ns(void);
 
 /* ---- device memory ---- */
 typedef struct sim_range {

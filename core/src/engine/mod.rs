@@ -1206,9 +1206,13 @@ impl Engine {
     }
 
     /// One round of background tier work; called by the publisher thread.
-    pub(crate) fn tier_tick(&self) {
+    /// `at_s`: the round's time on the runtime's clock when that is not wall
+    /// time (publish.rs); None: wall seconds since the engine started.
+    /// `periods`: the 20 ms periods the round covers (the DRAM spill and
+    /// prefetch budgets are per period).
+    pub(crate) fn tier_tick(&self, at_s: Option<f64>, periods: u64) {
         let Some(t) = &self.residency else { return };
-        let secs = mono_ns().saturating_sub(self.started_ns) as f64 / 1e9;
+        let secs = at_s.unwrap_or_else(|| mono_ns().saturating_sub(self.started_ns) as f64 / 1e9);
         let stall = self.ops.stall_share(mono_ns());
         for line in t.tick_policy(secs) {
             if let Some(s) = &self.seg {
@@ -1219,18 +1223,27 @@ impl Engine {
         let c = t.counters();
         self.report_activity(&c);
         let (dram_limit, nvme_limit) = t.limits();
-        // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (this runs every 20 ms)
-        t.spill_dram(0.02);
+        // DRAM above 95 %: spill to NVMe at U3M_SSD_RATE (a period is 20 ms)
+        t.spill_dram(0.02 * periods as f64);
+        // the program evicting on demand since the last round: no watermark
+        // eviction on top (it would compete with the program for the link
+        // and evict what the program is filling HBM with; BENCHMARKS.md)
+        let quiet = self.publisher.quiet(t.demand_count());
         for dev in t.devices() {
             if t.runtime().set_device(dev).is_err() {
                 continue;
             }
-            if t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high) == 0 {
+            let evicted = if quiet {
+                t.enforce_watermarks(dev, self.cfg.hbm_low, self.cfg.hbm_high)
+            } else {
+                0
+            };
+            if evicted == 0 {
                 // room below the low watermark: bring back what the policy
                 // expects soon, within the link's share of this round
                 t.prefetch(
                     dev,
-                    PREFETCH_BYTES_PER_TICK,
+                    PREFETCH_BYTES_PER_TICK.saturating_mul(periods),
                     self.cfg.hbm_low,
                     residency::BACKGROUND_HORIZON,
                 );

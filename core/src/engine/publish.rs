@@ -1,59 +1,301 @@
-//! The background publisher: every U3M_HOT_INTERVAL_MS it writes the hottest
-//! chunks to the stats segment, so `u3m top` can show them without reading
-//! the heat table. It reads only; the hot path never waits for it.
+//! The background thread: tier rounds (policy tick, DRAM spill, watermarks,
+//! prefetch) every 20 ms, and every U3M_HOT_INTERVAL_MS the hottest chunks
+//! written to the stats segment, so `u3m top` can show them without reading
+//! the heat table. Publishing reads only; the hot path never waits for it.
+//!
+//! The rounds run on the runtime's clock. On a card that is wall time: a
+//! round every 20 ms of it. On the simulator, whose time is simulated
+//! (`aclsim_host_ns`, found at start), a round falls due at every 20 ms of
+//! the simulator's host clock: the first tracked call that finds the clock
+//! past it (checked before and after each tracked call) hands the round to
+//! this thread and waits for it, so what the rounds do follows the device
+//! timeline, not how fast the host ran (issue 10 part 5: `u3m replay` runs
+//! its rounds the same way and predicts the library). The periods that
+//! passed since the last round make one round (a host that waited through
+//! several gets one, with their DRAM spill and prefetch budgets). A program
+//! that makes no tracked call for 100 ms of wall time (idle) still gets
+//! rounds, as on a card.
+//!
+//! Either clock: a round leaves the watermarks alone when the program made
+//! room on demand since the last round (it is filling HBM itself; a
+//! background eviction on top only competes with it for the link and evicts
+//! what it is about to use: BENCHMARKS.md "Replay against the library").
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::shm::{mono_ns, HotEntry, HOT_CAPACITY};
+
+/// A background round's period on the runtime's clock.
+pub const ROUND_NS: u64 = 20_000_000;
+/// The most 20 ms periods one round covers; a longer gap is skipped, as
+/// `u3m replay` does.
+const MAX_PERIODS: u64 = 1000;
+/// How long a call waits for the rounds it handed over: past it (a wedged
+/// helper) the call goes on; nothing waits for ever.
+const HANDOFF_WAIT: Duration = Duration::from_secs(2);
+
+/// Wall ticks without a tracked call after which the simulator's program
+/// counts as idle and gets a wall-time round.
+const IDLE_TICKS: u32 = 5;
+
+/// The simulator's host clock, simulated ns.
+type ClockFn = unsafe extern "C" fn() -> u64;
+
+#[derive(Default)]
+struct Rounds {
+    /// runtime-clock time up to which rounds were asked for / have run
+    want: u64,
+    done: u64,
+}
 
 #[derive(Default)]
 pub struct Publisher {
     stop: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// the runtime's clock when it is not wall time (the simulator)
+    clock: OnceLock<ClockFn>,
+    /// runtime-clock time of the next round; 0: rounds are on wall time
+    next: AtomicU64,
+    rounds: Mutex<Rounds>,
+    cv: Condvar,
+    /// tracked calls in progress (counted only on the runtime's clock)
+    in_call: AtomicU64,
+    /// the residency's demand count at the last round
+    demand_seen: AtomicU64,
+}
+
+/// A tracked call in progress (`Publisher::pace_call`): dropped when the
+/// call is done, it checks the clock again.
+pub struct CallGuard<'a>(Option<&'a Publisher>);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = self.0 {
+            p.in_call.fetch_sub(1, Ordering::AcqRel);
+            p.pace();
+        }
+    }
+}
+
+/// `aclsim_host_ns` when the runtime is the simulator.
+fn simulated_clock() -> Option<ClockFn> {
+    // SAFETY: a lookup by a NUL-terminated name; the symbol, when present,
+    // is `uint64_t aclsim_host_ns(void)` (shim/src/sim.h)
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"aclsim_host_ns".as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: see above: the symbol has this signature
+    Some(unsafe { std::mem::transmute::<*mut libc::c_void, ClockFn>(p) })
 }
 
 impl Publisher {
     pub fn start(&self, e: &'static Engine) {
+        if e.residency.is_some() {
+            if let Some(c) = simulated_clock() {
+                if self.clock.set(c).is_ok() {
+                    // SAFETY: the simulator's function, no arguments
+                    let now = unsafe { c() };
+                    self.next
+                        .store((now / ROUND_NS + 1) * ROUND_NS, Ordering::Release);
+                }
+            }
+        }
         let interval = Duration::from_millis(e.cfg.hot_interval_ms);
         let h = std::thread::Builder::new()
             .name("u3m-publish".into())
-            .spawn(move || {
-                // tier work runs every 20 ms; the hot table at its own interval
-                let tick = Duration::from_millis(20).min(interval);
-                let mut since = Duration::ZERO;
-                while !e.publisher.stop.load(Ordering::Acquire) {
-                    std::thread::sleep(tick);
-                    // a panic here must not leave the hooks passing calls
-                    // through on memory the helper was moving (failure.rs)
-                    let ticked =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| e.tier_tick()));
-                    if ticked.is_err() {
-                        e.background_failed();
-                        return;
-                    }
-                    since += tick;
-                    if since >= interval {
-                        since = Duration::ZERO;
-                        publish_once(e);
-                    }
-                }
-            });
+            .spawn(move || e.publisher.main(e, interval));
         if let (Ok(h), Ok(mut t)) = (h, self.thread.lock()) {
             *t = Some(h);
         }
     }
 
+    /// The background thread.
+    fn main(&self, e: &'static Engine, interval: Duration) {
+        // tier work every 20 ms; the hot table at its own interval
+        let tick = Duration::from_millis(20).min(interval);
+        let mut since = Duration::ZERO;
+        let mut last = Instant::now();
+        // idle detection: the tracked-call clock at the last wall tick, and
+        // the wall ticks since a call or a handed-over round
+        let mut calls = None;
+        let mut idle = 0u32;
+        let mut secs = 0.0f64;
+        while !self.stop.load(Ordering::Acquire) {
+            let want = {
+                let Ok(r) = self.rounds.lock() else { return };
+                let left = tick.saturating_sub(last.elapsed());
+                let Ok((r, _)) = self.cv.wait_timeout_while(r, left, |r| {
+                    r.want <= r.done && !self.stop.load(Ordering::Acquire)
+                }) else {
+                    return;
+                };
+                (r.want > r.done).then_some(r.want)
+            };
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            // a panic here must not leave the hooks passing calls through
+            // on memory the helper was moving (failure.rs)
+            if let Some(want) = want {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.run_due(e, want, &mut secs)
+                }));
+                if ran.is_err() {
+                    self.fail(e);
+                    return;
+                }
+                if let Ok(mut r) = self.rounds.lock() {
+                    r.done = r.done.max(want);
+                }
+                self.cv.notify_all();
+                // a call waited for these: the program is not idle
+                idle = 0;
+            }
+            if last.elapsed() < tick {
+                continue;
+            }
+            last = Instant::now();
+            let ticked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.wall_tick(e, &mut calls, &mut idle, &mut secs)
+            }));
+            if ticked.is_err() {
+                self.fail(e);
+                return;
+            }
+            since += tick;
+            if since >= interval {
+                since = Duration::ZERO;
+                publish_once(e);
+            }
+        }
+    }
+
+    /// 20 ms of wall time passed: a round on a card; on the simulator one
+    /// only when the program made no tracked call (and waited for no round)
+    /// for five whole ticks (100 ms): idle, not merely descheduled or slowed
+    /// down by the simulator's threads.
+    fn wall_tick(&self, e: &Engine, calls: &mut Option<u64>, idle: &mut u32, secs: &mut f64) {
+        let Some(c) = self.clock.get() else {
+            e.tier_tick(None, 1);
+            return;
+        };
+        let now = e.residency.as_ref().map(|t| t.now());
+        *idle = if now.is_some() && *calls == now && self.out_of_calls() {
+            idle.saturating_add(1)
+        } else {
+            0
+        };
+        if *idle >= IDLE_TICKS {
+            // SAFETY: the simulator's function, no arguments
+            *secs = secs.max(unsafe { c() } as f64 / 1e9);
+            e.tier_tick(Some(*secs), 1);
+        }
+        *calls = now;
+    }
+
+    /// Runs the round due on the runtime's clock up to `want`: the periods
+    /// that passed since the last one are one round (a host that waited
+    /// through several gets one covering them all: DRAM spill and prefetch
+    /// budget for all the periods, the watermarks once), as `u3m replay`.
+    fn run_due(&self, e: &Engine, want: u64, secs: &mut f64) {
+        let next = self.next.load(Ordering::Acquire);
+        if next == 0 || want < next {
+            return;
+        }
+        let periods = ((want - next) / ROUND_NS + 1).min(MAX_PERIODS);
+        let at = next + (periods - 1) * ROUND_NS;
+        *secs = secs.max(at as f64 / 1e9);
+        e.tier_tick(Some(*secs), periods);
+        // a longer stall than MAX_PERIODS: the rest is skipped
+        let next = (at + ROUND_NS).max((want / ROUND_NS + 1) * ROUND_NS);
+        self.next.store(next, Ordering::Release);
+    }
+
+    /// A tracked call's check, before it and (when the guard drops) after
+    /// it: when the runtime's clock has passed the next round, the rounds
+    /// due run (on this thread's behalf, by the background thread) before
+    /// the call goes on. On a card (wall-time rounds) nothing.
+    #[inline]
+    pub fn pace_call(&self) -> CallGuard<'_> {
+        if self.next.load(Ordering::Acquire) == 0 {
+            return CallGuard(None);
+        }
+        self.in_call.fetch_add(1, Ordering::AcqRel);
+        self.pace();
+        CallGuard(Some(self))
+    }
+
+    #[inline]
+    fn pace(&self) {
+        let next = self.next.load(Ordering::Acquire);
+        if next == 0 {
+            return;
+        }
+        let Some(c) = self.clock.get() else { return };
+        // SAFETY: the simulator's function, no arguments
+        let now = unsafe { c() };
+        if now >= next {
+            self.hand_over(now);
+        }
+    }
+
+    #[cold]
+    fn hand_over(&self, now: u64) {
+        let Ok(mut r) = self.rounds.lock() else {
+            return;
+        };
+        if r.done >= now {
+            return;
+        }
+        r.want = r.want.max(now);
+        self.cv.notify_all();
+        let deadline = Instant::now() + HANDOFF_WAIT;
+        while r.done < now && !self.stop.load(Ordering::Acquire) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match self.cv.wait_timeout(r, left) {
+                Ok((g, _)) => r = g,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Whether the program made no room on demand (`demand`: the
+    /// residency's count now) since the last round asked; rounds run on
+    /// this thread only, one at a time.
+    pub fn quiet(&self, demand: u64) -> bool {
+        self.demand_seen.swap(demand, Ordering::Relaxed) == demand
+    }
+
+    /// No tracked call in progress (the simulator's idle rounds).
+    fn out_of_calls(&self) -> bool {
+        self.in_call.load(Ordering::Acquire) == 0
+    }
+
+    fn fail(&self, e: &Engine) {
+        e.background_failed();
+        self.stop();
+    }
+
     pub fn stop(&self) {
         // do not join: exit must not wait up to an interval (and a forked
-        // child's copy of the thread does not exist)
+        // child's copy of the thread does not exist); nothing waits for a
+        // round any more
+        self.next.store(0, Ordering::Release);
         self.stop.store(true, Ordering::Release);
+        let _g = self.rounds.lock();
+        self.cv.notify_all();
     }
 
     pub fn forget_after_fork(&self) {
+        self.next.store(0, Ordering::Release);
         self.stop.store(true, Ordering::Release);
     }
 }

@@ -170,6 +170,9 @@ impl Engine {
             Order::Stream(q.stream)
         };
         self.maybe_test_panic();
+        // background rounds due on the runtime's clock run before the call
+        // and after it (publish.rs)
+        let _paced = self.publisher.pace_call();
         let t0 = mono_ns();
         let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
         // the time calls spend in u3m before they can run (the stall account)

@@ -276,6 +276,13 @@ impl Residency {
             .unwrap_or(0)
     }
 
+    /// Foreground evictions and busy retries so far: a background round
+    /// that sees this move since the last one leaves the watermarks alone
+    /// (the program is making room on demand; engine `tier_tick`, replay).
+    pub fn demand_count(&self) -> u64 {
+        self.demand.load(Relaxed)
+    }
+
     /// Managed memory that is not resident in HBM, over all devices: what
     /// the host tiers must be able to hold (the monitor's host figure).
     pub fn host_demand(&self) -> u64 {

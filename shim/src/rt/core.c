@@ -510,6 +510,8 @@ void sim_note_host_time(uint64_t t) {
 
 uint64_t sim_host_advance(uint64_t cost) { return atomic_fetch_add(&g_host_ns, cost) + cost; }
 
+SIM_API uint64_t aclsim_host_ns(void) { return atomic_load(&g_host_ns); }
+
 SIM_API void aclsim_stat_add(const char *counter, uint64_t v) {
     if (!strcmp(counter, "ops")) atomic_fetch_add(&g_stat[ST_OPS], v);
     else if (!strcmp(counter, "hccl_ops")) atomic_fetch_add(&g_stat[ST_HCCL_OPS], v);

@@ -126,6 +126,10 @@ struct Alloc {
     va: Option<u64>,
 }
 
+/// The most background periods one round covers (the library's
+/// MAX_PERIODS, core/src/engine/publish.rs).
+const MAX_PERIODS: u64 = 1000;
+
 /// How far ahead (tracked calls) the background prefetch looks: the
 /// library's PREFETCH_HORIZON (core/src/engine/mod.rs).
 const PREFETCH_HORIZON: u64 = 256;
@@ -258,6 +262,7 @@ fn run_in(
         streams: HashMap::new(),
         queue: VecDeque::new(),
         next_bg: s.tick_ns,
+        demand_seen: 0,
         seq: 0,
         spilled: 0,
         events: Vec::new(),
@@ -324,6 +329,8 @@ struct Driver<'a> {
     /// end times of the calls in the launch queue
     queue: VecDeque<u64>,
     next_bg: u64,
+    /// the Tier's demand count at the last background round
+    demand_seen: u64,
     seq: u64,
     spilled: u64,
     events: Vec<(f64, String)>,
@@ -610,43 +617,48 @@ impl Driver<'_> {
         });
     }
 
-    /// The library's background thread: a round every `tick_ns` of host time.
+    /// The library's background thread (core/src/engine/publish.rs): a round
+    /// every `tick_ns` of host time, checked after every event. The periods
+    /// that passed since the last check are one round (a host that waited
+    /// through several gets one, covering them all: DRAM spill and prefetch
+    /// budget for all the periods, the watermarks once), as the library's.
     fn background(&mut self) {
-        if self.s.tick_ns == 0 {
+        let tick = self.s.tick_ns;
+        let h = self.rt.host_ns();
+        if tick == 0 || h < self.next_bg {
             return;
         }
-        let mut rounds = 0;
-        while self.rt.host_ns() >= self.next_bg && rounds < 1000 {
-            let secs = self.next_bg as f64 / 1e9;
-            self.rt.begin_background();
-            for line in self.tier.tick_policy(secs) {
-                self.events.push((secs, line));
-            }
-            self.spilled += self.tier.spill_dram(self.s.tick_ns as f64 / 1e9) as u64;
-            for dev in self.tier.devices() {
-                if self.rt.set_device(dev).is_ok()
-                    && self
+        let periods = ((h - self.next_bg) / tick + 1).min(MAX_PERIODS);
+        let at = self.next_bg + (periods - 1) * tick;
+        let secs = at as f64 / 1e9;
+        self.rt.begin_background();
+        for line in self.tier.tick_policy(secs) {
+            self.events.push((secs, line));
+        }
+        self.spilled += self.tier.spill_dram((periods * tick) as f64 / 1e9) as u64;
+        // as the library: no watermark eviction while the program is making
+        // room on demand
+        let demand = self.tier.demand_count();
+        let quiet = std::mem::replace(&mut self.demand_seen, demand) == demand;
+        for dev in self.tier.devices() {
+            if self.rt.set_device(dev).is_ok()
+                && (!quiet
+                    || self
                         .tier
                         .enforce_watermarks(dev, self.s.hbm_low, self.s.hbm_high)
-                        == 0
-                {
-                    // as the library: room below the low watermark brings
-                    // back what the policy expects soon, within the link's
-                    // share of the round
-                    let budget = (self.s.costs.link_gbps * self.s.tick_ns as f64) as u64;
-                    self.tier
-                        .prefetch(dev, budget, self.s.hbm_low, PREFETCH_HORIZON);
-                }
+                        == 0)
+            {
+                // as the library: room below the low watermark brings back
+                // what the policy expects soon, within the link's share of
+                // the periods
+                let budget = (self.s.costs.link_gbps * (periods * tick) as f64) as u64;
+                self.tier
+                    .prefetch(dev, budget, self.s.hbm_low, PREFETCH_HORIZON);
             }
-            self.rt.end_background();
-            self.sample();
-            self.next_bg += self.s.tick_ns;
-            rounds += 1;
         }
-        if rounds == 1000 {
-            // a long host stall: skip the rounds it slept through
-            let h = self.rt.host_ns();
-            self.next_bg = (h / self.s.tick_ns + 1) * self.s.tick_ns;
-        }
+        self.rt.end_background();
+        self.sample();
+        // a longer stall than MAX_PERIODS: the rest is skipped
+        self.next_bg = (at + tick).max((h / tick + 1) * tick);
     }
 }
