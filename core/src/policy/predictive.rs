@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use super::mode::{ModeDetector, ModeEvent};
+use super::mode::{Mode as WorkMode, ModeDetector, ModeEvent};
 use super::predictor::{ChunkModel, KeyHash, KeyMap};
 use super::{Cand, Place, Placement};
 use crate::opclass::OpClass;
@@ -31,6 +31,12 @@ const NEAR: u64 = 8;
 /// Call signatures remembered for the period (the table starts over when
 /// full: 64 Ki entries, ~1.5 MB).
 const MAX_SIGS: usize = 1 << 16;
+/// Models of freed chunks kept for their key's next allocation.
+const MAX_FREED: usize = 1 << 16;
+/// Distinct distances between repeated calls kept at a time.
+const MAX_PERIODS: usize = 4096;
+/// Confirmations of the heaviest period after which every weight halves.
+const AGE_AFTER: u64 = 4096;
 
 #[derive(Clone, Copy)]
 struct ClassCal {
@@ -66,20 +72,50 @@ struct Inner {
     /// workload's step, for chunks too busy or too irregular for a cycle of
     /// their own.
     steps: [(u64, u64); 8],
-    /// The workload's period as the calls show it, before any chunk has
-    /// verified a cycle: each call's signature (class and chunks) with the
-    /// tick it was last seen, and the distances between repeats
-    /// (time-weighted Misra-Gries, as `steps`). A training step repeats
-    /// every call of the step before it, so this knows the step one step
-    /// in — the chunks' own cycles need two more.
+    /// The workload's period as the calls show it: each call's signature
+    /// (class and chunks) with the tick it was last seen, and the distances
+    /// between repeats, each counted with weight = the distance (time
+    /// covered), exactly (a map of at most `MAX_PERIODS` distances) with
+    /// the heaviest kept in `period`. A training step repeats every call
+    /// of the step before it, so this knows the step a few calls into the
+    /// second step — the chunks' own verified cycles need two more steps.
     sigs: KeyMap<u64>,
-    periods: [(u64, u64); 8],
+    /// Models of freed chunks, by key: memory freed and allocated again at
+    /// the same address (a training step's activations) continues its model
+    /// instead of starting cold (at most `MAX_FREED`; the table starts over
+    /// when full).
+    freed: KeyMap<ChunkModel>,
+    periods: KeyMap<u64>,
+    period: (u64, u64),
+    /// What was learned in the mode that is not running (by mode_index).
+    stash: [Option<Box<Learned>>; 2],
     events: Vec<String>,
     /// The calendar: (predicted next access, key) of every chunk with a
     /// model that predicts one, as of its latest access (`upcoming`). A
     /// chunk's entry is replaced at each access; entries whose tick passed
     /// are dropped as the clock moves.
     cal: BTreeSet<(u64, u64)>,
+}
+
+/// What the policy learned in one mode (train, infer), kept while the other
+/// runs.
+struct Learned {
+    chunks: KeyMap<ChunkModel>,
+    freed: KeyMap<ChunkModel>,
+    steps: [(u64, u64); 8],
+    sigs: KeyMap<u64>,
+    periods: KeyMap<u64>,
+    period: (u64, u64),
+    typical: f64,
+    /// The tick the mode ended.
+    at: u64,
+}
+
+fn mode_index(m: WorkMode) -> usize {
+    match m {
+        WorkMode::Train => 0,
+        WorkMode::Infer => 1,
+    }
 }
 
 pub struct Predictive {
@@ -134,20 +170,19 @@ impl Inner {
         self.secs < self.warm_until
     }
 
-    /// The workload's step: the dominant verified cycle, else the
-    /// dominant period of repeated calls (0: none yet).
+    /// The workload's step: the dominant period of repeated calls, else
+    /// the dominant verified cycle (0: none yet); either needs eight
+    /// confirmations' worth of time.
     fn step(&self) -> u64 {
-        let top = |v: &[(u64, u64); 8]| {
-            v.iter()
-                .max_by_key(|e| e.1)
-                // eight confirmations' worth of time
-                .filter(|e| e.1 >= 8 * e.0.max(1))
-                .map_or(0, |e| e.0)
-        };
-        match top(&self.periods) {
-            0 => top(&self.steps),
-            s => s,
+        let (p, w) = self.period;
+        if p > 0 && w >= 8 * p {
+            return p;
         }
+        self.steps
+            .iter()
+            .max_by_key(|e| e.1)
+            .filter(|e| e.1 >= 8 * e.0.max(1))
+            .map_or(0, |e| e.0)
     }
 
     /// Notes the call (class, keys) at `now` among the repeated calls.
@@ -166,11 +201,60 @@ impl Inner {
         if self.sigs.len() >= MAX_SIGS {
             self.sigs.clear();
         }
-        if let Some(prev) = self.sigs.insert(sig, now) {
-            if now > prev {
-                note_step(&mut self.periods, now - prev);
+        let Some(prev) = self.sigs.insert(sig, now).filter(|&p| p < now) else {
+            return;
+        };
+        let d = now - prev;
+        if self.periods.len() >= MAX_PERIODS && !self.periods.contains_key(&d) {
+            // too many distinct distances: start over from the heaviest
+            self.periods.clear();
+            self.period.1 /= 2;
+            self.periods.insert(self.period.0, self.period.1);
+        }
+        let w = self.periods.entry(d).or_insert(0);
+        *w = w.saturating_add(d);
+        let w = *w;
+        if w > self.period.1 || d == self.period.0 {
+            self.period = (d, w);
+        }
+        if self.period.1 >= AGE_AFTER.saturating_mul(self.period.0.max(1)) {
+            // age: a new period (the step changed length) can take over
+            // within about as many calls as it has
+            for v in self.periods.values_mut() {
+                *v /= 2;
+            }
+            self.period.1 /= 2;
+        }
+    }
+
+    /// Takes back what was learned in a mode that ran until `l.at`, as if
+    /// that mode had gone on without a pause: every tick it holds moves by
+    /// `now - l.at` (the ring's intervals are relative and stay).
+    fn resume(&mut self, l: Learned, now: u64) {
+        let shift = now.saturating_sub(l.at);
+        self.chunks = l.chunks;
+        for c in self.chunks.values_mut() {
+            c.last = c.last.saturating_add(shift);
+            if c.next != 0 {
+                c.next = c.next.saturating_add(shift);
+            }
+            c.sched = 0;
+        }
+        self.freed = l.freed;
+        for c in self.freed.values_mut() {
+            c.last = c.last.saturating_add(shift);
+            if c.next != 0 {
+                c.next = c.next.saturating_add(shift);
             }
         }
+        self.sigs = l.sigs;
+        for t in self.sigs.values_mut() {
+            *t = t.saturating_add(shift);
+        }
+        self.steps = l.steps;
+        self.periods = l.periods;
+        self.period = l.period;
+        self.typical = l.typical;
     }
 
     fn push(&mut self, e: String) {
@@ -341,7 +425,10 @@ impl Predictive {
                 typical: 0.0,
                 steps: [(0, 0); 8],
                 sigs: KeyMap::default(),
-                periods: [(0, 0); 8],
+                freed: KeyMap::default(),
+                periods: KeyMap::default(),
+                period: (0, 0),
+                stash: [None, None],
                 events: Vec::new(),
                 cal: BTreeSet::new(),
             }),
@@ -378,15 +465,27 @@ impl Placement for Predictive {
         let g = &mut *g;
         let class = class.min(CLASSES as u8 - 1);
         match g.mode.on_op(class, now, g.secs) {
-            Some(e @ ModeEvent::Switch { .. }) => {
-                // a new mode: what was learned describes the old one
-                g.chunks.clear();
+            Some(e @ ModeEvent::Switch { from, to, .. }) => {
+                // a new mode: what was learned describes the old one; it
+                // is put aside for when that mode returns (training after a
+                // serving burst), and what the new mode left, if it ran
+                // before, comes back
+                let old = Learned {
+                    chunks: std::mem::take(&mut g.chunks),
+                    freed: std::mem::take(&mut g.freed),
+                    steps: std::mem::replace(&mut g.steps, [(0, 0); 8]),
+                    sigs: std::mem::take(&mut g.sigs),
+                    periods: std::mem::take(&mut g.periods),
+                    period: std::mem::replace(&mut g.period, (0, 0)),
+                    typical: std::mem::replace(&mut g.typical, 0.0),
+                    at: now,
+                };
                 g.cal.clear();
+                g.stash[mode_index(from)] = Some(Box::new(old));
+                if let Some(l) = g.stash[mode_index(to)].take() {
+                    g.resume(*l, now);
+                }
                 g.cls = [ClassCal::FRESH; CLASSES];
-                g.steps = [(0, 0); 8];
-                g.sigs.clear();
-                g.periods = [(0, 0); 8];
-                g.typical = 0.0;
                 g.warm_until = g.secs + g.warmup_s;
                 let t = e.text(g.warmup_s);
                 g.push(t);
@@ -424,7 +523,16 @@ impl Placement for Predictive {
                     }
                 }
                 None => {
-                    g.chunks.insert(k, ChunkModel::new(now, class));
+                    // memory allocated again where a chunk was freed
+                    // resumes that chunk's model
+                    let c = match g.freed.remove(&k) {
+                        Some(mut c) => {
+                            c.update(now, class, s);
+                            c
+                        }
+                        None => ChunkModel::new(now, class),
+                    };
+                    g.chunks.insert(k, c);
                 }
             }
             g.schedule(now, k);
@@ -443,10 +551,15 @@ impl Placement for Predictive {
 
     fn on_free(&self, key: u64) {
         if let Ok(mut g) = self.inner.lock() {
-            if let Some(c) = g.chunks.remove(&key) {
+            if let Some(mut c) = g.chunks.remove(&key) {
                 if c.sched != 0 {
                     g.cal.remove(&(c.sched, key));
+                    c.sched = 0;
                 }
+                if g.freed.len() >= MAX_FREED {
+                    g.freed.clear();
+                }
+                g.freed.insert(key, c);
             }
         }
     }
@@ -790,6 +903,70 @@ mod tests {
                 && modes[0].contains("re-warming 5 s")
         );
         assert_eq!(p.mode(), Some(("infer", false)));
+    }
+
+    #[test]
+    fn training_after_serving_resumes_what_it_learned() {
+        // training: 8 chunks in turn plus 4 optimizer chunks updated once per
+        // step (its last 4 calls); serving: other chunks; then training
+        // again. Right when the switch back is seen, the optimizer chunks
+        // are due within a step, as before the serving burst.
+        let p = Predictive::with_params(600.0, 5.0);
+        let (mut t, mut secs) = (0u64, 0.0);
+        let weights: Vec<u64> = (0..8).map(|k| k * MB2).collect();
+        let opt: Vec<u64> = (0..4).map(|k| (50 + k) * MB2).collect();
+        let step = train_step(4);
+        let n = step.len() as u64;
+        let train = |p: &Predictive, t: &mut u64| {
+            for (i, &c) in step.iter().enumerate() {
+                *t += 1;
+                let k = if i + 4 >= step.len() {
+                    opt[i + 4 - step.len()]
+                } else {
+                    weights[*t as usize % 8]
+                };
+                p.on_access(*t, c, &[k], &[true]);
+            }
+        };
+        for _ in 0..20 {
+            train(&p, &mut t);
+            secs += 0.5;
+            p.tick(secs, 0.5);
+        }
+        assert_eq!(p.next_use(t, opt[0]), Some(t - 3 + n));
+        for _ in 0..200 {
+            for c in decode_step(4) {
+                t += 1;
+                p.on_access(t, c, &[(100 + t % 8) * MB2], &[false]);
+            }
+            secs += 0.05;
+            p.tick(secs, 0.5);
+        }
+        assert_eq!(p.mode(), Some(("infer", false)));
+        // training again, call by call until the switch is seen
+        let mut seen = None;
+        'outer: for _ in 0..10 {
+            for (i, &c) in step.iter().enumerate() {
+                t += 1;
+                let k = if i + 4 >= step.len() {
+                    opt[i + 4 - step.len()]
+                } else {
+                    weights[t as usize % 8]
+                };
+                p.on_access(t, c, &[k], &[true]);
+                if p.mode() == Some(("train", false)) {
+                    seen = Some(i);
+                    break 'outer;
+                }
+            }
+        }
+        let i = seen.expect("switch back to train");
+        assert!(i + 4 < step.len(), "seen at call {i} of {n}");
+        let due = p.next_use(t, opt[0]);
+        assert!(
+            due.is_some_and(|d| d > t && d <= t + n),
+            "optimizer chunk due {due:?} at {t} (step {n})"
+        );
     }
 
     #[test]
@@ -1144,6 +1321,24 @@ mod tests {
         ];
         p.order(now, &mut c);
         assert_eq!(c[0].key, 10 * MB2);
+    }
+
+    #[test]
+    fn a_chunk_freed_and_allocated_again_keeps_its_model() {
+        // an activation chunk used every 100 ticks, freed after each use
+        // and allocated again at the same address
+        let p = Predictive::new();
+        let k = 7 * MB2;
+        for i in 1..=6u64 {
+            p.on_access(i * 100, 0, &[k], &[true]);
+            p.on_free(k);
+        }
+        // the free leaves nothing due
+        let mut up = Vec::new();
+        p.upcoming(600, 200, &mut up);
+        assert!(up.is_empty(), "{up:?}");
+        p.on_access(700, 0, &[k], &[true]);
+        assert_eq!(p.next_use(700, k), Some(800));
     }
 
     /// Development aid: precision/recall and faults of predictive, lru and
