@@ -473,11 +473,11 @@ impl Placement for Predictive {
                 let old = Learned {
                     chunks: std::mem::take(&mut g.chunks),
                     freed: std::mem::take(&mut g.freed),
-                    steps: std::mem::replace(&mut g.steps, [(0, 0); 8]),
+                    steps: std::mem::take(&mut g.steps),
                     sigs: std::mem::take(&mut g.sigs),
                     periods: std::mem::take(&mut g.periods),
-                    period: std::mem::replace(&mut g.period, (0, 0)),
-                    typical: std::mem::replace(&mut g.typical, 0.0),
+                    period: std::mem::take(&mut g.period),
+                    typical: std::mem::take(&mut g.typical),
                     at: now,
                 };
                 g.cal.clear();
