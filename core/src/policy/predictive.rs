@@ -8,10 +8,11 @@
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
-use super::mode::{ModeDetector, ModeEvent};
-use super::predictor::{ChunkModel, KeyMap};
+use super::mode::{Mode as WorkMode, ModeDetector, ModeEvent};
+use super::predictor::{ChunkModel, KeyHash, KeyMap};
 use super::{Cand, Place, Placement};
 use crate::opclass::OpClass;
+use std::hash::{BuildHasher, Hasher};
 
 const CLASSES: usize = OpClass::COUNT;
 /// The seed's smoothing (weight of the old value) and its lowered value.
@@ -27,6 +28,15 @@ pub const PREFETCH_TICKS: u64 = 32;
 const MAX_EVENTS: usize = 1024;
 /// Predictions this close to the access are not filed in the calendar.
 const NEAR: u64 = 8;
+/// Call signatures remembered for the period (the table starts over when
+/// full: 64 Ki entries, ~1.5 MB).
+const MAX_SIGS: usize = 1 << 16;
+/// Models of freed chunks kept for their key's next allocation.
+const MAX_FREED: usize = 1 << 16;
+/// Distinct distances between repeated calls kept at a time.
+const MAX_PERIODS: usize = 4096;
+/// Confirmations of the heaviest period after which every weight halves.
+const AGE_AFTER: u64 = 4096;
 
 #[derive(Clone, Copy)]
 struct ClassCal {
@@ -61,13 +71,51 @@ struct Inner {
     /// The most frequent verified cycle (Misra-Gries summary of 8): the
     /// workload's step, for chunks too busy or too irregular for a cycle of
     /// their own.
-    steps: [(u64, u32); 8],
+    steps: [(u64, u64); 8],
+    /// The workload's period as the calls show it: each call's signature
+    /// (class and chunks) with the tick it was last seen, and the distances
+    /// between repeats, each counted with weight = the distance (time
+    /// covered), exactly (a map of at most `MAX_PERIODS` distances) with
+    /// the heaviest kept in `period`. A training step repeats every call
+    /// of the step before it, so this knows the step a few calls into the
+    /// second step — the chunks' own verified cycles need two more steps.
+    sigs: KeyMap<u64>,
+    /// Models of freed chunks, by key: memory freed and allocated again at
+    /// the same address (a training step's activations) continues its model
+    /// instead of starting cold (at most `MAX_FREED`; the table starts over
+    /// when full).
+    freed: KeyMap<ChunkModel>,
+    periods: KeyMap<u64>,
+    period: (u64, u64),
+    /// What was learned in the mode that is not running (by mode_index).
+    stash: [Option<Box<Learned>>; 2],
     events: Vec<String>,
     /// The calendar: (predicted next access, key) of every chunk with a
     /// model that predicts one, as of its latest access (`upcoming`). A
     /// chunk's entry is replaced at each access; entries whose tick passed
     /// are dropped as the clock moves.
     cal: BTreeSet<(u64, u64)>,
+}
+
+/// What the policy learned in one mode (train, infer), kept while the other
+/// runs.
+struct Learned {
+    chunks: KeyMap<ChunkModel>,
+    freed: KeyMap<ChunkModel>,
+    steps: [(u64, u64); 8],
+    sigs: KeyMap<u64>,
+    periods: KeyMap<u64>,
+    period: (u64, u64),
+    typical: f64,
+    /// The tick the mode ended.
+    at: u64,
+}
+
+fn mode_index(m: WorkMode) -> usize {
+    match m {
+        WorkMode::Train => 0,
+        WorkMode::Infer => 1,
+    }
 }
 
 pub struct Predictive {
@@ -91,15 +139,28 @@ enum Expect {
     Unknown(u64),
 }
 
-/// Misra-Gries: count `v` among the summary's candidates.
-fn note_step(steps: &mut [(u64, u32); 8], v: u64) {
+/// Misra-Gries over time: count `v` (a chunk's verified cycle, just
+/// confirmed) with weight `v`, so each chunk weighs by the time its cycle
+/// covers, not by how often it is touched — a chunk touched at every call
+/// (cycle 1) would otherwise outvote every weight chunk touched once per
+/// step (on the synth adam trace the "step" stayed 1 for 3/4 of the run).
+fn note_step(steps: &mut [(u64, u64); 8], v: u64) {
+    let w = v.max(1);
     if let Some(e) = steps.iter_mut().find(|e| e.1 > 0 && e.0 == v) {
-        e.1 = e.1.saturating_add(1);
-    } else if let Some(e) = steps.iter_mut().find(|e| e.1 == 0) {
-        *e = (v, 1);
-    } else {
-        for e in steps.iter_mut() {
-            e.1 -= 1;
+        e.1 = e.1.saturating_add(w);
+        return;
+    }
+    if let Some(e) = steps.iter_mut().find(|e| e.1 == 0) {
+        *e = (v, w);
+        return;
+    }
+    let d = steps.iter().map(|e| e.1).min().unwrap_or(0).min(w);
+    for e in steps.iter_mut() {
+        e.1 -= d;
+    }
+    if w > d {
+        if let Some(e) = steps.iter_mut().find(|e| e.1 == 0) {
+            *e = (v, w - d);
         }
     }
 }
@@ -109,13 +170,91 @@ impl Inner {
         self.secs < self.warm_until
     }
 
-    /// The workload's step: the dominant verified cycle (0: none yet).
+    /// The workload's step: the dominant period of repeated calls, else
+    /// the dominant verified cycle (0: none yet); either needs eight
+    /// confirmations' worth of time.
     fn step(&self) -> u64 {
+        let (p, w) = self.period;
+        if p > 0 && w >= 8 * p {
+            return p;
+        }
         self.steps
             .iter()
             .max_by_key(|e| e.1)
-            .filter(|e| e.1 >= 8)
+            .filter(|e| e.1 >= 8 * e.0.max(1))
             .map_or(0, |e| e.0)
+    }
+
+    /// Notes the call (class, keys) at `now` among the repeated calls.
+    fn note_call(&mut self, now: u64, class: u8, keys: &[u64]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut h = KeyHash.build_hasher();
+        h.write_u64(class as u64 + 1);
+        for &k in keys {
+            let x = h.finish();
+            h = KeyHash.build_hasher();
+            h.write_u64(x ^ k);
+        }
+        let sig = h.finish();
+        if self.sigs.len() >= MAX_SIGS {
+            self.sigs.clear();
+        }
+        let Some(prev) = self.sigs.insert(sig, now).filter(|&p| p < now) else {
+            return;
+        };
+        let d = now - prev;
+        if self.periods.len() >= MAX_PERIODS && !self.periods.contains_key(&d) {
+            // too many distinct distances: start over from the heaviest
+            self.periods.clear();
+            self.period.1 /= 2;
+            self.periods.insert(self.period.0, self.period.1);
+        }
+        let w = self.periods.entry(d).or_insert(0);
+        *w = w.saturating_add(d);
+        let w = *w;
+        if w > self.period.1 || d == self.period.0 {
+            self.period = (d, w);
+        }
+        if self.period.1 >= AGE_AFTER.saturating_mul(self.period.0.max(1)) {
+            // age: a new period (the step changed length) can take over
+            // within about as many calls as it has
+            for v in self.periods.values_mut() {
+                *v /= 2;
+            }
+            self.period.1 /= 2;
+        }
+    }
+
+    /// Takes back what was learned in a mode that ran until `l.at`, as if
+    /// that mode had gone on without a pause: every tick it holds moves by
+    /// `now - l.at` (the ring's intervals are relative and stay).
+    fn resume(&mut self, l: Learned, now: u64) {
+        let shift = now.saturating_sub(l.at);
+        self.chunks = l.chunks;
+        for c in self.chunks.values_mut() {
+            c.last = c.last.saturating_add(shift);
+            if c.next != 0 {
+                c.next = c.next.saturating_add(shift);
+            }
+            c.sched = 0;
+        }
+        self.freed = l.freed;
+        for c in self.freed.values_mut() {
+            c.last = c.last.saturating_add(shift);
+            if c.next != 0 {
+                c.next = c.next.saturating_add(shift);
+            }
+        }
+        self.sigs = l.sigs;
+        for t in self.sigs.values_mut() {
+            *t = t.saturating_add(shift);
+        }
+        self.steps = l.steps;
+        self.periods = l.periods;
+        self.period = l.period;
+        self.typical = l.typical;
     }
 
     fn push(&mut self, e: String) {
@@ -285,6 +424,11 @@ impl Predictive {
                 prefetch: PREFETCH_TICKS,
                 typical: 0.0,
                 steps: [(0, 0); 8],
+                sigs: KeyMap::default(),
+                freed: KeyMap::default(),
+                periods: KeyMap::default(),
+                period: (0, 0),
+                stash: [None, None],
                 events: Vec::new(),
                 cal: BTreeSet::new(),
             }),
@@ -321,13 +465,27 @@ impl Placement for Predictive {
         let g = &mut *g;
         let class = class.min(CLASSES as u8 - 1);
         match g.mode.on_op(class, now, g.secs) {
-            Some(e @ ModeEvent::Switch { .. }) => {
-                // a new mode: what was learned describes the old one
-                g.chunks.clear();
+            Some(e @ ModeEvent::Switch { from, to, .. }) => {
+                // a new mode: what was learned describes the old one; it
+                // is put aside for when that mode returns (training after a
+                // serving burst), and what the new mode left, if it ran
+                // before, comes back
+                let old = Learned {
+                    chunks: std::mem::take(&mut g.chunks),
+                    freed: std::mem::take(&mut g.freed),
+                    steps: std::mem::take(&mut g.steps),
+                    sigs: std::mem::take(&mut g.sigs),
+                    periods: std::mem::take(&mut g.periods),
+                    period: std::mem::take(&mut g.period),
+                    typical: std::mem::take(&mut g.typical),
+                    at: now,
+                };
                 g.cal.clear();
+                g.stash[mode_index(from)] = Some(Box::new(old));
+                if let Some(l) = g.stash[mode_index(to)].take() {
+                    g.resume(*l, now);
+                }
                 g.cls = [ClassCal::FRESH; CLASSES];
-                g.steps = [(0, 0); 8];
-                g.typical = 0.0;
                 g.warm_until = g.secs + g.warmup_s;
                 let t = e.text(g.warmup_s);
                 g.push(t);
@@ -338,6 +496,7 @@ impl Placement for Predictive {
             }
             None => {}
         }
+        g.note_call(now, class, keys);
         let s = g.cls[class as usize].smoothing;
         let count = !g.warming();
         for &k in keys {
@@ -364,7 +523,16 @@ impl Placement for Predictive {
                     }
                 }
                 None => {
-                    g.chunks.insert(k, ChunkModel::new(now, class));
+                    // memory allocated again where a chunk was freed
+                    // resumes that chunk's model
+                    let c = match g.freed.remove(&k) {
+                        Some(mut c) => {
+                            c.update(now, class, s);
+                            c
+                        }
+                        None => ChunkModel::new(now, class),
+                    };
+                    g.chunks.insert(k, c);
                 }
             }
             g.schedule(now, k);
@@ -383,10 +551,15 @@ impl Placement for Predictive {
 
     fn on_free(&self, key: u64) {
         if let Ok(mut g) = self.inner.lock() {
-            if let Some(c) = g.chunks.remove(&key) {
+            if let Some(mut c) = g.chunks.remove(&key) {
                 if c.sched != 0 {
                     g.cal.remove(&(c.sched, key));
+                    c.sched = 0;
                 }
+                if g.freed.len() >= MAX_FREED {
+                    g.freed.clear();
+                }
+                g.freed.insert(key, c);
             }
         }
     }
@@ -733,6 +906,70 @@ mod tests {
     }
 
     #[test]
+    fn training_after_serving_resumes_what_it_learned() {
+        // training: 8 chunks in turn plus 4 optimizer chunks updated once per
+        // step (its last 4 calls); serving: other chunks; then training
+        // again. Right when the switch back is seen, the optimizer chunks
+        // are due within a step, as before the serving burst.
+        let p = Predictive::with_params(600.0, 5.0);
+        let (mut t, mut secs) = (0u64, 0.0);
+        let weights: Vec<u64> = (0..8).map(|k| k * MB2).collect();
+        let opt: Vec<u64> = (0..4).map(|k| (50 + k) * MB2).collect();
+        let step = train_step(4);
+        let n = step.len() as u64;
+        let train = |p: &Predictive, t: &mut u64| {
+            for (i, &c) in step.iter().enumerate() {
+                *t += 1;
+                let k = if i + 4 >= step.len() {
+                    opt[i + 4 - step.len()]
+                } else {
+                    weights[*t as usize % 8]
+                };
+                p.on_access(*t, c, &[k], &[true]);
+            }
+        };
+        for _ in 0..20 {
+            train(&p, &mut t);
+            secs += 0.5;
+            p.tick(secs, 0.5);
+        }
+        assert_eq!(p.next_use(t, opt[0]), Some(t - 3 + n));
+        for _ in 0..200 {
+            for c in decode_step(4) {
+                t += 1;
+                p.on_access(t, c, &[(100 + t % 8) * MB2], &[false]);
+            }
+            secs += 0.05;
+            p.tick(secs, 0.5);
+        }
+        assert_eq!(p.mode(), Some(("infer", false)));
+        // training again, call by call until the switch is seen
+        let mut seen = None;
+        'outer: for _ in 0..10 {
+            for (i, &c) in step.iter().enumerate() {
+                t += 1;
+                let k = if i + 4 >= step.len() {
+                    opt[i + 4 - step.len()]
+                } else {
+                    weights[t as usize % 8]
+                };
+                p.on_access(t, c, &[k], &[true]);
+                if p.mode() == Some(("train", false)) {
+                    seen = Some(i);
+                    break 'outer;
+                }
+            }
+        }
+        let i = seen.expect("switch back to train");
+        assert!(i + 4 < step.len(), "seen at call {i} of {n}");
+        let due = p.next_use(t, opt[0]);
+        assert!(
+            due.is_some_and(|d| d > t && d <= t + n),
+            "optimizer chunk due {due:?} at {t} (step {n})"
+        );
+    }
+
+    #[test]
     fn alternating_modes_lock_after_two_switches_in_a_minute() {
         let p = Predictive::with_params(600.0, 1.0);
         let (mut t, mut secs) = (0u64, 0.0);
@@ -1037,6 +1274,71 @@ mod tests {
             pr >= 0.95 && rc >= 0.95,
             "predictive {pr} {rc} (lru {lp} {lr})"
         );
+    }
+
+    #[test]
+    fn the_step_is_known_one_step_in() {
+        // 40 weight chunks loaded at start-up, then used once per step of
+        // 300 calls; a hot chunk is touched by every call (a verified cycle
+        // of 1 tick, the most frequent one). Half-way through the second
+        // step, a weight chunk not yet used in it is due where it was one
+        // step ago plus the step.
+        let p = Predictive::new();
+        let hot = 999 * MB2;
+        for k in 0..40u64 {
+            p.on_access(k + 1, 0, &[k * MB2, hot], &[false, false]);
+        }
+        let mut t = 100u64;
+        let mut last_of = [0u64; 40];
+        while t < 100 + 300 + 150 {
+            let o = (t - 100) % 300;
+            if o % 7 == 1 && o / 7 < 40 {
+                let k = o / 7;
+                p.on_access(t, 0, &[k * MB2, hot], &[false, false]);
+                last_of[k as usize] = t;
+            } else {
+                p.on_access(t, 1, &[hot], &[false]);
+            }
+            t += 1;
+        }
+        let now = t - 1;
+        // chunk 30: used at 100 + 211 in step 0, not yet in step 1
+        assert_eq!(last_of[30], 100 + 211);
+        assert_eq!(p.next_use(now, 30 * MB2), Some(100 + 211 + 300));
+        // and the eviction order puts it after chunk 10 (already used in
+        // step 1, next due in step 2)
+        let mut c = vec![
+            Cand {
+                key: 30 * MB2,
+                last: last_of[30],
+                dirty: true,
+            },
+            Cand {
+                key: 10 * MB2,
+                last: last_of[10],
+                dirty: true,
+            },
+        ];
+        p.order(now, &mut c);
+        assert_eq!(c[0].key, 10 * MB2);
+    }
+
+    #[test]
+    fn a_chunk_freed_and_allocated_again_keeps_its_model() {
+        // an activation chunk used every 100 ticks, freed after each use
+        // and allocated again at the same address
+        let p = Predictive::new();
+        let k = 7 * MB2;
+        for i in 1..=6u64 {
+            p.on_access(i * 100, 0, &[k], &[true]);
+            p.on_free(k);
+        }
+        // the free leaves nothing due
+        let mut up = Vec::new();
+        p.upcoming(600, 200, &mut up);
+        assert!(up.is_empty(), "{up:?}");
+        p.on_access(700, 0, &[k], &[true]);
+        assert_eq!(p.next_use(700, k), Some(800));
     }
 
     /// Development aid: precision/recall and faults of predictive, lru and

@@ -191,7 +191,10 @@ impl ChunkModel {
             };
             let regime_change = found > 0
                 && (!self.strict || self.m as usize != m || (obs - self.mean).abs() > obs / 8.0);
-            if self.m == 0 || regime_change || (found == 0 && self.strict) {
+            // a single interval far off the plain EMA (a burst at start-up,
+            // then a once-per-step use) restarts it too
+            let jump = found == 0 && !self.strict && self.m > 0 && obs > 8.0 * self.mean.max(1.0);
+            if self.m == 0 || regime_change || (found == 0 && self.strict) || jump {
                 self.mean = obs;
                 self.trend = 0.0;
                 self.dev = 0.0;
@@ -320,6 +323,16 @@ mod tests {
         for t in [1050, 1150, 1250] {
             assert_eq!(c.update(t, 0, 0.9), Some((0, true)), "at {t}");
         }
+    }
+
+    #[test]
+    fn a_burst_then_a_long_interval_restarts_the_plain_ema() {
+        // initialised twice at start-up (one tick apart), then updated once
+        // per step: the next use is a whole interval away, not the EMA's
+        // 0.9 x 1 + 0.1 x 2866 = 288 ticks
+        let c = feed(&[7, 8, 2874]);
+        assert!(!c.strict);
+        assert_eq!(c.next, 2874 + 2866);
     }
 
     #[test]
