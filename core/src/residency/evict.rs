@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
 use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
+use super::state::ORDER_TOP;
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
 /// the oldest: enough to keep the device-to-host link busy while copy-ins
@@ -111,31 +112,43 @@ impl Residency {
         let mut fresh = false;
         loop {
             if !fresh && st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-                self.rebuild_order(st, dev);
+                self.rebuild_order(st, dev, ORDER_TOP);
                 fresh = true;
             }
             match self.evict_in_order(st, dev, protect)? {
                 Some(true) => return Ok(true),
-                // used up: one rebuild (chunks resident since it was built)
-                _ if fresh => return Ok(false),
+                // used up: one rebuild (chunks resident since it was built),
+                // whole if a fresh one's first ORDER_TOP had none to give
+                _ if fresh && st.dev(dev).order.complete => return Ok(false),
                 _ => {
-                    self.rebuild_order(st, dev);
+                    self.rebuild_order(st, dev, if fresh { usize::MAX } else { ORDER_TOP });
                     fresh = true;
                 }
             }
         }
     }
 
-    /// Sorts `dev`'s candidates into a new maintained order.
-    fn rebuild_order(&self, st: &mut State, dev: u32) {
+    /// Orders `dev`'s candidates into a new maintained order: the first
+    /// `k` of the policy's order (`Placement::order_top`).
+    fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
         let mut cands = std::mem::take(&mut st.dev_mut(dev).order.cands);
-        self.victims_into(st, dev, &[], &mut cands);
+        let all = self.victims_top_into(st, dev, &mut cands, k);
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
         o.cands = cands;
         o.next = 0;
         o.built_at = clock;
         o.taken = 0;
+        o.complete = all;
+    }
+
+    /// `victims_into` without `protect`, leaving (at least) the first `k`
+    /// of the order in `cands`; true when every candidate is there.
+    fn victims_top_into(&self, st: &State, dev: u32, cands: &mut Vec<Cand>, k: usize) -> bool {
+        self.collect_victims(st, dev, &[], cands);
+        let n = cands.len();
+        self.policy.order_top(st.clock, cands, k);
+        cands.len() == n
     }
 
     /// One eviction from the maintained order: Some(true) evicted,
@@ -227,7 +240,7 @@ impl Residency {
         protect: &[(u64, u32)],
     ) -> Option<bool> {
         if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-            self.rebuild_order(st, dev);
+            self.rebuild_order(st, dev, ORDER_TOP);
         }
         let now = st.clock;
         let built_at = st.dev(dev).order.built_at;
@@ -292,6 +305,12 @@ impl Residency {
 
     /// `victims` into `cands` (cleared first; its capacity is reused).
     fn victims_into(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
+        self.collect_victims(st, dev, protect, cands);
+        self.policy.order(st.clock, cands);
+    }
+
+    /// The candidates of `victims`, unordered, into `cands` (cleared first).
+    fn collect_victims(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
         cands.clear();
         for (&id, b) in st.backings.iter() {
             if b.dev != dev || b.pinned {
@@ -308,7 +327,6 @@ impl Residency {
                 }
             }
         }
-        self.policy.order(st.clock, cands);
     }
 
     /// Background watermark work for `dev`: when HBM use is above `high` ×

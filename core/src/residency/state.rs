@@ -192,6 +192,13 @@ impl Dev {
 /// (under a predictive policy often the best victims), and the policy's
 /// view moves on.
 pub(super) const REBUILD_TAKEN: usize = 32;
+/// Candidates a kept order holds: the first of the policy's order
+/// (`Placement::order_top`), not every resident chunk. An order is used up
+/// after `REBUILD_TAKEN` evictions, so it needs its first few dozen
+/// entries, plus those skipped (used since, in a call, leaving); one used
+/// up before its end is rebuilt, and a fresh one with none to give is
+/// rebuilt whole before eviction gives up (`evict::evict_one`).
+pub(super) const ORDER_TOP: usize = 1024;
 
 pub(super) struct VictimOrder {
     pub cands: Vec<Cand>,
@@ -201,6 +208,8 @@ pub(super) struct VictimOrder {
     pub built_at: u64,
     /// Chunks evicted from this order.
     pub taken: usize,
+    /// Every candidate is in `cands` (not only the first `ORDER_TOP`).
+    pub complete: bool,
 }
 
 impl VictimOrder {
@@ -210,6 +219,7 @@ impl VictimOrder {
             next: 0,
             built_at: 0,
             taken: 0,
+            complete: false,
         }
     }
 
