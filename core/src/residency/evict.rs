@@ -111,9 +111,8 @@ impl Residency {
     ) -> Result<bool, Fail> {
         let mut fresh = false;
         loop {
-            if !fresh && st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-                self.rebuild_order(st, dev, ORDER_TOP);
-                fresh = true;
+            if !fresh {
+                fresh = self.current_order(st, dev);
             }
             match self.evict_in_order(st, dev, protect)? {
                 Some(true) => return Ok(true),
@@ -128,6 +127,22 @@ impl Residency {
         }
     }
 
+    /// Makes `dev`'s kept order current before an eviction: built from
+    /// every candidate when `stale`, else re-keyed when chunks were touched
+    /// since it was ordered. true: built.
+    fn current_order(&self, st: &mut State, dev: u32) -> bool {
+        let ttl = self.policy.order_ttl();
+        let o = &st.dev(dev).order;
+        if o.stale(st.clock, ttl) {
+            self.rebuild_order(st, dev, ORDER_TOP);
+            return true;
+        }
+        if st.dev(dev).order.needs_rekey(st.clock, ttl) {
+            self.rekey_order(st, dev);
+        }
+        false
+    }
+
     /// Orders `dev`'s candidates into a new maintained order: the first
     /// `k` of the policy's order (`Placement::order_top`).
     fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
@@ -138,8 +153,60 @@ impl Residency {
         o.cands = cands;
         o.next = 0;
         o.built_at = clock;
+        o.full_at = clock;
         o.taken = 0;
         o.complete = all;
+        o.touched.clear();
+        o.overflow = false;
+    }
+
+    /// Re-keys `dev`'s kept order at the current time: the entries it
+    /// still holds that are candidates and untouched since it was ordered,
+    /// and the touched chunks that are candidates now (wherever they stood,
+    /// or were not in it: made resident by their call), ordered together
+    /// (`order_top`: its first `ORDER_TOP` stay). Candidates neither in it
+    /// nor touched stay out until it is built again.
+    fn rekey_order(&self, st: &mut State, dev: u32) {
+        let o = &mut st.dev_mut(dev).order;
+        let (mut kept, mut touched) = (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
+        let (next, built_at) = (o.next, o.built_at);
+        let cand = |key: u64| -> Option<Cand> {
+            let (id, i) = st.resolve(key)?;
+            let b = &st.backings[&id];
+            let c = &b.chunks[i as usize];
+            (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(Cand {
+                key,
+                last: c.last,
+                dirty: c.needs_copy_out(),
+            })
+        };
+        let mut w = 0;
+        for r in next..kept.len() {
+            // a touched one comes back from `touched` (no repeats)
+            if let Some(c) = cand(kept[r].key).filter(|c| c.last <= built_at) {
+                kept[w] = c;
+                w += 1;
+            }
+        }
+        kept.truncate(w);
+        touched.sort_unstable();
+        touched.dedup();
+        for &key in &touched {
+            if let Some(c) = cand(key).filter(|c| c.last > built_at) {
+                kept.push(c);
+            }
+        }
+        self.policy.order_top(st.clock, &mut kept, ORDER_TOP);
+        let clock = st.clock;
+        let o = &mut st.dev_mut(dev).order;
+        // candidates that came without a call (prefetched) are not in it
+        o.complete = false;
+        o.cands = kept;
+        touched.clear();
+        o.touched = touched;
+        o.next = 0;
+        o.built_at = clock;
+        o.taken = 0;
     }
 
     /// `victims_into` without `protect`, leaving (at least) the first `k`
@@ -239,9 +306,7 @@ impl Residency {
         beyond: u64,
         protect: &[(u64, u32)],
     ) -> Option<bool> {
-        if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-            self.rebuild_order(st, dev, ORDER_TOP);
-        }
+        self.current_order(st, dev);
         let now = st.clock;
         let built_at = st.dev(dev).order.built_at;
         let mut seen = 0;
