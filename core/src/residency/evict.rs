@@ -1,14 +1,15 @@
 //! Making room in HBM: physical chunks for fault-ins (evicting on demand),
 //! the background watermark round, and room for allocations u3m does not
-//! manage. Victims come from `victims`, the policy's order over the
-//! evictable resident chunks of a device — built by sorting every call
-//! today; the one place a maintained order would replace.
+//! manage. Victims come from the device's kept `VictimOrder` (state.rs):
+//! the first `ORDER_TOP` of the policy's order over the evictable resident
+//! chunks, re-keyed with the chunks calls touched since, built from every
+//! candidate only every `FULL_CALLS` calls or when used up.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
-use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 use super::state::ORDER_TOP;
+use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
 /// the oldest: enough to keep the device-to-host link busy while copy-ins
@@ -168,17 +169,20 @@ impl Residency {
     /// nor touched stay out until it is built again.
     fn rekey_order(&self, st: &mut State, dev: u32) {
         let o = &mut st.dev_mut(dev).order;
-        let (mut kept, mut touched) = (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
+        let (mut kept, mut touched) =
+            (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
         let (next, built_at) = (o.next, o.built_at);
         let cand = |key: u64| -> Option<Cand> {
             let (id, i) = st.resolve(key)?;
             let b = &st.backings[&id];
             let c = &b.chunks[i as usize];
-            (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(Cand {
-                key,
-                last: c.last,
-                dirty: c.needs_copy_out(),
-            })
+            (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(
+                Cand {
+                    key,
+                    last: c.last,
+                    dirty: c.needs_copy_out(),
+                },
+            )
         };
         let mut w = 0;
         for r in next..kept.len() {
@@ -209,8 +213,9 @@ impl Residency {
         o.taken = 0;
     }
 
-    /// `victims_into` without `protect`, leaving (at least) the first `k`
-    /// of the order in `cands`; true when every candidate is there.
+    /// The candidates of `dev` (`collect_victims`) in the policy's order,
+    /// (at least) the first `k` of it (`Placement::order_top`) left in
+    /// `cands`; true when every candidate is there.
     fn victims_top_into(&self, st: &State, dev: u32, cands: &mut Vec<Cand>, k: usize) -> bool {
         self.collect_victims(st, dev, &[], cands);
         let n = cands.len();
@@ -361,20 +366,8 @@ impl Residency {
     }
 
     /// Resident chunks of `dev` that may leave HBM (not pinned, not in a
-    /// call, not leaving, not in `protect`), in the policy's eviction order.
-    fn victims(&self, st: &State, dev: u32, protect: &[(u64, u32)]) -> Vec<Cand> {
-        let mut cands = Vec::new();
-        self.victims_into(st, dev, protect, &mut cands);
-        cands
-    }
-
-    /// `victims` into `cands` (cleared first; its capacity is reused).
-    fn victims_into(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
-        self.collect_victims(st, dev, protect, cands);
-        self.policy.order(st.clock, cands);
-    }
-
-    /// The candidates of `victims`, unordered, into `cands` (cleared first).
+    /// call, not leaving, not in `protect`), unordered, into `cands`
+    /// (cleared first; its capacity is reused).
     fn collect_victims(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
         cands.clear();
         for (&id, b) in st.backings.iter() {
@@ -414,10 +407,26 @@ impl Residency {
         // one ordering per round; a chunk the policy expects within the
         // horizon ends the round: evicting it would only bring it back (the
         // headroom is a wish, demand eviction still makes room when needed)
+        // (the first of the order: those the target needs and as many
+        // again for busy ones skipped; the whole order in a second pass if
+        // they run out first)
         let now = st.clock;
-        let ordered = self.victims(&st, dev, &[]);
+        let want = (target / CHUNK) as usize * 2 + 64;
+        let mut ordered = Vec::new();
+        let all = self.victims_top_into(&st, dev, &mut ordered, want);
         let mut n = 0u32;
-        for c in ordered {
+        let (mut k, mut whole) = (0, all);
+        loop {
+            if k == ordered.len() {
+                if whole {
+                    break;
+                }
+                self.victims_top_into(&st, dev, &mut ordered, usize::MAX);
+                (k, whole) = (0, true);
+                continue;
+            }
+            let c = ordered[k];
+            k += 1;
             if (n as u64) * CHUNK >= target || self.policy.predicts(now, c.key, KEEP_HORIZON) {
                 break;
             }

@@ -1402,3 +1402,70 @@ fn look_ahead_never_evicts_a_chunk_whose_copy_in_it_just_queued() {
     assert_eq!(a.read(y, CHUNK), pattern(1, CHUNK));
     a.assert_clean();
 }
+
+/// Furthest next use first from a table, with the default `order_ttl`
+/// (a kept order is re-keyed, not rebuilt per eviction).
+struct TableTtl(&'static Mutex<std::collections::HashMap<u64, u64>>);
+
+impl crate::policy::Placement for TableTtl {
+    fn name(&self) -> &'static str {
+        "table-ttl"
+    }
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn order(&self, _now: u64, cands: &mut [crate::policy::Cand]) {
+        let t = self.0.lock().unwrap();
+        cands.sort_by_key(|c| std::cmp::Reverse(t.get(&c.key).copied().unwrap_or(0)));
+    }
+    fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
+        false
+    }
+}
+
+/// The kept victim order between builds from every candidate: a chunk
+/// made resident by a call after the order was built is not in it, and is
+/// re-keyed into it from the chunks calls touched (`VictimOrder::touched`)
+/// once the policy's `order_ttl` has passed — taken first when the policy
+/// ranks it first, without a build from every candidate.
+#[test]
+fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
+    let at: &'static Mutex<std::collections::HashMap<u64, u64>> =
+        Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
+    let a = App::with_policy(4, Box::new(TableTtl(at)));
+    a.r.set_look_ahead(false);
+    let c: Vec<u64> = (0..6).map(|_| a.malloc(CHUNK)).collect();
+    at.lock().unwrap().extend([
+        (c[0], 100),
+        (c[1], 200),
+        (c[2], 300),
+        (c[3], 400),
+        (c[4], 50),
+        (c[5], 60),
+    ]);
+    for (k, &va) in c[..4].iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64)); // ticks 1-4: HBM full
+    }
+    a.write(c[4], &pattern(4, 64)); // tick 5: the order is built; c3 leaves
+    assert!(!resident(&a, c[3]) && resident(&a, c[4]));
+    let full_at = a.r.st.lock().unwrap().dev(0).order.full_at;
+    // c4 (made resident after the build) is now the furthest
+    at.lock().unwrap().insert(c[4], 10_000);
+    a.write(c[5], &pattern(5, 64)); // tick 6: within the ttl, c2 leaves
+    assert!(!resident(&a, c[2]) && resident(&a, c[4]));
+    for _ in 0..4 {
+        assert_eq!(a.read(c[0], 64), pattern(0, 64)); // ticks 7-10
+    }
+    // tick 11: the ttl has passed — re-keyed with the touched chunks, c4
+    // goes first; no build from every candidate meanwhile
+    assert_eq!(a.read(c[3], 64), pattern(3, 64));
+    assert!(!resident(&a, c[4]), "c4 is in the re-keyed order and first");
+    {
+        let st = a.r.st.lock().unwrap();
+        let o = &st.dev(0).order;
+        assert_eq!(o.full_at, full_at, "re-keyed, not built again");
+        assert!(o.built_at > full_at);
+    }
+    for (k, &va) in c.iter().enumerate() {
+        assert_eq!(a.read(va, 64), pattern(k as u64, 64));
+    }
+    a.assert_clean();
+}
