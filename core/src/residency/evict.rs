@@ -2,8 +2,8 @@
 //! the background watermark round, and room for allocations u3m does not
 //! manage. Victims come from the device's kept `VictimOrder` (state.rs):
 //! the first `ORDER_TOP` of the policy's order over the evictable resident
-//! chunks, re-keyed with the chunks calls touched since, built from every
-//! candidate only every `FULL_CALLS` calls or when used up.
+//! chunks, built from every candidate every `order_ttl` calls (or when used
+//! up) and re-keyed with the chunks calls touched since in between.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -138,7 +138,7 @@ impl Residency {
             self.rebuild_order(st, dev, ORDER_TOP);
             return true;
         }
-        if st.dev(dev).order.needs_rekey(st.clock, ttl) {
+        if st.dev(dev).order.needs_rekey() {
             self.rekey_order(st, dev);
         }
         false

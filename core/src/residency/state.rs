@@ -184,18 +184,16 @@ impl Dev {
 
 /// The policy's eviction order over a device's resident chunks, kept
 /// between evictions: built from every candidate (`Placement::order_top`:
-/// the first `ORDER_TOP` of the policy's order), then kept current
-/// incrementally — before an eviction, the chunks calls touched since it
-/// was last ordered (`touched`, fed by `protocol::prepare`) are re-keyed
-/// into it with the entries it holds, at the current time, after
-/// `REBUILD_TAKEN` evictions or the policy's `order_ttl` calls (one
-/// ordering of about `ORDER_TOP` chunks where there was a sort of every
-/// resident chunk). Entries are skipped once they stop
-/// being candidates (evicted, leaving, pinned) or were used after it was
-/// last ordered (touched: they come back in re-keyed). Built again from
-/// every candidate when used up, after `FULL_CALLS` calls (chunks that
-/// became resident without a call — prefetched — and those beyond its
-/// first `ORDER_TOP` whose place moved up), when `touched` overflowed, or
+/// the first `ORDER_TOP` of the policy's order) when the policy's
+/// `order_ttl` calls have passed, and re-keyed in between — after
+/// `REBUILD_TAKEN` evictions from it, the entries it holds and the chunks
+/// calls touched since it was ordered (`touched`, fed by
+/// `protocol::prepare`: under a predictive policy often the best victims)
+/// are ordered again at the current time: one ordering of about
+/// `ORDER_TOP` chunks where there was a sort of every resident chunk.
+/// Entries are skipped once they stop being candidates (evicted, leaving,
+/// pinned) or were used after it was last ordered (touched: they come
+/// back re-keyed). Also built when used up, when `touched` overflowed, and
 /// at every eviction for a policy whose `order_ttl` is 0 (Belady).
 pub(super) struct VictimOrder {
     pub cands: Vec<Cand>,
@@ -225,8 +223,6 @@ pub(super) struct VictimOrder {
 pub(super) const ORDER_TOP: usize = 1024;
 /// Evictions from a kept order after which it is re-keyed.
 pub(super) const REBUILD_TAKEN: usize = 32;
-/// Calls after which a kept order is built again from every candidate.
-pub(super) const FULL_CALLS: u64 = 32;
 /// Touched keys a kept order remembers before it overflows.
 pub(super) const TOUCHED_MAX: usize = 4096;
 
@@ -248,19 +244,14 @@ impl VictimOrder {
     /// next eviction (at logical time `now`; `ttl`: the policy's
     /// `order_ttl`).
     pub fn stale(&self, now: u64, ttl: u64) -> bool {
-        self.next >= self.cands.len()
-            || self.overflow
-            || ttl == 0
-            || now >= self.full_at + FULL_CALLS
+        self.next >= self.cands.len() || self.overflow || ttl == 0 || now >= self.full_at + ttl
     }
 
     /// Whether the entries must be re-keyed: after `REBUILD_TAKEN`
-    /// evictions from it (the chunks touched since are missing from it:
-    /// under a predictive policy often the best victims), or when the
-    /// policy's view moved on (`ttl` calls) — when it was sorted whole
-    /// before.
-    pub fn needs_rekey(&self, now: u64, ttl: u64) -> bool {
-        self.taken >= REBUILD_TAKEN || now >= self.built_at + ttl
+    /// evictions from it (the chunks touched since are missing from it),
+    /// where it was sorted whole before.
+    pub fn needs_rekey(&self) -> bool {
+        self.taken >= REBUILD_TAKEN
     }
 
     /// A call touched `keys` (policy keys).

@@ -1422,50 +1422,58 @@ impl crate::policy::Placement for TableTtl {
 }
 
 /// The kept victim order between builds from every candidate: a chunk
-/// made resident by a call after the order was built is not in it, and is
-/// re-keyed into it from the chunks calls touched (`VictimOrder::touched`)
-/// once the policy's `order_ttl` has passed — taken first when the policy
-/// ranks it first, without a build from every candidate.
+/// made resident by a call after the order was built is not in it; after
+/// `REBUILD_TAKEN` evictions it is re-keyed into it from the chunks calls
+/// touched (`VictimOrder::touched`) and taken first when the policy ranks
+/// it first — within the policy's `order_ttl`, without a build from every
+/// candidate.
 #[test]
 fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     let at: &'static Mutex<std::collections::HashMap<u64, u64>> =
         Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
-    let a = App::with_policy(4, Box::new(TableTtl(at)));
+    let n = 36u64;
+    let a = App::with_policy(n, Box::new(TableTtl(at)));
     a.r.set_look_ahead(false);
-    let c: Vec<u64> = (0..6).map(|_| a.malloc(CHUNK)).collect();
-    at.lock().unwrap().extend([
-        (c[0], 100),
-        (c[1], 200),
-        (c[2], 300),
-        (c[3], 400),
-        (c[4], 50),
-        (c[5], 60),
-    ]);
-    for (k, &va) in c[..4].iter().enumerate() {
-        a.write(va, &pattern(k as u64, 64)); // ticks 1-4: HBM full
+    let c: Vec<u64> = (0..n).map(|_| a.malloc(CHUNK)).collect();
+    let x = a.malloc(CHUNK);
+    let d: Vec<u64> = (0..33).map(|_| a.malloc(CHUNK)).collect();
+    {
+        let mut t = at.lock().unwrap();
+        t.extend(c.iter().enumerate().map(|(k, &va)| (va, 1000 + k as u64)));
+        t.insert(x, 10);
     }
-    a.write(c[4], &pattern(4, 64)); // tick 5: the order is built; c3 leaves
-    assert!(!resident(&a, c[3]) && resident(&a, c[4]));
+    for (k, &va) in c.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64)); // ticks 1-36: HBM full
+    }
+    // tick 37: the order is built from every candidate (x is not one yet);
+    // the furthest, c35, leaves
+    a.write(x, &pattern(99, 64));
+    assert!(!resident(&a, c[35]) && resident(&a, x));
     let full_at = a.r.st.lock().unwrap().dev(0).order.full_at;
-    // c4 (made resident after the build) is now the furthest
-    at.lock().unwrap().insert(c[4], 10_000);
-    a.write(c[5], &pattern(5, 64)); // tick 6: within the ttl, c2 leaves
-    assert!(!resident(&a, c[2]) && resident(&a, c[4]));
-    for _ in 0..4 {
-        assert_eq!(a.read(c[0], 64), pattern(0, 64)); // ticks 7-10
-    }
-    // tick 11: the ttl has passed — re-keyed with the touched chunks, c4
-    // goes first; no build from every candidate meanwhile
-    assert_eq!(a.read(c[3], 64), pattern(3, 64));
-    assert!(!resident(&a, c[4]), "c4 is in the re-keyed order and first");
+    // x is now the furthest
+    at.lock().unwrap().insert(x, 1_000_000);
+    // tick 38: one call needs 33 chunks: 31 more evictions from the kept
+    // order (c34 down), then it is re-keyed with x and x goes first
+    let rs: Vec<Range> = d
+        .iter()
+        .map(|&addr| Range {
+            addr,
+            len: 64,
+            write: true,
+        })
+        .collect();
+    a.sync(&rs, true, || Ok(())).expect("call");
+    assert!(!resident(&a, x), "x is in the re-keyed order and first");
+    assert!(resident(&a, c[2]), "{:?}", a.r.counters());
     {
         let st = a.r.st.lock().unwrap();
         let o = &st.dev(0).order;
         assert_eq!(o.full_at, full_at, "re-keyed, not built again");
-        assert!(o.built_at > full_at);
+        assert!(o.built_at >= full_at && o.taken < 32);
     }
     for (k, &va) in c.iter().enumerate() {
         assert_eq!(a.read(va, 64), pattern(k as u64, 64));
     }
+    assert_eq!(a.read(x, 64), pattern(99, 64));
     a.assert_clean();
 }
