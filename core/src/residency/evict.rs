@@ -162,16 +162,16 @@ impl Residency {
     }
 
     /// Re-keys `dev`'s kept order at the current time: the entries it
-    /// still holds that are candidates and untouched since it was ordered,
-    /// and the touched chunks that are candidates now (wherever they stood,
-    /// or were not in it: made resident by their call), ordered together
+    /// still holds that are candidates, and the touched chunks that are
+    /// candidates now (wherever they stood, or were not in it: made
+    /// resident by their call or a prefetch), all ordered again together
     /// (`order_top`: its first `ORDER_TOP` stay). Candidates neither in it
     /// nor touched stay out until it is built again.
     fn rekey_order(&self, st: &mut State, dev: u32) {
         let o = &mut st.dev_mut(dev).order;
         let (mut kept, mut touched) =
             (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
-        let (next, built_at) = (o.next, o.built_at);
+        let next = o.next;
         let cand = |key: u64| -> Option<Cand> {
             let (id, i) = st.resolve(key)?;
             let b = &st.backings[&id];
@@ -184,19 +184,22 @@ impl Residency {
                 },
             )
         };
+        touched.sort_unstable();
+        touched.dedup();
         let mut w = 0;
         for r in next..kept.len() {
-            // a touched one comes back from `touched` (no repeats)
-            if let Some(c) = cand(kept[r].key).filter(|c| c.last <= built_at) {
-                kept[w] = c;
-                w += 1;
+            // a touched one comes from `touched` (no repeats); every entry
+            // is ordered again at the current time
+            if touched.binary_search(&kept[r].key).is_err() {
+                if let Some(c) = cand(kept[r].key) {
+                    kept[w] = c;
+                    w += 1;
+                }
             }
         }
         kept.truncate(w);
-        touched.sort_unstable();
-        touched.dedup();
         for &key in &touched {
-            if let Some(c) = cand(key).filter(|c| c.last > built_at) {
+            if let Some(c) = cand(key) {
                 kept.push(c);
             }
         }

@@ -188,7 +188,8 @@ impl Dev {
 /// `order_ttl` calls have passed, and re-keyed in between — after
 /// `REBUILD_TAKEN` evictions from it, the entries it holds and the chunks
 /// calls touched since it was ordered (`touched`, fed by
-/// `protocol::prepare`: under a predictive policy often the best victims)
+/// `protocol::prepare`: under a predictive policy often the best victims;
+/// and chunks a prefetch made resident, `prefetch::dram_copy_in`)
 /// are ordered again at the current time: one ordering of about
 /// `ORDER_TOP` chunks where there was a sort of every resident chunk.
 /// Entries are skipped once they stop being candidates (evicted, leaving,
