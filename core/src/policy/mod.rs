@@ -113,6 +113,17 @@ pub trait Placement: Send + Sync {
     /// Where eviction can ask the heat of a chunk (set once the engine's
     /// heat table is in place); policies that do not use heat ignore it.
     fn set_heat_fn(&self, _f: HeatFn) {}
+
+    /// `order` for a caller that takes victims from the front only: leaves
+    /// in `cands` the first `min(k, len)` candidates of `order`'s result,
+    /// exactly as `order` places them (a policy may leave more, or all:
+    /// the default sorts everything). The engine's kept victim order takes
+    /// a few dozen victims from each build, so a policy with a total order
+    /// can select the first `k` in O(n) instead of sorting every resident
+    /// chunk (`Predictive` does).
+    fn order_top(&self, now: u64, cands: &mut Vec<Cand>, _k: usize) {
+        self.order(now, cands)
+    }
 }
 
 /// The policies U3M_POLICY accepts for the library (belady needs the future

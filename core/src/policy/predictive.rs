@@ -680,6 +680,55 @@ impl Placement for Predictive {
             out.append(&mut g.events);
         }
     }
+
+    fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
+        let Ok(g) = self.inner.lock() else {
+            return super::lru_order(cands);
+        };
+        let mut v: Vec<(u64, Cand)> = cands.iter().map(|c| (g.order_weight(now, c), *c)).collect();
+        drop(g);
+        if k < v.len() {
+            // the first k in O(n), then only those sorted
+            v.select_nth_unstable_by(k, order_cmp);
+            v.truncate(k);
+        }
+        v.sort_unstable_by(order_cmp);
+        cands.clear();
+        cands.extend(v.into_iter().map(|(_, c)| c));
+    }
+}
+
+/// `order`'s comparison (`order_top`): furthest (cost-weighted) first;
+/// among equals a clean chunk, then LRU, then the key — a total order, so
+/// the first k of a selection are the first k of the sort.
+fn order_cmp(a: &(u64, Cand), b: &(u64, Cand)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0)
+        .then(a.1.dirty.cmp(&b.1.dirty))
+        .then(a.1.last.cmp(&b.1.last))
+        .then(a.1.key.cmp(&b.1.key))
+}
+
+impl Inner {
+    /// The cost-weighted distance `order` sorts a candidate by (`order_top`;
+    /// the same measure, kept equal to it by the test
+    /// `order_top_is_the_prefix_of_order`).
+    fn order_weight(&self, now: u64, c: &Cand) -> u64 {
+        let (at, modelled) = match self.expect(now, c.key, c.last, None) {
+            Expect::At(p) => (p, true),
+            Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false),
+            Expect::Unknown(last) => (
+                now.saturating_add(now.saturating_sub(last))
+                    .max(last.saturating_add(self.typical as u64)),
+                false,
+            ),
+        };
+        let dist = at.saturating_sub(now);
+        if c.dirty || !modelled || dist <= 64 {
+            dist
+        } else {
+            dist.saturating_mul(2)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1593,5 +1642,51 @@ mod when_tests {
         p.upcoming(t, 12, &mut up);
         assert_eq!(up.len(), 11);
         assert!(!up.iter().any(|e| e.1 == 5 * MB2));
+    }
+
+    #[test]
+    fn order_top_is_the_prefix_of_order() {
+        // loops of several periods (predicted), chunks seen once (typical
+        // cycle), irregular ones, clean and dirty, some never seen
+        let p = Predictive::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let n = 600u64;
+        let mut last = vec![0u64; n as usize];
+        for t in 1..=4000u64 {
+            let k = match t % 4 {
+                0 => (t / 4) % 200,                   // period 800
+                1 => 200 + (t / 4) % 150,             // period 600
+                2 if t < 1200 => 350 + (t / 4) % 100, // seen, then idle
+                _ => 450 + rnd(140),                  // irregular
+            };
+            p.on_access(t, (k % 3) as u8, &[k * MB2], &[k % 2 == 0]);
+            last[k as usize] = t;
+        }
+        for now in [4000u64, 4070, 4500] {
+            let all: Vec<Cand> = (0..n)
+                .map(|k| Cand {
+                    key: k * MB2,
+                    last: last[k as usize],
+                    dirty: rnd(3) == 0,
+                })
+                .collect();
+            let mut full = all.clone();
+            p.order(now, &mut full);
+            let mut lru = all.clone();
+            super::super::lru_order(&mut lru);
+            assert_ne!(full, lru, "the model orders, not recency alone");
+            for k in [1usize, 7, 64, 599, 600, 1000] {
+                let mut top = all.clone();
+                p.order_top(now, &mut top, k);
+                assert_eq!(top.len(), k.min(all.len()));
+                assert_eq!(top[..], full[..top.len()], "now {now}, k {k}");
+            }
+        }
     }
 }

@@ -1,12 +1,14 @@
 //! Making room in HBM: physical chunks for fault-ins (evicting on demand),
 //! the background watermark round, and room for allocations u3m does not
-//! manage. Victims come from `victims`, the policy's order over the
-//! evictable resident chunks of a device — built by sorting every call
-//! today; the one place a maintained order would replace.
+//! manage. Victims come from the device's kept `VictimOrder` (state.rs):
+//! the first `ORDER_TOP` of the policy's order over the evictable resident
+//! chunks, built from every candidate every `order_ttl` calls (or when used
+//! up) and re-keyed with the chunks calls touched since in between.
 
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
+use super::state::ORDER_TOP;
 use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
@@ -110,32 +112,118 @@ impl Residency {
     ) -> Result<bool, Fail> {
         let mut fresh = false;
         loop {
-            if !fresh && st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-                self.rebuild_order(st, dev);
-                fresh = true;
+            if !fresh {
+                fresh = self.current_order(st, dev);
             }
             match self.evict_in_order(st, dev, protect)? {
                 Some(true) => return Ok(true),
-                // used up: one rebuild (chunks resident since it was built)
-                _ if fresh => return Ok(false),
+                // used up: one rebuild (chunks resident since it was built),
+                // whole if a fresh one's first ORDER_TOP had none to give
+                _ if fresh && st.dev(dev).order.complete => return Ok(false),
                 _ => {
-                    self.rebuild_order(st, dev);
+                    self.rebuild_order(st, dev, if fresh { usize::MAX } else { ORDER_TOP });
                     fresh = true;
                 }
             }
         }
     }
 
-    /// Sorts `dev`'s candidates into a new maintained order.
-    fn rebuild_order(&self, st: &mut State, dev: u32) {
+    /// Makes `dev`'s kept order current before an eviction: built from
+    /// every candidate when `stale`, else re-keyed when chunks were touched
+    /// since it was ordered. true: built.
+    fn current_order(&self, st: &mut State, dev: u32) -> bool {
+        let ttl = self.policy.order_ttl();
+        let o = &st.dev(dev).order;
+        if o.stale(st.clock, ttl) {
+            self.rebuild_order(st, dev, ORDER_TOP);
+            return true;
+        }
+        if st.dev(dev).order.needs_rekey() {
+            self.rekey_order(st, dev);
+        }
+        false
+    }
+
+    /// Orders `dev`'s candidates into a new maintained order: the first
+    /// `k` of the policy's order (`Placement::order_top`).
+    fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
         let mut cands = std::mem::take(&mut st.dev_mut(dev).order.cands);
-        self.victims_into(st, dev, &[], &mut cands);
+        let all = self.victims_top_into(st, dev, &mut cands, k);
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
         o.cands = cands;
         o.next = 0;
         o.built_at = clock;
+        o.full_at = clock;
         o.taken = 0;
+        o.complete = all;
+        o.touched.clear();
+        o.overflow = false;
+    }
+
+    /// Re-keys `dev`'s kept order at the current time: the entries it
+    /// still holds that are candidates, and the touched chunks that are
+    /// candidates now (wherever they stood, or were not in it: made
+    /// resident by their call or a prefetch), all ordered again together
+    /// (`order_top`: its first `ORDER_TOP` stay). Candidates neither in it
+    /// nor touched stay out until it is built again.
+    fn rekey_order(&self, st: &mut State, dev: u32) {
+        let o = &mut st.dev_mut(dev).order;
+        let (mut kept, mut touched) =
+            (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
+        let next = o.next;
+        let cand = |key: u64| -> Option<Cand> {
+            let (id, i) = st.resolve(key)?;
+            let b = &st.backings[&id];
+            let c = &b.chunks[i as usize];
+            (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(
+                Cand {
+                    key,
+                    last: c.last,
+                    dirty: c.needs_copy_out(),
+                },
+            )
+        };
+        touched.sort_unstable();
+        touched.dedup();
+        let mut w = 0;
+        for r in next..kept.len() {
+            // a touched one comes from `touched` (no repeats); every entry
+            // is ordered again at the current time
+            if touched.binary_search(&kept[r].key).is_err() {
+                if let Some(c) = cand(kept[r].key) {
+                    kept[w] = c;
+                    w += 1;
+                }
+            }
+        }
+        kept.truncate(w);
+        for &key in &touched {
+            if let Some(c) = cand(key) {
+                kept.push(c);
+            }
+        }
+        self.policy.order_top(st.clock, &mut kept, ORDER_TOP);
+        let clock = st.clock;
+        let o = &mut st.dev_mut(dev).order;
+        // candidates that came without a call (prefetched) are not in it
+        o.complete = false;
+        o.cands = kept;
+        touched.clear();
+        o.touched = touched;
+        o.next = 0;
+        o.built_at = clock;
+        o.taken = 0;
+    }
+
+    /// The candidates of `dev` (`collect_victims`) in the policy's order,
+    /// (at least) the first `k` of it (`Placement::order_top`) left in
+    /// `cands`; true when every candidate is there.
+    fn victims_top_into(&self, st: &State, dev: u32, cands: &mut Vec<Cand>, k: usize) -> bool {
+        self.collect_victims(st, dev, &[], cands);
+        let n = cands.len();
+        self.policy.order_top(st.clock, cands, k);
+        cands.len() == n
     }
 
     /// One eviction from the maintained order: Some(true) evicted,
@@ -226,9 +314,7 @@ impl Residency {
         beyond: u64,
         protect: &[(u64, u32)],
     ) -> Option<bool> {
-        if st.dev(dev).order.stale(st.clock, self.policy.order_ttl()) {
-            self.rebuild_order(st, dev);
-        }
+        self.current_order(st, dev);
         let now = st.clock;
         let built_at = st.dev(dev).order.built_at;
         let mut seen = 0;
@@ -283,15 +369,9 @@ impl Residency {
     }
 
     /// Resident chunks of `dev` that may leave HBM (not pinned, not in a
-    /// call, not leaving, not in `protect`), in the policy's eviction order.
-    fn victims(&self, st: &State, dev: u32, protect: &[(u64, u32)]) -> Vec<Cand> {
-        let mut cands = Vec::new();
-        self.victims_into(st, dev, protect, &mut cands);
-        cands
-    }
-
-    /// `victims` into `cands` (cleared first; its capacity is reused).
-    fn victims_into(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
+    /// call, not leaving, not in `protect`), unordered, into `cands`
+    /// (cleared first; its capacity is reused).
+    fn collect_victims(&self, st: &State, dev: u32, protect: &[(u64, u32)], cands: &mut Vec<Cand>) {
         cands.clear();
         for (&id, b) in st.backings.iter() {
             if b.dev != dev || b.pinned {
@@ -308,7 +388,6 @@ impl Residency {
                 }
             }
         }
-        self.policy.order(st.clock, cands);
     }
 
     /// Background watermark work for `dev`: when HBM use is above `high` ×
@@ -331,10 +410,26 @@ impl Residency {
         // one ordering per round; a chunk the policy expects within the
         // horizon ends the round: evicting it would only bring it back (the
         // headroom is a wish, demand eviction still makes room when needed)
+        // (the first of the order: those the target needs and as many
+        // again for busy ones skipped; the whole order in a second pass if
+        // they run out first)
         let now = st.clock;
-        let ordered = self.victims(&st, dev, &[]);
+        let want = (target / CHUNK) as usize * 2 + 64;
+        let mut ordered = Vec::new();
+        let all = self.victims_top_into(&st, dev, &mut ordered, want);
         let mut n = 0u32;
-        for c in ordered {
+        let (mut k, mut whole) = (0, all);
+        loop {
+            if k == ordered.len() {
+                if whole {
+                    break;
+                }
+                self.victims_top_into(&st, dev, &mut ordered, usize::MAX);
+                (k, whole) = (0, true);
+                continue;
+            }
+            let c = ordered[k];
+            k += 1;
             if (n as u64) * CHUNK >= target || self.policy.predicts(now, c.key, KEEP_HORIZON) {
                 break;
             }

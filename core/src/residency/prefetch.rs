@@ -140,6 +140,9 @@ impl Residency {
         c.dirty = false;
         c.last = now;
         c.prefetched = true;
+        // resident without a call: the kept victim order re-keys it (evict.rs)
+        let key = st.backings[&id].key(id, i);
+        st.dev_mut(dev).order.note_touched(&[key]);
         true
     }
 }

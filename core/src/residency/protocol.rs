@@ -290,6 +290,8 @@ impl Residency {
         if keys.len() == tok.writes.len() {
             self.policy.on_access(clock, class, &keys, &tok.writes);
         }
+        // the kept victim order re-keys them before its next eviction (evict.rs)
+        st.dev_mut(dev).order.note_touched(&keys);
         st.call_keys = keys;
         Ok(tok)
     }

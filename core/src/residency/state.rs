@@ -182,26 +182,50 @@ impl Dev {
     }
 }
 
-/// The policy's eviction order over a device's resident chunks, built by
-/// one sort and consumed by many evictions: entries are skipped once they
-/// stop being candidates (evicted, leaving, pinned) or were used after the
-/// order was built (their place in it is stale). Rebuilt when used up or
-/// `stale`.
-/// A kept order is rebuilt after this many evictions from it, or this many
-/// calls after it was built: chunks made resident since are missing from it
-/// (under a predictive policy often the best victims), and the policy's
-/// view moves on.
-pub(super) const REBUILD_TAKEN: usize = 32;
-
+/// The policy's eviction order over a device's resident chunks, kept
+/// between evictions: built from every candidate (`Placement::order_top`:
+/// the first `ORDER_TOP` of the policy's order) when the policy's
+/// `order_ttl` calls have passed, and re-keyed in between — after
+/// `REBUILD_TAKEN` evictions from it, the entries it holds and the chunks
+/// calls touched since it was ordered (`touched`, fed by
+/// `protocol::prepare`: under a predictive policy often the best victims;
+/// and chunks a prefetch made resident, `prefetch::dram_copy_in`)
+/// are ordered again at the current time: one ordering of about
+/// `ORDER_TOP` chunks where there was a sort of every resident chunk.
+/// Entries are skipped once they stop being candidates (evicted, leaving,
+/// pinned) or were used after it was last ordered (touched: they come
+/// back re-keyed). Also built when used up, when `touched` overflowed, and
+/// at every eviction for a policy whose `order_ttl` is 0 (Belady).
 pub(super) struct VictimOrder {
     pub cands: Vec<Cand>,
     /// The first entry not yet skipped or taken.
     pub next: usize,
-    /// `State::clock` when built.
+    /// `State::clock` when last ordered (built or re-keyed).
     pub built_at: u64,
+    /// `State::clock` when built from every candidate.
+    pub full_at: u64,
     /// Chunks evicted from this order.
     pub taken: usize,
+    /// Every candidate is in `cands` (not only the first `ORDER_TOP`).
+    pub complete: bool,
+    /// Keys of chunks touched by calls since it was last ordered (repeats
+    /// allowed; at most `TOUCHED_MAX`).
+    pub touched: Vec<u64>,
+    /// More were touched than `touched` holds: build from every candidate.
+    pub overflow: bool,
 }
+
+/// Candidates a kept order holds: the first of the policy's order
+/// (`Placement::order_top`), not every resident chunk: evictions take from
+/// its front, and the chunks touched since it was ordered are re-keyed into
+/// it; one used up before its end is built again, and a fresh one with
+/// none to give is built whole before eviction gives up
+/// (`evict::evict_one`).
+pub(super) const ORDER_TOP: usize = 1024;
+/// Evictions from a kept order after which it is re-keyed.
+pub(super) const REBUILD_TAKEN: usize = 32;
+/// Touched keys a kept order remembers before it overflows.
+pub(super) const TOUCHED_MAX: usize = 4096;
 
 impl VictimOrder {
     pub const fn new() -> VictimOrder {
@@ -209,17 +233,39 @@ impl VictimOrder {
             cands: Vec::new(),
             next: 0,
             built_at: 0,
+            full_at: 0,
             taken: 0,
+            complete: false,
+            touched: Vec::new(),
+            overflow: false,
         }
     }
 
-    /// Whether the order must be rebuilt before the next eviction (at
-    /// logical time `now`; `ttl`: the policy's `order_ttl`).
+    /// Whether the order must be built from every candidate before the
+    /// next eviction (at logical time `now`; `ttl`: the policy's
+    /// `order_ttl`).
     pub fn stale(&self, now: u64, ttl: u64) -> bool {
-        self.next >= self.cands.len()
-            || self.taken >= REBUILD_TAKEN
-            || ttl == 0
-            || now >= self.built_at + ttl
+        self.next >= self.cands.len() || self.overflow || ttl == 0 || now >= self.full_at + ttl
+    }
+
+    /// Whether the entries must be re-keyed: after `REBUILD_TAKEN`
+    /// evictions from it (the chunks touched since are missing from it),
+    /// where it was sorted whole before.
+    pub fn needs_rekey(&self) -> bool {
+        self.taken >= REBUILD_TAKEN
+    }
+
+    /// A call touched `keys` (policy keys).
+    pub fn note_touched(&mut self, keys: &[u64]) {
+        if self.overflow {
+            return;
+        }
+        if self.touched.len() + keys.len() > TOUCHED_MAX {
+            self.overflow = true;
+            self.touched.clear();
+            return;
+        }
+        self.touched.extend_from_slice(keys);
     }
 }
 

@@ -1402,3 +1402,78 @@ fn look_ahead_never_evicts_a_chunk_whose_copy_in_it_just_queued() {
     assert_eq!(a.read(y, CHUNK), pattern(1, CHUNK));
     a.assert_clean();
 }
+
+/// Furthest next use first from a table, with the default `order_ttl`
+/// (a kept order is re-keyed, not rebuilt per eviction).
+struct TableTtl(&'static Mutex<std::collections::HashMap<u64, u64>>);
+
+impl crate::policy::Placement for TableTtl {
+    fn name(&self) -> &'static str {
+        "table-ttl"
+    }
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn order(&self, _now: u64, cands: &mut [crate::policy::Cand]) {
+        let t = self.0.lock().unwrap();
+        cands.sort_by_key(|c| std::cmp::Reverse(t.get(&c.key).copied().unwrap_or(0)));
+    }
+    fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
+        false
+    }
+}
+
+/// The kept victim order between builds from every candidate: a chunk
+/// made resident by a call after the order was built is not in it; after
+/// `REBUILD_TAKEN` evictions it is re-keyed into it from the chunks calls
+/// touched (`VictimOrder::touched`) and taken first when the policy ranks
+/// it first — within the policy's `order_ttl`, without a build from every
+/// candidate.
+#[test]
+fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
+    let at: &'static Mutex<std::collections::HashMap<u64, u64>> =
+        Box::leak(Box::new(Mutex::new(std::collections::HashMap::new())));
+    let n = 36u64;
+    let a = App::with_policy(n, Box::new(TableTtl(at)));
+    a.r.set_look_ahead(false);
+    let c: Vec<u64> = (0..n).map(|_| a.malloc(CHUNK)).collect();
+    let x = a.malloc(CHUNK);
+    let d: Vec<u64> = (0..33).map(|_| a.malloc(CHUNK)).collect();
+    {
+        let mut t = at.lock().unwrap();
+        t.extend(c.iter().enumerate().map(|(k, &va)| (va, 1000 + k as u64)));
+        t.insert(x, 10);
+    }
+    for (k, &va) in c.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 64)); // ticks 1-36: HBM full
+    }
+    // tick 37: the order is built from every candidate (x is not one yet);
+    // the furthest, c35, leaves
+    a.write(x, &pattern(99, 64));
+    assert!(!resident(&a, c[35]) && resident(&a, x));
+    let full_at = a.r.st.lock().unwrap().dev(0).order.full_at;
+    // x is now the furthest
+    at.lock().unwrap().insert(x, 1_000_000);
+    // tick 38: one call needs 33 chunks: 31 more evictions from the kept
+    // order (c34 down), then it is re-keyed with x and x goes first
+    let rs: Vec<Range> = d
+        .iter()
+        .map(|&addr| Range {
+            addr,
+            len: 64,
+            write: true,
+        })
+        .collect();
+    a.sync(&rs, true, || Ok(())).expect("call");
+    assert!(!resident(&a, x), "x is in the re-keyed order and first");
+    assert!(resident(&a, c[2]), "{:?}", a.r.counters());
+    {
+        let st = a.r.st.lock().unwrap();
+        let o = &st.dev(0).order;
+        assert_eq!(o.full_at, full_at, "re-keyed, not built again");
+        assert!(o.built_at >= full_at && o.taken < 32);
+    }
+    for (k, &va) in c.iter().enumerate() {
+        assert_eq!(a.read(va, 64), pattern(k as u64, 64));
+    }
+    assert_eq!(a.read(x, 64), pattern(99, 64));
+    a.assert_clean();
+}

@@ -80,4 +80,8 @@ impl Placement for Recording {
     fn set_heat_fn(&self, f: HeatFn) {
         self.inner.set_heat_fn(f)
     }
+
+    fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
+        self.inner.order_top(now, cands, k)
+    }
 }
