@@ -41,6 +41,43 @@ pub enum Order {
 /// A chunk a call needs: (backing id, index, the call overwrites it whole).
 pub(super) type Need = (u64, u32, bool);
 
+/// Pushes the chunks of backing `id` (mapped at `start`, `len` bytes) that
+/// range `r` (ending at `end`) covers: (id, index, overwritten whole,
+/// written). A chunk equal to the last one pushed is merged into it (whole
+/// only if both are, written if either is); `sorted` turns false when a
+/// chunk comes before the last one pushed.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn push_chunks(
+    all: &mut Vec<(u64, u32, bool, bool)>,
+    sorted: &mut bool,
+    id: u64,
+    r: &Range,
+    start: u64,
+    len: u64,
+    end: u64,
+    overwrite: bool,
+) {
+    let lo = r.addr.max(start) - start;
+    let hi = end.min(start + len) - start;
+    for i in lo / CHUNK..hi.div_ceil(CHUNK) {
+        let cs = i * CHUNK;
+        let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
+        let i = i as u32;
+        if let Some(k) = all.last_mut() {
+            if (k.0, k.1) == (id, i) {
+                k.2 &= whole;
+                k.3 |= r.write;
+                continue;
+            }
+            if (k.0, k.1) > (id, i) {
+                *sorted = false;
+            }
+        }
+        all.push((id, i, whole, r.write));
+    }
+}
+
 impl Residency {
     /// Before a call touching `ranges`: every chunk they cover is resident
     /// and pinned. `overwrite`: write ranges replace whole chunks' contents
@@ -61,25 +98,37 @@ impl Residency {
         let mut all = std::mem::take(&mut st.call_chunks);
         all.clear();
         let mut ranges_seen = 0;
+        // the VA entry the previous range was found in, (start, id, len,
+        // real handle): an operator's ranges are mostly carved out of one
+        // allocation, and a range inside it needs no walk of `vas`
+        let mut last: Option<(u64, u64, u64, bool)> = None;
+        // chunks pushed in ascending (id, index) order, a repeat merged
+        // into the one before: then no sort is needed
+        let mut sorted = true;
         for r in ranges {
             if r.len == 0 {
                 continue;
             }
             let end = r.addr.saturating_add(r.len);
             let before = all.len();
-            for (&start, &(id, len)) in st.vas.range(..end).rev() {
-                if start + len <= r.addr {
-                    break;
+            match last {
+                Some((start, id, len, real)) if r.addr >= start && end <= start + len => {
+                    if !real {
+                        push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                    }
                 }
-                if st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false) {
-                    continue; // a real handle: always in HBM
-                }
-                let lo = r.addr.max(start) - start;
-                let hi = end.min(start + len) - start;
-                for i in lo / CHUNK..hi.div_ceil(CHUNK) {
-                    let cs = i * CHUNK;
-                    let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
-                    all.push((id, i as u32, whole, r.write));
+                _ => {
+                    for (&start, &(id, len)) in st.vas.range(..end).rev() {
+                        if start + len <= r.addr {
+                            break;
+                        }
+                        // a real handle: always in HBM
+                        let real = st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false);
+                        last = Some((start, id, len, real));
+                        if !real {
+                            push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                        }
+                    }
                 }
             }
             ranges_seen += (all.len() > before) as u32;
@@ -88,8 +137,9 @@ impl Residency {
             st.call_chunks = all;
             return Ok(Token::default());
         }
-        // one range covers each chunk once; several may overlap
-        if ranges_seen > 1 {
+        // one range covers each chunk once; several may overlap (chunks
+        // pushed in order are merged already: see push_chunks)
+        if ranges_seen > 1 && !sorted {
             all.sort_unstable_by_key(|c| (c.0, c.1));
             all.dedup_by(|c, kept| {
                 let same = c.0 == kept.0 && c.1 == kept.1;
@@ -120,7 +170,13 @@ impl Residency {
         // or the call is refused before anything moves (checked when
         // something must move)
         let mut over = None;
-        if need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm()) {
+        // the common case: every chunk in HBM with no copy-out in flight
+        // (fault_in would find nothing to do for any of them)
+        let resident = need.iter().all(|n| {
+            let c = st.chunk(n.0, n.1);
+            c.in_hbm() && c.out_ev == 0
+        });
+        if !resident && need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm()) {
             if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
                 if !self.host_map {
                     self.refuse_oversize(o);
@@ -145,7 +201,14 @@ impl Residency {
         // U3M_HOST_MAP=stream: reads of host-mapped chunks served in place
         // by the last try (counted once the call goes ahead)
         let mut stream_reads = 0;
+        // nothing to move (U3M_HOST_MAP=stream maps reads of its own): only
+        // the copy-ins still in flight for these chunks order the call
+        let fast = resident && !self.host_map_stream;
         loop {
+            if fast {
+                self.after_copy_ins(&mut st, &need, order)?;
+                break;
+            }
             let r = match over {
                 None if self.host_map_stream => {
                     match self.map_streams(&mut st, dev, &need, &tok.writes) {
