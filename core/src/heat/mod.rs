@@ -318,6 +318,13 @@ impl HeatTable {
     /// union, the same whatever the order). Returns the sum of the touches'
     /// results (`alloc`: the first attributed).
     pub fn touch_ranges(&self, ranges: &[crate::engine::Range], a: &Access) -> TouchResult {
+        if let [r] = ranges {
+            // nothing to share: the plain touch is cheaper than a batch
+            return match r.len {
+                0 => TouchResult::default(),
+                _ => self.touch(r.addr, r.len, &Access { write: r.write, ..*a }),
+            };
+        }
         let shard = self.shard();
         let mut res = TouchResult::default();
         let mut b = Batch {
@@ -407,9 +414,7 @@ impl HeatTable {
         if n == 0 {
             return;
         }
-        let parts = b.parts;
-        let parts = &parts[..n];
-        let write = parts.iter().any(|p| p.2);
+        let write = b.parts[..n].iter().any(|p| p.2);
         let ok = self
             .allocs
             .slot(idx)
@@ -418,7 +423,8 @@ impl HeatTable {
             Some((slot, true)) => slot,
             Some((_, false)) => {
                 // freed since it was resolved: these parts belong to nobody
-                for &(p0, p1, _, ri) in parts {
+                for j in 0..n {
+                    let (p0, p1, _, ri) = b.parts[j];
                     res.unattributed_bytes += p1 - p0;
                     shard.stale_parts.fetch_add(1, Relaxed);
                     b.mark(ri);
@@ -428,6 +434,8 @@ impl HeatTable {
             }
             None => return,
         };
+        let b = &*b;
+        let parts = &b.parts[..n];
         if res.alloc.is_none() {
             res.alloc = Some(AllocId(idx, gen));
         }

@@ -91,7 +91,44 @@ impl Residency {
         overwrite: bool,
         order: Order,
     ) -> Result<Token, AclError> {
-        let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
+        self.prepare_timed(dev, class, ranges, overwrite, order).0
+    }
+
+    /// [`prepare`](Self::prepare), and how long the call stalled in it (ns):
+    /// from the moment it had to wait for the residency lock, found a chunk
+    /// to move or wait for, or a copy-in in flight to wait for, to its end.
+    /// None when it met none of these — the common call, which then reads
+    /// no clock.
+    pub fn prepare_timed(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+    ) -> (Result<Token, AclError>, Option<u64>) {
+        let mut t0 = None;
+        let r = self.prepare_in(dev, class, ranges, overwrite, order, &mut t0);
+        (r, t0.map(|t| crate::shm::mono_ns().saturating_sub(t)))
+    }
+
+    fn prepare_in(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<Token, AclError> {
+        let mut st = match self.st.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                *t0 = Some(crate::shm::mono_ns());
+                self.st.lock().map_err(|_| E_ALLOC)?
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(E_ALLOC),
+        };
         // every (chunk, range) the call covers, then merged per chunk: a
         // chunk is overwritten whole only if every range covering it does,
         // written if any does
@@ -204,9 +241,12 @@ impl Residency {
         // nothing to move (U3M_HOST_MAP=stream maps reads of its own): only
         // the copy-ins still in flight for these chunks order the call
         let fast = resident && !self.host_map_stream;
+        if !fast && t0.is_none() {
+            *t0 = Some(crate::shm::mono_ns());
+        }
         loop {
             if fast {
-                self.after_copy_ins(&mut st, &need, order)?;
+                self.after_copy_ins(&mut st, &need, order, t0)?;
                 break;
             }
             let r = match over {
@@ -248,7 +288,7 @@ impl Residency {
             match r {
                 Ok(()) => {
                     self.unreserve(&mut st, &mut reserved);
-                    self.after_copy_ins(&mut st, &need, order)?;
+                    self.after_copy_ins(&mut st, &need, order, t0)?;
                     break;
                 }
                 Err(Fail::Busy) if tries < max_tries => {
@@ -482,7 +522,14 @@ impl Residency {
 
     /// Orders the caller after copy-ins still in flight for chunks it needs
     /// that were already resident (issued by another call or the prefetch).
-    fn after_copy_ins(&self, st: &mut State, need: &[Need], order: Order) -> Result<(), AclError> {
+    /// `t0`: when the call began to stall (set here if it must wait).
+    fn after_copy_ins(
+        &self,
+        st: &mut State,
+        need: &[Need],
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<(), AclError> {
         let mut evs: Vec<u64> = Vec::new();
         let mut done: Vec<(u64, u32, u64)> = Vec::new();
         for &(id, i, _) in need {
@@ -515,6 +562,9 @@ impl Residency {
                 c.uses.retain(|u| u.1 != ev);
             }
             st.unref_event(ev);
+        }
+        if !evs.is_empty() && t0.is_none() {
+            *t0 = Some(crate::shm::mono_ns());
         }
         for ev in evs {
             match order {
