@@ -4,7 +4,7 @@
 //! caller's stream waits on u3m's copy events (or the host waits, for a
 //! synchronous or captured call); an eviction waits for every use event.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
 use super::state::State;
@@ -121,6 +121,10 @@ impl Residency {
         order: Order,
         t0: &mut Option<u64>,
     ) -> Result<Token, AclError> {
+        if !self.may_be_managed(ranges) {
+            // nothing u3m manages (small allocations, host memory): no lock
+            return Ok(Token::default());
+        }
         let mut st = match self.st.try_lock() {
             Ok(st) => st,
             Err(std::sync::TryLockError::WouldBlock) => {
@@ -387,6 +391,27 @@ impl Residency {
         }
         st.call_keys = keys;
         Ok(tok)
+    }
+
+    /// Notes `[va, va+len)` entered in `State::vas` (with the lock held,
+    /// before the program can use the address): `may_be_managed` then
+    /// covers it.
+    pub(super) fn note_va(&self, va: u64, len: u64) {
+        self.va_lo.fetch_min(va, Release);
+        self.va_hi.fetch_max(va.saturating_add(len), Release);
+    }
+
+    /// false when no range of the call can overlap an entry of
+    /// `State::vas`: they all lie outside every VA range u3m ever managed.
+    /// The program uses an address only after the call that returned or
+    /// mapped it, which noted it first (`note_va`), so a range in managed
+    /// memory is never missed; a false positive only takes the lock.
+    #[inline]
+    fn may_be_managed(&self, ranges: &[Range]) -> bool {
+        let (lo, hi) = (self.va_lo.load(Acquire), self.va_hi.load(Acquire));
+        ranges
+            .iter()
+            .any(|r| r.len > 0 && r.addr < hi && r.addr.saturating_add(r.len) > lo)
     }
 
     /// After the call: unpin; on success note the use on `stream` (the
