@@ -46,7 +46,7 @@ pub(super) type Need = (u64, u32, bool);
 /// written). A chunk equal to the last one pushed is merged into it (whole
 /// only if both are, written if either is); `sorted` turns false when a
 /// chunk comes before the last one pushed.
-#[inline]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn push_chunks(
     all: &mut Vec<(u64, u32, bool, bool)>,
