@@ -371,7 +371,13 @@ impl Drop for AddrMap {
 /// ascending order; a run of pages with the same owner set (it only changes
 /// where an owner starts or ends) is computed once: with 0 or 1 owner the
 /// run is plain stores.
-fn write_pages(pt: &PageTable, chunk_base: u64, owners: &[(u64, u64, u64)], from: usize, to: usize) {
+fn write_pages(
+    pt: &PageTable,
+    chunk_base: u64,
+    owners: &[(u64, u64, u64)],
+    from: usize,
+    to: usize,
+) {
     let page_of = |a: u64| ((a - chunk_base) >> PAGE_SHIFT) as usize;
     let mut list = [0u64; MULTI_OWNERS];
     let mut k = 0; // first owner that can overlap page p

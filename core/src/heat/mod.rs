@@ -322,7 +322,14 @@ impl HeatTable {
             // nothing to share: the plain touch is cheaper than a batch
             return match r.len {
                 0 => TouchResult::default(),
-                _ => self.touch(r.addr, r.len, &Access { write: r.write, ..*a }),
+                _ => self.touch(
+                    r.addr,
+                    r.len,
+                    &Access {
+                        write: r.write,
+                        ..*a
+                    },
+                ),
             };
         }
         let shard = self.shard();
@@ -415,10 +422,13 @@ impl HeatTable {
             return;
         }
         let write = b.parts[..n].iter().any(|p| p.2);
-        let ok = self
-            .allocs
-            .slot(idx)
-            .map(|slot| (slot, slot.rec.hit_n(gen as u64, &b.hits[write as usize], n as u64)));
+        let ok = self.allocs.slot(idx).map(|slot| {
+            (
+                slot,
+                slot.rec
+                    .hit_n(gen as u64, &b.hits[write as usize], n as u64),
+            )
+        });
         let slot = match ok {
             Some((slot, true)) => slot,
             Some((_, false)) => {
@@ -625,7 +635,8 @@ mod tests {
                 t.on_alloc(0, B + i * 64 * 1024, 48 * 1024, AllocKind::Malloc)
                     .unwrap();
             }
-            t.on_alloc(0, B + 4 * MIB, 6 * MIB, AllocKind::Malloc).unwrap();
+            t.on_alloc(0, B + 4 * MIB, 6 * MIB, AllocKind::Malloc)
+                .unwrap();
             t.on_alloc(0, B + GIB - 2 * MIB, 4 * MIB, AllocKind::Malloc)
                 .unwrap();
             t
@@ -638,7 +649,14 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        let bases = [B, B + 64 * 1024, B + 5 * 64 * 1024, B + 4 * MIB, B + GIB - 2 * MIB, B + 3 * MIB];
+        let bases = [
+            B,
+            B + 64 * 1024,
+            B + 5 * 64 * 1024,
+            B + 4 * MIB,
+            B + GIB - 2 * MIB,
+            B + 3 * MIB,
+        ];
         for call in 0..400u64 {
             let n = 1 + rnd(20) as usize;
             let rs: Vec<Range> = (0..n)
@@ -662,7 +680,14 @@ mod tests {
             let mut want = TouchResult::default();
             for r in &rs {
                 if r.len > 0 {
-                    let t = one.touch(r.addr, r.len, &Access { write: r.write, ..a });
+                    let t = one.touch(
+                        r.addr,
+                        r.len,
+                        &Access {
+                            write: r.write,
+                            ..a
+                        },
+                    );
                     want.alloc = want.alloc.or(t.alloc);
                     want.chunks += t.chunks;
                     want.unattributed_bytes += t.unattributed_bytes;
@@ -688,7 +713,6 @@ mod tests {
         assert!(t2.unattributed_touches > 0 && t2.touches > 1000);
     }
 
-
     /// Allocations and frees of small buffers next to live ones rewrite
     /// only their own pages (`Meta::pages`): every address still resolves
     /// to the allocation that holds it, through chunks going from none to
@@ -713,7 +737,11 @@ mod tests {
                     2 => 64 * 1024,
                     _ => rnd(3 * MIB) + 1,
                 };
-                let free = live.range(..base + len).next_back().map(|(&b, &(l, _))| b + l <= base).unwrap_or(true);
+                let free = live
+                    .range(..base + len)
+                    .next_back()
+                    .map(|(&b, &(l, _))| b + l <= base)
+                    .unwrap_or(true);
                 if let (true, Some(id)) = (free, t.on_alloc(0, base, len, AllocKind::Malloc)) {
                     live.insert(base, (len, id));
                 }
@@ -735,5 +763,4 @@ mod tests {
             }
         }
     }
-
 }

@@ -1446,7 +1446,10 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
     ];
     let got = chunks(&op);
     assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!((got[0].1, got[0].2, got[1].1, got[1].2), (0, true, 2, false));
+    assert_eq!(
+        (got[0].1, got[0].2, got[1].1, got[1].2),
+        (0, true, 2, false)
+    );
     // out of order, over both allocations, chunk 1 of `a` twice
     let mixed = [
         r(b + CHUNK, 10, true),
@@ -1458,7 +1461,12 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
     let got = chunks(&mixed);
     let ids: std::collections::BTreeSet<u64> = got.iter().map(|c| c.0).collect();
     assert_eq!(ids.len(), 2);
-    let of = |va: u64| got.iter().filter(|c| c.0 == chunks(&[r(va, 1, false)])[0].0).map(|c| (c.1, c.2)).collect::<Vec<_>>();
+    let of = |va: u64| {
+        got.iter()
+            .filter(|c| c.0 == chunks(&[r(va, 1, false)])[0].0)
+            .map(|c| (c.1, c.2))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(of(a), vec![(1, true), (2, false), (3, false)]);
     assert_eq!(of(b), vec![(0, false), (1, true)]);
 }
