@@ -502,12 +502,14 @@ impl Residency {
     /// of fences recorded meanwhile. `.1`: the fence is full, record it.
     fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
         let mut closed = std::mem::take(&mut st.closed_fences);
-        self.fences.take_closed(&mut closed);
+        // the fence joined is open: none of the closed ones (an event is
+        // pooled again only once these references are dropped, below)
+        let joined = self.fences.take_closed_and_join(stream, &mut closed);
         for ev in closed.drain(..) {
             st.unref_event(ev);
         }
         st.closed_fences = closed;
-        if let Some(f) = self.fences.join(stream) {
+        if let Some(f) = joined {
             return Some(f);
         }
         let ev = self.pooled_event(st)?;
