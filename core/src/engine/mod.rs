@@ -760,21 +760,18 @@ impl Engine {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
         let (class, h) = classify(name);
-        for r in ranges {
-            if r.len > 0 {
-                self.heat.touch(
-                    r.addr,
-                    r.len,
-                    &Access {
-                        seq,
-                        ns,
-                        class,
-                        op_hash: h,
-                        write: r.write,
-                    },
-                );
-            }
-        }
+        // every range at once: ranges in one allocation and chunk are
+        // counted in one update of its records (each range's own write)
+        self.heat.touch_ranges(
+            ranges,
+            &Access {
+                seq,
+                ns,
+                class,
+                op_hash: h,
+                write: false,
+            },
+        );
         self.note_capture(ranges);
     }
 

@@ -14,7 +14,6 @@ use super::{Engine, Range, MAX_OP_RANGES};
 use crate::acl::AclError;
 use crate::opclass::OpClass;
 use crate::residency::{Order, Residency};
-use crate::shm::mono_ns;
 
 /// The real function with the program's arguments (an allocation retried
 /// after making room calls it again).
@@ -173,10 +172,15 @@ impl Engine {
         // background rounds due on the runtime's clock run before the call
         // and after it (publish.rs)
         let _paced = self.publisher.pace_call();
-        let t0 = mono_ns();
-        let prepared = r.prepare(dev.max(0) as u32, class as u8, ranges, overwrite, order);
-        // the time calls spend in u3m before they can run (the stall account)
-        self.ops.stall_ns.fetch_add(mono_ns() - t0, Relaxed);
+        let (prepared, stalled) =
+            r.prepare_timed(dev.max(0) as u32, class as u8, ranges, overwrite, order);
+        // the time calls spend in u3m before they can run (the stall
+        // account): waiting for the residency lock, for fault-ins, for
+        // copy-ins in flight; a call that found its memory resident and the
+        // lock free stalled for nothing and reads no clock
+        if let Some(ns) = stalled {
+            self.ops.stall_ns.fetch_add(ns, Relaxed);
+        }
         let tok = match prepared {
             Ok(t) => t,
             Err(e) => {

@@ -93,6 +93,10 @@ pub(crate) struct Meta {
     pub owners: u32,
     pub mapped: bool,
     pub pins: u8,
+    /// The chunk's page table holds its current owners page by page (kept
+    /// while it has one owner too), so a change of one allocation rewrites
+    /// only that allocation's pages (`AddrMap::set_owners_span`).
+    pub pages: bool,
 }
 
 impl Meta {
@@ -103,13 +107,15 @@ impl Meta {
             owners: ((v >> 32) & 0xffff) as u32,
             mapped: v >> 48 & 1 != 0,
             pins: (v >> 52 & 0xf) as u8,
+            pages: v >> 56 & 1 != 0,
         }
     }
     pub fn store(self, cs: &ChunkSlot) {
         let v = self.bytes as u64
             | (self.owners.min(0xffff) as u64) << 32
             | (self.mapped as u64) << 48
-            | ((self.pins & 0xf) as u64) << 52;
+            | ((self.pins & 0xf) as u64) << 52
+            | (self.pages as u64) << 56;
         cs.meta.store(v, Relaxed);
     }
 }
@@ -260,65 +266,57 @@ impl AddrMap {
     /// level is rewritten page by page so that no owner that stays is ever
     /// missing from a published entry. The caller reserved the memory
     /// (`reserve_pages`) and checked `MULTI_OWNERS`.
-    pub fn set_owners(&self, cs: &ChunkSlot, chunk_base: u64, owners: &[(u64, u64, u64)]) {
+    /// Returns whether the page table now holds the owners (two or more).
+    pub fn set_owners(&self, cs: &ChunkSlot, chunk_base: u64, owners: &[(u64, u64, u64)]) -> bool {
         match owners {
-            [] => cs.owner.store(0, Release),
-            [(w, _, _)] => cs.owner.store(*w, Release),
+            [] => {
+                cs.owner.store(0, Release);
+                false
+            }
+            [(w, _, _)] => {
+                cs.owner.store(*w, Release);
+                false
+            }
             _ => {
                 let pt_ptr = cs.pages.load(Acquire);
                 // SAFETY: reserved by the caller; lives as long as the map.
                 let Some(pt) = (unsafe { pt_ptr.as_ref() }) else {
-                    return;
+                    return false;
                 };
-                // Pages in ascending order, as before, but a run of pages
-                // with the same owner set (it only changes where an owner
-                // starts or ends) is computed once: with 0 or 1 owner the
-                // run is plain stores.
-                let page_of = |a: u64| ((a - chunk_base) >> PAGE_SHIFT) as usize;
-                let mut list = [0u64; MULTI_OWNERS];
-                let mut k = 0; // first owner that can overlap page p
-                let mut p = 0;
-                while p < PAGES {
-                    let (ps, pe) = (
-                        chunk_base + (p as u64) * PAGE,
-                        chunk_base + (p as u64 + 1) * PAGE,
-                    );
-                    while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
-                        k += 1;
-                    }
-                    let mut n = 0;
-                    let mut run_end = PAGES;
-                    for &(w, b, l) in &owners[k..] {
-                        if b >= pe {
-                            // the next owner's first page starts a new run
-                            run_end = run_end.min(page_of(b));
-                            break;
-                        }
-                        if b + l > ps {
-                            if n < MULTI_OWNERS {
-                                list[n] = w;
-                                n += 1;
-                            }
-                            // the page after this owner's last one starts a new run
-                            run_end =
-                                run_end.min(page_of((b + l - 1).min(chunk_base + CHUNK - 1)) + 1);
-                        }
-                    }
-                    let run_end = run_end.max(p + 1);
-                    if n <= 1 {
-                        let w = if n == 1 { list[0] } else { 0 };
-                        for e in &pt.entries[p..run_end] {
-                            e.store(w, Release);
-                        }
-                        p = run_end;
-                    } else {
-                        write_page(pt, p, &list[..n]);
-                        p += 1;
-                    }
-                }
+                write_pages(pt, chunk_base, owners, 0, PAGES);
                 cs.owner.store(pt_ptr as u64 | T_PTR, Release);
+                true
             }
         }
+    }
+
+    /// [`set_owners`](Self::set_owners) after a change of owners on pages
+    /// `[p0, p1)` only, for a chunk whose page table holds its owners on
+    /// every other page (`Meta::pages`): rewrites those pages (`owners`:
+    /// every live allocation overlapping them, in address order), then
+    /// publishes the page table (`total` owners >= 2) or `single`, the
+    /// chunk's one owner word (0: none). false if there is no page table.
+    pub fn set_owners_span(
+        &self,
+        cs: &ChunkSlot,
+        chunk_base: u64,
+        owners: &[(u64, u64, u64)],
+        (p0, p1): (usize, usize),
+        total: u32,
+        single: u64,
+    ) -> bool {
+        let pt_ptr = cs.pages.load(Acquire);
+        // SAFETY: reserved by the caller; lives as long as the map.
+        let Some(pt) = (unsafe { pt_ptr.as_ref() }) else {
+            return false;
+        };
+        write_pages(pt, chunk_base, owners, p0, p1.min(PAGES));
+        if total >= 2 {
+            cs.owner.store(pt_ptr as u64 | T_PTR, Release);
+        } else {
+            cs.owner.store(single, Release);
+        }
+        true
     }
 
     /// Installed regions' slots, for readers and for drop.
@@ -368,6 +366,61 @@ impl Drop for AddrMap {
 }
 
 /// Set page `p` to exactly the owners in `list` (at most MULTI_OWNERS).
+/// Pages `[from, to)` of `pt` (the chunk at `chunk_base`) rewritten for
+/// `owners` (every live allocation overlapping them, in address order), in
+/// ascending order; a run of pages with the same owner set (it only changes
+/// where an owner starts or ends) is computed once: with 0 or 1 owner the
+/// run is plain stores.
+fn write_pages(
+    pt: &PageTable,
+    chunk_base: u64,
+    owners: &[(u64, u64, u64)],
+    from: usize,
+    to: usize,
+) {
+    let page_of = |a: u64| ((a - chunk_base) >> PAGE_SHIFT) as usize;
+    let mut list = [0u64; MULTI_OWNERS];
+    let mut k = 0; // first owner that can overlap page p
+    let mut p = from;
+    while p < to {
+        let (ps, pe) = (
+            chunk_base + (p as u64) * PAGE,
+            chunk_base + (p as u64 + 1) * PAGE,
+        );
+        while k < owners.len() && owners[k].1 + owners[k].2 <= ps {
+            k += 1;
+        }
+        let mut n = 0;
+        let mut run_end = to;
+        for &(w, b, l) in &owners[k..] {
+            if b >= pe {
+                // the next owner's first page starts a new run
+                run_end = run_end.min(page_of(b));
+                break;
+            }
+            if b + l > ps {
+                if n < MULTI_OWNERS {
+                    list[n] = w;
+                    n += 1;
+                }
+                // the page after this owner's last one starts a new run
+                run_end = run_end.min(page_of((b + l - 1).min(chunk_base + CHUNK - 1)) + 1);
+            }
+        }
+        let run_end = run_end.max(p + 1);
+        if n <= 1 {
+            let w = if n == 1 { list[0] } else { 0 };
+            for e in &pt.entries[p..run_end] {
+                e.store(w, Release);
+            }
+            p = run_end;
+        } else {
+            write_page(pt, p, &list[..n]);
+            p += 1;
+        }
+    }
+}
+
 fn write_page(pt: &PageTable, p: usize, list: &[u64]) {
     let entry = &pt.entries[p];
     match list {

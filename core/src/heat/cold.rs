@@ -54,7 +54,43 @@ impl HeatTable {
     /// Republish the owners of the chunk at `chunk` after a change.
     pub(super) fn refresh_chunk(&self, c: &Cold, cs: &ChunkSlot, chunk: u64) {
         let owners = self.owner_list(c, chunk);
-        self.map.set_owners(cs, chunk, &owners);
+        let pages = self.map.set_owners(cs, chunk, &owners);
+        let mut m = Meta::load(cs);
+        m.pages = pages;
+        m.store(cs);
+    }
+
+    /// [`refresh_chunk`](Self::refresh_chunk) after the allocation
+    /// `[s, e)` came or went (its `Meta` already counts it, or no longer
+    /// does): when the chunk's page table holds the other owners
+    /// (`Meta::pages`), only the pages of `[s, e)` are rewritten — an
+    /// allocation and free of a small buffer next to a live one no longer
+    /// rewrites all 512 pages of the chunk, twice.
+    pub(super) fn refresh_span(&self, c: &Cold, cs: &ChunkSlot, chunk: u64, s: u64, e: u64) {
+        let m = Meta::load(cs);
+        if !m.pages || m.owners == 0 {
+            return self.refresh_chunk(c, cs, chunk);
+        }
+        let (s, e) = (s.max(chunk), e.min(chunk + CHUNK));
+        let p0 = ((s - chunk) >> PAGE_SHIFT) as usize;
+        let p1 = ((e - 1 - chunk) >> PAGE_SHIFT) as usize + 1;
+        let (ps, pe) = (chunk + p0 as u64 * PAGE, chunk + p1 as u64 * PAGE);
+        let word = |(i, b, l): (u32, u64, u64)| (owner_word(i, self.slot(i).gen()), b, l);
+        let owners: Vec<Owner> = self.owners_iter(c, ps, pe).map(word).collect();
+        let single = if m.owners == 1 {
+            self.owners_iter(c, chunk, chunk + CHUNK)
+                .next()
+                .map(|o| word(o).0)
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        if !self
+            .map
+            .set_owners_span(cs, chunk, &owners, (p0, p1), m.owners, single)
+        {
+            self.refresh_chunk(c, cs, chunk);
+        }
     }
 
     /// Record in place for `cs`, taking one from the pool if it has none.
@@ -191,8 +227,11 @@ impl HeatTable {
             m.store(cs);
             if part == CHUNK {
                 self.map.set_owners(cs, chunk, &[(w, base, len)]);
+                let mut m = Meta::load(cs);
+                m.pages = false;
+                m.store(cs);
             } else {
-                self.refresh_chunk(c, cs, chunk);
+                self.refresh_span(c, cs, chunk, base, end);
             }
             if kind != AllocKind::Reserved {
                 self.ensure_chunk_rec(c, cs);
@@ -245,7 +284,7 @@ impl HeatTable {
                     Meta::default().store(cs);
                 } else {
                     m.store(cs);
-                    self.refresh_chunk(&c, cs, chunk);
+                    self.refresh_span(&c, cs, chunk, base, end);
                 }
             }
             chunk += CHUNK;

@@ -90,6 +90,33 @@ pub struct HeatTable {
     config: HeatConfig,
 }
 
+/// Parts of ranges [`HeatTable::touch_ranges`] counts at once.
+const BATCH: usize = 8;
+
+/// `touch_ranges`' pending parts, all of one allocation.
+struct Batch {
+    /// The access read and written.
+    hits: [Hit; 2],
+    /// The allocation of the parts: (idx, gen, base, len).
+    owner: Option<(u32, u32, u64, u64)>,
+    /// (start, end, write, index of the range).
+    parts: [(u64, u64, bool, usize); BATCH],
+    n: usize,
+    /// The last range found with unattributed bytes (ranges are marked in
+    /// order: one count per range, as one `touch` per range counts).
+    marked: Option<usize>,
+    unattributed_touches: u64,
+}
+
+impl Batch {
+    fn mark(&mut self, range: usize) {
+        if self.marked != Some(range) {
+            self.marked = Some(range);
+            self.unattributed_touches += 1;
+        }
+    }
+}
+
 /// Owner list entry for the address map: (owner word, base, len).
 type Owner = (u64, u64, u64);
 
@@ -281,6 +308,202 @@ impl HeatTable {
         }
     }
 
+    /// [`HeatTable::touch`] of every range of one call (each with its own
+    /// `write`; `a.write` is not used), with the same result as touching
+    /// them one after the other, but cheaper when ranges share an
+    /// allocation and a chunk, as an operator's do: an allocation found
+    /// for one range is not looked up again for the next range inside it,
+    /// and its record, and a chunk's, count those ranges in one update
+    /// (the counts are added at once; every other field is a max, min or
+    /// union, the same whatever the order). Returns the sum of the touches'
+    /// results (`alloc`: the first attributed).
+    pub fn touch_ranges(&self, ranges: &[crate::engine::Range], a: &Access) -> TouchResult {
+        if let [r] = ranges {
+            // nothing to share: the plain touch is cheaper than a batch
+            return match r.len {
+                0 => TouchResult::default(),
+                _ => self.touch(
+                    r.addr,
+                    r.len,
+                    &Access {
+                        write: r.write,
+                        ..*a
+                    },
+                ),
+            };
+        }
+        let shard = self.shard();
+        let mut res = TouchResult::default();
+        let mut b = Batch {
+            hits: [
+                Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
+                Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
+            ],
+            owner: None,
+            parts: [(0, 0, false, 0); BATCH],
+            n: 0,
+            marked: None,
+            unattributed_touches: 0,
+        };
+        let mut touches = 0;
+        for (ri, r) in ranges.iter().enumerate() {
+            if r.len == 0 {
+                continue;
+            }
+            touches += 1;
+            let end = r.addr.saturating_add(r.len);
+            let mut cur = r.addr;
+            while cur < end {
+                // the allocation of the previous part, if it holds `cur`
+                let found = match b.owner {
+                    Some((idx, gen, base, len)) if cur >= base && cur < base + len => {
+                        Resolved::Found {
+                            idx,
+                            gen,
+                            base,
+                            len,
+                        }
+                    }
+                    _ => self.map.resolve(cur, &self.allocs),
+                };
+                match found {
+                    Resolved::Gap(next) => {
+                        // counted in range order: what is pending goes first
+                        self.flush(&mut b, &mut res, shard);
+                        let n = next.min(end);
+                        res.unattributed_bytes += n - cur;
+                        b.mark(ri);
+                        cur = n;
+                    }
+                    Resolved::Found {
+                        idx,
+                        gen,
+                        base,
+                        len,
+                    } => {
+                        let same = matches!(b.owner, Some((i, g, ..)) if (i, g) == (idx, gen));
+                        if !same || b.n == BATCH {
+                            self.flush(&mut b, &mut res, shard);
+                        }
+                        b.owner = Some((idx, gen, base, len));
+                        let pend = end.min(base + len);
+                        b.parts[b.n] = (cur, pend, r.write, ri);
+                        b.n += 1;
+                        cur = pend;
+                    }
+                }
+            }
+        }
+        self.flush(&mut b, &mut res, shard);
+        shard.touches.fetch_add(touches, Relaxed);
+        if b.unattributed_touches != 0 {
+            shard
+                .unattributed_touches
+                .fetch_add(b.unattributed_touches, Relaxed);
+        }
+        if res.unattributed_bytes != 0 {
+            shard
+                .unattributed_bytes
+                .fetch_add(res.unattributed_bytes, Relaxed);
+        }
+        res
+    }
+
+    /// Counts the parts `b` holds (all of one allocation): its record once
+    /// for all of them, then each part's tensor range, then each chunk
+    /// once per run of parts that reach it one after the other — what
+    /// [`HeatTable::attribute`] does part by part.
+    fn flush(&self, b: &mut Batch, res: &mut TouchResult, shard: &Shard) {
+        let n = std::mem::take(&mut b.n);
+        let Some((idx, gen, _, _)) = b.owner else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        let write = b.parts[..n].iter().any(|p| p.2);
+        let ok = self.allocs.slot(idx).map(|slot| {
+            (
+                slot,
+                slot.rec
+                    .hit_n(gen as u64, &b.hits[write as usize], n as u64),
+            )
+        });
+        let slot = match ok {
+            Some((slot, true)) => slot,
+            Some((_, false)) => {
+                // freed since it was resolved: these parts belong to nobody
+                for j in 0..n {
+                    let (p0, p1, _, ri) = b.parts[j];
+                    res.unattributed_bytes += p1 - p0;
+                    shard.stale_parts.fetch_add(1, Relaxed);
+                    b.mark(ri);
+                }
+                b.owner = None;
+                return;
+            }
+            None => return,
+        };
+        let b = &*b;
+        let parts = &b.parts[..n];
+        if res.alloc.is_none() {
+            res.alloc = Some(AllocId(idx, gen));
+        }
+        for &(p0, p1, w, _) in parts {
+            let h = &b.hits[w as usize];
+            if let RangeHit::Dropped = self.ranges.hit(p0, p1 - p0, idx, gen, h, &self.allocs) {
+                shard.dropped_ranges.fetch_add(1, Relaxed);
+            }
+        }
+        let live = (gen as u64) << 32 | LIVE;
+        // a run: chunk, parts reaching it, any of them writes
+        let mut run: Option<(u64, u64, bool)> = None;
+        for &(p0, p1, w, _) in parts {
+            for c in p0 >> CHUNK_SHIFT..=(p1 - 1) >> CHUNK_SHIFT {
+                match &mut run {
+                    Some((rc, k, rw)) if *rc == c => {
+                        *k += 1;
+                        *rw |= w;
+                    }
+                    _ => {
+                        if let Some(r) = run.replace((c, 1, w)) {
+                            self.hit_chunk(slot, live, r, b, res);
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(r) = run {
+            self.hit_chunk(slot, live, r, b, res);
+        }
+    }
+
+    /// `k` accesses of chunk `c` by a live allocation (`live`: its slot's
+    /// state word), as `attribute` counts one.
+    #[inline]
+    fn hit_chunk(
+        &self,
+        slot: &alloc_table::AllocSlot,
+        live: u64,
+        (c, k, w): (u64, u64, bool),
+        b: &Batch,
+        res: &mut TouchResult,
+    ) {
+        if let Some(cs) = self.map.chunk(c << CHUNK_SHIFT) {
+            let rw = cs.rec.load(Acquire);
+            // The owner still live after reading `rec` means `rec` is the
+            // record of an occupancy of this chunk that includes it.
+            if rw != 0 && slot.state.load(Acquire) == live {
+                let ri = (rw as u32).wrapping_sub(1) as usize;
+                if let Some(r) = self.chunk_recs.get(ri) {
+                    if r.rec.hit_n(rw >> 32, &b.hits[w as usize], k) {
+                        res.chunks += k as u32;
+                    }
+                }
+            }
+        }
+    }
+
     /// The live allocation containing `addr` (interior pointers included).
     #[inline]
     pub fn lookup(&self, addr: u64) -> Option<(AllocId, u64, u64)> {
@@ -395,5 +618,149 @@ mod tests {
         );
         let r = t.touch(u64::MAX - 10, 100, &acc(3));
         assert_eq!(r.unattributed_bytes, 10);
+    }
+
+    /// `touch_ranges` leaves every record, counter and result exactly as
+    /// touching its ranges one by one does: ranges sharing an allocation
+    /// and a chunk, ranges over several chunks and allocations, gaps, more
+    /// parts than a batch holds, reads and writes mixed.
+    #[test]
+    fn touch_ranges_is_touch_one_by_one() {
+        use crate::engine::Range;
+        let mk = || {
+            let t = HeatTable::new(64, 4096);
+            // small allocations sharing a chunk, one over three chunks,
+            // one over a region boundary, and a gap between them
+            for i in 0..6u64 {
+                t.on_alloc(0, B + i * 64 * 1024, 48 * 1024, AllocKind::Malloc)
+                    .unwrap();
+            }
+            t.on_alloc(0, B + 4 * MIB, 6 * MIB, AllocKind::Malloc)
+                .unwrap();
+            t.on_alloc(0, B + GIB - 2 * MIB, 4 * MIB, AllocKind::Malloc)
+                .unwrap();
+            t
+        };
+        let (one, all) = (mk(), mk());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let bases = [
+            B,
+            B + 64 * 1024,
+            B + 5 * 64 * 1024,
+            B + 4 * MIB,
+            B + GIB - 2 * MIB,
+            B + 3 * MIB,
+        ];
+        for call in 0..400u64 {
+            let n = 1 + rnd(20) as usize;
+            let rs: Vec<Range> = (0..n)
+                .map(|_| {
+                    let base = bases[rnd(bases.len() as u64) as usize];
+                    let off = rnd(8) * 16 * 1024;
+                    let len = match rnd(4) {
+                        0 => 0,
+                        1 => 4096,
+                        2 => 40 * 1024,
+                        _ => rnd(5 * MIB) + 1,
+                    };
+                    Range {
+                        addr: base + off,
+                        len,
+                        write: rnd(3) == 0,
+                    }
+                })
+                .collect();
+            let a = acc(call + 1);
+            let mut want = TouchResult::default();
+            for r in &rs {
+                if r.len > 0 {
+                    let t = one.touch(
+                        r.addr,
+                        r.len,
+                        &Access {
+                            write: r.write,
+                            ..a
+                        },
+                    );
+                    want.alloc = want.alloc.or(t.alloc);
+                    want.chunks += t.chunks;
+                    want.unattributed_bytes += t.unattributed_bytes;
+                }
+            }
+            assert_eq!(all.touch_ranges(&rs, &a), want, "call {call}: {rs:?}");
+        }
+        assert_eq!(one.live_allocs(), all.live_allocs());
+        let mut c = B;
+        while c < B + 2 * GIB {
+            assert_eq!(one.chunk_info(c), all.chunk_info(c), "chunk {c:#x}");
+            c += CHUNK;
+        }
+        let ranges = |t: &HeatTable| {
+            let mut v = t.hottest_ranges(usize::MAX, 0);
+            v.sort_by_key(|r| (r.start, r.len));
+            v
+        };
+        assert_eq!(ranges(&one), ranges(&all));
+        assert!(ranges(&all).len() > 20);
+        let (t1, t2) = (one.totals(), all.totals());
+        assert_eq!(t1, t2);
+        assert!(t2.unattributed_touches > 0 && t2.touches > 1000);
+    }
+
+    /// Allocations and frees of small buffers next to live ones rewrite
+    /// only their own pages (`Meta::pages`): every address still resolves
+    /// to the allocation that holds it, through chunks going from none to
+    /// one to many owners and back.
+    #[test]
+    fn small_allocs_and_frees_keep_every_page_right() {
+        let t = HeatTable::new(256, 1024);
+        let mut live: BTreeMap<u64, (u64, AllocId)> = BTreeMap::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for op in 0..600 {
+            if live.is_empty() || rnd(5) < 3 {
+                let base = B + rnd(3 * 2048) * 1024;
+                let len = match rnd(4) {
+                    0 => 256 + rnd(4096),
+                    1 => (1 + rnd(16)) * 4096,
+                    2 => 64 * 1024,
+                    _ => rnd(3 * MIB) + 1,
+                };
+                let free = live
+                    .range(..base + len)
+                    .next_back()
+                    .map(|(&b, &(l, _))| b + l <= base)
+                    .unwrap_or(true);
+                if let (true, Some(id)) = (free, t.on_alloc(0, base, len, AllocKind::Malloc)) {
+                    live.insert(base, (len, id));
+                }
+            } else {
+                let k = rnd(live.len() as u64) as usize;
+                let base = *live.keys().nth(k).unwrap();
+                live.remove(&base);
+                t.on_free(base).unwrap();
+            }
+            let mut a = B;
+            while a < B + 7 * MIB {
+                let want = live
+                    .range(..=a)
+                    .next_back()
+                    .filter(|(&b, &(l, _))| a < b + l)
+                    .map(|(&b, &(l, id))| (id, b, l));
+                assert_eq!(t.lookup(a), want, "op {op}: {a:#x}");
+                a += 1024 + rnd(2048);
+            }
+        }
     }
 }

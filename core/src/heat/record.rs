@@ -101,8 +101,15 @@ impl Record {
     /// it is in, the other fields follow (or are dropped with the epoch).
     #[inline]
     pub fn hit(&self, epoch: u64, h: &Hit) -> bool {
+        self.hit_n(epoch, h, 1)
+    }
+
+    /// `n` accesses at once (`n` >= 1), all described by `h`: what `n`
+    /// calls of [`Record::hit`] leave, with one update of each word.
+    #[inline]
+    pub fn hit_n(&self, epoch: u64, h: &Hit, n: u64) -> bool {
         let tag = tag_of(epoch);
-        if !update(&self.count, tag, |p| if p < PAYLOAD { p + 1 } else { p }) {
+        if !update(&self.count, tag, |p| p.saturating_add(n).min(PAYLOAD)) {
             return false;
         }
         update(&self.last_seq, tag, |p| p.max(h.seq));

@@ -96,19 +96,6 @@ impl Fenced {
         self.lock().open.iter().find(|f| f.0 == stream).map(|f| f.1)
     }
 
-    /// A call on `stream` names its open fence, if any: (the fence, whether
-    /// it has now covered `FENCE_CALLS` calls and should be recorded).
-    #[inline]
-    pub fn join(&self, stream: u64) -> Option<(u64, bool)> {
-        if !self.any.load(Acquire) {
-            return None;
-        }
-        let mut l = self.lock();
-        let f = l.open.iter_mut().find(|f| f.0 == stream)?;
-        f.2 += 1;
-        Some((f.1, f.2 >= FENCE_CALLS))
-    }
-
     /// Opens `ev` (created, never recorded, or complete) as `stream`'s
     /// fence, named by one call so far.
     pub fn open(&self, stream: u64, ev: u64) {
@@ -121,15 +108,25 @@ impl Fenced {
         self.any.store(true, Release);
     }
 
-    /// Fences recorded since the last call: the caller drops the reference
-    /// each took when it opened.
-    pub fn take_closed(&self, out: &mut Vec<u64>) {
+    /// What every call's `finish` asks, under one lock of the list every
+    /// call shares (was two round trips): the fences recorded since the
+    /// last call, into `out` (the caller drops the reference each took when
+    /// it opened); and the open fence a call on `stream` names, if any:
+    /// (the fence, whether it has now covered `FENCE_CALLS` calls and
+    /// should be recorded).
+    #[inline]
+    pub fn take_closed_and_join(&self, stream: u64, out: &mut Vec<u64>) -> Option<(u64, bool)> {
         if !self.any.load(Acquire) {
-            return;
+            return None;
         }
         let mut l = self.lock();
-        out.append(&mut l.closed);
-        self.update_any(&l);
+        if !l.closed.is_empty() {
+            out.append(&mut l.closed);
+            self.update_any(&l);
+        }
+        let f = l.open.iter_mut().find(|f| f.0 == stream)?;
+        f.2 += 1;
+        Some((f.1, f.2 >= FENCE_CALLS))
     }
 
     fn update_any(&self, l: &List) {

@@ -174,6 +174,7 @@ impl Residency {
                 b.charged = charge;
                 st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
+                self.note_va(va, vlen);
                 st.dev_mut(dev).managed_virtual += charge;
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
@@ -533,6 +534,7 @@ impl Residency {
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
+                self.note_va(va, size);
             }
             return Some(rc);
         }
@@ -553,6 +555,7 @@ impl Residency {
         }
         st.backings.get_mut(&id)?.vas.push(va);
         st.vas.insert(va, (id, size));
+        self.note_va(va, size);
         Some(Ok(()))
     }
 

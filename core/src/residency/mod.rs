@@ -145,6 +145,12 @@ pub struct Residency {
     read_once: crate::config::ReadOnce,
     /// The look-ahead prefetch is off (`set_look_ahead`).
     ahead_off: AtomicBool,
+    /// Lowest start and highest end of every VA range ever entered in
+    /// `State::vas` (never shrinks): a call whose ranges all lie outside
+    /// touches nothing u3m manages, and `prepare` skips the lock
+    /// (protocol.rs `note_va`).
+    va_lo: AtomicU64,
+    va_hi: AtomicU64,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -218,6 +224,8 @@ impl Residency {
             oversize: Mutex::new(None),
             read_once: cfg.read_once,
             ahead_off: AtomicBool::new(!cfg.look_ahead),
+            va_lo: AtomicU64::new(u64::MAX),
+            va_hi: AtomicU64::new(0),
         })
     }
 

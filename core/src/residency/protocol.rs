@@ -4,7 +4,7 @@
 //! caller's stream waits on u3m's copy events (or the host waits, for a
 //! synchronous or captured call); an eviction waits for every use event.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
 use super::state::State;
@@ -42,6 +42,43 @@ pub enum Order {
 /// A chunk a call needs: (backing id, index, the call overwrites it whole).
 pub(super) type Need = (u64, u32, bool);
 
+/// Pushes the chunks of backing `id` (mapped at `start`, `len` bytes) that
+/// range `r` (ending at `end`) covers: (id, index, overwritten whole,
+/// written). A chunk equal to the last one pushed is merged into it (whole
+/// only if both are, written if either is); `sorted` turns false when a
+/// chunk comes before the last one pushed.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn push_chunks(
+    all: &mut Vec<(u64, u32, bool, bool)>,
+    sorted: &mut bool,
+    id: u64,
+    r: &Range,
+    start: u64,
+    len: u64,
+    end: u64,
+    overwrite: bool,
+) {
+    let lo = r.addr.max(start) - start;
+    let hi = end.min(start + len) - start;
+    for i in lo / CHUNK..hi.div_ceil(CHUNK) {
+        let cs = i * CHUNK;
+        let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
+        let i = i as u32;
+        if let Some(k) = all.last_mut() {
+            if (k.0, k.1) == (id, i) {
+                k.2 &= whole;
+                k.3 |= r.write;
+                continue;
+            }
+            if (k.0, k.1) > (id, i) {
+                *sorted = false;
+            }
+        }
+        all.push((id, i, whole, r.write));
+    }
+}
+
 impl Residency {
     /// Before a call touching `ranges`: every chunk they cover is resident
     /// and pinned. `overwrite`: write ranges replace whole chunks' contents
@@ -55,32 +92,85 @@ impl Residency {
         overwrite: bool,
         order: Order,
     ) -> Result<Token, AclError> {
-        let mut st = self.st.lock().map_err(|_| E_ALLOC)?;
+        self.prepare_timed(dev, class, ranges, overwrite, order).0
+    }
+
+    /// [`prepare`](Self::prepare), and how long the call stalled in it (ns):
+    /// from the moment it had to wait for the residency lock, found a chunk
+    /// to move or wait for, or a copy-in in flight to wait for, to its end.
+    /// None when it met none of these — the common call, which then reads
+    /// no clock.
+    pub fn prepare_timed(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+    ) -> (Result<Token, AclError>, Option<u64>) {
+        let mut t0 = None;
+        let r = self.prepare_in(dev, class, ranges, overwrite, order, &mut t0);
+        (r, t0.map(|t| crate::shm::mono_ns().saturating_sub(t)))
+    }
+
+    fn prepare_in(
+        &self,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<Token, AclError> {
+        if !self.may_be_managed(ranges) {
+            // nothing u3m manages (small allocations, host memory): no lock
+            return Ok(Token::default());
+        }
+        let mut st = match self.st.try_lock() {
+            Ok(st) => st,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                *t0 = Some(crate::shm::mono_ns());
+                self.st.lock().map_err(|_| E_ALLOC)?
+            }
+            Err(std::sync::TryLockError::Poisoned(_)) => return Err(E_ALLOC),
+        };
         // every (chunk, range) the call covers, then merged per chunk: a
         // chunk is overwritten whole only if every range covering it does,
         // written if any does
         let mut all = std::mem::take(&mut st.call_chunks);
         all.clear();
         let mut ranges_seen = 0;
+        // the VA entry the previous range was found in, (start, id, len,
+        // real handle): an operator's ranges are mostly carved out of one
+        // allocation, and a range inside it needs no walk of `vas`
+        let mut last: Option<(u64, u64, u64, bool)> = None;
+        // chunks pushed in ascending (id, index) order, a repeat merged
+        // into the one before: then no sort is needed
+        let mut sorted = true;
         for r in ranges {
             if r.len == 0 {
                 continue;
             }
             let end = r.addr.saturating_add(r.len);
             let before = all.len();
-            for (&start, &(id, len)) in st.vas.range(..end).rev() {
-                if start + len <= r.addr {
-                    break;
+            match last {
+                Some((start, id, len, real)) if r.addr >= start && end <= start + len => {
+                    if !real {
+                        push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                    }
                 }
-                if st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false) {
-                    continue; // a real handle: always in HBM
-                }
-                let lo = r.addr.max(start) - start;
-                let hi = end.min(start + len) - start;
-                for i in lo / CHUNK..hi.div_ceil(CHUNK) {
-                    let cs = i * CHUNK;
-                    let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
-                    all.push((id, i as u32, whole, r.write));
+                _ => {
+                    for (&start, &(id, len)) in st.vas.range(..end).rev() {
+                        if start + len <= r.addr {
+                            break;
+                        }
+                        // a real handle: always in HBM
+                        let real = st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false);
+                        last = Some((start, id, len, real));
+                        if !real {
+                            push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                        }
+                    }
                 }
             }
             ranges_seen += (all.len() > before) as u32;
@@ -89,8 +179,9 @@ impl Residency {
             st.call_chunks = all;
             return Ok(Token::default());
         }
-        // one range covers each chunk once; several may overlap
-        if ranges_seen > 1 {
+        // one range covers each chunk once; several may overlap (chunks
+        // pushed in order are merged already: see push_chunks)
+        if ranges_seen > 1 && !sorted {
             all.sort_unstable_by_key(|c| (c.0, c.1));
             all.dedup_by(|c, kept| {
                 let same = c.0 == kept.0 && c.1 == kept.1;
@@ -121,7 +212,13 @@ impl Residency {
         // or the call is refused before anything moves (checked when
         // something must move)
         let mut over = None;
-        let absent = need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm());
+        // the common case: every chunk in HBM with no copy-out in flight
+        // (fault_in would find nothing to do for any of them)
+        let resident = need.iter().all(|n| {
+            let c = st.chunk(n.0, n.1);
+            c.in_hbm() && c.out_ev == 0
+        });
+        let absent = !resident && need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm());
         if self.read_once == ReadOnce::Probe {
             if let Order::Stream(s) = order {
                 self.probe_tick(&mut st, dev, s);
@@ -152,7 +249,18 @@ impl Residency {
         // U3M_HOST_MAP=probe or stream: reads of host-mapped chunks served in place
         // by the last try (counted once the call goes ahead)
         let mut stream_reads = 0;
+        // nothing to move (a host-mapped chunk is not resident: the read-once
+        // streams' reads in place take the loop): only the copy-ins still in
+        // flight for these chunks order the call
+        let fast = resident;
+        if !fast && t0.is_none() {
+            *t0 = Some(crate::shm::mono_ns());
+        }
         loop {
+            if fast {
+                self.after_copy_ins(&mut st, &need, order, t0)?;
+                break;
+            }
             let r = match over {
                 None if absent && self.read_once != ReadOnce::Off => {
                     let map = self.read_once_maps(&st);
@@ -193,7 +301,7 @@ impl Residency {
             match r {
                 Ok(()) => {
                     self.unreserve(&mut st, &mut reserved);
-                    self.after_copy_ins(&mut st, &need, order)?;
+                    self.after_copy_ins(&mut st, &need, order, t0)?;
                     break;
                 }
                 Err(Fail::Busy) if tries < max_tries => {
@@ -296,6 +404,27 @@ impl Residency {
         Ok(tok)
     }
 
+    /// Notes `[va, va+len)` entered in `State::vas` (with the lock held,
+    /// before the program can use the address): `may_be_managed` then
+    /// covers it.
+    pub(super) fn note_va(&self, va: u64, len: u64) {
+        self.va_lo.fetch_min(va, Release);
+        self.va_hi.fetch_max(va.saturating_add(len), Release);
+    }
+
+    /// false when no range of the call can overlap an entry of
+    /// `State::vas`: they all lie outside every VA range u3m ever managed.
+    /// The program uses an address only after the call that returned or
+    /// mapped it, which noted it first (`note_va`), so a range in managed
+    /// memory is never missed; a false positive only takes the lock.
+    #[inline]
+    fn may_be_managed(&self, ranges: &[Range]) -> bool {
+        let (lo, hi) = (self.va_lo.load(Acquire), self.va_hi.load(Acquire));
+        ranges
+            .iter()
+            .any(|r| r.len > 0 && r.addr < hi && r.addr.saturating_add(r.len) > lo)
+    }
+
     /// After the call: unpin; on success note the use on `stream` (the
     /// stream's use fence, recorded when someone asks or after
     /// `FENCE_CALLS` calls: fence.rs) and the writes (host copies go stale).
@@ -384,12 +513,14 @@ impl Residency {
     /// of fences recorded meanwhile. `.1`: the fence is full, record it.
     fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
         let mut closed = std::mem::take(&mut st.closed_fences);
-        self.fences.take_closed(&mut closed);
+        // the fence joined is open: none of the closed ones (an event is
+        // pooled again only once these references are dropped, below)
+        let joined = self.fences.take_closed_and_join(stream, &mut closed);
         for ev in closed.drain(..) {
             st.unref_event(ev);
         }
         st.closed_fences = closed;
-        if let Some(f) = self.fences.join(stream) {
+        if let Some(f) = joined {
             return Some(f);
         }
         let ev = self.pooled_event(st)?;
@@ -429,7 +560,14 @@ impl Residency {
 
     /// Orders the caller after copy-ins still in flight for chunks it needs
     /// that were already resident (issued by another call or the prefetch).
-    fn after_copy_ins(&self, st: &mut State, need: &[Need], order: Order) -> Result<(), AclError> {
+    /// `t0`: when the call began to stall (set here if it must wait).
+    fn after_copy_ins(
+        &self,
+        st: &mut State,
+        need: &[Need],
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<(), AclError> {
         let mut evs: Vec<u64> = Vec::new();
         let mut done: Vec<(u64, u32, u64)> = Vec::new();
         for &(id, i, _) in need {
@@ -462,6 +600,9 @@ impl Residency {
                 c.uses.retain(|u| u.1 != ev);
             }
             st.unref_event(ev);
+        }
+        if !evs.is_empty() && t0.is_none() {
+            *t0 = Some(crate::shm::mono_ns());
         }
         for ev in evs {
             match order {

@@ -1477,3 +1477,71 @@ fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     assert_eq!(a.read(x, 64), pattern(99, 64));
     a.assert_clean();
 }
+
+/// `prepare` without the lock for ranges outside every managed VA range,
+/// and with it for a range that reaches one by a single byte; an
+/// operator's ranges carved out of one allocation (the walk of `vas`
+/// skipped for all but the first, chunks merged in order) and ranges out
+/// of order over two allocations name each chunk once, written if any
+/// range writes it.
+#[test]
+fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
+    let app = App::new(16, &[]);
+    let a = app.malloc(4 * CHUNK);
+    let b = app.malloc(2 * CHUNK);
+    let (lo, hi) = (a.min(b), (a + 4 * CHUNK).max(b + 2 * CHUNK));
+    let r = |addr: u64, len: u64, write: bool| Range { addr, len, write };
+    let chunks = |rs: &[Range]| {
+        let tok = app
+            .r
+            .prepare(0, OpClass::Layout as u8, rs, false, Order::Host)
+            .expect("prepare");
+        let mut v: Vec<(u64, u32, bool)> = tok
+            .chunks
+            .iter()
+            .zip(&tok.writes)
+            .map(|(&(id, i), &w)| (id, i, w))
+            .collect();
+        app.r.finish(tok, None, true);
+        v.sort();
+        v
+    };
+    assert!(chunks(&[r(lo - 4096, 4096, true)]).is_empty());
+    assert!(chunks(&[r(hi, 4096, true), r(lo - 1, 1, false)]).is_empty());
+    assert_eq!(chunks(&[r(lo - 4096, 4097, false)]).len(), 1);
+    assert_eq!(chunks(&[r(hi - 1, 1, false)]).len(), 1);
+    // four ranges in chunk 0 of `a`, the last one written, then chunk 2
+    let k = 64 * 1024;
+    let op = [
+        r(a, k, false),
+        r(a + k, k, false),
+        r(a + 2 * k, k, false),
+        r(a + 3 * k, k, true),
+        r(a + 2 * CHUNK + 5, k, false),
+    ];
+    let got = chunks(&op);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        (got[0].1, got[0].2, got[1].1, got[1].2),
+        (0, true, 2, false)
+    );
+    // out of order, over both allocations, chunk 1 of `a` twice
+    let mixed = [
+        r(b + CHUNK, 10, true),
+        r(a + CHUNK, 10, false),
+        r(b, 10, false),
+        r(a + CHUNK + 100, 10, true),
+        r(a + 3 * CHUNK - 1, 2, false),
+    ];
+    let got = chunks(&mixed);
+    let ids: std::collections::BTreeSet<u64> = got.iter().map(|c| c.0).collect();
+    assert_eq!(ids.len(), 2);
+    let of = |va: u64| {
+        got.iter()
+            .filter(|c| c.0 == chunks(&[r(va, 1, false)])[0].0)
+            .map(|c| (c.1, c.2))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of(a), vec![(1, true), (2, false), (3, false)]);
+    assert_eq!(of(b), vec![(0, false), (1, true)]);
+}
