@@ -239,7 +239,9 @@ fn two_ranks_are_grouped_labelled_and_scraped_by_prometheus() {
         .as_ref()
         .map(|(p, _)| start_prometheus(p, &dir, &addr));
     let t_start = common_unix_s();
-    let mut ranks = launch_ranks(&dir, "4");
+    // long enough that neither rank ends before the exporter has seen both
+    // move every counter the checks read (the ranks are held from there)
+    let mut ranks = launch_ranks(&dir, "16");
     let body = wait_processes(&addr, 2);
 
     // every series of each rank carries its labels

@@ -255,6 +255,13 @@ const REJECTED: &[(&str, u64, &str)] = &[
         "empty tag= (expected a word)",
     ),
     (
+        // a \r inside the line (fuzzing found it): the writer would put it
+        // at the line's end, where a reader takes it for a CRLF
+        "# u3m-trace 1\nA 0x10 1 tag=act\r note=x\n",
+        2,
+        "tag=\"act\\r\" has a control character (expected a word)",
+    ),
+    (
         "# u3m-trace 1\nA 0xffffffffffffffff 1\n",
         2,
         "A 0xffffffffffffffff 1: range wraps around the address space",

@@ -93,6 +93,9 @@ pub enum ErrorKind {
         max: u64,
     },
     EmptyTag,
+    /// A tag with a control character in it (a `\r` before the line's end,
+    /// say): not a word, and not what a writer could give back.
+    BadTag { found: String },
     /// `A addr bytes` runs past the end of the 64-bit address space.
     Wraps {
         addr: u64,
@@ -181,6 +184,7 @@ impl fmt::Display for ErrorKind {
                 write!(f, "{key}={value} out of range (at most {max})")
             }
             EmptyTag => write!(f, "empty tag= (expected a word)"),
+            BadTag { found } => write!(f, "tag={found:?} has a control character (expected a word)"),
             Wraps { addr, bytes } => write!(
                 f,
                 "A {addr:#x} {bytes}: range wraps around the address space"
@@ -480,6 +484,9 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
             "tag" => {
                 if value.is_empty() {
                     return Err(ErrorKind::EmptyTag);
+                }
+                if value.chars().any(char::is_control) {
+                    return Err(ErrorKind::BadTag { found: quote(value) });
                 }
                 ev.tag = Some(value.to_string());
             }
