@@ -183,8 +183,23 @@ fn the_read_once_probe_adopts_mapping_where_the_device_times_it_faster() {
     let t = t.to_str().unwrap();
     let o = std::process::Command::new(common::target_dir().join("u3m"))
         .args([
-            "synth", "--model", "llama2-7b", "--workload", "rag", "--scale", "8", "--layers", "8",
-            "--requests", "2", "--context", "64", "--decode-tokens", "160", "-o", t,
+            "synth",
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "rag",
+            "--scale",
+            "8",
+            "--layers",
+            "8",
+            "--requests",
+            "2",
+            "--context",
+            "64",
+            "--decode-tokens",
+            "160",
+            "-o",
+            t,
         ])
         .output()
         .unwrap();
@@ -212,5 +227,11 @@ fn the_read_once_probe_adopts_mapping_where_the_device_times_it_faster() {
         sim(&probed),
         sim(&copies)
     );
-    assert!(probed.stderr.contains("read-once probe: mapping timed faster in"), "{}", probed.stderr);
+    assert!(
+        probed
+            .stderr
+            .contains("read-once probe: mapping timed faster in"),
+        "{}",
+        probed.stderr
+    );
 }

@@ -30,7 +30,15 @@ fn synth(dir: &Path, name: &str, args: &[&str]) -> String {
 /// The predictive row of `u3m replay T --hbm H --host-map M --json`.
 fn replay(t: &str, hbm: &str, host_map: &str) -> Value {
     let o = u3m(&[
-        "replay", t, "--hbm", hbm, "--policy", "predictive", "--host-map", host_map, "--json",
+        "replay",
+        t,
+        "--hbm",
+        hbm,
+        "--policy",
+        "predictive",
+        "--host-map",
+        host_map,
+        "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -64,8 +72,18 @@ fn the_probe_maps_decode_over_weights_and_copies_a_lora_step() {
         &dir,
         "rag.trace",
         &[
-            "--model", "llama2-7b", "--workload", "rag", "--layers", "8", "--requests", "8",
-            "--context", "1024", "--decode-tokens", "128",
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "rag",
+            "--layers",
+            "8",
+            "--requests",
+            "8",
+            "--context",
+            "1024",
+            "--decode-tokens",
+            "128",
         ],
     );
     let copies = replay(&rag, "2458M", "auto");
@@ -84,8 +102,18 @@ fn the_probe_maps_decode_over_weights_and_copies_a_lora_step() {
         &dir,
         "lora.trace",
         &[
-            "--model", "llama2-13b", "--layers", "8", "--seq", "1024", "--batch", "2",
-            "--workload", "lora", "--steps", "16",
+            "--model",
+            "llama2-13b",
+            "--layers",
+            "8",
+            "--seq",
+            "1024",
+            "--batch",
+            "2",
+            "--workload",
+            "lora",
+            "--steps",
+            "16",
         ],
     );
     let copies = replay(&lora, "7939M", "auto");
@@ -95,7 +123,10 @@ fn the_probe_maps_decode_over_weights_and_copies_a_lora_step() {
     // it paid for one window of mapping (2,560 of the run's ~10,000 calls,
     // 25–40 % slower) and its switch back, no more: 5.99 s against 5.40 s
     // when written; a verdict for mapping would keep the run ~30 % slower
-    let (c, p) = (n(&copies, &["total_ns"]) as f64, n(&probe, &["total_ns"]) as f64);
+    let (c, p) = (
+        n(&copies, &["total_ns"]) as f64,
+        n(&probe, &["total_ns"]) as f64,
+    );
     assert!(p < c * 1.15, "probe {p} ns vs copies {c} ns");
     assert_eq!(n(&probe, &["runtime_misuse"]), 0);
 }

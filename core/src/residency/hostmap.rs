@@ -5,14 +5,14 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::probe::{Arm, Step, WINDOW};
 use super::protocol::Need;
 use super::state::{Host, State};
 use super::{Fail, Residency, E_ALLOC};
 use crate::acl::{AclError, MemcpyKind};
-use crate::engine::runtime::CHUNK;
 use crate::config::ReadOnce;
+use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
-use super::probe::{Arm, Step, WINDOW};
 
 /// A call refused because its memory cannot all be accessible at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -130,19 +130,31 @@ impl Probe {
                 self.map_ns = None;
                 self.arm = if self.map_first { Arm::Map } else { Arm::Copy };
                 self.map_first = !self.map_first;
-                self.phase = Phase::Settle { left: SETTLE, first: true };
+                self.phase = Phase::Settle {
+                    left: SETTLE,
+                    first: true,
+                };
                 Step::Nothing
             }
             Phase::Settle { left, first } if left > 1 => {
-                self.phase = Phase::Settle { left: left - 1, first };
+                self.phase = Phase::Settle {
+                    left: left - 1,
+                    first,
+                };
                 Step::Nothing
             }
             Phase::Settle { first, .. } => {
-                self.phase = Phase::Measure { left: WINDOW, first };
+                self.phase = Phase::Measure {
+                    left: WINDOW,
+                    first,
+                };
                 Step::Start
             }
             Phase::Measure { left, first } if left > 1 => {
-                self.phase = Phase::Measure { left: left - 1, first };
+                self.phase = Phase::Measure {
+                    left: left - 1,
+                    first,
+                };
                 Step::Nothing
             }
             Phase::Measure { first, .. } => {
@@ -150,7 +162,10 @@ impl Probe {
                 let measured = self.arm;
                 if first {
                     self.arm = other(self.arm);
-                    self.phase = Phase::Settle { left: SETTLE, first: false };
+                    self.phase = Phase::Settle {
+                        left: SETTLE,
+                        first: false,
+                    };
                 } else {
                     // copies until the device has timed both
                     self.arm = Arm::Copy;
@@ -186,7 +201,11 @@ impl Probe {
             Arm::Map => self.map_ns = Some(per),
         }
         if let (Phase::Verdict, Some(c), Some(m)) = (self.phase, self.copy_ns, self.map_ns) {
-            let arm = if m < c * (1.0 - MARGIN) { Arm::Map } else { Arm::Copy };
+            let arm = if m < c * (1.0 - MARGIN) {
+                Arm::Map
+            } else {
+                Arm::Copy
+            };
             self.probes += 1;
             self.map_verdicts += (arm == Arm::Map) as u64;
             // a switch to mapping is confirmed by a second probe in the
@@ -208,7 +227,9 @@ impl Probe {
             };
             self.last = Some(arm);
             self.arm = arm;
-            self.phase = Phase::Hold { left: self.hold * WINDOW };
+            self.phase = Phase::Hold {
+                left: self.hold * WINDOW,
+            };
         }
     }
 
@@ -245,7 +266,12 @@ mod tests {
 
     /// Runs the probe through `calls` calls; the device answers each
     /// measured window with `per_call(arm)` ns per call.
-    fn run(p: &mut Probe, calls: u64, seen_per_call: u64, per_call: impl Fn(Arm) -> u64) -> Vec<Arm> {
+    fn run(
+        p: &mut Probe,
+        calls: u64,
+        seen_per_call: u64,
+        per_call: impl Fn(Arm) -> u64,
+    ) -> Vec<Arm> {
         let mut arms = Vec::new();
         for _ in 0..calls {
             match p.tick() {
@@ -272,19 +298,41 @@ mod tests {
     fn mapping_is_kept_only_where_it_is_faster() {
         // faster by 10 %: chosen, and held longer as the verdict repeats
         let mut p = Probe::default();
-        let arms = run(&mut p, 200 * WINDOW, 1, |a| if a == Arm::Map { 90 } else { 100 });
-        assert!(p.probes >= 2 && p.map_verdicts == p.probes, "{} {}", p.probes, p.map_verdicts);
+        let arms = run(&mut p, 200 * WINDOW, 1, |a| {
+            if a == Arm::Map {
+                90
+            } else {
+                100
+            }
+        });
+        assert!(
+            p.probes >= 2 && p.map_verdicts == p.probes,
+            "{} {}",
+            p.probes,
+            p.map_verdicts
+        );
         let mapped = arms.iter().filter(|&&a| a == Arm::Map).count() as f64 / arms.len() as f64;
         assert!(mapped > 0.85, "mapped {mapped}");
         // slower by 20 %: copies, mapping only while probing
         let mut p = Probe::default();
-        let arms = run(&mut p, 200 * WINDOW, 1, |a| if a == Arm::Map { 120 } else { 100 });
+        let arms = run(&mut p, 200 * WINDOW, 1, |a| {
+            if a == Arm::Map {
+                120
+            } else {
+                100
+            }
+        });
         assert!(p.probes >= 2 && p.map_verdicts == 0);
         let mapped = arms.iter().filter(|&&a| a == Arm::Map).count() as f64 / arms.len() as f64;
         assert!(mapped < 0.10, "mapped {mapped}");
         // within the margin: copies (mapping must pay for its risk)
         let mut p = Probe::default();
-        run(&mut p, 50 * WINDOW, 1, |a| if a == Arm::Map { 99 } else { 100 });
+        run(
+            &mut p,
+            50 * WINDOW,
+            1,
+            |a| if a == Arm::Map { 99 } else { 100 },
+        );
         assert_eq!(p.map_verdicts, 0);
     }
 
@@ -354,7 +402,12 @@ mod confirm_tests {
                 p.saw(1);
             }
         }
-        assert!(p.probes >= 2 && p.map_verdicts == 1, "{} {}", p.probes, p.map_verdicts);
+        assert!(
+            p.probes >= 2 && p.map_verdicts == 1,
+            "{} {}",
+            p.probes,
+            p.map_verdicts
+        );
         assert_eq!(p.arm, Arm::Copy);
     }
 }

@@ -95,7 +95,9 @@ pub enum ErrorKind {
     EmptyTag,
     /// A tag with a control character in it (a `\r` before the line's end,
     /// say): not a word, and not what a writer could give back.
-    BadTag { found: String },
+    BadTag {
+        found: String,
+    },
     /// `A addr bytes` runs past the end of the 64-bit address space.
     Wraps {
         addr: u64,
@@ -184,7 +186,9 @@ impl fmt::Display for ErrorKind {
                 write!(f, "{key}={value} out of range (at most {max})")
             }
             EmptyTag => write!(f, "empty tag= (expected a word)"),
-            BadTag { found } => write!(f, "tag={found:?} has a control character (expected a word)"),
+            BadTag { found } => {
+                write!(f, "tag={found:?} has a control character (expected a word)")
+            }
             Wraps { addr, bytes } => write!(
                 f,
                 "A {addr:#x} {bytes}: range wraps around the address space"
@@ -486,7 +490,9 @@ pub(crate) fn parse_event(line: &str) -> Result<Option<Event>, ErrorKind> {
                     return Err(ErrorKind::EmptyTag);
                 }
                 if value.chars().any(char::is_control) {
-                    return Err(ErrorKind::BadTag { found: quote(value) });
+                    return Err(ErrorKind::BadTag {
+                        found: quote(value),
+                    });
                 }
                 ev.tag = Some(value.to_string());
             }
