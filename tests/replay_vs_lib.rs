@@ -121,12 +121,11 @@ fn within(what: &str, l: f64, r: f64, bound: f64) {
     );
 }
 
-#[test]
-fn replay_predicts_the_library_on_a_small_lora_trace() {
-    let dir = scratch("replay-vs-lib");
-    let (trace, hbm) = synth(
-        &dir,
-        "lora.trace",
+/// A 13B-shaped trace of 2 layers, seq 512 × batch 1, of `workload`.
+fn small_13b(dir: &std::path::Path, workload: &str) -> (String, String) {
+    synth(
+        dir,
+        &format!("{workload}.trace"),
         &[
             "--model",
             "llama2-13b",
@@ -137,9 +136,15 @@ fn replay_predicts_the_library_on_a_small_lora_trace() {
             "--batch",
             "1",
             "--workload",
-            "lora",
+            workload,
         ],
-    );
+    )
+}
+
+#[test]
+fn replay_predicts_the_library_on_a_small_lora_trace() {
+    let dir = scratch("replay-vs-lib");
+    let (trace, hbm) = small_13b(&dir, "lora");
     // the library: median of 3 runs by simulated time
     let lib = library(&trace, &hbm, 3)[1];
     let rep = replay(&trace, &hbm);
@@ -158,22 +163,7 @@ fn background_rounds_follow_simulated_time_on_a_small_adam_trace() {
     // same bytes every run (the spread over 3 runs was 9.5 %), and the
     // replay, whose rounds are the same, moves what it moves.
     let dir = scratch("replay-vs-lib-adam");
-    let (trace, hbm) = synth(
-        &dir,
-        "adam.trace",
-        &[
-            "--model",
-            "llama2-13b",
-            "--layers",
-            "2",
-            "--seq",
-            "512",
-            "--batch",
-            "1",
-            "--workload",
-            "adam",
-        ],
-    );
+    let (trace, hbm) = small_13b(&dir, "adam");
     let lib = library(&trace, &hbm, 3);
     let (lo, hi) = lib
         .iter()
