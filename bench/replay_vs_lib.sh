@@ -6,22 +6,25 @@
 #   bench/replay_vs_lib.sh [--model M] [--layers N] [--seq S] [--batch B]
 #       [--workload lora|adam] [--steps A,B] [--ratio R] [--policy P]
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
-#       [--replay-args "ARGS"]   (default "--event-model simulator --call-us 0") [--reps R]
+#       [--replay-args "ARGS"]   (default "--event-model device --call-us 0") [--reps R]
 #       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
-# --reps R: library runs per trace (default 3): which copy-out or use event has
-#   completed follows the host's real timing, so the library's figures vary
-#   run to run; the median (by step) is compared, min-max shown. (Its
-#   background rounds do not: on the simulator they run on its simulated host
-#   clock, as the replay's do.) The replay is deterministic: one run.
+# --reps R: library runs per trace (default 3); the median (by step) is
+#   compared, min-max shown. On the simulator the library is deterministic
+#   (same command, same simulated time and bytes, whatever the machine's load:
+#   event queries answer by the simulated clock, the link is taken in the
+#   order the work was issued, background rounds run on the simulated host
+#   clock), so min = max unless something regressed. The replay is
+#   deterministic too: one run.
 #
 # Library side: acl_replay --no-verify TRACE under libu3m.so (U3M_MODE=tier,
 #   U3M_POLICY=P, U3M_OVERSUB=64, U3M_DRAM_BYTES=64G), phantom, preset 910b4,
 #   ACLSIM_HBM_BYTES = footprint / R (as bench/engine_v2.sh), the simulator's
 #   link model ACLSIM_LINK_MODEL (default shared).
 # Replay side: u3m replay TRACE --hbm SAME --policy P --json --link-model SAME
-#   ARGS (--event-model simulator: events complete when recorded, as the
-#   library sees them on the simulator; --call-us 0: the simulator's host
-#   clock spends nothing per asynchronous call).
+#   ARGS (--event-model device: an event is complete once the host's
+#   simulated clock has passed it, as the simulator answers a query;
+#   --call-us 0: the simulator's host clock spends nothing per asynchronous
+#   call).
 # Per step = (B-step run - A-step run) / (B - A) on `u3m synth` traces
 #   (default 1,2); with --trace, the whole run of that one trace.
 # Prints the library's simulated step, the replay's, H2D and D2H bytes of
@@ -30,7 +33,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=llama2-13b LAYERS=2 SEQ=512 BATCH=1 WORKLOAD=lora STEPS="1,2" RATIO=1.5 POLICY=predictive
-TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model simulator --call-us 0" REPS=3 SYNTH_ARGS=""
+TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model device --call-us 0" REPS=3 SYNTH_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;

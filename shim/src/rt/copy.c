@@ -89,6 +89,7 @@ static aclError sync_copy(int k, int dev, const seg *s, size_t nseg, const sim_r
         for (size_t i = 0; i < nseg; i++) memmove(s[i].dst, s[i].src, s[i].n);
     pthread_rwlock_unlock(&g_mm);
     if (rc) return rc;
+    sim_host_gate(dev);
     uint64_t start = atomic_load(&g_host_ns);
     sim_host_advance(sim_work_cost(dev, SIM_WORK_COPY, k, start, cost, 0, bytes, &link));
     sim_count_link(SIM_WORK_COPY, &link);
@@ -324,6 +325,7 @@ static aclError memset_any(void *devPtr, size_t maxCount, int32_t value, size_t 
         if (!rc && !g_cfg.phantom) memset(devPtr, value, count);
         pthread_rwlock_unlock(&g_mm);
         if (rc) return rc;
+        sim_host_gate(dev);
         uint64_t start = atomic_load(&g_host_ns);
         sim_host_advance(sim_work_cost(dev, SIM_WORK_MEMSET, 0, start, cost, 0, count, &link));
         sim_count_link(SIM_WORK_MEMSET, &link);

@@ -567,6 +567,7 @@ ACL_FUNC_VISIBILITY aclError aclrtMemManagedAdvise(const void *const ptr, uint64
         /* what it places on a device crosses to it, the rest (host copies)
          * from the current device, over the shared link */
         int to_dev = l.t == ACL_MEM_LOCATIONTYPE_DEVICE;
+        sim_host_gate(to_dev ? l.id : t_dev);
         uint64_t start = atomic_load(&g_host_ns);
         sim_host_advance(sim_link_transfer(to_dev ? l.id : t_dev, to_dev, start, v.moved) - start);
     }

@@ -159,5 +159,8 @@ uint64_t sim_max_stream_clock(void);
 /* No work on `dev` can start before this simulated time (the shared link
  * forgets its calendar below it). Takes g_lock and stream locks. */
 uint64_t sim_link_low_water(int dev);
+/* Host-side work on `dev` waits until the work queued before it has run (the
+ * device's order, see stream.c). */
+void sim_host_gate(int dev);
 
 #endif

@@ -11,7 +11,33 @@
 #include <time.h>
 #include "rt/rt.h"
 
-typedef struct sim_node { sim_work *w; uint64_t host_ns; struct sim_node *next; } sim_node;
+typedef struct sim_node { sim_work *w; uint64_t host_ns, seq; struct sim_node *next; } sim_node;
+
+/* Deterministic order. Every item queued on a device's streams takes the next
+ * number of that device's sequence when it is queued; a worker costs an item
+ * (sim_work_cost, which reserves the shared link's calendar) only when no
+ * other stream of the device still holds an unfinished item with a lower
+ * number, so the calendar is filled in the order the host issued the work,
+ * not in the order worker threads happen to get there; a stream that is
+ * parked (blocked in an event wait, a host function or a collective, which
+ * may wait for work issued later) holds nothing up. The data work itself is
+ * not ordered (a program that forgets to make one stream wait for another
+ * still sees the race). Synchronous copies and memsets of the host wait
+ * likewise for the work queued before them (sim_host_gate). This orders real
+ * time only: simulated times are unchanged by it, and no item waits for one
+ * queued after it unless that one's stream is parked. */
+#define SEQ_NONE UINT64_MAX
+enum { PARK_NONE = 0, PARK_EVWAIT, PARK_EXTERNAL };
+typedef struct sim_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* gen changed */
+    uint64_t gen, next_seq;
+    struct sim_stream **list;    /* the device's streams, never removed */
+    int n, cap;
+} sim_gate;
+static sim_gate g_gate[SIM_MAX_DEVICES];
+static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
+static atomic_ullong g_submits;  /* items queued, every stream (spin detection) */
 
 /* Per-stream simulated time, kept after the stream is destroyed (stats). */
 typedef struct sim_stream_rec { int dev, id; atomic_ullong clock; struct sim_stream_rec *next; } sim_stream_rec;
@@ -27,6 +53,8 @@ struct sim_stream {
     sim_node *head, *tail;
     uint64_t enq, done;
     uint64_t clock;              /* simulated end of the last item */
+    uint64_t cur_seq;            /* the item the worker runs (SEQ_NONE: none); under mu */
+    atomic_int parked;           /* PARK_*: the worker waits for something outside the device's order */
     aclError err;                /* sticky until the next synchronize */
     int stop_on_failure;         /* aclrtSetStreamFailureMode(ACL_STOP_ON_FAILURE) */
     int stop;
@@ -41,6 +69,9 @@ typedef struct sim_event {
     int refs;                    /* handle + queued items referring to it */
     uint64_t rec_gen, done_gen;  /* records issued / completed */
     uint64_t time_ns;            /* simulated time of the last completed record */
+    struct sim_stream *rec_stream; /* stream of the last record issued */
+    uint64_t rec_host;           /* host time when it was issued (its start is not earlier) */
+    uint64_t polls, poll_host, poll_sub; /* not-ready answers with nothing else happening (spin) */
 } sim_event;
 
 enum { EV_RECORD = 1, EV_WAIT = 2 };
@@ -73,6 +104,108 @@ SIM_API sim_work *aclsim_work_new(int nranges) {
     return w;
 }
 
+static void gate_init(void) {
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        pthread_mutex_init(&g_gate[d].mu, NULL);
+        pthread_cond_init(&g_gate[d].cv, NULL);
+    }
+}
+
+static sim_gate *gate_of(int dev) {
+    pthread_once(&g_gate_once, gate_init);
+    return &g_gate[dev];
+}
+
+/* Something a waiter of the gate looks at changed. gate.mu is a leaf lock. */
+static void gate_bump(int dev) {
+    sim_gate *g = gate_of(dev);
+    pthread_mutex_lock(&g->mu);
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_add_stream(sim_stream *s) {
+    sim_gate *g = gate_of(s->dev);
+    pthread_mutex_lock(&g->mu);
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 16;
+        sim_stream **l = realloc(g->list, (size_t)cap * sizeof *l);
+        if (!l) abort();
+        g->list = l;
+        g->cap = cap;
+    }
+    g->list[g->n++] = s;
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Lowest number of an unfinished item of `t` (SEQ_NONE: none). t->mu held. */
+static uint64_t stream_min_seq_locked(sim_stream *t) {
+    if (t->cur_seq != SEQ_NONE) return t->cur_seq;
+    return t->head ? t->head->seq : SEQ_NONE;
+}
+
+/* Waits until no stream of `dev` but `self` (NULL: none) holds an unfinished
+ * item numbered below `seq`, parked streams aside. */
+static void gate_wait(int dev, sim_stream *self, uint64_t seq) {
+    sim_gate *g = gate_of(dev);
+    sim_stream *local[64], **list = local;
+    int cap = 64;
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        uint64_t gen = g->gen;
+        int n = g->n;
+        if (n > cap) {
+            if (list != local) free(list);
+            list = malloc((size_t)n * sizeof *list);
+            if (!list) abort();
+            cap = n;
+        }
+        memcpy(list, g->list, (size_t)n * sizeof *list);
+        pthread_mutex_unlock(&g->mu);
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            sim_stream *t = list[i];
+            if (t == self || atomic_load(&t->parked)) continue;
+            pthread_mutex_lock(&t->mu);
+            uint64_t m = stream_min_seq_locked(t);
+            int parked = atomic_load(&t->parked);
+            pthread_mutex_unlock(&t->mu);
+            if (!parked && m < seq) ok = 0;
+        }
+        if (ok) break;
+        pthread_mutex_lock(&g->mu);
+        while (g->gen == gen) pthread_cond_wait(&g->cv, &g->mu);
+        pthread_mutex_unlock(&g->mu);
+    }
+    if (list != local) free(list);
+}
+
+static void park(sim_stream *s, int how) {
+    atomic_store(&s->parked, how);
+    gate_bump(s->dev);
+}
+
+static void unpark(sim_stream *s) {
+    atomic_store(&s->parked, PARK_NONE);
+    gate_bump(s->dev);
+}
+
+/* Host-side work on `dev` (a synchronous copy or memset) waits until the
+ * work queued on the device before it has run, so that it takes the shared
+ * link after that work in every run. A host function's own synchronous work
+ * does not wait for its stream (parked). */
+void sim_host_gate(int dev) {
+    if (dev < 0 || dev >= SIM_MAX_DEVICES) return;
+    sim_gate *g = gate_of(dev);
+    pthread_mutex_lock(&g->mu);
+    uint64_t seq = g->next_seq;
+    pthread_mutex_unlock(&g->mu);
+    gate_wait(dev, NULL, seq);
+}
+
 static void run_item(sim_stream *s, sim_node *n) {
     sim_work *w = n->w;
     uint64_t start = s->clock > n->host_ns ? s->clock : n->host_ns;
@@ -102,13 +235,26 @@ static void run_item(sim_stream *s, sim_node *n) {
             if (e->gen > e->ev->done_gen) e->ev->done_gen = e->gen;
             pthread_cond_broadcast(&g_event_cv);
         } else {
-            while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
+            if (e->ev->done_gen < e->gen) {
+                /* the record is queued (before this wait) on another stream,
+                 * which may be behind this one in the device's order */
+                pthread_mutex_unlock(&g_lock);
+                park(s, PARK_EVWAIT);
+                pthread_mutex_lock(&g_lock);
+                while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
+                pthread_mutex_unlock(&g_lock);
+                unpark(s);
+                pthread_mutex_lock(&g_lock);
+            }
             if (e->ev->time_ns > w->end_ns) w->end_ns = e->ev->time_ns;
         }
         event_unref_locked(e->ev);
         pthread_mutex_unlock(&g_lock);
     } else if (w->kind == SIM_WORK_HOST_FUNC) {
+        /* the host function may wait for anything (the host, other streams) */
+        park(s, PARK_EXTERNAL);
         if (w->exec) rc = w->exec(w);
+        unpark(s);
     } else if (w->flags & SIM_WF_SELF_CHECK) {
         if (w->exec) rc = w->exec(w);
         if (!rc) {
@@ -117,14 +263,20 @@ static void run_item(sim_stream *s, sim_node *n) {
             pthread_rwlock_unlock(&g_mm);
         }
     } else {
+        /* a collective waits for its peers, which other hosts issue */
+        int coll = w->kind == SIM_WORK_COLLECTIVE;
+        if (coll) park(s, PARK_EXTERNAL);
         pthread_rwlock_rdlock(&g_mm);
         rc = aclsim_check_ranges(w->ranges, w->nranges, w->what);
         /* measured as it runs: where the memory is now decides the cost */
         if (!rc) sim_link_traffic_locked(s->dev, w->ranges, w->nranges, &link);
         if (!rc && w->exec && !g_cfg.phantom) rc = w->exec(w);
         pthread_rwlock_unlock(&g_mm);
+        if (coll) unpark(s);
     }
     if (!rc && !skip && w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
+        /* the link's calendar in the device's order (see g_gate) */
+        if (w->kind != SIM_WORK_COLLECTIVE) gate_wait(s->dev, s, n->seq);
         uint64_t cost =
             sim_work_cost(s->dev, w->kind, w->copy_kind, start, w->cost_ns, w->flops, w->bytes, &link);
         if (cost != w->cost_ns) {
@@ -153,8 +305,10 @@ static void run_item(sim_stream *s, sim_node *n) {
     pthread_mutex_lock(&s->mu);
     if (rc && !s->err) s->err = rc;
     s->done++;
+    s->cur_seq = SEQ_NONE;
     pthread_cond_broadcast(&s->idle_cv);
     pthread_mutex_unlock(&s->mu);
+    gate_bump(s->dev);
 }
 
 static void *worker(void *arg) {
@@ -172,6 +326,7 @@ static void *worker(void *arg) {
         }
         s->head = n->next;
         if (!s->head) s->tail = NULL;
+        s->cur_seq = n->seq;
         pthread_mutex_unlock(&s->mu);
         run_item(s, n);
     }
@@ -188,6 +343,7 @@ static sim_stream *stream_new_locked(int dev) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
+    s->cur_seq = SEQ_NONE;
     r->dev = dev;
     r->id = s->id;
     r->next = g_recs;
@@ -200,6 +356,7 @@ static sim_stream *stream_new_locked(int dev) {
     s->next_all = g_all_streams;
     g_all_streams = s;
     ps_add(&g_streams, s);
+    gate_add_stream(s);
     return s;
 }
 
@@ -246,9 +403,16 @@ static void enqueue(sim_stream *s, sim_work *w) {
     pthread_mutex_lock(&s->mu);
     /* read under the lock: sim_link_low_water relies on it */
     n->host_ns = atomic_load(&g_host_ns);
+    sim_gate *g = gate_of(s->dev);
+    pthread_mutex_lock(&g->mu);   /* numbered and queued at once, for gate_wait */
+    n->seq = g->next_seq++;
+    g->gen++;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
     if (s->tail) s->tail->next = n; else s->head = n;
     s->tail = n;
     s->enq++;
+    atomic_fetch_add(&g_submits, 1);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -456,6 +620,7 @@ static aclError stream_destroy(aclrtStream stream, int force) {
     s->stop = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    if (force) gate_bump(s->dev);
     pthread_join(s->thr, NULL);
     sim_note_host_time(s->clock);
     return ACL_SUCCESS;
@@ -479,9 +644,37 @@ ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamSta
     aclError rc;
     sim_stream *s = sim_stream_resolve(stream, &rc);
     if (!s) return rc;
+    /* by the simulated clock, as aclrtQueryEventStatus: complete once all its
+     * work has run and ended by the host's time; waits for the worker unless
+     * the stream's clock is already past the host's or it is parked (then not
+     * ready). */
+    uint64_t host = atomic_load(&g_host_ns);
+    int ready = -1, idle_waits = 0;
     pthread_mutex_lock(&s->mu);
-    *status = s->done == s->enq ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+    uint64_t target = s->enq, seen = s->done;
+    while (ready < 0) {
+        if (s->done >= target) {
+            ready = s->clock <= host;
+        } else if (atomic_load(&s->rec->clock) > host || atomic_load(&s->parked) == PARK_EXTERNAL) {
+            ready = 0;
+        } else {
+            /* short waits: the worker may park (a host function) without
+             * completing anything; no progress for a second: not ready */
+            struct timespec dl;
+            clock_gettime(CLOCK_REALTIME, &dl);
+            dl.tv_nsec += 5 * 1000000L;
+            if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+            pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl);
+            if (s->done != seen) {
+                seen = s->done;
+                idle_waits = 0;
+            } else if (++idle_waits > 200) {
+                ready = 0;
+            }
+        }
+    }
     pthread_mutex_unlock(&s->mu);
+    *status = ready ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
     return ACL_SUCCESS;
 }
 
@@ -601,6 +794,10 @@ static aclError event_enqueue(aclrtEvent event, aclrtStream stream, int op) {
     sim_event *ev = event_get_locked(event);
     if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
     uint64_t gen = op == EV_RECORD ? ++ev->rec_gen : ev->rec_gen;
+    if (op == EV_RECORD) {
+        ev->rec_stream = s;
+        ev->rec_host = atomic_load(&g_host_ns);
+    }
     if (op == EV_WAIT && gen == 0) {   /* never recorded: nothing to wait for */
         pthread_mutex_unlock(&g_lock);
         return ACL_SUCCESS;
@@ -638,12 +835,90 @@ ACL_FUNC_VISIBILITY aclError aclrtResetEvent(aclrtEvent event, aclrtStream strea
     return ACL_SUCCESS;
 }
 
+/* A query answers by the simulated clock, as a card answers by device
+ * progress: complete once the record has run and its simulated time is not
+ * after the host's; so the answer does not depend on how far the stream's
+ * worker thread got in real time. A record whose time is not yet known waits
+ * for its worker unless the stream's clock already lies beyond the host's
+ * (then the record does too: not ready), or unless its stream is parked (a
+ * host function, a collective: it may wait for this host) or makes no
+ * progress for a second of real time: then not ready, which is always safe.
+ * A program that spins on a query (SIM_SPIN_POLLS not-ready answers for the
+ * same event with no work queued and no host time passing between them) has
+ * its host clock moved to the event's time, as spinning would on a card. */
+#define SIM_SPIN_POLLS 1000
+static int event_ready_locked(sim_event *ev) {
+    uint64_t gen = ev->rec_gen;
+    if (gen == 0) return 1;   /* never recorded */
+    uint64_t host = atomic_load(&g_host_ns);
+    int ready = -1;
+    struct timespec last;
+    clock_gettime(CLOCK_MONOTONIC, &last);
+    uint64_t last_gen = SEQ_NONE;
+    while (ready < 0) {
+        if (ev->done_gen >= gen) {
+            ready = ev->time_ns <= host;
+            break;
+        }
+        sim_stream *rs = ev->rec_stream;
+        uint64_t lb = atomic_load(&rs->rec->clock);
+        if (ev->rec_host > lb) lb = ev->rec_host;
+        if (lb > host || atomic_load(&rs->parked) == PARK_EXTERNAL) {
+            ready = 0;
+            break;
+        }
+        /* wait for the worker: every record broadcasts g_event_cv */
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_nsec += 20 * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&g_event_cv, &g_lock, &dl);
+        /* no progress on its device for a second: give up (not ready) */
+        sim_gate *g = gate_of(rs->dev);
+        pthread_mutex_lock(&g->mu);   /* a leaf lock */
+        uint64_t gg = g->gen;
+        pthread_mutex_unlock(&g->mu);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (gg != last_gen) {
+            last_gen = gg;
+            last = now;
+        } else if ((now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000 > 1000) {
+            ready = 0;
+        }
+    }
+    if (ready) {
+        ev->polls = 0;
+        return 1;
+    }
+    uint64_t sub = atomic_load(&g_submits);
+    if (ev->polls && ev->poll_host == host && ev->poll_sub == sub) {
+        ev->polls++;
+    } else {
+        ev->polls = 1;
+        ev->poll_host = host;
+        ev->poll_sub = sub;
+    }
+    if (ev->polls < SIM_SPIN_POLLS) return 0;
+    /* spinning: the host's time passes until the event completes */
+    ev->polls = 0;
+    ev->refs++;
+    while (ev->done_gen < gen) pthread_cond_wait(&g_event_cv, &g_lock);
+    uint64_t t = ev->time_ns;
+    event_unref_locked(ev);
+    sim_note_host_time(t);
+    return 1;
+}
+
 ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
     if (!event || !status) return ACL_ERROR_INVALID_PARAM;
     if (!sim_initialized()) return ACL_ERROR_UNINITIALIZE;
     sim_event *ev = event_get_locked(event);
     if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
-    *status = ev->done_gen >= ev->rec_gen ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    ev->refs++;   /* keep it alive if destroyed while we wait */
+    int ready = event_ready_locked(ev);
+    event_unref_locked(ev);
+    *status = ready ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
     pthread_mutex_unlock(&g_lock);
     return ACL_SUCCESS;
 }
