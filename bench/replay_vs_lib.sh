@@ -6,7 +6,7 @@
 #   bench/replay_vs_lib.sh [--model M] [--layers N] [--seq S] [--batch B]
 #       [--workload lora|adam] [--steps A,B] [--ratio R] [--policy P]
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
-#       [--replay-args "ARGS"]   (default "--event-model device --call-us 0") [--reps R]
+#       [--replay-args "ARGS"]   (default "--event-model device --call-us 0 --issue acl-replay") [--reps R]
 #       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
 # --reps R: library runs per trace (default 3); the median (by step) is
 #   compared, min-max shown. On the simulator the library is deterministic
@@ -24,7 +24,10 @@
 #   ARGS (--event-model device: an event is complete once the host's
 #   simulated clock has passed it, as the simulator answers a query;
 #   --call-us 0: the simulator's host clock spends nothing per asynchronous
-#   call).
+#   call; --issue acl-replay: the trace issued as acl_replay issues it, every
+#   call asynchronous on its stream, event waits between streams for
+#   conflicting accesses, the host waiting only at frees, re-used D2H host
+#   buffers and every 1024 events).
 # Per step = (B-step run - A-step run) / (B - A) on `u3m synth` traces
 #   (default 1,2); with --trace, the whole run of that one trace.
 # Prints the library's simulated step, the replay's, H2D and D2H bytes of
@@ -33,7 +36,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODEL=llama2-13b LAYERS=2 SEQ=512 BATCH=1 WORKLOAD=lora STEPS="1,2" RATIO=1.5 POLICY=predictive
-TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model device --call-us 0" REPS=3 SYNTH_ARGS=""
+TRACE="" HBM="" OUT="" BUILD=1 LINK_MODEL=shared REPLAY_ARGS="--event-model device --call-us 0 --issue acl-replay" REPS=3 SYNTH_ARGS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL=$2; shift 2 ;;

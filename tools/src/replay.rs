@@ -102,12 +102,15 @@ pub struct ReplayArgs {
     /// The host link (ACLSIM_LINK_MODEL): shared (one full-duplex link per device, shared in simulated time by every transfer) or per-stream (every stream has the whole link).
     #[arg(long, value_name = "shared|per-stream", default_value = "shared", value_parser = ["shared", "per-stream"])]
     pub link_model: String,
-    /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card) or simulator (when it is recorded, as libu3m.so sees it on the simulator, whose stream threads run ahead of simulated time).
+    /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card and as the simulator answers) or simulator (when it is recorded, as the simulator answered before its queries followed its simulated clock).
     #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator"])]
     pub event_model: String,
     /// Host time per asynchronous call, µs [default: --launch-us]; the simulator's host clock spends none (0).
     #[arg(long, value_name = "US")]
     pub call_us: Option<f64>,
+    /// How the program issued the trace: recorded (as the recorded program: stream-0 copies and memsets are synchronous, the host waits for the device's streams first, at most --queue calls ahead) or acl-replay (as tests/apps/acl_replay re-runs it: everything asynchronous on its stream, stream 0 included; a stream waits on an event for earlier conflicting work of another stream; the host waits only at frees, for the streams that used the allocation, when a D2H copy's host buffer is written again, and every 1024 conflict events).
+    #[arg(long, value_name = "recorded|acl-replay", default_value = "recorded", value_parser = ["recorded", "acl-replay"])]
+    pub issue: String,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -314,6 +317,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         observe: false,
         host_map: a.host_map.clone(),
         look_ahead: a.look_ahead.clone(),
+        acl_replay: a.issue == "acl-replay",
     })
 }
 

@@ -581,3 +581,46 @@ fn a_call_waiting_for_thousands_of_copy_outs_is_not_refused() {
         assert_eq!(p["runtime_misuse"], 0, "{name}");
     }
 }
+
+/// `--issue acl-replay` orders streams as acl_replay does: an operator on
+/// stream 2 that reads what stream 1's wrote waits for it (an event), one on
+/// stream 3 that shares only an input does not; as recorded, the three
+/// streams run side by side. Each operator is 1 ms (280 GFLOP at 280 TFLOPS).
+#[test]
+fn acl_replay_issue_waits_for_conflicting_streams() {
+    let dir = std::env::temp_dir().join(format!("u3m-replay-issue.{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("conflict.trace");
+    std::fs::write(
+        &path,
+        "# u3m-trace 1\n\
+         A 0x10000000 4194304\nA 0x20000000 4194304\nA 0x30000000 4194304\nA 0x40000000 4194304\n\
+         O MatMul 1 1 0x10000000:4194304 0x20000000:4194304 flops=280000000000 stream=1\n\
+         O MatMul 1 1 0x20000000:4194304 0x30000000:4194304 flops=280000000000 stream=2\n\
+         O MatMul 1 1 0x10000000:4194304 0x40000000:4194304 flops=280000000000 stream=3\n\
+         F 0x20000000\n",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let total = |issue: &str| {
+        let t = replay(&[
+            p,
+            "--hbm",
+            "64M",
+            "--policy",
+            "lru",
+            "--call-us",
+            "0",
+            "--issue",
+            issue,
+        ]);
+        policy(&t, "lru")["total_ns"].as_u64().unwrap()
+    };
+    let (rec, acl) = (total("recorded"), total("acl-replay"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!((1_000_000..1_100_000).contains(&rec), "recorded: {rec} ns");
+    assert!(
+        (2_000_000..2_100_000).contains(&acl),
+        "acl-replay: {acl} ns"
+    );
+}

@@ -58,6 +58,9 @@ pub struct Setup {
     pub host_map: String,
     /// U3M_LOOK_AHEAD: on or off (belady always runs without it).
     pub look_ahead: String,
+    /// Issue the trace as tests/apps/acl_replay does (`AclReplay`), not as
+    /// the recorded program did.
+    pub acl_replay: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -124,7 +127,45 @@ pub struct RunOut {
 struct Alloc {
     bytes: u64,
     va: Option<u64>,
+    /// acl_replay's order tracker of the allocation
+    tr: Tracker,
 }
+
+/// acl_replay's cross-stream order (tests/apps/acl_replay.c, `need`,
+/// `deps_before`, `touch_after`): per allocation or host buffer, the last
+/// writer and the readers since, as (stream slot, the stream's access count).
+#[derive(Default, Clone)]
+struct Tracker {
+    wr: Option<(usize, u64)>,
+    rd: Vec<(usize, u64)>,
+}
+
+/// One of acl_replay's streams.
+struct AStream {
+    dev: u32,
+    sim: u64,
+    /// accesses issued; the count when last synchronised by the host
+    seq: u64,
+    synced: u64,
+    /// per stream slot: its count this stream last waited for
+    waited: HashMap<usize, u64>,
+}
+
+/// acl_replay's state (`Setup::acl_replay`).
+#[derive(Default)]
+struct AclReplay {
+    streams: Vec<AStream>,
+    slot: HashMap<(u32, u32), usize>,
+    /// host buffers by trace host address, and the D2H copies into them
+    /// whose bytes acl_replay hashes once complete (in trace order)
+    host: HashMap<u64, (Tracker, Option<usize>)>,
+    pend: VecDeque<u64>,
+    events: usize,
+}
+
+/// acl_replay's EVENT_BATCH: after this many events it synchronises every
+/// stream (and destroys them).
+const EVENT_BATCH: usize = 1024;
 
 /// The most background periods one round covers (the library's
 /// MAX_PERIODS, core/src/engine/publish.rs).
@@ -271,6 +312,7 @@ fn run_in(
         last_tick: 0,
         tags: BTreeMap::new(),
         observed: s.observe.then(Observed::default),
+        ar: AclReplay::default(),
     };
     let r = d.replay();
     d.sample();
@@ -340,6 +382,7 @@ struct Driver<'a> {
     /// every managed VA range ever handed out -> (bytes, tag)
     tags: BTreeMap<u64, (u64, String)>,
     observed: Option<Observed>,
+    ar: AclReplay,
 }
 
 impl Driver<'_> {
@@ -380,6 +423,17 @@ impl Driver<'_> {
         match &ev.body {
             Body::Alloc { addr, bytes } => self.alloc(dev, *addr, *bytes, ev.tag.as_deref()),
             Body::Free { addr } => {
+                if self.s.acl_replay {
+                    // the writer waited for earlier readers, so these cover every user
+                    let tr = self.allocs[dev as usize]
+                        .get(addr)
+                        .map(|a| a.tr.clone())
+                        .unwrap_or_default();
+                    for s in tr.wr.iter().chain(tr.rd.iter()).map(|x| x.0) {
+                        self.ar_sync(s);
+                    }
+                    self.rt.select(dev);
+                }
                 let a = self.allocs[dev as usize]
                     .remove(addr)
                     .ok_or("free of an unknown allocation")?;
@@ -470,7 +524,14 @@ impl Driver<'_> {
                 None
             }
         };
-        self.allocs[dev as usize].insert(addr, Alloc { bytes, va });
+        self.allocs[dev as usize].insert(
+            addr,
+            Alloc {
+                bytes,
+                va,
+                tr: Tracker::default(),
+            },
+        );
         Ok(())
     }
 
@@ -490,9 +551,14 @@ impl Driver<'_> {
         cost: Cost,
     ) -> Result<(), String> {
         let dev = ev.dev;
-        let sync = ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
+        let sync = !self.s.acl_replay && ev.stream == 0 && !matches!(ev.body, Body::Op { .. });
         let stream = self.stream(dev, ev.stream);
-        if sync {
+        if self.s.acl_replay {
+            // acl_replay: no launch queue; the stream first waits for
+            // conflicting work of other streams
+            self.ar_before(ev);
+            self.rt.select(dev);
+        } else if sync {
             for (&(d, _), &s) in &self.streams {
                 if d == dev {
                     let _ = self.rt.sync_stream(s);
@@ -560,7 +626,12 @@ impl Driver<'_> {
         } else {
             let end = self.rt.launch_work(stream, &work);
             self.rt.host_spend(self.s.costs.call_ns());
-            self.queue.push_back(end);
+            if !self.s.acl_replay {
+                self.queue.push_back(end);
+            }
+        }
+        if self.s.acl_replay {
+            self.ar_after(ev);
         }
         if let Some(tok) = tok {
             self.tier
@@ -574,6 +645,199 @@ impl Driver<'_> {
             }
         }
         Ok(())
+    }
+
+    /// acl_replay's stream slot of (dev, trace stream), created on first use.
+    fn ar_slot(&mut self, dev: u32, stream: u32) -> usize {
+        if let Some(&k) = self.ar.slot.get(&(dev, stream)) {
+            return k;
+        }
+        let sim = self.stream(dev, stream);
+        let k = self.ar.streams.len();
+        self.ar.streams.push(AStream {
+            dev,
+            sim,
+            seq: 0,
+            synced: 0,
+            waited: HashMap::new(),
+        });
+        self.ar.slot.insert((dev, stream), k);
+        k
+    }
+
+    /// `sync_stream`: the host waits for stream slot `a`.
+    fn ar_sync(&mut self, a: usize) {
+        let s = &mut self.ar.streams[a];
+        if s.synced == s.seq {
+            return;
+        }
+        s.synced = s.seq;
+        let (dev, sim) = (s.dev, s.sim);
+        self.rt.select(dev);
+        let _ = self.rt.sync_stream(sim);
+    }
+
+    /// `sync_all`: the host waits for every stream; the events are destroyed.
+    fn ar_sync_all(&mut self) {
+        for a in 0..self.ar.streams.len() {
+            let s = &mut self.ar.streams[a];
+            s.synced = s.seq;
+            let (dev, sim) = (s.dev, s.sim);
+            self.rt.select(dev);
+            let _ = self.rt.sync_stream(sim);
+        }
+        self.ar.events = 0;
+    }
+
+    /// `need`: stream b must not run its next work before a's up to count k.
+    fn ar_need(&mut self, b: usize, a: (usize, u64)) {
+        let (a, k) = a;
+        if a == b
+            || self.ar.streams[a].synced >= k
+            || self.ar.streams[b].waited.get(&a).copied().unwrap_or(0) >= k
+        {
+            return;
+        }
+        if self.ar.streams[a].dev != self.ar.streams[b].dev {
+            self.ar_sync(a); // cross-device: order through the host
+            return;
+        }
+        if self.ar.events >= EVENT_BATCH {
+            self.ar_sync_all();
+            return;
+        }
+        self.ar.events += 1;
+        let (sa, sb, dev) = (
+            self.ar.streams[a].sim,
+            self.ar.streams[b].sim,
+            self.ar.streams[b].dev,
+        );
+        self.rt.select(dev);
+        if let Ok(e) = self.rt.create_event() {
+            let _ = self.rt.record_event(e, sa);
+            let _ = self.rt.stream_wait(sb, e);
+        }
+        let seq = self.ar.streams[a].seq;
+        self.ar.streams[b].waited.insert(a, seq);
+    }
+
+    /// The trackers an event touches, as (allocation start or host address,
+    /// on the host?, write), repeats merged (a write wins), in acl_replay's
+    /// order.
+    fn ar_accesses(&self, ev: &Event) -> Vec<(u64, bool, bool)> {
+        let dev = ev.dev as usize;
+        let alloc = |addr: u64| {
+            self.allocs[dev]
+                .range(..=addr)
+                .next_back()
+                .map(|(&s, _)| s)
+                .unwrap_or(addr)
+        };
+        let mut v: Vec<(u64, bool, bool)> = Vec::new();
+        let mut add =
+            |k: u64, host: bool, w: bool| match v.iter_mut().find(|x| x.0 == k && x.1 == host) {
+                Some(x) => x.2 |= w,
+                None => v.push((k, host, w)),
+            };
+        match &ev.body {
+            Body::Op {
+                inputs, outputs, ..
+            } => {
+                for r in inputs {
+                    add(alloc(r.addr), false, false);
+                }
+                for r in outputs {
+                    add(alloc(r.addr), false, true);
+                }
+            }
+            Body::Copy { kind, dst, src, .. } => {
+                match kind {
+                    CopyKind::H2D | CopyKind::D2D => add(alloc(*dst), false, true),
+                    _ => add(*dst, true, true),
+                }
+                match kind {
+                    CopyKind::D2H | CopyKind::D2D => add(alloc(*src), false, false),
+                    _ => add(*src, true, false),
+                }
+            }
+            Body::Set { addr, .. } => add(alloc(*addr), false, true),
+            _ => {}
+        }
+        v
+    }
+
+    fn ar_tracker(&mut self, dev: u32, k: u64, host: bool) -> Option<&mut Tracker> {
+        if host {
+            Some(&mut self.ar.host.entry(k).or_default().0)
+        } else {
+            self.allocs[dev as usize].get_mut(&k).map(|a| &mut a.tr)
+        }
+    }
+
+    /// Before a call: a D2H copy's host buffer is hashed first (the host
+    /// waits for the D2H copies pending up to its own), then `deps_before`.
+    fn ar_before(&mut self, ev: &Event) {
+        let b = self.ar_slot(ev.dev, ev.stream);
+        if let Body::Copy {
+            kind: CopyKind::D2H,
+            dst,
+            ..
+        } = &ev.body
+        {
+            if self.ar.host.get(dst).is_some_and(|h| h.1.is_some()) {
+                while let Some(h) = self.ar.pend.pop_front() {
+                    let s = self.ar.host.get_mut(&h).and_then(|x| x.1.take());
+                    if let Some(s) = s {
+                        self.ar_sync(s);
+                    }
+                    if h == *dst {
+                        break;
+                    }
+                }
+            }
+        }
+        for (k, host, write) in self.ar_accesses(ev) {
+            let Some(t) = self.ar_tracker(ev.dev, k, host) else {
+                continue;
+            };
+            let mut deps: Vec<(usize, u64)> = t.wr.into_iter().collect();
+            if write {
+                deps.extend(t.rd.iter().copied());
+            }
+            for d in deps {
+                self.ar_need(b, d);
+            }
+        }
+    }
+
+    /// After a call: `touch_after`, and a D2H copy's host buffer pending.
+    fn ar_after(&mut self, ev: &Event) {
+        let b = self.ar_slot(ev.dev, ev.stream);
+        self.ar.streams[b].seq += 1;
+        let k = self.ar.streams[b].seq;
+        for (a, host, write) in self.ar_accesses(ev) {
+            let Some(t) = self.ar_tracker(ev.dev, a, host) else {
+                continue;
+            };
+            if write {
+                t.wr = Some((b, k));
+                t.rd.clear();
+            } else {
+                match t.rd.iter_mut().find(|x| x.0 == b) {
+                    Some(x) => x.1 = k,
+                    None => t.rd.push((b, k)),
+                }
+            }
+        }
+        if let Body::Copy {
+            kind: CopyKind::D2H,
+            dst,
+            ..
+        } = &ev.body
+        {
+            self.ar.host.entry(*dst).or_default().1 = Some(b);
+            self.ar.pend.push_back(*dst);
+        }
     }
 
     /// A timeline sample if the last is at least the step old.

@@ -320,6 +320,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
         "tick_ns": s.tick_ns,
         "watermarks": [s.hbm_low, s.hbm_high],
         "queue": s.queue,
+        "issue": if s.acl_replay { "acl-replay" } else { "recorded" },
         "sample_every": s.sample_every,
         "windows": s.windows,
         "traces": traces,
