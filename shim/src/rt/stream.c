@@ -19,8 +19,9 @@ typedef struct sim_node { sim_work *w; uint64_t host_ns, seq; struct sim_node *n
  * other stream of the device still holds an unfinished item with a lower
  * number, so the calendar is filled in the order the host issued the work,
  * not in the order worker threads happen to get there; a stream that is
- * parked (blocked in an event wait, a host function or a collective, which
- * may wait for work issued later) holds nothing up. The data work itself is
+ * parked (in a host function or a collective, which may wait for work issued
+ * later, or in an event wait whose record has not run for a second) holds
+ * nothing up. The data work itself is
  * not ordered (a program that forgets to make one stream wait for another
  * still sees the race). Synchronous copies and memsets of the host wait
  * likewise for the work queued before them (sim_host_gate). This orders real
@@ -236,15 +237,27 @@ static void run_item(sim_stream *s, sim_node *n) {
             pthread_cond_broadcast(&g_event_cv);
         } else {
             if (e->ev->done_gen < e->gen) {
-                /* the record is queued (before this wait) on another stream,
-                 * which may be behind this one in the device's order */
-                pthread_mutex_unlock(&g_lock);
-                park(s, PARK_EVWAIT);
-                pthread_mutex_lock(&g_lock);
-                while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
-                pthread_mutex_unlock(&g_lock);
-                unpark(s);
-                pthread_mutex_lock(&g_lock);
+                /* The record was queued before this wait, so it has a lower
+                 * number and never waits for this stream's later items: wait
+                 * without parking, so that no item queued after this wait
+                 * takes the link before the items behind it (the device's
+                 * order stays deterministic). Only a record stuck behind a
+                 * host function or a collective (which may wait for the host)
+                 * leaves us parked, after a second of real time. */
+                struct timespec dl;
+                clock_gettime(CLOCK_REALTIME, &dl);
+                dl.tv_sec += 1;
+                while (e->ev->done_gen < e->gen)
+                    if (pthread_cond_timedwait(&g_event_cv, &g_lock, &dl) == ETIMEDOUT) break;
+                if (e->ev->done_gen < e->gen) {
+                    pthread_mutex_unlock(&g_lock);
+                    park(s, PARK_EVWAIT);
+                    pthread_mutex_lock(&g_lock);
+                    while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
+                    pthread_mutex_unlock(&g_lock);
+                    unpark(s);
+                    pthread_mutex_lock(&g_lock);
+                }
             }
             if (e->ev->time_ns > w->end_ns) w->end_ns = e->ev->time_ns;
         }
