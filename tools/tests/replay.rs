@@ -583,10 +583,10 @@ fn a_call_waiting_for_thousands_of_copy_outs_is_not_refused() {
 }
 
 /// Issue 10's proof: predictive moves at most 1.15 × the bytes Belady's MIN
-/// moves on a recorded program trace. mlp_train (full-parameter Adam,
-/// 6 steps, 131 MiB of managed memory) recorded in observe mode, replayed
-/// on 2/3 of its footprint (1.5 ×, as bench/policies.sh): 1.09 with the
-/// victim order rebuilt at every call while few chunks are modelled; 1.47
+/// moves on a recorded program trace. mlp_train as bench/policies.sh runs it
+/// (full-parameter Adam, 6 steps, 392 MiB of managed memory) recorded in
+/// observe mode, replayed on 2/3 of its footprint (1.5 ×): 1.100 with the
+/// victim order rebuilt every 2 calls while few chunks are modelled; 1.165
 /// when it was kept for 4 calls (the optimizer state just updated, the
 /// furthest-needed chunk, stayed out of the kept order and the state the
 /// next step needs first was evicted instead).
@@ -599,7 +599,7 @@ fn predictive_moves_at_most_1_15_x_belady_on_mlp_train() {
     let t = trace.to_str().unwrap();
     sim_program(
         "mlp_train",
-        &["--footprint", "128M", "--hidden", "1023", "--steps", "6"],
+        &["--footprint", "384M", "--hidden", "1023", "--steps", "6"],
         &[
             ("LD_PRELOAD", "@LIB"),
             ("U3M_MODE", "observe"),
@@ -609,7 +609,7 @@ fn predictive_moves_at_most_1_15_x_belady_on_mlp_train() {
     );
     let probe = replay(&[t, "--hbm", "1T", "--pageable", "--policy", "lru"]);
     let foot = probe["footprint_bytes"].as_u64().unwrap();
-    assert!(foot > 100 << 20, "footprint {foot}");
+    assert!(foot > 300 << 20, "footprint {foot}");
     let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
     let r = replay(&[
         t,
