@@ -582,6 +582,65 @@ fn a_call_waiting_for_thousands_of_copy_outs_is_not_refused() {
     }
 }
 
+/// Issue 10's proof: predictive moves at most 1.15 × the bytes Belady's MIN
+/// moves on a recorded program trace. mlp_train as bench/policies.sh runs it
+/// (full-parameter Adam, 6 steps, 392 MiB of managed memory) recorded in
+/// observe mode, replayed on 2/3 of its footprint (1.5 ×): 1.100 with the
+/// victim order rebuilt every 2 calls while few chunks are modelled; 1.165
+/// when it was kept for 4 calls (the optimizer state just updated, the
+/// furthest-needed chunk, stayed out of the kept order and the state the
+/// next step needs first was evicted instead).
+#[test]
+fn predictive_moves_at_most_1_15_x_belady_on_mlp_train() {
+    let trace = std::env::temp_dir().join(format!(
+        "u3m-replay-test-{}-mlp-belady.trace",
+        std::process::id()
+    ));
+    let t = trace.to_str().unwrap();
+    sim_program(
+        "mlp_train",
+        &["--footprint", "384M", "--hidden", "1023", "--steps", "6"],
+        &[
+            ("LD_PRELOAD", "@LIB"),
+            ("U3M_MODE", "observe"),
+            ("U3M_TRACE", t),
+            ("ACLSIM_HBM_BYTES", "16G"),
+        ],
+    );
+    let probe = replay(&[t, "--hbm", "1T", "--pageable", "--policy", "lru"]);
+    let foot = probe["footprint_bytes"].as_u64().unwrap();
+    assert!(foot > 300 << 20, "footprint {foot}");
+    let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
+    let r = replay(&[
+        t,
+        "--hbm",
+        &hbm,
+        "--pageable",
+        "--policy",
+        "predictive,belady",
+    ]);
+    let _ = std::fs::remove_file(&trace);
+    let Some(p) = optional(&r, "predictive") else {
+        return;
+    };
+    let b = policy(&r, "belady");
+    let moved = |p: &Value| fault_in(p) + p["writeback_bytes"]["total"].as_u64().unwrap();
+    assert!(moved(b) > 0, "Belady moves nothing at {hbm}: {b:#}");
+    let ratio = p["moved_vs_belady"].as_f64().unwrap();
+    assert!(
+        (ratio - moved(p) as f64 / moved(b) as f64).abs() < 1e-6,
+        "moved_vs_belady {ratio} vs {} / {}",
+        moved(p),
+        moved(b)
+    );
+    assert!(
+        ratio <= 1.15,
+        "predictive moves {ratio:.3} x Belady ({} vs {} bytes at --hbm {hbm})",
+        moved(p),
+        moved(b)
+    );
+}
+
 /// `--issue acl-replay` orders streams as acl_replay does: an operator on
 /// stream 2 that reads what stream 1's wrote waits for it (an event), one on
 /// stream 3 that shares only an input does not; as recorded, the three
