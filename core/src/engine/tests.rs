@@ -179,6 +179,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
         kind: LaunchKind::Aclop,
         name: Some(b"Add"),
         class: OpClass::Elementwise,
+        op_hash: None,
         ranges: &rs,
         resident: None,
         flops: None,
