@@ -99,6 +99,8 @@ struct State {
     eager: bool,
     lost: bool,
     seen: Seen,
+    /// Host-to-device `memcpy_async` calls still to fail (`fail_h2d`).
+    fail_h2d: u32,
 }
 
 pub struct Fake {
@@ -385,6 +387,7 @@ impl Fake {
                 eager: false,
                 lost: false,
                 seen: Seen::default(),
+                fail_h2d: 0,
             }),
         }
     }
@@ -420,6 +423,11 @@ impl Fake {
     pub fn held(&self) -> (usize, usize) {
         let st = self.lock();
         (st.phys.len(), st.host.values().sum())
+    }
+
+    /// The next `n` host-to-device `memcpy_async` calls fail.
+    pub fn fail_h2d(&self, n: u32) {
+        self.lock().fail_h2d = n;
     }
 
     /// The card disappears: every call on it fails with
@@ -665,6 +673,11 @@ impl Runtime for Fake {
         let mut st = self.lock();
         match kind {
             MemcpyKind::HOST_TO_DEVICE => {
+                if st.fail_h2d > 0 {
+                    // as the simulator's ACLSIM_FAULTS=copy:N: refused at the call
+                    st.fail_h2d -= 1;
+                    return Err(AclError::RT_DEVICE_MEM_ERROR);
+                }
                 st.seen.h2d += 1;
                 st.seen.h2d_bytes += bytes;
             }

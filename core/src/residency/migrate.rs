@@ -107,7 +107,16 @@ impl Residency {
         }
         let stream = self.dev_stream(st, dev)?;
         match (order, r) {
-            (Order::Host, Ok(())) => self.rt.sync_stream(stream)?,
+            (Order::Host, Ok(())) => {
+                if let Err(e) = self.rt.sync_stream(stream) {
+                    // the copies may not have landed: the host copies stay
+                    // the chunks' only ones
+                    for &(id, i) in &filled {
+                        self.undo_fault_in(st, id, i, reserved);
+                    }
+                    return Err(e.into());
+                }
+            }
             (order, r) => {
                 let Some(ev) = self.use_event(st, stream) else {
                     let _ = self.rt.sync_stream(stream);
@@ -214,7 +223,13 @@ impl Residency {
                 c.dirty = c.host.is_none();
                 continue;
             };
-            let stream = self.dev_stream(st, dev)?;
+            let stream = match self.dev_stream(st, dev) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.undo_fault_in(st, id, i, reserved);
+                    return Err(e.into());
+                }
+            };
             let c = st.chunk_mut(id, i);
             match &c.host {
                 None => {
@@ -223,19 +238,27 @@ impl Residency {
                     self.c.first_touches.fetch_add(1, Relaxed);
                 }
                 Some(Host::Dram(slot)) => {
-                    self.rt.memcpy_async(
-                        target,
-                        slot.ptr as u64,
-                        CHUNK,
-                        MemcpyKind::HOST_TO_DEVICE,
-                        stream,
-                    )?;
+                    let src = slot.ptr as u64;
+                    if let Err(e) =
+                        self.rt
+                            .memcpy_async(target, src, CHUNK, MemcpyKind::HOST_TO_DEVICE, stream)
+                    {
+                        self.undo_fault_in(st, id, i, reserved);
+                        return Err(e.into());
+                    }
+                    let c = st.chunk_mut(id, i);
                     c.dirty = false;
                     filled.push((id, i));
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 Some(Host::Nvme(_)) => {
-                    let staging = self.staging(st, dev)?;
+                    let staging = match self.staging(st, dev) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            self.undo_fault_in(st, id, i, reserved);
+                            return Err(e.into());
+                        }
+                    };
                     // the staging buffer may still feed an earlier copy-in
                     let _ = self.rt.sync_stream(stream);
                     let st2 = &mut *st;
@@ -254,15 +277,19 @@ impl Residency {
                         .unwrap_or(Err(StoreError::BadSlot));
                     if r.is_err() {
                         self.c.spill_errors.fetch_add(1, Relaxed);
+                        self.undo_fault_in(st, id, i, reserved);
                         return Err(Fail::Acl(E_ALLOC));
                     }
-                    self.rt.memcpy_async(
+                    if let Err(e) = self.rt.memcpy_async(
                         target,
                         staging,
                         CHUNK,
                         MemcpyKind::HOST_TO_DEVICE,
                         stream,
-                    )?;
+                    ) {
+                        self.undo_fault_in(st, id, i, reserved);
+                        return Err(e.into());
+                    }
                     st.chunk_mut(id, i).dirty = false;
                     filled.push((id, i));
                     self.c.from_nvme.fetch_add(1, Relaxed);
@@ -546,6 +573,29 @@ impl Residency {
 
     /// The chunk leaves HBM: unmapped at every VA, its physical memory freed,
     /// its uses forgotten (all complete: eviction waited for them).
+    /// A copy-in that could not be issued: chunk (id, i) goes back to where
+    /// it was — out of HBM, its host copy the only one — so no call reads
+    /// the fresh HBM it was given as if it held the chunk's data (the soak
+    /// test read zeros there after an injected copy failure).
+    fn undo_fault_in(&self, st: &mut State, id: u64, i: u32, reserved: &mut Vec<(u64, u32)>) {
+        let (dev, vas) = {
+            let b = &st.backings[&id];
+            (b.dev, b.vas.clone())
+        };
+        for &va in &vas {
+            let _ = self.rt.unmap(va + i as u64 * CHUNK);
+        }
+        let c = st.chunk_mut(id, i);
+        let _ = self.rt.free_physical(c.phys);
+        c.phys = 0;
+        c.dirty = false;
+        c.pins = c.pins.saturating_sub(1);
+        st.dev_mut(dev).resident -= CHUNK;
+        if let Some(k) = reserved.iter().rposition(|&r| r == (id, i)) {
+            reserved.remove(k);
+        }
+    }
+
     fn release_chunk(&self, st: &mut State, id: u64, i: u32) {
         let (dev, vas) = {
             let b = &st.backings[&id];

@@ -1545,3 +1545,41 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
     assert_eq!(of(a), vec![(1, true), (2, false), (3, false)]);
     assert_eq!(of(b), vec![(0, false), (1, true)]);
 }
+
+/// A copy-in refused by the runtime (the soak test's injected copy faults)
+/// fails the call, and the chunk stays out of HBM with its host copy the
+/// only one: the next read brings the data back. Before, the chunk kept the
+/// fresh HBM it was given and counted as resident and clean, and the next
+/// read returned zeros (soak: `read 00, expected 38`).
+#[test]
+fn a_refused_copy_in_fails_the_call_and_loses_no_data() {
+    let a = App::new(2, &[]);
+    let vas: Vec<u64> = (0..3).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK));
+    }
+    // three chunks on two: the first is in DRAM now
+    let before = a.f.seen().h2d;
+    a.f.fail_h2d(1);
+    let rs = [Range {
+        addr: vas[0],
+        len: CHUNK,
+        write: false,
+    }];
+    let r = a.sync(&rs, false, || a.f.app_read(vas[0], CHUNK));
+    assert!(r.is_err(), "the refused copy-in must fail the call");
+    assert_eq!(a.f.seen().h2d, before, "no copy-in went through");
+    // every chunk reads back what was written, in any order
+    for round in 0..2 {
+        for (k, &va) in vas.iter().enumerate() {
+            let got = a.read(va, CHUNK);
+            let bad = got
+                .iter()
+                .zip(pattern(k as u64, CHUNK))
+                .filter(|(g, w)| **g != *w)
+                .count();
+            assert_eq!(bad, 0, "round {round} chunk {k}: {bad} bytes differ");
+        }
+    }
+    a.assert_clean();
+}
