@@ -330,7 +330,7 @@ fn a_failing_swap_keeps_data_in_dram_and_the_spill_moves_it_later() {
         ],
     );
     let faults = |f: crate::store::nvme::NvmeFaults| {
-        let mut st = a.r.st.lock().unwrap();
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
         st.nvme.as_mut().unwrap().set_faults(f);
     };
     // every NVMe write fails: the fourth evicted chunk stays in DRAM anyway
@@ -451,9 +451,9 @@ fn an_eviction_waits_for_the_use_still_in_flight() {
 /// dirty chunk's copy-out is issued on u3m's device-to-host stream and the
 /// call returns without waiting for it.
 fn start_eviction(a: &App, va: u64) -> (u64, u32) {
-    let mut st = a.r.st.lock().unwrap();
+    let mut st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
-    a.r.evict(&mut st, id, i).expect("evict");
+    a.r.shard_of(0).evict(&mut st, id, i).expect("evict");
     (id, i)
 }
 
@@ -467,9 +467,9 @@ fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
     let (held, d2h) = (a.f.held().0, a.f.seen().d2h);
     let (id, i) = start_eviction(&a, x);
     {
-        let mut st = a.r.st.lock().unwrap();
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
         // the device has not run the copy (lazy stream): nothing completes
-        a.r.harvest(&mut st, 0, usize::MAX);
+        a.r.shard_of(0).harvest(&mut st, 0, usize::MAX);
         assert_ne!(st.chunk(id, i).phys, 0, "x still in HBM, mapped");
         assert_ne!(st.chunk(id, i).out_ev, 0, "x is leaving");
     }
@@ -511,8 +511,8 @@ fn a_chunk_needed_during_its_copy_out_stays_in_hbm() {
     // both streams run; the landed copy is stale and only gives its slot back
     a.f.drain();
     {
-        let mut st = a.r.st.lock().unwrap();
-        a.r.harvest(&mut st, 0, usize::MAX);
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
+        a.r.shard_of(0).harvest(&mut st, 0, usize::MAX);
         assert!(st.devs[0].outgoing.is_empty());
     }
     assert_eq!(a.r.usage(0), (CHUNK, 0, 0), "resident, no DRAM copy");
@@ -537,7 +537,7 @@ fn copy_outs_run_ahead_for_the_chunks_a_call_still_needs() {
     a.op(s, &[(y, 3 * CHUNK)], &[], Box::new(|_m: &mut Mem<'_>| {}));
     let c = a.r.counters();
     assert_eq!(
-        c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64,
+        c.evictions + a.r.shard_of(0).st.lock().unwrap().devs[0].outgoing.len() as u64,
         3,
         "{c:?}"
     );
@@ -1131,7 +1131,7 @@ impl crate::policy::Placement for Script {
 
 /// Whether the chunk at `va` is in HBM.
 fn resident(a: &App, va: u64) -> bool {
-    let st = a.r.st.lock().unwrap();
+    let st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
     st.chunk(id, i).in_hbm()
 }
@@ -1449,7 +1449,7 @@ fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     // the furthest, c35, leaves
     a.write(x, &pattern(99, 64));
     assert!(!resident(&a, c[35]) && resident(&a, x));
-    let full_at = a.r.st.lock().unwrap().dev(0).order.full_at;
+    let full_at = a.r.shard_of(0).st.lock().unwrap().dev(0).order.full_at;
     // x is now the furthest
     at.lock().unwrap().insert(x, 1_000_000);
     // tick 38: one call needs 33 chunks: 31 more evictions from the kept
@@ -1466,7 +1466,7 @@ fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     assert!(!resident(&a, x), "x is in the re-keyed order and first");
     assert!(resident(&a, c[2]), "{:?}", a.r.counters());
     {
-        let st = a.r.st.lock().unwrap();
+        let st = a.r.shard_of(0).st.lock().unwrap();
         let o = &st.dev(0).order;
         assert_eq!(o.full_at, full_at, "re-keyed, not built again");
         assert!(o.built_at >= full_at && o.taken < 32);
@@ -1497,9 +1497,10 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .prepare(0, OpClass::Layout as u8, rs, false, Order::Host)
             .expect("prepare");
         let mut v: Vec<(u64, u32, bool)> = tok
+            .tok
             .chunks
             .iter()
-            .zip(&tok.writes)
+            .zip(&tok.tok.writes)
             .map(|(&(id, i), &w)| (id, i, w))
             .collect();
         app.r.finish(tok, None, true);
