@@ -221,9 +221,11 @@ impl Residency {
             if mask & (1 << s) == 0 {
                 continue;
             }
-            // the caller's device for its own chunks, else the chunks' device
-            let d = if s == dev_index(dev) as u32 { dev } else { s };
-            let (r, t) = self.shards[s as usize].prepare_timed(d, class, ranges, overwrite, order);
+            // the caller's device: copy-ins run on u3m's stream of the
+            // calling device (as with one state), which that device's state
+            // keeps (`Dev::stream` of the caller in each state)
+            let (r, t) =
+                self.shards[s as usize].prepare_timed(dev, class, ranges, overwrite, order);
             if let Some(t) = t {
                 stall = Some(stall.unwrap_or(0) + t);
             }
@@ -441,9 +443,13 @@ impl Residency {
         self.shards[0].panic_under_lock(why)
     }
 
-    /// aclrtResetDevice: forget `dev`'s backings (`Shard::forget_device`).
+    /// aclrtResetDevice: forget `dev`'s backings (`Shard::forget_device`),
+    /// and the streams of `dev` other devices' states made for calls on
+    /// `dev` that spanned them.
     pub fn forget_device(&self, dev: u32) {
-        self.shard(dev).forget_device(dev)
+        for s in self.shards.iter() {
+            s.forget_device(dev);
+        }
     }
 
     /// Before aclFinalize (`Shard::finalize`), device by device.
@@ -460,9 +466,19 @@ impl Residency {
     }
 
     /// Card failure: `dev` disappeared (`Shard::device_lost`).
+    /// Every state learns it (a call on `dev` spanning another device's
+    /// memory is refused there too).
     pub fn device_lost(&self, dev: u32) -> Option<(Allocations, Allocations)> {
         self.lost.fetch_or(bit(dev), Relaxed);
-        self.shard(dev).device_lost(dev)
+        let r = self.shard(dev).device_lost(dev);
+        for s in self
+            .shards
+            .iter()
+            .filter(|s| s.shard != dev_index(dev) as u32)
+        {
+            let _ = s.device_lost(dev);
+        }
+        r
     }
 
     pub fn set_capacity(&self, dev: u32, total: u64) {

@@ -1546,3 +1546,209 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
     assert_eq!(of(a), vec![(1, true), (2, false), (3, false)]);
     assert_eq!(of(b), vec![(0, false), (1, true)]);
 }
+
+/// Residency state per device (issue 10 part 2): device 0's copy-in is held
+/// inside the runtime — its thread blocked in `memcpy_async` with device
+/// 0's residency lock held (checked) — while a thread on device 1 allocates,
+/// writes (evicting and copying back in on device 1), reads, runs an
+/// operator and frees. Under one lock for every device the device-1 thread
+/// waits for device 0's copy and the deadline below fails the test.
+#[test]
+fn device_1_never_waits_for_device_0s_residency_work() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r: &'static Residency = Box::leak(Box::new(
+        Residency::new(f, &config(&[])).expect("residency"),
+    ));
+    // device 0: x goes to DRAM, so reading it back needs a copy-in
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let call = |dev: u32, va: u64, len: u64, data: Option<&[u8]>| -> Vec<u8> {
+        let rs = [Range {
+            addr: va,
+            len,
+            write: data.is_some(),
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
+            .expect("prepare");
+        let out = match data {
+            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
+            None => f.app_read(va, len),
+        };
+        r.finish(tok, None, out.is_ok());
+        out.expect("call")
+    };
+    call(0, x, CHUNK, Some(&pattern(1, CHUNK)));
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert_eq!(r.usage(0).0, 0);
+    f.hold_copy_ins(0);
+    let dev0 = std::thread::spawn(move || {
+        f.set_device(0).unwrap();
+        call(0, x, CHUNK, None)
+    });
+    assert_eq!(f.copy_ins_held(10_000), 1, "device 0's copy-in is held");
+    assert!(
+        matches!(
+            r.shard_of(0).st.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        ),
+        "device 0's residency lock is held across its copy"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dev1 = std::thread::spawn(move || {
+        f.set_device(1).unwrap();
+        let (free, total) = f.mem_info().unwrap();
+        let v: Vec<u64> = (0..3)
+            .map(|_| r.malloc(1, CHUNK, free, total).unwrap().unwrap())
+            .collect();
+        for (k, &va) in v.iter().enumerate() {
+            call(1, va, CHUNK, Some(&pattern(10 + k as u64, CHUNK)));
+        }
+        // two chunks of HBM: reading all three back evicts and copies in
+        for (k, &va) in v.iter().enumerate() {
+            assert_eq!(call(1, va, CHUNK, None), pattern(10 + k as u64, CHUNK));
+        }
+        let s = f.app_stream();
+        let (a, b) = (v[0], v[1]);
+        let tok = r
+            .prepare(
+                1,
+                OpClass::Layout as u8,
+                &[
+                    Range {
+                        addr: a,
+                        len: CHUNK,
+                        write: false,
+                    },
+                    Range {
+                        addr: b,
+                        len: CHUNK,
+                        write: true,
+                    },
+                ],
+                false,
+                Order::Stream(s),
+            )
+            .expect("prepare");
+        f.app_launch(
+            s,
+            "copy a to b",
+            vec![(a, CHUNK), (b, CHUNK)],
+            Box::new(move |m: &mut Mem<'_>| {
+                let d = m.read(a, CHUNK);
+                m.write(b, &d);
+            }),
+        )
+        .unwrap();
+        r.finish(tok, Some(s), true);
+        f.sync_stream(s).unwrap();
+        assert_eq!(call(1, b, CHUNK, None), pattern(10, CHUNK));
+        for va in v {
+            assert_eq!(r.free(va), Some(Ok(())));
+        }
+        tx.send(()).unwrap();
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(20));
+    // still held: everything above ran while device 0's copy was in the runtime
+    let still_held = f.copy_ins_held(0) == 1
+        && matches!(
+            r.shard_of(0).st.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        );
+    f.release_copy_ins();
+    dev1.join().expect("device 1's thread");
+    assert_eq!(dev0.join().expect("device 0's thread"), pattern(1, CHUNK));
+    assert!(
+        done.is_ok(),
+        "device 1's malloc/prepare/finish/free waited for device 0's copy-in"
+    );
+    assert!(still_held, "device 0's copy was released early");
+    f.set_device(0).unwrap();
+    assert_eq!(r.free(x), Some(Ok(())));
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
+/// A call on device 1 whose ranges span both devices' managed memory (a
+/// peer copy) makes device 0's chunk resident — it was in DRAM — on device
+/// 0's state, pins both devices' chunks for the call, and gives every pin
+/// back: each device's chunk can be evicted afterwards.
+#[test]
+fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(1, CHUNK, free, total).unwrap().unwrap();
+    for (dev, va, seed) in [(0, x, 1u64), (1, y, 2)] {
+        f.set_device(dev).unwrap();
+        let rs = [Range {
+            addr: va,
+            len: CHUNK,
+            write: true,
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, true, Order::Host)
+            .unwrap();
+        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
+        r.finish(tok, None, true);
+    }
+    f.set_device(0).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert_eq!(r.usage(0).0, 0);
+    f.set_device(1).unwrap();
+    let s = f.app_stream();
+    let rs = [
+        Range {
+            addr: x,
+            len: CHUNK,
+            write: false,
+        },
+        Range {
+            addr: y,
+            len: CHUNK,
+            write: true,
+        },
+    ];
+    let tok = r
+        .prepare(1, OpClass::Layout as u8, &rs, false, Order::Stream(s))
+        .expect("prepare");
+    assert_eq!(
+        (tok.tok.chunks.len(), tok.more.len()),
+        (1, 1),
+        "one chunk per device"
+    );
+    assert_eq!(r.usage(0).0, CHUNK, "x is back in device 0's HBM");
+    // pinned: neither device can evict them during the call
+    f.set_device(0).unwrap();
+    assert!(!r.make_room(0, 2 * CHUNK));
+    f.set_device(1).unwrap();
+    assert!(!r.make_room(1, 2 * CHUNK));
+    f.app_launch(
+        s,
+        "peer copy x to y",
+        vec![(x, CHUNK), (y, CHUNK)],
+        Box::new(move |m: &mut Mem<'_>| {
+            let d = m.read(x, CHUNK);
+            m.write(y, &d);
+        }),
+    )
+    .unwrap();
+    r.finish(tok, Some(s), true);
+    f.sync_stream(s).unwrap();
+    assert_eq!(f.app_read(y, CHUNK).unwrap(), pattern(1, CHUNK));
+    // the pins are gone: each device evicts its chunk
+    f.set_device(0).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK));
+    f.set_device(1).unwrap();
+    assert!(r.make_room(1, 2 * CHUNK));
+    assert_eq!((r.usage(0).0, r.usage(1).0), (0, 0));
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
