@@ -576,7 +576,11 @@ impl Residency {
 
     /// DRAM -> NVMe spill (`Shard::spill_dram`), device by device.
     pub fn spill_dram(&self, dt_s: f64) -> u32 {
-        self.used_shards().map(|s| s.spill_dram(dt_s)).sum()
+        // U3M_SSD_RATE is the process's: each device's state gets its share
+        let n = self.used.load(Relaxed).count_ones().max(1);
+        self.used_shards()
+            .map(|s| s.spill_dram(dt_s / n as f64))
+            .sum()
     }
 
     /// Turns the look-ahead prefetch on or off (on by default).
@@ -594,8 +598,9 @@ impl Residency {
     /// The policy's periodic work (`secs` since the engine started) and its
     /// events since the last call.
     pub fn tick_policy(&self, secs: f64) -> Vec<String> {
+        // every device with a capacity counts, as with one state
         let (mut r, mut c) = (0u64, 0u64);
-        for s in self.used_shards() {
+        for s in self.shards.iter() {
             if let Ok(st) = s.st.lock() {
                 let d = st.dev(s.shard);
                 r += d.resident;
