@@ -133,7 +133,7 @@ pub struct Shard {
     policy: Arc<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
-    st: Mutex<State>,
+    st: state::StLock,
     min_bytes: u64,
     oversub: f64,
     dram_limit: u64,
@@ -262,7 +262,7 @@ impl Shard {
             fences,
             policy: parts.policy.clone(),
             ssd_rate: cfg.ssd_rate.max(1),
-            st: Mutex::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
+            st: state::StLock::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
             dram_limit: parts.dram_limit,

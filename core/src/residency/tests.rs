@@ -1855,4 +1855,10 @@ fn two_devices_stress_under_eviction_loses_nothing() {
     assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
     assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
     assert_eq!(f.held(), (0, 0), "handles / pinned host bytes left");
+    // a thread never waits holding another device's lock besides its own
+    assert!(s.max_locks_at_wait <= 1, "{s:?}");
+    eprintln!(
+        "two devices: host waits with the device's own lock held: {:?}",
+        s.locked_waits
+    );
 }
