@@ -332,7 +332,8 @@ impl Residency {
             return Ok(());
         }
         match self.owner(addr) {
-            Some(s) if s.shard != dev_index(dev) as u32 => s.pin_range(s.shard, addr, len),
+            // the caller's device, as a call spanning devices passes it
+            Some(s) if s.shard != dev_index(dev) as u32 => s.pin_range(dev, addr, len),
             _ => self.shard(dev).pin_range(dev, addr, len),
         }
     }
