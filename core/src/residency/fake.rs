@@ -451,7 +451,7 @@ impl Fake {
         let (g, _) = self
             .gate_cv
             .wait_timeout_while(g, std::time::Duration::from_millis(ms), |g| {
-                g.map_or(false, |(_, _, n)| n == 0)
+                g.is_some_and(|(_, _, n)| n == 0)
             })
             .unwrap();
         g.map_or(0, |(_, _, n)| n)
