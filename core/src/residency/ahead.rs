@@ -38,7 +38,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::evict::COPY_OUT_DEPTH;
 use super::state::{Host, State};
-use super::Residency;
+use super::Shard as Residency;
 use crate::engine::runtime::CHUNK;
 
 /// Bounds of the look-ahead depth, logical ticks.

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
 use super::state::ORDER_TOP;
-use super::{Fail, Residency, E_ALLOC, KEEP_HORIZON};
+use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
 /// the oldest: enough to keep the device-to-host link busy while copy-ins

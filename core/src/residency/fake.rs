@@ -77,10 +77,20 @@ pub struct Seen {
     pub host_handles: u64,
     /// Event records per stream.
     pub records: BTreeMap<u64, u64>,
+    /// Host waits (stream or event synchronisations) asked with a
+    /// residency lock held by the calling thread, by runtime call — what
+    /// issue 10 part 2's "no lock held across a synchronisation" has left.
+    pub locked_waits: BTreeMap<&'static str, u64>,
+    /// The most residency locks a thread held while it waited (more than
+    /// one: a wait under two devices' locks).
+    pub max_locks_at_wait: u32,
 }
 
 struct State {
     cur_dev: u32,
+    /// Each thread has its own current device (as the real runtime's
+    /// per-thread context), when set: thread -> device (unset: 0).
+    per_thread: Option<HashMap<std::thread::ThreadId, u32>>,
     capacity: Vec<u64>,
     used: Vec<u64>,
     next_va: u64,
@@ -105,6 +115,10 @@ struct State {
 
 pub struct Fake {
     st: Mutex<State>,
+    /// A gate that holds u3m's host-to-device copies to one device inside
+    /// the runtime (`hold_copy_ins`): (device, open, copies held so far).
+    gate: Mutex<Option<(u32, bool, u32)>>,
+    gate_cv: std::sync::Condvar,
 }
 
 /// Device memory as a kernel sees it: only through mappings, only inside the
@@ -145,6 +159,23 @@ impl Mem<'_> {
 }
 
 impl State {
+    /// Notes a host wait (`what`) the calling thread asks for.
+    fn note_wait(&mut self, what: &'static str) {
+        let held = super::state::locks_held();
+        if held > 0 {
+            *self.seen.locked_waits.entry(what).or_insert(0) += 1;
+            self.seen.max_locks_at_wait = self.seen.max_locks_at_wait.max(held);
+        }
+    }
+
+    /// The calling thread's current device.
+    fn cur(&self) -> u32 {
+        match &self.per_thread {
+            Some(m) => m.get(&std::thread::current().id()).copied().unwrap_or(0),
+            None => self.cur_dev,
+        }
+    }
+
     /// The mapped pieces of [va, va+len): (handle, offset, bytes), or the
     /// first unmapped address.
     fn pieces(&self, va: u64, len: u64) -> Result<Vec<(u64, u64, u64)>, u64> {
@@ -337,8 +368,8 @@ impl State {
     /// calling thread's (the runtime's check; a misuse u3m must not make).
     fn context(&mut self, stream: u64, what: &str) -> Result<(), AclError> {
         match self.streams.get(&stream).map(|s| s.dev) {
-            Some(d) if d != self.cur_dev => {
-                let cur = self.cur_dev;
+            Some(d) if d != self.cur() => {
+                let cur = self.cur();
                 self.misuse(format!(
                     "{what} on stream {stream:#x} of device {d} while the current device is {cur}"
                 ));
@@ -370,8 +401,11 @@ impl Fake {
         let mut streams = HashMap::new();
         streams.insert(0, Stream::default()); // the default stream
         Fake {
+            gate: Mutex::new(None),
+            gate_cv: std::sync::Condvar::new(),
             st: Mutex::new(State {
                 cur_dev: 0,
+                per_thread: None,
                 capacity: vec![capacity; devices],
                 used: vec![0; devices],
                 next_va: VA_BASE,
@@ -399,6 +433,59 @@ impl Fake {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Each thread gets its own current device (0 until it sets one), as
+    /// with the real runtime's per-thread context.
+    pub fn set_per_thread_device(&self) {
+        self.lock().per_thread = Some(HashMap::new());
+    }
+
+    /// From now on, a host-to-device copy queued on a stream of `dev` is
+    /// held inside the runtime (the caller blocks in `memcpy_async`) until
+    /// `release_copy_ins`.
+    pub fn hold_copy_ins(&self, dev: u32) {
+        *self.gate.lock().unwrap() = Some((dev, false, 0));
+    }
+
+    /// Copies held by `hold_copy_ins` so far, waiting up to `ms` for one.
+    pub fn copy_ins_held(&self, ms: u64) -> u32 {
+        let g = self.gate.lock().unwrap();
+        let (g, _) = self
+            .gate_cv
+            .wait_timeout_while(g, std::time::Duration::from_millis(ms), |g| {
+                g.is_some_and(|(_, _, n)| n == 0)
+            })
+            .unwrap();
+        g.map_or(0, |(_, _, n)| n)
+    }
+
+    /// Lets the held copies (and later ones) through.
+    pub fn release_copy_ins(&self) {
+        if let Some(g) = self.gate.lock().unwrap().as_mut() {
+            g.1 = true;
+        }
+        self.gate_cv.notify_all();
+    }
+
+    /// Blocks a host-to-device copy on `stream` while the gate holds its device.
+    fn gate(&self, stream: u64, kind: MemcpyKind) {
+        if kind != MemcpyKind::HOST_TO_DEVICE {
+            return;
+        }
+        let Some(dev) = self.lock().streams.get(&stream).map(|s| s.dev) else {
+            return;
+        };
+        let mut g = self.gate.lock().unwrap();
+        match g.as_mut() {
+            Some((d, false, n)) if *d == dev => *n += 1,
+            _ => return,
+        }
+        self.gate_cv.notify_all();
+        let _g = self
+            .gate_cv
+            .wait_while(g, |g| matches!(g, Some((_, false, _))))
+            .unwrap();
     }
 
     /// Queued work runs as soon as it is queued (the device is never behind).
@@ -497,7 +584,7 @@ fn lost<T>(st: &State) -> Result<T, AclError> {
 
 impl Runtime for Fake {
     fn current_device(&self) -> Option<u32> {
-        Some(self.lock().cur_dev)
+        Some(self.lock().cur())
     }
 
     fn set_device(&self, dev: u32) -> Result<(), AclError> {
@@ -505,7 +592,12 @@ impl Runtime for Fake {
         if dev as usize >= st.capacity.len() {
             return Err(AclError::RT_PARAM_INVALID);
         }
-        st.cur_dev = dev;
+        match st.per_thread.as_mut() {
+            Some(m) => {
+                m.insert(std::thread::current().id(), dev);
+            }
+            None => st.cur_dev = dev,
+        }
         Ok(())
     }
 
@@ -651,7 +743,7 @@ impl Runtime for Fake {
         let mut st = self.lock();
         let s = st.next_stream;
         st.next_stream += 16;
-        let dev = st.cur_dev;
+        let dev = st.cur();
         st.streams.insert(
             s,
             Stream {
@@ -670,6 +762,7 @@ impl Runtime for Fake {
         kind: MemcpyKind,
         stream: u64,
     ) -> Result<(), AclError> {
+        self.gate(stream, kind);
         let mut st = self.lock();
         match kind {
             MemcpyKind::HOST_TO_DEVICE => {
@@ -701,6 +794,7 @@ impl Runtime for Fake {
 
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
+        st.note_wait("sync_stream");
         if st.lost {
             return lost(&st);
         }
@@ -746,6 +840,7 @@ impl Runtime for Fake {
 
     fn sync_event(&self, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
+        st.note_wait("sync_event");
         if st.lost {
             return lost(&st);
         }
@@ -794,7 +889,7 @@ impl Runtime for Fake {
         if st.lost {
             return lost(&st);
         }
-        let d = st.cur_dev as usize;
+        let d = st.cur() as usize;
         Ok((st.capacity[d] - st.used[d], st.capacity[d]))
     }
 }

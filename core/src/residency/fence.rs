@@ -78,11 +78,6 @@ impl Fenced {
         }
     }
 
-    /// The runtime itself.
-    pub fn inner(&self) -> &'static dyn Runtime {
-        self.rt
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, List> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }

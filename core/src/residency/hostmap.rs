@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::probe::{Arm, Step, WINDOW};
 use super::protocol::Need;
 use super::state::{Host, State};
-use super::{Fail, Residency, E_ALLOC};
+use super::{Fail, Shard as Residency, E_ALLOC};
 use crate::acl::{AclError, MemcpyKind};
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;

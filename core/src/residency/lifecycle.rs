@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::{handle_of, id_of, Backing, Host, Kind, State};
-use super::{Fail, Order, Residency, E_ALLOC, E_DEVICE_LOST};
+use super::{Fail, Order, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::{on_device, CHUNK};
@@ -25,8 +25,8 @@ const MAP_TRIES: u32 = 3;
 const FORK_PINNED: u32 = 1 << 30;
 
 /// The residency lock held across fork() (`hold_for_fork`).
-pub struct ForkHold(
-    std::sync::MutexGuard<'static, State>,
+pub struct ShardHold(
+    super::state::StGuard<'static>,
     /// The use-fence list (taken second: the lock order), so no thread is
     /// recording a fence at the fork.
     super::fence::ListHold,
@@ -151,12 +151,13 @@ impl Residency {
             // byte holds managed data (part of some device's excess, or a
             // clean copy that can be dropped), so compare the excesses of
             // all devices with the tiers' limits, not with what is free now
-            let others: u64 = st
-                .devs
+            // (the other devices' figures as their states published them)
+            let others: u64 = self
+                .excess
                 .iter()
                 .enumerate()
-                .filter(|&(k, o)| k != d && o.capacity != 0)
-                .map(|(_, o)| o.managed_virtual.saturating_sub(o.capacity))
+                .filter(|&(k, _)| k != d)
+                .map(|(_, o)| o.load(Relaxed))
                 .sum();
             let fits_virtual = dv.managed_virtual + charge + unmanaged <= vtotal;
             let fits_tiers = (dv.managed_virtual + charge)
@@ -169,13 +170,15 @@ impl Residency {
                     Err(e) => return Some(Err(e)),
                 };
                 let id = st.next_id;
-                st.next_id += 1;
+                st.next_id += super::MAX_DEVICES as u64;
                 let mut b = Backing::new(dev, Kind::Malloc, vlen, vec![va]);
                 b.charged = charge;
                 st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
+                self.route(va, vlen);
                 self.note_va(va, vlen);
                 st.dev_mut(dev).managed_virtual += charge;
+                self.publish(&st);
                 self.live.fetch_add(1, Relaxed);
                 return Some(Ok(va));
             }
@@ -216,6 +219,7 @@ impl Residency {
             return None;
         }
         st.vas.remove(&ptr);
+        self.unroute(ptr);
         let b = st.backings.remove(&id)?;
         self.release_backing(&mut st, b, true);
         st.recently_freed.push_back(ptr);
@@ -273,15 +277,16 @@ impl Residency {
         }
         let d = st.dev_mut(b.dev);
         d.managed_virtual = d.managed_virtual.saturating_sub(b.charged);
+        self.publish(st);
     }
 
     // --------------------------------------------------------------- fork
 
     /// fork's prepare step: the residency lock, held across the fork so
     /// the child's copy of the state is consistent and its lock free.
-    pub fn hold_for_fork(&'static self) -> Option<ForkHold> {
+    pub fn hold_for_fork(&'static self) -> Option<ShardHold> {
         let st = self.st.lock().ok()?;
-        Some(ForkHold(st, self.fences.hold()))
+        Some(ShardHold(st, self.fences.hold()))
     }
 
     /// In a forked child that keeps the parent's memory (the runtime's
@@ -291,9 +296,9 @@ impl Residency {
     /// child never writes it (its spills stay in DRAM), and Err when a chunk
     /// of the child's copy of the state lives there (the parent may reuse
     /// that slot), for the caller to fail closed.
-    pub fn after_fork_child(&self, hold: Option<ForkHold>) -> Result<(), String> {
+    pub fn after_fork_child(&self, hold: Option<ShardHold>) -> Result<(), String> {
         let mut st = match hold {
-            Some(ForkHold(g, fences)) => {
+            Some(ShardHold(g, fences)) => {
                 // the fence list as the fork found it: no other thread was
                 // inside it; reset through the held guard
                 self.fences.forget_held(fences);
@@ -489,10 +494,11 @@ impl Residency {
             return Some(Err(E_ALLOC));
         }
         let id = st.next_id;
-        st.next_id += 1;
+        st.next_id += super::MAX_DEVICES as u64;
         st.backings
             .insert(id, Backing::new(dev, Kind::Vmm, size, Vec::new()));
         st.dev_mut(dev).managed_virtual += size;
+        self.publish(&st);
         self.live.fetch_add(1, Relaxed);
         Some(Ok(handle_of(id)))
     }
@@ -534,6 +540,7 @@ impl Residency {
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
+                self.route(va, size);
                 self.note_va(va, size);
             }
             return Some(rc);
@@ -555,6 +562,7 @@ impl Residency {
         }
         st.backings.get_mut(&id)?.vas.push(va);
         st.vas.insert(va, (id, size));
+        self.route(va, size);
         self.note_va(va, size);
         Some(Ok(()))
     }
@@ -579,6 +587,7 @@ impl Residency {
             }
         }
         st.vas.remove(&va);
+        self.unroute(va);
         st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
         Some(Ok(()))
     }
@@ -819,6 +828,7 @@ impl Residency {
         // copy-outs in flight give their DRAM slots back
         self.settle_outgoing(&mut st, dev);
         *st.dev_mut(dev) = super::state::Dev::new();
+        self.publish(&st);
     }
 
     /// Forgets the backings on `dev` (every device: None) without calling
@@ -834,6 +844,7 @@ impl Residency {
             if let Some(mut b) = st.backings.remove(&id) {
                 for va in &b.vas {
                     st.vas.remove(va);
+                    self.unroute(*va);
                 }
                 for c in b.chunks.iter_mut() {
                     if let Some(h) = c.host.take() {
@@ -898,6 +909,7 @@ impl Residency {
         self.fences.forget();
         st.wait_for = None;
         st.recently_freed.clear();
+        self.publish(&st);
         st.dram.shrink();
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::{handle_of, Host};
-use super::{Residency, E_DEVICE_LOST};
+use super::{Shard as Residency, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::engine::runtime::CHUNK;
 use crate::store::StoreError;

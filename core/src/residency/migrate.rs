@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::protocol::{Need, Order};
 use super::state::{Host, Kind, Outgoing, State};
-use super::{Fail, Residency, E_ALLOC, MAX_DEVICES};
+use super::{Fail, Shard as Residency, E_ALLOC, MAX_DEVICES};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::runtime::CHUNK;
 use crate::policy::Place;

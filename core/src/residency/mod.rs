@@ -19,6 +19,8 @@
 //! for that call; pinned backings (IPC-exported) never move.
 //!
 //! The manager is split along its seams:
+//! - `shards`: one state per device (`Shard`), each behind its own lock,
+//!   and what routes a call, a free or a handle to its device's state;
 //! - `state`: chunks, backings, per-device data, the stores, event pool;
 //! - `lifecycle`: malloc/free, VMM handles, map/unmap, export;
 //! - `protocol`: a call's `prepare`/`finish`, ordering with events;
@@ -30,8 +32,13 @@
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
-//! All state is behind one mutex: this is the slow path of tier mode; the
-//! heat table stays lock-free.
+//! Each device's state is behind its own mutex (`shards`: a call on one
+//! device never waits for another device's residency work); what they share
+//! — the policy, the DRAM/NVMe stores, counters, clock, VA routing — has its
+//! own short locks or atomics. This is the slow path of tier mode; the heat
+//! table stays lock-free. A device's lock is still held across its own
+//! synchronous copies and stream synchronisations (issue 10 part 2's second
+//! half: not done).
 
 mod ahead;
 mod counters;
@@ -44,16 +51,18 @@ mod migrate;
 mod prefetch;
 mod probe;
 mod protocol;
+mod shards;
 mod state;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::acl::AclError;
 use crate::config::Config;
 use crate::engine::report::Refusal;
 use crate::engine::runtime::Runtime;
-use crate::policy::{HeatFn, Placement};
+use crate::policy::Placement;
 use crate::store::dram::{DramStore, HostAllocator};
 use crate::store::nvme::NvmeStore;
 
@@ -64,9 +73,10 @@ mod tests;
 
 pub use counters::Counters;
 pub use hostmap::Oversize;
-pub use lifecycle::{malloc_policy_known, malloc_room, ForkHold};
+pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use lost::Allocations;
-pub use protocol::{Order, Token};
+pub use protocol::Order;
+pub use shards::{ForkHold, Residency, Token};
 use state::State;
 
 pub const MAX_DEVICES: usize = 16;
@@ -109,15 +119,21 @@ impl Fail {
     }
 }
 
-/// The residency manager (tier mode).
-pub struct Residency {
+/// One device's residency manager: its backings and chunks, behind its own
+/// lock (`st`), so a call on another device never waits for this one's
+/// work. What every device shares — the policy, the DRAM and NVMe stores,
+/// the counters, the logical clock and the VA routing — is in `Parts`;
+/// `shards::Residency` holds one per device and routes each call.
+pub struct Shard {
+    /// The device this state is for (its index).
+    shard: u32,
     /// The runtime, with use fences recorded lazily: `fences` (`fence`).
     rt: &'static dyn Runtime,
     fences: &'static fence::Fenced,
-    policy: Box<dyn Placement>,
+    policy: Arc<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
-    st: Mutex<State>,
+    st: state::StLock,
     min_bytes: u64,
     oversub: f64,
     dram_limit: u64,
@@ -125,9 +141,9 @@ pub struct Residency {
     alloc_wait_ms: u64,
     /// U3M_HOST_MAP=auto: calls larger than HBM run with host-mapped chunks.
     host_map: bool,
-    /// Backings alive: the hot path skips everything when 0.
-    live: AtomicU64,
-    c: counters::Live,
+    /// Backings alive on every device: the hot path skips everything when 0.
+    live: Arc<AtomicU64>,
+    c: Arc<counters::Live>,
     /// Foreground evictions and busy retries so far, and the figure the
     /// last prefetch round saw: prefetch runs only after a round without
     /// demand (else it competes with calls for the same free chunks).
@@ -151,6 +167,31 @@ pub struct Residency {
     /// (protocol.rs `note_va`).
     va_lo: AtomicU64,
     va_hi: AtomicU64,
+    /// The logical clock every device's calls tick (one per tracked call).
+    clock: Arc<AtomicU64>,
+    /// VA start -> (bytes, device) of every device's `State::vas` entries:
+    /// where a free, an unmap or a call spanning devices goes (a leaf lock,
+    /// written under the device's lock).
+    routes: Arc<RwLock<BTreeMap<u64, (u64, u32)>>>,
+    /// Per device: managed virtual bytes beyond its HBM capacity, published
+    /// by its state for the other devices' malloc (the host tiers hold the
+    /// excess of all devices).
+    excess: Arc<[AtomicU64; MAX_DEVICES]>,
+}
+
+/// What every device's `Shard` shares.
+#[derive(Clone)]
+pub(super) struct Parts {
+    policy: Arc<dyn Placement>,
+    dram: state::Shared<DramStore<Box<dyn HostAllocator>>>,
+    nvme: Option<state::Shared<NvmeStore>>,
+    live: Arc<AtomicU64>,
+    c: Arc<counters::Live>,
+    clock: Arc<AtomicU64>,
+    routes: Arc<RwLock<BTreeMap<u64, (u64, u32)>>>,
+    excess: Arc<[AtomicU64; MAX_DEVICES]>,
+    dram_limit: u64,
+    nvme_limit: u64,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -164,21 +205,13 @@ impl HostAllocator for RtHost {
     }
 }
 
-impl Residency {
-    /// `rt` lives for the process (libu3m leaks it); the policy is U3M_POLICY's.
-    pub fn new(rt: &'static dyn Runtime, cfg: &Config) -> Result<Residency, String> {
-        let policy = crate::policy::by_config(cfg)
-            .ok_or_else(|| format!("U3M_POLICY: unknown policy '{}'", cfg.policy))?;
-        Residency::with_policy(rt, cfg, policy)
-    }
-
-    /// With a policy object of the caller's (`u3m replay` passes policies
-    /// that need the trace's future).
-    pub fn with_policy(
+impl Parts {
+    /// The shared parts under `cfg`, with `policy`.
+    pub(super) fn new(
         rt: &'static dyn Runtime,
         cfg: &Config,
         policy: Box<dyn Placement>,
-    ) -> Result<Residency, String> {
+    ) -> Result<Parts, String> {
         let dram_limit = if cfg.dram_bytes == 0 {
             physical_ram() / 2
         } else {
@@ -199,24 +232,45 @@ impl Residency {
             _ => None,
         };
         let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
+        Ok(Parts {
+            policy: Arc::from(policy),
+            dram: state::Shared::new(dram),
+            nvme: nvme.map(state::Shared::new),
+            live: Arc::new(AtomicU64::new(0)),
+            c: Arc::new(counters::Live::default()),
+            clock: Arc::new(AtomicU64::new(0)),
+            routes: Arc::new(RwLock::new(BTreeMap::new())),
+            excess: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            dram_limit,
+            nvme_limit,
+        })
+    }
+}
+
+impl Shard {
+    /// Device `shard`'s manager over the shared `parts`.
+    pub(super) fn new(rt: &'static dyn Runtime, cfg: &Config, parts: &Parts, shard: u32) -> Shard {
         // one small object per manager (a process has one; tests and the
         // replayer a few), leaked so the manager's modules keep a
         // `&'static dyn Runtime`
         let fences: &'static fence::Fenced = Box::leak(Box::new(fence::Fenced::new(rt)));
-        Ok(Residency {
+        // backing ids of this state are `shard` modulo MAX_DEVICES (never 0)
+        let first_id = MAX_DEVICES as u64 + shard as u64;
+        Shard {
+            shard,
             rt: fences,
             fences,
-            policy,
+            policy: parts.policy.clone(),
             ssd_rate: cfg.ssd_rate.max(1),
-            st: Mutex::new(State::new(dram, nvme)),
+            st: state::StLock::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
-            dram_limit,
-            nvme_limit,
+            dram_limit: parts.dram_limit,
+            nvme_limit: parts.nvme_limit,
             alloc_wait_ms: cfg.alloc_wait_ms,
             host_map: cfg.host_map,
-            live: AtomicU64::new(0),
-            c: counters::Live::default(),
+            live: parts.live.clone(),
+            c: parts.c.clone(),
             demand: AtomicU64::new(0),
             demand_seen: AtomicU64::new(0),
             lost_any: AtomicBool::new(false),
@@ -226,40 +280,45 @@ impl Residency {
             ahead_off: AtomicBool::new(!cfg.look_ahead),
             va_lo: AtomicU64::new(u64::MAX),
             va_hi: AtomicU64::new(0),
-        })
+            clock: parts.clock.clone(),
+            routes: parts.routes.clone(),
+            excess: parts.excess.clone(),
+        }
     }
 
-    /// Where eviction asks a chunk's heat (set once the engine is in place).
-    pub fn set_heat_fn(&self, f: HeatFn) {
-        self.policy.set_heat_fn(f);
+    /// Enters `[va, va+len)` of this device in the routing table (with the
+    /// state's lock held, beside `State::vas`).
+    fn route(&self, va: u64, len: u64) {
+        if let Ok(mut r) = self.routes.write() {
+            r.insert(va, (len, self.shard));
+        }
     }
 
-    pub fn policy(&self) -> &dyn Placement {
-        &*self.policy
+    /// Removes the routing entry at `va` (beside `State::vas`).
+    fn unroute(&self, va: u64) {
+        if let Ok(mut r) = self.routes.write() {
+            r.remove(&va);
+        }
     }
 
-    pub fn runtime(&self) -> &'static dyn Runtime {
-        self.fences.inner()
+    /// Publishes this device's excess over its HBM (`excess`), after its
+    /// managed virtual bytes or capacity changed.
+    fn publish(&self, st: &State) {
+        let d = st.dev(self.shard);
+        self.excess[state::dev_index(self.shard)].store(
+            if d.capacity == 0 {
+                0
+            } else {
+                d.managed_virtual.saturating_sub(d.capacity)
+            },
+            Relaxed,
+        );
     }
 
     /// Before capture begins on `stream`: the fence its earlier calls named
     /// is recorded now (a capturing stream records into the graph).
     pub fn before_capture(&self, stream: u64) {
         self.fences.close_stream(stream);
-    }
-
-    /// The engine's logical clock (one tick per tracked call).
-    pub fn now(&self) -> u64 {
-        self.st.lock().map(|st| st.clock).unwrap_or(0)
-    }
-
-    pub fn counters(&self) -> Counters {
-        self.c.snapshot()
-    }
-
-    /// NVMe writes and reads that failed so far (the data stayed in DRAM).
-    pub fn spill_errors(&self) -> u64 {
-        self.c.spill_errors.load(Relaxed)
     }
 
     /// Bytes per tier on `dev`: (hbm resident, dram, nvme) — DRAM and NVMe
@@ -310,20 +369,16 @@ impl Residency {
         self.refusal.lock().ok()?.take()
     }
 
-    /// The DRAM and NVMe tiers' byte limits.
-    pub fn limits(&self) -> (u64, u64) {
-        (self.dram_limit, self.nvme_limit)
-    }
-
-    /// Whether any managed memory exists (the hot path's cheap check).
+    /// Whether any managed memory exists (any device).
     #[inline]
-    pub fn active(&self) -> bool {
+    fn active(&self) -> bool {
         self.live.load(Relaxed) != 0
     }
 
     pub fn set_capacity(&self, dev: u32, total: u64) {
         if let Ok(mut st) = self.st.lock() {
             st.dev_mut(dev).capacity = total;
+            self.publish(&st);
         }
     }
 
@@ -346,26 +401,6 @@ impl Residency {
         v.sort_unstable();
         v.dedup();
         v
-    }
-
-    /// The policy's periodic work (`secs` since the engine started) and its
-    /// events since the last call.
-    pub fn tick_policy(&self, secs: f64) -> Vec<String> {
-        let frac = self.st.lock().map(|st| {
-            let (r, c) = st
-                .devs
-                .iter()
-                .fold((0u64, 0u64), |(r, c), d| (r + d.resident, c + d.capacity));
-            if c == 0 {
-                0.0
-            } else {
-                r as f64 / c as f64
-            }
-        });
-        self.policy.tick(secs, frac.unwrap_or(0.0));
-        let mut ev = Vec::new();
-        self.policy.drain_events(&mut ev);
-        ev
     }
 
     /// At exit: the swap file's private directory goes (the file itself was

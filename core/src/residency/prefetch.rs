@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::{Host, State};
-use super::Residency;
+use super::Shard as Residency;
 use crate::acl::MemcpyKind;
 use crate::engine::runtime::CHUNK;
 

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
 use super::state::State;
-use super::{Fail, Residency, E_ALLOC, E_DEVICE_LOST};
+use super::{Fail, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
@@ -360,7 +360,7 @@ impl Residency {
         if stream_reads != 0 {
             self.c.stream_reads.fetch_add(stream_reads, Relaxed);
         }
-        st.clock += 1;
+        st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
         st.touches += tok.chunks.len() as u64;
         let clock = st.clock;

@@ -277,12 +277,16 @@ pub(super) fn dev_index(dev: u32) -> usize {
 
 pub(super) struct State {
     pub backings: IdMap<Backing>,
+    /// The next backing id: ids of a device's state are its index modulo
+    /// `MAX_DEVICES`, so a handle names its device (`shards`).
     pub next_id: u64,
     /// VA start -> (backing id, bytes) for every mapped backing.
     pub vas: BTreeMap<u64, (u64, u64)>,
     pub devs: [Dev; MAX_DEVICES],
-    pub dram: DramStore<Box<dyn HostAllocator>>,
-    pub nvme: Option<NvmeStore>,
+    /// The process's DRAM and NVMe stores, shared by every device's state
+    /// (each behind its own short lock, taken under a device's lock).
+    pub dram: Shared<DramStore<Box<dyn HostAllocator>>>,
+    pub nvme: Option<Shared<NvmeStore>>,
     /// event -> number of chunk uses referring to it; free events
     pub event_refs: IdMap<u32>,
     pub free_events: Vec<u64>,
@@ -316,10 +320,14 @@ pub(super) struct State {
 }
 
 impl State {
-    pub fn new(dram: DramStore<Box<dyn HostAllocator>>, nvme: Option<NvmeStore>) -> State {
+    pub fn new(
+        dram: Shared<DramStore<Box<dyn HostAllocator>>>,
+        nvme: Option<Shared<NvmeStore>>,
+        first_id: u64,
+    ) -> State {
         State {
             backings: IdMap::default(),
-            next_id: 1,
+            next_id: first_id,
             vas: BTreeMap::new(),
             devs: [const { Dev::new() }; MAX_DEVICES],
             dram,
@@ -448,6 +456,73 @@ impl State {
     }
 }
 
+/// A store shared by every device's state: each operation takes its own
+/// short lock, a leaf (no residency lock is ever taken under it).
+pub(super) struct Shared<T>(std::sync::Arc<std::sync::Mutex<T>>);
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T> Shared<T> {
+    pub fn new(t: T) -> Shared<T> {
+        Shared(std::sync::Arc::new(std::sync::Mutex::new(t)))
+    }
+
+    /// The store (a panic inside one operation leaves it usable: each
+    /// operation keeps it consistent).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Shared<DramStore<Box<dyn HostAllocator>>> {
+    pub fn alloc(&self, len: u64) -> Result<DramSlot, crate::store::StoreError> {
+        self.lock().alloc(len)
+    }
+    pub fn free(&self, slot: DramSlot) -> Result<(), crate::store::StoreError> {
+        self.lock().free(slot)
+    }
+    pub fn used(&self) -> u64 {
+        self.lock().used()
+    }
+    pub fn shrink(&self) -> u64 {
+        self.lock().shrink()
+    }
+}
+
+impl Shared<NvmeStore> {
+    pub fn alloc(&self, len: u64) -> Result<NvmeSlot, crate::store::StoreError> {
+        self.lock().alloc(len)
+    }
+    pub fn free(&self, slot: NvmeSlot) -> Result<(), crate::store::StoreError> {
+        self.lock().free(slot)
+    }
+    pub fn used(&self) -> u64 {
+        self.lock().used()
+    }
+    pub fn read(&self, slot: &NvmeSlot, dst: &mut [u8]) -> Result<(), crate::store::StoreError> {
+        self.lock().read(slot, dst)
+    }
+    pub fn read_at(
+        &self,
+        slot: &NvmeSlot,
+        at: u64,
+        dst: &mut [u8],
+    ) -> Result<(), crate::store::StoreError> {
+        self.lock().read_at(slot, at, dst)
+    }
+    pub fn write(&self, slot: &NvmeSlot, src: &[u8]) -> Result<(), crate::store::StoreError> {
+        self.lock().write(slot, src)
+    }
+    #[cfg(test)]
+    pub fn set_faults(&self, f: crate::store::nvme::NvmeFaults) {
+        self.lock().set_faults(f)
+    }
+}
+
 /// A map keyed by u3m's own integers (backing ids, event handles): hashed
 /// by one multiply instead of SipHash — the keys are not the program's to
 /// choose, so flooding is no concern, and every tracked call looks its
@@ -520,5 +595,82 @@ mod tests {
         }
         assert_eq!(id_of(0x5555_0000_1000), None);
         assert_eq!(id_of(0x1000_0000_0000), None);
+    }
+}
+
+/// A device's state behind its lock. In test builds each thread counts the
+/// residency locks it holds (`locks_held`), so the fake runtime can tell a
+/// synchronisation made with one held (`fake::Seen::locked_waits`); in
+/// other builds it is the mutex alone.
+pub(super) struct StLock(std::sync::Mutex<State>);
+
+#[cfg(test)]
+thread_local! {
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Residency locks the calling thread holds (test builds).
+#[cfg(test)]
+pub(crate) fn locks_held() -> u32 {
+    HELD.with(|h| h.get())
+}
+
+/// A held device state (see `StLock`).
+pub(super) struct StGuard<'a>(std::sync::MutexGuard<'a, State>);
+
+impl<'a> StGuard<'a> {
+    #[inline]
+    fn new(g: std::sync::MutexGuard<'a, State>) -> StGuard<'a> {
+        #[cfg(test)]
+        HELD.with(|h| h.set(h.get() + 1));
+        StGuard(g)
+    }
+}
+
+impl Drop for StGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(test)]
+        HELD.with(|h| h.set(h.get() - 1));
+    }
+}
+
+impl std::ops::Deref for StGuard<'_> {
+    type Target = State;
+    #[inline]
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl StLock {
+    pub fn new(st: State) -> StLock {
+        StLock(std::sync::Mutex::new(st))
+    }
+
+    #[inline]
+    pub fn lock(&self) -> std::sync::LockResult<StGuard<'_>> {
+        match self.0.lock() {
+            Ok(g) => Ok(StGuard::new(g)),
+            Err(e) => Err(std::sync::PoisonError::new(StGuard::new(e.into_inner()))),
+        }
+    }
+
+    #[inline]
+    pub fn try_lock(&self) -> std::sync::TryLockResult<StGuard<'_>> {
+        match self.0.try_lock() {
+            Ok(g) => Ok(StGuard::new(g)),
+            Err(std::sync::TryLockError::WouldBlock) => Err(std::sync::TryLockError::WouldBlock),
+            Err(std::sync::TryLockError::Poisoned(e)) => Err(std::sync::TryLockError::Poisoned(
+                std::sync::PoisonError::new(StGuard::new(e.into_inner())),
+            )),
+        }
     }
 }

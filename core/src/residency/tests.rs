@@ -330,7 +330,7 @@ fn a_failing_swap_keeps_data_in_dram_and_the_spill_moves_it_later() {
         ],
     );
     let faults = |f: crate::store::nvme::NvmeFaults| {
-        let mut st = a.r.st.lock().unwrap();
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
         st.nvme.as_mut().unwrap().set_faults(f);
     };
     // every NVMe write fails: the fourth evicted chunk stays in DRAM anyway
@@ -451,9 +451,9 @@ fn an_eviction_waits_for_the_use_still_in_flight() {
 /// dirty chunk's copy-out is issued on u3m's device-to-host stream and the
 /// call returns without waiting for it.
 fn start_eviction(a: &App, va: u64) -> (u64, u32) {
-    let mut st = a.r.st.lock().unwrap();
+    let mut st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
-    a.r.evict(&mut st, id, i).expect("evict");
+    a.r.shard_of(0).evict(&mut st, id, i).expect("evict");
     (id, i)
 }
 
@@ -467,9 +467,9 @@ fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
     let (held, d2h) = (a.f.held().0, a.f.seen().d2h);
     let (id, i) = start_eviction(&a, x);
     {
-        let mut st = a.r.st.lock().unwrap();
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
         // the device has not run the copy (lazy stream): nothing completes
-        a.r.harvest(&mut st, 0, usize::MAX);
+        a.r.shard_of(0).harvest(&mut st, 0, usize::MAX);
         assert_ne!(st.chunk(id, i).phys, 0, "x still in HBM, mapped");
         assert_ne!(st.chunk(id, i).out_ev, 0, "x is leaving");
     }
@@ -511,8 +511,8 @@ fn a_chunk_needed_during_its_copy_out_stays_in_hbm() {
     // both streams run; the landed copy is stale and only gives its slot back
     a.f.drain();
     {
-        let mut st = a.r.st.lock().unwrap();
-        a.r.harvest(&mut st, 0, usize::MAX);
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
+        a.r.shard_of(0).harvest(&mut st, 0, usize::MAX);
         assert!(st.devs[0].outgoing.is_empty());
     }
     assert_eq!(a.r.usage(0), (CHUNK, 0, 0), "resident, no DRAM copy");
@@ -537,7 +537,7 @@ fn copy_outs_run_ahead_for_the_chunks_a_call_still_needs() {
     a.op(s, &[(y, 3 * CHUNK)], &[], Box::new(|_m: &mut Mem<'_>| {}));
     let c = a.r.counters();
     assert_eq!(
-        c.evictions + a.r.st.lock().unwrap().devs[0].outgoing.len() as u64,
+        c.evictions + a.r.shard_of(0).st.lock().unwrap().devs[0].outgoing.len() as u64,
         3,
         "{c:?}"
     );
@@ -1131,7 +1131,7 @@ impl crate::policy::Placement for Script {
 
 /// Whether the chunk at `va` is in HBM.
 fn resident(a: &App, va: u64) -> bool {
-    let st = a.r.st.lock().unwrap();
+    let st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
     st.chunk(id, i).in_hbm()
 }
@@ -1449,7 +1449,7 @@ fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     // the furthest, c35, leaves
     a.write(x, &pattern(99, 64));
     assert!(!resident(&a, c[35]) && resident(&a, x));
-    let full_at = a.r.st.lock().unwrap().dev(0).order.full_at;
+    let full_at = a.r.shard_of(0).st.lock().unwrap().dev(0).order.full_at;
     // x is now the furthest
     at.lock().unwrap().insert(x, 1_000_000);
     // tick 38: one call needs 33 chunks: 31 more evictions from the kept
@@ -1466,7 +1466,7 @@ fn a_chunk_touched_since_the_order_was_built_is_re_keyed_into_it() {
     assert!(!resident(&a, x), "x is in the re-keyed order and first");
     assert!(resident(&a, c[2]), "{:?}", a.r.counters());
     {
-        let st = a.r.st.lock().unwrap();
+        let st = a.r.shard_of(0).st.lock().unwrap();
         let o = &st.dev(0).order;
         assert_eq!(o.full_at, full_at, "re-keyed, not built again");
         assert!(o.built_at >= full_at && o.taken < 32);
@@ -1497,9 +1497,10 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .prepare(0, OpClass::Layout as u8, rs, false, Order::Host)
             .expect("prepare");
         let mut v: Vec<(u64, u32, bool)> = tok
+            .tok
             .chunks
             .iter()
-            .zip(&tok.writes)
+            .zip(&tok.tok.writes)
             .map(|(&(id, i), &w)| (id, i, w))
             .collect();
         app.r.finish(tok, None, true);
@@ -1582,4 +1583,320 @@ fn a_refused_copy_in_fails_the_call_and_loses_no_data() {
         }
     }
     a.assert_clean();
+}
+
+/// Residency state per device (issue 10 part 2): device 0's copy-in is held
+/// inside the runtime — its thread blocked in `memcpy_async` with device
+/// 0's residency lock held (checked) — while a thread on device 1 allocates,
+/// writes (evicting and copying back in on device 1), reads, runs an
+/// operator and frees. Under one lock for every device the device-1 thread
+/// waits for device 0's copy and the deadline below fails the test.
+#[test]
+fn device_1_never_waits_for_device_0s_residency_work() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r: &'static Residency = Box::leak(Box::new(
+        Residency::new(f, &config(&[])).expect("residency"),
+    ));
+    // device 0: x goes to DRAM, so reading it back needs a copy-in
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let call = |dev: u32, va: u64, len: u64, data: Option<&[u8]>| -> Vec<u8> {
+        let rs = [Range {
+            addr: va,
+            len,
+            write: data.is_some(),
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
+            .expect("prepare");
+        let out = match data {
+            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
+            None => f.app_read(va, len),
+        };
+        r.finish(tok, None, out.is_ok());
+        out.expect("call")
+    };
+    call(0, x, CHUNK, Some(&pattern(1, CHUNK)));
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert_eq!(r.usage(0).0, 0);
+    f.hold_copy_ins(0);
+    let dev0 = std::thread::spawn(move || {
+        f.set_device(0).unwrap();
+        call(0, x, CHUNK, None)
+    });
+    assert_eq!(f.copy_ins_held(10_000), 1, "device 0's copy-in is held");
+    assert!(
+        matches!(
+            r.shard_of(0).st.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        ),
+        "device 0's residency lock is held across its copy"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dev1 = std::thread::spawn(move || {
+        f.set_device(1).unwrap();
+        let (free, total) = f.mem_info().unwrap();
+        let v: Vec<u64> = (0..3)
+            .map(|_| r.malloc(1, CHUNK, free, total).unwrap().unwrap())
+            .collect();
+        for (k, &va) in v.iter().enumerate() {
+            call(1, va, CHUNK, Some(&pattern(10 + k as u64, CHUNK)));
+        }
+        // two chunks of HBM: reading all three back evicts and copies in
+        for (k, &va) in v.iter().enumerate() {
+            assert_eq!(call(1, va, CHUNK, None), pattern(10 + k as u64, CHUNK));
+        }
+        let s = f.app_stream();
+        let (a, b) = (v[0], v[1]);
+        let tok = r
+            .prepare(
+                1,
+                OpClass::Layout as u8,
+                &[
+                    Range {
+                        addr: a,
+                        len: CHUNK,
+                        write: false,
+                    },
+                    Range {
+                        addr: b,
+                        len: CHUNK,
+                        write: true,
+                    },
+                ],
+                false,
+                Order::Stream(s),
+            )
+            .expect("prepare");
+        f.app_launch(
+            s,
+            "copy a to b",
+            vec![(a, CHUNK), (b, CHUNK)],
+            Box::new(move |m: &mut Mem<'_>| {
+                let d = m.read(a, CHUNK);
+                m.write(b, &d);
+            }),
+        )
+        .unwrap();
+        r.finish(tok, Some(s), true);
+        f.sync_stream(s).unwrap();
+        assert_eq!(call(1, b, CHUNK, None), pattern(10, CHUNK));
+        for va in v {
+            assert_eq!(r.free(va), Some(Ok(())));
+        }
+        tx.send(()).unwrap();
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(20));
+    // still held: everything above ran while device 0's copy was in the runtime
+    let still_held = f.copy_ins_held(0) == 1
+        && matches!(
+            r.shard_of(0).st.try_lock(),
+            Err(std::sync::TryLockError::WouldBlock)
+        );
+    f.release_copy_ins();
+    dev1.join().expect("device 1's thread");
+    assert_eq!(dev0.join().expect("device 0's thread"), pattern(1, CHUNK));
+    assert!(
+        done.is_ok(),
+        "device 1's malloc/prepare/finish/free waited for device 0's copy-in"
+    );
+    assert!(still_held, "device 0's copy was released early");
+    f.set_device(0).unwrap();
+    assert_eq!(r.free(x), Some(Ok(())));
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
+/// A call on device 1 whose ranges span both devices' managed memory (a
+/// peer copy) makes device 0's chunk resident — it was in DRAM — on device
+/// 0's state, pins both devices' chunks for the call, and gives every pin
+/// back: each device's chunk can be evicted afterwards.
+#[test]
+fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(1, CHUNK, free, total).unwrap().unwrap();
+    for (dev, va, seed) in [(0, x, 1u64), (1, y, 2)] {
+        f.set_device(dev).unwrap();
+        let rs = [Range {
+            addr: va,
+            len: CHUNK,
+            write: true,
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, true, Order::Host)
+            .unwrap();
+        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
+        r.finish(tok, None, true);
+    }
+    f.set_device(0).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert_eq!(r.usage(0).0, 0);
+    f.set_device(1).unwrap();
+    let s = f.app_stream();
+    let rs = [
+        Range {
+            addr: x,
+            len: CHUNK,
+            write: false,
+        },
+        Range {
+            addr: y,
+            len: CHUNK,
+            write: true,
+        },
+    ];
+    let tok = r
+        .prepare(1, OpClass::Layout as u8, &rs, false, Order::Stream(s))
+        .expect("prepare");
+    assert_eq!(
+        (tok.tok.chunks.len(), tok.more.len()),
+        (1, 1),
+        "one chunk per device"
+    );
+    assert_eq!(r.usage(0).0, CHUNK, "x is back in device 0's HBM");
+    // pinned: neither device can evict them during the call
+    f.set_device(0).unwrap();
+    assert!(!r.make_room(0, 2 * CHUNK));
+    f.set_device(1).unwrap();
+    assert!(!r.make_room(1, 2 * CHUNK));
+    f.app_launch(
+        s,
+        "peer copy x to y",
+        vec![(x, CHUNK), (y, CHUNK)],
+        Box::new(move |m: &mut Mem<'_>| {
+            let d = m.read(x, CHUNK);
+            m.write(y, &d);
+        }),
+    )
+    .unwrap();
+    r.finish(tok, Some(s), true);
+    f.sync_stream(s).unwrap();
+    assert_eq!(f.app_read(y, CHUNK).unwrap(), pattern(1, CHUNK));
+    // the pins are gone: each device evicts its chunk
+    f.set_device(0).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK));
+    f.set_device(1).unwrap();
+    assert!(r.make_room(1, 2 * CHUNK));
+    assert_eq!((r.usage(0).0, r.usage(1).0), (0, 0));
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
+/// mt_stress on two devices (the fake runtime): two threads per device,
+/// each allocating, writing, overwriting, reading back and freeing its own
+/// buffers under constant eviction pressure (4 chunks of HBM per device,
+/// working sets of up to 8), every byte read back checked against a model.
+/// Device states evict, copy in and free concurrently while sharing the
+/// DRAM store and the VA routing; nothing faults, nothing misuses the
+/// runtime, and every byte of host memory and HBM is given back.
+#[test]
+fn two_devices_stress_under_eviction_loses_nothing() {
+    let f = Fake::leak(2, 4 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r: &'static Residency = Box::leak(Box::new(
+        Residency::new(f, &config(&[])).expect("residency"),
+    ));
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let dev = (t % 2) as u32;
+                f.set_device(dev).unwrap();
+                let call = |va: u64, at: u64, len: u64, data: Option<&[u8]>| {
+                    let rs = [Range {
+                        addr: va + at,
+                        len,
+                        write: data.is_some(),
+                    }];
+                    let tok = r
+                        .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
+                        .expect("prepare");
+                    let out = match data {
+                        Some(d) => f.app_write(va + at, d).map(|()| Vec::new()),
+                        None => f.app_read(va + at, len),
+                    };
+                    r.finish(tok, None, out.is_ok());
+                    out.expect("call")
+                };
+                let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                let mut rnd = move |n: u64| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % n
+                };
+                let mut bufs: Vec<(u64, Vec<u8>)> = Vec::new();
+                let mut verified = 0u64;
+                for k in 0..120u64 {
+                    match rnd(4) {
+                        0 if bufs.len() < 4 => {
+                            let len = (1 + rnd(2)) * CHUNK;
+                            let (free, total) = f.mem_info().unwrap();
+                            let va = r.malloc(dev, len, free, total).unwrap().unwrap();
+                            let data = pattern(t * 1000 + k, len);
+                            call(va, 0, len, Some(&data));
+                            bufs.push((va, data));
+                        }
+                        1 if !bufs.is_empty() => {
+                            let b = rnd(bufs.len() as u64) as usize;
+                            let len = bufs[b].1.len() as u64;
+                            let at = rnd(len / 4096) * 4096;
+                            let n = (len - at).min(3 * 4096 + rnd(CHUNK));
+                            let data = pattern(t * 7919 + k, n);
+                            call(bufs[b].0, at, n, Some(&data));
+                            bufs[b].1[at as usize..(at + n) as usize].copy_from_slice(&data);
+                        }
+                        2 if bufs.len() > 2 => {
+                            let b = rnd(bufs.len() as u64) as usize;
+                            let (va, _) = bufs.swap_remove(b);
+                            assert_eq!(r.free(va), Some(Ok(())));
+                        }
+                        _ if !bufs.is_empty() => {
+                            let b = rnd(bufs.len() as u64) as usize;
+                            let (va, ref model) = bufs[b];
+                            let got = call(va, 0, model.len() as u64, None);
+                            assert!(got == *model, "thread {t} buffer {va:#x}: bytes differ");
+                            verified += model.len() as u64;
+                        }
+                        _ => {}
+                    }
+                }
+                for (va, model) in bufs {
+                    assert!(call(va, 0, model.len() as u64, None) == model);
+                    verified += model.len() as u64;
+                    assert_eq!(r.free(va), Some(Ok(())));
+                }
+                verified
+            })
+        })
+        .collect();
+    let verified: u64 = threads
+        .into_iter()
+        .map(|h| h.join().expect("stress thread"))
+        .sum();
+    assert!(verified > 0);
+    let c = r.counters();
+    assert!(c.evictions > 0 && c.faults_in > 0, "{c:?}");
+    assert_eq!((r.usage(0).0, r.usage(1).0), (0, 0));
+    r.finalize();
+    f.drain();
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_eq!(f.held(), (0, 0), "handles / pinned host bytes left");
+    // a thread never waits holding another device's lock besides its own
+    assert!(s.max_locks_at_wait <= 1, "{s:?}");
+    eprintln!(
+        "two devices: host waits with the device's own lock held: {:?}",
+        s.locked_waits
+    );
 }
