@@ -223,10 +223,14 @@ pub unsafe fn launch_with(
         } else {
             None
         };
+        // the name classified once: the class for the policy, the hash for
+        // the heat table
+        let (class, op_hash) = u3m_core::opclass::classify_bytes(name);
         let call = Call::Launch(Launch {
             kind: LaunchKind::Aclnn,
             name: Some(name),
-            class: u3m_core::opclass::classify_bytes(name).0,
+            class,
+            op_hash: Some(op_hash),
             ranges,
             resident,
             flops: None,

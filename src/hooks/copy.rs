@@ -249,6 +249,7 @@ fn stream_op<'a>(name: &'static [u8], range: &'a [Range; 1], stream: aclrtStream
         kind: LaunchKind::Stream,
         name: Some(name),
         class: OpClass::Layout,
+        op_hash: None,
         ranges: range,
         resident: None,
         flops: None,

@@ -189,6 +189,7 @@ unsafe fn model(
             kind: LaunchKind::Model,
             name: Some(&name[..len]),
             class: OpClass::Other,
+            op_hash: None,
             ranges,
             resident: None,
             flops: None,

@@ -134,12 +134,20 @@ unsafe fn launch(
         buffers(ins, nin, false, ranges);
         buffers(outs, nout, true, ranges);
         let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
+        // the name classified once: the class for the policy, the hash for
+        // the heat table
+        let (class, op_hash) = match name {
+            Some(n) => {
+                let (c, h) = u3m_core::opclass::classify_bytes(n);
+                (c, Some(h))
+            }
+            None => (OpClass::Other, None),
+        };
         let call = Call::Launch(Launch {
             kind: LaunchKind::Aclop,
             name,
-            class: name
-                .map(|n| u3m_core::opclass::classify_bytes(n).0)
-                .unwrap_or(OpClass::Other),
+            class,
+            op_hash,
             ranges,
             resident: None,
             flops: attr_flops(attr),

@@ -175,6 +175,10 @@ pub struct Launch<'a> {
     pub name: Option<&'a [u8]>,
     /// Operator class, for the placement policy.
     pub class: OpClass,
+    /// `classify_bytes(name).1` when `class` is `classify_bytes(name).0`
+    /// (the hook classified the name once: the heat table reuses both);
+    /// None: the engine classifies the name itself when it observes it.
+    pub op_hash: Option<u64>,
     /// Every device range: inputs read, outputs written.
     pub ranges: &'a [Range],
     /// What residency must cover when it is not `ranges` (an aclnn launch

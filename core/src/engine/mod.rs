@@ -199,6 +199,15 @@ fn classify(name: &[u8]) -> (OpClass, u64) {
     opclass::classify_bytes(name)
 }
 
+/// `classify` of a constant name, computed once (a copy or memset names
+/// the same operator on every call; classification is a pure function).
+macro_rules! classified {
+    ($name:literal) => {{
+        static C: std::sync::OnceLock<(OpClass, u64)> = std::sync::OnceLock::new();
+        *C.get_or_init(|| classify($name))
+    }};
+}
+
 impl Engine {
     /// Starts the engine: stats segment, trace recorder, publisher thread.
     /// An error (e.g. the segment cannot be created) is returned as text; the
@@ -757,9 +766,14 @@ impl Engine {
     }
 
     fn touch_all(&self, name: &[u8], ranges: &[Range]) {
+        let (class, h) = classify(name);
+        self.touch_classified(class, h, ranges);
+    }
+
+    /// `touch_all` for a name classified already (`classify(name)`).
+    fn touch_classified(&self, class: OpClass, h: u64, ranges: &[Range]) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
-        let (class, h) = classify(name);
         // every range at once: ranges in one allocation and chunk are
         // counted in one update of its records (each range's own write)
         self.heat.touch_ranges(
@@ -777,7 +791,21 @@ impl Engine {
 
     /// An operator launch (aclop, aclnn, model execution).
     pub fn op(&self, dev: i32, stream: u64, name: &[u8], ranges: &[Range], flops: Option<u64>) {
-        self.touch_all(name, ranges);
+        self.op_classified(dev, stream, name, classify(name), ranges, flops);
+    }
+
+    /// [`op`](Self::op) for a name the hook classified: `named` is
+    /// `classify(name)` (the name is not classified again).
+    pub fn op_classified(
+        &self,
+        dev: i32,
+        stream: u64,
+        name: &[u8],
+        named: (OpClass, u64),
+        ranges: &[Range],
+        flops: Option<u64>,
+    ) {
+        self.touch_classified(named.0, named.1, ranges);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
             panic!("U3M_DEBUG_PANIC_AT_OP reached");
         }
@@ -865,10 +893,10 @@ impl Engine {
     ) {
         let kind = MemcpyKind(kind);
         let ck = kind.direction();
-        let name: &[u8] = b"Memcpy";
         let (rs, n) = copy_ranges(kind, dst, dspan, src, sspan);
         if n > 0 {
-            self.touch_all(name, &rs[..n]);
+            let (class, h) = classified!(b"Memcpy");
+            self.touch_classified(class, h, &rs[..n]);
         }
         let d = dev_index(dev);
         let ki = ck.map(|k| k as usize).unwrap_or(3).min(3);
@@ -904,8 +932,10 @@ impl Engine {
     }
 
     pub fn memset(&self, dev: i32, stream: u64, addr: u64, bytes: u64) {
-        self.touch_all(
-            b"Memset",
+        let (class, h) = classified!(b"Memset");
+        self.touch_classified(
+            class,
+            h,
             &[Range {
                 addr,
                 len: bytes,
@@ -930,7 +960,8 @@ impl Engine {
             s.device(dev_index(dev)).kernels.fetch_add(1, Relaxed);
         }
         if !ranges.is_empty() {
-            self.touch_all(b"Kernel", ranges);
+            let (class, h) = classified!(b"Kernel");
+            self.touch_classified(class, h, ranges);
         }
     }
 

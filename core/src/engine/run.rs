@@ -305,7 +305,13 @@ impl Engine {
                 self.aclnn_launches.fetch_add(1, Relaxed);
             }
             if let Some(name) = l.name {
-                self.op(dev, l.q.stream, name, l.ranges, l.flops);
+                match l.op_hash {
+                    // classified by the hook: `class` is the name's class
+                    Some(h) => {
+                        self.op_classified(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops)
+                    }
+                    None => self.op(dev, l.q.stream, name, l.ranges, l.flops),
+                }
             }
         }
         rc

@@ -179,6 +179,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
         kind: LaunchKind::Aclop,
         name: Some(b"Add"),
         class: OpClass::Elementwise,
+        op_hash: None,
         ranges: &rs,
         resident: None,
         flops: None,
@@ -265,4 +266,53 @@ fn a_kernel_with_more_than_64_pointer_arguments_gets_every_one_resident() {
     });
     assert_eq!(rc, 0, "a kernel argument was not resident");
     assert!(f.seen().faults.is_empty(), "{:?}", f.seen().faults);
+}
+
+/// A launch whose hook classified the name (`op_hash: Some`) leaves the
+/// same heat as one the engine classifies itself: the hook's class and hash
+/// are the name's (the heat records' class and operator bits).
+#[test]
+fn a_name_classified_by_the_hook_leaves_the_heat_the_engine_would() {
+    let name: &[u8] = b"MatMulV2";
+    let (class, hash) = opclass::classify_bytes(name);
+    assert_ne!(class, OpClass::Other, "a name with a class of its own");
+    let heat_after = |op_hash: Option<u64>, tag: &str| {
+        let (e, _f, _d) = engine(tag, 4);
+        let va = malloc(&e, 3 * MIB);
+        let rs = [
+            Range {
+                addr: va,
+                len: 64 << 10,
+                write: false,
+            },
+            Range {
+                addr: va + MIB,
+                len: 64 << 10,
+                write: true,
+            },
+        ];
+        let op = Call::Launch(Launch {
+            kind: LaunchKind::Aclop,
+            name: Some(name),
+            class,
+            op_hash,
+            ranges: &rs,
+            resident: None,
+            flops: None,
+            q: Queue::on(0x5000),
+            api: Api::Acl,
+        });
+        assert_eq!(e.run(0, &op, &mut || 0), 0);
+        let id = e.heat().lookup(va).unwrap().0;
+        let s = e.heat().alloc_info(id).unwrap().stats;
+        (s.accesses, s.classes, s.op_bits, s.last_write_seq)
+    };
+    let engine_classified = heat_after(None, "classify-engine");
+    assert!(engine_classified.0 > 0, "{engine_classified:?}");
+    assert_eq!(heat_after(Some(hash), "classify-hook"), engine_classified);
+    // a hash that is not the name's shows (the comparison can fail)
+    assert_ne!(
+        heat_after(Some(opclass::classify_bytes(b"Add").1), "classify-other"),
+        engine_classified
+    );
 }
