@@ -774,9 +774,9 @@ impl Engine {
     fn touch_classified(&self, class: OpClass, h: u64, ranges: &[Range]) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
-        // every range at once: ranges in one allocation and chunk are
-        // counted in one update of its records (each range's own write)
-        self.heat.touch_ranges(
+        // every range at once, merged into this thread's buffer of accesses
+        // (heat/pending.rs): applied in batches and before any reader
+        self.heat.record_ranges(
             ranges,
             &Access {
                 seq,
