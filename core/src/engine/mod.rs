@@ -373,6 +373,8 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.privatize_after_fork();
         }
+        // the parent's threads may have held their heat buffers' locks
+        self.heat.after_fork_child();
         let Some(r) = &self.residency else { return };
         self.set_forked_child();
         if let Err(why) = r.after_fork_child(hold) {

@@ -87,6 +87,9 @@ impl Buf {
 #[derive(Default)]
 pub(super) struct Registry {
     bufs: Mutex<Vec<Arc<Buf>>>,
+    /// Set in a forked child (`after_fork_child`): no buffering, no
+    /// draining — the parent's threads may have held these locks at fork.
+    off: AtomicBool,
 }
 
 thread_local! {
@@ -100,6 +103,10 @@ impl HeatTable {
     /// thread: see the module documentation. Falls back to `touch_ranges`
     /// when the thread's buffers are unavailable (thread exiting).
     pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
+        if self.pending.off.load(Relaxed) {
+            self.touch_ranges(ranges, a);
+            return;
+        }
         let done = MINE
             .try_with(|m| {
                 {
@@ -297,9 +304,44 @@ impl HeatTable {
         }
     }
 
+    /// In a forked child that keeps this table: the threads that owned the
+    /// other buffers do not exist here and may have held their locks (or
+    /// the registry's) at the fork, so locking them could wait for ever.
+    /// Applies what can be locked without waiting (a buffer held at the
+    /// fork was mid-call: its contents are dropped, at most the calls since
+    /// its last application), then turns buffering off for good: the child
+    /// counts every call at once (`touch_ranges`) and readers drain nothing.
+    pub fn after_fork_child(&self) {
+        if self.pending.off.swap(true, AcqRel) {
+            return;
+        }
+        // this thread's own buffer is free (it is not inside a call), even
+        // when the registry is held
+        let _ = MINE.try_with(|m| {
+            if let Ok(m) = m.try_borrow() {
+                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        self.apply(&mut p);
+                    }
+                }
+            }
+        });
+        let Ok(bufs) = self.pending.bufs.try_lock() else {
+            return;
+        };
+        for b in bufs.iter() {
+            if let Ok(mut p) = b.p.try_lock() {
+                self.apply(&mut p);
+            }
+        }
+    }
+
     /// Apply every thread's buffer (readers call this first). Buffers of
     /// threads that have exited are dropped once applied.
     pub(super) fn drain(&self) {
+        if self.pending.off.load(Acquire) {
+            return;
+        }
         let mut bufs = self.pending.bufs.lock().unwrap_or_else(|e| e.into_inner());
         bufs.retain(|b| {
             if b.dirty.load(Acquire) {
@@ -425,6 +467,57 @@ mod tests {
         }
         same(&one, &all, "end");
         assert!(all.totals().touches > 1000);
+    }
+
+    /// A forked child whose parent had a thread inside a call (its buffer
+    /// locked) and another inside a reader (the registry locked): the
+    /// child's readers and calls must not wait for them. Without
+    /// `after_fork_child` the reader below blocks for ever (the test fails
+    /// on its timeout).
+    #[test]
+    fn a_forked_child_never_waits_for_the_parents_threads() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let t: &'static HeatTable = Box::leak(Box::new(HeatTable::new(64, 4096)));
+        let id = t.on_alloc(0, B, 8 * MIB, AllocKind::Malloc).unwrap();
+        let r = [Range {
+            addr: B,
+            len: 4096,
+            write: false,
+        }];
+        t.record_ranges(&r, &acc(1)); // this thread's buffer: applied in the child
+        // another thread's buffer, with one call in it, then held locked
+        // (as by a thread inside a call when the process forked)
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            t.record_ranges(&r, &acc(2));
+            let bufs = t.pending.bufs.lock().unwrap();
+            let b = bufs
+                .iter()
+                .find(|b| MINE.with(|m| m.borrow().iter().any(|(_, x)| Arc::ptr_eq(x, b))))
+                .unwrap()
+                .clone();
+            drop(bufs);
+            let _g = b.lock();
+            // and the registry, as by a reader
+            let _r = t.pending.bufs.lock().unwrap();
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        });
+        held_rx.recv().unwrap();
+        t.after_fork_child();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            t.record_ranges(&r, &acc(3)); // counted at once in the child
+            tx.send(t.alloc_info(id).map(|i| i.stats.accesses)).unwrap();
+        });
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        // this thread's call (its buffer was free) and the child's call
+        // count; the held buffer's call is dropped
+        assert_eq!(got, Ok(Some(2)));
     }
 
     /// Threads buffer calls on shared allocations and exit; a reader sees
