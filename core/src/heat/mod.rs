@@ -12,8 +12,8 @@
 mod addr_map;
 mod alloc_table;
 mod cold;
-mod pool;
 mod pending;
+mod pool;
 mod ranges;
 mod readers;
 mod record;
@@ -291,7 +291,10 @@ impl HeatTable {
         if res.alloc.is_none() {
             res.alloc = Some(AllocId(idx, gen));
         }
-        if let RangeHit::Dropped = self.ranges.hit(p0, p1 - p0, idx, gen, &Delta::of(hit, 1), &self.allocs) {
+        if let RangeHit::Dropped =
+            self.ranges
+                .hit(p0, p1 - p0, idx, gen, &Delta::of(hit, 1), &self.allocs)
+        {
             shard.dropped_ranges.fetch_add(1, Relaxed);
         }
         let live = (gen as u64) << 32 | LIVE;
@@ -458,7 +461,10 @@ impl HeatTable {
         }
         for &(p0, p1, w, _) in parts {
             let h = &b.hits[w as usize];
-            if let RangeHit::Dropped = self.ranges.hit(p0, p1 - p0, idx, gen, &Delta::of(h, 1), &self.allocs) {
+            if let RangeHit::Dropped =
+                self.ranges
+                    .hit(p0, p1 - p0, idx, gen, &Delta::of(h, 1), &self.allocs)
+            {
                 shard.dropped_ranges.fetch_add(1, Relaxed);
             }
         }

@@ -120,7 +120,9 @@ impl HeatTable {
                     dirty: AtomicBool::new(false),
                     p: Mutex::new(Pending::with_capacity()),
                 });
-                let Ok(mut m) = m.try_borrow_mut() else { return false };
+                let Ok(mut m) = m.try_borrow_mut() else {
+                    return false;
+                };
                 // buffers of tables dropped since (only this thread holds them)
                 m.retain(|(_, b)| Arc::strong_count(b) > 1);
                 self.pending
@@ -370,7 +372,11 @@ mod tests {
         Access {
             seq,
             ns: seq * 3_000_000,
-            class: if seq % 3 == 0 { OpClass::MatMul } else { OpClass::Elementwise },
+            class: if seq % 3 == 0 {
+                OpClass::MatMul
+            } else {
+                OpClass::Elementwise
+            },
             op_hash: (seq % 5) << 33,
             write: false,
         }
@@ -486,8 +492,8 @@ mod tests {
             write: false,
         }];
         t.record_ranges(&r, &acc(1)); // this thread's buffer: applied in the child
-        // another thread's buffer, with one call in it, then held locked
-        // (as by a thread inside a call when the process forked)
+                                      // another thread's buffer, with one call in it, then held locked
+                                      // (as by a thread inside a call when the process forked)
         let (held_tx, held_rx) = mpsc::channel();
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {

@@ -163,11 +163,13 @@ impl Record {
         }
         update(&self.last_seq, tag, |p| p.max(d.seq));
         update(&self.last_t, tag, |p| p.max(d.t));
-        update(
-            &self.first_t,
-            tag,
-            |p| if p == 0 || d.t_first < p { d.t_first } else { p },
-        );
+        update(&self.first_t, tag, |p| {
+            if p == 0 || d.t_first < p {
+                d.t_first
+            } else {
+                p
+            }
+        });
         if d.wseq != 0 {
             update(&self.write_seq, tag, |p| p.max(d.wseq));
         }
