@@ -77,6 +77,13 @@ pub struct Seen {
     pub host_handles: u64,
     /// Event records per stream.
     pub records: BTreeMap<u64, u64>,
+    /// Host waits (stream or event synchronisations) asked with a
+    /// residency lock held by the calling thread, by runtime call — what
+    /// issue 10 part 2's "no lock held across a synchronisation" has left.
+    pub locked_waits: BTreeMap<&'static str, u64>,
+    /// The most residency locks a thread held while it waited (more than
+    /// one: a wait under two devices' locks).
+    pub max_locks_at_wait: u32,
 }
 
 struct State {
@@ -150,6 +157,15 @@ impl Mem<'_> {
 }
 
 impl State {
+    /// Notes a host wait (`what`) the calling thread asks for.
+    fn note_wait(&mut self, what: &'static str) {
+        let held = super::state::locks_held();
+        if held > 0 {
+            *self.seen.locked_waits.entry(what).or_insert(0) += 1;
+            self.seen.max_locks_at_wait = self.seen.max_locks_at_wait.max(held);
+        }
+    }
+
     /// The calling thread's current device.
     fn cur(&self) -> u32 {
         match &self.per_thread {
@@ -435,7 +451,7 @@ impl Fake {
         let (g, _) = self
             .gate_cv
             .wait_timeout_while(g, std::time::Duration::from_millis(ms), |g| {
-                g.map_or(false, |(_, _, n)| n == 0)
+                g.is_some_and(|(_, _, n)| n == 0)
             })
             .unwrap();
         g.map_or(0, |(_, _, n)| n)
@@ -765,6 +781,7 @@ impl Runtime for Fake {
 
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         let mut st = self.lock();
+        st.note_wait("sync_stream");
         if st.lost {
             return lost(&st);
         }
@@ -810,6 +827,7 @@ impl Runtime for Fake {
 
     fn sync_event(&self, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
+        st.note_wait("sync_event");
         if st.lost {
             return lost(&st);
         }

@@ -26,7 +26,7 @@ const FORK_PINNED: u32 = 1 << 30;
 
 /// The residency lock held across fork() (`hold_for_fork`).
 pub struct ShardHold(
-    std::sync::MutexGuard<'static, State>,
+    super::state::StGuard<'static>,
     /// The use-fence list (taken second: the lock order), so no thread is
     /// recording a fence at the fork.
     super::fence::ListHold,

@@ -19,6 +19,8 @@
 //! for that call; pinned backings (IPC-exported) never move.
 //!
 //! The manager is split along its seams:
+//! - `shards`: one state per device (`Shard`), each behind its own lock,
+//!   and what routes a call, a free or a handle to its device's state;
 //! - `state`: chunks, backings, per-device data, the stores, event pool;
 //! - `lifecycle`: malloc/free, VMM handles, map/unmap, export;
 //! - `protocol`: a call's `prepare`/`finish`, ordering with events;
@@ -30,8 +32,13 @@
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
-//! All state is behind one mutex: this is the slow path of tier mode; the
-//! heat table stays lock-free.
+//! Each device's state is behind its own mutex (`shards`: a call on one
+//! device never waits for another device's residency work); what they share
+//! — the policy, the DRAM/NVMe stores, counters, clock, VA routing — has its
+//! own short locks or atomics. This is the slow path of tier mode; the heat
+//! table stays lock-free. A device's lock is still held across its own
+//! synchronous copies and stream synchronisations (issue 10 part 2's second
+//! half: not done).
 
 mod ahead;
 mod counters;
@@ -126,7 +133,7 @@ pub struct Shard {
     policy: Arc<dyn Placement>,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
-    st: Mutex<State>,
+    st: state::StLock,
     min_bytes: u64,
     oversub: f64,
     dram_limit: u64,
@@ -255,7 +262,7 @@ impl Shard {
             fences,
             policy: parts.policy.clone(),
             ssd_rate: cfg.ssd_rate.max(1),
-            st: Mutex::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
+            st: state::StLock::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
             min_bytes: cfg.min_bytes.max(1),
             oversub: cfg.oversub,
             dram_limit: parts.dram_limit,

@@ -19,7 +19,10 @@
 //! never wait on a device below it, so two such calls cannot wait on each
 //! other.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU32,
+    Ordering::{Acquire, Relaxed},
+};
 
 use super::lifecycle::ShardHold;
 use super::state::{dev_index, id_of};
@@ -61,13 +64,34 @@ pub struct ForkHold(
 /// The residency manager (tier mode): one state per device.
 pub struct Residency {
     rt: &'static dyn Runtime,
-    shards: Box<[Shard]>,
+    shards: Box<[Shard; MAX_DEVICES]>,
+    /// Backings alive on every device (the states' shared count).
+    live: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Devices whose state has held a backing (a bit each): a call on a
     /// device when no other device's state ever held one takes that
     /// device's lock only, with no routing.
     used: AtomicU32,
     /// Devices lost (a bit each).
     lost: AtomicU32,
+}
+
+/// The states of the devices in `m` (a bit each), ascending.
+struct Used<'a> {
+    m: u32,
+    shards: &'a [Shard],
+}
+
+impl<'a> Iterator for Used<'a> {
+    type Item = &'a Shard;
+    #[inline]
+    fn next(&mut self) -> Option<&'a Shard> {
+        if self.m == 0 {
+            return None;
+        }
+        let k = self.m.trailing_zeros() as usize;
+        self.m &= self.m - 1;
+        Some(&self.shards[k])
+    }
 }
 
 #[inline]
@@ -91,12 +115,16 @@ impl Residency {
         policy: Box<dyn Placement>,
     ) -> Result<Residency, String> {
         let parts = Parts::new(rt, cfg, policy)?;
-        let shards = (0..MAX_DEVICES as u32)
+        let shards: Vec<Shard> = (0..MAX_DEVICES as u32)
             .map(|s| Shard::new(rt, cfg, &parts, s))
             .collect();
+        let Ok(shards) = shards.into_boxed_slice().try_into() else {
+            unreachable!("one state per device")
+        };
         Ok(Residency {
             rt,
             shards,
+            live: parts.live.clone(),
             used: AtomicU32::new(0),
             lost: AtomicU32::new(0),
         })
@@ -108,25 +136,52 @@ impl Residency {
     }
 
     /// The states that ever held a backing, ascending.
-    fn used_shards(&self) -> impl Iterator<Item = &Shard> {
-        let used = self.used.load(Relaxed);
-        self.shards
-            .iter()
-            .enumerate()
-            .filter(move |(k, _)| used & (1 << k) != 0)
-            .map(|(_, s)| s)
+    #[inline]
+    fn used_shards(&self) -> Used<'_> {
+        Used {
+            m: self.used.load(Relaxed),
+            shards: &self.shards[..],
+        }
+    }
+
+    /// Whether `va` may be managed memory: inside the VA span some
+    /// device's state ever entered (a cheap filter before `routes`).
+    #[inline]
+    fn may_own(&self, va: u64) -> bool {
+        self.used_shards()
+            .any(|s| va >= s.va_lo.load(Acquire) && va < s.va_hi.load(Acquire))
     }
 
     /// The device whose memory `va` is in (`routes`).
     fn owner(&self, va: u64) -> Option<&Shard> {
+        if !self.may_own(va) {
+            return None;
+        }
         let r = self.shards[0].routes.read().ok()?;
         let (&start, &(len, dev)) = r.range(..=va).next_back()?;
         (va < start + len).then(|| self.shard(dev))
     }
 
+    /// The device whose memory starts at `va` (`routes`).
+    fn owner_at(&self, va: u64) -> Option<&Shard> {
+        if !self.may_own(va) {
+            return None;
+        }
+        let dev = self.shards[0].routes.read().ok()?.get(&va)?.1;
+        Some(self.shard(dev))
+    }
+
     /// The state of u3m's handle `h` (its backing id names the device).
     fn handle_owner(&self, h: u64) -> Option<&Shard> {
         id_of(h).map(|id| &self.shards[(id % MAX_DEVICES as u64) as usize])
+    }
+
+    /// `dev`'s state may hold backings from now on.
+    #[inline]
+    fn note_used(&self, dev: u32) {
+        if self.used.load(Relaxed) & bit(dev) == 0 {
+            self.used.fetch_or(bit(dev), Relaxed);
+        }
     }
 
     #[cfg(test)]
@@ -252,8 +307,10 @@ impl Residency {
     pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
         let Token { dev, tok, more } = tok;
         self.shard(dev).finish(tok, stream, ok);
-        for (s, t) in more {
-            self.shard(s).finish(t, stream, ok);
+        if !more.is_empty() {
+            for (s, t) in more {
+                self.shard(s).finish(t, stream, ok);
+            }
         }
     }
 
@@ -275,7 +332,8 @@ impl Residency {
             return Ok(());
         }
         match self.owner(addr) {
-            Some(s) if s.shard != dev_index(dev) as u32 => s.pin_range(s.shard, addr, len),
+            // the caller's device, as a call spanning devices passes it
+            Some(s) if s.shard != dev_index(dev) as u32 => s.pin_range(dev, addr, len),
             _ => self.shard(dev).pin_range(dev, addr, len),
         }
     }
@@ -292,7 +350,9 @@ impl Residency {
 
     /// `ptr` is the start of a managed aclrtMalloc allocation.
     pub fn is_managed(&self, ptr: u64) -> bool {
-        self.owner(ptr).map(|s| s.is_managed(ptr)).unwrap_or(false)
+        self.owner_at(ptr)
+            .map(|s| s.is_managed(ptr))
+            .unwrap_or(false)
     }
 
     /// `ptr` was a managed allocation just freed (remembered in a small ring).
@@ -333,7 +393,7 @@ impl Residency {
         total: u64,
     ) -> Option<Result<u64, AclError>> {
         // before the VA exists: a call naming it routes to this device
-        self.used.fetch_or(bit(dev), Relaxed);
+        self.note_used(dev);
         self.shard(dev)
             .malloc_with_room(dev, size, room, free, total)
     }
@@ -341,7 +401,7 @@ impl Residency {
     /// aclrtFree: Some(result) for a managed allocation, None otherwise; on
     /// the allocation's device's state, whichever device calls.
     pub fn free(&self, ptr: u64) -> Option<Result<(), AclError>> {
-        self.owner(ptr)?.free(ptr)
+        self.owner_at(ptr)?.free(ptr)
     }
 
     /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
@@ -351,7 +411,7 @@ impl Residency {
         size: u64,
         shareable: bool,
     ) -> Option<Result<u64, AclError>> {
-        self.used.fetch_or(bit(dev), Relaxed);
+        self.note_used(dev);
         self.shard(dev).malloc_physical(dev, size, shareable)
     }
 
@@ -367,7 +427,7 @@ impl Residency {
 
     /// aclrtUnmapMem of a mapping of u3m's handle (None: not one).
     pub fn unmap(&self, va: u64) -> Option<Result<(), AclError>> {
-        self.owner(va)?.unmap(va)
+        self.owner_at(va)?.unmap(va)
     }
 
     /// An exported handle must be real (`Shard::export`).
@@ -517,7 +577,11 @@ impl Residency {
 
     /// DRAM -> NVMe spill (`Shard::spill_dram`), device by device.
     pub fn spill_dram(&self, dt_s: f64) -> u32 {
-        self.used_shards().map(|s| s.spill_dram(dt_s)).sum()
+        // U3M_SSD_RATE is the process's: each device's state gets its share
+        let n = self.used.load(Relaxed).count_ones().max(1);
+        self.used_shards()
+            .map(|s| s.spill_dram(dt_s / n as f64))
+            .sum()
     }
 
     /// Turns the look-ahead prefetch on or off (on by default).
@@ -535,8 +599,9 @@ impl Residency {
     /// The policy's periodic work (`secs` since the engine started) and its
     /// events since the last call.
     pub fn tick_policy(&self, secs: f64) -> Vec<String> {
+        // every device with a capacity counts, as with one state
         let (mut r, mut c) = (0u64, 0u64);
-        for s in self.used_shards() {
+        for s in self.shards.iter() {
             if let Ok(st) = s.st.lock() {
                 let d = st.dev(s.shard);
                 r += d.resident;
@@ -600,7 +665,7 @@ impl Residency {
 
     /// Foreground evictions and busy retries so far, every device.
     pub fn demand_count(&self) -> u64 {
-        self.shards.iter().map(|s| s.demand_count()).sum()
+        self.used_shards().map(|s| s.demand_count()).sum()
     }
 
     /// Managed memory that is not resident in HBM, over all devices.
@@ -610,12 +675,12 @@ impl Residency {
 
     /// The figures of the allocation `malloc` last refused, once.
     pub fn take_refusal(&self) -> Option<Refusal> {
-        self.shards.iter().find_map(|s| s.take_refusal())
+        self.used_shards().find_map(|s| s.take_refusal())
     }
 
     /// The figures of the call `prepare` last refused as too large, once.
     pub fn take_oversize(&self) -> Option<Oversize> {
-        self.shards.iter().find_map(|s| s.take_oversize())
+        self.used_shards().find_map(|s| s.take_oversize())
     }
 
     /// The DRAM and NVMe tiers' byte limits.
@@ -626,6 +691,6 @@ impl Residency {
     /// Whether any managed memory exists (the hot path's cheap check).
     #[inline]
     pub fn active(&self) -> bool {
-        self.shards[0].live.load(Relaxed) != 0
+        self.live.load(Relaxed) != 0
     }
 }

@@ -597,3 +597,80 @@ mod tests {
         assert_eq!(id_of(0x1000_0000_0000), None);
     }
 }
+
+/// A device's state behind its lock. In test builds each thread counts the
+/// residency locks it holds (`locks_held`), so the fake runtime can tell a
+/// synchronisation made with one held (`fake::Seen::locked_waits`); in
+/// other builds it is the mutex alone.
+pub(super) struct StLock(std::sync::Mutex<State>);
+
+#[cfg(test)]
+thread_local! {
+    static HELD: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Residency locks the calling thread holds (test builds).
+#[cfg(test)]
+pub(crate) fn locks_held() -> u32 {
+    HELD.with(|h| h.get())
+}
+
+/// A held device state (see `StLock`).
+pub(super) struct StGuard<'a>(std::sync::MutexGuard<'a, State>);
+
+impl<'a> StGuard<'a> {
+    #[inline]
+    fn new(g: std::sync::MutexGuard<'a, State>) -> StGuard<'a> {
+        #[cfg(test)]
+        HELD.with(|h| h.set(h.get() + 1));
+        StGuard(g)
+    }
+}
+
+impl Drop for StGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(test)]
+        HELD.with(|h| h.set(h.get() - 1));
+    }
+}
+
+impl std::ops::Deref for StGuard<'_> {
+    type Target = State;
+    #[inline]
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl StLock {
+    pub fn new(st: State) -> StLock {
+        StLock(std::sync::Mutex::new(st))
+    }
+
+    #[inline]
+    pub fn lock(&self) -> std::sync::LockResult<StGuard<'_>> {
+        match self.0.lock() {
+            Ok(g) => Ok(StGuard::new(g)),
+            Err(e) => Err(std::sync::PoisonError::new(StGuard::new(e.into_inner()))),
+        }
+    }
+
+    #[inline]
+    pub fn try_lock(&self) -> std::sync::TryLockResult<StGuard<'_>> {
+        match self.0.try_lock() {
+            Ok(g) => Ok(StGuard::new(g)),
+            Err(std::sync::TryLockError::WouldBlock) => Err(std::sync::TryLockError::WouldBlock),
+            Err(std::sync::TryLockError::Poisoned(e)) => Err(std::sync::TryLockError::Poisoned(
+                std::sync::PoisonError::new(StGuard::new(e.into_inner())),
+            )),
+        }
+    }
+}
