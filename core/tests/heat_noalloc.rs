@@ -104,6 +104,39 @@ fn hot_path_does_not_allocate() {
     assert!(t.totals().touches >= 100_000);
 }
 
+/// The buffered hot path (`record_ranges`, heat/pending.rs) allocates its
+/// thread's buffer on the first call only: never again, whether the calls
+/// merge into it or overflow it (applied when full, capacity kept).
+#[test]
+fn buffered_hot_path_allocates_once_per_thread() {
+    use u3m_core::engine::Range;
+    let t = table();
+    let r = |addr, len, write| Range { addr, len, write };
+    let a = |i: u64| Access {
+        seq: i + 1,
+        ns: i * 100,
+        class: OpClass::of("MatMulV2"),
+        op_hash: op_hash("MatMulV2"),
+        write: false,
+    };
+    t.record_ranges(&[r(B, 4096, false), r(B + 8192, 4096, true)], &a(0));
+    let (_, n) = watched(|| {
+        for i in 0..20_000u64 {
+            // mostly new ranges: the buffer overflows and is applied often
+            let rs = [
+                r(B + (i % 700) * 4096, 4096 + (i % 5) * 100, i % 3 == 0),
+                r(B + 10 * CH - 100, 3 * CH, false),
+                r(B + 64 * CH + (i % 6) * 1536 + 10, 900, true),
+                r(B + 80 * CH + (i % 40) * 65536, 65536, false),
+                r(0x7ffd_0000_0000 + i * 64, 64, false),
+            ];
+            t.record_ranges(&rs, &a(i + 1));
+        }
+    });
+    assert_eq!(n, 0, "the buffered hot path allocated");
+    assert!(t.totals().touches >= 100_000);
+}
+
 /// ns per call of `f`, best of three runs (the machine is shared).
 fn per_op(n: u64, f: impl FnMut(u64)) -> f64 {
     let mut f = f;

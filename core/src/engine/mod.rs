@@ -373,6 +373,8 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.privatize_after_fork();
         }
+        // the parent's threads may have held their heat buffers' locks
+        self.heat.after_fork_child();
         let Some(r) = &self.residency else { return };
         self.set_forked_child();
         if let Err(why) = r.after_fork_child(hold) {
@@ -774,9 +776,9 @@ impl Engine {
     fn touch_classified(&self, class: OpClass, h: u64, ranges: &[Range]) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
-        // every range at once: ranges in one allocation and chunk are
-        // counted in one update of its records (each range's own write)
-        self.heat.touch_ranges(
+        // every range at once, merged into this thread's buffer of accesses
+        // (heat/pending.rs): applied in batches and before any reader
+        self.heat.record_ranges(
             ranges,
             &Access {
                 seq,

@@ -254,6 +254,8 @@ impl HeatTable {
     /// occupancy: record closed, mapped and pin marks cleared); its ranges go
     /// stale at once and are reused later.
     pub fn on_free(&self, base: u64) -> Option<AllocInfo> {
+        // accesses buffered before the free count for this allocation
+        self.drain();
         let mut c = self.lock();
         let Some(idx) = c.by_base.remove(&base) else {
             c.unknown_frees += 1;

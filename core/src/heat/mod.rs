@@ -12,6 +12,7 @@
 mod addr_map;
 mod alloc_table;
 mod cold;
+mod pending;
 mod pool;
 mod ranges;
 mod readers;
@@ -27,7 +28,7 @@ use addr_map::{AddrMap, Resolved, CHUNK_SHIFT, MAX_IDX};
 use alloc_table::{AllocTable, LIVE};
 use pool::{reuse_delay, IndexPool};
 use ranges::{RangeHit, RangeTable};
-use record::{Hit, Record};
+use record::{Delta, Hit, Record};
 use zeroed::Zeroable;
 
 pub use addr_map::{CHUNK, MULTI_OWNERS, VA_LIMIT};
@@ -88,6 +89,10 @@ pub struct HeatTable {
     shards: zeroed::ZSlice<Shard>,
     cold: Mutex<Cold>,
     config: HeatConfig,
+    /// This table's id among the threads' buffers (`pending`).
+    id: u64,
+    /// Per-thread buffers of accesses (`record_ranges`).
+    pending: pending::Registry,
 }
 
 /// Parts of ranges [`HeatTable::touch_ranges`] counts at once.
@@ -188,6 +193,8 @@ impl HeatTable {
                 max_chunks,
                 max_ranges: 0,
             },
+            id: pending::next_id(),
+            pending: pending::Registry::default(),
         })
         .map(|mut t| {
             t.config.max_ranges = t.ranges.capacity();
@@ -284,7 +291,10 @@ impl HeatTable {
         if res.alloc.is_none() {
             res.alloc = Some(AllocId(idx, gen));
         }
-        if let RangeHit::Dropped = self.ranges.hit(p0, p1 - p0, idx, gen, hit, &self.allocs) {
+        if let RangeHit::Dropped =
+            self.ranges
+                .hit(p0, p1 - p0, idx, gen, &Delta::of(hit, 1), &self.allocs)
+        {
             shard.dropped_ranges.fetch_add(1, Relaxed);
         }
         let live = (gen as u64) << 32 | LIVE;
@@ -451,7 +461,10 @@ impl HeatTable {
         }
         for &(p0, p1, w, _) in parts {
             let h = &b.hits[w as usize];
-            if let RangeHit::Dropped = self.ranges.hit(p0, p1 - p0, idx, gen, h, &self.allocs) {
+            if let RangeHit::Dropped =
+                self.ranges
+                    .hit(p0, p1 - p0, idx, gen, &Delta::of(h, 1), &self.allocs)
+            {
                 shard.dropped_ranges.fetch_add(1, Relaxed);
             }
         }

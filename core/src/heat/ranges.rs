@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicU64, Ordering::*};
 
 use super::alloc_table::AllocTable;
-use super::record::{Hit, Raw, Record, PAYLOAD};
+use super::record::{Delta, Raw, Record, PAYLOAD};
 use super::zeroed::{self, Zeroable};
 
 /// Longest probe sequence.
@@ -100,7 +100,7 @@ impl RangeTable {
         len: u64,
         idx: u32,
         gen: u32,
-        h: &Hit,
+        h: &Delta,
         allocs: &AllocTable,
     ) -> RangeHit {
         let ks = start & PAYLOAD | (gen as u64 & 0xffff) << 48;
@@ -125,7 +125,7 @@ impl RangeTable {
                             continue;
                         }
                         if s == ks && l == kl && owner_of(t1) == idx {
-                            return if e.rec.hit(t1 >> 48, h) {
+                            return if e.rec.add(t1 >> 48, h) {
                                 RangeHit::Counted
                             } else {
                                 RangeHit::Stale
@@ -160,7 +160,7 @@ impl RangeTable {
             e.len.store(kl, Relaxed);
             e.rec.swap_epoch(old, epoch);
             e.tag.store(base | LIVE, Release);
-            return if e.rec.hit(epoch, h) {
+            return if e.rec.add(epoch, h) {
                 RangeHit::Counted
             } else {
                 RangeHit::Stale

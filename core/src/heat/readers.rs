@@ -13,6 +13,7 @@ use super::{
 impl HeatTable {
     /// Current statistics of a live allocation.
     pub fn alloc_info(&self, id: AllocId) -> Option<AllocInfo> {
+        self.drain();
         let slot = self.allocs.slot(id.0)?;
         let (base, len) = self.allocs.live_extent(id.0, id.1)?;
         let info = slot.info.load(Relaxed);
@@ -26,6 +27,7 @@ impl HeatTable {
 
     /// The chunk containing `addr`, if a live allocation overlaps it.
     pub fn chunk_info(&self, addr: u64) -> Option<ChunkInfo> {
+        self.drain();
         let chunk = chunk_base(addr);
         let cs = self.map.chunk(chunk)?;
         self.read_chunk(cs, chunk)
@@ -66,6 +68,7 @@ impl HeatTable {
 
     /// The `n` hottest chunks at `now_ns` (chunks never accessed are left out).
     pub fn hottest_chunks(&self, n: usize, now_ns: u64) -> Vec<ChunkInfo> {
+        self.drain();
         // Scan without the lock, so that allocations never wait for a reader.
         let regions = self.lock().regions.clone();
         let mut v: Vec<(f64, ChunkInfo)> = Vec::new();
@@ -86,6 +89,7 @@ impl HeatTable {
 
     /// The `n` hottest tensor ranges of live allocations at `now_ns`.
     pub fn hottest_ranges(&self, n: usize, now_ns: u64) -> Vec<RangeInfo> {
+        self.drain();
         let v = self
             .ranges
             .read_live(&self.allocs)
@@ -105,6 +109,7 @@ impl HeatTable {
 
     /// Every live allocation, by address.
     pub fn live_allocs(&self) -> Vec<AllocInfo> {
+        self.drain();
         let c = self.lock();
         c.by_base
             .iter()
@@ -117,11 +122,13 @@ impl HeatTable {
 
     /// Range entries in use (a full scan of the range table).
     pub fn range_entries(&self) -> usize {
+        self.drain();
         self.ranges.count_live(&self.allocs)
     }
 
     /// Table-wide figures.
     pub fn totals(&self) -> HeatTotals {
+        self.drain();
         let c = self.lock();
         let mut t = HeatTotals {
             live_allocs: c.by_base.len() as u64,

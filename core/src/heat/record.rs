@@ -62,6 +62,46 @@ impl Hit {
     }
 }
 
+/// Accesses of one record merged before they are counted: `n` hits, the
+/// latest sequence number and time, the earliest time, the latest write,
+/// the union of operator bits. Every field of a record is a sum, max, min
+/// or union, so counting a merged delta leaves what counting its hits one
+/// by one leaves, in any order.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Delta {
+    pub n: u64,
+    pub seq: u64,
+    pub t: u64,
+    pub t_first: u64,
+    pub wseq: u64,
+    pub ops: u64,
+}
+
+impl Delta {
+    #[inline]
+    pub fn of(h: &Hit, n: u64) -> Delta {
+        Delta {
+            n,
+            seq: h.seq,
+            t: h.t,
+            t_first: h.t,
+            wseq: h.wseq,
+            ops: h.ops,
+        }
+    }
+
+    /// Add one more hit.
+    #[inline]
+    pub fn merge(&mut self, h: &Hit) {
+        self.n = self.n.saturating_add(1);
+        self.seq = self.seq.max(h.seq);
+        self.t = self.t.max(h.t);
+        self.t_first = self.t_first.min(h.t);
+        self.wseq = self.wseq.max(h.wseq);
+        self.ops |= h.ops;
+    }
+}
+
 /// Six tagged words; 48 bytes.
 #[repr(C)]
 #[derive(Default)]
@@ -108,21 +148,32 @@ impl Record {
     /// calls of [`Record::hit`] leave, with one update of each word.
     #[inline]
     pub fn hit_n(&self, epoch: u64, h: &Hit, n: u64) -> bool {
+        self.add(epoch, &Delta::of(h, n))
+    }
+
+    /// Count a [`Delta`] (accesses merged by a thread's buffer) in epoch
+    /// `tag`: what the `d.n` hits it merges leave, with one update of each
+    /// word; false (nothing counted) if the record left that epoch.
+    #[inline]
+    pub fn add(&self, epoch: u64, d: &Delta) -> bool {
         let tag = tag_of(epoch);
+        let n = d.n;
         if !update(&self.count, tag, |p| p.saturating_add(n).min(PAYLOAD)) {
             return false;
         }
-        update(&self.last_seq, tag, |p| p.max(h.seq));
-        update(&self.last_t, tag, |p| p.max(h.t));
-        update(
-            &self.first_t,
-            tag,
-            |p| if p == 0 || h.t < p { h.t } else { p },
-        );
-        if h.wseq != 0 {
-            update(&self.write_seq, tag, |p| p.max(h.wseq));
+        update(&self.last_seq, tag, |p| p.max(d.seq));
+        update(&self.last_t, tag, |p| p.max(d.t));
+        update(&self.first_t, tag, |p| {
+            if p == 0 || d.t_first < p {
+                d.t_first
+            } else {
+                p
+            }
+        });
+        if d.wseq != 0 {
+            update(&self.write_seq, tag, |p| p.max(d.wseq));
         }
-        update(&self.ops, tag, |p| p | h.ops);
+        update(&self.ops, tag, |p| p | d.ops);
         true
     }
 

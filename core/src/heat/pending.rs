@@ -1,0 +1,582 @@
+//! Per-thread buffers of accesses (issue 10 part 2): the operator hot path
+//! records, the shared records are written in batches.
+//!
+//! [`HeatTable::record_ranges`] resolves a call's ranges as
+//! [`HeatTable::touch_ranges`] does, but instead of updating the shared
+//! allocation, tensor-range and chunk records (~15 compare-and-swaps on
+//! cache lines every thread writes) it merges the hits into the calling
+//! thread's buffer: one entry per record, a [`Delta`] (count, latest
+//! sequence and time, earliest time, latest write, operator bits). Every
+//! field of a record is a sum, max, min or union, so counting a merged
+//! delta later leaves the record exactly as counting the hits one by one.
+//!
+//! A buffer is applied (its deltas counted, then emptied) by its thread
+//! when one of its lists is full, and by every reader of the table before
+//! it reads: `on_free` (so the freed allocation's final statistics include
+//! every access buffered before the free, and no buffered access is
+//! counted for the next allocation at the address — a delta names the
+//! allocation's generation and the chunk record's epoch, and counts only
+//! while they are current), `alloc_info`, `chunk_info` (the eviction
+//! order's heat), `hottest_*`, `live_allocs`, `range_entries`, `totals`
+//! (stats, `u3m top`, the shared-memory snapshot). Readers therefore see
+//! no lag. A buffer has its own lock, which its thread takes once per call
+//! (uncontended unless a reader is applying it); a reader skips a buffer
+//! whose `dirty` flag is clear without locking it.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::addr_map::{Resolved, CHUNK_SHIFT};
+use super::ranges::RangeHit;
+use super::record::{Delta, Hit};
+use super::{Access, HeatTable};
+
+/// Entries per list; a full list applies the buffer.
+const ALLOCS: usize = 16;
+const RANGES: usize = 64;
+const CHUNKS: usize = 32;
+
+/// Ids of heat tables (a thread's buffers are found by the table's id).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Relaxed)
+}
+
+#[derive(Default)]
+pub(super) struct Pending {
+    touches: u64,
+    unattributed_touches: u64,
+    unattributed_bytes: u64,
+    /// (idx, gen, bytes of its parts, delta)
+    allocs: Vec<(u32, u32, u64, Delta)>,
+    /// (start, len, idx, gen, delta)
+    ranges: Vec<(u64, u64, u32, u32, Delta)>,
+    /// (chunk record word `epoch << 32 | index + 1`, idx, gen of the owner
+    /// through which it was reached, delta)
+    chunks: Vec<(u64, u32, u32, Delta)>,
+}
+
+impl Pending {
+    fn with_capacity() -> Pending {
+        Pending {
+            allocs: Vec::with_capacity(ALLOCS),
+            ranges: Vec::with_capacity(RANGES),
+            chunks: Vec::with_capacity(CHUNKS),
+            ..Pending::default()
+        }
+    }
+}
+
+/// One thread's buffer for one table.
+pub(super) struct Buf {
+    /// Set (under `p`'s lock) when `p` holds something; cleared when applied.
+    dirty: AtomicBool,
+    p: Mutex<Pending>,
+}
+
+impl Buf {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        // applying is atomics only: a panic cannot leave it half-trusted
+        self.p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The registry of a table's per-thread buffers.
+#[derive(Default)]
+pub(super) struct Registry {
+    bufs: Mutex<Vec<Arc<Buf>>>,
+    /// Set in a forked child (`after_fork_child`): no buffering, no
+    /// draining — the parent's threads may have held these locks at fork.
+    off: AtomicBool,
+}
+
+thread_local! {
+    /// This thread's buffers: (table id, buffer).
+    static MINE: RefCell<Vec<(u64, Arc<Buf>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl HeatTable {
+    /// Count one call's accesses like [`HeatTable::touch_ranges`] (the
+    /// same records end up with the same values), buffered in the calling
+    /// thread: see the module documentation. Falls back to `touch_ranges`
+    /// when the thread's buffers are unavailable (thread exiting).
+    pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
+        if self.pending.off.load(Relaxed) {
+            self.touch_ranges(ranges, a);
+            return;
+        }
+        let done = MINE
+            .try_with(|m| {
+                {
+                    let Ok(m) = m.try_borrow() else { return false };
+                    if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
+                        self.record_in(b, ranges, a);
+                        return true;
+                    }
+                }
+                let buf = Arc::new(Buf {
+                    dirty: AtomicBool::new(false),
+                    p: Mutex::new(Pending::with_capacity()),
+                });
+                let Ok(mut m) = m.try_borrow_mut() else {
+                    return false;
+                };
+                // buffers of tables dropped since (only this thread holds them)
+                m.retain(|(_, b)| Arc::strong_count(b) > 1);
+                self.pending
+                    .bufs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(buf.clone());
+                m.push((self.id, buf.clone()));
+                self.record_in(&buf, ranges, a);
+                true
+            })
+            .unwrap_or(false);
+        if !done {
+            self.touch_ranges(ranges, a);
+        }
+    }
+
+    fn record_in(&self, buf: &Buf, ranges: &[crate::engine::Range], a: &Access) {
+        let mut p = buf.lock();
+        let hits = [
+            Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
+            Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
+        ];
+        let mut owner: Option<(u32, u32, u64, u64)> = None;
+        for r in ranges {
+            if r.len == 0 {
+                continue;
+            }
+            p.touches += 1;
+            let end = r.addr.saturating_add(r.len);
+            let mut cur = r.addr;
+            let mut marked = false;
+            while cur < end {
+                let found = match owner {
+                    Some((idx, gen, base, len)) if cur >= base && cur < base + len => {
+                        Resolved::Found {
+                            idx,
+                            gen,
+                            base,
+                            len,
+                        }
+                    }
+                    _ => self.map.resolve(cur, &self.allocs),
+                };
+                match found {
+                    Resolved::Gap(next) => {
+                        let n = next.min(end);
+                        p.unattributed_bytes += n - cur;
+                        if !marked {
+                            marked = true;
+                            p.unattributed_touches += 1;
+                        }
+                        cur = n;
+                    }
+                    Resolved::Found {
+                        idx,
+                        gen,
+                        base,
+                        len,
+                    } => {
+                        owner = Some((idx, gen, base, len));
+                        let pend = end.min(base + len);
+                        self.buffer_part(&mut p, idx, gen, cur, pend, &hits[r.write as usize]);
+                        cur = pend;
+                    }
+                }
+            }
+        }
+        buf.dirty.store(true, Release);
+    }
+
+    /// One part `[p0, p1)` of allocation `(idx, gen)`: its allocation, its
+    /// tensor range, every chunk it covers (what `attribute` counts).
+    #[inline]
+    fn buffer_part(&self, p: &mut Pending, idx: u32, gen: u32, p0: u64, p1: u64, h: &Hit) {
+        match p.allocs.iter_mut().find(|e| e.0 == idx && e.1 == gen) {
+            Some(e) => {
+                e.2 += p1 - p0;
+                e.3.merge(h);
+            }
+            None => {
+                if p.allocs.len() == ALLOCS {
+                    self.apply(p);
+                }
+                p.allocs.push((idx, gen, p1 - p0, Delta::of(h, 1)));
+            }
+        }
+        let len = p1 - p0;
+        match p
+            .ranges
+            .iter_mut()
+            .find(|e| e.0 == p0 && e.1 == len && e.2 == idx && e.3 == gen)
+        {
+            Some(e) => e.4.merge(h),
+            None => {
+                if p.ranges.len() == RANGES {
+                    self.apply(p);
+                }
+                p.ranges.push((p0, len, idx, gen, Delta::of(h, 1)));
+            }
+        }
+        for c in p0 >> CHUNK_SHIFT..=(p1 - 1) >> CHUNK_SHIFT {
+            let Some(cs) = self.map.chunk(c << CHUNK_SHIFT) else {
+                continue;
+            };
+            // The owner still live when the delta is applied (after this
+            // read) means `rw` is the record of an occupancy that includes it.
+            let rw = cs.rec.load(Acquire);
+            if rw == 0 {
+                continue;
+            }
+            match p
+                .chunks
+                .iter_mut()
+                .find(|e| e.0 == rw && e.1 == idx && e.2 == gen)
+            {
+                Some(e) => e.3.merge(h),
+                None => {
+                    if p.chunks.len() == CHUNKS {
+                        self.apply(p);
+                    }
+                    p.chunks.push((rw, idx, gen, Delta::of(h, 1)));
+                }
+            }
+        }
+    }
+
+    /// Count everything `p` holds and empty it.
+    fn apply(&self, p: &mut Pending) {
+        let shard = self.shard();
+        let mut stale = 0;
+        let mut unatt_touches = std::mem::take(&mut p.unattributed_touches);
+        let mut unatt_bytes = std::mem::take(&mut p.unattributed_bytes);
+        for (idx, gen, bytes, d) in p.allocs.drain(..) {
+            let ok = match self.allocs.slot(idx) {
+                Some(slot) => slot.rec.add(gen as u64, &d),
+                None => continue,
+            };
+            if !ok {
+                // freed since it was resolved: these parts belong to nobody
+                // (one unattributed touch per part: an upper bound when a
+                // range had a gap too)
+                unatt_bytes += bytes;
+                unatt_touches += d.n;
+                stale += d.n;
+            }
+        }
+        let mut dropped = 0;
+        for (start, len, idx, gen, d) in p.ranges.drain(..) {
+            if !self.allocs.is_live(idx, gen) {
+                continue;
+            }
+            if let RangeHit::Dropped = self.ranges.hit(start, len, idx, gen, &d, &self.allocs) {
+                dropped += d.n;
+            }
+        }
+        for (rw, idx, gen, d) in p.chunks.drain(..) {
+            if !self.allocs.is_live(idx, gen) {
+                continue;
+            }
+            let ri = (rw as u32).wrapping_sub(1) as usize;
+            if let Some(r) = self.chunk_recs.get(ri) {
+                r.rec.add(rw >> 32, &d);
+            }
+        }
+        let touches = std::mem::take(&mut p.touches);
+        if touches != 0 {
+            shard.touches.fetch_add(touches, Relaxed);
+        }
+        if unatt_touches != 0 {
+            shard.unattributed_touches.fetch_add(unatt_touches, Relaxed);
+        }
+        if unatt_bytes != 0 {
+            shard.unattributed_bytes.fetch_add(unatt_bytes, Relaxed);
+        }
+        if stale != 0 {
+            shard.stale_parts.fetch_add(stale, Relaxed);
+        }
+        if dropped != 0 {
+            shard.dropped_ranges.fetch_add(dropped, Relaxed);
+        }
+    }
+
+    /// In a forked child that keeps this table: the threads that owned the
+    /// other buffers do not exist here and may have held their locks (or
+    /// the registry's) at the fork, so locking them could wait for ever.
+    /// Applies what can be locked without waiting (a buffer held at the
+    /// fork was mid-call: its contents are dropped, at most the calls since
+    /// its last application), then turns buffering off for good: the child
+    /// counts every call at once (`touch_ranges`) and readers drain nothing.
+    pub fn after_fork_child(&self) {
+        if self.pending.off.swap(true, AcqRel) {
+            return;
+        }
+        // this thread's own buffer is free (it is not inside a call), even
+        // when the registry is held
+        let _ = MINE.try_with(|m| {
+            if let Ok(m) = m.try_borrow() {
+                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        self.apply(&mut p);
+                    }
+                }
+            }
+        });
+        let Ok(bufs) = self.pending.bufs.try_lock() else {
+            return;
+        };
+        for b in bufs.iter() {
+            if let Ok(mut p) = b.p.try_lock() {
+                self.apply(&mut p);
+            }
+        }
+    }
+
+    /// Apply every thread's buffer (readers call this first). Buffers of
+    /// threads that have exited are dropped once applied.
+    pub(super) fn drain(&self) {
+        if self.pending.off.load(Acquire) {
+            return;
+        }
+        let mut bufs = self.pending.bufs.lock().unwrap_or_else(|e| e.into_inner());
+        bufs.retain(|b| {
+            if b.dirty.load(Acquire) {
+                let mut p = b.lock();
+                self.apply(&mut p);
+                b.dirty.store(false, Relaxed);
+            }
+            // only the registry holds it: its thread has exited
+            Arc::strong_count(b) > 1
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{AllocKind, CHUNK};
+    use super::*;
+    use crate::engine::Range;
+    use crate::opclass::OpClass;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    const B: u64 = 0x1000_0000_0000;
+
+    fn acc(seq: u64) -> Access {
+        Access {
+            seq,
+            ns: seq * 3_000_000,
+            class: if seq % 3 == 0 {
+                OpClass::MatMul
+            } else {
+                OpClass::Elementwise
+            },
+            op_hash: (seq % 5) << 33,
+            write: false,
+        }
+    }
+
+    fn table() -> HeatTable {
+        let t = HeatTable::new(64, 4096);
+        for i in 0..6u64 {
+            t.on_alloc(0, B + i * 64 * 1024, 48 * 1024, AllocKind::Malloc)
+                .unwrap();
+        }
+        t.on_alloc(0, B + 4 * MIB, 6 * MIB, AllocKind::Malloc)
+            .unwrap();
+        t.on_alloc(0, B + GIB - 2 * MIB, 4 * MIB, AllocKind::Malloc)
+            .unwrap();
+        t
+    }
+
+    fn same(one: &HeatTable, all: &HeatTable, at: &str) {
+        assert_eq!(one.live_allocs(), all.live_allocs(), "{at}");
+        let mut c = B;
+        while c < B + 2 * GIB {
+            assert_eq!(one.chunk_info(c), all.chunk_info(c), "{at}: chunk {c:#x}");
+            c += CHUNK;
+        }
+        let ranges = |t: &HeatTable| {
+            let mut v = t.hottest_ranges(usize::MAX, 0);
+            v.sort_by_key(|r| (r.start, r.len));
+            v
+        };
+        assert_eq!(ranges(one), ranges(all), "{at}");
+        assert_eq!(one.totals(), all.totals(), "{at}");
+    }
+
+    /// Buffered calls leave every record and counter as `touch_ranges`
+    /// does: more distinct records than a buffer holds (applied when full),
+    /// readers in the middle, and frees and re-allocations at the same
+    /// address between calls — the freed allocation's final statistics
+    /// include its buffered accesses, the next allocation there none of
+    /// them. Fails if `on_free` or a reader does not apply the buffers.
+    #[test]
+    fn record_ranges_is_touch_ranges() {
+        let (one, all) = (table(), table());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let bases = [
+            B,
+            B + 64 * 1024,
+            B + 5 * 64 * 1024,
+            B + 4 * MIB,
+            B + GIB - 2 * MIB,
+            B + 3 * MIB,
+        ];
+        for call in 0..600u64 {
+            let n = 1 + rnd(20) as usize;
+            let rs: Vec<Range> = (0..n)
+                .map(|_| {
+                    let base = bases[rnd(bases.len() as u64) as usize];
+                    let off = rnd(8) * 16 * 1024;
+                    let len = match rnd(4) {
+                        0 => 0,
+                        1 => 4096,
+                        2 => 40 * 1024,
+                        _ => rnd(5 * MIB) + 1,
+                    };
+                    Range {
+                        addr: base + off,
+                        len,
+                        write: rnd(3) == 0,
+                    }
+                })
+                .collect();
+            let a = acc(call + 1);
+            one.touch_ranges(&rs, &a);
+            all.record_ranges(&rs, &a);
+            if call % 37 == 36 {
+                // free and re-allocate one of the small allocations
+                let base = B + rnd(6) * 64 * 1024;
+                let (f1, f2) = (one.on_free(base), all.on_free(base));
+                assert!(f1.as_ref().unwrap().stats.accesses > 0);
+                assert_eq!(f1, f2, "call {call}: free {base:#x}");
+                let len = 16 * 1024 * (1 + rnd(3));
+                one.on_alloc(0, base, len, AllocKind::Malloc).unwrap();
+                all.on_alloc(0, base, len, AllocKind::Malloc).unwrap();
+            }
+            if call % 151 == 150 {
+                same(&one, &all, &format!("call {call}"));
+            }
+        }
+        same(&one, &all, "end");
+        assert!(all.totals().touches > 1000);
+    }
+
+    /// A forked child whose parent had a thread inside a call (its buffer
+    /// locked) and another inside a reader (the registry locked): the
+    /// child's readers and calls must not wait for them. Without
+    /// `after_fork_child` the reader below blocks for ever (the test fails
+    /// on its timeout).
+    #[test]
+    fn a_forked_child_never_waits_for_the_parents_threads() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        let t: &'static HeatTable = Box::leak(Box::new(HeatTable::new(64, 4096)));
+        let id = t.on_alloc(0, B, 8 * MIB, AllocKind::Malloc).unwrap();
+        let r = [Range {
+            addr: B,
+            len: 4096,
+            write: false,
+        }];
+        t.record_ranges(&r, &acc(1)); // this thread's buffer: applied in the child
+                                      // another thread's buffer, with one call in it, then held locked
+                                      // (as by a thread inside a call when the process forked)
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            t.record_ranges(&r, &acc(2));
+            let bufs = t.pending.bufs.lock().unwrap();
+            let b = bufs
+                .iter()
+                .find(|b| MINE.with(|m| m.borrow().iter().any(|(_, x)| Arc::ptr_eq(x, b))))
+                .unwrap()
+                .clone();
+            drop(bufs);
+            let _g = b.lock();
+            // and the registry, as by a reader
+            let _r = t.pending.bufs.lock().unwrap();
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+        });
+        held_rx.recv().unwrap();
+        t.after_fork_child();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            t.record_ranges(&r, &acc(3)); // counted at once in the child
+            tx.send(t.alloc_info(id).map(|i| i.stats.accesses)).unwrap();
+        });
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        // this thread's call (its buffer was free) and the child's call
+        // count; the held buffer's call is dropped
+        assert_eq!(got, Ok(Some(2)));
+    }
+
+    /// Threads buffer calls on shared allocations and exit; a reader sees
+    /// every access of every thread (exited threads' buffers included),
+    /// and the free returns them all.
+    #[test]
+    fn threads_buffers_are_read_and_freed() {
+        let t = std::sync::Arc::new(HeatTable::new(64, 4096));
+        let id = t.on_alloc(0, B, 8 * MIB, AllocKind::Malloc).unwrap();
+        let calls = 2000u64;
+        let hs: Vec<_> = (0..4u64)
+            .map(|k| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for i in 0..calls {
+                        let rs = [
+                            Range {
+                                addr: B + (i % 4) * MIB,
+                                len: 4096,
+                                write: false,
+                            },
+                            Range {
+                                addr: B + 6 * MIB,
+                                len: 3 * MIB,
+                                write: k == 0,
+                            },
+                        ];
+                        t.record_ranges(&rs, &acc(1 + k * calls + i));
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let info = t.alloc_info(id).unwrap();
+        assert_eq!(info.stats.accesses, 4 * calls * 2);
+        assert_eq!(info.stats.last_seq, 4 * calls);
+        assert_eq!(t.chunk_info(B + 7 * MIB).unwrap().stats.accesses, 4 * calls);
+        assert_eq!(t.totals().touches, 4 * calls * 2);
+        // the exited threads' buffers were applied and dropped
+        assert!(t.pending.bufs.lock().unwrap().is_empty());
+        // more calls from this thread, then the free
+        t.record_ranges(
+            &[Range {
+                addr: B,
+                len: 1,
+                write: true,
+            }],
+            &acc(10 * calls),
+        );
+        let fin = t.on_free(B).unwrap();
+        assert_eq!(fin.stats.accesses, 4 * calls * 2 + 1);
+        assert_eq!(fin.stats.last_seq, 10 * calls);
+    }
+}
