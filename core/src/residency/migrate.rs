@@ -571,13 +571,10 @@ impl Residency {
         Ok(())
     }
 
-    /// The chunk leaves HBM: unmapped at every VA, its physical memory freed,
-    /// its uses forgotten (all complete: eviction waited for them).
-    /// A copy-in that could not be issued: chunk (id, i) goes back to where
-    /// it was — out of HBM, its host copy the only one — so no call reads
-    /// the fresh HBM it was given as if it held the chunk's data (the soak
-    /// test read zeros there after an injected copy failure).
-    fn undo_fault_in(&self, st: &mut State, id: u64, i: u32, reserved: &mut Vec<(u64, u32)>) {
+    /// Chunk (id, i) out of HBM: unmapped at every VA, its physical memory
+    /// freed, no longer counted resident; its host copy (if any) is now its
+    /// only one. Returns its device.
+    fn drop_hbm(&self, st: &mut State, id: u64, i: u32) -> u32 {
         let (dev, vas) = {
             let b = &st.backings[&id];
             (b.dev, b.vas.clone())
@@ -589,31 +586,33 @@ impl Residency {
         let _ = self.rt.free_physical(c.phys);
         c.phys = 0;
         c.dirty = false;
-        c.pins = c.pins.saturating_sub(1);
         st.dev_mut(dev).resident -= CHUNK;
+        dev
+    }
+
+    /// A copy-in that could not be issued: chunk (id, i) goes back to where
+    /// it was — out of HBM, its host copy the only one, unpinned — so no
+    /// call reads the fresh HBM it was given as if it held the chunk's data
+    /// (the soak test read zeros there after an injected copy failure).
+    fn undo_fault_in(&self, st: &mut State, id: u64, i: u32, reserved: &mut Vec<(u64, u32)>) {
+        self.drop_hbm(st, id, i);
+        let c = st.chunk_mut(id, i);
+        c.pins = c.pins.saturating_sub(1);
         if let Some(k) = reserved.iter().rposition(|&r| r == (id, i)) {
             reserved.remove(k);
         }
     }
 
+    /// The chunk leaves HBM: unmapped at every VA, its physical memory freed,
+    /// its uses forgotten (all complete: eviction waited for them).
     fn release_chunk(&self, st: &mut State, id: u64, i: u32) {
-        let (dev, vas) = {
-            let b = &st.backings[&id];
-            (b.dev, b.vas.clone())
-        };
-        for &va in &vas {
-            let _ = self.rt.unmap(va + i as u64 * CHUNK);
-        }
+        let dev = self.drop_hbm(st, id, i);
         let c = st.chunk_mut(id, i);
-        let _ = self.rt.free_physical(c.phys);
-        c.phys = 0;
-        c.dirty = false;
         let wasted = std::mem::take(&mut c.prefetched);
         let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
         for ev in uses {
             st.unref_event(ev);
         }
-        st.dev_mut(dev).resident -= CHUNK;
         self.c.evictions.fetch_add(1, Relaxed);
         if wasted {
             self.c.prefetch_wasted.fetch_add(1, Relaxed);
