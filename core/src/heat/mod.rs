@@ -542,6 +542,50 @@ mod tests {
     const MIB: u64 = 1 << 20;
     const B: u64 = 0x1000_0000_0000;
 
+    /// A xorshift generator, `rnd(n)` in 0..n: the batched-path tests'
+    /// random calls, the same every run.
+    pub(super) fn xorshift() -> impl FnMut(u64) -> u64 {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        move |n| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
+
+    /// One random call's 1–20 ranges over small allocations sharing a
+    /// chunk, one over three chunks, one over a region boundary and a gap:
+    /// empty, one page, 40 KiB or up to 5 MiB long, a third of them written.
+    pub(super) fn random_call(rnd: &mut impl FnMut(u64) -> u64) -> Vec<crate::engine::Range> {
+        let bases = [
+            B,
+            B + 64 * 1024,
+            B + 5 * 64 * 1024,
+            B + 4 * MIB,
+            B + GIB - 2 * MIB,
+            B + 3 * MIB,
+        ];
+        let n = 1 + rnd(20) as usize;
+        (0..n)
+            .map(|_| {
+                let base = bases[rnd(bases.len() as u64) as usize];
+                let off = rnd(8) * 16 * 1024;
+                let len = match rnd(4) {
+                    0 => 0,
+                    1 => 4096,
+                    2 => 40 * 1024,
+                    _ => rnd(5 * MIB) + 1,
+                };
+                crate::engine::Range {
+                    addr: base + off,
+                    len,
+                    write: rnd(3) == 0,
+                }
+            })
+            .collect()
+    }
+
     fn acc(seq: u64) -> Access {
         Access {
             seq,
@@ -639,7 +683,6 @@ mod tests {
     /// parts than a batch holds, reads and writes mixed.
     #[test]
     fn touch_ranges_is_touch_one_by_one() {
-        use crate::engine::Range;
         let mk = || {
             let t = HeatTable::new(64, 4096);
             // small allocations sharing a chunk, one over three chunks,
@@ -655,40 +698,9 @@ mod tests {
             t
         };
         let (one, all) = (mk(), mk());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
-        let bases = [
-            B,
-            B + 64 * 1024,
-            B + 5 * 64 * 1024,
-            B + 4 * MIB,
-            B + GIB - 2 * MIB,
-            B + 3 * MIB,
-        ];
+        let mut rnd = xorshift();
         for call in 0..400u64 {
-            let n = 1 + rnd(20) as usize;
-            let rs: Vec<Range> = (0..n)
-                .map(|_| {
-                    let base = bases[rnd(bases.len() as u64) as usize];
-                    let off = rnd(8) * 16 * 1024;
-                    let len = match rnd(4) {
-                        0 => 0,
-                        1 => 4096,
-                        2 => 40 * 1024,
-                        _ => rnd(5 * MIB) + 1,
-                    };
-                    Range {
-                        addr: base + off,
-                        len,
-                        write: rnd(3) == 0,
-                    }
-                })
-                .collect();
+            let rs = random_call(&mut rnd);
             let a = acc(call + 1);
             let mut want = TouchResult::default();
             for r in &rs {

@@ -420,40 +420,9 @@ mod tests {
     #[test]
     fn record_ranges_is_touch_ranges() {
         let (one, all) = (table(), table());
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
-        let bases = [
-            B,
-            B + 64 * 1024,
-            B + 5 * 64 * 1024,
-            B + 4 * MIB,
-            B + GIB - 2 * MIB,
-            B + 3 * MIB,
-        ];
+        let mut rnd = super::super::tests::xorshift();
         for call in 0..600u64 {
-            let n = 1 + rnd(20) as usize;
-            let rs: Vec<Range> = (0..n)
-                .map(|_| {
-                    let base = bases[rnd(bases.len() as u64) as usize];
-                    let off = rnd(8) * 16 * 1024;
-                    let len = match rnd(4) {
-                        0 => 0,
-                        1 => 4096,
-                        2 => 40 * 1024,
-                        _ => rnd(5 * MIB) + 1,
-                    };
-                    Range {
-                        addr: base + off,
-                        len,
-                        write: rnd(3) == 0,
-                    }
-                })
-                .collect();
+            let rs = super::super::tests::random_call(&mut rnd);
             let a = acc(call + 1);
             one.touch_ranges(&rs, &a);
             all.record_ranges(&rs, &a);
