@@ -33,7 +33,7 @@
 //! called with the fence list held (a record must not race a finish that
 //! takes the fence).
 
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 use crate::acl::{AclError, MemcpyKind};
@@ -58,6 +58,10 @@ pub(super) struct List {
     dead: Vec<u64>,
 }
 
+/// u3m's own streams (copy-in and copy-out, per device) the wrapper knows:
+/// two per device.
+const OWN_STREAMS: usize = 2 * super::MAX_DEVICES;
+
 /// The fence list's guard, held across a fork.
 pub struct ListHold(std::sync::MutexGuard<'static, List>);
 
@@ -67,6 +71,12 @@ pub(super) struct Fenced {
     list: Mutex<List>,
     /// Some fence is open or dead (queries skip the list otherwise).
     any: AtomicBool,
+    /// u3m's own streams, each `stream << 8 | device` (0: a free slot).
+    /// A stream is usable only from its device's context, and u3m's work on
+    /// a device's chunks may be asked for by a thread of another device (a
+    /// peer copy, an eviction for it): each use switches to the stream's
+    /// device and back (`own_device`).
+    own: [AtomicU64; OWN_STREAMS],
 }
 
 impl Fenced {
@@ -75,6 +85,66 @@ impl Fenced {
             rt,
             list: Mutex::new(List::default()),
             any: AtomicBool::new(false),
+            own: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    /// A new stream of u3m's own on `dev`, created in `dev`'s context
+    /// whatever the calling thread's device, and used there by every later
+    /// copy, record and synchronisation through this wrapper.
+    pub fn create_stream_on(&self, dev: u32) -> Result<u64, AclError> {
+        let s = on_device(self.rt, dev, || self.rt.create_stream())
+            .unwrap_or(Err(AclError::RT_STREAM_CONTEXT))?;
+        let word = s << 8 | dev as u64;
+        if s >> 56 == 0 {
+            for slot in &self.own {
+                if slot.compare_exchange(0, word, AcqRel, Relaxed).is_ok() {
+                    return Ok(s);
+                }
+            }
+        }
+        // no room to remember it (never: two per device), or a handle too
+        // wide: usable from `dev`'s threads only, as before
+        Ok(s)
+    }
+
+    /// Forgets u3m's own streams (their runtime objects are gone).
+    fn forget_own(&self) {
+        for slot in &self.own {
+            slot.store(0, Relaxed);
+        }
+    }
+
+    /// The device of `stream` if it is one of u3m's own.
+    #[inline]
+    fn own_device(&self, stream: u64) -> Option<u32> {
+        if stream == 0 || stream >> 56 != 0 {
+            return None;
+        }
+        // slots fill in order and empty only all together: the first free
+        // one ends the search
+        for slot in &self.own {
+            match slot.load(Acquire) {
+                0 => return None,
+                w if w >> 8 == stream => return Some((w & 0xff) as u32),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Runs `f` (a use of `stream`) in the stream's own device's context if
+    /// it is one of u3m's own streams (switching only when the caller's
+    /// device differs, and back after).
+    #[inline]
+    fn on_stream<T>(
+        &self,
+        stream: u64,
+        f: impl FnOnce() -> Result<T, AclError>,
+    ) -> Result<T, AclError> {
+        match self.own_device(stream) {
+            Some(d) => on_device(self.rt, d, f).unwrap_or(Err(AclError::RT_STREAM_CONTEXT)),
+            None => f(),
         }
     }
 
@@ -151,6 +221,7 @@ impl Fenced {
         let ListHold(mut l) = h;
         *l = List::default();
         self.any.store(false, Release);
+        self.forget_own();
     }
 
     /// Forgets every fence (the runtime's objects are gone: a forked child,
@@ -159,6 +230,7 @@ impl Fenced {
         let mut l = self.lock();
         *l = List::default();
         self.any.store(false, Release);
+        self.forget_own();
     }
 
     /// Records `ev` on `stream`; when the runtime refuses a stream of
@@ -244,16 +316,18 @@ impl Runtime for Fenced {
         kind: MemcpyKind,
         stream: u64,
     ) -> Result<(), AclError> {
-        self.rt.memcpy_async(dst, src, bytes, kind, stream)
+        self.on_stream(stream, || {
+            self.rt.memcpy_async(dst, src, bytes, kind, stream)
+        })
     }
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
-        self.rt.sync_stream(stream)
+        self.on_stream(stream, || self.rt.sync_stream(stream))
     }
     fn create_event(&self) -> Result<u64, AclError> {
         self.rt.create_event()
     }
     fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
-        self.rt.record_event(event, stream)
+        self.on_stream(stream, || self.rt.record_event(event, stream))
     }
     fn event_done(&self, event: u64) -> Result<bool, AclError> {
         if !self.settle(event) {
@@ -271,7 +345,7 @@ impl Runtime for Fenced {
         if !self.settle(event) {
             return Err(AclError::RT_PARAM_INVALID);
         }
-        self.rt.stream_wait(stream, event)
+        self.on_stream(stream, || self.rt.stream_wait(stream, event))
     }
     fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
         if !self.settle(start) || !self.settle(end) {

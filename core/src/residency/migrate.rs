@@ -41,18 +41,19 @@ pub(super) struct CopyOut {
 }
 
 impl Residency {
-    /// u3m's migration stream on `dev` (created on first use).
+    /// u3m's migration stream on `dev` (created on first use, in `dev`'s
+    /// context whichever thread asks; every use through `fences` runs there).
     pub(super) fn dev_stream(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
         if st.dev(dev).stream == 0 {
-            st.dev_mut(dev).stream = self.rt.create_stream()?;
+            st.dev_mut(dev).stream = self.fences.create_stream_on(dev)?;
         }
         Ok(st.dev(dev).stream)
     }
 
-    /// u3m's device-to-host stream on `dev` (created on first use).
+    /// u3m's device-to-host stream on `dev` (as `dev_stream`).
     fn out_stream(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
         if st.dev(dev).out_stream == 0 {
-            st.dev_mut(dev).out_stream = self.rt.create_stream()?;
+            st.dev_mut(dev).out_stream = self.fences.create_stream_on(dev)?;
         }
         Ok(st.dev(dev).out_stream)
     }

@@ -1900,3 +1900,88 @@ fn two_devices_stress_under_eviction_loses_nothing() {
         s.locked_waits
     );
 }
+
+/// u3m's copy streams belong to their chunk's device whoever's thread first
+/// needs them: a call on device 1 reading a device-0 chunk that is on the
+/// host (a peer copy) faults it in on device 0's stream, created and used on
+/// device 0; device 0's own calls then use the same stream. The runtime
+/// refuses a stream used from another device's context (the fake and the
+/// simulator: ACL_ERROR_RT_STREAM_CONTEXT), so with the stream created in
+/// device 1's context one of the two calls fails.
+#[test]
+fn copy_streams_are_created_and_used_on_their_own_device() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    f.set_device(0).unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let z = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let write = |va: u64, seed: u64| {
+        let w = [Range {
+            addr: va,
+            len: CHUNK,
+            write: true,
+        }];
+        let tok = r
+            .prepare(0, OpClass::Layout as u8, &w, true, Order::Host)
+            .unwrap();
+        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
+        r.finish(tok, None, true);
+    };
+    write(x, 7);
+    let read = [Range {
+        addr: x,
+        len: CHUNK,
+        write: false,
+    }];
+    // device 1's thread reads x (on the host) first, then device 0's: each
+    // read faults x in on device 0's copy stream
+    for (k, dev) in [1u32, 0, 1].into_iter().enumerate() {
+        // y and z (dirty) fill device 0's HBM: x is on the host and the
+        // read must evict one of them, on device 0
+        f.set_device(0).unwrap();
+        write(y, 8 + k as u64);
+        write(z, 16 + k as u64);
+        assert_eq!(r.usage(0).0, 2 * CHUNK);
+        f.set_device(dev).unwrap();
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &read, false, Order::Host)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "device {dev}'s read of device 0's chunk: {e:?}; {:?}",
+                    f.seen().misuse
+                )
+            });
+        assert_eq!(f.app_read(x, CHUNK).unwrap(), pattern(7, CHUNK));
+        r.finish(tok, None, true);
+        assert_eq!(
+            f.current_device(),
+            Some(dev),
+            "the caller's device is restored"
+        );
+    }
+    f.set_device(0).unwrap();
+    for (va, seed) in [(y, 10), (z, 18)] {
+        let tok = r
+            .prepare(
+                0,
+                OpClass::Layout as u8,
+                &[Range {
+                    addr: va,
+                    len: CHUNK,
+                    write: false,
+                }],
+                false,
+                Order::Host,
+            )
+            .unwrap();
+        assert_eq!(f.app_read(va, CHUNK).unwrap(), pattern(seed, CHUNK));
+        r.finish(tok, None, true);
+    }
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
