@@ -41,6 +41,9 @@ synth --model llama2-7b --workload adam --flash --scale 8 --steps 6 -o "$OUT/ada
 synth --model llama2-7b --workload adam --fused-optimizer --scale 8 --steps 6 -o "$OUT/adam_fused.trace"
 synth --model llama2-7b --workload lora --recompute --flash --scale 4 --steps 6 -o "$OUT/lora_recompute_flash.trace"
 synth --model llama3-8b --workload mixed --train lora --scale 8 --steps 3 -o "$OUT/mixed_lora.trace"
+# smaller models: the first step is a larger share of the run
+synth --model llama2-7b --workload adam --recompute --scale 8 --layers 4 --steps 6 -o "$OUT/adam_recompute_l4.trace"
+synth --model llama2-7b --workload adam --recompute --scale 8 --layers 8 --steps 6 -o "$OUT/adam_recompute_l8.trace"
 # recorded runs of the workload programs (observe mode: nothing moves)
 rec() {
     local name=$1; shift
@@ -48,6 +51,7 @@ rec() {
         U3M_TRACE="$OUT/$name.trace" "$@" > "$OUT/$name.rec.out"
 }
 rec mlp_train "$APPS/mlp_train" --footprint 384M --hidden 1023 --steps 6
+rec mlp_train_128m "$APPS/mlp_train" --footprint 128M --hidden 1023 --steps 6
 rec kv_decode "$APPS/kv_decode" --requests 12 --max-context 2047 --decode 16
 # the other recorded programs that move bytes at 1.5 x (soak_app is left
 # out: it runs for a time, not a count, so its trace is not reproducible)
@@ -61,7 +65,9 @@ U3M, OUT = sys.argv[1], sys.argv[2]
 CASES = [("adam", 1 / 1.5, []), ("lora", 1 / 1.5, []), ("rag", 1 / 2.1, []), ("mixed", 1 / 1.5, []),
          ("adam_recompute", 1 / 1.5, []), ("adam_flash", 1 / 1.5, []), ("adam_fused", 1 / 1.5, []),
          ("lora_recompute_flash", 1 / 1.5, []), ("mixed_lora", 1 / 1.5, []),
-         ("mlp_train", 1 / 1.5, ["--pageable"]), ("kv_decode", 1 / 2.1, []),
+         ("adam_recompute_l4", 1 / 1.5, []), ("adam_recompute_l8", 1 / 1.5, []),
+         ("mlp_train", 1 / 1.5, ["--pageable"]), ("mlp_train_128m", 1 / 1.5, ["--pageable"]),
+         ("kv_decode", 1 / 2.1, []),
          ("optest_llm", 1 / 1.5, ["--pageable"]), ("oversize_app", 1 / 1.5, ["--pageable"])]
 MIB = 1 << 20
 def fmt_b(b):

@@ -683,3 +683,140 @@ fn acl_replay_issue_waits_for_conflicting_streams() {
         "acl-replay: {acl} ns"
     );
 }
+
+/// Predictive's bytes moved ÷ Belady's on a simulator program recorded in
+/// observe mode and replayed at 2/3 of its footprint (issue 10's proof, as
+/// bench/policies.sh measures it); checks the footprint is over `min_foot`.
+fn recorded_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
+    let trace = std::env::temp_dir().join(format!(
+        "u3m-replay-test-{}-{name}-belady.trace",
+        std::process::id()
+    ));
+    let t = trace.to_str().unwrap();
+    sim_program(
+        name,
+        args,
+        &[
+            ("LD_PRELOAD", "@LIB"),
+            ("U3M_MODE", "observe"),
+            ("U3M_TRACE", t),
+            ("ACLSIM_HBM_BYTES", "16G"),
+        ],
+    );
+    let probe = replay(&[t, "--hbm", "1T", "--pageable", "--policy", "lru"]);
+    let foot = probe["footprint_bytes"].as_u64().unwrap();
+    assert!(foot > min_foot, "{name}: footprint {foot}");
+    let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
+    let r = replay(&[
+        t,
+        "--hbm",
+        &hbm,
+        "--pageable",
+        "--policy",
+        "predictive,belady",
+    ]);
+    let _ = std::fs::remove_file(&trace);
+    let p = optional(&r, "predictive")?;
+    let b = policy(&r, "belady");
+    let moved = |p: &Value| fault_in(p) + p["writeback_bytes"]["total"].as_u64().unwrap();
+    assert!(moved(b) > 0, "{name}: Belady moves nothing at {hbm}: {b:#}");
+    let ratio = p["moved_vs_belady"].as_f64().unwrap();
+    assert!(
+        (ratio - moved(p) as f64 / moved(b) as f64).abs() < 1e-6,
+        "{name}: moved_vs_belady {ratio} vs {} / {}",
+        moved(p),
+        moved(b)
+    );
+    eprintln!(
+        "{name}: predictive {} / Belady {} bytes = {ratio:.3} at --hbm {hbm}",
+        moved(p),
+        moved(b)
+    );
+    Some(ratio)
+}
+
+/// Small programs (tens to a few hundred chunks): the kept victim order is
+/// built at every call, so the chunk a call just finished with — the one
+/// needed furthest off — is in it. Kept 2 calls, oversize_app (five 16 MiB
+/// buffers copied in, one operator over all, each copied back once)
+/// evicted the buffers still to be read back instead of the one just read:
+/// 1.429 x Belady's bytes (1.000 now), and mlp_train at 128 MiB 1.185
+/// (1.093 now).
+#[test]
+fn predictive_moves_at_most_1_15_x_belady_on_small_recorded_programs() {
+    let cases: [(&str, &[&str], u64); 2] = [
+        ("oversize_app", &[], 64 << 20),
+        (
+            "mlp_train",
+            &["--footprint", "128M", "--hidden", "1023", "--steps", "6"],
+            96 << 20,
+        ),
+    ];
+    for (name, args, min_foot) in cases {
+        let Some(ratio) = recorded_vs_belady(name, args, min_foot) else {
+            return;
+        };
+        assert!(
+            ratio <= 1.15,
+            "{name}: predictive moves {ratio:.3} x Belady's bytes"
+        );
+    }
+}
+
+/// A small training run's first step: with 4 layers the period of repeated
+/// calls found first is a layer's, and the step shift expected the
+/// optimizer state just updated (idle since start-up) back a layer later;
+/// the state the pass had yet to reach was evicted before it (1.231 x
+/// Belady's bytes; 1.124 now that a chunk idle for over a step and a half
+/// does not take the step's shift).
+#[test]
+fn predictive_moves_at_most_1_15_x_belady_on_a_small_recompute_run() {
+    let trace = std::env::temp_dir().join(format!(
+        "u3m-replay-test-{}-adam-recompute-l4.trace",
+        std::process::id()
+    ));
+    let t = trace.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
+        .args([
+            "synth",
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "adam",
+            "--recompute",
+            "--scale",
+            "8",
+            "--layers",
+            "4",
+            "--steps",
+            "6",
+            "-o",
+            t,
+        ])
+        .output()
+        .expect("run u3m synth");
+    assert!(
+        o.status.success(),
+        "u3m synth: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let probe = replay(&[t, "--hbm", "1T", "--policy", "lru"]);
+    let foot = probe["footprint_bytes"].as_u64().unwrap();
+    assert!(foot > 256 << 20, "footprint {foot}");
+    let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
+    let r = replay(&[t, "--hbm", &hbm, "--policy", "predictive,belady"]);
+    let _ = std::fs::remove_file(&trace);
+    let Some(p) = optional(&r, "predictive") else {
+        return;
+    };
+    let b = policy(&r, "belady");
+    let moved = |p: &Value| fault_in(p) + p["writeback_bytes"]["total"].as_u64().unwrap();
+    assert!(moved(b) > 0, "Belady moves nothing at {hbm}: {b:#}");
+    let ratio = p["moved_vs_belady"].as_f64().unwrap();
+    assert!(
+        ratio <= 1.15,
+        "predictive moves {ratio:.3} x Belady ({} vs {} bytes at --hbm {hbm})",
+        moved(p),
+        moved(b)
+    );
+}

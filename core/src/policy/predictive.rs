@@ -6,7 +6,7 @@
 //! future; `place` asks for the chunks predicted within the prefetch horizon.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::mode::{Mode as WorkMode, ModeDetector, ModeEvent};
@@ -127,6 +127,8 @@ pub struct Predictive {
     /// Chunks modelled (`Inner::chunks.len()` after the latest call), for
     /// `order_ttl` without the lock.
     modelled: AtomicUsize,
+    /// `upcoming` was asked: the engine's look-ahead is on (`order_ttl`).
+    ahead: AtomicBool,
 }
 
 impl Default for Predictive {
@@ -440,6 +442,7 @@ impl Predictive {
                 cal: BTreeSet::new(),
             }),
             modelled: AtomicUsize::new(0),
+            ahead: AtomicBool::new(false),
         }
     }
 
@@ -582,6 +585,9 @@ impl Placement for Predictive {
     }
 
     fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        if !self.ahead.load(Relaxed) {
+            self.ahead.store(true, Relaxed);
+        }
         let Ok(g) = self.inner.lock() else { return };
         let end = now.saturating_add(d);
         if end <= now {
@@ -662,23 +668,27 @@ impl Placement for Predictive {
     }
 
     /// Calls the engine's kept victim order lasts before it is built again
-    /// from every candidate: 2 while the policy models at most
-    /// `2 x ORDER_BUDGET` chunks, growing with their number up to the
+    /// from every candidate: ⌈chunks modelled / `ORDER_BUDGET`⌉, at most the
     /// engine's 4, so a rebuild costs about `ORDER_BUDGET` weights per call
-    /// at most. (1 would be closer still to Belady on demand paging —
-    /// mlp_train 1.084, oversize_app 1.000 — but the look-ahead takes its
-    /// victims from the order's first 8, and a fresh order puts the chunks
-    /// still in use there: 7 faults where there were 0 on the residency
-    /// test `look_ahead_turns_cyclic_fault_ins_into_prefetches`; at 2: 6.)
+    /// at most — 1 (a fresh order at every call) up to 1024 chunks.
     /// Between rebuilds the kept order lacks the chunks calls touched since
-    /// (re-keyed in only after 32 evictions): a training loop's optimizer
-    /// state just updated — the chunk needed furthest off, Belady's victim
-    /// — stays out, and the order gives the state updated a few calls
-    /// earlier, which the next step's optimizer needs first (mlp_train at
-    /// 1.5 x: 86 evictions per step against Belady's 76 at 4 calls; 76 at 1).
+    /// (re-keyed in only after 32 evictions, which a small trace's calls
+    /// seldom reach): a training loop's optimizer state just updated — the
+    /// chunk needed furthest off, Belady's victim — stays out, and the order
+    /// gives the state updated a few calls earlier, which the next step's
+    /// optimizer needs first (mlp_train at 1.5 x: 86 evictions per step
+    /// against Belady's 76 at 4 calls; 76 at 1); a program that reads back
+    /// each buffer once (oversize_app) evicts the buffers still to be read
+    /// instead of the one just read (1.429 x Belady's bytes at 2 calls,
+    /// 1.000 at 1). At least 2 while the look-ahead asks for `upcoming`
+    /// chunks: it takes its victims from the order's first 8, and a fresh
+    /// order puts the chunks still in use there (the residency test
+    /// `look_ahead_turns_cyclic_fault_ins_into_prefetches`: 7 demand faults
+    /// with the look-ahead at 1 call, 6 at 2).
     fn order_ttl(&self) -> u64 {
         let n = self.modelled.load(Relaxed) as u64;
-        n.div_ceil(ORDER_BUDGET).clamp(2, 4)
+        let floor = if self.ahead.load(Relaxed) { 2 } else { 1 };
+        n.div_ceil(ORDER_BUDGET).clamp(floor, 4)
     }
 
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
@@ -1707,24 +1717,33 @@ mod when_tests {
         }
     }
 
-    /// The kept victim order lasts 2 calls while few chunks are modelled and
-    /// up to the engine's 4 as their number grows (the cost of a rebuild).
+    /// The kept victim order is built at every call while few chunks are
+    /// modelled, and lasts up to the engine's 4 calls as their number grows
+    /// (the cost of a rebuild); at least 2 once the look-ahead asks for
+    /// upcoming chunks.
     #[test]
     fn order_ttl_grows_with_the_chunks_modelled() {
         let p = Predictive::new();
-        assert_eq!(p.order_ttl(), 2);
+        assert_eq!(p.order_ttl(), 1);
         let keys: Vec<u64> = (0..5000).map(|k| k * MB2).collect();
-        p.on_access(1, 0, &keys[..2000], &[false; 2000]);
+        p.on_access(1, 0, &keys[..1000], &[false; 1000]);
+        assert_eq!(p.order_ttl(), 1);
+        p.on_access(2, 0, &keys[..2000], &[false; 2000]);
         assert_eq!(p.order_ttl(), 2);
-        p.on_access(2, 0, &keys[..2500], &[false; 2500]);
+        p.on_access(3, 0, &keys[..2500], &[false; 2500]);
         assert_eq!(p.order_ttl(), 3);
-        p.on_access(3, 0, &keys, &[false; 5000]);
+        p.on_access(4, 0, &keys, &[false; 5000]);
         assert_eq!(p.order_ttl(), 4);
         for &k in &keys[100..] {
             p.on_free(k);
         }
-        p.on_access(4, 0, &keys[..1], &[false]);
-        assert_eq!(p.order_ttl(), 2, "freed chunks are not modelled");
+        p.on_access(5, 0, &keys[..1], &[false]);
+        assert_eq!(p.order_ttl(), 1, "freed chunks are not modelled");
+        let mut up = Vec::new();
+        p.upcoming(5, 16, &mut up);
+        assert_eq!(p.order_ttl(), 2, "the look-ahead is on");
+        p.on_access(6, 0, &keys, &[false; 5000]);
+        assert_eq!(p.order_ttl(), 4);
     }
 
     /// A chunk seen once yields to a modelled one about as far off: the
