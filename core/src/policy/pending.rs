@@ -1,0 +1,386 @@
+//! Per-thread buffers of a policy's accesses (issue 10 part 2): the
+//! operator hot path no longer takes the policy's mutex.
+//!
+//! [`Buffered`] wraps a [`Placement`]: `on_access` appends the call (logical
+//! time, class, keys, writes) to the calling thread's buffer instead of
+//! updating the policy's model. The buffered calls reach the wrapped
+//! policy, every thread's merged in logical-time order (`now`, the
+//! engine's global clock: unique per call, increasing in every thread),
+//! before anything reads the model: every other method of the trait —
+//! `order`, `order_top`, `order_ttl`, `predicts`, `next_use`, `upcoming`,
+//! `place`, `tick`, `drain_events`, `on_free` (so a freed key's accesses
+//! count before the free, none after it for the key's next owner) —
+//! applies them first. A thread applies them too when its buffer is full
+//! (every buffer, in order, not only its own: the policy never sees a
+//! thread's later call before another thread's earlier one that was
+//! already buffered). A decision therefore sees exactly the accesses whose
+//! `on_access` returned before it, in the order of their clock, as the
+//! unbuffered policy would; `u3m replay` (one thread) gives the same
+//! decisions byte for byte.
+//!
+//! Locks, in the order they nest: the registry (held while applying, so
+//! two appliers never interleave their calls), a thread's buffer (its
+//! owner takes it once per call, uncontended unless an applier is moving
+//! its contents out), the wrapped policy's own. Nothing here takes a lock
+//! of the engine. A decision with nothing buffered anywhere reads one
+//! flag (`any`) and locks nothing.
+//!
+//! Fork: in a child the parent's threads may have held their buffers' or
+//! the registry's lock; [`Placement::after_fork_child`] applies what can be
+//! locked without waiting and turns buffering off for good (the child's
+//! accesses go to the policy at once).
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::{Cand, HeatFn, Place, Placement};
+
+/// Calls per buffer; a full buffer is applied.
+const CALLS: usize = 32;
+/// Keys per buffer; a call with more keys than this goes to the policy at
+/// once (after everything buffered).
+const KEYS: usize = 256;
+
+/// Ids of wrappers (a thread's buffers are found by the wrapper's id).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One thread's buffered calls, in the order it made them.
+#[derive(Default)]
+struct Calls {
+    /// (now, class, end of its keys in `keys`)
+    calls: Vec<(u64, u8, u32)>,
+    keys: Vec<u64>,
+    writes: Vec<bool>,
+}
+
+impl Calls {
+    fn with_capacity() -> Calls {
+        Calls {
+            calls: Vec::with_capacity(CALLS),
+            keys: Vec::with_capacity(KEYS),
+            writes: Vec::with_capacity(KEYS),
+        }
+    }
+
+    fn fits(&self, n: usize) -> bool {
+        self.calls.len() < CALLS && self.keys.len() + n <= KEYS
+    }
+
+    fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        self.keys.extend_from_slice(keys);
+        self.writes.extend_from_slice(writes);
+        self.calls.push((now, class, self.keys.len() as u32));
+    }
+
+    /// The `i`th call's keys and writes.
+    fn call(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+        let (now, class, end) = self.calls[i];
+        let start = if i == 0 { 0 } else { self.calls[i - 1].2 };
+        let r = start as usize..end as usize;
+        (now, class, &self.keys[r.clone()], &self.writes[r])
+    }
+
+    fn clear(&mut self) {
+        self.calls.clear();
+        self.keys.clear();
+        self.writes.clear();
+    }
+}
+
+/// One thread's buffer for one wrapper.
+struct Buf {
+    /// Set (under `p`'s lock) when `p` holds something; cleared when taken.
+    dirty: AtomicBool,
+    p: Mutex<Calls>,
+}
+
+impl Buf {
+    fn lock(&self) -> MutexGuard<'_, Calls> {
+        // a buffer is plain data: a panic cannot leave it half-trusted
+        self.p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The registry of the buffers and the applier's scratch space.
+#[derive(Default)]
+struct Registry {
+    bufs: Vec<Arc<Buf>>,
+    /// Contents taken out of the buffers, being applied.
+    taken: Vec<Calls>,
+    /// Emptied `Calls` to swap into the buffers (no allocation per apply).
+    spare: Vec<Calls>,
+    /// (now, list in `taken`, call in the list): the merge order.
+    order: Vec<(u64, u32, u32)>,
+}
+
+thread_local! {
+    /// This thread's buffers: (wrapper id, buffer).
+    static MINE: RefCell<Vec<(u64, Arc<Buf>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A policy whose accesses are buffered per thread: see the module
+/// documentation.
+pub struct Buffered {
+    inner: Box<dyn Placement>,
+    id: u64,
+    reg: Mutex<Registry>,
+    /// Set when a buffer went from empty to holding something; cleared by
+    /// the applier (under the registry's lock) before it looks at them.
+    any: AtomicBool,
+    /// Set in a forked child: no buffering, nothing to apply.
+    off: AtomicBool,
+}
+
+impl Buffered {
+    pub fn new(inner: Box<dyn Placement>) -> Buffered {
+        Buffered {
+            inner,
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            reg: Mutex::new(Registry::default()),
+            any: AtomicBool::new(false),
+            off: AtomicBool::new(false),
+        }
+    }
+
+    /// The wrapped policy.
+    pub fn inner(&self) -> &dyn Placement {
+        &*self.inner
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.reg.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Everything buffered, into the policy (before any read of it).
+    #[inline]
+    fn flush(&self) {
+        // in a forked child the registry may be held for ever
+        if self.any.load(Acquire) && !self.off.load(Acquire) {
+            let mut r = self.registry();
+            self.apply(&mut r);
+        }
+    }
+
+    /// Takes every buffer's calls and gives them to the policy in `now`
+    /// order (with the registry's lock held: `r`). Buffers of threads that
+    /// have exited are dropped once taken.
+    fn apply(&self, r: &mut Registry) {
+        if self.off.load(Acquire) {
+            return;
+        }
+        // a buffer filled after this is seen by the next apply (its owner
+        // sets `any` after pushing)
+        self.any.store(false, SeqCst);
+        let Registry {
+            bufs,
+            taken,
+            spare,
+            order,
+        } = r;
+        bufs.retain(|b| {
+            if b.dirty.load(Acquire) {
+                let mut p = b.lock();
+                let fresh = spare.pop().unwrap_or_else(Calls::with_capacity);
+                taken.push(std::mem::replace(&mut *p, fresh));
+                b.dirty.store(false, Relaxed);
+            }
+            // only the registry holds it: its thread has exited
+            Arc::strong_count(b) > 1
+        });
+        match taken.len() {
+            0 => {}
+            1 => {
+                let c = &taken[0];
+                for i in 0..c.calls.len() {
+                    let (now, class, keys, writes) = c.call(i);
+                    self.inner.on_access(now, class, keys, writes);
+                }
+            }
+            _ => {
+                order.clear();
+                for (l, c) in taken.iter().enumerate() {
+                    for (i, &(now, _, _)) in c.calls.iter().enumerate() {
+                        order.push((now, l as u32, i as u32));
+                    }
+                }
+                // unique (list, call): the same order however sorted
+                order.sort_unstable();
+                for &(_, l, i) in order.iter() {
+                    let (now, class, keys, writes) = taken[l as usize].call(i as usize);
+                    self.inner.on_access(now, class, keys, writes);
+                }
+            }
+        }
+        for mut c in taken.drain(..) {
+            c.clear();
+            spare.push(c);
+        }
+    }
+
+    /// Appends the call to `buf` (the caller checked that it fits an empty
+    /// one): applies every buffer first when it does not fit this one.
+    fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        let mut p = buf.lock();
+        if !p.fits(keys.len()) {
+            // full: every thread's calls before this one go first
+            drop(p);
+            {
+                let mut r = self.registry();
+                self.apply(&mut r);
+            }
+            p = buf.lock();
+        }
+        p.push(now, class, keys, writes);
+        if !buf.dirty.swap(true, Release) {
+            self.any.store(true, SeqCst);
+        }
+    }
+
+    /// The call straight to the policy, after everything buffered.
+    fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        if self.off.load(Acquire) {
+            return self.inner.on_access(now, class, keys, writes);
+        }
+        let mut r = self.registry();
+        self.apply(&mut r);
+        self.inner.on_access(now, class, keys, writes);
+    }
+}
+
+impl Placement for Buffered {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        if keys.len() > KEYS || keys.len() != writes.len() || self.off.load(Relaxed) {
+            return self.direct(now, class, keys, writes);
+        }
+        let done = MINE
+            .try_with(|m| {
+                {
+                    let Ok(m) = m.try_borrow() else { return false };
+                    if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
+                        self.push(b, now, class, keys, writes);
+                        return true;
+                    }
+                }
+                let Ok(mut m) = m.try_borrow_mut() else {
+                    return false;
+                };
+                let buf = Arc::new(Buf {
+                    dirty: AtomicBool::new(false),
+                    p: Mutex::new(Calls::with_capacity()),
+                });
+                // buffers of wrappers dropped since (only this thread holds them)
+                m.retain(|(_, b)| Arc::strong_count(b) > 1);
+                self.registry().bufs.push(buf.clone());
+                m.push((self.id, buf.clone()));
+                self.push(&buf, now, class, keys, writes);
+                true
+            })
+            .unwrap_or(false);
+        if !done {
+            // thread exiting: no buffer
+            self.direct(now, class, keys, writes);
+        }
+    }
+
+    fn on_free(&self, key: u64) {
+        self.flush();
+        self.inner.on_free(key)
+    }
+
+    fn order(&self, now: u64, cands: &mut [Cand]) {
+        self.flush();
+        self.inner.order(now, cands)
+    }
+
+    fn order_ttl(&self) -> u64 {
+        self.flush();
+        self.inner.order_ttl()
+    }
+
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        self.flush();
+        self.inner.predicts(now, key, w)
+    }
+
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        self.flush();
+        self.inner.next_use(now, key)
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        self.flush();
+        self.inner.upcoming(now, d, out)
+    }
+
+    fn place(&self, now: u64, key: u64) -> Option<Place> {
+        self.flush();
+        self.inner.place(now, key)
+    }
+
+    fn tick(&self, secs: f64, resident_fraction: f64) {
+        self.flush();
+        self.inner.tick(secs, resident_fraction)
+    }
+
+    fn drain_events(&self, out: &mut Vec<String>) {
+        self.flush();
+        self.inner.drain_events(out)
+    }
+
+    fn set_heat_fn(&self, f: HeatFn) {
+        self.inner.set_heat_fn(f)
+    }
+
+    fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
+        self.flush();
+        self.inner.order_top(now, cands, k)
+    }
+
+    fn after_fork_child(&self) {
+        if self.off.swap(true, AcqRel) {
+            return;
+        }
+        // the thread that forked is not inside a call: its own buffer is
+        // free even when the registry is held; the others are taken if
+        // they can be (a buffer held at the fork was mid-call: dropped)
+        let mut taken: Vec<Calls> = Vec::new();
+        let _ = MINE.try_with(|m| {
+            if let Ok(m) = m.try_borrow() {
+                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        taken.push(std::mem::take(&mut *p));
+                    }
+                }
+            }
+        });
+        if let Ok(r) = self.reg.try_lock() {
+            for b in r.bufs.iter() {
+                if let Ok(mut p) = b.p.try_lock() {
+                    if !p.calls.is_empty() {
+                        taken.push(std::mem::take(&mut *p));
+                    }
+                }
+            }
+        }
+        let mut order: Vec<(u64, usize, usize)> = Vec::new();
+        for (l, c) in taken.iter().enumerate() {
+            for (i, &(now, _, _)) in c.calls.iter().enumerate() {
+                order.push((now, l, i));
+            }
+        }
+        order.sort_unstable();
+        for (_, l, i) in order {
+            let (now, class, keys, writes) = taken[l].call(i);
+            self.inner.on_access(now, class, keys, writes);
+        }
+        self.inner.after_fork_child();
+    }
+}
+
+#[cfg(test)]
+mod tests;
