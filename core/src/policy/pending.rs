@@ -30,7 +30,7 @@
 //! locked without waiting and turns buffering off for good (the child's
 //! accesses go to the policy at once).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -45,32 +45,50 @@ const KEYS: usize = 256;
 /// Ids of wrappers (a thread's buffers are found by the wrapper's id).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// One thread's buffered calls, in the order it made them.
-#[derive(Default)]
+/// One thread's buffered calls, in the order it made them (fixed arrays:
+/// appending is a bounds check and a copy; the applier swaps the box).
 struct Calls {
     /// (now, class, end of its keys in `keys`)
-    calls: Vec<(u64, u8, u32)>,
-    keys: Vec<u64>,
-    writes: Vec<bool>,
+    calls: [(u64, u8, u16); CALLS],
+    n: usize,
+    keys: [u64; KEYS],
+    writes: [bool; KEYS],
+    nk: usize,
 }
 
 impl Calls {
-    fn with_capacity() -> Calls {
-        Calls {
-            calls: Vec::with_capacity(CALLS),
-            keys: Vec::with_capacity(KEYS),
-            writes: Vec::with_capacity(KEYS),
-        }
+    fn boxed() -> Box<Calls> {
+        Box::new(Calls {
+            calls: [(0, 0, 0); CALLS],
+            n: 0,
+            keys: [0; KEYS],
+            writes: [false; KEYS],
+            nk: 0,
+        })
     }
 
+    #[inline]
     fn fits(&self, n: usize) -> bool {
-        self.calls.len() < CALLS && self.keys.len() + n <= KEYS
+        self.n < CALLS && self.nk + n <= KEYS
     }
 
+    /// Appends a call (the caller checked `fits`).
+    #[inline]
     fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
-        self.keys.extend_from_slice(keys);
-        self.writes.extend_from_slice(writes);
-        self.calls.push((now, class, self.keys.len() as u32));
+        let (a, b) = (self.nk, self.nk + keys.len());
+        // an operator's few keys: element by element (a memcpy call each
+        // costs more)
+        for ((k, w), (&key, &write)) in self.keys[a..b]
+            .iter_mut()
+            .zip(self.writes[a..b].iter_mut())
+            .zip(keys.iter().zip(writes))
+        {
+            *k = key;
+            *w = write;
+        }
+        self.nk = b;
+        self.calls[self.n] = (now, class, b as u16);
+        self.n += 1;
     }
 
     /// The `i`th call's keys and writes.
@@ -82,9 +100,8 @@ impl Calls {
     }
 
     fn clear(&mut self) {
-        self.calls.clear();
-        self.keys.clear();
-        self.writes.clear();
+        self.n = 0;
+        self.nk = 0;
     }
 }
 
@@ -92,11 +109,11 @@ impl Calls {
 struct Buf {
     /// Set (under `p`'s lock) when `p` holds something; cleared when taken.
     dirty: AtomicBool,
-    p: Mutex<Calls>,
+    p: Mutex<Box<Calls>>,
 }
 
 impl Buf {
-    fn lock(&self) -> MutexGuard<'_, Calls> {
+    fn lock(&self) -> MutexGuard<'_, Box<Calls>> {
         // a buffer is plain data: a panic cannot leave it half-trusted
         self.p.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -107,16 +124,30 @@ impl Buf {
 struct Registry {
     bufs: Vec<Arc<Buf>>,
     /// Contents taken out of the buffers, being applied.
-    taken: Vec<Calls>,
+    taken: Vec<Box<Calls>>,
     /// Emptied `Calls` to swap into the buffers (no allocation per apply).
-    spare: Vec<Calls>,
+    spare: Vec<Box<Calls>>,
     /// (now, list in `taken`, call in the list): the merge order.
     order: Vec<(u64, u32, u32)>,
 }
 
 thread_local! {
     /// This thread's buffers: (wrapper id, buffer).
-    static MINE: RefCell<Vec<(u64, Arc<Buf>)>> = const { RefCell::new(Vec::new()) };
+    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
+    /// (wrapper id, its buffer in `MINE`) of the thread's latest call: the
+    /// hot path's lookup (no destructor, so no lazy state to check). Valid
+    /// while `MINE` holds the buffer: `Mine::drop` clears it first, and a
+    /// buffer `MINE` lets go of belongs to a dropped wrapper, whose id
+    /// (never reused) no call compares equal to.
+    static LAST: Cell<(u64, *const Buf)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+struct Mine(RefCell<Vec<(u64, Arc<Buf>)>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let _ = LAST.try_with(|l| l.set((0, std::ptr::null())));
+    }
 }
 
 /// A policy whose accesses are buffered per thread: see the module
@@ -181,7 +212,7 @@ impl Buffered {
         bufs.retain(|b| {
             if b.dirty.load(Acquire) {
                 let mut p = b.lock();
-                let fresh = spare.pop().unwrap_or_else(Calls::with_capacity);
+                let fresh = spare.pop().unwrap_or_else(Calls::boxed);
                 taken.push(std::mem::replace(&mut *p, fresh));
                 b.dirty.store(false, Relaxed);
             }
@@ -192,7 +223,7 @@ impl Buffered {
             0 => {}
             1 => {
                 let c = &taken[0];
-                for i in 0..c.calls.len() {
+                for i in 0..c.n {
                     let (now, class, keys, writes) = c.call(i);
                     self.inner.on_access(now, class, keys, writes);
                 }
@@ -200,7 +231,7 @@ impl Buffered {
             _ => {
                 order.clear();
                 for (l, c) in taken.iter().enumerate() {
-                    for (i, &(now, _, _)) in c.calls.iter().enumerate() {
+                    for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
                         order.push((now, l as u32, i as u32));
                     }
                 }
@@ -232,7 +263,10 @@ impl Buffered {
             p = buf.lock();
         }
         p.push(now, class, keys, writes);
-        if !buf.dirty.swap(true, Release) {
+        // only this thread sets it, under the buffer's lock (the applier
+        // clears it under the same lock): no read-modify-write needed
+        if !buf.dirty.load(Relaxed) {
+            buf.dirty.store(true, Release);
             self.any.store(true, SeqCst);
         }
     }
@@ -257,11 +291,19 @@ impl Placement for Buffered {
         if keys.len() > KEYS || keys.len() != writes.len() || self.off.load(Relaxed) {
             return self.direct(now, class, keys, writes);
         }
+        if let Ok((id, b)) = LAST.try_with(|l| l.get()) {
+            if id == self.id {
+                // SAFETY: `LAST` names a buffer `MINE` holds (see `LAST`)
+                return self.push(unsafe { &*b }, now, class, keys, writes);
+            }
+        }
         let done = MINE
             .try_with(|m| {
+                let m = &m.0;
                 {
                     let Ok(m) = m.try_borrow() else { return false };
                     if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
+                        let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(b))));
                         self.push(b, now, class, keys, writes);
                         return true;
                     }
@@ -271,12 +313,13 @@ impl Placement for Buffered {
                 };
                 let buf = Arc::new(Buf {
                     dirty: AtomicBool::new(false),
-                    p: Mutex::new(Calls::with_capacity()),
+                    p: Mutex::new(Calls::boxed()),
                 });
                 // buffers of wrappers dropped since (only this thread holds them)
                 m.retain(|(_, b)| Arc::strong_count(b) > 1);
                 self.registry().bufs.push(buf.clone());
                 m.push((self.id, buf.clone()));
+                let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(&buf))));
                 self.push(&buf, now, class, keys, writes);
                 true
             })
@@ -348,12 +391,12 @@ impl Placement for Buffered {
         // the thread that forked is not inside a call: its own buffer is
         // free even when the registry is held; the others are taken if
         // they can be (a buffer held at the fork was mid-call: dropped)
-        let mut taken: Vec<Calls> = Vec::new();
+        let mut taken: Vec<Box<Calls>> = Vec::new();
         let _ = MINE.try_with(|m| {
-            if let Ok(m) = m.try_borrow() {
+            if let Ok(m) = m.0.try_borrow() {
                 for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
                     if let Ok(mut p) = b.p.try_lock() {
-                        taken.push(std::mem::take(&mut *p));
+                        taken.push(std::mem::replace(&mut *p, Calls::boxed()));
                     }
                 }
             }
@@ -361,15 +404,15 @@ impl Placement for Buffered {
         if let Ok(r) = self.reg.try_lock() {
             for b in r.bufs.iter() {
                 if let Ok(mut p) = b.p.try_lock() {
-                    if !p.calls.is_empty() {
-                        taken.push(std::mem::take(&mut *p));
+                    if p.n != 0 {
+                        taken.push(std::mem::replace(&mut *p, Calls::boxed()));
                     }
                 }
             }
         }
         let mut order: Vec<(u64, usize, usize)> = Vec::new();
         for (l, c) in taken.iter().enumerate() {
-            for (i, &(now, _, _)) in c.calls.iter().enumerate() {
+            for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
                 order.push((now, l, i));
             }
         }

@@ -268,7 +268,7 @@ fn after_fork_child_never_waits() {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let other = std::thread::spawn(move || {
         b.on_access(1, 0, &[MB2], &[false]);
-        let me = MINE.with(|m| m.borrow().iter().find(|e| e.0 == b.id).unwrap().1.clone());
+        let me = MINE.with(|m| m.0.borrow().iter().find(|e| e.0 == b.id).unwrap().1.clone());
         let _g = me.lock();
         held_tx.send(()).unwrap();
         let _ = go_rx.recv();
@@ -279,14 +279,13 @@ fn after_fork_child_never_waits() {
     let (reg_tx, reg_rx) = mpsc::channel();
     let (rgo_tx, rgo_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel();
-    let mut applier = None;
     std::thread::spawn(move || {
         b.on_access(2, 0, &[2 * MB2], &[false]);
-        applier = Some(std::thread::spawn(move || {
+        let applier = std::thread::spawn(move || {
             let _g = b.registry();
             reg_tx.send(()).unwrap();
             let _ = rgo_rx.recv();
-        }));
+        });
         reg_rx.recv().unwrap();
         b.after_fork_child();
         b.on_access(3, 0, &[3 * MB2], &[false]);
@@ -298,7 +297,7 @@ fn after_fork_child_never_waits() {
         }];
         b.order(4, &mut c);
         let _ = b.place(4, MB2) == Some(Place::Hbm);
-        done_tx.send((p, applier.take())).unwrap();
+        done_tx.send((p, applier)).unwrap();
     });
     let (p, applier) = done_rx
         .recv_timeout(Duration::from_secs(10))
@@ -309,5 +308,5 @@ fn after_fork_child_never_waits() {
     go_tx.send(()).unwrap();
     rgo_tx.send(()).unwrap();
     other.join().unwrap();
-    applier.unwrap().join().unwrap();
+    applier.join().unwrap();
 }
