@@ -134,6 +134,12 @@ pub trait Placement: Send + Sync {
     /// policy's; a policy that buffers per thread ([`Buffered`]) stops
     /// buffering and never waits for them.
     fn after_fork_child(&self) {}
+
+    /// After a call, on the calling thread, with none of the engine's
+    /// locks held (engine `resident`): deferred work of the call's
+    /// thread ([`Buffered`] applies its buffers when they are due). Cheap
+    /// when there is nothing to do: it runs on every call.
+    fn after_call(&self) {}
 }
 
 /// The policies U3M_POLICY accepts for the library (belady needs the future

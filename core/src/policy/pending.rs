@@ -13,15 +13,20 @@
 //! applies them first. A thread applies them too when its buffer is full
 //! (every buffer, in order, not only its own: the policy never sees a
 //! thread's later call before another thread's earlier one that was
-//! already buffered). A decision therefore sees exactly the accesses whose
+//! already buffered). So that this is rare, a buffer half full is *due*:
+//! the engine calls [`Placement::after_call`] after every call, outside its
+//! locks, and the first thread to see a buffer due applies them all there
+//! (one flag read otherwise). A
+//! decision therefore sees exactly the accesses whose
 //! `on_access` returned before it, in the order of their clock, as the
 //! unbuffered policy would; `u3m replay` (one thread) gives the same
 //! decisions byte for byte.
 //!
 //! Locks, in the order they nest: the registry (held while applying, so
-//! two appliers never interleave their calls), a thread's buffer (its
-//! owner takes it once per call, uncontended unless an applier is moving
-//! its contents out), the wrapped policy's own. Nothing here takes a lock
+//! two appliers never interleave their calls), the threads' buffers (an
+//! owner takes its own once per call, never two; an applier takes every
+//! dirty one at once, for a consistent cut: see `apply`), the wrapped
+//! policy's own. Nothing here takes a lock
 //! of the engine. A decision with nothing buffered anywhere reads one
 //! flag (`any`) and locks nothing.
 //!
@@ -32,15 +37,21 @@
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::{Cand, HeatFn, Place, Placement};
 
-/// Calls per buffer; a full buffer is applied.
-const CALLS: usize = 32;
+/// Calls per buffer; a full buffer is applied by the call that finds it
+/// full (with the engine's residency lock held).
+const CALLS: usize = 64;
 /// Keys per buffer; a call with more keys than this goes to the policy at
 /// once (after everything buffered).
-const KEYS: usize = 256;
+const KEYS: usize = 512;
+/// A buffer holding this many calls or keys is *due*: its thread applies
+/// the buffers after its call, outside the engine's locks
+/// ([`Placement::after_call`]), so a full buffer is rare.
+const DUE_CALLS: usize = CALLS / 2;
+const DUE_KEYS: usize = KEYS / 2;
 
 /// Ids of wrappers (a thread's buffers are found by the wrapper's id).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -161,6 +172,9 @@ pub struct Buffered {
     any: AtomicBool,
     /// Set in a forked child: no buffering, nothing to apply.
     off: AtomicBool,
+    /// Set when a buffer holds `DUE_*` calls or keys; cleared by the
+    /// applier with `any`.
+    due: AtomicBool,
 }
 
 impl Buffered {
@@ -171,6 +185,7 @@ impl Buffered {
             reg: Mutex::new(Registry::default()),
             any: AtomicBool::new(false),
             off: AtomicBool::new(false),
+            due: AtomicBool::new(false),
         }
     }
 
@@ -203,22 +218,33 @@ impl Buffered {
         // a buffer filled after this is seen by the next apply (its owner
         // sets `any` after pushing)
         self.any.store(false, SeqCst);
+        self.due.store(false, Relaxed);
         let Registry {
             bufs,
             taken,
             spare,
             order,
         } = r;
-        bufs.retain(|b| {
+        // Every dirty buffer locked at once, then taken: a cut with no call
+        // in flight, so what is taken is, for calls whose clock reading and
+        // `on_access` one lock orders (the shard lock), every call up to
+        // some clock and none after — a call taken later never has an
+        // earlier clock than one applied now. (Taking them one by one, a
+        // thread's later call could be taken with its buffer while another
+        // thread's earlier one went to a buffer already taken.)
+        let mut held: Vec<(&Buf, MutexGuard<'_, Box<Calls>>)> = Vec::with_capacity(bufs.len());
+        for b in bufs.iter() {
             if b.dirty.load(Acquire) {
-                let mut p = b.lock();
-                let fresh = spare.pop().unwrap_or_else(Calls::boxed);
-                taken.push(std::mem::replace(&mut *p, fresh));
-                b.dirty.store(false, Relaxed);
+                held.push((b, b.lock()));
             }
-            // only the registry holds it: its thread has exited
-            Arc::strong_count(b) > 1
-        });
+        }
+        for (b, mut p) in held {
+            let fresh = spare.pop().unwrap_or_else(Calls::boxed);
+            taken.push(std::mem::replace(&mut *p, fresh));
+            b.dirty.store(false, Relaxed);
+        }
+        // only the registry holds it: its thread has exited
+        bufs.retain(|b| Arc::strong_count(b) > 1);
         match taken.len() {
             0 => {}
             1 => {
@@ -268,6 +294,9 @@ impl Buffered {
         if !buf.dirty.load(Relaxed) {
             buf.dirty.store(true, Release);
             self.any.store(true, SeqCst);
+        }
+        if (p.n >= DUE_CALLS || p.nk >= DUE_KEYS) && !self.due.load(Relaxed) {
+            self.due.store(true, Relaxed);
         }
     }
 
@@ -382,6 +411,21 @@ impl Placement for Buffered {
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
         self.flush();
         self.inner.order_top(now, cands, k)
+    }
+
+    /// A buffer is due: every buffer into the policy now, while the
+    /// engine holds no lock (else: one flag read). When another thread is
+    /// applying already, nothing (it takes this thread's calls too).
+    #[inline]
+    fn after_call(&self) {
+        if self.due.load(Relaxed) && !self.off.load(Relaxed) {
+            let mut r = match self.reg.try_lock() {
+                Ok(r) => r,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            self.apply(&mut r);
+        }
     }
 
     fn after_fork_child(&self) {

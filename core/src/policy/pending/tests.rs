@@ -224,6 +224,10 @@ fn threads_decide_as_unbuffered() {
                             same_decisions(&**plain, b, t + 1, &g.last, &at);
                         }
                         drop(g);
+                        // outside the lock, as the engine does after a
+                        // call: applies every buffer when this one is due,
+                        // concurrently with the others' calls
+                        b.after_call();
                         if i % 13 == 0 {
                             std::thread::yield_now();
                         }
@@ -251,6 +255,41 @@ fn threads_decide_as_unbuffered() {
         }
         assert_eq!(left, 1, "{name}: exited threads' buffers kept");
     }
+}
+
+/// `after_call` applies the buffers once one is due (half full),
+/// not before; what it applied is what the policy then decides on. Fails
+/// if `after_call` does nothing (the buffer would fill to `CALLS`) or
+/// applies every call (no buffering).
+#[test]
+fn after_call_applies_when_due() {
+    let b = Buffered::new(Box::new(Predictive::new()));
+    let plain = Predictive::new();
+    let held = |b: &Buffered| {
+        MINE.with(|m| {
+            m.0.borrow()
+                .iter()
+                .find(|e| e.0 == b.id)
+                .map(|e| e.1.lock().n)
+        })
+    };
+    let mut rnd = xorshift(99);
+    let mut last = vec![0u64; 330];
+    let mut max_held = 0;
+    for t in 1..=5 * CALLS as u64 {
+        let (class, keys, writes) = call(t, &mut rnd);
+        for k in &keys {
+            last[(k / MB2) as usize] = t;
+        }
+        plain.on_access(t, class, &keys, &writes);
+        b.on_access(t, class, &keys, &writes);
+        b.after_call();
+        let n = held(&b).unwrap();
+        assert!(n < DUE_CALLS, "call {t}: {n} calls held after after_call");
+        max_held = max_held.max(n);
+    }
+    assert_eq!(max_held, DUE_CALLS - 1, "never buffered up to due");
+    same_decisions(&plain, &b, 5 * CALLS as u64 + 1, &last, "after_call");
 }
 
 /// A forked child whose parent had a thread applying the buffers (the
