@@ -33,7 +33,10 @@
 //! Fork: in a child the parent's threads may have held their buffers' or
 //! the registry's lock; [`Placement::after_fork_child`] applies what can be
 //! locked without waiting and turns buffering off for good (the child's
-//! accesses go to the policy at once).
+//! accesses go to the policy at once). A registry held at the fork means
+//! an applier was inside the wrapped policy, whose lock may then never be
+//! released in the child: that child never calls the policy again (it
+//! evicts in recency order and predicts nothing) instead of waiting.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
@@ -175,6 +178,11 @@ pub struct Buffered {
     /// Set when a buffer holds `DUE_*` calls or keys; cleared by the
     /// applier with `any`.
     due: AtomicBool,
+    /// Set in a forked child when an applier held the registry at the
+    /// fork: it was inside the wrapped policy, whose own lock may then be
+    /// held for ever here, so the child never calls it (recency order, no
+    /// predictions: see `ready`).
+    cut_off: AtomicBool,
 }
 
 impl Buffered {
@@ -186,6 +194,7 @@ impl Buffered {
             any: AtomicBool::new(false),
             off: AtomicBool::new(false),
             due: AtomicBool::new(false),
+            cut_off: AtomicBool::new(false),
         }
     }
 
@@ -300,9 +309,24 @@ impl Buffered {
         }
     }
 
+    /// The wrapped policy for a decision, everything buffered applied
+    /// first; None in a forked child that must not call it (`cut_off`).
+    #[inline]
+    fn ready(&self) -> Option<&dyn Placement> {
+        self.flush();
+        if self.cut_off.load(Relaxed) {
+            None
+        } else {
+            Some(&*self.inner)
+        }
+    }
+
     /// The call straight to the policy, after everything buffered.
     fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
         if self.off.load(Acquire) {
+            if self.cut_off.load(Relaxed) {
+                return;
+            }
             return self.inner.on_access(now, class, keys, writes);
         }
         let mut r = self.registry();
@@ -360,57 +384,63 @@ impl Placement for Buffered {
     }
 
     fn on_free(&self, key: u64) {
-        self.flush();
-        self.inner.on_free(key)
+        if let Some(p) = self.ready() {
+            p.on_free(key)
+        }
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
-        self.flush();
-        self.inner.order(now, cands)
+        match self.ready() {
+            Some(p) => p.order(now, cands),
+            None => super::lru_order(cands),
+        }
     }
 
     fn order_ttl(&self) -> u64 {
-        self.flush();
-        self.inner.order_ttl()
+        self.ready().map_or(4, |p| p.order_ttl())
     }
 
     fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
-        self.flush();
-        self.inner.predicts(now, key, w)
+        self.ready().is_some_and(|p| p.predicts(now, key, w))
     }
 
     fn next_use(&self, now: u64, key: u64) -> Option<u64> {
-        self.flush();
-        self.inner.next_use(now, key)
+        self.ready()?.next_use(now, key)
     }
 
     fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
-        self.flush();
-        self.inner.upcoming(now, d, out)
+        if let Some(p) = self.ready() {
+            p.upcoming(now, d, out)
+        }
     }
 
     fn place(&self, now: u64, key: u64) -> Option<Place> {
-        self.flush();
-        self.inner.place(now, key)
+        self.ready()?.place(now, key)
     }
 
     fn tick(&self, secs: f64, resident_fraction: f64) {
-        self.flush();
-        self.inner.tick(secs, resident_fraction)
+        if let Some(p) = self.ready() {
+            p.tick(secs, resident_fraction)
+        }
     }
 
     fn drain_events(&self, out: &mut Vec<String>) {
-        self.flush();
-        self.inner.drain_events(out)
+        if let Some(p) = self.ready() {
+            p.drain_events(out)
+        }
     }
 
     fn set_heat_fn(&self, f: HeatFn) {
-        self.inner.set_heat_fn(f)
+        if !self.cut_off.load(Relaxed) {
+            self.inner.set_heat_fn(f)
+        }
     }
 
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
-        self.flush();
-        self.inner.order_top(now, cands, k)
+        match self.ready() {
+            Some(p) => p.order_top(now, cands, k),
+            None => super::lru_order(cands),
+        }
     }
 
     /// A buffer is due: every buffer into the policy now, while the
@@ -445,13 +475,23 @@ impl Placement for Buffered {
                 }
             }
         });
-        if let Ok(r) = self.reg.try_lock() {
-            for b in r.bufs.iter() {
-                if let Ok(mut p) = b.p.try_lock() {
-                    if p.n != 0 {
-                        taken.push(std::mem::replace(&mut *p, Calls::boxed()));
+        match self.reg.try_lock() {
+            Ok(r) => {
+                for b in r.bufs.iter() {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        if p.n != 0 {
+                            taken.push(std::mem::replace(&mut *p, Calls::boxed()));
+                        }
                     }
                 }
+            }
+            Err(_) => {
+                // an applier (a thread after its call, or the monitor's
+                // tick) was inside the wrapped policy at the fork: its lock
+                // may be held for ever here. The child decides without it
+                // (recency order, no predictions) rather than wait.
+                self.cut_off.store(true, Release);
+                return;
             }
         }
         let mut order: Vec<(u64, usize, usize)> = Vec::new();

@@ -292,17 +292,40 @@ fn after_call_applies_when_due() {
     same_decisions(&plain, &b, 5 * CALLS as u64 + 1, &last, "after_call");
 }
 
-/// A forked child whose parent had a thread applying the buffers (the
-/// registry locked) and a thread inside a call (its buffer locked): after
-/// `after_fork_child` the child's calls and decisions never wait for them,
-/// and the calls that could be taken reach the policy. Simulated in one
-/// process by holding those locks in other threads (a real fork is tested
-/// on the heat table's buffers, whose code this mirrors). Without the
-/// `off` check the decision below blocks for ever (the test times out).
-#[test]
-fn after_fork_child_never_waits() {
-    let b: &'static Buffered = Box::leak(Box::new(Buffered::new(Box::new(Lru::new()))));
+/// Lru behind a lock a test can hold (an applier inside the policy).
+struct Gated {
+    gate: Mutex<()>,
+    lru: Lru,
+}
+
+impl Placement for Gated {
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        let _g = self.gate.lock().unwrap();
+        self.lru.on_access(now, class, keys, writes)
+    }
+    fn order(&self, now: u64, cands: &mut [Cand]) {
+        let _g = self.gate.lock().unwrap();
+        self.lru.order(now, cands)
+    }
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        let _g = self.gate.lock().unwrap();
+        self.lru.predicts(now, key, w)
+    }
+}
+
+/// What a forked child sees: `after_fork_child` on a thread of its own
+/// (the forking thread) while other threads hold what the parent's
+/// threads could have held at the fork; the child's calls and decisions
+/// must come back (10 s timeout) and say the predictions made.
+fn child_after_fork(
+    b: &'static Buffered,
+    hold: impl FnOnce() -> Box<dyn FnOnce() + Send> + Send + 'static,
+) -> (bool, bool, Vec<u64>) {
     // another thread's buffered call, then that thread holds its buffer
+    // (mid-call at the fork)
     let (held_tx, held_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let other = std::thread::spawn(move || {
@@ -313,39 +336,98 @@ fn after_fork_child_never_waits() {
         let _ = go_rx.recv();
     });
     held_rx.recv().unwrap();
-    // the forking thread: a call buffered, then (at the fork) a third
-    // thread holds the registry, as an applier would
-    let (reg_tx, reg_rx) = mpsc::channel();
-    let (rgo_tx, rgo_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
         b.on_access(2, 0, &[2 * MB2], &[false]);
-        let applier = std::thread::spawn(move || {
-            let _g = b.registry();
-            reg_tx.send(()).unwrap();
-            let _ = rgo_rx.recv();
-        });
-        reg_rx.recv().unwrap();
+        let release = hold();
         b.after_fork_child();
         b.on_access(3, 0, &[3 * MB2], &[false]);
         let p = (b.predicts(4, 2 * MB2, 10), b.predicts(4, 3 * MB2, 10));
-        let mut c = vec![Cand {
-            key: MB2,
-            last: 1,
-            dirty: false,
-        }];
+        let mut c: Vec<Cand> = [(3, 3), (1, 1), (2, 2)]
+            .iter()
+            .map(|&(k, last)| Cand {
+                key: k * MB2,
+                last,
+                dirty: false,
+            })
+            .collect();
         b.order(4, &mut c);
         let _ = b.place(4, MB2) == Some(Place::Hbm);
-        done_tx.send((p, applier)).unwrap();
+        let order = c.iter().map(|c| c.key / MB2).collect::<Vec<_>>();
+        done_tx.send((p, order, release)).unwrap();
     });
-    let (p, applier) = done_rx
+    let ((p2, p3), order, release) = done_rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the child waited for a lock held at the fork");
-    // this thread's call (2) was taken: the registry was held, but its own
-    // buffer free; the call after the fork (3) went to the policy at once
-    assert_eq!(p, (true, true));
+    release();
     go_tx.send(()).unwrap();
-    rgo_tx.send(()).unwrap();
     other.join().unwrap();
-    applier.join().unwrap();
+    (p2, p3, order)
+}
+
+/// A thread holds `lock` until the returned closure is called.
+fn held_by_a_thread<T: Send + 'static>(lock: &'static Mutex<T>) -> Box<dyn FnOnce() + Send> {
+    let (tx, rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let _g = lock.lock().unwrap_or_else(|e| e.into_inner());
+        tx.send(()).unwrap();
+        let _ = go_rx.recv();
+    });
+    rx.recv().unwrap();
+    Box::new(move || {
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+    })
+}
+
+/// A forked child whose parent had a thread inside a call (its buffer
+/// locked): the child's own buffered call and its calls after the fork
+/// reach the policy (predicted), the held buffer is left alone.
+#[test]
+fn after_fork_child_applies_what_it_can_lock() {
+    let b: &'static Buffered = Box::leak(Box::new(Buffered::new(Box::new(Lru::new()))));
+    let (p2, p3, order) = child_after_fork(b, || Box::new(|| {}));
+    assert_eq!((p2, p3), (true, true));
+    assert_eq!(b.registry().bufs.len(), 2, "registry usable");
+    assert_eq!(order, vec![1, 2, 3]);
+}
+
+/// A forked child whose parent had an applier inside the policy (the
+/// registry and the policy's own lock held at the fork): the child never
+/// calls the policy (it would wait for ever) — it orders by recency and
+/// predicts nothing. Without `cut_off` the call after the fork blocks on
+/// the policy's lock (the test fails on its timeout).
+#[test]
+fn after_fork_child_never_waits_for_an_applier() {
+    let g: &'static Gated = Box::leak(Box::new(Gated {
+        gate: Mutex::new(()),
+        lru: Lru::new(),
+    }));
+    struct ByRef(&'static Gated);
+    impl Placement for ByRef {
+        fn name(&self) -> &'static str {
+            self.0.name()
+        }
+        fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+            self.0.on_access(now, class, keys, writes)
+        }
+        fn order(&self, now: u64, cands: &mut [Cand]) {
+            self.0.order(now, cands)
+        }
+        fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+            self.0.predicts(now, key, w)
+        }
+    }
+    let b: &'static Buffered = Box::leak(Box::new(Buffered::new(Box::new(ByRef(g)))));
+    let (p2, p3, order) = child_after_fork(b, move || {
+        let reg = held_by_a_thread(&b.reg);
+        let gate = held_by_a_thread(&g.gate);
+        Box::new(move || {
+            gate();
+            reg();
+        })
+    });
+    assert_eq!((p2, p3), (false, false), "cut off: no predictions");
+    assert_eq!(order, vec![1, 2, 3], "recency order");
 }
