@@ -376,6 +376,8 @@ impl Engine {
         // the parent's threads may have held their heat buffers' locks
         self.heat.after_fork_child();
         let Some(r) = &self.residency else { return };
+        // and their policy buffers' (policy/pending.rs)
+        r.policy().after_fork_child();
         self.set_forked_child();
         if let Err(why) = r.after_fork_child(hold) {
             self.fail_closed(&format!("forked child: {why}"));

@@ -201,6 +201,9 @@ impl Engine {
         // a synchronous call has finished with the memory on return; a
         // captured call has not run: replays are made resident on their own
         r.finish(tok, (!host).then_some(q.stream), rc == 0);
+        // the policy's buffered accesses, when due, outside the residency
+        // locks (policy/pending.rs)
+        r.policy().after_call();
         rc
     }
 

@@ -11,12 +11,15 @@
 //!
 //! The engine calls a policy with its residency lock held: implementations
 //! keep their own state behind an uncontended lock and must never call back
-//! into the engine.
+//! into the engine. The library's policies come wrapped in [`Buffered`]
+//! (`pending.rs`): accesses are buffered per thread and applied, in clock
+//! order, before any decision reads the policy.
 
 mod belady;
 mod lru;
 mod markov;
 mod mode;
+mod pending;
 mod predictive;
 mod predictor;
 mod seed_heat;
@@ -25,6 +28,7 @@ pub use belady::Belady;
 pub use lru::Lru;
 pub use markov::Markov;
 pub use mode::{Mode as WorkMode, ModeEvent};
+pub use pending::Buffered;
 pub use predictive::Predictive;
 pub use seed_heat::SeedHeat;
 
@@ -124,6 +128,18 @@ pub trait Placement: Send + Sync {
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, _k: usize) {
         self.order(now, cands)
     }
+
+    /// In a forked child (the engine's `continue_in_child`): the parent's
+    /// other threads do not exist here and may have held locks of the
+    /// policy's; a policy that buffers per thread ([`Buffered`]) stops
+    /// buffering and never waits for them.
+    fn after_fork_child(&self) {}
+
+    /// After a call, on the calling thread, with none of the engine's
+    /// locks held (engine `resident`): deferred work of the call's
+    /// thread ([`Buffered`] applies its buffers when they are due). Cheap
+    /// when there is nothing to do: it runs on every call.
+    fn after_call(&self) {}
 }
 
 /// The policies U3M_POLICY accepts for the library (belady needs the future
@@ -144,16 +160,25 @@ pub fn by_name(name: &str) -> Option<Box<dyn Placement>> {
 
 /// The policy U3M_POLICY names, with the configuration's parameters (the
 /// watermarks for seed-heat; U3M_CALIB_S and U3M_WARMUP_S for predictive).
+///
+/// A policy that learns from accesses comes wrapped in [`Buffered`]: the
+/// operator hot path appends to a per-thread buffer instead of taking the
+/// policy's mutex; every decision applies what is buffered first, so the
+/// decisions are those of the unwrapped policy. Seed-heat ignores
+/// accesses and is not wrapped.
 pub fn by_config(cfg: &crate::config::Config) -> Option<Box<dyn Placement>> {
-    match cfg.policy.as_str() {
-        "seed-heat" => Some(Box::new(SeedHeat::with(
-            cfg.hbm_low,
-            cfg.hbm_high,
-            seed_heat::RECAL_S,
-        ))),
-        "predictive" => Some(Box::new(Predictive::with_params(cfg.calib_s, cfg.warmup_s))),
-        other => by_name(other),
-    }
+    let p: Box<dyn Placement> = match cfg.policy.as_str() {
+        "seed-heat" => {
+            return Some(Box::new(SeedHeat::with(
+                cfg.hbm_low,
+                cfg.hbm_high,
+                seed_heat::RECAL_S,
+            )))
+        }
+        "predictive" => Box::new(Predictive::with_params(cfg.calib_s, cfg.warmup_s)),
+        other => by_name(other)?,
+    };
+    Some(Box::new(Buffered::new(p)))
 }
 
 /// Least recently used first (ties: the lower key).

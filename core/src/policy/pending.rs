@@ -1,0 +1,513 @@
+//! Per-thread buffers of a policy's accesses (issue 10 part 2): the
+//! operator hot path no longer takes the policy's mutex.
+//!
+//! [`Buffered`] wraps a [`Placement`]: `on_access` appends the call (logical
+//! time, class, keys, writes) to the calling thread's buffer instead of
+//! updating the policy's model. The buffered calls reach the wrapped
+//! policy, every thread's merged in logical-time order (`now`, the
+//! engine's global clock: unique per call, increasing in every thread),
+//! before anything reads the model: every other method of the trait —
+//! `order`, `order_top`, `order_ttl`, `predicts`, `next_use`, `upcoming`,
+//! `place`, `tick`, `drain_events`, `on_free` (so a freed key's accesses
+//! count before the free, none after it for the key's next owner) —
+//! applies them first. A thread applies them too when its buffer is full
+//! (every buffer, in order, not only its own: the policy never sees a
+//! thread's later call before another thread's earlier one that was
+//! already buffered). So that this is rare, a buffer half full is *due*:
+//! the engine calls [`Placement::after_call`] after every call, outside its
+//! locks, and the first thread to see a buffer due applies them all there
+//! (one flag read otherwise). A
+//! decision therefore sees exactly the accesses whose
+//! `on_access` returned before it, in the order of their clock, as the
+//! unbuffered policy would; `u3m replay` (one thread) gives the same
+//! decisions byte for byte.
+//!
+//! Locks, in the order they nest: the registry (held while applying, so
+//! two appliers never interleave their calls), the threads' buffers (an
+//! owner takes its own once per call, never two; an applier takes every
+//! dirty one at once, for a consistent cut: see `apply`), the wrapped
+//! policy's own. Nothing here takes a lock
+//! of the engine. A decision with nothing buffered anywhere reads one
+//! flag (`any`) and locks nothing.
+//!
+//! Fork: in a child the parent's threads may have held their buffers' or
+//! the registry's lock; [`Placement::after_fork_child`] applies what can be
+//! locked without waiting and turns buffering off for good (the child's
+//! accesses go to the policy at once). A registry held at the fork means
+//! an applier was inside the wrapped policy, whose lock may then never be
+//! released in the child: that child never calls the policy again (it
+//! evicts in recency order and predicts nothing) instead of waiting.
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use super::{Cand, HeatFn, Place, Placement};
+
+/// Calls per buffer; a full buffer is applied by the call that finds it
+/// full (with the engine's residency lock held).
+const CALLS: usize = 64;
+/// Keys per buffer; a call with more keys than this goes to the policy at
+/// once (after everything buffered).
+const KEYS: usize = 512;
+/// A buffer holding this many calls or keys is *due*: its thread applies
+/// the buffers after its call, outside the engine's locks
+/// ([`Placement::after_call`]), so a full buffer is rare.
+const DUE_CALLS: usize = CALLS / 2;
+const DUE_KEYS: usize = KEYS / 2;
+
+/// Ids of wrappers (a thread's buffers are found by the wrapper's id).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// One thread's buffered calls, in the order it made them (fixed arrays:
+/// appending is a bounds check and a copy; the applier swaps the box).
+struct Calls {
+    /// (now, class, end of its keys in `keys`)
+    calls: [(u64, u8, u16); CALLS],
+    n: usize,
+    keys: [u64; KEYS],
+    writes: [bool; KEYS],
+    nk: usize,
+}
+
+impl Calls {
+    fn boxed() -> Box<Calls> {
+        Box::new(Calls {
+            calls: [(0, 0, 0); CALLS],
+            n: 0,
+            keys: [0; KEYS],
+            writes: [false; KEYS],
+            nk: 0,
+        })
+    }
+
+    #[inline]
+    fn fits(&self, n: usize) -> bool {
+        self.n < CALLS && self.nk + n <= KEYS
+    }
+
+    /// Appends a call (the caller checked `fits`).
+    #[inline]
+    fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        let (a, b) = (self.nk, self.nk + keys.len());
+        // an operator's few keys: element by element (a memcpy call each
+        // costs more)
+        for ((k, w), (&key, &write)) in self.keys[a..b]
+            .iter_mut()
+            .zip(self.writes[a..b].iter_mut())
+            .zip(keys.iter().zip(writes))
+        {
+            *k = key;
+            *w = write;
+        }
+        self.nk = b;
+        self.calls[self.n] = (now, class, b as u16);
+        self.n += 1;
+    }
+
+    /// The `i`th call's keys and writes.
+    fn call(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+        let (now, class, end) = self.calls[i];
+        let start = if i == 0 { 0 } else { self.calls[i - 1].2 };
+        let r = start as usize..end as usize;
+        (now, class, &self.keys[r.clone()], &self.writes[r])
+    }
+
+    fn clear(&mut self) {
+        self.n = 0;
+        self.nk = 0;
+    }
+}
+
+/// One thread's buffer for one wrapper.
+struct Buf {
+    /// Set (under `p`'s lock) when `p` holds something; cleared when taken.
+    dirty: AtomicBool,
+    p: Mutex<Box<Calls>>,
+}
+
+impl Buf {
+    fn lock(&self) -> MutexGuard<'_, Box<Calls>> {
+        // a buffer is plain data: a panic cannot leave it half-trusted
+        self.p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The registry of the buffers and the applier's scratch space.
+#[derive(Default)]
+struct Registry {
+    bufs: Vec<Arc<Buf>>,
+    /// Contents taken out of the buffers, being applied.
+    taken: Vec<Box<Calls>>,
+    /// Emptied `Calls` to swap into the buffers (no allocation per apply).
+    spare: Vec<Box<Calls>>,
+    /// (now, list in `taken`, call in the list): the merge order.
+    order: Vec<(u64, u32, u32)>,
+}
+
+thread_local! {
+    /// This thread's buffers: (wrapper id, buffer).
+    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
+    /// (wrapper id, its buffer in `MINE`) of the thread's latest call: the
+    /// hot path's lookup (no destructor, so no lazy state to check). Valid
+    /// while `MINE` holds the buffer: `Mine::drop` clears it first, and a
+    /// buffer `MINE` lets go of belongs to a dropped wrapper, whose id
+    /// (never reused) no call compares equal to.
+    static LAST: Cell<(u64, *const Buf)> = const { Cell::new((0, std::ptr::null())) };
+}
+
+struct Mine(RefCell<Vec<(u64, Arc<Buf>)>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let _ = LAST.try_with(|l| l.set((0, std::ptr::null())));
+    }
+}
+
+/// A policy whose accesses are buffered per thread: see the module
+/// documentation.
+pub struct Buffered {
+    inner: Box<dyn Placement>,
+    id: u64,
+    reg: Mutex<Registry>,
+    /// Set when a buffer went from empty to holding something; cleared by
+    /// the applier (under the registry's lock) before it looks at them.
+    any: AtomicBool,
+    /// Set in a forked child: no buffering, nothing to apply.
+    off: AtomicBool,
+    /// Set when a buffer holds `DUE_*` calls or keys; cleared by the
+    /// applier with `any`.
+    due: AtomicBool,
+    /// Set in a forked child when an applier held the registry at the
+    /// fork: it was inside the wrapped policy, whose own lock may then be
+    /// held for ever here, so the child never calls it (recency order, no
+    /// predictions: see `ready`).
+    cut_off: AtomicBool,
+}
+
+impl Buffered {
+    pub fn new(inner: Box<dyn Placement>) -> Buffered {
+        Buffered {
+            inner,
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            reg: Mutex::new(Registry::default()),
+            any: AtomicBool::new(false),
+            off: AtomicBool::new(false),
+            due: AtomicBool::new(false),
+            cut_off: AtomicBool::new(false),
+        }
+    }
+
+    /// The wrapped policy.
+    pub fn inner(&self) -> &dyn Placement {
+        &*self.inner
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.reg.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Everything buffered, into the policy (before any read of it).
+    #[inline]
+    fn flush(&self) {
+        // in a forked child the registry may be held for ever
+        if self.any.load(Acquire) && !self.off.load(Acquire) {
+            let mut r = self.registry();
+            self.apply(&mut r);
+        }
+    }
+
+    /// Takes every buffer's calls and gives them to the policy in `now`
+    /// order (with the registry's lock held: `r`). Buffers of threads that
+    /// have exited are dropped once taken.
+    fn apply(&self, r: &mut Registry) {
+        if self.off.load(Acquire) {
+            return;
+        }
+        // a buffer filled after this is seen by the next apply (its owner
+        // sets `any` after pushing)
+        self.any.store(false, SeqCst);
+        self.due.store(false, Relaxed);
+        let Registry {
+            bufs,
+            taken,
+            spare,
+            order,
+        } = r;
+        // Every dirty buffer locked at once, then taken: a cut with no call
+        // in flight, so what is taken is, for calls whose clock reading and
+        // `on_access` one lock orders (the shard lock), every call up to
+        // some clock and none after — a call taken later never has an
+        // earlier clock than one applied now. (Taking them one by one, a
+        // thread's later call could be taken with its buffer while another
+        // thread's earlier one went to a buffer already taken.)
+        let mut held: Vec<(&Buf, MutexGuard<'_, Box<Calls>>)> = Vec::with_capacity(bufs.len());
+        for b in bufs.iter() {
+            if b.dirty.load(Acquire) {
+                held.push((b, b.lock()));
+            }
+        }
+        for (b, mut p) in held {
+            let fresh = spare.pop().unwrap_or_else(Calls::boxed);
+            taken.push(std::mem::replace(&mut *p, fresh));
+            b.dirty.store(false, Relaxed);
+        }
+        // only the registry holds it: its thread has exited
+        bufs.retain(|b| Arc::strong_count(b) > 1);
+        match taken.len() {
+            0 => {}
+            1 => {
+                let c = &taken[0];
+                for i in 0..c.n {
+                    let (now, class, keys, writes) = c.call(i);
+                    self.inner.on_access(now, class, keys, writes);
+                }
+            }
+            _ => {
+                order.clear();
+                for (l, c) in taken.iter().enumerate() {
+                    for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
+                        order.push((now, l as u32, i as u32));
+                    }
+                }
+                // unique (list, call): the same order however sorted
+                order.sort_unstable();
+                for &(_, l, i) in order.iter() {
+                    let (now, class, keys, writes) = taken[l as usize].call(i as usize);
+                    self.inner.on_access(now, class, keys, writes);
+                }
+            }
+        }
+        for mut c in taken.drain(..) {
+            c.clear();
+            spare.push(c);
+        }
+    }
+
+    /// Appends the call to `buf` (the caller checked that it fits an empty
+    /// one): applies every buffer first when it does not fit this one.
+    fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        let mut p = buf.lock();
+        if !p.fits(keys.len()) {
+            // full: every thread's calls before this one go first
+            drop(p);
+            {
+                let mut r = self.registry();
+                self.apply(&mut r);
+            }
+            p = buf.lock();
+        }
+        p.push(now, class, keys, writes);
+        // only this thread sets it, under the buffer's lock (the applier
+        // clears it under the same lock): no read-modify-write needed
+        if !buf.dirty.load(Relaxed) {
+            buf.dirty.store(true, Release);
+            self.any.store(true, SeqCst);
+        }
+        if (p.n >= DUE_CALLS || p.nk >= DUE_KEYS) && !self.due.load(Relaxed) {
+            self.due.store(true, Relaxed);
+        }
+    }
+
+    /// The wrapped policy for a decision, everything buffered applied
+    /// first; None in a forked child that must not call it (`cut_off`).
+    #[inline]
+    fn ready(&self) -> Option<&dyn Placement> {
+        self.flush();
+        if self.cut_off.load(Relaxed) {
+            None
+        } else {
+            Some(&*self.inner)
+        }
+    }
+
+    /// The call straight to the policy, after everything buffered.
+    fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        if self.off.load(Acquire) {
+            if self.cut_off.load(Relaxed) {
+                return;
+            }
+            return self.inner.on_access(now, class, keys, writes);
+        }
+        let mut r = self.registry();
+        self.apply(&mut r);
+        self.inner.on_access(now, class, keys, writes);
+    }
+}
+
+impl Placement for Buffered {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        if keys.len() > KEYS || keys.len() != writes.len() || self.off.load(Relaxed) {
+            return self.direct(now, class, keys, writes);
+        }
+        if let Ok((id, b)) = LAST.try_with(|l| l.get()) {
+            if id == self.id {
+                // SAFETY: `LAST` names a buffer `MINE` holds (see `LAST`)
+                return self.push(unsafe { &*b }, now, class, keys, writes);
+            }
+        }
+        let done = MINE
+            .try_with(|m| {
+                let m = &m.0;
+                {
+                    let Ok(m) = m.try_borrow() else { return false };
+                    if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
+                        let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(b))));
+                        self.push(b, now, class, keys, writes);
+                        return true;
+                    }
+                }
+                let Ok(mut m) = m.try_borrow_mut() else {
+                    return false;
+                };
+                let buf = Arc::new(Buf {
+                    dirty: AtomicBool::new(false),
+                    p: Mutex::new(Calls::boxed()),
+                });
+                // buffers of wrappers dropped since (only this thread holds them)
+                m.retain(|(_, b)| Arc::strong_count(b) > 1);
+                self.registry().bufs.push(buf.clone());
+                m.push((self.id, buf.clone()));
+                let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(&buf))));
+                self.push(&buf, now, class, keys, writes);
+                true
+            })
+            .unwrap_or(false);
+        if !done {
+            // thread exiting: no buffer
+            self.direct(now, class, keys, writes);
+        }
+    }
+
+    fn on_free(&self, key: u64) {
+        if let Some(p) = self.ready() {
+            p.on_free(key)
+        }
+    }
+
+    fn order(&self, now: u64, cands: &mut [Cand]) {
+        match self.ready() {
+            Some(p) => p.order(now, cands),
+            None => super::lru_order(cands),
+        }
+    }
+
+    fn order_ttl(&self) -> u64 {
+        self.ready().map_or(4, |p| p.order_ttl())
+    }
+
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        self.ready().is_some_and(|p| p.predicts(now, key, w))
+    }
+
+    fn next_use(&self, now: u64, key: u64) -> Option<u64> {
+        self.ready()?.next_use(now, key)
+    }
+
+    fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
+        if let Some(p) = self.ready() {
+            p.upcoming(now, d, out)
+        }
+    }
+
+    fn place(&self, now: u64, key: u64) -> Option<Place> {
+        self.ready()?.place(now, key)
+    }
+
+    fn tick(&self, secs: f64, resident_fraction: f64) {
+        if let Some(p) = self.ready() {
+            p.tick(secs, resident_fraction)
+        }
+    }
+
+    fn drain_events(&self, out: &mut Vec<String>) {
+        if let Some(p) = self.ready() {
+            p.drain_events(out)
+        }
+    }
+
+    fn set_heat_fn(&self, f: HeatFn) {
+        if !self.cut_off.load(Relaxed) {
+            self.inner.set_heat_fn(f)
+        }
+    }
+
+    fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
+        match self.ready() {
+            Some(p) => p.order_top(now, cands, k),
+            None => super::lru_order(cands),
+        }
+    }
+
+    /// A buffer is due: every buffer into the policy now, while the
+    /// engine holds no lock (else: one flag read). When another thread is
+    /// applying already, nothing (it takes this thread's calls too).
+    #[inline]
+    fn after_call(&self) {
+        if self.due.load(Relaxed) && !self.off.load(Relaxed) {
+            let mut r = match self.reg.try_lock() {
+                Ok(r) => r,
+                Err(TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(TryLockError::WouldBlock) => return,
+            };
+            self.apply(&mut r);
+        }
+    }
+
+    fn after_fork_child(&self) {
+        if self.off.swap(true, AcqRel) {
+            return;
+        }
+        // the thread that forked is not inside a call: its own buffer is
+        // free even when the registry is held; the others are taken if
+        // they can be (a buffer held at the fork was mid-call: dropped)
+        let mut taken: Vec<Box<Calls>> = Vec::new();
+        let _ = MINE.try_with(|m| {
+            if let Ok(m) = m.0.try_borrow() {
+                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        taken.push(std::mem::replace(&mut *p, Calls::boxed()));
+                    }
+                }
+            }
+        });
+        match self.reg.try_lock() {
+            Ok(r) => {
+                for b in r.bufs.iter() {
+                    if let Ok(mut p) = b.p.try_lock() {
+                        if p.n != 0 {
+                            taken.push(std::mem::replace(&mut *p, Calls::boxed()));
+                        }
+                    }
+                }
+            }
+            Err(_) => {
+                // an applier (a thread after its call, or the monitor's
+                // tick) was inside the wrapped policy at the fork: its lock
+                // may be held for ever here. The child decides without it
+                // (recency order, no predictions) rather than wait.
+                self.cut_off.store(true, Release);
+                return;
+            }
+        }
+        let mut order: Vec<(u64, usize, usize)> = Vec::new();
+        for (l, c) in taken.iter().enumerate() {
+            for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
+                order.push((now, l, i));
+            }
+        }
+        order.sort_unstable();
+        for (_, l, i) in order {
+            let (now, class, keys, writes) = taken[l].call(i);
+            self.inner.on_access(now, class, keys, writes);
+        }
+        self.inner.after_fork_child();
+    }
+}
+
+#[cfg(test)]
+mod tests;
