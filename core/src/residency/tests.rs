@@ -1900,3 +1900,59 @@ fn two_devices_stress_under_eviction_loses_nothing() {
         s.locked_waits
     );
 }
+
+/// Demand eviction when the front of the order is in use by queued work
+/// (a full-parameter AdamW step: the chunks the optimizer just wrote are
+/// predicted furthest and still queued). More than the 64 nearest
+/// candidates are busy; behind them an idle chunk predicted almost as far
+/// is taken instead of waiting for the device (Belady's rule with a cost:
+/// MIN evicts it before its next use anyway), while an idle chunk needed
+/// much sooner is not (evicting it would cost a fetch MIN does not make):
+/// then the fault-in waits for the busy front as before.
+#[test]
+fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
+    let run = |x_next: u64| {
+        let (policy, at) = Script::new();
+        let a = App::with_policy(70, Box::new(policy));
+        a.r.set_look_ahead(false);
+        let busy: Vec<u64> = (0..66).map(|_| a.malloc(CHUNK)).collect();
+        let (x, y, z1, z2) = (
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+        );
+        {
+            let mut at = at.lock().unwrap();
+            for (k, &b) in busy.iter().enumerate() {
+                at.insert(b, 1010 + k as u64); // the last is the front
+            }
+            at.extend([(x, x_next), (y, 100), (z1, 101), (z2, 102)]);
+        }
+        for (k, &va) in busy.iter().chain(&[x, y, z1, z2]).enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full: 70 chunks
+        }
+        // one queued operator (the lazy fake runs it only when waited for)
+        // reads every busy chunk
+        let s = a.f.app_stream();
+        let ins: Vec<(u64, u64)> = busy.iter().map(|&b| (b, CHUNK)).collect();
+        a.op(s, &ins, &[], Box::new(|_m: &mut Mem<'_>| {}));
+        let w = a.malloc(CHUNK);
+        at.lock().unwrap().insert(w, 5000);
+        a.write(w, &pattern(99, 256)); // a fault-in: one victim
+        let front = *busy.last().unwrap();
+        let got = (resident(&a, front), resident(&a, x));
+        assert!(resident(&a, y) && resident(&a, z1) && resident(&a, z2));
+        a.f.drain();
+        for (k, &va) in busy.iter().chain(&[x, y, z1, z2]).enumerate() {
+            assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
+        }
+        assert_eq!(a.read(w, 256), pattern(99, 256));
+        a.assert_clean();
+        got
+    };
+    // x idle, predicted at 1000 (the busy front at 1075): x leaves, no wait
+    assert_eq!(run(1000), (true, false), "x near the front: taken");
+    // x idle but needed at 200: the fault-in waits, the front leaves
+    assert_eq!(run(200), (false, true), "x needed soon: kept");
+}
