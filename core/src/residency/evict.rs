@@ -179,6 +179,7 @@ impl Residency {
         o.complete = all;
         o.touched.clear();
         o.overflow = false;
+        o.busy = None;
     }
 
     /// Re-keys `dev`'s kept order at the current time: the entries it
@@ -234,6 +235,7 @@ impl Residency {
         o.next = 0;
         o.built_at = clock;
         o.taken = 0;
+        o.busy = None;
     }
 
     /// The candidates of `dev` (`collect_victims`) in the policy's order,
@@ -283,6 +285,22 @@ impl Residency {
         let mut front: Option<Option<u64>> = None;
         let mut seen = 0;
         let mut k = st.dev(dev).order.next;
+        // the busy run the last scan of this order found, if it still is
+        if let Some(b) = st.dev(dev).order.busy {
+            if b.end > k
+                && b.events[..b.n]
+                    .iter()
+                    .all(|&ev| !self.rt.event_done(ev).unwrap_or(true))
+            {
+                if let Some(f) = usable(st, b.first) {
+                    (k, seen, first_busy, pending, npend) = (b.end, b.seen, Some(f), b.events, b.n);
+                }
+            }
+        }
+        // the run from `next` is still all busy (each on a recorded event,
+        // none protected): where it ends is worth keeping
+        let mut run = true;
+        let (mut run_end, mut run_seen) = (k, seen);
         while k < st.dev(dev).order.cands.len() && seen < SCAN_FAR {
             let key = st.dev(dev).order.cands[k].key;
             let Some((id, i)) = usable(st, key) else {
@@ -290,19 +308,27 @@ impl Residency {
                     st.dev_mut(dev).order.next += 1; // gone for good
                 }
                 k += 1;
+                if run {
+                    run_end = k;
+                }
                 continue;
             };
             k += 1;
             if protect.contains(&(id, i)) {
+                run = false;
                 continue;
             }
             seen += 1;
             let mut idle = true;
             for &(_, ev) in &st.chunk(id, i).uses {
                 if pending[..npend].contains(&ev) || !self.rt.event_done(ev).unwrap_or(true) {
-                    if npend < pending.len() && !pending[..npend].contains(&ev) {
-                        pending[npend] = ev;
-                        npend += 1;
+                    if !pending[..npend].contains(&ev) {
+                        if npend < pending.len() {
+                            pending[npend] = ev;
+                            npend += 1;
+                        } else {
+                            run = false;
+                        }
                     }
                     idle = false;
                     break;
@@ -310,6 +336,9 @@ impl Residency {
             }
             if !idle {
                 first_busy.get_or_insert((id, i));
+                if run {
+                    (run_end, run_seen) = (k, seen);
+                }
                 continue;
             }
             if seen > SCAN_NEAR {
@@ -337,10 +366,12 @@ impl Residency {
                     _ => break,
                 }
             }
+            self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
             self.evict(st, id, i)?;
             st.dev_mut(dev).order.taken += 1;
             return Ok(Some(true));
         }
+        self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
         let Some((id, i)) = first_busy else {
             return Ok(Some(false));
         };
@@ -355,6 +386,36 @@ impl Residency {
             .or(uses.first())
             .map(|u| u.1);
         Err(Fail::Busy)
+    }
+
+    /// Keeps the busy run `evict_in_order` found at the front of `dev`'s
+    /// order (up to `end`, with `seen` usable entries, all busy on
+    /// `events`), for the next scan of the same order to start after it.
+    fn keep_busy_run(
+        &self,
+        st: &mut State,
+        dev: u32,
+        end: usize,
+        seen: usize,
+        first: Option<(u64, u32)>,
+        events: &[u64],
+    ) {
+        let o = &st.dev(dev).order;
+        let busy = match first {
+            Some((id, i)) if end > o.next && !events.is_empty() => {
+                let mut ev = [0u64; 8];
+                ev[..events.len()].copy_from_slice(events);
+                Some(super::state::BusyFront {
+                    end,
+                    seen,
+                    first: st.backings[&id].key(id, i),
+                    events: ev,
+                    n: events.len(),
+                })
+            }
+            _ => None,
+        };
+        st.dev_mut(dev).order.busy = busy;
     }
 
     /// One victim for a look-ahead prefetch of a chunk predicted at tick
