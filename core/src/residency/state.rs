@@ -213,6 +213,24 @@ pub(super) struct VictimOrder {
     pub touched: Vec<u64>,
     /// More were touched than `touched` holds: build from every candidate.
     pub overflow: bool,
+    /// What the last demand eviction's scan learnt about this order's front
+    /// (evict.rs `evict_in_order`; cleared when it is built or re-keyed).
+    pub busy: Option<BusyFront>,
+}
+
+/// A run of the kept order's entries, from `next` to `end`, in which every
+/// candidate was in use by queued work when last scanned, each waiting for
+/// one of `events` (all pending then): while every one of those events is
+/// still pending, no entry of the run can be taken, and the next scan
+/// starts at `end` (with `seen` usable entries counted and `first` the
+/// first busy one's key), instead of asking every entry again.
+#[derive(Clone, Copy)]
+pub(super) struct BusyFront {
+    pub end: usize,
+    pub seen: usize,
+    pub first: u64,
+    pub events: [u64; 8],
+    pub n: usize,
 }
 
 /// Candidates a kept order holds: the first of the policy's order
@@ -238,6 +256,7 @@ impl VictimOrder {
             complete: false,
             touched: Vec::new(),
             overflow: false,
+            busy: None,
         }
     }
 

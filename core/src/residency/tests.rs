@@ -1079,6 +1079,8 @@ struct Script {
     /// What `upcoming` names, when not `at` (a script whose two answers
     /// disagree, as a predictor's may between access and eviction).
     listed: Option<&'static Mutex<std::collections::HashMap<u64, u64>>>,
+    /// `order_ttl` (0: the order is built for every eviction).
+    ttl: u64,
 }
 
 impl Script {
@@ -1089,6 +1091,7 @@ impl Script {
                 at,
                 lru: false,
                 listed: None,
+                ttl: 0,
             },
             at,
         )
@@ -1107,7 +1110,7 @@ impl crate::policy::Placement for Script {
         cands.sort_by_key(|c| std::cmp::Reverse(self.next_use(now, c.key).unwrap_or(u64::MAX)));
     }
     fn order_ttl(&self) -> u64 {
-        0
+        self.ttl
     }
     fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
         false
@@ -1984,4 +1987,73 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
     let s = f.seen();
     assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
     assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
+/// Demand eviction when the front of the order is in use by queued work
+/// (a full-parameter AdamW step: the chunks the optimizer just wrote are
+/// predicted furthest and still queued). More than the 64 nearest
+/// candidates are busy; behind them an idle chunk predicted almost as far
+/// is taken instead of waiting for the device (Belady's rule with a cost:
+/// MIN evicts it before its next use anyway), while an idle chunk needed
+/// much sooner is not (evicting it would cost a fetch MIN does not make):
+/// then the fault-in waits for the busy front as before.
+#[test]
+fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
+    let run = |x_next: u64| {
+        let (mut policy, at) = Script::new();
+        // the order is kept between evictions (as predictive's): the
+        // second fault-in below reuses what the first one's scan learnt
+        policy.ttl = 1000;
+        let a = App::with_policy(70, Box::new(policy));
+        a.r.set_look_ahead(false);
+        let busy: Vec<u64> = (0..66).map(|_| a.malloc(CHUNK)).collect();
+        let (x, y, z1, z2) = (
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+        );
+        {
+            let mut at = at.lock().unwrap();
+            for (k, &b) in busy.iter().enumerate() {
+                at.insert(b, 1010 + k as u64); // the last is the front
+            }
+            at.extend([(x, x_next), (y, 100), (z1, 101), (z2, 102)]);
+        }
+        for (k, &va) in busy.iter().chain(&[x, y, z1, z2]).enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full: 70 chunks
+        }
+        // one queued operator (the lazy fake runs it only when waited for)
+        // reads every busy chunk
+        let s = a.f.app_stream();
+        let ins: Vec<(u64, u64)> = busy.iter().map(|&b| (b, CHUNK)).collect();
+        a.op(s, &ins, &[], Box::new(|_m: &mut Mem<'_>| {}));
+        let w = a.malloc(CHUNK);
+        at.lock().unwrap().insert(w, 150);
+        a.write(w, &pattern(99, 256)); // a fault-in: one victim
+        let front = *busy.last().unwrap();
+        let got = (resident(&a, front), resident(&a, x));
+        assert!(resident(&a, y) && resident(&a, z1) && resident(&a, z2));
+        a.f.drain();
+        // the queued work ran: the front is idle now and the next fault-in
+        // takes it (the busy run the last scan kept is stale: taken as it
+        // was, the scan would start behind the front and find nothing it
+        // may take; the write then fails for want of HBM)
+        let w2 = a.malloc(CHUNK);
+        at.lock().unwrap().insert(w2, 151);
+        a.write(w2, &pattern(98, 256));
+        assert!(!resident(&a, front), "the front, idle now, leaves");
+        assert!(resident(&a, y) && resident(&a, z1) && resident(&a, z2));
+        for (k, &va) in busy.iter().chain(&[x, y, z1, z2]).enumerate() {
+            assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
+        }
+        assert_eq!(a.read(w, 256), pattern(99, 256));
+        assert_eq!(a.read(w2, 256), pattern(98, 256));
+        a.assert_clean();
+        got
+    };
+    // x idle, predicted at 1000 (the busy front at 1075): x leaves, no wait
+    assert_eq!(run(1000), (true, false), "x near the front: taken");
+    // x idle but needed at 200: the fault-in waits, the front leaves
+    assert_eq!(run(200), (false, true), "x needed soon: kept");
 }
