@@ -24,6 +24,15 @@ use crate::engine::runtime::CHUNK;
 use crate::policy::Place;
 use crate::store::StoreError;
 
+/// Copy-ins a host-ordered call issued and waits for without the lock
+/// (`fault_in`): the chunks they fill and the events recorded after them
+/// (one reference each, the waiter's).
+#[derive(Default)]
+pub(super) struct Arriving {
+    pub chunks: Vec<(u64, u32)>,
+    pub evs: Vec<u64>,
+}
+
 /// A copy-out issued and not yet complete.
 pub(super) struct CopyOut {
     id: u64,
@@ -92,6 +101,14 @@ impl Residency {
     /// caller unpins them, `unreserve`): while the caller waits for a
     /// copy-out without the lock, other calls cannot evict what it already
     /// brought in.
+    ///
+    /// `Order::Host` with `arriving`: the copies are not waited for here —
+    /// they are recorded as a use of each chunk they fill (as for a
+    /// stream-ordered call: no eviction before they land, and any other
+    /// call needing the chunk orders itself after them), and `arriving`
+    /// gets the chunks and the event (one reference), which the caller
+    /// waits for without the lock (`protocol::wait_copy_ins`). Without
+    /// `arriving` the host waits here, with the lock held.
     pub(super) fn fault_in(
         &self,
         st: &mut State,
@@ -99,6 +116,7 @@ impl Residency {
         dev: u32,
         order: Order,
         reserved: &mut Vec<(u64, u32)>,
+        arriving: Option<&mut Arriving>,
     ) -> Result<(), Fail> {
         let mut filled: Vec<(u64, u32)> = Vec::new();
         let r = self.fault_in_chunks(st, need, dev, &mut filled, reserved);
@@ -106,8 +124,12 @@ impl Residency {
             return r; // a failure: prepare synchronises u3m's stream
         }
         let stream = self.dev_stream(st, dev)?;
+        let arriving = match (order, &r) {
+            (Order::Host, Ok(())) => arriving,
+            _ => None,
+        };
         match (order, r) {
-            (Order::Host, Ok(())) => {
+            (Order::Host, Ok(())) if arriving.is_none() => {
                 if let Err(e) = self.rt.sync_stream(stream) {
                     // the copies may not have landed: the host copies stay
                     // the chunks' only ones
@@ -119,7 +141,12 @@ impl Residency {
             }
             (order, r) => {
                 let Some(ev) = self.use_event(st, stream) else {
-                    let _ = self.rt.sync_stream(stream);
+                    if self.rt.sync_stream(stream).is_err() {
+                        // the copies may not have landed
+                        for &(id, i) in &filled {
+                            self.undo_fault_in(st, id, i, reserved);
+                        }
+                    }
                     return Err(Fail::Acl(E_ALLOC));
                 };
                 // the copy is a use of each chunk it fills: no eviction
@@ -127,6 +154,12 @@ impl Residency {
                 // themselves after it (`after_copy_ins`)
                 for &(id, i) in &filled {
                     st.set_use(id, i, stream, ev);
+                }
+                if let Some(a) = arriving {
+                    // the reference taken at creation goes to the caller
+                    a.evs.push(ev);
+                    a.chunks.extend_from_slice(&filled);
+                    return Ok(());
                 }
                 let rc = match (order, r) {
                     (Order::Stream(s), Ok(())) => self.rt.stream_wait(s, ev),
@@ -594,7 +627,13 @@ impl Residency {
     /// it was — out of HBM, its host copy the only one, unpinned — so no
     /// call reads the fresh HBM it was given as if it held the chunk's data
     /// (the soak test read zeros there after an injected copy failure).
-    fn undo_fault_in(&self, st: &mut State, id: u64, i: u32, reserved: &mut Vec<(u64, u32)>) {
+    pub(super) fn undo_fault_in(
+        &self,
+        st: &mut State,
+        id: u64,
+        i: u32,
+        reserved: &mut Vec<(u64, u32)>,
+    ) {
         self.drop_hbm(st, id, i);
         let c = st.chunk_mut(id, i);
         c.pins = c.pins.saturating_sub(1);
