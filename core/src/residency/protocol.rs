@@ -262,12 +262,15 @@ impl Residency {
         let host = order == Order::Host;
         loop {
             if fast {
+                let mut settled = false;
                 if host {
                     let r;
                     (st, r) = self.wait_copy_ins(st, &need, &mut arriving, &mut reserved, t0);
-                    r?;
+                    settled = r?;
                 }
-                self.after_copy_ins(&mut st, &need, order, t0)?;
+                if !settled {
+                    self.after_copy_ins(&mut st, &need, order, t0)?;
+                }
                 break;
             }
             let r = match over {
@@ -314,18 +317,22 @@ impl Residency {
             stall_from = stall_from.or(st.stall_from.take());
             match r {
                 Ok(()) => {
+                    let mut settled = false;
                     if host {
                         let r;
                         (st, r) = self.wait_copy_ins(st, &need, &mut arriving, &mut reserved, t0);
-                        if let Err(e) = r {
-                            self.unreserve(&mut st, &mut reserved);
-                            return Err(e);
+                        match r {
+                            Ok(s) => settled = s,
+                            Err(e) => {
+                                self.unreserve(&mut st, &mut reserved);
+                                return Err(e);
+                            }
                         }
                     }
                     self.unreserve(&mut st, &mut reserved);
-                    // (host-ordered: nothing left to wait for, the needed
-                    // chunks stayed pinned since the wait)
-                    self.after_copy_ins(&mut st, &need, order, t0)?;
+                    if !settled {
+                        self.after_copy_ins(&mut st, &need, order, t0)?;
+                    }
                     break;
                 }
                 Err(Fail::Busy) if tries < max_tries => {
@@ -596,7 +603,9 @@ impl Residency {
     /// the chunks in place, so normally none is left). A failed wait undoes
     /// this call's own copy-ins — out of HBM, the host copies the chunks'
     /// only ones — unless another call holds or has written one of them.
-    /// Returns the guard (retaken) in every case.
+    /// Returns the guard (retaken) in every case, and Ok(true) when no
+    /// copy-in is left in flight for these chunks (false: still some after
+    /// a few rounds, for `after_copy_ins`).
     pub(super) fn wait_copy_ins<'a>(
         &'a self,
         mut st: StGuard<'a>,
@@ -604,7 +613,7 @@ impl Residency {
         arriving: &mut Arriving,
         reserved: &mut Vec<(u64, u32)>,
         t0: &mut Option<u64>,
-    ) -> (StGuard<'a>, Result<(), AclError>) {
+    ) -> (StGuard<'a>, Result<bool, AclError>) {
         let mut evs = std::mem::take(&mut arriving.evs);
         let mut rounds = 0;
         loop {
@@ -615,12 +624,16 @@ impl Residency {
             for &ev in &evs[known..] {
                 *st.event_refs.entry(ev).or_insert(0) += 1;
             }
-            if evs.is_empty() || rounds >= 3 {
+            if evs.is_empty() {
+                break;
+            }
+            if rounds >= 3 {
                 // (still pending after 3 rounds: after_copy_ins waits)
                 for ev in evs.drain(..) {
                     st.unref_event(ev);
                 }
-                break;
+                arriving.chunks.clear();
+                return (st, Ok(false));
             }
             if t0.is_none() {
                 *t0 = Some(crate::shm::mono_ns());
@@ -671,7 +684,7 @@ impl Residency {
             rounds += 1;
         }
         arriving.chunks.clear();
-        (st, Ok(()))
+        (st, Ok(true))
     }
 
     /// Adds to `evs` the copy-ins still in flight on u3m's stream for the
