@@ -276,6 +276,17 @@ impl Residency {
                     k += 1;
                 }
             }
+            // those behind an earlier fence: the new event comes after it
+            let mut k = 0;
+            while k < st.fenced_free.len() {
+                if st.fenced_free[k].1 == dev {
+                    let (fev, _, h) = st.fenced_free.swap_remove(k);
+                    st.unref_event(fev);
+                    slots.push(h);
+                } else {
+                    k += 1;
+                }
+            }
         }
         if evs.is_empty() {
             return (st, Some(slots));
@@ -420,6 +431,9 @@ impl Residency {
         self.fences.forget();
         st.wait_for = None;
         for (_, h) in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for (_, _, h) in std::mem::take(&mut st.fenced_free) {
             st.free_host(h);
         }
         // the parent's file: neither written nor given back here
@@ -997,6 +1011,9 @@ impl Residency {
             self.settle_outgoing(&mut st, d as u32);
         }
         for (_, h) in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for (_, _, h) in std::mem::take(&mut st.fenced_free) {
             st.free_host(h);
         }
         for d in 0..st.devs.len() {
