@@ -293,7 +293,10 @@ impl Residency {
         }
         drop(st);
         for &ev in &evs {
-            let _ = on_device(self.rt, dev, || self.rt.sync_event(ev));
+            // (no switch to the device: waited for from here all the same)
+            if on_device(self.rt, dev, || self.rt.sync_event(ev)).is_none() {
+                let _ = self.rt.sync_event(ev);
+            }
         }
         let mut st = match self.st.lock() {
             Ok(g) => g,

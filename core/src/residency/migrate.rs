@@ -684,7 +684,7 @@ impl Residency {
         }
         let limit = (self.dram_limit as f64 * 0.95) as u64;
         let mut dram_ok = st.dram.used() + CHUNK <= limit;
-        if !dram_ok && !(st.pending_free.is_empty() && st.fenced_free.is_empty()) {
+        if !(dram_ok || st.pending_free.is_empty() && st.fenced_free.is_empty()) {
             // DRAM is short: the deferred slots are waited for (lock held)
             self.reclaim_wait(st);
             dram_ok = st.dram.used() + CHUNK <= limit;
@@ -769,7 +769,7 @@ impl Residency {
                 st.free_host(h);
                 continue;
             }
-            if !cur.is_none_or(|c| c == d) {
+            if cur.is_some_and(|c| c != d) {
                 k += 1;
                 continue;
             }
