@@ -223,7 +223,7 @@ impl Residency {
         let b = st.backings.remove(&id)?;
         // out of every map: no call, eviction or prefetch finds it any more,
         // so u3m's copies that may still touch it are waited for unlocked
-        let (mut st, settled) = self.wait_copies_of(st, &b);
+        let (mut st, settled) = self.wait_copies_of(st, id, &b);
         self.release_backing(&mut st, b, true, settled);
         st.recently_freed.push_back(ptr);
         if st.recently_freed.len() > 64 {
@@ -246,6 +246,7 @@ impl Residency {
     fn wait_copies_of<'a>(
         &'a self,
         mut st: StGuard<'a>,
+        id: u64,
         b: &Backing,
     ) -> (StGuard<'a>, Option<Vec<Host>>) {
         let dev = b.dev;
@@ -258,10 +259,20 @@ impl Residency {
                 None => return (st, None),
             }
         }
-        for c in &b.chunks {
-            if c.out_ev != 0 && st.event_refs.contains_key(&c.out_ev) {
-                *st.event_refs.entry(c.out_ev).or_insert(0) += 1;
-                evs.push(c.out_ev);
+        // every copy-out of its chunks still listed, including one whose
+        // chunk was taken back meanwhile (`rescue` clears the chunk's
+        // `out_ev`, not the copy)
+        let outs: Vec<u64> = st
+            .dev(dev)
+            .outgoing
+            .iter()
+            .filter(|o| o.id == id)
+            .map(|o| o.ev)
+            .collect();
+        for ev in outs {
+            if !evs.contains(&ev) && st.event_refs.contains_key(&ev) {
+                *st.event_refs.entry(ev).or_insert(0) += 1;
+                evs.push(ev);
             }
         }
         // the deferred slots of this device that the copies before the
@@ -617,7 +628,7 @@ impl Residency {
         }
         let b = st.backings.remove(&id)?;
         // out of the state: its copies are waited for unlocked (as free)
-        let (mut st, settled) = self.wait_copies_of(st, &b);
+        let (mut st, settled) = self.wait_copies_of(st, id, &b);
         self.release_backing(&mut st, b, false, settled);
         self.live.fetch_sub(1, Relaxed);
         Some(Ok(()))
