@@ -119,6 +119,10 @@ pub struct Fake {
     /// the runtime (`hold_copy_ins`): (device, open, copies held so far).
     gate: Mutex<Option<(u32, bool, u32)>>,
     gate_cv: std::sync::Condvar,
+    /// A gate that holds host waits (sync_stream, sync_event) inside the
+    /// runtime (`hold_waits`): (waits still to hold, open, waits held).
+    wait_gate: Mutex<Option<(u32, bool, u32)>>,
+    wait_gate_cv: std::sync::Condvar,
 }
 
 /// Device memory as a kernel sees it: only through mappings, only inside the
@@ -403,6 +407,8 @@ impl Fake {
         Fake {
             gate: Mutex::new(None),
             gate_cv: std::sync::Condvar::new(),
+            wait_gate: Mutex::new(None),
+            wait_gate_cv: std::sync::Condvar::new(),
             st: Mutex::new(State {
                 cur_dev: 0,
                 per_thread: None,
@@ -484,6 +490,50 @@ impl Fake {
         self.gate_cv.notify_all();
         let _g = self
             .gate_cv
+            .wait_while(g, |g| matches!(g, Some((_, false, _))))
+            .unwrap();
+    }
+
+    /// From now on the next `n` host waits (sync_stream, sync_event, any
+    /// thread) are held inside the runtime, before they run anything, until
+    /// `release_waits`; later ones go through.
+    pub fn hold_waits(&self, n: u32) {
+        *self.wait_gate.lock().unwrap() = Some((n, false, 0));
+    }
+
+    /// Waits held by `hold_waits` so far, waiting up to `ms` for one.
+    pub fn waits_held(&self, ms: u64) -> u32 {
+        let g = self.wait_gate.lock().unwrap();
+        let (g, _) = self
+            .wait_gate_cv
+            .wait_timeout_while(g, std::time::Duration::from_millis(ms), |g| {
+                g.is_some_and(|(_, _, n)| n == 0)
+            })
+            .unwrap();
+        g.map_or(0, |(_, _, n)| n)
+    }
+
+    /// Lets the held waits through.
+    pub fn release_waits(&self) {
+        if let Some(g) = self.wait_gate.lock().unwrap().as_mut() {
+            g.1 = true;
+        }
+        self.wait_gate_cv.notify_all();
+    }
+
+    /// Blocks a host wait while `hold_waits` has some left to hold.
+    fn wait_gate(&self) {
+        let mut g = self.wait_gate.lock().unwrap();
+        match g.as_mut() {
+            Some((left, false, n)) if *left > 0 => {
+                *left -= 1;
+                *n += 1;
+            }
+            _ => return,
+        }
+        self.wait_gate_cv.notify_all();
+        let _g = self
+            .wait_gate_cv
             .wait_while(g, |g| matches!(g, Some((_, false, _))))
             .unwrap();
     }
@@ -793,6 +843,7 @@ impl Runtime for Fake {
     }
 
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
+        self.wait_gate();
         let mut st = self.lock();
         st.note_wait("sync_stream");
         if st.lost {
@@ -839,6 +890,7 @@ impl Runtime for Fake {
     }
 
     fn sync_event(&self, event: u64) -> Result<(), AclError> {
+        self.wait_gate();
         let mut st = self.lock();
         st.note_wait("sync_event");
         if st.lost {

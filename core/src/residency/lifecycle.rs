@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::state::{handle_of, id_of, Backing, Host, Kind, State};
+use super::state::{handle_of, id_of, Backing, Host, Kind, StGuard, State};
 use super::{Fail, Order, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::report::{Limit, Refusal};
@@ -221,7 +221,10 @@ impl Residency {
         st.vas.remove(&ptr);
         self.unroute(ptr);
         let b = st.backings.remove(&id)?;
-        self.release_backing(&mut st, b, true);
+        // out of every map: no call, eviction or prefetch finds it any more,
+        // so u3m's copies that may still touch it are waited for unlocked
+        let (mut st, settled) = self.wait_copies_of(st, id, &b);
+        self.release_backing(&mut st, b, true, settled);
         st.recently_freed.push_back(ptr);
         if st.recently_freed.len() > 64 {
             st.recently_freed.pop_front();
@@ -230,18 +233,125 @@ impl Residency {
         Some(Ok(()))
     }
 
+    /// A backing taken out of the state (`b`, no longer in `backings` nor
+    /// `vas`: nobody maps, evicts or copies into it any more): waits without
+    /// the lock for u3m's copies that may still read or write its chunks or
+    /// its deferred host slots — everything issued so far on u3m's stream
+    /// of its device (an event recorded there now) and the copy-outs of its
+    /// chunks in flight — and retakes the lock. Returns the guard and the
+    /// host slots of its device that were deferred (`pending_free`) when the
+    /// event was recorded (the copies that could read them have completed:
+    /// free to give back), or None when nothing could be waited for that
+    /// way (no event: `release_backing` then settles with the lock held).
+    fn wait_copies_of<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        id: u64,
+        b: &Backing,
+    ) -> (StGuard<'a>, Option<Vec<Host>>) {
+        let dev = b.dev;
+        let stream = st.dev(dev).stream;
+        let mut evs: Vec<u64> = Vec::new();
+        if stream != 0 {
+            // recorded on its own device (the runtime refuses another's)
+            match on_device(self.rt, dev, || self.use_event(&mut st, stream)).flatten() {
+                Some(ev) => evs.push(ev),
+                None => return (st, None),
+            }
+        }
+        // every copy-out of its chunks still listed, including one whose
+        // chunk was taken back meanwhile (`rescue` clears the chunk's
+        // `out_ev`, not the copy)
+        let outs: Vec<u64> = st
+            .dev(dev)
+            .outgoing
+            .iter()
+            .filter(|o| o.id == id)
+            .map(|o| o.ev)
+            .collect();
+        for ev in outs {
+            if !evs.contains(&ev) && st.event_refs.contains_key(&ev) {
+                *st.event_refs.entry(ev).or_insert(0) += 1;
+                evs.push(ev);
+            }
+        }
+        // the deferred slots of this device that the copies before the
+        // event may read: given back after it (others wait for a reclaim)
+        let mut slots = Vec::new();
+        if stream != 0 {
+            let mut k = 0;
+            while k < st.pending_free.len() {
+                if st.pending_free[k].0 == dev {
+                    slots.push(st.pending_free.swap_remove(k).1);
+                } else {
+                    k += 1;
+                }
+            }
+            // those behind an earlier fence: the new event comes after it
+            let mut k = 0;
+            while k < st.fenced_free.len() {
+                if st.fenced_free[k].1 == dev {
+                    let (fev, _, h) = st.fenced_free.swap_remove(k);
+                    st.unref_event(fev);
+                    slots.push(h);
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        if evs.is_empty() {
+            return (st, Some(slots));
+        }
+        drop(st);
+        for &ev in &evs {
+            // (no switch to the device: waited for from here all the same)
+            if on_device(self.rt, dev, || self.rt.sync_event(ev)).is_none() {
+                let _ = self.rt.sync_event(ev);
+            }
+        }
+        let mut st = match self.st.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for ev in evs {
+            st.unref_event(ev);
+        }
+        (st, Some(slots))
+    }
+
     /// Gives back every chunk's memory (and, for Malloc, the VA).
-    fn release_backing(&self, st: &mut State, mut b: Backing, release_va: bool) {
+    /// `settled`: u3m's copies that may touch the backing were waited for
+    /// (`wait_copies_of`), and these deferred host slots are free to give
+    /// back; None: wait for them here (lock held).
+    fn release_backing(
+        &self,
+        st: &mut State,
+        mut b: Backing,
+        release_va: bool,
+        settled: Option<Vec<Host>>,
+    ) {
         if !b.vas.is_empty() {
             for i in 0..b.chunks.len() as u32 {
                 self.policy.on_free(b.key(0, i));
             }
         }
-        // copies of ours that may still read or write these chunks
-        self.settle_outgoing(st, b.dev);
-        let stream = st.dev(b.dev).stream;
-        if stream != 0 {
-            self.sync_on_device(b.dev, stream);
+        let waited = settled.is_some();
+        match settled {
+            Some(slots) => {
+                for h in slots {
+                    st.free_host(h);
+                }
+                // (copy-outs of its chunks give their slots back when their
+                // device's calls harvest them: the backing is gone)
+            }
+            None => {
+                // copies of ours that may still read or write these chunks
+                self.settle_outgoing(st, b.dev);
+                let stream = st.dev(b.dev).stream;
+                if stream != 0 {
+                    self.sync_on_device(b.dev, stream);
+                }
+            }
         }
         for (i, c) in b.chunks.iter_mut().enumerate() {
             if c.phys != 0 {
@@ -269,7 +379,9 @@ impl Residency {
             d.resident = d.resident.saturating_sub(b.size);
             b.real = 0;
         }
-        self.reclaim(st);
+        if !waited {
+            self.reclaim(st);
+        }
         if release_va {
             if let Kind::Malloc = b.kind {
                 let _ = self.rt.release(b.vas[0]);
@@ -333,6 +445,9 @@ impl Residency {
         self.fences.forget();
         st.wait_for = None;
         for (_, h) in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for (_, _, h) in std::mem::take(&mut st.fenced_free) {
             st.free_host(h);
         }
         // the parent's file: neither written nor given back here
@@ -512,7 +627,9 @@ impl Residency {
             return Some(Err(AclError::RT_MEMORY_FREE)); // still mapped
         }
         let b = st.backings.remove(&id)?;
-        self.release_backing(&mut st, b, false);
+        // out of the state: its copies are waited for unlocked (as free)
+        let (mut st, settled) = self.wait_copies_of(st, id, &b);
+        self.release_backing(&mut st, b, false, settled);
         self.live.fetch_sub(1, Relaxed);
         Some(Ok(()))
     }
@@ -629,10 +746,24 @@ impl Residency {
         if b.chunks.len() == 1 {
             // room may wait for copy-outs in flight: they land, then retry
             let mut held = Vec::new();
-            let mut r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+            let mut r = self.fault_in(
+                &mut st,
+                &[(id, 0, false)],
+                dev,
+                Order::Host,
+                &mut held,
+                None,
+            );
             while r == Err(Fail::Busy) && !st.dev(dev).outgoing.is_empty() {
                 self.settle_outgoing(&mut st, dev);
-                r = self.fault_in(&mut st, &[(id, 0, false)], dev, Order::Host, &mut held);
+                r = self.fault_in(
+                    &mut st,
+                    &[(id, 0, false)],
+                    dev,
+                    Order::Host,
+                    &mut held,
+                    None,
+                );
             }
             self.unreserve(&mut st, &mut held);
             if let Err(e) = r {
@@ -894,6 +1025,9 @@ impl Residency {
             self.settle_outgoing(&mut st, d as u32);
         }
         for (_, h) in std::mem::take(&mut st.pending_free) {
+            st.free_host(h);
+        }
+        for (_, _, h) in std::mem::take(&mut st.fenced_free) {
             st.free_host(h);
         }
         for d in 0..st.devs.len() {

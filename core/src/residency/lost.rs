@@ -73,6 +73,10 @@ impl Residency {
         for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);
         }
+        for (ev, _, h) in std::mem::take(&mut st.fenced_free) {
+            st.free_host(h);
+            st.unref_event(ev);
+        }
         Some((lost, kept))
     }
 

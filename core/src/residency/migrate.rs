@@ -24,6 +24,15 @@ use crate::engine::runtime::CHUNK;
 use crate::policy::Place;
 use crate::store::StoreError;
 
+/// Copy-ins a host-ordered call issued and waits for without the lock
+/// (`fault_in`): the chunks they fill and the events recorded after them
+/// (one reference each, the waiter's).
+#[derive(Default)]
+pub(super) struct Arriving {
+    pub chunks: Vec<(u64, u32)>,
+    pub evs: Vec<u64>,
+}
+
 /// A copy-out issued and not yet complete.
 pub(super) struct CopyOut {
     id: u64,
@@ -93,6 +102,14 @@ impl Residency {
     /// caller unpins them, `unreserve`): while the caller waits for a
     /// copy-out without the lock, other calls cannot evict what it already
     /// brought in.
+    ///
+    /// `Order::Host` with `arriving`: the copies are not waited for here —
+    /// they are recorded as a use of each chunk they fill (as for a
+    /// stream-ordered call: no eviction before they land, and any other
+    /// call needing the chunk orders itself after them), and `arriving`
+    /// gets the chunks and the event (one reference), which the caller
+    /// waits for without the lock (`protocol::wait_copy_ins`). Without
+    /// `arriving` the host waits here, with the lock held.
     pub(super) fn fault_in(
         &self,
         st: &mut State,
@@ -100,6 +117,7 @@ impl Residency {
         dev: u32,
         order: Order,
         reserved: &mut Vec<(u64, u32)>,
+        arriving: Option<&mut Arriving>,
     ) -> Result<(), Fail> {
         let mut filled: Vec<(u64, u32)> = Vec::new();
         let r = self.fault_in_chunks(st, need, dev, &mut filled, reserved);
@@ -107,8 +125,12 @@ impl Residency {
             return r; // a failure: prepare synchronises u3m's stream
         }
         let stream = self.dev_stream(st, dev)?;
+        let arriving = match (order, &r) {
+            (Order::Host, Ok(())) => arriving,
+            _ => None,
+        };
         match (order, r) {
-            (Order::Host, Ok(())) => {
+            (Order::Host, Ok(())) if arriving.is_none() => {
                 if let Err(e) = self.rt.sync_stream(stream) {
                     // the copies may not have landed: the host copies stay
                     // the chunks' only ones
@@ -120,7 +142,12 @@ impl Residency {
             }
             (order, r) => {
                 let Some(ev) = self.use_event(st, stream) else {
-                    let _ = self.rt.sync_stream(stream);
+                    if self.rt.sync_stream(stream).is_err() {
+                        // the copies may not have landed
+                        for &(id, i) in &filled {
+                            self.undo_fault_in(st, id, i, reserved);
+                        }
+                    }
                     return Err(Fail::Acl(E_ALLOC));
                 };
                 // the copy is a use of each chunk it fills: no eviction
@@ -128,6 +155,12 @@ impl Residency {
                 // themselves after it (`after_copy_ins`)
                 for &(id, i) in &filled {
                     st.set_use(id, i, stream, ev);
+                }
+                if let Some(a) = arriving {
+                    // the reference taken at creation goes to the caller
+                    a.evs.push(ev);
+                    a.chunks.extend_from_slice(&filled);
+                    return Ok(());
                 }
                 let rc = match (order, r) {
                     (Order::Stream(s), Ok(())) => self.rt.stream_wait(s, ev),
@@ -595,7 +628,13 @@ impl Residency {
     /// it was — out of HBM, its host copy the only one, unpinned — so no
     /// call reads the fresh HBM it was given as if it held the chunk's data
     /// (the soak test read zeros there after an injected copy failure).
-    fn undo_fault_in(&self, st: &mut State, id: u64, i: u32, reserved: &mut Vec<(u64, u32)>) {
+    pub(super) fn undo_fault_in(
+        &self,
+        st: &mut State,
+        id: u64,
+        i: u32,
+        reserved: &mut Vec<(u64, u32)>,
+    ) {
         self.drop_hbm(st, id, i);
         let c = st.chunk_mut(id, i);
         c.pins = c.pins.saturating_sub(1);
@@ -632,6 +671,7 @@ impl Residency {
         if let Some(h) = st.chunk_mut(id, i).host.take() {
             return Ok(h);
         }
+        // deferred slots whose copies completed go back (never waits)
         self.reclaim(st);
         // a chunk the policy places on NVMe (seed-heat: below the DRAM
         // threshold; markov: predicted cold) bypasses DRAM
@@ -643,7 +683,13 @@ impl Residency {
                 }
             }
         }
-        let dram_ok = st.dram.used() + CHUNK <= (self.dram_limit as f64 * 0.95) as u64;
+        let limit = (self.dram_limit as f64 * 0.95) as u64;
+        let mut dram_ok = st.dram.used() + CHUNK <= limit;
+        if !(dram_ok || st.pending_free.is_empty() && st.fenced_free.is_empty()) {
+            // DRAM is short: the deferred slots are waited for (lock held)
+            self.reclaim_wait(st);
+            dram_ok = st.dram.used() + CHUNK <= limit;
+        }
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
                 return Ok(Host::Dram(s));
@@ -692,16 +738,98 @@ impl Residency {
         }
         // a queued copy-in may still read these slots: freed after a sync
         st.pending_free.extend(dropped);
-        self.reclaim(st);
+        self.reclaim_wait(st);
         freed
     }
 
-    /// Gives back deferred host slots once no issued copy can read them: a
-    /// slot is read only by copy-ins on its chunk's device's u3m stream, and
-    /// a stream can be synchronised only from its own device (the runtime
-    /// refuses another's), so the slots of the calling thread's device go
-    /// now and the others' wait for a reclaim on their device (or finalize).
+    /// Gives back deferred host slots once no issued copy can read them,
+    /// never waiting (the device's lock is held): a slot is read only by
+    /// copy-ins on its chunk's device's u3m stream, so the slots of the
+    /// calling thread's device are put behind an event recorded on that
+    /// stream now (a stream of another device cannot take work from this
+    /// thread) and given back — now if the stream is idle, else by a later
+    /// reclaim that finds the event complete (`fenced_free`). The others
+    /// wait for a reclaim on their device (or finalize). Without an event,
+    /// `reclaim_wait`.
     pub(super) fn reclaim(&self, st: &mut State) {
+        if !st.fenced_free.is_empty() {
+            self.free_fenced(st);
+        }
+        if st.pending_free.is_empty() {
+            return;
+        }
+        // None: a runtime that cannot say (the replayer) has no contexts
+        let cur = self.rt.current_device();
+        let mut k = 0;
+        while k < st.pending_free.len() {
+            let d = st.pending_free[k].0;
+            let stream = st.devs.get(d as usize).map(|x| x.stream).unwrap_or(0);
+            if stream == 0 {
+                // u3m never copied in on this device
+                let (_, h) = st.pending_free.swap_remove(k);
+                st.free_host(h);
+                continue;
+            }
+            if cur.is_some_and(|c| c != d) {
+                k += 1;
+                continue;
+            }
+            let Some(ev) = self.use_event(st, stream) else {
+                return self.reclaim_wait(st);
+            };
+            // the event's creation reference goes to the first entry
+            let mut refs = 0u32;
+            let mut j = 0;
+            while j < st.pending_free.len() {
+                if st.pending_free[j].0 == d {
+                    let (_, h) = st.pending_free.swap_remove(j);
+                    st.fenced_free.push((ev, d, h));
+                    refs += 1;
+                } else {
+                    j += 1;
+                }
+            }
+            if let Some(r) = st.event_refs.get_mut(&ev) {
+                *r += refs.saturating_sub(1);
+            }
+            // (k: the entry there now is another device's or unvisited)
+        }
+        self.free_fenced(st);
+    }
+
+    /// Gives back the fenced slots whose event is complete (or failed:
+    /// nothing more runs on that stream).
+    fn free_fenced(&self, st: &mut State) {
+        let mut known: Option<(u64, bool)> = None;
+        let mut k = 0;
+        while k < st.fenced_free.len() {
+            let ev = st.fenced_free[k].0;
+            let done = match known {
+                Some((e, d)) if e == ev => d,
+                _ => {
+                    let d = self.rt.event_done(ev).unwrap_or(true);
+                    known = Some((ev, d));
+                    d
+                }
+            };
+            if done {
+                let (ev, _, h) = st.fenced_free.swap_remove(k);
+                st.free_host(h);
+                st.unref_event(ev);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// `reclaim` when the DRAM is needed now: the calling thread's device's
+    /// u3m stream is synchronised (with the lock held) and its deferred
+    /// slots, fenced or not, given back; other devices' wait.
+    pub(super) fn reclaim_wait(&self, st: &mut State) {
+        for (ev, d, h) in std::mem::take(&mut st.fenced_free) {
+            st.unref_event(ev);
+            st.pending_free.push((d, h));
+        }
         if st.pending_free.is_empty() {
             return;
         }

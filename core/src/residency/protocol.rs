@@ -7,7 +7,8 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
-use super::state::State;
+use super::migrate::Arriving;
+use super::state::{StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::config::ReadOnce;
@@ -256,9 +257,20 @@ impl Residency {
         if !fast && t0.is_none() {
             *t0 = Some(crate::shm::mono_ns());
         }
+        // a host-ordered call's own copy-ins, waited for without the lock
+        let mut arriving = Arriving::default();
+        let host = order == Order::Host;
         loop {
             if fast {
-                self.after_copy_ins(&mut st, &need, order, t0)?;
+                let mut settled = false;
+                if host {
+                    let r;
+                    (st, r) = self.wait_copy_ins(st, &need, &mut arriving, &mut reserved, t0);
+                    settled = r?;
+                }
+                if !settled {
+                    self.after_copy_ins(&mut st, &need, order, t0)?;
+                }
                 break;
             }
             let r = match over {
@@ -272,12 +284,16 @@ impl Residency {
                                 .copied()
                                 .filter(|n| mapped.binary_search(&(n.0, n.1)).is_err())
                                 .collect();
-                            self.fault_in(&mut st, &rest, dev, order, &mut reserved)
+                            let a = host.then_some(&mut arriving);
+                            self.fault_in(&mut st, &rest, dev, order, &mut reserved, a)
                         }
                         Err(e) => Err(e),
                     }
                 }
-                None => self.fault_in(&mut st, &need, dev, order, &mut reserved),
+                None => {
+                    let a = host.then_some(&mut arriving);
+                    self.fault_in(&mut st, &need, dev, order, &mut reserved, a)
+                }
                 Some(o) => match self.map_to_host(&mut st, dev, &need, o.need - o.room) {
                     Ok(mapped) => {
                         let rest: Vec<Need> = need
@@ -285,7 +301,8 @@ impl Residency {
                             .copied()
                             .filter(|n| !mapped.contains(&(n.0, n.1)))
                             .collect();
-                        self.fault_in(&mut st, &rest, dev, order, &mut reserved)
+                        let a = host.then_some(&mut arriving);
+                        self.fault_in(&mut st, &rest, dev, order, &mut reserved, a)
                     }
                     Err(Fail::Acl(e)) => {
                         self.refuse_oversize(Oversize {
@@ -300,8 +317,22 @@ impl Residency {
             stall_from = stall_from.or(st.stall_from.take());
             match r {
                 Ok(()) => {
+                    let mut settled = false;
+                    if host {
+                        let r;
+                        (st, r) = self.wait_copy_ins(st, &need, &mut arriving, &mut reserved, t0);
+                        match r {
+                            Ok(s) => settled = s,
+                            Err(e) => {
+                                self.unreserve(&mut st, &mut reserved);
+                                return Err(e);
+                            }
+                        }
+                    }
                     self.unreserve(&mut st, &mut reserved);
-                    self.after_copy_ins(&mut st, &need, order, t0)?;
+                    if !settled {
+                        self.after_copy_ins(&mut st, &need, order, t0)?;
+                    }
                     break;
                 }
                 Err(Fail::Busy) if tries < max_tries => {
@@ -558,17 +589,107 @@ impl Residency {
         Some(ev)
     }
 
-    /// Orders the caller after copy-ins still in flight for chunks it needs
-    /// that were already resident (issued by another call or the prefetch).
-    /// `t0`: when the call began to stall (set here if it must wait).
-    fn after_copy_ins(
-        &self,
-        st: &mut State,
+    /// `Order::Host`: waits without the lock for the copy-ins still in
+    /// flight into the chunks `need` names — this call's own (`arriving`,
+    /// one reference each) and those another call or the prefetch issued —
+    /// instead of holding the device's lock across the host's wait. Every
+    /// needed chunk with memory is pinned meanwhile, so no eviction, host
+    /// mapping or rescue-by-reuse moves it (an eviction never takes a pinned
+    /// chunk, nor one whose copy-in is pending: it is a use), and another
+    /// call needing one of these chunks orders itself after the same events
+    /// (`after_copy_ins`, or its own `wait_copy_ins`). The wait cannot
+    /// depend on the host: u3m's stream holds only copies. After the wait
+    /// the lock is retaken and the copy-ins looked for again (the pins kept
+    /// the chunks in place, so normally none is left). A failed wait undoes
+    /// this call's own copy-ins — out of HBM, the host copies the chunks'
+    /// only ones — unless another call holds or has written one of them.
+    /// Returns the guard (retaken) in every case, and Ok(true) when no
+    /// copy-in is left in flight for these chunks (false: still some after
+    /// a few rounds, for `after_copy_ins`).
+    pub(super) fn wait_copy_ins<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
         need: &[Need],
-        order: Order,
+        arriving: &mut Arriving,
+        reserved: &mut Vec<(u64, u32)>,
         t0: &mut Option<u64>,
-    ) -> Result<(), AclError> {
-        let mut evs: Vec<u64> = Vec::new();
+    ) -> (StGuard<'a>, Result<bool, AclError>) {
+        let mut evs = std::mem::take(&mut arriving.evs);
+        let mut rounds = 0;
+        loop {
+            let known = evs.len();
+            self.pending_copy_ins(&mut st, need, &mut evs);
+            // a reference while unlocked: the event cannot go back to the
+            // pool and be recorded again for other work meanwhile
+            for &ev in &evs[known..] {
+                *st.event_refs.entry(ev).or_insert(0) += 1;
+            }
+            if evs.is_empty() {
+                break;
+            }
+            if rounds >= 3 {
+                // (still pending after 3 rounds: after_copy_ins waits)
+                for ev in evs.drain(..) {
+                    st.unref_event(ev);
+                }
+                arriving.chunks.clear();
+                return (st, Ok(false));
+            }
+            if t0.is_none() {
+                *t0 = Some(crate::shm::mono_ns());
+            }
+            let mut held: Vec<(u64, u32)> = Vec::new();
+            for &(id, i, _) in need {
+                if let Some(c) = st
+                    .backings
+                    .get_mut(&id)
+                    .and_then(|b| b.chunks.get_mut(i as usize))
+                {
+                    if c.phys != 0 {
+                        c.pins += 1;
+                        held.push((id, i));
+                    }
+                }
+            }
+            drop(st);
+            let mut err = None;
+            for &ev in &evs {
+                if let Err(e) = self.rt.sync_event(ev) {
+                    err.get_or_insert(e);
+                }
+            }
+            st = match self.st.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            self.unreserve(&mut st, &mut held);
+            for ev in evs.drain(..) {
+                st.unref_event(ev);
+            }
+            if let Some(e) = err {
+                for (id, i) in std::mem::take(&mut arriving.chunks) {
+                    let mine = reserved.iter().filter(|&&r| r == (id, i)).count() as u32;
+                    let undo = st
+                        .backings
+                        .get(&id)
+                        .and_then(|b| b.chunks.get(i as usize))
+                        .map(|c| c.in_hbm() && c.pins == mine && !c.dirty)
+                        .unwrap_or(false);
+                    if undo {
+                        self.undo_fault_in(&mut st, id, i, reserved);
+                    }
+                }
+                return (st, Err(e));
+            }
+            rounds += 1;
+        }
+        arriving.chunks.clear();
+        (st, Ok(true))
+    }
+
+    /// Adds to `evs` the copy-ins still in flight on u3m's stream for the
+    /// chunks `need` names (not already listed), and forgets those complete.
+    fn pending_copy_ins(&self, st: &mut State, need: &[Need], evs: &mut Vec<u64>) {
         let mut done: Vec<(u64, u32, u64)> = Vec::new();
         for &(id, i, _) in need {
             let Some(b) = st.backings.get(&id) else {
@@ -601,6 +722,21 @@ impl Residency {
             }
             st.unref_event(ev);
         }
+    }
+
+    /// Orders the caller after copy-ins still in flight for chunks it needs
+    /// that were already resident (issued by another call or the prefetch).
+    /// `t0`: when the call began to stall (set here if it must wait).
+    /// A host-ordered call has waited for them already (`wait_copy_ins`).
+    fn after_copy_ins(
+        &self,
+        st: &mut State,
+        need: &[Need],
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<(), AclError> {
+        let mut evs: Vec<u64> = Vec::new();
+        self.pending_copy_ins(st, need, &mut evs);
         if !evs.is_empty() && t0.is_none() {
             *t0 = Some(crate::shm::mono_ns());
         }

@@ -316,6 +316,11 @@ pub(super) struct State {
     /// reading, with the device whose u3m stream may read them (the chunk's):
     /// given back only after that stream is synchronised.
     pub pending_free: Vec<(u32, Host)>,
+    /// Deferred host slots behind a fence: (event recorded on the device's
+    /// u3m stream after every copy that may read the slot, one reference
+    /// per entry; device; slot), given back once the event is complete
+    /// (`migrate::reclaim`, never a wait).
+    pub fenced_free: Vec<(u64, u32, Host)>,
     /// An event an eviction must see complete (waited for without the lock).
     pub wait_for: Option<u64>,
     /// CLOCK_MONOTONIC when the current call's first absent chunk was met
@@ -356,6 +361,7 @@ impl State {
             clock: 0,
             recently_freed: VecDeque::new(),
             pending_free: Vec::new(),
+            fenced_free: Vec::new(),
             wait_for: None,
             stall_from: None,
             call_chunks: Vec::new(),
