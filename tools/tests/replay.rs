@@ -830,7 +830,8 @@ fn predictive_moves_at_most_1_15_x_belady_on_a_small_recompute_run() {
 /// taking an idle victim near the busy front of the order (evict.rs
 /// `SCAN_FAR`), 244.8 ms when every copy-in whose 64 nearest victims were
 /// in use by queued optimizer work waited for that work (998.5 ms per
-/// step, 950.6 ms now; bytes equal).
+/// step, 950.6 ms with that change; 848.5 ms and 159.5 ms idle with the
+/// predictor's idle-chunk rule too, copy-ins 689 ms at 16.04 GiB).
 #[test]
 fn adam_13b_copy_ins_idle_only_while_forward_and_backward_compute() {
     let dir = std::env::temp_dir().join(format!("u3m-replay-test-{}-adam13b", std::process::id()));
@@ -875,7 +876,9 @@ fn adam_13b_copy_ins_idle_only_while_forward_and_backward_compute() {
     let step = (b.0 - a.0) / 2.0;
     let h2d = (b.1 - a.1) / 2.0;
     let unconstrained = (b.2 - a.2) / 2.0;
-    assert!(unconstrained > 250e6 && h2d > 700e6, "{a:?} {b:?}");
+    // the copy-ins alone take 687 ms of link time per step even at Belady's
+    // bytes (16.00 GiB): under that the trace or the replay changed
+    assert!(unconstrained > 250e6 && h2d > 650e6, "{a:?} {b:?}");
     assert!(
         step - h2d <= 0.8 * unconstrained,
         "per step {:.1} ms, copy-ins {:.1} ms: the copy-in link idles {:.1} ms > 0.8 x the unconstrained {:.1} ms",
