@@ -746,17 +746,8 @@ impl Residency {
         if b.chunks.len() == 1 {
             // room may wait for copy-outs in flight: they land, then retry
             let mut held = Vec::new();
-            let mut r = self.fault_in(
-                &mut st,
-                &[(id, 0, false)],
-                dev,
-                Order::Host,
-                &mut held,
-                None,
-            );
-            while r == Err(Fail::Busy) && !st.dev(dev).outgoing.is_empty() {
-                self.settle_outgoing(&mut st, dev);
-                r = self.fault_in(
+            let r = loop {
+                let r = self.fault_in(
                     &mut st,
                     &[(id, 0, false)],
                     dev,
@@ -764,7 +755,11 @@ impl Residency {
                     &mut held,
                     None,
                 );
-            }
+                if r != Err(Fail::Busy) || st.dev(dev).outgoing.is_empty() {
+                    break r;
+                }
+                self.settle_outgoing(&mut st, dev);
+            };
             self.unreserve(&mut st, &mut held);
             if let Err(e) = r {
                 return Some(Err(e.acl()));
