@@ -42,6 +42,31 @@ fn pattern(seed: u64, len: u64) -> Vec<u8> {
         .collect()
 }
 
+/// A synchronous (host-ordered) call on `dev`, as an aclrtMemcpy: writes
+/// `data` at `va` (overwriting it) or reads `len` bytes there — prepare, the
+/// access through the fake runtime, finish.
+fn sync_call(
+    r: &Residency,
+    f: &Fake,
+    dev: u32,
+    va: u64,
+    len: u64,
+    data: Option<&[u8]>,
+) -> Result<Vec<u8>, AclError> {
+    let rs = [Range {
+        addr: va,
+        len,
+        write: data.is_some(),
+    }];
+    let tok = r.prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)?;
+    let out = match data {
+        Some(d) => f.app_write(va, d).map(|()| Vec::new()),
+        None => f.app_read(va, len),
+    };
+    r.finish(tok, None, out.is_ok());
+    out
+}
+
 /// A program on the fake runtime, calling the manager as the hooks do.
 struct App {
     r: Residency,
@@ -893,21 +918,7 @@ fn streams_are_synchronised_on_their_own_device() {
     let r = Residency::new(f, &config(&[])).expect("residency");
     let step = |dev: u32, va: u64, data: Option<&[u8]>| -> Vec<u8> {
         f.set_device(dev).unwrap();
-        let len = CHUNK;
-        let rs = [Range {
-            addr: va,
-            len,
-            write: data.is_some(),
-        }];
-        let tok = r
-            .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
-            .expect("prepare");
-        let out = match data {
-            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
-            None => f.app_read(va, len),
-        };
-        r.finish(tok, None, out.is_ok());
-        out.expect("call")
+        sync_call(&r, f, dev, va, CHUNK, data).expect("call")
     };
     let mut vas = Vec::new();
     for dev in 0..2u32 {
@@ -1606,20 +1617,7 @@ fn device_1_never_waits_for_device_0s_residency_work() {
     let (free, total) = f.mem_info().unwrap();
     let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
     let call = |dev: u32, va: u64, len: u64, data: Option<&[u8]>| -> Vec<u8> {
-        let rs = [Range {
-            addr: va,
-            len,
-            write: data.is_some(),
-        }];
-        let tok = r
-            .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
-            .expect("prepare");
-        let out = match data {
-            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
-            None => f.app_read(va, len),
-        };
-        r.finish(tok, None, out.is_ok());
-        out.expect("call")
+        sync_call(r, f, dev, va, len, data).expect("call")
     };
     call(0, x, CHUNK, Some(&pattern(1, CHUNK)));
     assert!(r.make_room(0, 2 * CHUNK), "x evicted");
@@ -1828,20 +1826,7 @@ fn two_devices_stress(eager: bool) -> super::fake::Seen {
                 let dev = (t % 2) as u32;
                 f.set_device(dev).unwrap();
                 let call = |va: u64, at: u64, len: u64, data: Option<&[u8]>| {
-                    let rs = [Range {
-                        addr: va + at,
-                        len,
-                        write: data.is_some(),
-                    }];
-                    let tok = r
-                        .prepare(dev, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
-                        .expect("prepare");
-                    let out = match data {
-                        Some(d) => f.app_write(va + at, d).map(|()| Vec::new()),
-                        None => f.app_read(va + at, len),
-                    };
-                    r.finish(tok, None, out.is_ok());
-                    out.expect("call")
+                    sync_call(r, f, dev, va + at, len, data).expect("call")
                 };
                 let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
                 let mut rnd = move |n: u64| {
@@ -1951,20 +1936,7 @@ fn a_host_wait_for_a_copy_in_holds_no_residency_lock() {
         Residency::new(f, &config(&[])).expect("residency"),
     ));
     let call = |va: u64, data: Option<&[u8]>| -> Vec<u8> {
-        let rs = [Range {
-            addr: va,
-            len: CHUNK,
-            write: data.is_some(),
-        }];
-        let tok = r
-            .prepare(0, OpClass::Layout as u8, &rs, data.is_some(), Order::Host)
-            .expect("prepare");
-        let out = match data {
-            Some(d) => f.app_write(va, d).map(|()| Vec::new()),
-            None => f.app_read(va, CHUNK),
-        };
-        r.finish(tok, None, out.is_ok());
-        out.expect("call")
+        sync_call(r, f, 0, va, CHUNK, data).expect("call")
     };
     let (free, total) = f.mem_info().unwrap();
     let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
@@ -2033,23 +2005,9 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
     let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
     let z = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
     let write = |va: u64, seed: u64| {
-        let w = [Range {
-            addr: va,
-            len: CHUNK,
-            write: true,
-        }];
-        let tok = r
-            .prepare(0, OpClass::Layout as u8, &w, true, Order::Host)
-            .unwrap();
-        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
-        r.finish(tok, None, true);
+        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(seed, CHUNK))).unwrap();
     };
     write(x, 7);
-    let read = [Range {
-        addr: x,
-        len: CHUNK,
-        write: false,
-    }];
     // device 1's thread reads x (on the host) first, then device 0's: each
     // read faults x in on device 0's copy stream
     for (k, dev) in [1u32, 0, 1].into_iter().enumerate() {
@@ -2060,16 +2018,13 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
         write(z, 16 + k as u64);
         assert_eq!(r.usage(0).0, 2 * CHUNK);
         f.set_device(dev).unwrap();
-        let tok = r
-            .prepare(dev, OpClass::Layout as u8, &read, false, Order::Host)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "device {dev}'s read of device 0's chunk: {e:?}; {:?}",
-                    f.seen().misuse
-                )
-            });
-        assert_eq!(f.app_read(x, CHUNK).unwrap(), pattern(7, CHUNK));
-        r.finish(tok, None, true);
+        let got = sync_call(&r, f, dev, x, CHUNK, None).unwrap_or_else(|e| {
+            panic!(
+                "device {dev}'s read of device 0's chunk: {e:?}; {:?}",
+                f.seen().misuse
+            )
+        });
+        assert_eq!(got, pattern(7, CHUNK));
         assert_eq!(
             f.current_device(),
             Some(dev),
@@ -2078,21 +2033,8 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
     }
     f.set_device(0).unwrap();
     for (va, seed) in [(y, 10), (z, 18)] {
-        let tok = r
-            .prepare(
-                0,
-                OpClass::Layout as u8,
-                &[Range {
-                    addr: va,
-                    len: CHUNK,
-                    write: false,
-                }],
-                false,
-                Order::Host,
-            )
-            .unwrap();
-        assert_eq!(f.app_read(va, CHUNK).unwrap(), pattern(seed, CHUNK));
-        r.finish(tok, None, true);
+        let got = sync_call(&r, f, 0, va, CHUNK, None).unwrap();
+        assert_eq!(got, pattern(seed, CHUNK));
     }
     let s = f.seen();
     assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
