@@ -10,6 +10,7 @@ pub mod engine;
 pub mod heat;
 pub mod monitor;
 pub mod opclass;
+mod perthread;
 pub mod plan;
 pub mod policy;
 pub mod residency;

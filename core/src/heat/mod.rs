@@ -89,8 +89,6 @@ pub struct HeatTable {
     shards: zeroed::ZSlice<Shard>,
     cold: Mutex<Cold>,
     config: HeatConfig,
-    /// This table's id among the threads' buffers (`pending`).
-    id: u64,
     /// Per-thread buffers of accesses (`record_ranges`).
     pending: pending::Registry,
 }
@@ -193,8 +191,7 @@ impl HeatTable {
                 max_chunks,
                 max_ranges: 0,
             },
-            id: pending::next_id(),
-            pending: pending::Registry::default(),
+            pending: pending::registry(),
         })
         .map(|mut t| {
             t.config.max_ranges = t.ranges.capacity();

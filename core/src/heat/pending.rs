@@ -23,26 +23,18 @@
 //! (uncontended unless a reader is applying it); a reader skips a buffer
 //! whose `dirty` flag is clear without locking it.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::*;
 
 use super::addr_map::{Resolved, CHUNK_SHIFT};
 use super::ranges::RangeHit;
 use super::record::{Delta, Hit};
 use super::{Access, HeatTable};
+use crate::perthread;
 
 /// Entries per list; a full list applies the buffer.
 const ALLOCS: usize = 16;
 const RANGES: usize = 64;
 const CHUNKS: usize = 32;
-
-/// Ids of heat tables (a thread's buffers are found by the table's id).
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-pub(super) fn next_id() -> u64 {
-    NEXT_ID.fetch_add(1, Relaxed)
-}
 
 #[derive(Default)]
 pub(super) struct Pending {
@@ -70,31 +62,15 @@ impl Pending {
 }
 
 /// One thread's buffer for one table.
-pub(super) struct Buf {
-    /// Set (under `p`'s lock) when `p` holds something; cleared when applied.
-    dirty: AtomicBool,
-    p: Mutex<Pending>,
-}
+type Buf = perthread::Buf<Pending>;
 
-impl Buf {
-    fn lock(&self) -> MutexGuard<'_, Pending> {
-        // applying is atomics only: a panic cannot leave it half-trusted
-        self.p.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+/// The registry of a table's per-thread buffers (`off`: set in a forked
+/// child by `after_fork_child` — no buffering, no draining: the parent's
+/// threads may have held these locks at fork).
+pub(super) type Registry = perthread::Registry<Pending>;
 
-/// The registry of a table's per-thread buffers.
-#[derive(Default)]
-pub(super) struct Registry {
-    bufs: Mutex<Vec<Arc<Buf>>>,
-    /// Set in a forked child (`after_fork_child`): no buffering, no
-    /// draining — the parent's threads may have held these locks at fork.
-    off: AtomicBool,
-}
-
-thread_local! {
-    /// This thread's buffers: (table id, buffer).
-    static MINE: RefCell<Vec<(u64, Arc<Buf>)>> = const { RefCell::new(Vec::new()) };
+pub(super) fn registry() -> Registry {
+    Registry::new(perthread::SLOT_HEAT, ())
 }
 
 impl HeatTable {
@@ -107,35 +83,10 @@ impl HeatTable {
             self.touch_ranges(ranges, a);
             return;
         }
-        let done = MINE
-            .try_with(|m| {
-                {
-                    let Ok(m) = m.try_borrow() else { return false };
-                    if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
-                        self.record_in(b, ranges, a);
-                        return true;
-                    }
-                }
-                let buf = Arc::new(Buf {
-                    dirty: AtomicBool::new(false),
-                    p: Mutex::new(Pending::with_capacity()),
-                });
-                let Ok(mut m) = m.try_borrow_mut() else {
-                    return false;
-                };
-                // buffers of tables dropped since (only this thread holds them)
-                m.retain(|(_, b)| Arc::strong_count(b) > 1);
-                self.pending
-                    .bufs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(buf.clone());
-                m.push((self.id, buf.clone()));
-                self.record_in(&buf, ranges, a);
-                true
-            })
-            .unwrap_or(false);
-        if !done {
+        let done = self
+            .pending
+            .mine(Pending::with_capacity, |b| self.record_in(b, ranges, a));
+        if done.is_none() {
             self.touch_ranges(ranges, a);
         }
     }
@@ -319,20 +270,16 @@ impl HeatTable {
         }
         // this thread's own buffer is free (it is not inside a call), even
         // when the registry is held
-        let _ = MINE.try_with(|m| {
-            if let Ok(m) = m.try_borrow() {
-                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
-                    if let Ok(mut p) = b.p.try_lock() {
-                        self.apply(&mut p);
-                    }
-                }
+        self.pending.this_thread(|b| {
+            if let Some(mut p) = b.try_lock() {
+                self.apply(&mut p);
             }
         });
-        let Ok(bufs) = self.pending.bufs.try_lock() else {
+        let Ok(r) = self.pending.try_lock() else {
             return;
         };
-        for b in bufs.iter() {
-            if let Ok(mut p) = b.p.try_lock() {
+        for b in r.bufs.iter() {
+            if let Some(mut p) = b.try_lock() {
                 self.apply(&mut p);
             }
         }
@@ -344,15 +291,15 @@ impl HeatTable {
         if self.pending.off.load(Acquire) {
             return;
         }
-        let mut bufs = self.pending.bufs.lock().unwrap_or_else(|e| e.into_inner());
-        bufs.retain(|b| {
+        let mut r = self.pending.lock();
+        r.bufs.retain(|b| {
             if b.dirty.load(Acquire) {
                 let mut p = b.lock();
                 self.apply(&mut p);
                 b.dirty.store(false, Relaxed);
             }
-            // only the registry holds it: its thread has exited
-            Arc::strong_count(b) > 1
+            // only the registry holds it once its thread has exited
+            !Buf::orphaned(b)
         });
     }
 }
@@ -467,16 +414,10 @@ mod tests {
         let (release_tx, release_rx) = mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {
             t.record_ranges(&r, &acc(2));
-            let bufs = t.pending.bufs.lock().unwrap();
-            let b = bufs
-                .iter()
-                .find(|b| MINE.with(|m| m.borrow().iter().any(|(_, x)| Arc::ptr_eq(x, b))))
-                .unwrap()
-                .clone();
-            drop(bufs);
+            let b = t.pending.mine_arc().unwrap();
             let _g = b.lock();
             // and the registry, as by a reader
-            let _r = t.pending.bufs.lock().unwrap();
+            let _r = t.pending.lock();
             held_tx.send(()).unwrap();
             let _ = release_rx.recv();
         });
@@ -534,7 +475,7 @@ mod tests {
         assert_eq!(t.chunk_info(B + 7 * MIB).unwrap().stats.accesses, 4 * calls);
         assert_eq!(t.totals().touches, 4 * calls * 2);
         // the exited threads' buffers were applied and dropped
-        assert!(t.pending.bufs.lock().unwrap().is_empty());
+        assert!(t.pending.lock().bufs.is_empty());
         // more calls from this thread, then the free
         t.record_ranges(
             &[Range {

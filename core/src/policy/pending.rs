@@ -38,11 +38,11 @@
 //! released in the child: that child never calls the policy again (it
 //! evicts in recency order and predicts nothing) instead of waiting.
 
-use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::{MutexGuard, TryLockError};
 
 use super::{Cand, HeatFn, Place, Placement};
+use crate::perthread::{self, Bufs};
 
 /// Calls per buffer; a full buffer is applied by the call that finds it
 /// full (with the engine's residency lock held).
@@ -55,9 +55,6 @@ const KEYS: usize = 512;
 /// ([`Placement::after_call`]), so a full buffer is rare.
 const DUE_CALLS: usize = CALLS / 2;
 const DUE_KEYS: usize = KEYS / 2;
-
-/// Ids of wrappers (a thread's buffers are found by the wrapper's id).
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// One thread's buffered calls, in the order it made them (fixed arrays:
 /// appending is a bounds check and a copy; the applier swaps the box).
@@ -119,24 +116,13 @@ impl Calls {
     }
 }
 
-/// One thread's buffer for one wrapper.
-struct Buf {
-    /// Set (under `p`'s lock) when `p` holds something; cleared when taken.
-    dirty: AtomicBool,
-    p: Mutex<Box<Calls>>,
-}
+/// One thread's buffer for one wrapper (`dirty`: set under its lock when
+/// it holds something; cleared when taken).
+type Buf = perthread::Buf<Box<Calls>>;
 
-impl Buf {
-    fn lock(&self) -> MutexGuard<'_, Box<Calls>> {
-        // a buffer is plain data: a panic cannot leave it half-trusted
-        self.p.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The registry of the buffers and the applier's scratch space.
+/// The applier's scratch space, under the registry's lock.
 #[derive(Default)]
-struct Registry {
-    bufs: Vec<Arc<Buf>>,
+struct Scratch {
     /// Contents taken out of the buffers, being applied.
     taken: Vec<Box<Calls>>,
     /// Emptied `Calls` to swap into the buffers (no allocation per apply).
@@ -145,36 +131,20 @@ struct Registry {
     order: Vec<(u64, u32, u32)>,
 }
 
-thread_local! {
-    /// This thread's buffers: (wrapper id, buffer).
-    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
-    /// (wrapper id, its buffer in `MINE`) of the thread's latest call: the
-    /// hot path's lookup (no destructor, so no lazy state to check). Valid
-    /// while `MINE` holds the buffer: `Mine::drop` clears it first, and a
-    /// buffer `MINE` lets go of belongs to a dropped wrapper, whose id
-    /// (never reused) no call compares equal to.
-    static LAST: Cell<(u64, *const Buf)> = const { Cell::new((0, std::ptr::null())) };
-}
-
-struct Mine(RefCell<Vec<(u64, Arc<Buf>)>>);
-
-impl Drop for Mine {
-    fn drop(&mut self) {
-        let _ = LAST.try_with(|l| l.set((0, std::ptr::null())));
-    }
-}
+/// The registry of the buffers (`perthread`: a thread's buffer is found
+/// through the per-thread cache of the last one used, `LAST`) and the
+/// applier's scratch space; its `off` is set in a forked child: no
+/// buffering, nothing to apply.
+type Registry = perthread::Registry<Box<Calls>, Scratch>;
 
 /// A policy whose accesses are buffered per thread: see the module
 /// documentation.
 pub struct Buffered {
     inner: Box<dyn Placement>,
-    id: u64,
-    reg: Mutex<Registry>,
+    reg: Registry,
     /// Set when a buffer went from empty to holding something; cleared by
     /// the applier (under the registry's lock) before it looks at them.
     any: AtomicBool,
-    /// Set in a forked child: no buffering, nothing to apply.
-    off: AtomicBool,
     /// Set when a buffer holds `DUE_*` calls or keys; cleared by the
     /// applier with `any`.
     due: AtomicBool,
@@ -189,10 +159,8 @@ impl Buffered {
     pub fn new(inner: Box<dyn Placement>) -> Buffered {
         Buffered {
             inner,
-            id: NEXT_ID.fetch_add(1, Relaxed),
-            reg: Mutex::new(Registry::default()),
+            reg: Registry::new(perthread::SLOT_POLICY, Scratch::default()),
             any: AtomicBool::new(false),
-            off: AtomicBool::new(false),
             due: AtomicBool::new(false),
             cut_off: AtomicBool::new(false),
         }
@@ -203,15 +171,15 @@ impl Buffered {
         &*self.inner
     }
 
-    fn registry(&self) -> MutexGuard<'_, Registry> {
-        self.reg.lock().unwrap_or_else(|e| e.into_inner())
+    fn registry(&self) -> MutexGuard<'_, Bufs<Box<Calls>, Scratch>> {
+        self.reg.lock()
     }
 
     /// Everything buffered, into the policy (before any read of it).
     #[inline]
     fn flush(&self) {
         // in a forked child the registry may be held for ever
-        if self.any.load(Acquire) && !self.off.load(Acquire) {
+        if self.any.load(Acquire) && !self.reg.off.load(Acquire) {
             let mut r = self.registry();
             self.apply(&mut r);
         }
@@ -220,19 +188,22 @@ impl Buffered {
     /// Takes every buffer's calls and gives them to the policy in `now`
     /// order (with the registry's lock held: `r`). Buffers of threads that
     /// have exited are dropped once taken.
-    fn apply(&self, r: &mut Registry) {
-        if self.off.load(Acquire) {
+    fn apply(&self, r: &mut Bufs<Box<Calls>, Scratch>) {
+        if self.reg.off.load(Acquire) {
             return;
         }
         // a buffer filled after this is seen by the next apply (its owner
         // sets `any` after pushing)
         self.any.store(false, SeqCst);
         self.due.store(false, Relaxed);
-        let Registry {
+        let Bufs {
             bufs,
-            taken,
-            spare,
-            order,
+            s:
+                Scratch {
+                    taken,
+                    spare,
+                    order,
+                },
         } = r;
         // Every dirty buffer locked at once, then taken: a cut with no call
         // in flight, so what is taken is, for calls whose clock reading and
@@ -253,7 +224,7 @@ impl Buffered {
             b.dirty.store(false, Relaxed);
         }
         // only the registry holds it: its thread has exited
-        bufs.retain(|b| Arc::strong_count(b) > 1);
+        bufs.retain(|b| !Buf::orphaned(b));
         match taken.len() {
             0 => {}
             1 => {
@@ -323,7 +294,7 @@ impl Buffered {
 
     /// The call straight to the policy, after everything buffered.
     fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
-        if self.off.load(Acquire) {
+        if self.reg.off.load(Acquire) {
             if self.cut_off.load(Relaxed) {
                 return;
             }
@@ -341,42 +312,13 @@ impl Placement for Buffered {
     }
 
     fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
-        if keys.len() > KEYS || keys.len() != writes.len() || self.off.load(Relaxed) {
+        if keys.len() > KEYS || keys.len() != writes.len() || self.reg.off.load(Relaxed) {
             return self.direct(now, class, keys, writes);
         }
-        if let Ok((id, b)) = LAST.try_with(|l| l.get()) {
-            if id == self.id {
-                // SAFETY: `LAST` names a buffer `MINE` holds (see `LAST`)
-                return self.push(unsafe { &*b }, now, class, keys, writes);
-            }
-        }
-        let done = MINE
-            .try_with(|m| {
-                let m = &m.0;
-                {
-                    let Ok(m) = m.try_borrow() else { return false };
-                    if let Some((_, b)) = m.iter().find(|(id, _)| *id == self.id) {
-                        let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(b))));
-                        self.push(b, now, class, keys, writes);
-                        return true;
-                    }
-                }
-                let Ok(mut m) = m.try_borrow_mut() else {
-                    return false;
-                };
-                let buf = Arc::new(Buf {
-                    dirty: AtomicBool::new(false),
-                    p: Mutex::new(Calls::boxed()),
-                });
-                // buffers of wrappers dropped since (only this thread holds them)
-                m.retain(|(_, b)| Arc::strong_count(b) > 1);
-                self.registry().bufs.push(buf.clone());
-                m.push((self.id, buf.clone()));
-                let _ = LAST.try_with(|l| l.set((self.id, Arc::as_ptr(&buf))));
-                self.push(&buf, now, class, keys, writes);
-                true
-            })
-            .unwrap_or(false);
+        let done = self
+            .reg
+            .mine(Calls::boxed, |b| self.push(b, now, class, keys, writes))
+            .is_some();
         if !done {
             // thread exiting: no buffer
             self.direct(now, class, keys, writes);
@@ -448,7 +390,7 @@ impl Placement for Buffered {
     /// applying already, nothing (it takes this thread's calls too).
     #[inline]
     fn after_call(&self) {
-        if self.due.load(Relaxed) && !self.off.load(Relaxed) {
+        if self.due.load(Relaxed) && !self.reg.off.load(Relaxed) {
             let mut r = match self.reg.try_lock() {
                 Ok(r) => r,
                 Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -459,26 +401,22 @@ impl Placement for Buffered {
     }
 
     fn after_fork_child(&self) {
-        if self.off.swap(true, AcqRel) {
+        if self.reg.off.swap(true, AcqRel) {
             return;
         }
         // the thread that forked is not inside a call: its own buffer is
         // free even when the registry is held; the others are taken if
         // they can be (a buffer held at the fork was mid-call: dropped)
         let mut taken: Vec<Box<Calls>> = Vec::new();
-        let _ = MINE.try_with(|m| {
-            if let Ok(m) = m.0.try_borrow() {
-                for (_, b) in m.iter().filter(|(id, _)| *id == self.id) {
-                    if let Ok(mut p) = b.p.try_lock() {
-                        taken.push(std::mem::replace(&mut *p, Calls::boxed()));
-                    }
-                }
+        self.reg.this_thread(|b| {
+            if let Some(mut p) = b.try_lock() {
+                taken.push(std::mem::replace(&mut *p, Calls::boxed()));
             }
         });
         match self.reg.try_lock() {
             Ok(r) => {
                 for b in r.bufs.iter() {
-                    if let Ok(mut p) = b.p.try_lock() {
+                    if let Some(mut p) = b.try_lock() {
                         if p.n != 0 {
                             taken.push(std::mem::replace(&mut *p, Calls::boxed()));
                         }

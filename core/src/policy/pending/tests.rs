@@ -5,7 +5,7 @@
 
 use super::super::{Cand, Lru, Markov, Place, Placement, Predictive};
 use super::*;
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 const MB2: u64 = 2 << 20;
@@ -265,14 +265,7 @@ fn threads_decide_as_unbuffered() {
 fn after_call_applies_when_due() {
     let b = Buffered::new(Box::new(Predictive::new()));
     let plain = Predictive::new();
-    let held = |b: &Buffered| {
-        MINE.with(|m| {
-            m.0.borrow()
-                .iter()
-                .find(|e| e.0 == b.id)
-                .map(|e| e.1.lock().n)
-        })
-    };
+    let held = |b: &Buffered| b.reg.this_thread(|x| x.lock().n);
     let mut rnd = xorshift(99);
     let mut last = vec![0u64; 330];
     let mut max_held = 0;
@@ -330,7 +323,7 @@ fn child_after_fork(
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let other = std::thread::spawn(move || {
         b.on_access(1, 0, &[MB2], &[false]);
-        let me = MINE.with(|m| m.0.borrow().iter().find(|e| e.0 == b.id).unwrap().1.clone());
+        let me = b.reg.mine_arc().unwrap();
         let _g = me.lock();
         held_tx.send(()).unwrap();
         let _ = go_rx.recv();
@@ -421,7 +414,7 @@ fn after_fork_child_never_waits_for_an_applier() {
     }
     let b: &'static Buffered = Box::leak(Box::new(Buffered::new(Box::new(ByRef(g)))));
     let (p2, p3, order) = child_after_fork(b, move || {
-        let reg = held_by_a_thread(&b.reg);
+        let reg = held_by_a_thread(b.reg.mutex());
         let gate = held_by_a_thread(&g.gate);
         Box::new(move || {
             gate();

@@ -1,0 +1,256 @@
+//! Per-thread buffers registered with their owner (issue 10 part 2): what
+//! the heat table (`heat/pending.rs`) and the buffered policy
+//! (`policy/pending.rs`) share.
+//!
+//! An owner (a heat table, a policy wrapper) has a [`Registry`]: an id
+//! (from one counter, never reused), the list of every thread's
+//! [`Buf`] for it, and an `off` flag (a forked child: the owner stops
+//! buffering). A thread finds its buffer for an owner with
+//! [`Registry::mine`], which creates and registers it on the thread's first
+//! call. The thread-local side holds one `Arc` of each of the thread's
+//! buffers (`MINE`, dropped when the thread exits) and, per kind of owner
+//! ([`SLOT_HEAT`], [`SLOT_POLICY`]), the (id, buffer) of the last one used
+//! (`LAST`: a const thread-local with no destructor, so the hot path's
+//! lookup checks no lazy state). A `LAST` entry is valid while `MINE`
+//! holds its buffer: `Mine::drop` clears every entry first, and `MINE`
+//! lets go of a buffer only once its registry has (its owner was dropped,
+//! and its id, never reused, is then never looked up again).
+//!
+//! A registry keeps a buffer until only the registry holds it (its thread
+//! has exited): [`Buf::orphaned`]. What a buffer holds and when it is
+//! applied is the owner's business; the registry's lock also guards the
+//! owner's scratch space (`S`), so an owner applying under it has both.
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockResult};
+
+/// Ids of registries (a thread's buffers are found by their registry's id).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// `LAST` slot of heat tables.
+pub(crate) const SLOT_HEAT: usize = 0;
+/// `LAST` slot of buffered policies.
+pub(crate) const SLOT_POLICY: usize = 1;
+const SLOTS: usize = 2;
+
+/// One thread's buffer for one owner.
+pub(crate) struct Buf<T> {
+    /// The owner's flag that `p` holds something (set and cleared under
+    /// `p`'s lock; read without it to skip a clean buffer).
+    pub(crate) dirty: AtomicBool,
+    p: Mutex<T>,
+}
+
+impl<T> Buf<T> {
+    /// The buffer, locked (a poisoned lock is taken anyway: a buffer is
+    /// plain data its owner keeps consistent at every step).
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+        self.p.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The buffer if it can be locked without waiting (and is not poisoned).
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        self.p.try_lock().ok()
+    }
+
+    /// Only the registry holds it: its thread has exited.
+    #[inline]
+    pub(crate) fn orphaned(b: &Arc<Buf<T>>) -> bool {
+        Arc::strong_count(b) <= 1
+    }
+}
+
+/// What the registry's lock guards: every thread's buffer, and the owner's
+/// scratch space.
+pub(crate) struct Bufs<T, S> {
+    pub(crate) bufs: Vec<Arc<Buf<T>>>,
+    pub(crate) s: S,
+}
+
+/// The registry of an owner's per-thread buffers: see the module
+/// documentation.
+pub(crate) struct Registry<T, S = ()> {
+    id: u64,
+    slot: usize,
+    reg: Mutex<Bufs<T, S>>,
+    /// Set in a forked child: no buffering, nothing to apply (what that
+    /// means is the owner's; the registry only keeps the flag).
+    pub(crate) off: AtomicBool,
+}
+
+type Entry = (u64, Arc<dyn Any + Send + Sync>);
+
+struct Mine(RefCell<Vec<Entry>>);
+
+impl Drop for Mine {
+    fn drop(&mut self) {
+        let _ = LAST.try_with(|l| {
+            for e in l {
+                e.set((0, std::ptr::null()));
+            }
+        });
+    }
+}
+
+thread_local! {
+    /// This thread's buffers: (registry id, buffer).
+    static MINE: Mine = const { Mine(RefCell::new(Vec::new())) };
+    /// Per slot, (registry id, its buffer in `MINE`) of the last lookup.
+    static LAST: [Cell<(u64, *const ())>; SLOTS] =
+        const { [const { Cell::new((0, std::ptr::null())) }; SLOTS] };
+}
+
+impl<T: Send + 'static, S> Registry<T, S> {
+    /// A registry whose owners of one kind share `LAST` slot `slot`.
+    pub(crate) fn new(slot: usize, s: S) -> Registry<T, S> {
+        assert!(slot < SLOTS);
+        Registry {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            slot,
+            reg: Mutex::new(Bufs {
+                bufs: Vec::new(),
+                s,
+            }),
+            off: AtomicBool::new(false),
+        }
+    }
+
+    /// The registry's buffers, locked (poison ignored: see `Buf::lock`).
+    #[inline]
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Bufs<T, S>> {
+        self.reg.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn try_lock(&self) -> TryLockResult<MutexGuard<'_, Bufs<T, S>>> {
+        self.reg.try_lock()
+    }
+
+    /// The registry's lock itself (tests hold it as a thread at a fork would).
+    #[cfg(test)]
+    pub(crate) fn mutex(&self) -> &Mutex<Bufs<T, S>> {
+        &self.reg
+    }
+
+    /// `f` on the calling thread's buffer, created (`make`) and registered
+    /// on its first call. None, with `f` not called, when the thread's
+    /// buffers are unavailable (the thread is exiting, or its list is
+    /// borrowed by a call further up its stack).
+    #[inline]
+    pub(crate) fn mine<R>(
+        &self,
+        make: impl FnOnce() -> T,
+        f: impl FnOnce(&Buf<T>) -> R,
+    ) -> Option<R> {
+        let (id, slot) = (self.id, self.slot);
+        if let Ok((i, p)) = LAST.try_with(|l| l[slot].get()) {
+            if i == id {
+                // SAFETY: `LAST` names a `Buf<T>` that `MINE` holds (see
+                // the module documentation); ids are never reused and this
+                // registry registers only `Buf<T>`s under its id
+                return Some(f(unsafe { &*(p as *const Buf<T>) }));
+            }
+        }
+        self.mine_slow(make, f)
+    }
+
+    #[inline(never)]
+    fn mine_slow<R>(&self, make: impl FnOnce() -> T, f: impl FnOnce(&Buf<T>) -> R) -> Option<R> {
+        let (id, slot) = (self.id, self.slot);
+        let note = |b: &Buf<T>| {
+            let _ = LAST.try_with(|l| l[slot].set((id, b as *const Buf<T> as *const ())));
+        };
+        MINE.try_with(|m| {
+            {
+                let v = m.0.try_borrow().ok()?;
+                if let Some((_, b)) = v.iter().find(|(i, _)| *i == id) {
+                    let b = b.downcast_ref::<Buf<T>>()?;
+                    note(b);
+                    return Some(f(b));
+                }
+            }
+            let buf = Arc::new(Buf {
+                dirty: AtomicBool::new(false),
+                p: Mutex::new(make()),
+            });
+            {
+                let mut v = m.0.try_borrow_mut().ok()?;
+                // buffers of registries dropped since (only this thread holds them)
+                v.retain(|(_, b)| Arc::strong_count(b) > 1);
+                self.lock().bufs.push(buf.clone());
+                v.push((id, buf.clone()));
+            }
+            note(&buf);
+            Some(f(&buf))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// `f` on the calling thread's buffer if it has one (never created).
+    pub(crate) fn this_thread<R>(&self, f: impl FnOnce(&Buf<T>) -> R) -> Option<R> {
+        MINE.try_with(|m| {
+            let v = m.0.try_borrow().ok()?;
+            let (_, b) = v.iter().find(|(i, _)| *i == self.id)?;
+            Some(f(b.downcast_ref::<Buf<T>>()?))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// The calling thread's buffer (tests).
+    #[cfg(test)]
+    pub(crate) fn mine_arc(&self) -> Option<Arc<Buf<T>>> {
+        let me = self.this_thread(|b| b as *const Buf<T>)?;
+        self.lock()
+            .bufs
+            .iter()
+            .find(|b| std::ptr::eq(Arc::as_ptr(b), me))
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each thread gets its own buffer per registry, found again on its
+    /// next call (through `LAST` and, for two registries of one slot in
+    /// turn, through `MINE`); an exited thread's buffer is orphaned; a
+    /// dropped registry's buffers leave the thread's list.
+    #[test]
+    fn one_buffer_per_thread_and_registry() {
+        let a: Arc<Registry<u32>> = Arc::new(Registry::new(SLOT_HEAT, ()));
+        let b: Registry<u32> = Registry::new(SLOT_HEAT, ());
+        let p: Registry<Vec<u8>> = Registry::new(SLOT_POLICY, ());
+        for k in 0..10u32 {
+            a.mine(|| 0, |x| *x.lock() += 1).unwrap();
+            b.mine(|| 100, |x| *x.lock() += k).unwrap();
+            p.mine(Vec::new, |x| x.lock().push(k as u8)).unwrap();
+        }
+        assert_eq!(*a.mine_arc().unwrap().lock(), 10);
+        assert_eq!(*b.mine_arc().unwrap().lock(), 145);
+        assert_eq!(p.mine_arc().unwrap().lock().len(), 10);
+        let a2 = a.clone();
+        std::thread::spawn(move || {
+            a2.mine(|| 7, |x| *x.lock() += 1).unwrap();
+            assert_eq!(*a2.mine_arc().unwrap().lock(), 8);
+        })
+        .join()
+        .unwrap();
+        {
+            let g = a.lock();
+            assert_eq!(g.bufs.len(), 2);
+            // the spawned thread's: only the registry holds it now (its
+            // thread-local destructors ran before the join returned)
+            assert_eq!(g.bufs.iter().filter(|b| Buf::orphaned(b)).count(), 1);
+        }
+        drop(b);
+        let c: Registry<u32> = Registry::new(SLOT_HEAT, ());
+        c.mine(|| 0, |_| ()).unwrap();
+        // b's buffer left MINE when c registered its own
+        assert_eq!(MINE.with(|m| m.0.borrow().len()), 3);
+    }
+}
