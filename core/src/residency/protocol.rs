@@ -215,10 +215,19 @@ impl Residency {
         let mut over = None;
         // the common case: every chunk in HBM with no copy-out in flight
         // (fault_in would find nothing to do for any of them)
+        // (and whether one of them has a use on its device's copy-in
+        // stream: a copy-in maybe still in flight, which `after_copy_ins`
+        // or `wait_copy_ins` must look at; none: both would find nothing)
+        let mut copy_ins = false;
         let resident = need.iter().all(|n| {
-            let c = st.chunk(n.0, n.1);
+            let b = &st.backings[&n.0];
+            let c = &b.chunks[n.1 as usize];
+            let own = st.dev(b.dev).stream;
+            copy_ins |= own != 0 && c.uses.iter().any(|u| u.0 == own);
             c.in_hbm() && c.out_ev == 0
         });
+        // the read-once probe may move chunks: look again after it
+        let copy_ins = copy_ins || self.read_once == ReadOnce::Probe;
         let absent = !resident && need.iter().any(|n| !st.chunk(n.0, n.1).in_hbm());
         if self.read_once == ReadOnce::Probe {
             if let Order::Stream(s) = order {
@@ -262,8 +271,9 @@ impl Residency {
         let host = order == Order::Host;
         loop {
             if fast {
-                let mut settled = false;
-                if host {
+                // nothing in flight for these chunks: nothing orders the call
+                let mut settled = !copy_ins;
+                if host && !settled {
                     let r;
                     (st, r) = self.wait_copy_ins(st, &need, &mut arriving, &mut reserved, t0);
                     settled = r?;
