@@ -212,7 +212,8 @@ impl Buffered {
         // earlier clock than one applied now. (Taking them one by one, a
         // thread's later call could be taken with its buffer while another
         // thread's earlier one went to a buffer already taken.)
-        let mut held: Vec<(&Buf, MutexGuard<'_, Box<Calls>>)> = Vec::with_capacity(bufs.len());
+        let mut held: Vec<(&Buf, perthread::BufGuard<'_, Box<Calls>>)> =
+            Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
             if b.dirty.load(Acquire) {
                 held.push((b, b.lock()));
