@@ -27,6 +27,7 @@ pub unsafe fn set_device(_cx: &Cx, real: Real<aclrtSetDevice>, a: aclrtSetDevice
     let r = real.call(a);
     if r == ACL_SUCCESS {
         set_current_device(a.device_id);
+        crate::runtime::learn_context(a.device_id);
     }
     r
 }
@@ -178,6 +179,9 @@ pub unsafe fn reset_device(cx: &Cx, real: Real<aclrtResetDevice>, a: aclrtResetD
         device: a.device_id,
     };
     let r = cx.run(&call, || real.call(a));
+    if r == ACL_SUCCESS {
+        crate::runtime::forget_context(a.device_id);
+    }
     if r == ACL_SUCCESS && current_device() == a.device_id {
         set_current_device(-1);
     }
