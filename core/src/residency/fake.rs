@@ -457,6 +457,13 @@ impl Fake {
         self.lock().per_thread = Some(HashMap::new());
     }
 
+    /// A forked child's runtime: the parent's streams (their work and
+    /// workers) are not there; work queued on one is a misuse. The default
+    /// stream stays.
+    pub fn forget_streams(&self) {
+        self.lock().streams.retain(|&s, _| s == 0);
+    }
+
     /// A new context on `dev` (aclrtCreateContext), made the calling
     /// thread's current context (its device becomes `dev`).
     pub fn create_context(&self, dev: u32) -> u64 {
