@@ -92,10 +92,10 @@ fn get_context() -> Result<u64, AclError> {
 
 /// Per device, the default context u3m switches threads to (0: not known
 /// yet). A device switch by aclrtSetDevice takes a device reference every
-/// time (CANN: "each time aclrtSetDevice is called, the reference count
-/// increases by 1 [...] resources on the device are released only when the
-/// reference count decreases to 0", aclrtResetDevice's documentation), so
-/// u3m switches with aclrtSetCurrentContext to this context instead.
+/// time, and the device's resources go only once as many aclrtResetDevice
+/// calls have dropped them all (CANN's aclrtResetDevice documentation,
+/// docs/acl-surface.md §1k), so u3m switches with aclrtSetCurrentContext to
+/// this context instead.
 /// Learned without a reference from the program's own aclrtSetDevice (after
 /// it the thread is on the device's default context: `learn_context`);
 /// failing that taken once by u3m (`OWN_REF`), kept for the process's life.

@@ -20,18 +20,25 @@ pub fn on_device<T>(rt: &dyn Runtime, dev: u32, f: impl FnOnce() -> T) -> Option
     match rt.current_device() {
         Some(cur) if cur != dev => {
             let saved = rt.current_context();
-            rt.set_device(dev).ok()?;
-            let r = f();
-            let back = match saved {
-                Some(ctx) => rt.set_context(ctx),
-                None => Err(AclError::RT_FEATURE_NOT_SUPPORT),
-            };
-            if back.is_err() {
-                let _ = rt.set_device(cur);
-            }
-            Some(r)
+            let r = rt.set_device(dev).is_ok().then(f);
+            // back even when the switch failed: it may have gone half way
+            restore(rt, saved, Some(cur));
+            r
         }
         _ => Some(f()),
+    }
+}
+
+/// Gives the caller its context `saved` back, else its device `cur`.
+fn restore(rt: &dyn Runtime, saved: Option<u64>, cur: Option<u32>) {
+    let back = match saved {
+        Some(ctx) => rt.set_context(ctx),
+        None => Err(AclError::RT_FEATURE_NOT_SUPPORT),
+    };
+    if back.is_err() {
+        if let Some(c) = cur {
+            let _ = rt.set_device(c);
+        }
     }
 }
 
@@ -46,14 +53,9 @@ pub fn on_default_context<T>(rt: &dyn Runtime, dev: u32, f: impl FnOnce() -> T) 
         return on_device(rt, dev, f);
     };
     let cur = rt.current_device();
-    rt.set_device(dev).ok()?;
-    let r = f();
-    if rt.set_context(saved).is_err() {
-        if let Some(c) = cur {
-            let _ = rt.set_device(c);
-        }
-    }
-    Some(r)
+    let r = rt.set_device(dev).is_ok().then(f);
+    restore(rt, Some(saved), cur);
+    r
 }
 
 pub trait Runtime: Send + Sync {
