@@ -96,3 +96,36 @@ fn u3m_device_switches_keep_the_callers_context_and_take_no_device_reference() {
         .collect();
     assert_eq!(refs, [0, 0], "device references left at exit");
 }
+
+/// A thread whose only context is one it made on device 1 (no
+/// aclrtSetDevice): u3m's calls on it are device 1's (aclrtCreateContext
+/// is hooked for the thread's device), so its memory is tiered on device 1
+/// and reads back intact. u3m itself takes one reference on device 1 for
+/// the process's life: the device's default context, where its own streams
+/// live (the program never set the device, so u3m could not learn it).
+#[test]
+fn a_thread_on_a_context_it_made_is_tiered_on_that_contexts_device() {
+    let env = [
+        ("ACLSIM_DEVICES", "2"),
+        ("ACLSIM_HBM_BYTES", "64M"),
+        ("U3M_OVERSUB", "3"),
+    ];
+    let (r, s) = tier("ctx_switch", &["created"], &env);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.fact("created_verified").as_deref(), Some("16"));
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    let peak = |d: usize| r.stat_u64(&["devices", &d.to_string(), "peak_bytes"]);
+    assert_eq!(peak(0), 0, "nothing on device 0");
+    assert!(
+        peak(1) > 0 && peak(1) <= 64 << 20,
+        "device 1's peak {}",
+        peak(1)
+    );
+    let refs: Vec<u64> = r.stats["device_refs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no device_refs in {}", r.stats))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(refs, [0, 1], "u3m's one reference on device 1");
+}

@@ -44,6 +44,34 @@ pub unsafe fn set_context(
     r
 }
 
+/// The context made becomes the thread's: its device is the context's
+/// (u3m's calls on this thread are on that device from now on).
+pub unsafe fn create_context(
+    _cx: &Cx,
+    real: Real<aclrtCreateContext>,
+    a: aclrtCreateContext,
+) -> aclError {
+    let r = real.call(a);
+    if r == ACL_SUCCESS {
+        crate::init::refresh_current_device();
+    }
+    r
+}
+
+/// A thread whose current context this was has no device any more.
+pub unsafe fn destroy_context(
+    _cx: &Cx,
+    real: Real<aclrtDestroyContext>,
+    a: aclrtDestroyContext,
+) -> aclError {
+    let r = real.call(a);
+    if r == ACL_SUCCESS {
+        set_current_device(-1);
+        crate::init::refresh_current_device();
+    }
+    r
+}
+
 fn malloc_call(
     api: AllocApi,
     out: *mut *mut std::ffi::c_void,

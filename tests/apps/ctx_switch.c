@@ -235,9 +235,27 @@ static int cross(int argc, char **argv) {
     return 0;
 }
 
+/* A thread whose only context is one it made on device 1 (no
+ * aclrtSetDevice at all) fills device 1 beyond its HBM: its memory is device
+ * 1's (under libu3m.so too: u3m must know the thread's device from the
+ * context; ACLSIM_STATS shows each device's peak). */
+static int created(void) {
+    ACL_CHECK(aclInit(NULL));
+    aclrtContext ctx = NULL;
+    ACL_CHECK(aclrtCreateContext(&ctx, 1));
+    uint8_t *host = malloc(8 * MIB);
+    if (!host) app_die(1, "out of memory");
+    printf("created_verified=%ld\n", fill_and_check(16, 8 * MIB, host, 3000));
+    free(host);
+    ACL_CHECK(aclrtDestroyContext(ctx));
+    ACL_CHECK(aclFinalize());
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "sim")) return sim();
     if (argc >= 2 && !strcmp(argv[1], "cross")) return cross(argc, argv);
-    app_die(3, "usage: ctx_switch sim|cross [--buffers N] [--size BYTES]");
+    if (argc >= 2 && !strcmp(argv[1], "created")) return created();
+    app_die(3, "usage: ctx_switch sim|cross|created [--buffers N] [--size BYTES]");
 }
