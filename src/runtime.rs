@@ -8,12 +8,14 @@
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 
 use crate::ffi::*;
 use crate::hooks::table::real;
 use crate::real::RealFn;
 use u3m_core::acl::{AclError, MemcpyKind};
 use u3m_core::engine::runtime::Runtime;
+use u3m_core::residency::MAX_DEVICES;
 
 static CREATE_STREAM: RealFn = RealFn::new(b"aclrtCreateStream\0");
 static SYNC_STREAM: RealFn = RealFn::new(b"aclrtSynchronizeStream\0");
@@ -24,6 +26,7 @@ static QUERY_EVENT: RealFn = RealFn::new(b"aclrtQueryEventStatus\0");
 static SYNC_EVENT: RealFn = RealFn::new(b"aclrtSynchronizeEvent\0");
 static WAIT_EVENT: RealFn = RealFn::new(b"aclrtStreamWaitEvent\0");
 static ELAPSED: RealFn = RealFn::new(b"aclrtEventElapsedTime\0");
+static GET_CONTEXT: RealFn = RealFn::new(b"aclrtGetCurrentContext\0");
 
 const NOT_FOUND: i32 = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
 
@@ -73,14 +76,109 @@ fn physical(location: u32, id: u32, mem_attr: c_int, bytes: u64) -> Result<u64, 
     .map(|()| h as u64)
 }
 
+/// The calling thread's current context (aclrtGetCurrentContext).
+fn get_context() -> Result<u64, AclError> {
+    let mut c: *mut c_void = std::ptr::null_mut();
+    call!(
+        GET_CONTEXT,
+        unsafe extern "C" fn(*mut *mut c_void) -> i32,
+        &mut c
+    )?;
+    if c.is_null() {
+        return Err(AclError::RT_FEATURE_NOT_SUPPORT);
+    }
+    Ok(c as u64)
+}
+
+/// Per device, the default context u3m switches threads to (0: not known
+/// yet). A device switch by aclrtSetDevice takes a device reference every
+/// time, and the device's resources go only once as many aclrtResetDevice
+/// calls have dropped them all (CANN's aclrtResetDevice documentation,
+/// docs/acl-surface.md §1k), so u3m switches with aclrtSetCurrentContext to
+/// this context instead.
+/// Learned without a reference from the program's own aclrtSetDevice (after
+/// it the thread is on the device's default context: `learn_context`);
+/// failing that taken once by u3m (`OWN_REF`), kept for the process's life.
+static DEFAULT_CTX: [AtomicU64; MAX_DEVICES] = [NO_CTX; MAX_DEVICES];
+/// u3m took a device reference for `DEFAULT_CTX[dev]` (aclrtSetDevice):
+/// the context lives until the process ends, whatever the program resets.
+static OWN_REF: [AtomicBool; MAX_DEVICES] = [NO_REF; MAX_DEVICES];
+// array initialisers (`[const { .. }; N]` is newer than rust-version 1.75)
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_CTX: AtomicU64 = AtomicU64::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const NO_REF: AtomicBool = AtomicBool::new(false);
+
+/// After the program's aclrtSetDevice(dev) succeeded on this thread: the
+/// thread's context is `dev`'s default one; u3m keeps it to switch to.
+pub fn learn_context(dev: i32) {
+    let Some(slot) = usize::try_from(dev).ok().and_then(|d| DEFAULT_CTX.get(d)) else {
+        return;
+    };
+    if slot.load(Acquire) == 0 {
+        if let Ok(c) = get_context() {
+            let _ = slot.compare_exchange(0, c, AcqRel, Acquire);
+        }
+    }
+}
+
+/// After the program's aclrtResetDevice(dev): a default context u3m learned
+/// (no reference of its own) may be gone; u3m takes its own when it next
+/// needs `dev`. One u3m took stays.
+pub fn forget_context(dev: i32) {
+    let Ok(d) = usize::try_from(dev) else { return };
+    if d < MAX_DEVICES && !OWN_REF[d].load(Acquire) {
+        DEFAULT_CTX[d].store(0, Release);
+    }
+}
+
+/// `dev`'s default context, taken by u3m on first need (aclrtSetDevice,
+/// which also makes it the calling thread's context, and
+/// aclrtGetCurrentContext): one device reference for the process's life.
+/// Two threads that both find it missing each take one (the first kept is
+/// the one used; the other reference stays too: at most one per thread
+/// that raced, once).
+fn default_context(dev: u32) -> Result<u64, AclError> {
+    let d = dev as usize;
+    if d >= MAX_DEVICES {
+        return Err(AclError::RT_PARAM_INVALID);
+    }
+    let c = DEFAULT_CTX[d].load(Acquire);
+    if c != 0 {
+        return Ok(c);
+    }
+    call!(
+        real::aclrtSetDevice,
+        unsafe extern "C" fn(i32) -> i32,
+        dev as i32
+    )?;
+    let c = get_context()?;
+    OWN_REF[d].store(true, Release);
+    match DEFAULT_CTX[d].compare_exchange(0, c, AcqRel, Acquire) {
+        Ok(_) => Ok(c),
+        Err(known) => Ok(known),
+    }
+}
+
 pub struct Real;
 
 impl Runtime for Real {
+    /// The calling thread goes to `dev`'s default context (kept by u3m,
+    /// `default_context`): no device reference per switch.
     fn set_device(&self, dev: u32) -> Result<(), AclError> {
+        let ctx = default_context(dev)?;
+        self.set_context(ctx)
+    }
+
+    fn current_context(&self) -> Option<u64> {
+        get_context().ok()
+    }
+
+    fn set_context(&self, ctx: u64) -> Result<(), AclError> {
         call!(
-            real::aclrtSetDevice,
-            unsafe extern "C" fn(i32) -> i32,
-            dev as i32
+            real::aclrtSetCurrentContext,
+            unsafe extern "C" fn(*mut c_void) -> i32,
+            ctx as *mut c_void
         )
     }
 

@@ -46,6 +46,8 @@ SIM_API void aclsim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2
  * (ACL_ERROR_UNINITIALIZE or ACL_ERROR_RT_CONTEXT_NULL). */
 SIM_API aclError aclsim_check_ready(void);
 SIM_API int aclsim_current_device(void);   /* -1 if none */
+/* aclrtSetDevice calls on `dev` not yet matched by aclrtResetDevice (-1: no such device). */
+SIM_API int aclsim_device_refs(int dev);
 
 /* ---- cost model (simulated nanoseconds) ---- */
 SIM_API uint64_t aclsim_op_cost_ns(uint64_t flops, uint64_t bytes_touched);

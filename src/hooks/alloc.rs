@@ -27,6 +27,7 @@ pub unsafe fn set_device(_cx: &Cx, real: Real<aclrtSetDevice>, a: aclrtSetDevice
     let r = real.call(a);
     if r == ACL_SUCCESS {
         set_current_device(a.device_id);
+        crate::runtime::learn_context(a.device_id);
     }
     r
 }
@@ -38,6 +39,34 @@ pub unsafe fn set_context(
 ) -> aclError {
     let r = real.call(a);
     if r == ACL_SUCCESS {
+        crate::init::refresh_current_device();
+    }
+    r
+}
+
+/// The context made becomes the thread's: its device is the context's
+/// (u3m's calls on this thread are on that device from now on).
+pub unsafe fn create_context(
+    _cx: &Cx,
+    real: Real<aclrtCreateContext>,
+    a: aclrtCreateContext,
+) -> aclError {
+    let r = real.call(a);
+    if r == ACL_SUCCESS {
+        crate::init::refresh_current_device();
+    }
+    r
+}
+
+/// A thread whose current context this was has no device any more.
+pub unsafe fn destroy_context(
+    _cx: &Cx,
+    real: Real<aclrtDestroyContext>,
+    a: aclrtDestroyContext,
+) -> aclError {
+    let r = real.call(a);
+    if r == ACL_SUCCESS {
+        set_current_device(-1);
         crate::init::refresh_current_device();
     }
     r
@@ -178,6 +207,9 @@ pub unsafe fn reset_device(cx: &Cx, real: Real<aclrtResetDevice>, a: aclrtResetD
         device: a.device_id,
     };
     let r = cx.run(&call, || real.call(a));
+    if r == ACL_SUCCESS {
+        crate::runtime::forget_context(a.device_id);
+    }
     if r == ACL_SUCCESS && current_device() == a.device_id {
         set_current_device(-1);
     }

@@ -19,6 +19,8 @@ super::hooks! {
     fn aclFinalize() -> aclError, NS => alloc::acl_finalize;
     fn aclrtSetDevice(device_id: i32) -> aclError, NS => alloc::set_device;
     fn aclrtSetCurrentContext(context: *mut c_void) -> aclError, NS => alloc::set_context;
+    fn aclrtCreateContext(context: *mut *mut c_void, device_id: i32) -> aclError, NS => alloc::create_context;
+    fn aclrtDestroyContext(context: *mut c_void) -> aclError, NS => alloc::destroy_context;
 
     // --- allocation ---
     fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: c_int) -> aclError, NS => alloc::malloc;

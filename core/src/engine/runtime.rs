@@ -11,27 +11,76 @@ pub const CHUNK: u64 = 2 << 20;
 
 /// Runs `f` with `dev` as the calling thread's device: a stream (and what
 /// is recorded on it) is usable only from its own device. Switches only when
-/// the runtime says the current device differs, and switches back after.
-/// None when the switch is refused (`f` did not run).
+/// the runtime says the current device differs, and switches back after:
+/// to the caller's own context when the runtime can name it (a thread with
+/// a context it created keeps it: `set_device` alone would bring it back on
+/// the device's default context, and its next launch would go there), else
+/// to its device. None when the switch is refused (`f` did not run).
 pub fn on_device<T>(rt: &dyn Runtime, dev: u32, f: impl FnOnce() -> T) -> Option<T> {
     match rt.current_device() {
         Some(cur) if cur != dev => {
-            rt.set_device(dev).ok()?;
-            let r = f();
-            let _ = rt.set_device(cur);
-            Some(r)
+            let saved = rt.current_context();
+            let r = rt.set_device(dev).is_ok().then(f);
+            // back even when the switch failed: it may have gone half way
+            restore(rt, saved, Some(cur));
+            r
         }
         _ => Some(f()),
     }
 }
 
+/// Gives the caller its context `saved` back, else its device `cur`.
+fn restore(rt: &dyn Runtime, saved: Option<u64>, cur: Option<u32>) {
+    let back = match saved {
+        Some(ctx) => rt.set_context(ctx),
+        None => Err(AclError::RT_FEATURE_NOT_SUPPORT),
+    };
+    if back.is_err() {
+        if let Some(c) = cur {
+            let _ = rt.set_device(c);
+        }
+    }
+}
+
+/// Runs `f` on `dev`'s default context whatever the caller's context, even
+/// one of its own on `dev`, and gives the caller its context back after:
+/// for what u3m keeps past the call (its streams). A context the program
+/// made goes with everything created in it when the program destroys it
+/// (aclrtDestroyContext). A runtime that cannot name contexts: `on_device`.
+/// None when the switch is refused (`f` did not run).
+pub fn on_default_context<T>(rt: &dyn Runtime, dev: u32, f: impl FnOnce() -> T) -> Option<T> {
+    let Some(saved) = rt.current_context() else {
+        return on_device(rt, dev, f);
+    };
+    let cur = rt.current_device();
+    let r = rt.set_device(dev).is_ok().then(f);
+    restore(rt, Some(saved), cur);
+    r
+}
+
 pub trait Runtime: Send + Sync {
-    /// Makes `dev` the calling thread's device (background threads only).
+    /// Makes `dev` the calling thread's device, on the device's default
+    /// context. `on_device` restores the caller's context after; background
+    /// threads call it directly. A runtime whose device switch takes a
+    /// reference (aclrtSetDevice: one per call until as many
+    /// aclrtResetDevice) must not take one per switch (libu3m.so switches
+    /// with aclrtSetCurrentContext to a context it keeps per device).
     fn set_device(&self, dev: u32) -> Result<(), AclError>;
     /// The calling thread's device (aclrtGetDevice); None if it has none or
     /// the runtime cannot say.
     fn current_device(&self) -> Option<u32> {
         None
+    }
+    /// The calling thread's current context (aclrtGetCurrentContext), as an
+    /// opaque handle for `set_context`; None if it has none or the runtime
+    /// cannot say (then `on_device` restores the device instead).
+    fn current_context(&self) -> Option<u64> {
+        None
+    }
+    /// Makes `ctx` (from `current_context`) the calling thread's context
+    /// again (aclrtSetCurrentContext).
+    fn set_context(&self, _ctx: u64) -> Result<(), AclError> {
+        Err(AclError::RT_FEATURE_NOT_SUPPORT)
     }
     /// A 2 MiB-granular physical allocation on `dev`.
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError>;

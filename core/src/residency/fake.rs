@@ -111,7 +111,15 @@ struct State {
     seen: Seen,
     /// Host-to-device `memcpy_async` calls still to fail (`fail_h2d`).
     fail_h2d: u32,
+    /// Contexts made by `create_context`: context -> device. A thread's
+    /// current context is in `thread_ctx`, else it is its device's default
+    /// context (`DEFAULT_CTX | device`).
+    contexts: HashMap<u64, u32>,
+    thread_ctx: HashMap<std::thread::ThreadId, u64>,
 }
+
+/// The fake's default context of device d is `DEFAULT_CTX | d`.
+const DEFAULT_CTX: u64 = 0xc0_0000;
 
 pub struct Fake {
     st: Mutex<State>,
@@ -428,6 +436,8 @@ impl Fake {
                 lost: false,
                 seen: Seen::default(),
                 fail_h2d: 0,
+                contexts: HashMap::new(),
+                thread_ctx: HashMap::new(),
             }),
         }
     }
@@ -445,6 +455,24 @@ impl Fake {
     /// with the real runtime's per-thread context.
     pub fn set_per_thread_device(&self) {
         self.lock().per_thread = Some(HashMap::new());
+    }
+
+    /// A forked child's runtime: the parent's streams (their work and
+    /// workers) are not there; work queued on one is a misuse. The default
+    /// stream stays.
+    pub fn forget_streams(&self) {
+        self.lock().streams.retain(|&s, _| s == 0);
+    }
+
+    /// A new context on `dev` (aclrtCreateContext), made the calling
+    /// thread's current context (its device becomes `dev`).
+    pub fn create_context(&self, dev: u32) -> u64 {
+        let mut st = self.lock();
+        let ctx = 0xc1_0000 + st.contexts.len() as u64;
+        st.contexts.insert(ctx, dev);
+        drop(st);
+        self.set_context(ctx).expect("a context just made");
+        ctx
     }
 
     /// From now on, a host-to-device copy queued on a stream of `dev` is
@@ -647,6 +675,38 @@ impl Runtime for Fake {
                 m.insert(std::thread::current().id(), dev);
             }
             None => st.cur_dev = dev,
+        }
+        // aclrtSetDevice: the thread is on the device's default context
+        st.thread_ctx.remove(&std::thread::current().id());
+        Ok(())
+    }
+
+    fn current_context(&self) -> Option<u64> {
+        let st = self.lock();
+        let id = std::thread::current().id();
+        Some(
+            st.thread_ctx
+                .get(&id)
+                .copied()
+                .unwrap_or(DEFAULT_CTX | st.cur() as u64),
+        )
+    }
+
+    fn set_context(&self, ctx: u64) -> Result<(), AclError> {
+        let explicit = self.lock().contexts.get(&ctx).copied();
+        let dev = match explicit {
+            Some(d) => d,
+            None if ctx & !0xff == DEFAULT_CTX => (ctx & 0xff) as u32,
+            None => {
+                let mut st = self.lock();
+                return Err(st.misuse(format!("set_context of unknown context {ctx:#x}")));
+            }
+        };
+        self.set_device(dev)?;
+        if explicit.is_some() {
+            self.lock()
+                .thread_ctx
+                .insert(std::thread::current().id(), ctx);
         }
         Ok(())
     }

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Mutex;
 
 use crate::acl::{AclError, MemcpyKind};
-use crate::engine::runtime::{on_device, Runtime};
+use crate::engine::runtime::{on_default_context, on_device, Runtime};
 
 /// A fence is recorded by the call that makes it cover this many calls, even
 /// if nobody asked: how far behind a chunk's real last use its fence may
@@ -89,11 +89,13 @@ impl Fenced {
         }
     }
 
-    /// A new stream of u3m's own on `dev`, created in `dev`'s context
-    /// whatever the calling thread's device, and used there by every later
-    /// copy, record and synchronisation through this wrapper.
+    /// A new stream of u3m's own on `dev`, created in `dev`'s default
+    /// context whatever the calling thread's device and context (a context
+    /// the program made takes its streams with it when destroyed), and used
+    /// on `dev` by every later copy, record and synchronisation through this
+    /// wrapper.
     pub fn create_stream_on(&self, dev: u32) -> Result<u64, AclError> {
-        let s = on_device(self.rt, dev, || self.rt.create_stream())
+        let s = on_default_context(self.rt, dev, || self.rt.create_stream())
             .unwrap_or(Err(AclError::RT_STREAM_CONTEXT))?;
         let word = s << 8 | dev as u64;
         if s >> 56 == 0 {
@@ -283,6 +285,12 @@ impl Runtime for Fenced {
     }
     fn current_device(&self) -> Option<u32> {
         self.rt.current_device()
+    }
+    fn current_context(&self) -> Option<u64> {
+        self.rt.current_context()
+    }
+    fn set_context(&self, ctx: u64) -> Result<(), AclError> {
+        self.rt.set_context(ctx)
     }
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
         self.rt.malloc_physical(dev, bytes)

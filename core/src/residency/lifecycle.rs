@@ -423,6 +423,24 @@ impl Residency {
         };
         for d in st.devs.iter_mut() {
             d.stream = 0;
+            // the device-to-host stream is the parent's too
+            d.out_stream = 0;
+        }
+        // the parent's copy-outs in flight never land in the child: their
+        // chunks stay resident as they were (their HBM is still mapped); the
+        // DRAM slot is not reused (the parent's copy may still write it)
+        for d in 0..st.devs.len() {
+            for o in std::mem::take(&mut st.devs[d].outgoing) {
+                let (id, i, ev) = (o.id, o.i, o.ev);
+                if let Some(c) = st
+                    .backings
+                    .get_mut(&id)
+                    .and_then(|b| b.chunks.get_mut(i as usize))
+                    .filter(|c| c.out_ev == ev)
+                {
+                    c.out_ev = 0;
+                }
+            }
         }
         let mut in_nvme = 0u64;
         for b in st.backings.values_mut() {

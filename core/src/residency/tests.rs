@@ -2041,6 +2041,88 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
     assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
 }
 
+/// A thread on device 1 with a context of its own (aclrtCreateContext)
+/// whose read makes u3m fault a device-0 chunk in on device 0's stream gets
+/// its own context back, not device 1's default one (the switch back by
+/// device alone would leave its next launch in the wrong context).
+#[test]
+fn a_cross_device_copy_gives_the_caller_its_own_context_back() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    f.set_device(0).unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let z = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    sync_call(&r, f, 0, x, CHUNK, Some(&pattern(7, CHUNK))).unwrap();
+    for k in 0..2u64 {
+        // y and z fill device 0's HBM: x goes to the host
+        f.set_device(0).unwrap();
+        sync_call(&r, f, 0, y, CHUNK, Some(&pattern(8 + k, CHUNK))).unwrap();
+        sync_call(&r, f, 0, z, CHUNK, Some(&pattern(16 + k, CHUNK))).unwrap();
+        let ctx = f.create_context(1);
+        let got = sync_call(&r, f, 1, x, CHUNK, None).unwrap();
+        assert_eq!(got, pattern(7, CHUNK));
+        assert_eq!(f.current_device(), Some(1));
+        assert_eq!(
+            f.current_context(),
+            Some(ctx),
+            "the caller's own context is restored (round {k})"
+        );
+    }
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
+/// A forked child makes its own device-to-host stream: the parent's (its
+/// `out_stream`) does not exist in the child's runtime, like its copy-in
+/// stream. The parent evicts a dirty chunk asynchronously (the copy-out
+/// stream exists), frees two chunks and forks; the child's own chunks fill
+/// HBM, and its eviction of one must queue its copy-out on a stream of its
+/// own, not the parent's.
+#[test]
+fn a_forked_child_copies_out_on_a_stream_of_its_own() {
+    let f = Fake::leak(1, 4 * CHUNK);
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let mut vas = Vec::new();
+    for k in 0..5u64 {
+        let va = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k, CHUNK))).unwrap();
+        vas.push(va);
+    }
+    assert!(
+        r.counters().evictions > 0,
+        "the parent evicted (on its copy-out stream)"
+    );
+    // two chunks' HBM free at the fork (the two written last are resident)
+    for &va in &vas[3..] {
+        assert_eq!(r.free(va), Some(Ok(())));
+    }
+    assert_eq!(r.usage(0).0, 2 * CHUNK, "two chunks resident at the fork");
+    // the child: the parent's streams are gone
+    f.forget_streams();
+    r.after_fork_child(None).expect("child");
+    let a = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let b = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let c = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    for (k, va) in [a, b, c].into_iter().enumerate() {
+        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(100 + k as u64, CHUNK)))
+            .unwrap_or_else(|e| panic!("child's write {k}: {e:?}; {:?}", f.seen().misuse));
+    }
+    for (k, va) in [a, b, c].into_iter().enumerate() {
+        let got = sync_call(&r, f, 0, va, CHUNK, None).unwrap();
+        assert_eq!(got, pattern(100 + k as u64, CHUNK));
+    }
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
 /// Demand eviction when the front of the order is in use by queued work
 /// (a full-parameter AdamW step: the chunks the optimizer just wrote are
 /// predicted furthest and still queued). More than the 64 nearest

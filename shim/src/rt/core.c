@@ -17,6 +17,8 @@ pthread_cond_t g_event_cv = PTHREAD_COND_INITIALIZER;
 atomic_ullong g_host_ns;
 atomic_ullong g_stat[ST_NCOUNTERS];
 __thread int t_dev = -1;
+__thread void *t_ctx;
+static sim_ptrset g_ctxs;           /* live contexts made by aclrtCreateContext (under g_lock) */
 
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 static int g_cfg_err;               /* a bad ACLSIM_* value was reported */
@@ -275,7 +277,16 @@ aclError sim_work_tick(int dev) {
 SIM_API aclError aclsim_check_ready(void) {
     if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
     if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
+    if (t_ctx && t_ctx != (void *)&g_dev[t_dev] && ((sim_ctx *)t_ctx)->dead) {
+        aclsim_log("the current context %p was destroyed (aclrtDestroyContext)", t_ctx);
+        return ACL_ERROR_RT_CONTEXT_NULL;
+    }
     return sim_device_check(t_dev);
+}
+
+SIM_API int aclsim_device_refs(int dev) {
+    if (dev < 0 || dev >= SIM_MAX_DEVICES) return -1;
+    return atomic_load(&g_dev[dev].refs);
 }
 
 SIM_API int aclsim_current_device(void) { return t_dev; }
@@ -561,29 +572,46 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count) {
     return ACL_SUCCESS;
 }
 
+/* The device's memory and default context, made once (g_lock held). */
+static void device_open_locked(int dev) {
+    if (g_dev[dev].opened) return;
+    pthread_rwlock_wrlock(&g_mm);
+    sim_mem_init_device(&g_dev[dev]);
+    pthread_rwlock_unlock(&g_mm);
+    sim_streams_init_device(dev);
+    g_dev[dev].opened = 1;
+}
+
+/* Each call takes a reference on the device (released by as many
+ * aclrtResetDevice, as on CANN) and puts the thread on the device's default
+ * context. */
 ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId) {
     if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
     if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
     if (atomic_load(&g_dev[deviceId].lost)) return ACL_ERROR_RT_DEVICE_TASK_ABORT;
     pthread_mutex_lock(&g_lock);
-    if (!g_dev[deviceId].opened) {
-        pthread_rwlock_wrlock(&g_mm);
-        sim_mem_init_device(&g_dev[deviceId]);
-        pthread_rwlock_unlock(&g_mm);
-        sim_streams_init_device(deviceId);
-        g_dev[deviceId].opened = 1;
-    }
+    device_open_locked(deviceId);
     pthread_mutex_unlock(&g_lock);
+    atomic_fetch_add(&g_dev[deviceId].refs, 1);
     t_dev = deviceId;
+    t_ctx = &g_dev[deviceId];
     return ACL_SUCCESS;
 }
 
+/* Drops one reference (none left: nothing to drop). The simulator releases
+ * no device memory at zero; it waits for the device's work, and the calling
+ * thread loses its context if it was on this device, at every call. */
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId) {
     if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
     if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
     if (!g_dev[deviceId].opened) return ACL_SUCCESS;
+    int refs = atomic_load(&g_dev[deviceId].refs);
+    while (refs > 0 && !atomic_compare_exchange_weak(&g_dev[deviceId].refs, &refs, refs - 1)) {}
     aclError rc = sim_sync_all(deviceId);
-    if (t_dev == deviceId) t_dev = -1;
+    if (t_dev == deviceId) {
+        t_dev = -1;
+        t_ctx = NULL;
+    }
     return rc == ACL_ERROR_RT_DEVICE_TASK_ABORT ? ACL_SUCCESS : ACL_SUCCESS;
 }
 
@@ -595,12 +623,14 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId) {
     return ACL_SUCCESS;
 }
 
-/* A context is the device's (one primary context per device). */
+/* Contexts: each device's default context (made by its first
+ * aclrtSetDevice) and those made by aclrtCreateContext; the current context
+ * is per thread, and sets the thread's device. */
 ACL_FUNC_VISIBILITY aclError aclrtGetCurrentContext(aclrtContext *context) {
     if (!context) return ACL_ERROR_INVALID_PARAM;
     if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
     if (t_dev < 0) return ACL_ERROR_RT_CONTEXT_NULL;
-    *context = &g_dev[t_dev];
+    *context = t_ctx;
     return ACL_SUCCESS;
 }
 
@@ -610,10 +640,71 @@ ACL_FUNC_VISIBILITY aclError aclrtSetCurrentContext(aclrtContext context) {
     for (int i = 0; i < g_cfg.devices; i++) {
         if (context == &g_dev[i] && g_dev[i].opened) {
             t_dev = i;
+            t_ctx = context;
             return ACL_SUCCESS;
         }
     }
-    return ACL_ERROR_INVALID_PARAM;
+    pthread_mutex_lock(&g_lock);
+    int live = ps_has(&g_ctxs, context);
+    pthread_mutex_unlock(&g_lock);
+    if (!live) {
+        aclsim_log("aclrtSetCurrentContext(%p): not a live context", context);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    t_dev = ((sim_ctx *)context)->dev;
+    t_ctx = context;
+    return ACL_SUCCESS;
+}
+
+/* A context of the calling process on `deviceId`, with its own default
+ * stream; it becomes the calling thread's context. Takes no device
+ * reference (aclrtSetDevice does). */
+ACL_FUNC_VISIBILITY aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId) {
+    if (!context) return ACL_ERROR_INVALID_PARAM;
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
+    if (atomic_load(&g_dev[deviceId].lost)) return ACL_ERROR_RT_DEVICE_TASK_ABORT;
+    sim_ctx *c = calloc(1, sizeof *c);
+    if (!c) return ACL_ERROR_BAD_ALLOC;
+    c->magic = SIM_MAGIC_CTX;
+    c->dev = deviceId;
+    pthread_mutex_lock(&g_lock);
+    device_open_locked(deviceId);
+    pthread_mutex_unlock(&g_lock);
+    c->default_stream = sim_stream_new_in(deviceId, c);
+    pthread_mutex_lock(&g_lock);
+    ps_add(&g_ctxs, c);
+    pthread_mutex_unlock(&g_lock);
+    *context = c;
+    t_dev = deviceId;
+    t_ctx = c;
+    return ACL_SUCCESS;
+}
+
+/* Destroys a context made by aclrtCreateContext (a default context cannot
+ * be); the streams created in it go with it (their queued work runs first,
+ * as aclrtDestroyStream). A thread whose current context it was has none. */
+ACL_FUNC_VISIBILITY aclError aclrtDestroyContext(aclrtContext context) {
+    if (!context) return ACL_ERROR_INVALID_PARAM;
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    pthread_mutex_lock(&g_lock);
+    int live = ps_has(&g_ctxs, context);
+    if (live) {
+        ps_del(&g_ctxs, context);
+        ((sim_ctx *)context)->dead = 1;
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (!live) {
+        aclsim_log("aclrtDestroyContext(%p): not a context made by aclrtCreateContext", context);
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    int n = sim_streams_destroy_context(context) - 1;   /* less its default stream */
+    if (n > 0) aclsim_log("aclrtDestroyContext(%p): %d stream(s) created in it destroyed with it", context, n);
+    if (t_ctx == context) {
+        t_dev = -1;
+        t_ctx = NULL;
+    }
+    return ACL_SUCCESS;
 }
 
 ACL_FUNC_VISIBILITY const char *aclrtGetSocName() {
@@ -672,7 +763,9 @@ void sim_write_stats(void) {
                 (unsigned long long)g_dev[d].mmu_faults, g_dev[d].lost ? "true" : "false",
                 (unsigned long long)aclsim_link_busy_ns(d, 0), (unsigned long long)aclsim_link_busy_ns(d, 1));
     }
-    fprintf(f, "\n  ],\n  \"streams\": [");
+    fprintf(f, "\n  ],\n  \"device_refs\": [");
+    for (int d = 0; d < g_cfg.devices; d++) fprintf(f, "%s%d", d ? ", " : "", atomic_load(&g_dev[d].refs));
+    fprintf(f, "],\n  \"streams\": [");
     sim_stream_stats(f);
     fprintf(f, "\n  ]\n}\n");
     if (fclose(f) != 0 || rename(tmp, g_cfg.stats_path) != 0)

@@ -10,6 +10,7 @@
 #define SIM_MAGIC_STREAM 0x5354524dU
 #define SIM_MAGIC_EVENT  0x4556544eU
 #define SIM_MAGIC_PHYS   0x50485953U
+#define SIM_MAGIC_CTX    0x43545854U
 
 /* ---- generic helpers ---- */
 static inline uint64_t sim_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -46,7 +47,20 @@ typedef struct sim_device {
     int memfd;                      /* physical memory (absent in phantom mode) */
     uint64_t used, peak;            /* physical bytes allocated */
     atomic_ullong failed_allocs, mmu_faults, work_submitted;
+    atomic_int refs;                /* aclrtSetDevice calls not yet matched by aclrtResetDevice */
 } sim_device;
+
+/* A context: the device's default one is &g_dev[dev] itself (made by the
+ * first aclrtSetDevice, destroyed never); one made by aclrtCreateContext is a
+ * sim_ctx with its own default stream. Never freed: a thread still holding a
+ * destroyed one is told so (ACL_ERROR_RT_CONTEXT_NULL), not left with a
+ * dangling pointer. */
+typedef struct sim_ctx {
+    uint32_t magic;
+    int dev;
+    int dead;                       /* aclrtDestroyContext ran */
+    sim_stream *default_stream;
+} sim_ctx;
 
 extern sim_config g_cfg;
 extern sim_device g_dev[SIM_MAX_DEVICES];
@@ -55,6 +69,7 @@ extern pthread_mutex_t g_lock;      /* streams, events */
 extern pthread_cond_t g_event_cv;   /* broadcast when an event record completes */
 extern atomic_ullong g_host_ns;     /* simulated host time */
 extern __thread int t_dev;          /* current device of this thread, -1 none */
+extern __thread void *t_ctx;        /* current context of this thread (&g_dev[t_dev] or a sim_ctx) */
 
 /* statistics (atomic counters) */
 enum { ST_OPS, ST_HCCL_OPS, ST_MEMSETS, ST_MMU_FAULTS, ST_FAILED_ALLOCS, ST_INJECTED,
@@ -151,6 +166,11 @@ void sim_managed_json(FILE *f);
 
 /* stream.c */
 void sim_streams_init_device(int dev);
+/* A new stream on `dev` belonging to context `ctx` (takes g_lock). */
+sim_stream *sim_stream_new_in(int dev, void *ctx);
+/* Destroys (as aclrtDestroyStream: queued work runs first) every live stream
+ * created in context `ctx`; returns how many. */
+int sim_streams_destroy_context(void *ctx);
 sim_stream *sim_stream_resolve(aclrtStream s, aclError *err);
 aclError sim_sync_all(int dev /* -1 = all */);
 aclError sim_stream_sync_handle(aclrtStream stream);

@@ -61,6 +61,7 @@ struct sim_stream {
     int stop;
     sim_stream_rec *rec;
     sim_stream *next_all;
+    void *ctx;                   /* the context it was created in */
     struct sim_model *capture;   /* aclmdlRICaptureBegin..End: work is recorded here */
 };
 
@@ -352,6 +353,7 @@ static sim_stream *stream_new_locked(int dev) {
     if (!s || !r) abort();
     s->magic = SIM_MAGIC_STREAM;
     s->dev = dev;
+    s->ctx = &g_dev[dev];        /* the device's default context unless the caller says */
     s->id = g_next_stream_id[dev]++;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -375,10 +377,24 @@ static sim_stream *stream_new_locked(int dev) {
 
 void sim_streams_init_device(int dev) { g_dev[dev].default_stream = stream_new_locked(dev); }
 
+sim_stream *sim_stream_new_in(int dev, void *ctx) {
+    pthread_mutex_lock(&g_lock);
+    sim_stream *s = stream_new_locked(dev);
+    s->ctx = ctx;
+    pthread_mutex_unlock(&g_lock);
+    return s;
+}
+
+/* The stream "NULL" names: the current context's default stream. */
+static sim_stream *current_default_stream(void) {
+    if (t_ctx && t_ctx != (void *)&g_dev[t_dev]) return ((sim_ctx *)t_ctx)->default_stream;
+    return g_dev[t_dev].default_stream;
+}
+
 sim_stream *sim_stream_resolve(aclrtStream stream, aclError *err) {
     *err = aclsim_check_ready();
     if (*err) return NULL;
-    if (!stream) return g_dev[t_dev].default_stream;
+    if (!stream) return current_default_stream();
     pthread_mutex_lock(&g_lock);
     int ok = ps_has(&g_streams, stream);
     pthread_mutex_unlock(&g_lock);
@@ -564,7 +580,9 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, ui
     aclError rc = aclsim_check_ready();
     if (rc) return rc;
     pthread_mutex_lock(&g_lock);
-    *stream = stream_new_locked(t_dev);
+    sim_stream *s = stream_new_locked(t_dev);
+    s->ctx = t_ctx;   /* it belongs to the current context */
+    *stream = s;
     pthread_mutex_unlock(&g_lock);
     return ACL_SUCCESS;
 }
@@ -637,6 +655,19 @@ static aclError stream_destroy(aclrtStream stream, int force) {
     pthread_join(s->thr, NULL);
     sim_note_host_time(s->clock);
     return ACL_SUCCESS;
+}
+
+int sim_streams_destroy_context(void *ctx) {
+    int n = 0;
+    for (;;) {
+        sim_stream *victim = NULL;
+        pthread_mutex_lock(&g_lock);
+        for (sim_stream *st = g_all_streams; st; st = st->next_all)
+            if (!st->dead && st->ctx == ctx) { victim = st; break; }
+        pthread_mutex_unlock(&g_lock);
+        if (!victim || stream_destroy(victim, 0) != ACL_SUCCESS) return n;
+        n++;
+    }
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream) {
