@@ -129,6 +129,24 @@ pub trait Placement: Send + Sync {
         self.order(now, cands)
     }
 
+    /// `order_top` with the sorting left to the taker: the candidates
+    /// `order_top(k)` would leave go to `cands` (the first few, in order)
+    /// and `tail` (the rest, each ranking after all of those, unordered,
+    /// with its weight under [`rank_cmp`]); [`RankTail::take_next`] gives
+    /// the rest in order as the taker reaches it. The kept victim order
+    /// takes a few victims per build (RAG: one), where sorting all of up
+    /// to `k` candidates cost more than a chunk's copy. false: the policy
+    /// ranks by no such weight; nothing was done (use `order_top`).
+    fn order_ranked(
+        &self,
+        _now: u64,
+        _cands: &mut Vec<Cand>,
+        _k: usize,
+        _tail: &mut RankTail,
+    ) -> bool {
+        false
+    }
+
     /// In a forked child (the engine's `continue_in_child`): the parent's
     /// other threads do not exist here and may have held locks of the
     /// policy's; a policy that buffers per thread ([`Buffered`]) stops
@@ -182,6 +200,136 @@ pub fn by_config(cfg: &crate::config::Config) -> Option<Box<dyn Placement>> {
 }
 
 /// Least recently used first (ties: the lower key).
+/// The order of weighted candidates a ranking policy leaves HBM in
+/// (`Predictive::order_top`, [`RankTail`]): furthest (cost-weighted)
+/// first; among equals a clean chunk, then LRU, then the key — a total
+/// order, so the first k of a selection are the first k of the sort.
+pub fn rank_cmp(a: &(u64, Cand), b: &(u64, Cand)) -> std::cmp::Ordering {
+    b.0.cmp(&a.0)
+        .then(a.1.dirty.cmp(&b.1.dirty))
+        .then(a.1.last.cmp(&b.1.last))
+        .then(a.1.key.cmp(&b.1.key))
+}
+
+/// The first segment [`RankTail::take_next`] sorts; each next one is twice
+/// the last, so taking all of `n` costs about two sorts of `n`.
+const FIRST_SEG: usize = 32;
+
+/// The unsorted rest of a ranked order ([`Placement::order_ranked`]):
+/// candidates with their weights, each ranking after every one already
+/// given out, sorted a segment at a time when reached. Since [`rank_cmp`]
+/// is total, the segments given out in turn are exactly the sorted order.
+pub struct RankTail {
+    v: Vec<(u64, Cand)>,
+    seg: usize,
+}
+
+impl RankTail {
+    pub const fn new() -> RankTail {
+        RankTail {
+            v: Vec::new(),
+            seg: FIRST_SEG,
+        }
+    }
+
+    /// Starts over from `v` (weighted candidates, any order), keeping its
+    /// first `k` under [`rank_cmp`]; the first segment goes to `out`
+    /// (cleared).
+    pub fn start(&mut self, k: usize, out: &mut Vec<Cand>) {
+        if k < self.v.len() {
+            self.v.select_nth_unstable_by(k, rank_cmp);
+            self.v.truncate(k);
+        }
+        self.seg = FIRST_SEG;
+        out.clear();
+        self.take_next(out);
+    }
+
+    /// Where `start` takes its candidates from: cleared, to be filled.
+    pub fn fill(&mut self) -> &mut Vec<(u64, Cand)> {
+        self.v.clear();
+        &mut self.v
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.v.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.v.len()
+    }
+
+    /// Appends the next best segment, in order, to `out`.
+    pub fn take_next(&mut self, out: &mut Vec<Cand>) {
+        let n = self.seg.min(self.v.len());
+        if n < self.v.len() {
+            self.v.select_nth_unstable_by(n, rank_cmp);
+        }
+        self.v[..n].sort_unstable_by(rank_cmp);
+        out.extend(self.v.drain(..n).map(|(_, c)| c));
+        self.seg = n.saturating_mul(2).max(FIRST_SEG);
+    }
+
+    /// Moves every candidate left to `out`, unordered (to be ordered again).
+    pub fn drain_into(&mut self, out: &mut Vec<Cand>) {
+        out.extend(self.v.drain(..).map(|(_, c)| c));
+    }
+}
+
+impl Default for RankTail {
+    fn default() -> RankTail {
+        RankTail::new()
+    }
+}
+
 pub(crate) fn lru_order(cands: &mut [Cand]) {
     cands.sort_unstable_by(|a, b| a.last.cmp(&b.last).then(a.key.cmp(&b.key)));
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+
+    /// Segments given out in turn are the sort, for every k and with many
+    /// ties (equal weights, equal `last`, dirty and clean).
+    #[test]
+    fn a_rank_tail_gives_the_sorted_order_a_segment_at_a_time() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for n in [0usize, 1, 31, 32, 33, 100, 1000] {
+            let v: Vec<(u64, Cand)> = (0..n)
+                .map(|i| {
+                    let c = Cand {
+                        key: i as u64,
+                        last: rnd(20),
+                        dirty: rnd(2) == 0,
+                    };
+                    (rnd(8), c)
+                })
+                .collect();
+            let mut sorted = v.clone();
+            sorted.sort_unstable_by(rank_cmp);
+            for k in [1usize, 5, 32, 64, 500, 2000] {
+                let mut t = RankTail::new();
+                t.fill().extend_from_slice(&v);
+                let mut out = vec![Cand {
+                    key: 99,
+                    last: 0,
+                    dirty: false,
+                }];
+                t.start(k, &mut out);
+                assert!(out.len() <= 32, "n {n} k {k}: the first segment only");
+                while !t.is_empty() {
+                    t.take_next(&mut out);
+                }
+                let want: Vec<Cand> = sorted.iter().take(k).map(|e| e.1).collect();
+                assert_eq!(out, want, "n {n} k {k}");
+            }
+        }
+    }
 }

@@ -386,6 +386,19 @@ impl Placement for Buffered {
         }
     }
 
+    fn order_ranked(
+        &self,
+        now: u64,
+        cands: &mut Vec<Cand>,
+        k: usize,
+        tail: &mut super::RankTail,
+    ) -> bool {
+        match self.ready() {
+            Some(p) => p.order_ranked(now, cands, k, tail),
+            None => false,
+        }
+    }
+
     /// A buffer is due: every buffer into the policy now, while the
     /// engine holds no lock (else: one flag read). When another thread is
     /// applying already, nothing (it takes this thread's calls too).

@@ -706,17 +706,27 @@ impl Placement for Predictive {
         cands.clear();
         cands.extend(v.into_iter().map(|(_, c)| c));
     }
+
+    fn order_ranked(
+        &self,
+        now: u64,
+        cands: &mut Vec<Cand>,
+        k: usize,
+        tail: &mut super::RankTail,
+    ) -> bool {
+        let Ok(g) = self.inner.lock() else {
+            return false;
+        };
+        tail.fill()
+            .extend(cands.iter().map(|c| (g.order_weight(now, c), *c)));
+        drop(g);
+        tail.start(k, cands);
+        true
+    }
 }
 
-/// `order`'s comparison (`order_top`): furthest (cost-weighted) first;
-/// among equals a clean chunk, then LRU, then the key — a total order, so
-/// the first k of a selection are the first k of the sort.
-fn order_cmp(a: &(u64, Cand), b: &(u64, Cand)) -> std::cmp::Ordering {
-    b.0.cmp(&a.0)
-        .then(a.1.dirty.cmp(&b.1.dirty))
-        .then(a.1.last.cmp(&b.1.last))
-        .then(a.1.key.cmp(&b.1.key))
-}
+/// `order`'s comparison (`order_top`): the shared ranking order.
+use super::rank_cmp as order_cmp;
 
 impl Inner {
     /// The cost-weighted distance `order` sorts a candidate by (`order_top`;
@@ -1713,6 +1723,18 @@ mod when_tests {
                 p.order_top(now, &mut top, k);
                 assert_eq!(top.len(), k.min(all.len()));
                 assert_eq!(top[..], full[..top.len()], "now {now}, k {k}");
+                // the same order given a segment at a time (the kept
+                // victim order's lazily sorted tail)
+                let (mut ranked, mut tail) = (all.clone(), crate::policy::RankTail::new());
+                assert!(p.order_ranked(now, &mut ranked, k, &mut tail));
+                assert!(
+                    ranked.len() < top.len() || tail.is_empty(),
+                    "k {k}: sorted lazily"
+                );
+                while !tail.is_empty() {
+                    tail.take_next(&mut ranked);
+                }
+                assert_eq!(ranked, top, "now {now}, k {k}: ranked");
             }
         }
     }

@@ -167,11 +167,23 @@ impl Residency {
     /// Orders `dev`'s candidates into a new maintained order: the first
     /// `k` of the policy's order (`Placement::order_top`).
     fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
-        let mut cands = std::mem::take(&mut st.dev_mut(dev).order.cands);
-        let all = self.victims_top_into(st, dev, &mut cands, k);
+        let o = st.dev_mut(dev);
+        let (mut cands, mut tail) = (
+            std::mem::take(&mut o.order.cands),
+            std::mem::take(&mut o.order.tail),
+        );
+        self.collect_victims(st, dev, &[], &mut cands);
+        let n = cands.len();
+        let all = if self.policy.order_ranked(st.clock, &mut cands, k, &mut tail) {
+            cands.len() + tail.len() == n
+        } else {
+            self.policy.order_top(st.clock, &mut cands, k);
+            cands.len() == n
+        };
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
         o.cands = cands;
+        o.tail = tail;
         o.next = 0;
         o.built_at = clock;
         o.full_at = clock;
@@ -190,9 +202,14 @@ impl Residency {
     /// nor touched stay out until it is built again.
     fn rekey_order(&self, st: &mut State, dev: u32) {
         let o = &mut st.dev_mut(dev).order;
-        let (mut kept, mut touched) =
-            (std::mem::take(&mut o.cands), std::mem::take(&mut o.touched));
+        let (mut kept, mut touched, mut tail) = (
+            std::mem::take(&mut o.cands),
+            std::mem::take(&mut o.touched),
+            std::mem::take(&mut o.tail),
+        );
         let next = o.next;
+        // the unsorted rest is ordered again with the others
+        tail.drain_into(&mut kept);
         let cand = |key: u64| -> Option<Cand> {
             let (id, i) = st.resolve(key)?;
             let b = &st.backings[&id];
@@ -224,12 +241,18 @@ impl Residency {
                 kept.push(c);
             }
         }
-        self.policy.order_top(st.clock, &mut kept, ORDER_TOP);
+        if !self
+            .policy
+            .order_ranked(st.clock, &mut kept, ORDER_TOP, &mut tail)
+        {
+            self.policy.order_top(st.clock, &mut kept, ORDER_TOP);
+        }
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
         // candidates that came without a call (prefetched) are not in it
         o.complete = false;
         o.cands = kept;
+        o.tail = tail;
         touched.clear();
         o.touched = touched;
         o.next = 0;
@@ -301,7 +324,7 @@ impl Residency {
         // none protected): where it ends is worth keeping
         let mut run = true;
         let (mut run_end, mut run_seen) = (k, seen);
-        while k < st.dev(dev).order.cands.len() && seen < SCAN_FAR {
+        while seen < SCAN_FAR && st.dev_mut(dev).order.has(k) {
             let key = st.dev(dev).order.cands[k].key;
             let Some((id, i)) = usable(st, key) else {
                 if k == st.dev(dev).order.next {
@@ -442,7 +465,7 @@ impl Residency {
         let built_at = st.dev(dev).order.built_at;
         let mut seen = 0;
         let mut k = st.dev(dev).order.next;
-        while k < st.dev(dev).order.cands.len() && seen < AHEAD_SCAN {
+        while seen < AHEAD_SCAN && st.dev_mut(dev).order.has(k) {
             let key = st.dev(dev).order.cands[k].key;
             k += 1;
             let Some((id, i)) = st.resolve(key) else {

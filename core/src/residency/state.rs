@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use super::protocol::{Need, Token};
 use super::MAX_DEVICES;
 use crate::engine::runtime::CHUNK;
-use crate::policy::Cand;
+use crate::policy::{Cand, RankTail};
 use crate::store::dram::{DramSlot, DramStore, HostAllocator};
 use crate::store::nvme::{NvmeSlot, NvmeStore};
 
@@ -192,12 +192,22 @@ impl Dev {
 /// and chunks a prefetch made resident, `prefetch::dram_copy_in`)
 /// are ordered again at the current time: one ordering of about
 /// `ORDER_TOP` chunks where there was a sort of every resident chunk.
+/// A ranking policy (`Placement::order_ranked`) sorts only the order's
+/// first segment; the rest is sorted a segment at a time as evictions
+/// reach it (`has`): a build that gives one victim (RAG decode: an
+/// eviction every few calls, a build per eviction) weighs every
+/// candidate but sorts 32 of them.
 /// Entries are skipped once they stop being candidates (evicted, leaving,
 /// pinned) or were used after it was last ordered (touched: they come
 /// back re-keyed). Also built when used up, when `touched` overflowed, and
 /// at every eviction for a policy whose `order_ttl` is 0 (Belady).
 pub(super) struct VictimOrder {
+    /// The order's first entries, in order (more come from `tail` as
+    /// evictions reach them: `has`).
     pub cands: Vec<Cand>,
+    /// The rest of it, sorted when reached (`Placement::order_ranked`;
+    /// empty for a policy that sorts all at once).
+    pub tail: RankTail,
     /// The first entry not yet skipped or taken.
     pub next: usize,
     /// `State::clock` when last ordered (built or re-keyed).
@@ -249,6 +259,7 @@ impl VictimOrder {
     pub const fn new() -> VictimOrder {
         VictimOrder {
             cands: Vec::new(),
+            tail: RankTail::new(),
             next: 0,
             built_at: 0,
             full_at: 0,
@@ -264,7 +275,20 @@ impl VictimOrder {
     /// next eviction (at logical time `now`; `ttl`: the policy's
     /// `order_ttl`).
     pub fn stale(&self, now: u64, ttl: u64) -> bool {
-        self.next >= self.cands.len() || self.overflow || ttl == 0 || now >= self.full_at + ttl
+        (self.next >= self.cands.len() && self.tail.is_empty())
+            || self.overflow
+            || ttl == 0
+            || now >= self.full_at + ttl
+    }
+
+    /// Whether entry `k` exists, sorting the tail's next segment into
+    /// `cands` when `k` reaches it.
+    #[inline]
+    pub fn has(&mut self, k: usize) -> bool {
+        while k >= self.cands.len() && !self.tail.is_empty() {
+            self.tail.take_next(&mut self.cands);
+        }
+        k < self.cands.len()
     }
 
     /// Whether the entries must be re-keyed: after `REBUILD_TAKEN`

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use u3m_core::policy::{Cand, HeatFn, Place, Placement};
+use u3m_core::policy::{Cand, HeatFn, Place, Placement, RankTail};
 
 pub type Log = Arc<Mutex<Vec<(u64, u64)>>>;
 
@@ -83,5 +83,9 @@ impl Placement for Recording {
 
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
         self.inner.order_top(now, cands, k)
+    }
+
+    fn order_ranked(&self, now: u64, cands: &mut Vec<Cand>, k: usize, tail: &mut RankTail) -> bool {
+        self.inner.order_ranked(now, cands, k, tail)
     }
 }
