@@ -2168,7 +2168,15 @@ fn an_idle_victim_needed_soon_behind_forty_busy_ones_is_kept() {
     assert_eq!(run(30, 200), (true, false), "x among the nearest: taken");
     // behind 40: x, needed at 200 against the front's 1049, stays; the
     // fault-in waits for the front, which leaves
-    assert_eq!(run(40, 200), (false, true), "x behind 40 busy, needed soon: kept");
+    assert_eq!(
+        run(40, 200),
+        (false, true),
+        "x behind 40 busy, needed soon: kept"
+    );
     // behind 40 but predicted at over half the front's distance: taken
-    assert_eq!(run(40, 700), (true, false), "x behind 40 busy, half as far as the front: taken");
+    assert_eq!(
+        run(40, 700),
+        (true, false),
+        "x behind 40 busy, half as far as the front: taken"
+    );
 }
