@@ -873,7 +873,9 @@ fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
 /// lora_recompute_flash): 1.157 x Belady's bytes when demand eviction took
 /// any idle victim among the 64 nearest behind a busy front (the victim
 /// depended on how far the replayed host ran ahead of the device: 1.117
-/// while reclaim still waited), 1.135 with 36 (evict.rs `SCAN_NEAR`).
+/// while reclaim still waited), 1.139 when a dirty one past the 36th behind
+/// a clean busy front is kept unless needed no sooner than the front
+/// (evict.rs `DIRTY_NEAR`).
 #[test]
 fn predictive_moves_at_most_1_15_x_belady_on_lora_with_recompute_and_flash() {
     let args = [
