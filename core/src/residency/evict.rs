@@ -48,8 +48,9 @@ const FAR_SHARE: (u64, u64) = (7, 8);
 /// reclaim stopped waiting); the idle one taken instead in the first 36 was
 /// clean and predicted back at 0.5-1 x the front's weighted distance, past
 /// 36 it was dirty and under 0.5 x (3,504 times). Keeping those (the
-/// fault-in waits for the front, unlocked): 1545.7 tokens/s against 1436.5
-/// and 5.17 GiB copied out against 11.95 (simulated). Behind a dirty front
+/// fault-in waits for the front, unlocked): 1545.7 tokens/s against 1436.5,
+/// 192.23 / 5.17 GiB in / out against 206.87 / 7.61 (simulated). Behind a
+/// dirty front
 /// (an optimizer's just-written state) the rule is not applied: applied
 /// there too, the Llama-2-13B LoRA step took 1788.0 ms against 1781.4 and
 /// policies.sh's ratios moved both ways (adam --recompute 8 layers 1.135 ->
