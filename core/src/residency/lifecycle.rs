@@ -423,6 +423,9 @@ impl Residency {
         };
         for d in st.devs.iter_mut() {
             d.stream = 0;
+            // the parent's copy-ins from them do not run here
+            let busy: Vec<(u64, u64)> = d.staging_busy.drain(..).collect();
+            d.staging_free.extend(busy.into_iter().map(|b| b.1));
         }
         let mut in_nvme = 0u64;
         for b in st.backings.values_mut() {
@@ -953,6 +956,8 @@ impl Residency {
         self.forget_backings(&mut st, Some(dev));
         // copy-outs in flight give their DRAM slots back
         self.settle_outgoing(&mut st, dev);
+        // (its staging buffers are forgotten with it, as the runtime's
+        // objects are)
         *st.dev_mut(dev) = super::state::Dev::new();
         self.publish(&st);
     }
@@ -1030,6 +1035,7 @@ impl Residency {
             if staging != 0 {
                 let _ = self.rt.free_host(staging as *mut u8);
             }
+            self.free_staging(&mut st, d as u32);
             st.devs[d] = super::state::Dev::new();
         }
         st.event_refs.clear();
