@@ -593,7 +593,8 @@ impl Residency {
             }
         }
         // the caller retries its allocation at once: copy-outs land first
-        self.settle_outgoing(&mut st, dev);
+        // (waited for without the lock)
+        let _ = self.wait_unlocked(st, dev, false);
         freed > 0
     }
 }

@@ -17,7 +17,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::protocol::{Need, Order};
-use super::state::{Host, Kind, Outgoing, State};
+use super::state::{Host, Kind, Outgoing, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, MAX_DEVICES};
 
 /// Staging buffers a device has in use at most (NVMe copy-ins and
@@ -546,6 +546,50 @@ impl Residency {
             self.give_staging(st, dev, o.staging);
             st.unref_event(o.ev);
         }
+    }
+
+    /// `settle_outgoing` without the lock across the wait: waits for the
+    /// copy-outs of `dev` in flight now (u3m's device-to-host stream holds
+    /// only copies: the wait needs nothing of the host) — or, `named`, for
+    /// what a Busy named instead (`st.wait_for`: a copy-out, a fence of
+    /// deferred slots, a staging buffer's copy-in, a use), as `prepare`
+    /// does — each event held by a reference meanwhile so it is not
+    /// pooled and recorded again; then retakes the lock and completes what
+    /// landed (`harvest`; a chunk taken back or freed meanwhile only gives
+    /// its slot back). Returns the guard, and false when there was nothing
+    /// to wait for.
+    pub(super) fn wait_unlocked<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        dev: u32,
+        named: bool,
+    ) -> (StGuard<'a>, bool) {
+        // (not named: what a Busy named stays for `wait_busy`)
+        let wait = if named { st.wait_for.take() } else { None };
+        let mut evs: Vec<u64> = match wait {
+            Some(ev) => vec![ev],
+            None => st.dev(dev).outgoing.iter().map(|o| o.ev).collect(),
+        };
+        evs.retain(|ev| st.event_refs.contains_key(ev));
+        if evs.is_empty() {
+            return (st, false);
+        }
+        for &ev in &evs {
+            *st.event_refs.entry(ev).or_insert(0) += 1;
+        }
+        drop(st);
+        for &ev in &evs {
+            let _ = self.rt.sync_event(ev);
+        }
+        let mut st = match self.st.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for ev in evs {
+            st.unref_event(ev);
+        }
+        self.harvest(&mut st, dev, usize::MAX);
+        (st, true)
     }
 
     /// Unpins the chunks `fault_in` reserved.
