@@ -593,8 +593,7 @@ impl Residency {
             }
         }
         // the caller retries its allocation at once: copy-outs land first
-        // (waited for without the lock)
-        let _ = self.wait_unlocked(st, dev, false);
+        self.settle_outgoing(&mut st, dev);
         freed > 0
     }
 }

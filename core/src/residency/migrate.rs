@@ -821,10 +821,11 @@ impl Residency {
     /// A host slot for chunk (id, i): its existing (stale) one, else NVMe if
     /// the policy places it there, else DRAM below 95 % full, else NVMe,
     /// else DRAM anyway.
-    /// DRAM short with deferred slots still behind a fence (u3m's copies
-    /// that may read them not done yet): Busy with `st.wait_for` naming the
-    /// fence — the caller waits for it without the lock and tries again
-    /// (where `reclaim_wait` synchronised u3m's stream with the lock held).
+    /// DRAM short with deferred DRAM slots still behind a fence (u3m's
+    /// copies that may read them not done yet) that would make the room:
+    /// Busy with `st.wait_for` naming the fence — the caller waits for it
+    /// without the lock and tries again (where `reclaim_wait` synchronised
+    /// u3m's stream with the lock held).
     fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, Fail> {
         if let Some(h) = st.chunk_mut(id, i).host.take() {
             return Ok(h);
@@ -843,8 +844,19 @@ impl Residency {
         }
         let limit = (self.dram_limit as f64 * 0.95) as u64;
         let dram_ok = st.dram.used() + CHUNK <= limit;
-        if !dram_ok && self.wait_fenced(st) {
-            return Err(Fail::Busy);
+        if !dram_ok {
+            // worth a wait only if the fenced DRAM slots make the room (else
+            // NVMe, or DRAM anyway, below)
+            let fenced = st
+                .fenced_free
+                .iter()
+                .filter(|f| matches!(f.2, Host::Dram(_)))
+                .count() as u64;
+            if st.dram.used().saturating_sub(fenced * CHUNK) + CHUNK <= limit
+                && self.wait_fenced(st)
+            {
+                return Err(Fail::Busy);
+            }
         }
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
@@ -873,11 +885,16 @@ impl Residency {
         Err(Fail::Acl(E_ALLOC))
     }
 
-    /// Names the oldest fence deferred host slots wait behind in
-    /// `st.wait_for` (for the caller to wait for without the lock); false
+    /// Names the oldest fence deferred host slots (DRAM ones first) wait
+    /// behind in `st.wait_for` (for the caller to wait for without the lock); false
     /// when none is pending.
     fn wait_fenced(&self, st: &mut State) -> bool {
-        let ev = st.fenced_free.first().map(|f| f.0);
+        let ev = st
+            .fenced_free
+            .iter()
+            .find(|f| matches!(f.2, Host::Dram(_)))
+            .or(st.fenced_free.first())
+            .map(|f| f.0);
         if ev.is_some() {
             st.wait_for = ev;
         }
