@@ -6,8 +6,13 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::migrate::Arriving;
 use super::state::{handle_of, id_of, Backing, Host, Kind, StGuard, State};
 use super::{Fail, Order, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
+
+/// Waits (without the lock) an export makes for room or its copy-in before
+/// it gives up (E_ALLOC).
+const EXPORT_TRIES: u32 = 256;
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::{on_device, CHUNK};
@@ -425,13 +430,20 @@ impl Residency {
             d.stream = 0;
             // the device-to-host stream is the parent's too
             d.out_stream = 0;
+            // the parent's copy-ins from them do not run here
+            let busy: Vec<(u64, u64)> = d.staging_busy.drain(..).collect();
+            d.staging_free.extend(busy.into_iter().map(|b| b.1));
         }
         // the parent's copy-outs in flight never land in the child: their
         // chunks stay resident as they were (their HBM is still mapped); the
-        // DRAM slot is not reused (the parent's copy may still write it)
+        // DRAM slot is not reused (the parent's copy may still write it);
+        // an NVMe copy-out's staging buffer is free here
         for d in 0..st.devs.len() {
             for o in std::mem::take(&mut st.devs[d].outgoing) {
                 let (id, i, ev) = (o.id, o.i, o.ev);
+                if o.staging != 0 {
+                    st.devs[d].staging_free.push(o.staging);
+                }
                 if let Some(c) = st
                     .backings
                     .get_mut(&id)
@@ -762,21 +774,52 @@ impl Residency {
             return Some(Err(E_DEVICE_LOST));
         }
         if b.chunks.len() == 1 {
-            // room may wait for copy-outs in flight: they land, then retry
+            // room may wait for copy-outs in flight (or what else a Busy
+            // names): waited for without the lock, then retry; the copy-in
+            // too (`wait_copy_ins`, the chunk pinned meanwhile)
+            let need = [(id, 0, false)];
             let mut held = Vec::new();
+            let mut arriving = Arriving::default();
+            let mut tries = 0;
             let r = loop {
                 let r = self.fault_in(
                     &mut st,
-                    &[(id, 0, false)],
+                    &need,
                     dev,
                     Order::Host,
                     &mut held,
-                    None,
+                    Some(&mut arriving),
                 );
-                if r != Err(Fail::Busy) || st.dev(dev).outgoing.is_empty() {
+                if r != Err(Fail::Busy) || tries >= EXPORT_TRIES {
                     break r;
                 }
-                self.settle_outgoing(&mut st, dev);
+                let waited;
+                (st, waited) = self.wait_unlocked(st, dev, true);
+                if !waited {
+                    break r;
+                }
+                tries += 1;
+                // (the handle may have been freed meanwhile)
+                if !st.backings.contains_key(&id) {
+                    self.unreserve(&mut st, &mut held);
+                    return None;
+                }
+            };
+            let r = match r {
+                Ok(()) => {
+                    let mut t0 = None;
+                    let mut rounds = 0;
+                    loop {
+                        let w;
+                        (st, w) = self.wait_copy_ins(st, &need, &mut arriving, &mut held, &mut t0);
+                        match w {
+                            Ok(false) if rounds < EXPORT_TRIES => rounds += 1,
+                            Ok(_) => break Ok(()),
+                            Err(e) => break Err(Fail::Acl(e)),
+                        }
+                    }
+                }
+                Err(e) => Err(e),
             };
             self.unreserve(&mut st, &mut held);
             if let Err(e) = r {
@@ -786,29 +829,43 @@ impl Residency {
             b.pinned = true;
             return Some(Ok(b.chunks[0].phys));
         }
-        Some(self.materialize(&mut st, id))
-    }
-
-    /// Replaces backing `id`'s chunks by one real handle with their data.
-    fn materialize(&self, st: &mut State, id: u64) -> Result<u64, AclError> {
-        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
-        let protect: Vec<(u64, u32)> = (0..st.backings[&id].chunks.len() as u32)
-            .map(|i| (id, i))
-            .collect();
-        // room for the whole handle: evict other chunks (never this one's)
+        // room for the whole handle: evict other chunks (never this one's);
+        // a copy-out started frees its HBM once it lands, waited for
+        // without the lock
+        let (size, n) = (b.size, b.chunks.len() as u32);
+        let protect: Vec<(u64, u32)> = (0..n).map(|i| (id, i)).collect();
+        let mut tries = 0;
         let real = loop {
             match self.rt.malloc_physical(dev, size) {
                 Ok(h) => break h,
                 Err(E_ALLOC) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Some(Err(e)),
             }
-            match self.evict_one(st, dev, &protect) {
-                // a copy-out started: its HBM is free once it lands
-                Ok(true) => self.settle_outgoing(st, dev),
-                Ok(false) | Err(Fail::Busy) => return Err(E_ALLOC),
-                Err(Fail::Acl(e)) => return Err(e),
+            let named = match self.evict_one(&mut st, dev, &protect) {
+                Ok(true) => false,
+                Err(Fail::Busy) if tries < EXPORT_TRIES => true,
+                Ok(false) | Err(Fail::Busy) => return Some(Err(E_ALLOC)),
+                Err(Fail::Acl(e)) => return Some(Err(e)),
+            };
+            let waited;
+            (st, waited) = self.wait_unlocked(st, dev, named);
+            if named && !waited {
+                return Some(Err(E_ALLOC));
+            }
+            tries += 1;
+            // the handle may have been freed or exported meanwhile
+            let b = st.backings.get(&id)?;
+            if b.real != 0 {
+                return Some(Ok(b.real));
             }
         };
+        Some(self.materialize(&mut st, id, real))
+    }
+
+    /// Replaces backing `id`'s chunks by the real handle `real` (of the
+    /// backing's size) with their data.
+    fn materialize(&self, st: &mut State, id: u64, real: u64) -> Result<u64, AclError> {
+        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
         let fail = |st: &mut State, va: u64, e: AclError| {
             if va != 0 {
                 let _ = self.rt.unmap(va);
@@ -971,6 +1028,8 @@ impl Residency {
         self.forget_backings(&mut st, Some(dev));
         // copy-outs in flight give their DRAM slots back
         self.settle_outgoing(&mut st, dev);
+        // (its staging buffers are forgotten with it, as the runtime's
+        // objects are)
         *st.dev_mut(dev) = super::state::Dev::new();
         self.publish(&st);
     }
@@ -1048,6 +1107,7 @@ impl Residency {
             if staging != 0 {
                 let _ = self.rt.free_host(staging as *mut u8);
             }
+            self.free_staging(&mut st, d as u32);
             st.devs[d] = super::state::Dev::new();
         }
         st.event_refs.clear();

@@ -17,8 +17,14 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::protocol::{Need, Order};
-use super::state::{Host, Kind, Outgoing, State};
+use super::state::{Host, Kind, Outgoing, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, MAX_DEVICES};
+
+/// Staging buffers a device has in use at most (NVMe copy-ins and
+/// copy-outs in flight, `take_staging`): 16 MiB of pinned memory.
+const STAGING_MAX: usize = 8;
+/// Spare staging buffers a device keeps for reuse.
+const STAGING_SPARE: usize = 4;
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::runtime::CHUNK;
 use crate::policy::Place;
@@ -73,6 +79,73 @@ impl Residency {
             st.dev_mut(dev).staging = self.rt.malloc_host(CHUNK)? as u64;
         }
         Ok(st.dev(dev).staging)
+    }
+
+    /// A pinned 2 MiB staging buffer for one NVMe transfer on `dev` (a
+    /// copy-in from it or a copy-out into it, on `dev`'s u3m streams): a
+    /// spare one, one whose copy-in completed, else a new one. Never waits:
+    /// with `STAGING_MAX` in flight, Busy with `st.wait_for` naming the
+    /// oldest of them (the caller waits without the lock and tries again),
+    /// where the old single buffer was waited for with the lock held.
+    pub(super) fn take_staging(&self, st: &mut State, dev: u32) -> Result<u64, Fail> {
+        self.reap_staging(st, dev);
+        if let Some(b) = st.dev_mut(dev).staging_free.pop() {
+            return Ok(b);
+        }
+        let d = st.dev(dev);
+        let in_use = d.staging_busy.len() + d.outgoing.iter().filter(|o| o.staging != 0).count();
+        if in_use >= STAGING_MAX {
+            let oldest_in = d.staging_busy.first().map(|b| b.0);
+            let oldest_out = d.outgoing.iter().find(|o| o.staging != 0).map(|o| o.ev);
+            st.wait_for = oldest_in.or(oldest_out);
+            return Err(Fail::Busy);
+        }
+        Ok(self.rt.malloc_host(CHUNK)? as u64)
+    }
+
+    /// Staging buffers whose copy-in completed (or failed: nothing more
+    /// runs on that stream) become spare again. Never waits.
+    fn reap_staging(&self, st: &mut State, dev: u32) {
+        let mut k = 0;
+        while k < st.dev(dev).staging_busy.len() {
+            let (ev, buf) = st.dev(dev).staging_busy[k];
+            if self.rt.event_done(ev).unwrap_or(true) {
+                st.dev_mut(dev).staging_busy.remove(k);
+                st.unref_event(ev);
+                self.give_staging(st, dev, buf);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// A staging buffer no transfer uses any more: kept spare (up to
+    /// `STAGING_SPARE`) or given back.
+    pub(super) fn give_staging(&self, st: &mut State, dev: u32, buf: u64) {
+        if buf == 0 {
+            return;
+        }
+        let d = st.dev_mut(dev);
+        if d.staging_free.len() < STAGING_SPARE {
+            d.staging_free.push(buf);
+        } else {
+            let _ = self.rt.free_host(buf as *mut u8);
+        }
+    }
+
+    /// Gives every staging buffer of `dev` back to the runtime (its streams
+    /// are idle or gone: finalize, a device reset).
+    pub(super) fn free_staging(&self, st: &mut State, dev: u32) {
+        let d = st.dev_mut(dev);
+        let bufs: Vec<u64> = d.staging_free.drain(..).collect();
+        let busy: Vec<(u64, u64)> = d.staging_busy.drain(..).collect();
+        for (ev, b) in busy {
+            st.unref_event(ev);
+            let _ = self.rt.free_host(b as *mut u8);
+        }
+        for b in bufs {
+            let _ = self.rt.free_host(b as *mut u8);
+        }
     }
 
     /// Maps a chunk of an unmapped VMM handle at the device's scratch VA.
@@ -286,15 +359,15 @@ impl Residency {
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 Some(Host::Nvme(_)) => {
-                    let staging = match self.staging(st, dev) {
+                    // a staging buffer of this copy's own: no wait for an
+                    // earlier copy-in still reading a shared one
+                    let staging = match self.take_staging(st, dev) {
                         Ok(s) => s,
                         Err(e) => {
                             self.undo_fault_in(st, id, i, reserved);
-                            return Err(e.into());
+                            return Err(e);
                         }
                     };
-                    // the staging buffer may still feed an earlier copy-in
-                    let _ = self.rt.sync_stream(stream);
                     let st2 = &mut *st;
                     let Some(Host::Nvme(slot)) =
                         &st2.backings.get(&id).expect("backing").chunks[i as usize].host
@@ -311,6 +384,7 @@ impl Residency {
                         .unwrap_or(Err(StoreError::BadSlot));
                     if r.is_err() {
                         self.c.spill_errors.fetch_add(1, Relaxed);
+                        self.give_staging(st, dev, staging);
                         self.undo_fault_in(st, id, i, reserved);
                         return Err(Fail::Acl(E_ALLOC));
                     }
@@ -321,8 +395,18 @@ impl Residency {
                         MemcpyKind::HOST_TO_DEVICE,
                         stream,
                     ) {
+                        self.give_staging(st, dev, staging);
                         self.undo_fault_in(st, id, i, reserved);
                         return Err(e.into());
+                    }
+                    // the buffer is spare again once the copy has read it
+                    match self.use_event(st, stream) {
+                        Some(ev) => st.dev_mut(dev).staging_busy.push((ev, staging)),
+                        None => {
+                            // no event to know when (a failing runtime)
+                            let _ = self.rt.sync_stream(stream);
+                            self.give_staging(st, dev, staging);
+                        }
                     }
                     st.chunk_mut(id, i).dirty = false;
                     filled.push((id, i));
@@ -339,7 +423,7 @@ impl Residency {
     /// Moves one resident chunk out of HBM: a clean one (a current host copy
     /// exists) is unmapped and freed now; a dirty one is copied out — to
     /// DRAM asynchronously (freed by a later `harvest`), else at once.
-    pub(super) fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), AclError> {
+    pub(super) fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), Fail> {
         if !st.chunk(id, i).needs_copy_out() {
             self.c.clean_drops.fetch_add(1, Relaxed);
             self.release_chunk(st, id, i);
@@ -361,6 +445,7 @@ impl Residency {
                 i,
                 slot: out.slot,
                 ev,
+                staging: out.staging,
             });
             return Ok(());
         }
@@ -403,9 +488,15 @@ impl Residency {
             {
                 c.out_ev = 0;
             }
-            if current && !failed {
-                st.chunk_mut(o.id, o.i).host = Some(o.slot);
-                self.c.to_dram.fetch_add(1, Relaxed);
+            let landed = if current && !failed {
+                self.land(st, dev, o.slot, o.staging)
+            } else {
+                st.free_host(o.slot);
+                self.give_staging(st, dev, o.staging);
+                None
+            };
+            if let Some(host) = landed {
+                st.chunk_mut(o.id, o.i).host = Some(host);
                 self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
                 self.release_chunk(st, o.id, o.i);
                 freed += 1;
@@ -413,7 +504,8 @@ impl Residency {
                     st.unref_event(prev);
                 }
             } else {
-                st.free_host(o.slot);
+                // (a copy-out with nowhere to land keeps the chunk in HBM,
+                // dirty: its data is there)
                 st.unref_event(ev);
             }
         }
@@ -451,8 +543,53 @@ impl Residency {
                 c.out_ev = 0;
             }
             st.free_host(o.slot);
+            self.give_staging(st, dev, o.staging);
             st.unref_event(o.ev);
         }
+    }
+
+    /// `settle_outgoing` without the lock across the wait: waits for the
+    /// copy-outs of `dev` in flight now (u3m's device-to-host stream holds
+    /// only copies: the wait needs nothing of the host) — or, `named`, for
+    /// what a Busy named instead (`st.wait_for`: a copy-out, a fence of
+    /// deferred slots, a staging buffer's copy-in, a use), as `prepare`
+    /// does — each event held by a reference meanwhile so it is not
+    /// pooled and recorded again; then retakes the lock and completes what
+    /// landed (`harvest`; a chunk taken back or freed meanwhile only gives
+    /// its slot back). Returns the guard, and false when there was nothing
+    /// to wait for.
+    pub(super) fn wait_unlocked<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        dev: u32,
+        named: bool,
+    ) -> (StGuard<'a>, bool) {
+        // (not named: what a Busy named stays for `wait_busy`)
+        let wait = if named { st.wait_for.take() } else { None };
+        let mut evs: Vec<u64> = match wait {
+            Some(ev) => vec![ev],
+            None => st.dev(dev).outgoing.iter().map(|o| o.ev).collect(),
+        };
+        evs.retain(|ev| st.event_refs.contains_key(ev));
+        if evs.is_empty() {
+            return (st, false);
+        }
+        for &ev in &evs {
+            *st.event_refs.entry(ev).or_insert(0) += 1;
+        }
+        drop(st);
+        for &ev in &evs {
+            let _ = self.rt.sync_event(ev);
+        }
+        let mut st = match self.st.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for ev in evs {
+            st.unref_event(ev);
+        }
+        self.harvest(&mut st, dev, usize::MAX);
+        (st, true)
     }
 
     /// Unpins the chunks `fault_in` reserved.
@@ -485,7 +622,7 @@ impl Residency {
     }
 
     /// Issues the copy of chunk (id, i) to a host slot on u3m's stream.
-    fn start_copy_out(&self, st: &mut State, id: u64, i: u32) -> Result<CopyOut, AclError> {
+    fn start_copy_out(&self, st: &mut State, id: u64, i: u32) -> Result<CopyOut, Fail> {
         let (dev, first) = {
             let b = &st.backings[&id];
             (b.dev, b.vas.first().copied())
@@ -501,7 +638,9 @@ impl Residency {
         let slot = self.host_slot(st, id, i)?;
         let (dst, staging) = match &slot {
             Host::Dram(s) => (s.ptr as u64, 0),
-            Host::Nvme(_) => match self.staging(st, dev) {
+            // a buffer of this copy's own, written out to the slot when the
+            // copy has landed (`land`)
+            Host::Nvme(_) => match self.take_staging(st, dev) {
                 Ok(staging) => (staging, staging),
                 Err(e) => {
                     st.free_host(slot);
@@ -511,9 +650,8 @@ impl Residency {
         };
         // an allocation's VA stays mapped until the copy lands (freeing it
         // settles first); a VMM handle may be unmapped by the program at any
-        // time, and NVMe needs the staging buffer written out
-        let asynchronous =
-            staging == 0 && scratch.is_none() && matches!(st.backings[&id].kind, Kind::Malloc);
+        // time (and an unmapped one's scratch VA is shared)
+        let asynchronous = scratch.is_none() && matches!(st.backings[&id].kind, Kind::Malloc);
         let stream = match if asynchronous {
             self.out_stream(st, dev)
         } else {
@@ -522,7 +660,8 @@ impl Residency {
             Ok(s) => s,
             Err(e) => {
                 st.free_host(slot);
-                return Err(e);
+                self.give_staging(st, dev, staging);
+                return Err(e.into());
             }
         };
         if let Err(e) = self
@@ -530,7 +669,8 @@ impl Residency {
             .memcpy_async(dst, src, CHUNK, MemcpyKind::DEVICE_TO_HOST, stream)
         {
             st.free_host(slot);
-            return Err(e);
+            self.give_staging(st, dev, staging);
+            return Err(e.into());
         }
         Ok(CopyOut {
             id,
@@ -544,8 +684,9 @@ impl Residency {
     }
 
     /// Waits for an issued copy-out and makes its slot the chunk's host copy
-    /// (an NVMe slot is written from the staging buffer; a failing write
-    /// keeps the data in DRAM).
+    /// (`land`). With the lock held: only for VMM handles' copy-outs (the
+    /// program may unmap them, an unmapped one's scratch VA is shared) and
+    /// when no event can tell when an asynchronous one lands.
     fn complete_copy_out(&self, st: &mut State, out: CopyOut) -> Result<(), AclError> {
         let CopyOut {
             id,
@@ -556,14 +697,29 @@ impl Residency {
             scratch,
             asynchronous: _,
         } = out;
+        let dev = st.backings[&id].dev;
         if let Err(e) = self.rt.sync_stream(stream) {
             st.free_host(slot);
+            self.give_staging(st, dev, staging);
             return Err(e);
         }
+        let landed = self.land(st, dev, slot, staging);
+        if let Some(va) = scratch {
+            let _ = self.rt.unmap(va);
+        }
+        st.chunk_mut(id, i).host = Some(landed.ok_or(E_ALLOC)?);
+        Ok(())
+    }
+
+    /// A copy-out that landed in `slot` (an NVMe slot: in the staging
+    /// buffer `staging`, written out to the slot now, the buffer spare
+    /// again): the host copy it makes, or None when it has nowhere to go
+    /// (the NVMe write failed and DRAM is full: the data stays in HBM).
+    fn land(&self, st: &mut State, dev: u32, slot: Host, staging: u64) -> Option<Host> {
         let host = match slot {
             Host::Dram(s) => {
                 self.c.to_dram.fetch_add(1, Relaxed);
-                Host::Dram(s)
+                Some(Host::Dram(s))
             }
             Host::Nvme(s) => {
                 let buf =
@@ -576,7 +732,7 @@ impl Residency {
                 match w {
                     Ok(()) => {
                         self.c.to_nvme.fetch_add(1, Relaxed);
-                        Host::Nvme(s)
+                        Some(Host::Nvme(s))
                     }
                     Err(_) => {
                         // disk full or I/O error: keep the data in DRAM
@@ -584,25 +740,23 @@ impl Residency {
                         if let Some(n) = st.nvme.as_mut() {
                             let _ = n.free(s);
                         }
-                        let ds = st.dram.alloc(CHUNK).map_err(|_| E_ALLOC)?;
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                staging as *const u8,
-                                ds.ptr,
-                                CHUNK as usize,
-                            )
-                        };
-                        self.c.to_dram.fetch_add(1, Relaxed);
-                        Host::Dram(ds)
+                        st.dram.alloc(CHUNK).ok().map(|ds| {
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    staging as *const u8,
+                                    ds.ptr,
+                                    CHUNK as usize,
+                                )
+                            };
+                            self.c.to_dram.fetch_add(1, Relaxed);
+                            Host::Dram(ds)
+                        })
                     }
                 }
             }
         };
-        st.chunk_mut(id, i).host = Some(host);
-        if let Some(va) = scratch {
-            let _ = self.rt.unmap(va);
-        }
-        Ok(())
+        self.give_staging(st, dev, staging);
+        host
     }
 
     /// Chunk (id, i) out of HBM: unmapped at every VA, its physical memory
@@ -667,7 +821,12 @@ impl Residency {
     /// A host slot for chunk (id, i): its existing (stale) one, else NVMe if
     /// the policy places it there, else DRAM below 95 % full, else NVMe,
     /// else DRAM anyway.
-    fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, AclError> {
+    /// DRAM short with deferred DRAM slots still behind a fence (u3m's
+    /// copies that may read them not done yet) that would make the room:
+    /// Busy with `st.wait_for` naming the fence — the caller waits for it
+    /// without the lock and tries again (where `reclaim_wait` synchronised
+    /// u3m's stream with the lock held).
+    fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, Fail> {
         if let Some(h) = st.chunk_mut(id, i).host.take() {
             return Ok(h);
         }
@@ -684,11 +843,20 @@ impl Residency {
             }
         }
         let limit = (self.dram_limit as f64 * 0.95) as u64;
-        let mut dram_ok = st.dram.used() + CHUNK <= limit;
-        if !(dram_ok || st.pending_free.is_empty() && st.fenced_free.is_empty()) {
-            // DRAM is short: the deferred slots are waited for (lock held)
-            self.reclaim_wait(st);
-            dram_ok = st.dram.used() + CHUNK <= limit;
+        let dram_ok = st.dram.used() + CHUNK <= limit;
+        if !dram_ok {
+            // worth a wait only if the fenced DRAM slots make the room (else
+            // NVMe, or DRAM anyway, below)
+            let fenced = st
+                .fenced_free
+                .iter()
+                .filter(|f| matches!(f.2, Host::Dram(_)))
+                .count() as u64;
+            if st.dram.used().saturating_sub(fenced * CHUNK) + CHUNK <= limit
+                && self.wait_fenced(st)
+            {
+                return Err(Fail::Busy);
+            }
         }
         if dram_ok {
             if let Ok(s) = st.dram.alloc(CHUNK) {
@@ -704,13 +872,33 @@ impl Residency {
         if let Ok(s) = st.dram.alloc(CHUNK) {
             return Ok(Host::Dram(s));
         }
-        // full: the clean copies of resident chunks make room
+        // full: the clean copies of resident chunks make room (given back
+        // at once if u3m's stream is idle, else behind a fence: then wait)
         if self.drop_duplicates(st, 64 * CHUNK) > 0 {
             if let Ok(s) = st.dram.alloc(CHUNK) {
                 return Ok(Host::Dram(s));
             }
+            if self.wait_fenced(st) {
+                return Err(Fail::Busy);
+            }
         }
-        Err(E_ALLOC)
+        Err(Fail::Acl(E_ALLOC))
+    }
+
+    /// Names the oldest fence deferred host slots (DRAM ones first) wait
+    /// behind in `st.wait_for` (for the caller to wait for without the lock); false
+    /// when none is pending.
+    fn wait_fenced(&self, st: &mut State) -> bool {
+        let ev = st
+            .fenced_free
+            .iter()
+            .find(|f| matches!(f.2, Host::Dram(_)))
+            .or(st.fenced_free.first())
+            .map(|f| f.0);
+        if ev.is_some() {
+            st.wait_for = ev;
+        }
+        ev.is_some()
     }
 
     /// Gives back up to `bytes` of DRAM held as clean copies of resident
@@ -736,21 +924,20 @@ impl Residency {
         if dropped.is_empty() {
             return 0;
         }
-        // a queued copy-in may still read these slots: freed after a sync
+        // a queued copy-in may still read these slots: given back behind a
+        // fence on u3m's stream (now if it is idle; never waits)
         st.pending_free.extend(dropped);
-        self.reclaim_wait(st);
+        self.reclaim(st);
         freed
     }
 
     /// Gives back deferred host slots once no issued copy can read them,
     /// never waiting (the device's lock is held): a slot is read only by
-    /// copy-ins on its chunk's device's u3m stream, so the slots of the
-    /// calling thread's device are put behind an event recorded on that
-    /// stream now (a stream of another device cannot take work from this
-    /// thread) and given back — now if the stream is idle, else by a later
-    /// reclaim that finds the event complete (`fenced_free`). The others
-    /// wait for a reclaim on their device (or finalize). Without an event,
-    /// `reclaim_wait`.
+    /// copy-ins on its chunk's device's u3m stream, so each device's slots
+    /// are put behind an event recorded on that stream now (`Fenced`
+    /// records on a stream's own device whichever thread asks) and given
+    /// back — now if the stream is idle, else by a later reclaim that finds
+    /// the event complete (`fenced_free`). Without an event, `reclaim_wait`.
     pub(super) fn reclaim(&self, st: &mut State) {
         if !st.fenced_free.is_empty() {
             self.free_fenced(st);
@@ -758,20 +945,13 @@ impl Residency {
         if st.pending_free.is_empty() {
             return;
         }
-        // None: a runtime that cannot say (the replayer) has no contexts
-        let cur = self.rt.current_device();
-        let mut k = 0;
-        while k < st.pending_free.len() {
-            let d = st.pending_free[k].0;
+        // each round takes the first entry's device's slots out of the list
+        while let Some(&(d, _)) = st.pending_free.first() {
             let stream = st.devs.get(d as usize).map(|x| x.stream).unwrap_or(0);
             if stream == 0 {
                 // u3m never copied in on this device
-                let (_, h) = st.pending_free.swap_remove(k);
+                let (_, h) = st.pending_free.swap_remove(0);
                 st.free_host(h);
-                continue;
-            }
-            if cur.is_some_and(|c| c != d) {
-                k += 1;
                 continue;
             }
             let Some(ev) = self.use_event(st, stream) else {
@@ -792,7 +972,6 @@ impl Residency {
             if let Some(r) = st.event_refs.get_mut(&ev) {
                 *r += refs.saturating_sub(1);
             }
-            // (k: the entry there now is another device's or unvisited)
         }
         self.free_fenced(st);
     }

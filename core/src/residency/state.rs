@@ -129,6 +129,10 @@ pub(super) struct Outgoing {
     pub slot: Host,
     /// Recorded on the device-to-host stream after the copy (one reference).
     pub ev: u64,
+    /// The staging buffer the copy lands in when `slot` is on NVMe (written
+    /// out to the slot once `ev` completes, then back to `Dev::staging_free`);
+    /// 0 for a DRAM slot.
+    pub staging: u64,
 }
 
 /// Per-device data. Today inside the one residency lock; the unit a
@@ -147,6 +151,13 @@ pub(super) struct Dev {
     pub staging: u64,
     /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
     pub scratch_va: u64,
+    /// Pinned 2 MiB staging buffers for NVMe copy-ins and copy-outs, one
+    /// per transfer in flight (`migrate::take_staging`): spare ones ...
+    pub staging_free: Vec<u64>,
+    /// ... and those an issued copy-in may still read: (event recorded on
+    /// u3m's stream after the copy, one reference; buffer), free again once
+    /// the event completes — never waited for with the lock held.
+    pub staging_busy: Vec<(u64, u64)>,
     pub resident: u64,
     /// Bytes of chunks host-mapped (in host handles at their VAs).
     pub host_mapped: u64,
@@ -171,6 +182,8 @@ impl Dev {
             order: VictimOrder::new(),
             staging: 0,
             scratch_va: 0,
+            staging_free: Vec::new(),
+            staging_busy: Vec::new(),
             resident: 0,
             host_mapped: 0,
             hostmap_va: 0,
