@@ -328,8 +328,16 @@ impl Residency {
         let mut pending: [u64; 8] = [0; 8];
         let mut npend = 0usize;
         let mut first_busy = None;
-        // the first busy one's weighted distance to its next use
+        // the first busy one's weighted distance to its next use (None: the
+        // policy cannot date it), asked once per scan
         let mut front: Option<Option<u64>> = None;
+        let front_cost = |st: &State, (bi, bc): (u64, u32)| -> Option<u64> {
+            let b = st.chunk(bi, bc);
+            let bkey = st.backings[&bi].key(bi, bc);
+            self.policy
+                .next_use(now, bkey)
+                .map(|v| ahead_cost(now, v, b.needs_copy_out()))
+        };
         let mut seen = 0;
         let mut k = st.dev(dev).order.next;
         // the busy run the last scan of this order found, if it still is
@@ -396,14 +404,8 @@ impl Residency {
             {
                 // a dirty idle chunk deep behind busy ones: taken only if
                 // not much nearer its next use than the front (DIRTY_SHARE)
-                let front = *front.get_or_insert_with(|| {
-                    let (bi, bc) = first_busy.unwrap_or((id, i));
-                    let b = st.chunk(bi, bc);
-                    let bkey = st.backings[&bi].key(bi, bc);
-                    self.policy
-                        .next_use(now, bkey)
-                        .map(|v| ahead_cost(now, v, b.needs_copy_out()))
-                });
+                let front =
+                    *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 // (a front the policy cannot date gives no measure: taken)
                 if let Some(front) = front {
                     match self.policy.next_use(now, key) {
@@ -421,14 +423,8 @@ impl Residency {
                 // the front of the order, where MIN evicts a chunk before
                 // its next use anyway; the order is by that weighted
                 // distance, so once an idle one falls short, the rest do
-                let front = *front.get_or_insert_with(|| {
-                    let (bi, bc) = first_busy.unwrap_or((id, i));
-                    let b = st.chunk(bi, bc);
-                    let bkey = st.backings[&bi].key(bi, bc);
-                    self.policy
-                        .next_use(now, bkey)
-                        .map(|v| ahead_cost(now, v, b.needs_copy_out()))
-                });
+                let front =
+                    *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 let Some(front) = front else { break };
                 match self.policy.next_use(now, key) {
                     Some(v)
