@@ -129,3 +129,24 @@ fn a_thread_on_a_context_it_made_is_tiered_on_that_contexts_device() {
         .collect();
     assert_eq!(refs, [0, 1], "u3m's one reference on device 1");
 }
+
+/// aclrtResetDevice drops one reference: the device and its memory stay
+/// while another is held (CANN releases at zero). A second thread's
+/// aclrtSetDevice + aclrtResetDevice must not make u3m forget device 0's
+/// managed memory that the main thread, still holding the device, then
+/// reads back — including the buffers u3m had moved to the host.
+#[test]
+fn a_threads_reset_with_the_device_still_held_loses_nothing() {
+    let env = [("ACLSIM_HBM_BYTES", "64M"), ("U3M_OVERSUB", "4")];
+    let (r, s) = tier("ctx_switch", &["shared"], &env);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(r.fact("other_reset").as_deref(), Some("0"));
+    assert_eq!(r.fact("refs_after_other_reset").as_deref(), Some("1"));
+    assert_eq!(
+        r.fact("shared_verified").as_deref(),
+        Some("24"),
+        "{}",
+        r.stderr
+    );
+}

@@ -13,7 +13,21 @@ use super::args::*;
 use super::{Cx, Real};
 use crate::ffi::*;
 use crate::init::{current_device, set_current_device};
+use std::sync::atomic::{
+    AtomicU32,
+    Ordering::{AcqRel, Acquire},
+};
 use u3m_core::engine::{AllocApi, Call, Out};
+use u3m_core::residency::MAX_DEVICES;
+
+/// The program's device references: its successful aclrtSetDevice calls not
+/// yet matched by an aclrtResetDevice (CANN counts them and releases a
+/// device's resources when the count reaches zero).
+static PROGRAM_REFS: [AtomicU32; MAX_DEVICES] = [const { AtomicU32::new(0) }; MAX_DEVICES];
+
+fn refs_of(dev: i32) -> Option<&'static AtomicU32> {
+    usize::try_from(dev).ok().and_then(|d| PROGRAM_REFS.get(d))
+}
 
 pub unsafe fn acl_init(_cx: &Cx, real: Real<aclInit>, a: aclInit) -> aclError {
     real.call(a)
@@ -28,6 +42,9 @@ pub unsafe fn set_device(_cx: &Cx, real: Real<aclrtSetDevice>, a: aclrtSetDevice
     if r == ACL_SUCCESS {
         set_current_device(a.device_id);
         crate::runtime::learn_context(a.device_id);
+        if let Some(n) = refs_of(a.device_id) {
+            n.fetch_add(1, AcqRel);
+        }
     }
     r
 }
@@ -200,17 +217,38 @@ pub unsafe fn get_mem_info(cx: &Cx, real: Real<aclrtGetMemInfo>, a: aclrtGetMemI
     cx.run(&call, || real.call(a))
 }
 
-/// The runtime releases everything the process holds on the device, with no
-/// aclrtFree: u3m forgets it too (its managed chunks there are gone).
+/// aclrtResetDevice drops one of the program's references to the device;
+/// the runtime releases everything on it (with no aclrtFree) only when the
+/// last goes, and u3m then forgets its managed chunks there too. While
+/// another reference holds the device (another thread's aclrtSetDevice),
+/// its memory stays, and so does u3m's (forgetting it would lose the
+/// chunks u3m keeps on the host). A reset u3m saw no aclrtSetDevice for
+/// (a count of 0: references it cannot see) is taken as the last.
 pub unsafe fn reset_device(cx: &Cx, real: Real<aclrtResetDevice>, a: aclrtResetDevice) -> aclError {
-    let call = Call::ResetDevice {
-        device: a.device_id,
+    let refs = refs_of(a.device_id);
+    let before = refs.map_or(0, |n| {
+        n.fetch_update(AcqRel, Acquire, |v| Some(v.saturating_sub(1)))
+            .unwrap_or(0)
+    });
+    let r = if before > 1 {
+        real.call(a)
+    } else {
+        let call = Call::ResetDevice {
+            device: a.device_id,
+        };
+        cx.run(&call, || real.call(a))
     };
-    let r = cx.run(&call, || real.call(a));
-    if r == ACL_SUCCESS {
+    if r != ACL_SUCCESS {
+        // refused: the reference is still held
+        if let (Some(n), true) = (refs, before > 0) {
+            n.fetch_add(1, AcqRel);
+        }
+        return r;
+    }
+    if before <= 1 {
         crate::runtime::forget_context(a.device_id);
     }
-    if r == ACL_SUCCESS && current_device() == a.device_id {
+    if current_device() == a.device_id {
         set_current_device(-1);
     }
     r

@@ -18,6 +18,12 @@
  *          reads it all back. Prints ctx_lost, the copies verified, and the
  *          device references before the program's aclrtResetDevice calls
  *          (refs_dev0/refs_dev1: what it took, one each).
+ *   shared main and a second thread both hold device 0 (aclrtSetDevice
+ *          each); main fills device 0 beyond its HBM, the second thread
+ *          drops its own reference (aclrtResetDevice(0)) and ends, and main,
+ *          whose reference still holds the device and its memory, reads
+ *          every buffer back and frees it. Prints shared_verified and
+ *          refs_after_other_reset (main's one).
  * Options (cross): --buffers N (default 24) --size BYTES (default 8M). */
 #include <pthread.h>
 #include <string.h>
@@ -252,10 +258,56 @@ static int created(void) {
     return 0;
 }
 
+static void *shared_thread(void *p) {
+    int *rc = p;
+    ACL_CHECK(aclrtSetDevice(0));
+    void *d = NULL;
+    ACL_CHECK(aclrtMalloc(&d, 4 * MIB, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemset(d, 4 * MIB, 7, 4 * MIB));
+    ACL_CHECK(aclrtFree(d));
+    *rc = aclrtResetDevice(0);
+    return NULL;
+}
+
+static int shared(void) {
+    const int n = 24;
+    const size_t size = 8 * MIB;
+    ACL_CHECK(aclInit(NULL));
+    ACL_CHECK(aclrtSetDevice(0));
+    void *bufs[24];
+    uint8_t *host = malloc(size);
+    if (!host) app_die(1, "out of memory");
+    for (int i = 0; i < n; i++) {
+        ACL_CHECK(aclrtMalloc(&bufs[i], size, ACL_MEM_MALLOC_HUGE_FIRST));
+        for (size_t k = 0; k < size; k++) host[k] = expected(4000 + i, k);
+        ACL_CHECK(aclrtMemcpy(bufs[i], size, host, size, ACL_MEMCPY_HOST_TO_DEVICE));
+    }
+    int rc = -1;
+    pthread_t t;
+    if (pthread_create(&t, NULL, shared_thread, &rc)) app_die(1, "pthread_create");
+    pthread_join(t, NULL);
+    printf("other_reset=%d refs_after_other_reset=%d\n", rc, aclsim_device_refs(0));
+    long ok = 0;
+    for (int i = 0; i < n; i++) {
+        aclError e = aclrtMemcpy(host, size, bufs[i], size, ACL_MEMCPY_DEVICE_TO_HOST);
+        size_t k = 0;
+        while (e == ACL_SUCCESS && k < size && host[k] == expected(4000 + i, k)) k++;
+        if (e == ACL_SUCCESS && k == size) ok++;
+        else fprintf(stderr, "ctx_switch: buffer %d: copy %d, differs at byte %zu\n", i, (int)e, k);
+        if (aclrtFree(bufs[i]) != ACL_SUCCESS) fprintf(stderr, "ctx_switch: free of buffer %d failed\n", i);
+    }
+    printf("shared_verified=%ld\n", ok);
+    free(host);
+    ACL_CHECK(aclrtResetDevice(0));
+    ACL_CHECK(aclFinalize());
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "sim")) return sim();
     if (argc >= 2 && !strcmp(argv[1], "cross")) return cross(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "created")) return created();
-    app_die(3, "usage: ctx_switch sim|cross|created [--buffers N] [--size BYTES]");
+    if (argc >= 2 && !strcmp(argv[1], "shared")) return shared();
+    app_die(3, "usage: ctx_switch sim|cross|created|shared [--buffers N] [--size BYTES]");
 }
