@@ -3,7 +3,17 @@
 //! thread's own context and CANN's device reference counts as they were.
 
 mod common;
-use common::{run, tier};
+use common::{run, tier, Run};
+
+/// Device references left at exit, per device (ACLSIM_STATS `device_refs`).
+fn device_refs(r: &Run) -> Vec<u64> {
+    r.stats["device_refs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no device_refs in {}", r.stats))
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
 
 #[test]
 fn the_simulator_keeps_contexts_per_thread_and_counts_device_references() {
@@ -42,12 +52,7 @@ fn the_simulator_keeps_contexts_per_thread_and_counts_device_references() {
     for (k, v) in want {
         assert_eq!(r.fact(k).as_deref(), Some(v), "{k}\n{}", r.stdout);
     }
-    let refs: Vec<u64> = r.stats["device_refs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no device_refs in {}", r.stats))
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let refs = device_refs(&r);
     assert_eq!(refs, [0, 0]);
 }
 
@@ -88,12 +93,7 @@ fn u3m_device_switches_keep_the_callers_context_and_take_no_device_reference() {
         (fact("refs_dev0"), fact("refs_dev1")),
         ("1".into(), "1".into())
     );
-    let refs: Vec<u64> = r.stats["device_refs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no device_refs in {}", r.stats))
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let refs = device_refs(&r);
     assert_eq!(refs, [0, 0], "device references left at exit");
 }
 
@@ -121,12 +121,7 @@ fn a_thread_on_a_context_it_made_is_tiered_on_that_contexts_device() {
         "device 1's peak {}",
         peak(1)
     );
-    let refs: Vec<u64> = r.stats["device_refs"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no device_refs in {}", r.stats))
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect();
+    let refs = device_refs(&r);
     assert_eq!(refs, [0, 1], "u3m's one reference on device 1");
 }
 

@@ -736,38 +736,20 @@ fn predictive_moves_at_most_1_15_x_belady_on_small_recorded_programs() {
 /// does not take the step's shift).
 #[test]
 fn predictive_moves_at_most_1_15_x_belady_on_a_small_recompute_run() {
-    let trace = std::env::temp_dir().join(format!(
-        "u3m-replay-test-{}-adam-recompute-l4.trace",
-        std::process::id()
-    ));
-    let t = trace.to_str().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
-        .args([
-            "synth",
-            "--model",
-            "llama2-7b",
-            "--workload",
-            "adam",
-            "--recompute",
-            "--scale",
-            "8",
-            "--layers",
-            "4",
-            "--steps",
-            "6",
-            "-o",
-            t,
-        ])
-        .output()
-        .expect("run u3m synth");
-    assert!(
-        o.status.success(),
-        "u3m synth: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let ratio = trace_vs_belady("adam --recompute, 4 layers", t, &[], 256 << 20);
-    let _ = std::fs::remove_file(&trace);
-    let Some(ratio) = ratio else {
+    let args = [
+        "--model",
+        "llama2-7b",
+        "--workload",
+        "adam",
+        "--recompute",
+        "--scale",
+        "8",
+        "--layers",
+        "4",
+        "--steps",
+        "6",
+    ];
+    let Some(ratio) = synth_vs_belady("adam --recompute, 4 layers", &args, 256 << 20) else {
         return;
     };
     assert!(

@@ -307,21 +307,7 @@ impl Residency {
         if evs.is_empty() {
             return (st, Some(slots));
         }
-        drop(st);
-        for &ev in &evs {
-            // (no switch to the device: waited for from here all the same)
-            if on_device(self.rt, dev, || self.rt.sync_event(ev)).is_none() {
-                let _ = self.rt.sync_event(ev);
-            }
-        }
-        let mut st = match self.st.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        for ev in evs {
-            st.unref_event(ev);
-        }
-        (st, Some(slots))
+        (self.sync_unlocked(st, Some(dev), evs), Some(slots))
     }
 
     /// Gives back every chunk's memory (and, for Malloc, the VA).

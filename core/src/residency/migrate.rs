@@ -26,7 +26,7 @@ const STAGING_MAX: usize = 8;
 /// Spare staging buffers a device keeps for reuse.
 const STAGING_SPARE: usize = 4;
 use crate::acl::{AclError, MemcpyKind};
-use crate::engine::runtime::CHUNK;
+use crate::engine::runtime::{on_device, CHUNK};
 use crate::policy::Place;
 use crate::store::StoreError;
 
@@ -577,9 +577,28 @@ impl Residency {
         for &ev in &evs {
             *st.event_refs.entry(ev).or_insert(0) += 1;
         }
+        let mut st = self.sync_unlocked(st, None, evs);
+        self.harvest(&mut st, dev, usize::MAX);
+        (st, true)
+    }
+
+    /// Waits for `evs` — each holding a reference taken under the lock, so
+    /// none goes back to the pool and is recorded again meanwhile — with
+    /// the lock dropped (on device `on` when given: switched to it for the
+    /// wait, or waited for from here if the switch fails), then retakes the
+    /// lock and drops the references.
+    pub(super) fn sync_unlocked<'a>(
+        &'a self,
+        st: StGuard<'a>,
+        on: Option<u32>,
+        evs: Vec<u64>,
+    ) -> StGuard<'a> {
         drop(st);
         for &ev in &evs {
-            let _ = self.rt.sync_event(ev);
+            let switched = on.and_then(|d| on_device(self.rt, d, || self.rt.sync_event(ev)));
+            if switched.is_none() {
+                let _ = self.rt.sync_event(ev);
+            }
         }
         let mut st = match self.st.lock() {
             Ok(g) => g,
@@ -588,8 +607,7 @@ impl Residency {
         for ev in evs {
             st.unref_event(ev);
         }
-        self.harvest(&mut st, dev, usize::MAX);
-        (st, true)
+        st
     }
 
     /// Unpins the chunks `fault_in` reserved.
