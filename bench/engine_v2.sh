@@ -40,6 +40,15 @@ mkdir -p "$OUT/bin"
 # a private copy of the build: other builds may rewrite target/release meanwhile
 SRC=${FROM:-$ROOT/target/release}
 cp -a "$SRC"/*.so "$SRC/acl-apps" "$SRC/u3m" "$OUT/bin/"
+# which commit the measured build is: this checkout's when it built or took
+# its own target/, the earlier run's record for --bin, else unknown
+if [ -z "$FROM" ]; then
+    git -C "$ROOT" rev-parse --short HEAD >"$OUT/bin/COMMIT"
+elif [ -f "$FROM/COMMIT" ]; then
+    [ "$FROM" = "$OUT/bin" ] || cp "$FROM/COMMIT" "$OUT/bin/COMMIT"
+else
+    echo "unknown (--bin $FROM)" >"$OUT/bin/COMMIT"
+fi
 echo "engine_v2.sh: raw results in $OUT" >&2
 
 exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" "$REPS" <<'PY'
@@ -248,8 +257,8 @@ def sec_start():
     print(", ".join(out))
     print()
 
-print("# engine_v2.sh, commit %s, %s, load %s\n" % (
-    subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
+print("# engine_v2.sh, build of commit %s, %s, load %s\n" % (
+    open(os.path.join(BIN, "COMMIT")).read().strip(),
     time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join("%.1f" % x for x in os.getloadavg())))
 for name, f in (("step", sec_step), ("call", sec_call), ("start", sec_start)):
     if name in ONLY:
