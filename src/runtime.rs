@@ -132,6 +132,17 @@ pub fn forget_context(dev: i32) {
     }
 }
 
+/// After aclrtResetDeviceForce(dev): every reference went, u3m's too, and
+/// the default context with them; u3m takes a new one when it next needs
+/// `dev`.
+pub fn forget_context_forced(dev: i32) {
+    let Ok(d) = usize::try_from(dev) else { return };
+    if d < MAX_DEVICES {
+        OWN_REF[d].store(false, Release);
+        DEFAULT_CTX[d].store(0, Release);
+    }
+}
+
 /// `dev`'s default context, taken by u3m on first need (aclrtSetDevice,
 /// which also makes it the calling thread's context, and
 /// aclrtGetCurrentContext): one device reference for the process's life.

@@ -145,3 +145,43 @@ fn a_threads_reset_with_the_device_still_held_loses_nothing() {
         r.stderr
     );
 }
+
+/// aclrtResetDeviceForce drops every reference to the device at once, and
+/// the device's memory with them: the simulator releases it (the program's
+/// second fill fits again; an old buffer no longer reads back), and u3m
+/// forgets the chunks it managed there. Before u3m hooked the call it still
+/// counted the old buffers (free_after_force 64 MiB of 256), read one old
+/// buffer from its host copy, and refused the second fill (207001).
+#[test]
+fn a_forced_reset_releases_the_device_for_the_runtime_and_for_u3m() {
+    fn check(r: &Run) {
+        assert_eq!(r.fact("refs_after_force").as_deref(), Some("0"));
+        let total = r.fact("total").unwrap();
+        assert_eq!(
+            r.fact("free_after_force"),
+            Some(total),
+            "{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+        let old = r.fact("old_read").unwrap();
+        assert!(
+            old.split(',').all(|e| e != "0"),
+            "an old buffer read back after the forced reset: {old}"
+        );
+        assert_eq!(
+            r.fact("force_verified").as_deref(),
+            Some("24"),
+            "{}",
+            r.stderr
+        );
+    }
+    // stock: 24 x 8 MiB fit in 256 MiB only if the reset released the first 24
+    let r = run("ctx_switch", &["force"], &[("ACLSIM_HBM_BYTES", "256M")]).must_succeed();
+    check(&r);
+    let env = [("ACLSIM_HBM_BYTES", "64M"), ("U3M_OVERSUB", "4")];
+    let (r, s) = tier("ctx_switch", &["force"], &env);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    check(&r);
+}

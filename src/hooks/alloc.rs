@@ -15,7 +15,7 @@ use crate::ffi::*;
 use crate::init::{current_device, set_current_device};
 use std::sync::atomic::{
     AtomicU32,
-    Ordering::{AcqRel, Acquire},
+    Ordering::{AcqRel, Acquire, Release},
 };
 use u3m_core::engine::{AllocApi, Call, Out};
 use u3m_core::residency::MAX_DEVICES;
@@ -248,6 +248,32 @@ pub unsafe fn reset_device(cx: &Cx, real: Real<aclrtResetDevice>, a: aclrtResetD
     if before <= 1 {
         crate::runtime::forget_context(a.device_id);
     }
+    if current_device() == a.device_id {
+        set_current_device(-1);
+    }
+    r
+}
+
+/// aclrtResetDeviceForce drops every reference to the device at once (the
+/// program's, however many, and the one u3m may hold for its default
+/// context): the runtime releases everything on it, so u3m forgets its
+/// managed chunks there and the context it kept.
+pub unsafe fn reset_device_force(
+    cx: &Cx,
+    real: Real<aclrtResetDeviceForce>,
+    a: aclrtResetDeviceForce,
+) -> aclError {
+    let call = Call::ResetDevice {
+        device: a.device_id,
+    };
+    let r = cx.run(&call, || real.call(a));
+    if r != ACL_SUCCESS {
+        return r;
+    }
+    if let Some(n) = refs_of(a.device_id) {
+        n.store(0, Release);
+    }
+    crate::runtime::forget_context_forced(a.device_id);
     if current_device() == a.device_id {
         set_current_device(-1);
     }

@@ -36,6 +36,7 @@ super::hooks! {
     fn aclrtHostUnregister(ptr: *mut c_void) -> aclError, NS => alloc::host_unregister;
     fn aclrtGetMemInfo(attr: c_int, free: *mut usize, total: *mut usize) -> aclError, NS => alloc::get_mem_info;
     fn aclrtResetDevice(device_id: i32) -> aclError, NS => alloc::reset_device;
+    fn aclrtResetDeviceForce(device_id: i32) -> aclError, NS => alloc::reset_device_force;
     fn aclrtIpcMemGetExportKey(dev_ptr: *mut c_void, size: usize, key: *mut c_char, len: usize, flags: u64) -> aclError, NS => vmm::ipc_export_key;
     fn aclrtIpcMemImportByKey(dev_ptr: *mut *mut c_void, key: *const c_char, flags: u64) -> aclError, NS => vmm::ipc_import_key;
     fn aclrtIpcMemClose(key: *const c_char) -> aclError, NS => vmm::ipc_close;

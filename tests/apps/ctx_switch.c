@@ -24,6 +24,14 @@
  *          whose reference still holds the device and its memory, reads
  *          every buffer back and frees it. Prints shared_verified and
  *          refs_after_other_reset (main's one).
+ *   force  main holds device 0 twice (aclrtSetDevice x2), fills it beyond
+ *          its HBM, then aclrtResetDeviceForce(0) drops both references and
+ *          the device's memory; an old buffer no longer reads back
+ *          (old_read: the runtime's error); main sets the device again and
+ *          fills it beyond its HBM once more, reading everything back.
+ *          Prints refs_after_force, old_read, free_after_force (bytes
+ *          aclrtGetMemInfo calls free right after the reset: all of it, for
+ *          the runtime and for u3m) and force_verified.
  * Options (cross): --buffers N (default 24) --size BYTES (default 8M). */
 #include <pthread.h>
 #include <string.h>
@@ -303,11 +311,46 @@ static int shared(void) {
     return 0;
 }
 
+static int force(void) {
+    const int n = 24;
+    const size_t size = 8 * MIB;
+    ACL_CHECK(aclInit(NULL));
+    ACL_CHECK(aclrtSetDevice(0));
+    ACL_CHECK(aclrtSetDevice(0));
+    void *bufs[24];
+    uint8_t *host = malloc(size);
+    if (!host) app_die(1, "out of memory");
+    for (int i = 0; i < n; i++) {
+        ACL_CHECK(aclrtMalloc(&bufs[i], size, ACL_MEM_MALLOC_HUGE_FIRST));
+        for (size_t k = 0; k < size; k++) host[k] = expected(5000 + i, k);
+        ACL_CHECK(aclrtMemcpy(bufs[i], size, host, size, ACL_MEMCPY_HOST_TO_DEVICE));
+    }
+    size_t free0 = 0, total0 = 0;
+    ACL_CHECK(aclrtGetMemInfo(ACL_HBM_MEM, &free0, &total0));
+    ACL_CHECK(aclrtResetDeviceForce(0));
+    printf("refs_after_force=%d\n", aclsim_device_refs(0));
+    ACL_CHECK(aclrtSetDevice(0));
+    size_t free1 = 0, total1 = 0;
+    ACL_CHECK(aclrtGetMemInfo(ACL_HBM_MEM, &free1, &total1));
+    printf("used_before_force=%zu free_after_force=%zu total=%zu\n", total0 - free0, free1, total1);
+    /* the old buffers' memory is gone: a read is refused (first and last:
+     * one u3m had on the host, one it had in HBM) */
+    int first = (int)aclrtMemcpy(host, size, bufs[0], size, ACL_MEMCPY_DEVICE_TO_HOST);
+    int last = (int)aclrtMemcpy(host, size, bufs[n - 1], size, ACL_MEMCPY_DEVICE_TO_HOST);
+    printf("old_read=%d,%d\n", first, last);
+    printf("force_verified=%ld\n", fill_and_check(n, size, host, 6000));
+    free(host);
+    ACL_CHECK(aclrtResetDevice(0));
+    ACL_CHECK(aclFinalize());
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "sim")) return sim();
     if (argc >= 2 && !strcmp(argv[1], "cross")) return cross(argc, argv);
     if (argc >= 2 && !strcmp(argv[1], "created")) return created();
     if (argc >= 2 && !strcmp(argv[1], "shared")) return shared();
+    if (argc >= 2 && !strcmp(argv[1], "force")) return force();
     app_die(3, "usage: ctx_switch sim|cross|created|shared [--buffers N] [--size BYTES]");
 }

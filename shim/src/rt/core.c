@@ -598,21 +598,39 @@ ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId) {
     return ACL_SUCCESS;
 }
 
-/* Drops one reference (none left: nothing to drop). The simulator releases
- * no device memory at zero; it waits for the device's work, and the calling
- * thread loses its context if it was on this device, at every call. */
+/* Drops one reference (none left: nothing to drop). The call that drops the
+ * last waits for the device's work and releases the device's memory
+ * (sim_mem_release_device), as CANN does with the default context; the
+ * calling thread loses its context if it was on this device, at every call. */
 ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId) {
     if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
     if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
     if (!g_dev[deviceId].opened) return ACL_SUCCESS;
     int refs = atomic_load(&g_dev[deviceId].refs);
     while (refs > 0 && !atomic_compare_exchange_weak(&g_dev[deviceId].refs, &refs, refs - 1)) {}
-    aclError rc = sim_sync_all(deviceId);
+    (void)sim_sync_all(deviceId);   /* a lost device's work is dropped: the reset still succeeds */
+    if (refs == 1) sim_mem_release_device(deviceId);
     if (t_dev == deviceId) {
         t_dev = -1;
         t_ctx = NULL;
     }
-    return rc == ACL_ERROR_RT_DEVICE_TASK_ABORT ? ACL_SUCCESS : ACL_SUCCESS;
+    return ACL_SUCCESS;
+}
+
+/* Drops every reference at once, however many aclrtSetDevice calls took
+ * them, and releases the device's memory like the last aclrtResetDevice. */
+ACL_FUNC_VISIBILITY aclError aclrtResetDeviceForce(int32_t deviceId) {
+    if (atomic_load(&g_state) != 1) return ACL_ERROR_UNINITIALIZE;
+    if (deviceId < 0 || deviceId >= g_cfg.devices) return ACL_ERROR_RT_INVALID_DEVICEID;
+    if (!g_dev[deviceId].opened) return ACL_SUCCESS;
+    int refs = atomic_exchange(&g_dev[deviceId].refs, 0);
+    (void)sim_sync_all(deviceId);
+    if (refs > 0) sim_mem_release_device(deviceId);
+    if (t_dev == deviceId) {
+        t_dev = -1;
+        t_ctx = NULL;
+    }
+    return ACL_SUCCESS;
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId) {

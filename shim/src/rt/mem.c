@@ -333,6 +333,61 @@ void sim_mem_add_managed_locked(uintptr_t va, uint64_t len, sim_phys *ph) {
     VEC_INSERT(g_resv, at + 1, ((sim_resv){va, len, -1, RESV_MANAGED, ph}));
 }
 
+typedef VEC(uintptr_t) va_vec;
+
+/* In order, the VAs of the mappings inside [lo, hi) or of `dev`'s HBM. */
+static void map_collect(map_node *t, int dev, uintptr_t lo, uintptr_t hi, va_vec *out) {
+    for (; t; t = t->r) {
+        map_collect(t->l, dev, lo, hi, out);
+        int here = t->m.va >= lo && t->m.va < hi;
+        int ours = t->m.ph->loc == SIM_PH_HBM && t->m.ph->dev == dev;
+        if (here || ours) VEC_INSERT(*out, out->n, t->m.va);
+    }
+}
+
+/* The last reference to `dev` went (aclrtResetDevice, aclrtResetDeviceForce):
+ * as on CANN, the device's memory goes with its default context. Every
+ * mapping at the device's addresses or of its HBM, every aclrtMalloc block
+ * and reserved range of the device, and every physical handle in its HBM is
+ * released; addresses and handles the program still holds then fault or are
+ * refused as not live. Host-located handles belong to the host and stay
+ * (only their mappings here go); managed memory is the process's and stays.
+ * Returns the HBM bytes released. */
+uint64_t sim_mem_release_device(int dev) {
+    pthread_rwlock_wrlock(&g_mm);
+    sim_device *d = &g_dev[dev];
+    if (!d->arena) {
+        pthread_rwlock_unlock(&g_mm);
+        return 0;
+    }
+    uint64_t before = d->used;
+    va_vec vas = {0};
+    map_collect(g_map_root, dev, d->arena, d->arena + d->arena_len, &vas);
+    for (size_t i = 0; i < vas.n; i++) {
+        sim_map *m = map_floor_locked(vas.v[i]);
+        if (m && m->va == vas.v[i]) map_remove_locked(m);
+    }
+    free(vas.v);
+    for (size_t i = g_resv.n; i-- > 0;) {
+        sim_resv r = g_resv.v[i];
+        if (r.dev != dev || r.kind == RESV_MANAGED) continue;
+        if (r.kind == RESV_MALLOC) phys_release_locked(r.ph);
+        ra_free(&d->va, r.va, r.len);
+        VEC_REMOVE(g_resv, i);
+    }
+    for (size_t i = 0; i < g_phys_handles.cap; i++) {
+        uintptr_t k = g_phys_handles.slot[i];
+        if (k <= 1) continue;   /* empty or a tombstone */
+        sim_phys *ph = (sim_phys *)k;
+        if (ph->loc != SIM_PH_HBM || ph->dev != dev) continue;
+        g_phys_handles.slot[i] = 1;   /* ps_del's tombstone, in place: the walk goes on */
+        phys_release_locked(ph);
+    }
+    uint64_t released = before - d->used;
+    pthread_rwlock_unlock(&g_mm);
+    return released;
+}
+
 SIM_API void aclsim_mm_read_lock(void) { pthread_rwlock_rdlock(&g_mm); }
 SIM_API void aclsim_mm_read_unlock(void) { pthread_rwlock_unlock(&g_mm); }
 

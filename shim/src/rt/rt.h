@@ -144,6 +144,7 @@ void sim_mem_init_device(sim_device *d);
 int sim_resolve_copy_kind(int kind, const void *dst, const void *src);
 int sim_device_of_addr(const void *p);
 void sim_mem_stats(int dev, uint64_t *used, uint64_t *peak);
+uint64_t sim_mem_release_device(int dev);   /* the device's last reference went */
 /* With g_mm held (read): the link traffic of work on device `dev` touching
  * `r` (managed pages it touches become resident on `dev`). */
 void sim_link_traffic_locked(int dev, const sim_range *r, int n, sim_link *out);
