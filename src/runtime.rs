@@ -98,10 +98,11 @@ fn get_context() -> Result<u64, AclError> {
 /// this context instead.
 /// Learned without a reference from the program's own aclrtSetDevice (after
 /// it the thread is on the device's default context: `learn_context`);
-/// failing that taken once by u3m (`OWN_REF`), kept for the process's life.
+/// failing that taken once by u3m (`OWN_REF`), kept until the program's
+/// last reset of the device (`drop_own_ref`) or a forced one.
 static DEFAULT_CTX: [AtomicU64; MAX_DEVICES] = [NO_CTX; MAX_DEVICES];
 /// u3m took a device reference for `DEFAULT_CTX[dev]` (aclrtSetDevice):
-/// the context lives until the process ends, whatever the program resets.
+/// the context lives until the program's last reset of the device.
 static OWN_REF: [AtomicBool; MAX_DEVICES] = [NO_REF; MAX_DEVICES];
 // array initialisers (`[const { .. }; N]` is newer than rust-version 1.75)
 #[allow(clippy::declare_interior_mutable_const)]
@@ -124,12 +125,27 @@ pub fn learn_context(dev: i32) {
 
 /// After the program's aclrtResetDevice(dev): a default context u3m learned
 /// (no reference of its own) may be gone; u3m takes its own when it next
-/// needs `dev`. One u3m took stays.
+/// needs `dev`. One u3m took stays (the program's last reset drops it
+/// first: `drop_own_ref`).
 pub fn forget_context(dev: i32) {
     let Ok(d) = usize::try_from(dev) else { return };
     if d < MAX_DEVICES && !OWN_REF[d].load(Acquire) {
         DEFAULT_CTX[d].store(0, Release);
     }
+}
+
+/// At the program's last aclrtResetDevice(dev): whether u3m holds a
+/// reference of its own there, now given up (the caller drops it with one
+/// more reset); u3m takes a new one when it next needs `dev`.
+pub fn drop_own_ref(dev: i32) -> bool {
+    let Ok(d) = usize::try_from(dev) else {
+        return false;
+    };
+    if d >= MAX_DEVICES || !OWN_REF[d].swap(false, AcqRel) {
+        return false;
+    }
+    DEFAULT_CTX[d].store(0, Release);
+    true
 }
 
 /// After aclrtResetDeviceForce(dev): every reference went, u3m's too, and
@@ -145,7 +161,8 @@ pub fn forget_context_forced(dev: i32) {
 
 /// `dev`'s default context, taken by u3m on first need (aclrtSetDevice,
 /// which also makes it the calling thread's context, and
-/// aclrtGetCurrentContext): one device reference for the process's life.
+/// aclrtGetCurrentContext): one device reference, until the program's last
+/// reset of the device.
 /// Two threads that both find it missing each take one (the first kept is
 /// the one used; the other reference stays too: at most one per thread
 /// that raced, once).

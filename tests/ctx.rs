@@ -185,3 +185,28 @@ fn a_forced_reset_releases_the_device_for_the_runtime_and_for_u3m() {
     assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
     check(&r);
 }
+
+/// u3m's own reference on a device (taken for its default context while
+/// the program's thread was on a context it made) goes with the program's
+/// last aclrtResetDevice: otherwise the runtime keeps the device, and the
+/// memory u3m forgets at that reset stays allocated. Before, the runtime
+/// still counted 1 reference after the reset and the program's next fill was
+/// refused (207001: 0 B of HBM left to managed memory).
+#[test]
+fn u3ms_own_device_reference_goes_with_the_programs_last_reset() {
+    let env = [
+        ("ACLSIM_DEVICES", "2"),
+        ("ACLSIM_HBM_BYTES", "64M"),
+        ("U3M_OVERSUB", "4"),
+    ];
+    let (r, s) = tier("ctx_switch", &["reown"], &env);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(s["tier"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(r.fact("refs_after_reset").as_deref(), Some("0"));
+    assert_eq!(
+        r.fact("reown_verified").as_deref(),
+        Some("32"),
+        "{}",
+        r.stderr
+    );
+}

@@ -236,7 +236,16 @@ pub unsafe fn reset_device(cx: &Cx, real: Real<aclrtResetDevice>, a: aclrtResetD
         let call = Call::ResetDevice {
             device: a.device_id,
         };
-        cx.run(&call, || real.call(a))
+        cx.run(&call, || {
+            let r = real.call(a);
+            // u3m's own reference (taken for a device the program had not
+            // set) would keep the device, and the memory u3m now forgets,
+            // alive: it goes with the program's last
+            if r == ACL_SUCCESS && crate::runtime::drop_own_ref(a.device_id) {
+                let _ = real.call(a);
+            }
+            r
+        })
     };
     if r != ACL_SUCCESS {
         // refused: the reference is still held

@@ -32,6 +32,15 @@
  *          Prints refs_after_force, old_read, free_after_force (bytes
  *          aclrtGetMemInfo calls free right after the reset: all of it, for
  *          the runtime and for u3m) and force_verified.
+ *   reown  a thread whose only context is one it made on device 1 fills the
+ *          device beyond its HBM (u3m takes its own reference on device 1
+ *          for its default context), destroys the context; main then sets
+ *          device 1, fills it and leaves it allocated, resets it (the
+ *          program's last reference: the runtime releases the memory),
+ *          sets it again and fills it beyond its HBM once more. Prints
+ *          reown_verified (the first and last fills' buffers read back) and
+ *          refs_after_reset (what the runtime still counts after the
+ *          program's last reset).
  * Options (cross): --buffers N (default 24) --size BYTES (default 8M). */
 #include <pthread.h>
 #include <string.h>
@@ -345,6 +354,32 @@ static int force(void) {
     return 0;
 }
 
+static int reown(void) {
+    ACL_CHECK(aclInit(NULL));
+    aclrtContext ctx = NULL;
+    ACL_CHECK(aclrtCreateContext(&ctx, 1));
+    uint8_t *host = malloc(8 * MIB);
+    if (!host) app_die(1, "out of memory");
+    long ok = fill_and_check(16, 8 * MIB, host, 7000);
+    ACL_CHECK(aclrtDestroyContext(ctx));
+    ACL_CHECK(aclrtSetDevice(1));
+    /* left allocated: the reset releases them */
+    for (int i = 0; i < 16; i++) {
+        void *d = NULL;
+        ACL_CHECK(aclrtMalloc(&d, 8 * MIB, ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL_CHECK(aclrtMemset(d, 8 * MIB, i, 8 * MIB));
+    }
+    ACL_CHECK(aclrtResetDevice(1));
+    printf("refs_after_reset=%d\n", aclsim_device_refs(1));
+    ACL_CHECK(aclrtSetDevice(1));
+    ok += fill_and_check(16, 8 * MIB, host, 7200);
+    printf("reown_verified=%ld\n", ok);
+    free(host);
+    ACL_CHECK(aclrtResetDevice(1));
+    ACL_CHECK(aclFinalize());
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "sim")) return sim();
@@ -352,5 +387,6 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "created")) return created();
     if (argc >= 2 && !strcmp(argv[1], "shared")) return shared();
     if (argc >= 2 && !strcmp(argv[1], "force")) return force();
+    if (argc >= 2 && !strcmp(argv[1], "reown")) return reown();
     app_die(3, "usage: ctx_switch sim|cross|created|shared [--buffers N] [--size BYTES]");
 }
