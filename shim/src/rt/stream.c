@@ -6,9 +6,12 @@
  * stream waiting on an event cannot start before the event's time. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include "rt/rt.h"
 
 typedef struct sim_node { sim_work *w; uint64_t host_ns, seq; struct sim_node *next; } sim_node;
@@ -38,8 +41,10 @@ typedef struct sim_gate {
 } sim_gate;
 /* Who waits for whom, and who wakes them. Every sleeper says so under the lock
  * its waker takes, and a waker makes a syscall only when someone sleeps:
- * - a stream's worker sleeps on its cv (sleeping set); enqueue signals it,
- *   after dropping the stream's lock, only then;
+ * - a stream's worker sleeps on its futex word `doze` (sleeping set); enqueue
+ *   moves the word and wakes it, after dropping the stream's lock, only then
+ *   (a bare futex: a condvar's waiter retakes the lock marked contended, so
+ *   every wake-up cost the worker one more syscall at its next unlock);
  * - a gate waiter sleeps on the stream that holds it up (gate_cv, gate_waiters),
  *   woken when that stream's lowest unfinished number moves (an item finishes,
  *   the queue is dropped) or it parks. Queuing an item never lets a gate waiter
@@ -61,10 +66,10 @@ struct sim_stream {
     int dead;
     pthread_t thr;
     pthread_mutex_t mu;
-    pthread_cond_t cv;           /* work queued or stop */
+    atomic_uint doze;            /* the worker's futex word: moved (under mu) to wake it */
     pthread_cond_t idle_cv;      /* done reached idle_want */
     pthread_cond_t gate_cv;      /* gate_ev moved */
-    int sleeping;                /* the worker waits on cv: enqueue must signal it */
+    int sleeping;                /* the worker sleeps on doze: enqueue must wake it */
     atomic_ullong bell;          /* rung by every enqueue and the stop: a worker about to sleep watches it first */
     int idle_waiters, gate_waiters;
     uint64_t idle_want;          /* lowest `done` an idle_cv waiter waits for (UINT64_MAX: none) */
@@ -416,7 +421,11 @@ static void *worker(void *arg) {
         }
         while (!s->head && !s->stop) {
             s->sleeping = 1;
-            pthread_cond_wait(&s->cv, &s->mu);
+            unsigned v = atomic_load(&s->doze);
+            pthread_mutex_unlock(&s->mu);
+            /* returns at once if the word moved since it was read */
+            syscall(SYS_futex, &s->doze, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+            pthread_mutex_lock(&s->mu);
         }
         s->sleeping = 0;
         sim_node *n = s->head;
@@ -457,7 +466,6 @@ static sim_stream *stream_new_locked(int dev) {
     s->ctx = &g_dev[dev];        /* the device's default context unless the caller says */
     s->id = g_next_stream_id[dev]++;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
     pthread_cond_init(&s->gate_cv, NULL);
     s->idle_want = UINT64_MAX;
@@ -545,12 +553,15 @@ static void enqueue(sim_stream *s, sim_work *w) {
     atomic_fetch_add_explicit(&s->bell, 1, memory_order_release);
     atomic_fetch_add(&g_submits, 1);
     int wake = s->sleeping;
-    s->sleeping = 0;
+    if (wake) {
+        s->sleeping = 0;
+        atomic_fetch_add(&s->doze, 1);
+    }
     pthread_mutex_unlock(&s->mu);
     gate_note(s->dev);
     /* after the unlock, so that the worker does not wake into a held lock;
      * streams are never freed */
-    if (wake) pthread_cond_signal(&s->cv);
+    if (wake) syscall(SYS_futex, &s->doze, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static aclError capture_record(sim_stream *s, sim_work *w);
@@ -762,8 +773,9 @@ static aclError stream_destroy(aclrtStream stream, int force) {
     }
     s->stop = 1;
     atomic_fetch_add(&s->bell, 1);
-    pthread_cond_signal(&s->cv);
+    atomic_fetch_add(&s->doze, 1);
     pthread_mutex_unlock(&s->mu);
+    syscall(SYS_futex, &s->doze, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
     if (force) gate_note(s->dev);
     pthread_join(s->thr, NULL);
     sim_note_host_time(s->clock);
