@@ -6,9 +6,12 @@
  * stream waiting on an event cannot start before the event's time. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include "rt/rt.h"
 
 typedef struct sim_node { sim_work *w; uint64_t host_ns, seq; struct sim_node *next; } sim_node;
@@ -30,12 +33,26 @@ typedef struct sim_node { sim_work *w; uint64_t host_ns, seq; struct sim_node *n
 #define SEQ_NONE UINT64_MAX
 enum { PARK_NONE = 0, PARK_EVWAIT, PARK_EXTERNAL };
 typedef struct sim_gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;           /* gen changed */
-    uint64_t gen, next_seq;
+    pthread_mutex_t mu;          /* list, n, cap */
+    atomic_ullong gen;           /* something on the device moved (event_ready_locked's progress) */
+    atomic_ullong next_seq;      /* taken with the stream's lock held (enqueue) */
     struct sim_stream **list;    /* the device's streams, never removed */
     int n, cap;
 } sim_gate;
+/* Who waits for whom, and who wakes them. Every sleeper says so under the lock
+ * its waker takes, and a waker makes a syscall only when someone sleeps:
+ * - a stream's worker sleeps on its futex word `doze` (sleeping set); enqueue
+ *   moves the word and wakes it, after dropping the stream's lock, only then
+ *   (a bare futex: a condvar's waiter retakes the lock marked contended, so
+ *   every wake-up cost the worker one more syscall at its next unlock);
+ * - a gate waiter sleeps on the stream that holds it up (gate_cv, gate_waiters),
+ *   woken when that stream's lowest unfinished number moves (an item finishes,
+ *   the queue is dropped) or it parks. Queuing an item never lets a gate waiter
+ *   on: the new number is above every number anyone waits behind;
+ * - a synchronize sleeps on idle_cv until done reaches idle_want;
+ * - an event's waiters (stream waits, synchronize, query) sleep on the event's
+ *   own cv, broadcast by its record only (and, for a query, by a park: see
+ *   g_queries). */
 static sim_gate g_gate[SIM_MAX_DEVICES];
 static pthread_once_t g_gate_once = PTHREAD_ONCE_INIT;
 static atomic_ullong g_submits;  /* items queued, every stream (spin detection) */
@@ -49,8 +66,14 @@ struct sim_stream {
     int dead;
     pthread_t thr;
     pthread_mutex_t mu;
-    pthread_cond_t cv;           /* work queued or stop */
-    pthread_cond_t idle_cv;      /* an item completed */
+    atomic_uint doze;            /* the worker's futex word: moved (under mu) to wake it */
+    pthread_cond_t idle_cv;      /* done reached idle_want */
+    pthread_cond_t gate_cv;      /* gate_ev moved */
+    int sleeping;                /* the worker sleeps on doze: enqueue must wake it */
+    atomic_ullong bell;          /* rung by every enqueue and the stop: a worker about to sleep watches it first */
+    int idle_waiters, gate_waiters;
+    uint64_t idle_want;          /* lowest `done` an idle_cv waiter waits for (UINT64_MAX: none) */
+    uint64_t gate_ev;            /* lowest unfinished number moved, or parked changed */
     sim_node *head, *tail;
     uint64_t enq, done;
     uint64_t clock;              /* simulated end of the last item */
@@ -74,7 +97,15 @@ typedef struct sim_event {
     struct sim_stream *rec_stream; /* stream of the last record issued */
     uint64_t rec_host;           /* host time when it was issued (its start is not earlier) */
     uint64_t polls, poll_host, poll_sub; /* not-ready answers with nothing else happening (spin) */
+    pthread_cond_t cv;           /* a record completed (with g_lock); broadcast only if waiters */
+    int waiters;
 } sim_event;
+
+/* Queries waiting for a record (event_ready_locked), under g_lock: a stream
+ * that parks outside the device's order wakes them, since it makes their
+ * answer "not ready". */
+typedef struct ev_query { sim_event *ev; struct ev_query *next; } ev_query;
+static ev_query *g_queries;
 
 enum { EV_RECORD = 1, EV_WAIT = 2 };
 typedef struct ev_item { int op; sim_event *ev; uint64_t gen; } ev_item;
@@ -88,6 +119,7 @@ static int g_next_stream_id[SIM_MAX_DEVICES];
 static void event_unref_locked(sim_event *ev) {
     if (--ev->refs == 0) {
         ev->magic = 0;
+        pthread_cond_destroy(&ev->cv);
         free(ev);
     }
 }
@@ -107,10 +139,7 @@ SIM_API sim_work *aclsim_work_new(int nranges) {
 }
 
 static void gate_init(void) {
-    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
-        pthread_mutex_init(&g_gate[d].mu, NULL);
-        pthread_cond_init(&g_gate[d].cv, NULL);
-    }
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) pthread_mutex_init(&g_gate[d].mu, NULL);
 }
 
 static sim_gate *gate_of(int dev) {
@@ -118,13 +147,14 @@ static sim_gate *gate_of(int dev) {
     return &g_gate[dev];
 }
 
-/* Something a waiter of the gate looks at changed. gate.mu is a leaf lock. */
-static void gate_bump(int dev) {
-    sim_gate *g = gate_of(dev);
-    pthread_mutex_lock(&g->mu);
-    g->gen++;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+/* Something on the device moved (for event_ready_locked's progress check). */
+static void gate_note(int dev) { atomic_fetch_add(&gate_of(dev)->gen, 1); }
+
+/* The lowest unfinished number of `s` moved or its parking changed: wake
+ * the gate waiters held up by it. s->mu held. */
+static void gate_moved_locked(sim_stream *s) {
+    s->gate_ev++;
+    if (s->gate_waiters) pthread_cond_broadcast(&s->gate_cv);
 }
 
 static void gate_add_stream(sim_stream *s) {
@@ -138,9 +168,8 @@ static void gate_add_stream(sim_stream *s) {
         g->cap = cap;
     }
     g->list[g->n++] = s;
-    g->gen++;
-    pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+    gate_note(s->dev);   /* a new stream holds nobody up: it has no items yet */
 }
 
 /* Lowest number of an unfinished item of `t` (SEQ_NONE: none). t->mu held. */
@@ -150,14 +179,15 @@ static uint64_t stream_min_seq_locked(sim_stream *t) {
 }
 
 /* Waits until no stream of `dev` but `self` (NULL: none) holds an unfinished
- * item numbered below `seq`, parked streams aside. */
+ * item numbered below `seq`, parked streams aside: a pass over the streams
+ * that finds none holding it up. A stream that does is waited on alone, until
+ * its lowest number moves or it parks; then the pass starts again. */
 static void gate_wait(int dev, sim_stream *self, uint64_t seq) {
     sim_gate *g = gate_of(dev);
     sim_stream *local[64], **list = local;
     int cap = 64;
     for (;;) {
         pthread_mutex_lock(&g->mu);
-        uint64_t gen = g->gen;
         int n = g->n;
         if (n > cap) {
             if (list != local) free(list);
@@ -172,27 +202,40 @@ static void gate_wait(int dev, sim_stream *self, uint64_t seq) {
             sim_stream *t = list[i];
             if (t == self || atomic_load(&t->parked)) continue;
             pthread_mutex_lock(&t->mu);
-            uint64_t m = stream_min_seq_locked(t);
-            int parked = atomic_load(&t->parked);
+            /* park() stores parked before it takes t->mu to wake us */
+            if (!atomic_load(&t->parked) && stream_min_seq_locked(t) < seq) {
+                ok = 0;
+                uint64_t ev = t->gate_ev;
+                t->gate_waiters++;
+                while (t->gate_ev == ev) pthread_cond_wait(&t->gate_cv, &t->mu);
+                t->gate_waiters--;
+            }
             pthread_mutex_unlock(&t->mu);
-            if (!parked && m < seq) ok = 0;
         }
         if (ok) break;
-        pthread_mutex_lock(&g->mu);
-        while (g->gen == gen) pthread_cond_wait(&g->cv, &g->mu);
-        pthread_mutex_unlock(&g->mu);
     }
     if (list != local) free(list);
 }
 
 static void park(sim_stream *s, int how) {
     atomic_store(&s->parked, how);
-    gate_bump(s->dev);
+    pthread_mutex_lock(&s->mu);
+    gate_moved_locked(s);   /* its waiters go on without it */
+    pthread_mutex_unlock(&s->mu);
+    gate_note(s->dev);
+    if (how == PARK_EXTERNAL) {
+        /* a query waiting for a record on it answers "not ready" now */
+        pthread_mutex_lock(&g_lock);
+        for (ev_query *q = g_queries; q; q = q->next)
+            if (q->ev->rec_stream == s) pthread_cond_broadcast(&q->ev->cv);
+        pthread_mutex_unlock(&g_lock);
+    }
 }
 
+/* Unparking lets nobody on (it can only hold waiters up again): no wake. */
 static void unpark(sim_stream *s) {
     atomic_store(&s->parked, PARK_NONE);
-    gate_bump(s->dev);
+    gate_note(s->dev);
 }
 
 /* Host-side work on `dev` (a synchronous copy or memset) waits until the
@@ -202,13 +245,13 @@ static void unpark(sim_stream *s) {
 void sim_host_gate(int dev) {
     if (dev < 0 || dev >= SIM_MAX_DEVICES) return;
     sim_gate *g = gate_of(dev);
-    pthread_mutex_lock(&g->mu);
-    uint64_t seq = g->next_seq;
-    pthread_mutex_unlock(&g->mu);
+    uint64_t seq = atomic_load(&g->next_seq);
     gate_wait(dev, NULL, seq);
 }
 
-static void run_item(sim_stream *s, sim_node *n) {
+/* Runs `n` (taken off the queue by worker(), which says whether to skip it)
+ * and returns its error; worker() records the completion. */
+static aclError run_item(sim_stream *s, sim_node *n, int skip) {
     sim_work *w = n->w;
     uint64_t start = s->clock > n->host_ns ? s->clock : n->host_ns;
     w->device = s->dev;
@@ -216,17 +259,7 @@ static void run_item(sim_stream *s, sim_node *n) {
     w->start_ns = start;
     w->end_ns = start + w->cost_ns;
     aclError rc = 0;
-    int skip = 0;
     sim_link link = {0};
-    if (w->kind != SIM_WORK_EVENT && w->kind != SIM_WORK_HOST_FUNC) {
-        /* ACL_STOP_ON_FAILURE: once a task has failed, the stream's later
-         * work is discarded until the error is collected by a synchronize.
-         * Event records and host functions still run, so nothing waiting on
-         * them hangs. */
-        pthread_mutex_lock(&s->mu);
-        skip = s->stop_on_failure && s->err;
-        pthread_mutex_unlock(&s->mu);
-    }
     if (skip) {
         w->end_ns = start;
     } else if (w->kind == SIM_WORK_EVENT) {
@@ -235,7 +268,7 @@ static void run_item(sim_stream *s, sim_node *n) {
         if (e->op == EV_RECORD) {
             e->ev->time_ns = start;
             if (e->gen > e->ev->done_gen) e->ev->done_gen = e->gen;
-            pthread_cond_broadcast(&g_event_cv);
+            if (e->ev->waiters) pthread_cond_broadcast(&e->ev->cv);
         } else {
             if (e->ev->done_gen < e->gen) {
                 /* The record was queued before this wait, so it has a lower
@@ -248,17 +281,19 @@ static void run_item(sim_stream *s, sim_node *n) {
                 struct timespec dl;
                 clock_gettime(CLOCK_REALTIME, &dl);
                 dl.tv_sec += 1;
+                e->ev->waiters++;
                 while (e->ev->done_gen < e->gen)
-                    if (pthread_cond_timedwait(&g_event_cv, &g_lock, &dl) == ETIMEDOUT) break;
+                    if (pthread_cond_timedwait(&e->ev->cv, &g_lock, &dl) == ETIMEDOUT) break;
                 if (e->ev->done_gen < e->gen) {
                     pthread_mutex_unlock(&g_lock);
                     park(s, PARK_EVWAIT);
                     pthread_mutex_lock(&g_lock);
-                    while (e->ev->done_gen < e->gen) pthread_cond_wait(&g_event_cv, &g_lock);
+                    while (e->ev->done_gen < e->gen) pthread_cond_wait(&e->ev->cv, &g_lock);
                     pthread_mutex_unlock(&g_lock);
                     unpark(s);
                     pthread_mutex_lock(&g_lock);
                 }
+                e->ev->waiters--;
             }
             if (e->ev->time_ns > w->end_ns) w->end_ns = e->ev->time_ns;
         }
@@ -316,23 +351,83 @@ static void run_item(sim_stream *s, sim_node *n) {
     atomic_store(&s->rec->clock, s->clock);
     free_work(w);
     free(n);
-    pthread_mutex_lock(&s->mu);
-    if (rc && !s->err) s->err = rc;
-    s->done++;
-    s->cur_seq = SEQ_NONE;
-    pthread_cond_broadcast(&s->idle_cv);
-    pthread_mutex_unlock(&s->mu);
-    gate_bump(s->dev);
+    return rc;
 }
 
+/* ACLSIM_SPIN_US: how long a worker whose queue ran dry watches its bell
+ * before it sleeps (default 0: it sleeps at once). It moves real time only,
+ * but libu3m.so decides by what it sees complete in real time: 5 µs took the
+ * 13B Adam step from 845.5 to 851.0 ms (simulated), so it is off unless asked. */
+#define SIM_SPIN_US_DEFAULT 0.0
+static uint64_t g_spin_ns;
+static pthread_once_t g_spin_once = PTHREAD_ONCE_INIT;
+static void spin_init(void) {
+    double us = SIM_SPIN_US_DEFAULT;
+    const char *e = getenv("ACLSIM_SPIN_US");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end || !(v >= 0 && v <= 1e6))
+            aclsim_log("ACLSIM_SPIN_US=%s: not a number of microseconds in [0, 1e6]; using %g", e, us);
+        else
+            us = v;
+    }
+    g_spin_ns = (uint64_t)(us * 1000);
+}
+static uint64_t spin_ns(void) {
+    pthread_once(&g_spin_once, spin_init);
+    return g_spin_ns;
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Watches the stream's bell for a while before the worker sleeps: work queued
+ * meanwhile is taken without a wake-up (no syscall on either side). */
+static void bell_watch(sim_stream *s, uint64_t seen) {
+    uint64_t end = mono_ns() + spin_ns();
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&s->bell, memory_order_acquire) != seen) return;
+        cpu_relax();
+        if (!(i & 63) && mono_ns() >= end) return;
+    }
+}
+
+/* One lock round per item: the completion of an item and the taking of the
+ * next happen under the same hold of s->mu. */
 static void *worker(void *arg) {
     sim_stream *s = arg;
     char name[16];
     snprintf(name, sizeof name, "aclsim-s%d.%d", s->dev, s->id);
     pthread_setname_np(pthread_self(), name);
+    pthread_mutex_lock(&s->mu);
     for (;;) {
-        pthread_mutex_lock(&s->mu);
-        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head && !s->stop && spin_ns()) {
+            uint64_t seen = atomic_load(&s->bell);
+            pthread_mutex_unlock(&s->mu);
+            bell_watch(s, seen);
+            pthread_mutex_lock(&s->mu);
+        }
+        while (!s->head && !s->stop) {
+            s->sleeping = 1;
+            unsigned v = atomic_load(&s->doze);
+            pthread_mutex_unlock(&s->mu);
+            /* returns at once if the word moved since it was read */
+            syscall(SYS_futex, &s->doze, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+            pthread_mutex_lock(&s->mu);
+        }
+        s->sleeping = 0;
         sim_node *n = s->head;
         if (!n) {
             pthread_mutex_unlock(&s->mu);
@@ -341,8 +436,23 @@ static void *worker(void *arg) {
         s->head = n->next;
         if (!s->head) s->tail = NULL;
         s->cur_seq = n->seq;
+        /* ACL_STOP_ON_FAILURE: once a task has failed, the stream's later
+         * work is discarded until the error is collected by a synchronize.
+         * Event records and host functions still run, so nothing waiting on
+         * them hangs. */
+        int skip = n->w->kind != SIM_WORK_EVENT && n->w->kind != SIM_WORK_HOST_FUNC && s->stop_on_failure && s->err;
         pthread_mutex_unlock(&s->mu);
-        run_item(s, n);
+        aclError rc = run_item(s, n, skip);
+        pthread_mutex_lock(&s->mu);
+        if (rc && !s->err) s->err = rc;
+        s->done++;
+        s->cur_seq = SEQ_NONE;
+        if (s->idle_waiters && s->done >= s->idle_want) {
+            s->idle_want = UINT64_MAX;   /* each waiter left asks again */
+            pthread_cond_broadcast(&s->idle_cv);
+        }
+        gate_moved_locked(s);
+        gate_note(s->dev);
     }
 }
 
@@ -356,8 +466,9 @@ static sim_stream *stream_new_locked(int dev) {
     s->ctx = &g_dev[dev];        /* the device's default context unless the caller says */
     s->id = g_next_stream_id[dev]++;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->idle_cv, NULL);
+    pthread_cond_init(&s->gate_cv, NULL);
+    s->idle_want = UINT64_MAX;
     s->cur_seq = SEQ_NONE;
     r->dev = dev;
     r->id = s->id;
@@ -429,21 +540,28 @@ static void enqueue(sim_stream *s, sim_work *w) {
     if (!n) abort();
     n->w = w;
     n->next = NULL;
+    sim_gate *g = gate_of(s->dev);
     pthread_mutex_lock(&s->mu);
     /* read under the lock: sim_link_low_water relies on it */
     n->host_ns = atomic_load(&g_host_ns);
-    sim_gate *g = gate_of(s->dev);
-    pthread_mutex_lock(&g->mu);   /* numbered and queued at once, for gate_wait */
-    n->seq = g->next_seq++;
-    g->gen++;
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
+    /* numbered and queued under one hold of s->mu, for gate_wait (a number
+     * below the one sim_host_gate read is visible to its scan) */
+    n->seq = atomic_fetch_add(&g->next_seq, 1);
     if (s->tail) s->tail->next = n; else s->head = n;
     s->tail = n;
     s->enq++;
+    atomic_fetch_add_explicit(&s->bell, 1, memory_order_release);
     atomic_fetch_add(&g_submits, 1);
-    pthread_cond_signal(&s->cv);
+    int wake = s->sleeping;
+    if (wake) {
+        s->sleeping = 0;
+        atomic_fetch_add(&s->doze, 1);
+    }
     pthread_mutex_unlock(&s->mu);
+    gate_note(s->dev);
+    /* after the unlock, so that the worker does not wake into a held lock;
+     * streams are never freed */
+    if (wake) syscall(SYS_futex, &s->doze, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static aclError capture_record(sim_stream *s, sim_work *w);
@@ -477,9 +595,12 @@ static aclError stream_sync(sim_stream *s, int32_t timeout_ms) {
     pthread_mutex_lock(&s->mu);
     uint64_t target = s->enq;
     while (s->done < target) {
-        if (timeout_ms < 0) {
-            pthread_cond_wait(&s->idle_cv, &s->mu);
-        } else if (pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl) == ETIMEDOUT) {
+        if (target < s->idle_want) s->idle_want = target;
+        s->idle_waiters++;
+        int r = timeout_ms < 0 ? pthread_cond_wait(&s->idle_cv, &s->mu)
+                               : pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl);
+        s->idle_waiters--;
+        if (r == ETIMEDOUT) {
             pthread_mutex_unlock(&s->mu);
             return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
         }
@@ -646,12 +767,16 @@ static aclError stream_destroy(aclrtStream stream, int force) {
             s->done++;
             n = next;
         }
+        s->idle_want = UINT64_MAX;
         pthread_cond_broadcast(&s->idle_cv);
+        gate_moved_locked(s);
     }
     s->stop = 1;
-    pthread_cond_signal(&s->cv);
+    atomic_fetch_add(&s->bell, 1);
+    atomic_fetch_add(&s->doze, 1);
     pthread_mutex_unlock(&s->mu);
-    if (force) gate_bump(s->dev);
+    syscall(SYS_futex, &s->doze, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    if (force) gate_note(s->dev);
     pthread_join(s->thr, NULL);
     sim_note_host_time(s->clock);
     return ACL_SUCCESS;
@@ -708,7 +833,10 @@ ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamSta
             clock_gettime(CLOCK_REALTIME, &dl);
             dl.tv_nsec += 5 * 1000000L;
             if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
+            if (s->done + 1 < s->idle_want) s->idle_want = s->done + 1;
+            s->idle_waiters++;
             pthread_cond_timedwait(&s->idle_cv, &s->mu, &dl);
+            s->idle_waiters--;
             if (s->done != seen) {
                 seen = s->done;
                 idle_waits = 0;
@@ -786,6 +914,7 @@ static aclError event_create(aclrtEvent *event, uint32_t flags) {
     ev->magic = SIM_MAGIC_EVENT;
     ev->flags = flags;
     ev->refs = 1;
+    pthread_cond_init(&ev->cv, NULL);
     pthread_mutex_lock(&g_lock);
     ps_add(&g_events, ev);
     pthread_mutex_unlock(&g_lock);
@@ -911,17 +1040,22 @@ static int event_ready_locked(sim_event *ev) {
             ready = 0;
             break;
         }
-        /* wait for the worker: every record broadcasts g_event_cv */
+        /* wait for the worker: the record broadcasts the event's cv, and so
+         * does its stream parking outside the device's order (park) */
         struct timespec dl;
         clock_gettime(CLOCK_REALTIME, &dl);
         dl.tv_nsec += 20 * 1000000L;
         if (dl.tv_nsec >= 1000000000L) { dl.tv_sec++; dl.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&g_event_cv, &g_lock, &dl);
+        ev_query q = {ev, g_queries};
+        g_queries = &q;
+        ev->waiters++;
+        pthread_cond_timedwait(&ev->cv, &g_lock, &dl);
+        ev->waiters--;
+        ev_query **pp = &g_queries;
+        while (*pp != &q) pp = &(*pp)->next;
+        *pp = q.next;
         /* no progress on its device for a second: give up (not ready) */
-        sim_gate *g = gate_of(rs->dev);
-        pthread_mutex_lock(&g->mu);   /* a leaf lock */
-        uint64_t gg = g->gen;
-        pthread_mutex_unlock(&g->mu);
+        uint64_t gg = atomic_load(&gate_of(rs->dev)->gen);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (gg != last_gen) {
@@ -947,7 +1081,9 @@ static int event_ready_locked(sim_event *ev) {
     /* spinning: the host's time passes until the event completes */
     ev->polls = 0;
     ev->refs++;
-    while (ev->done_gen < gen) pthread_cond_wait(&g_event_cv, &g_lock);
+    ev->waiters++;
+    while (ev->done_gen < gen) pthread_cond_wait(&ev->cv, &g_lock);
+    ev->waiters--;
     uint64_t t = ev->time_ns;
     event_unref_locked(ev);
     sim_note_host_time(t);
@@ -982,7 +1118,9 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event) {
     if (!ev) return ACL_ERROR_RT_PARAM_INVALID;
     uint64_t gen = ev->rec_gen;
     ev->refs++;   /* keep it alive if destroyed while we wait */
-    while (ev->done_gen < gen) pthread_cond_wait(&g_event_cv, &g_lock);
+    ev->waiters++;
+    while (ev->done_gen < gen) pthread_cond_wait(&ev->cv, &g_lock);
+    ev->waiters--;
     uint64_t t = ev->time_ns;
     event_unref_locked(ev);
     pthread_mutex_unlock(&g_lock);
