@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use super::mode::{Mode as WorkMode, ModeDetector, ModeEvent};
-use super::predictor::{ChunkModel, KeyHash, KeyMap};
+use super::predictor::{ChunkModel, Form, FormKind, KeyHash, KeyMap};
 use super::{Cand, Place, Placement};
 use crate::opclass::OpClass;
 use std::hash::{BuildHasher, Hasher};
@@ -248,6 +248,7 @@ impl Inner {
                 c.next = c.next.saturating_add(shift);
             }
             c.sched = 0;
+            c.form = Form::NONE;
         }
         self.freed = l.freed;
         for c in self.freed.values_mut() {
@@ -255,6 +256,7 @@ impl Inner {
             if c.next != 0 {
                 c.next = c.next.saturating_add(shift);
             }
+            c.form = Form::NONE;
         }
         self.sigs = l.sigs;
         for t in self.sigs.values_mut() {
@@ -601,10 +603,14 @@ impl Placement for Predictive {
     }
 
     fn order(&self, now: u64, cands: &mut [Cand]) {
-        let Ok(g) = self.inner.lock() else {
+        let Ok(mut g) = self.inner.lock() else {
             return super::lru_order(cands);
         };
-        let mut v: Vec<(u64, Cand)> = cands.iter().map(|c| (g.order_weight(now, c), *c)).collect();
+        let step = g.step();
+        let mut v: Vec<(u64, Cand)> = cands
+            .iter()
+            .map(|c| (g.order_weight_kept(now, step, c), *c))
+            .collect();
         drop(g);
         // furthest (cost-weighted) first; among equals a clean chunk, then LRU
         v.sort_unstable_by(|a, b| {
@@ -692,10 +698,14 @@ impl Placement for Predictive {
     }
 
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
-        let Ok(g) = self.inner.lock() else {
+        let Ok(mut g) = self.inner.lock() else {
             return super::lru_order(cands);
         };
-        let mut v: Vec<(u64, Cand)> = cands.iter().map(|c| (g.order_weight(now, c), *c)).collect();
+        let step = g.step();
+        let mut v: Vec<(u64, Cand)> = cands
+            .iter()
+            .map(|c| (g.order_weight_kept(now, step, c), *c))
+            .collect();
         drop(g);
         if k < v.len() {
             // the first k in O(n), then only those sorted
@@ -714,11 +724,16 @@ impl Placement for Predictive {
         k: usize,
         tail: &mut super::RankTail,
     ) -> bool {
-        let Ok(g) = self.inner.lock() else {
+        let Ok(mut g) = self.inner.lock() else {
             return false;
         };
-        tail.fill()
-            .extend(cands.iter().map(|c| (g.order_weight(now, c), *c)));
+        let step = g.step();
+        let v = tail.fill();
+        v.extend(
+            cands
+                .iter()
+                .map(|c| (g.order_weight_kept(now, step, c), *c)),
+        );
         drop(g);
         tail.start(k, cands);
         true
@@ -729,11 +744,101 @@ impl Placement for Predictive {
 use super::rank_cmp as order_cmp;
 
 impl Inner {
+    /// `expect(now, key, _, None)` of model `c` as a [`Form`]: the same
+    /// answer (its `last` taken with the caller's hint when read) and the
+    /// span of ticks over which it holds — until the step shift's answer
+    /// may change (`ChunkModel::shift_span`), a prediction comes due (`At`
+    /// becomes `Late`) or passes its tolerance (`Late` becomes `Recency`).
+    /// `step` is `self.step()`, `fallback` the class's.
+    fn form(now: u64, c: &ChunkModel, step: u64, fallback: bool) -> Form {
+        let mut f = Form {
+            kind: FormKind::Unknown,
+            at: 0,
+            from: now,
+            until: u64::MAX,
+            step,
+            fallback,
+        };
+        if c.n < 2 {
+            return f;
+        }
+        f.kind = FormKind::Recency;
+        if fallback {
+            return f;
+        }
+        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+            let (r, until) = c.shift_span(now, step);
+            f.until = until;
+            match r {
+                // for eviction, idle for a whole step reads the model on
+                Some(u64::MAX) | None => {}
+                Some(x) => {
+                    (f.kind, f.at) = (FormKind::At, x);
+                    return f;
+                }
+            }
+        }
+        match c.prediction() {
+            Some((p, _)) if p > now => {
+                (f.kind, f.at) = (FormKind::At, p);
+                f.until = f.until.min(p);
+            }
+            Some((p, tol)) if now - p <= tol as u64 => {
+                f.kind = FormKind::Late;
+                f.until = f.until.min(p.saturating_add(tol as u64).saturating_add(1));
+            }
+            _ => {}
+        }
+        f
+    }
+
+    /// `order_weight` from the chunk's kept [`Form`], read again only when
+    /// it no longer holds (the model was updated, the step or the class's
+    /// fallback changed, or the clock left its span). The same weight:
+    /// the test `kept_weights_are_the_weights` compares the two over random
+    /// accesses, frees, mode switches and clocks.
+    fn order_weight_kept(&mut self, now: u64, step: u64, c: &Cand) -> u64 {
+        let Inner {
+            chunks,
+            cls,
+            typical,
+            ..
+        } = self;
+        let Some(m) = chunks.get_mut(&c.key) else {
+            return Self::weigh(now, Expect::Unknown(c.last), c.dirty, *typical);
+        };
+        let fb = cls[m.class as usize].fallback;
+        if !m.form.holds(now, step, fb) {
+            m.form = Self::form(now, m, step, fb);
+        }
+        let last = m.last.max(c.last);
+        let e = match m.form.kind {
+            FormKind::Unknown => Expect::Unknown(last),
+            FormKind::Recency => Expect::Recency(last),
+            FormKind::At => Expect::At(m.form.at),
+            FormKind::Late => Expect::At(now + 1),
+        };
+        Self::weigh(now, e, c.dirty, *typical)
+    }
+
     /// The cost-weighted distance `order` sorts a candidate by (`order_top`;
     /// the same measure, kept equal to it by the test
-    /// `order_top_is_the_prefix_of_order`).
+    /// `order_top_is_the_prefix_of_order`). The eviction order computes it
+    /// from kept forms (`order_weight_kept`); this reads the model afresh.
+    #[cfg(test)]
     fn order_weight(&self, now: u64, c: &Cand) -> u64 {
-        let (at, modelled) = match self.expect(now, c.key, c.last, None) {
+        Self::weigh(
+            now,
+            self.expect(now, c.key, c.last, None),
+            c.dirty,
+            self.typical,
+        )
+    }
+
+    /// The weight of a candidate (`dirty`) the policy expects as `e`.
+    #[inline]
+    fn weigh(now: u64, e: Expect, dirty: bool, typical: f64) -> u64 {
+        let (at, modelled) = match e {
             Expect::At(p) => (p, true),
             // time since the last use stands for the time to the next
             Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false),
@@ -749,7 +854,7 @@ impl Inner {
             // with the discount).
             Expect::Unknown(last) => (
                 now.saturating_add(now.saturating_sub(last) / 4 * 3)
-                    .max(last.saturating_add(self.typical as u64)),
+                    .max(last.saturating_add(typical as u64)),
                 false,
             ),
         };
@@ -760,7 +865,7 @@ impl Inner {
         // next 64 calls, where the order matters more than the copy-out,
         // are not weighted)
         let dist = at.saturating_sub(now);
-        if c.dirty || !modelled || dist <= 64 {
+        if dirty || !modelled || dist <= 64 {
             dist
         } else {
             dist.saturating_mul(2)
@@ -1791,5 +1896,139 @@ mod when_tests {
         let mut top = vec![cand(due, 1), cand(updated, 3600)];
         p.order_top(3700, &mut top, 1);
         assert_eq!(top[0].key, updated);
+    }
+
+    /// The eviction order's kept forms (`order_weight_kept`) give exactly
+    /// the weights read afresh from the models (`order_weight`, `expect`),
+    /// and the ranked order's first k is the full weigh-and-sort's, over
+    /// seeded random runs: training steps (a step found, shifts), decode
+    /// rounds (a mode switch and back: models stashed and resumed), loops,
+    /// irregular and once-seen chunks, frees and re-allocations, idle gaps
+    /// that carry predictions past due and past their tolerance, and
+    /// calibration that switches classes to LRU fallback and back. Checks
+    /// fall between accesses at clocks that move on without one, so kept
+    /// forms are read again at later ticks; a form kept past an update, a
+    /// step or fallback change, or its span fails here.
+    #[test]
+    fn kept_weights_are_the_weights() {
+        use super::super::mode::tests::{decode_step, train_step};
+        let (mut reused, mut checked) = (0u64, 0u64);
+        let mut kinds = [0u64; 4];
+        for seed in 1..=6u64 {
+            let p = Predictive::with_params(0.5, 0.2);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
+            let mut rnd = move |m: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % m.max(1)
+            };
+            let nkeys = 160u64;
+            let (mut t, mut secs) = (0u64, 0.0f64);
+            let mut check = |p: &Predictive, now: u64, rnd: &mut dyn FnMut(u64) -> u64| {
+                let mut cands: Vec<Cand> = Vec::new();
+                for k in 0..nkeys + 8 {
+                    if rnd(4) == 0 {
+                        continue;
+                    }
+                    let last = match rnd(4) {
+                        0 => 0,
+                        1 => now.saturating_sub(rnd(400)),
+                        _ => now.saturating_sub(rnd(40_000)),
+                    };
+                    let dirty = rnd(2) == 0;
+                    cands.push(Cand {
+                        key: k * MB2,
+                        last,
+                        dirty,
+                    });
+                }
+                let mut fresh: Vec<(u64, Cand)> = Vec::new();
+                {
+                    let mut g = p.inner.lock().unwrap();
+                    let step = g.step();
+                    for c in &cands {
+                        if let Some(m) = g.chunks.get(&c.key) {
+                            let fb = g.cls[m.class as usize].fallback;
+                            reused += m.form.holds(now, step, fb) as u64;
+                        }
+                        let kept = g.order_weight_kept(now, step, c);
+                        let want = g.order_weight(now, c);
+                        assert_eq!(kept, want, "seed {seed} now {now} {c:?}");
+                        if let Some(m) = g.chunks.get(&c.key) {
+                            kinds[m.form.kind as usize] += 1;
+                        }
+                        checked += 1;
+                        fresh.push((want, *c));
+                    }
+                }
+                fresh.sort_unstable_by(crate::policy::rank_cmp);
+                let k = [1usize, 5, 40, 1000][rnd(4) as usize];
+                let (mut ranked, mut tail) = (cands.clone(), crate::policy::RankTail::new());
+                assert!(p.order_ranked(now, &mut ranked, k, &mut tail));
+                while !tail.is_empty() {
+                    tail.take_next(&mut ranked);
+                }
+                let want: Vec<Cand> = fresh.iter().take(k).map(|e| e.1).collect();
+                assert_eq!(ranked, want, "seed {seed} now {now} k {k}");
+            };
+            for phase in 0..14u64 {
+                let ops = match phase % 7 {
+                    // inference bursts switch the mode and back
+                    3 | 4 => decode_step(4).repeat(30),
+                    _ => train_step(4).repeat(3),
+                };
+                let n = ops.len() as u64;
+                for (i, &cl) in ops.iter().enumerate() {
+                    t += 1;
+                    let i = i as u64;
+                    let mut keys = vec![
+                        // a step-periodic chunk per call slot
+                        (i % 40) * MB2,
+                        // loops of other periods
+                        (40 + (t / 3) % 30) * MB2,
+                    ];
+                    match rnd(6) {
+                        0 => keys.push((70 + rnd(60)) * MB2), // irregular
+                        1 => keys.push((130 + t % 30) * MB2), // once in a while
+                        _ => {}
+                    }
+                    if i + 6 >= n {
+                        keys.push((150 + i % 6) * MB2); // optimizer state
+                    }
+                    keys.sort_unstable();
+                    keys.dedup();
+                    let writes: Vec<bool> = keys.iter().map(|_| rnd(2) == 0).collect();
+                    p.on_access(t, cl, &keys, &writes);
+                    if rnd(25) == 0 {
+                        p.on_free(rnd(nkeys + 8) * MB2);
+                    }
+                    if rnd(9) == 0 {
+                        check(&p, t, &mut rnd);
+                    }
+                    if rnd(60) == 0 {
+                        // the clock moves on without the policy hearing of
+                        // it (engine calls on other devices): checks at
+                        // later ticks, then the next access after the gap
+                        for _ in 0..3 {
+                            t += rnd(120);
+                            check(&p, t, &mut rnd);
+                        }
+                    }
+                    secs += 0.004;
+                    p.tick(secs, 0.5);
+                }
+            }
+        }
+        eprintln!("checked {checked}, kept forms reused {reused}, kinds {kinds:?}");
+        assert!(checked > 50_000, "{checked}");
+        assert!(
+            reused > checked / 4,
+            "forms are kept: {reused} of {checked}"
+        );
+        assert!(
+            kinds.iter().all(|&n| n > 500),
+            "every kind of form: {kinds:?}"
+        );
     }
 }

@@ -49,6 +49,57 @@ pub struct ChunkModel {
     /// The tick the predictive policy's calendar holds this chunk under
     /// (its predicted next access when last seen; 0: not in the calendar).
     pub sched: u64,
+    /// The predictive policy's eviction reading of this model, kept
+    /// between evictions ([`Form`]); every update forgets it.
+    pub form: Form,
+}
+
+/// What the predictive policy's eviction order reads from a model
+/// (`Predictive`'s `expect` for eviction) over a span of ticks: the
+/// answer does not change while the model is not updated, the workload's
+/// step stays `step`, the class's LRU fallback stays `fallback`, and the
+/// clock is in [`from`, `until`). The time-invariant part of the weight:
+/// the weight at `now` is computed from it in a few operations, where
+/// `expect` looked the step shift up in the ring at every eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Form {
+    pub kind: FormKind,
+    /// The predicted tick (`FormKind::At`).
+    pub at: u64,
+    pub from: u64,
+    /// First tick at which the answer may differ (0: none kept).
+    pub until: u64,
+    pub step: u64,
+    pub fallback: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormKind {
+    /// Seen once: `Unknown(last)`.
+    Unknown,
+    /// Recency stands in: `Recency(last)`.
+    Recency,
+    /// Predicted at `Form::at`, after the clock.
+    At,
+    /// A late prediction within its tolerance: the next tick.
+    Late,
+}
+
+impl Form {
+    /// None kept.
+    pub const NONE: Form = Form {
+        kind: FormKind::Unknown,
+        at: 0,
+        from: 0,
+        until: 0,
+        step: 0,
+        fallback: false,
+    };
+
+    #[inline]
+    pub fn holds(&self, now: u64, step: u64, fallback: bool) -> bool {
+        now < self.until && now >= self.from && self.step == step && self.fallback == fallback
+    }
 }
 
 impl ChunkModel {
@@ -69,6 +120,7 @@ impl ChunkModel {
             next: 0,
             tol: 0,
             sched: 0,
+            form: Form::NONE,
         }
     }
 
@@ -106,35 +158,52 @@ impl ChunkModel {
     /// (`u3m synth --workload adam --recompute --layers 4` at 1.5 x:
     /// 1.231 x Belady's bytes, 1.124 without the shift there).
     pub fn shift_next(&self, now: u64, step: u64) -> Option<u64> {
-        if step == 0 || now < step {
-            return None;
+        self.shift_span(now, step).0
+    }
+
+    /// `shift_next` and the first tick after `now` at which its answer may
+    /// change (u64::MAX: never while the model is not updated). The answer
+    /// depends on the clock only through which of the ring's access ticks
+    /// lie after `now - step`: it holds until `now - step` reaches the
+    /// oldest of those the walk read.
+    pub fn shift_span(&self, now: u64, step: u64) -> (Option<u64>, u64) {
+        if step == 0 {
+            return (None, u64::MAX);
+        }
+        if now < step {
+            return (None, step);
         }
         let from = now - step;
         let mut t = self.last;
         let mut best: Option<u64> = None;
         if t <= from {
             // nothing in the last step: nothing expected within the next
-            return Some(u64::MAX);
+            return (Some(u64::MAX), u64::MAX);
         }
         for k in 0..self.have() {
             best = Some(t);
             let iv = self.iv(k) as u64;
             t = t.saturating_sub(iv);
             if t <= from {
+                // `t` stays at or before `now - step`; the answer holds
+                // until that reaches the access before it (`best`)
+                let until = best.map_or(u64::MAX, |b| b.saturating_add(step));
                 if k == 0 && iv > step + step / 2 {
                     // touched once in the last step, after being idle for
                     // over a step and a half: the step does not describe it
-                    return None;
+                    return (None, until);
                 }
-                return best.map(|b| b + step);
+                return (best.map(|b| b + step), until);
             }
         }
         // the ring ends inside the last step: covered only if it holds the
-        // chunk's first access (all it did is known)
+        // chunk's first access (all it did is known); the same answer until
+        // `now - step` reaches the ring's oldest access (`t`)
+        let until = t.saturating_add(step);
         if self.n as usize == self.have() + 1 {
-            best.map(|b| b + step)
+            (best.map(|b| b + step), until)
         } else {
-            None
+            (None, until)
         }
     }
 
@@ -153,6 +222,7 @@ impl ChunkModel {
     /// old value). Returns the outcome of the prediction this access settles:
     /// (class it was made for, hit).
     pub fn update(&mut self, now: u64, class: u8, s: f32) -> Option<(u8, bool)> {
+        self.form = Form::NONE;
         if now <= self.last {
             self.class = class;
             return None;
@@ -370,6 +440,61 @@ mod tests {
         // of the last step stands
         let c = feed(&[10, 470, 500]);
         assert_eq!(c.shift_next(500, 50), Some(520));
+    }
+
+    /// `shift_span`'s answer is `shift_next`'s at every tick of its span,
+    /// for models of every shape (fewer accesses than the ring holds and
+    /// more, bursts, long idles) and steps; and the span is not longer
+    /// than that: at its end the answer differs in most cases (a span one
+    /// tick too long fails the first part).
+    #[test]
+    fn a_shift_span_holds_the_answer_until_it_may_change() {
+        let mut x = 0x51_7cc1_b727_220au64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m.max(1)
+        };
+        let (mut spans, mut changed) = (0u64, 0u64);
+        for _ in 0..300 {
+            let n = 1 + rnd(70);
+            let mut t = 1 + rnd(50);
+            let mut ticks = vec![t];
+            for _ in 1..n {
+                t += match rnd(5) {
+                    0 => 1 + rnd(200),
+                    _ => 1 + rnd(6),
+                };
+                ticks.push(t);
+            }
+            let c = feed(&ticks);
+            for step in [0u64, 1, 7, 40, 90, 300] {
+                let end = t + 2 * step + 10;
+                let mut now = 0;
+                while now <= end {
+                    let (r, until) = c.shift_span(now, step);
+                    assert!(until > now, "step {step} now {now}");
+                    assert_eq!(r, c.shift_next(now, step));
+                    for u in now..until.min(end + 1) {
+                        assert_eq!(
+                            c.shift_next(u, step),
+                            r,
+                            "{ticks:?} step {step} from {now} at {u} (span to {until})"
+                        );
+                    }
+                    spans += 1;
+                    if until <= end {
+                        changed += (c.shift_next(until, step) != r) as u64;
+                    }
+                    now += 1 + rnd(3);
+                }
+            }
+        }
+        assert!(
+            changed * 10 > spans,
+            "spans end where the answer changes: {changed} of {spans}"
+        );
     }
 
     #[test]
