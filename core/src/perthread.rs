@@ -357,7 +357,10 @@ impl<T: Send + Sync + 'static> PerThread<T> {
             {
                 let mut v = m.0.try_borrow_mut().ok()?;
                 v.retain(|(_, b)| Arc::strong_count(b) > 1);
-                self.all.lock().unwrap_or_else(|e| e.into_inner()).push(val.clone());
+                self.all
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(val.clone());
                 v.push((id, val.clone()));
             }
             note(&val);

@@ -83,7 +83,10 @@ pub struct CallGuard<'a>(Option<(&'a Publisher, *const AtomicU64)>);
 /// `n` += `by` on a count only the calling thread writes.
 #[inline]
 fn bump(n: &AtomicU64, by: i64) {
-    n.store(n.load(Ordering::Relaxed).wrapping_add(by as u64), Ordering::Release);
+    n.store(
+        n.load(Ordering::Relaxed).wrapping_add(by as u64),
+        Ordering::Release,
+    );
 }
 
 impl Drop for CallGuard<'_> {

@@ -378,7 +378,11 @@ fn counters_after_calls_from_threads_are_exact() {
     assert_eq!(counted, vec![("aclrtMalloc", calls)], "hooked calls");
     assert_eq!(s.devices[0].get("launches.ops"), calls, "operator launches");
     // one tick of the residency clock per call that touched managed memory
-    assert_eq!(e.residency().unwrap().now() - clock0, calls, "residency clock");
+    assert_eq!(
+        e.residency().unwrap().now() - clock0,
+        calls,
+        "residency clock"
+    );
     // the heat table saw every call's four ranges
     let touched: u64 = vas
         .iter()
