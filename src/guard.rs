@@ -1,40 +1,113 @@
 //! Reentrancy guard: a hook entered while this thread is already inside u3m
 //! (the runtime calling a hooked name internally, or u3m's own work) takes the
-//! plain pass-through path. Const-initialised thread-local with no destructor,
-//! so touching it never allocates or registers anything.
+//! plain pass-through path.
+//!
+//! The glue's per-thread state is one const-initialised thread-local with no
+//! destructor (`THREAD`): the guard flag, the device the thread set, and the
+//! launch range buffers (`hooks/ranges.rs`). A hooked call looks it up once,
+//! in `Guard::enter`, and reaches the rest through the guard (a cdylib's
+//! thread-local costs a `__tls_get_addr` call per lookup: BENCHMARKS.md
+//! `fast4`). Touching it never allocates or registers anything; it stays
+//! usable while the thread exits (other thread-locals' destructors may make
+//! hooked calls), and a call made then is tracked as any other.
 
 use std::cell::Cell;
 
-thread_local! {
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+use u3m_core::engine::Range;
+
+/// One thread's state in the glue.
+pub struct Thread {
+    /// Inside u3m now.
+    inside: Cell<bool>,
+    /// The device this thread set with aclrtSetDevice (-1: none seen yet).
+    device: Cell<i32>,
+    /// The launch range buffers (`hooks/ranges.rs`): owned boxes, null when
+    /// none is kept (not made yet, taken by a call in progress, or freed at
+    /// thread exit).
+    pub(crate) ranges: [Cell<*mut Vec<Range>>; 2],
+    /// The buffers' exit hook (`hooks/ranges.rs`): 0 not registered yet,
+    /// 1 registered, 2 run (the thread is exiting: nothing is kept).
+    pub(crate) reap: Cell<u8>,
 }
 
-pub struct Guard(());
+thread_local! {
+    static THREAD: Thread = const {
+        Thread {
+            inside: Cell::new(false),
+            device: Cell::new(-1),
+            ranges: [const { Cell::new(std::ptr::null_mut()) }; 2],
+            reap: Cell::new(0),
+        }
+    };
+}
+
+/// This thread's state. The block of a const thread-local without a
+/// destructor lives as long as its thread: a reference to it is used on
+/// this thread only (nothing that holds one is `Send`).
+#[inline]
+fn this_thread() -> &'static Thread {
+    // SAFETY: see above; `'static` never leaves the thread (Guard is !Send)
+    THREAD.with(|t| unsafe { &*(t as *const Thread) })
+}
+
+/// Held while this thread is inside u3m; gives the thread's state without
+/// another thread-local lookup.
+pub struct Guard(*const Thread);
 
 impl Guard {
     /// Some(guard) if this thread was not inside u3m; None for a nested call.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        INSIDE.with(|c| {
-            if c.get() {
-                None
-            } else {
-                c.set(true);
-                Some(Guard(()))
-            }
-        })
+        let t = this_thread();
+        if t.inside.get() {
+            None
+        } else {
+            t.inside.set(true);
+            Some(Guard(t))
+        }
+    }
+
+    /// This thread's state.
+    #[inline]
+    pub fn thread(&self) -> &Thread {
+        // SAFETY: `enter` took it from this thread's THREAD, which outlives
+        // the guard (a guard never leaves its thread: raw pointer, !Send)
+        unsafe { &*self.0 }
+    }
+}
+
+impl Thread {
+    /// The device this thread set (-1: none seen yet).
+    #[inline]
+    pub fn device(&self) -> i32 {
+        self.device.get()
     }
 }
 
 /// Whether this thread is inside u3m now.
 #[inline]
 pub fn inside() -> bool {
-    INSIDE.with(|c| c.get())
+    this_thread().inside.get()
+}
+
+/// The device this thread set with aclrtSetDevice (-1: none seen yet).
+#[inline]
+pub fn current_device() -> i32 {
+    this_thread().device.get()
+}
+
+pub fn set_current_device(dev: i32) {
+    this_thread().device.set(dev);
+}
+
+/// This thread's state outside a hooked call (`hooks/ranges.rs`'s exit path).
+pub(crate) fn thread() -> &'static Thread {
+    this_thread()
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        INSIDE.with(|c| c.set(false));
+        self.thread().inside.set(false);
     }
 }

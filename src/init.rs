@@ -3,7 +3,6 @@
 //! compare-and-swap from the constructor or from whichever hook comes first.
 //! The hot path asks only "is there an engine?" — one atomic load.
 
-use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 
@@ -32,8 +31,6 @@ pub fn start_refused() -> bool {
 }
 
 thread_local! {
-    /// The device this thread set with aclrtSetDevice (-1: none seen yet).
-    static DEVICE: Cell<i32> = const { Cell::new(-1) };
     /// The residency lock, held by the forking thread from fork's prepare
     /// step to its parent/child step.
     static FORK_HOLD: std::cell::RefCell<Option<u3m_core::residency::ForkHold>> =
@@ -189,13 +186,15 @@ pub fn disable(why: &str) {
     }
 }
 
+/// The device this thread set with aclrtSetDevice (-1: none seen yet;
+/// kept with the guard's per-thread state, guard.rs).
 #[inline]
 pub fn current_device() -> i32 {
-    DEVICE.with(|d| d.get())
+    crate::guard::current_device()
 }
 
 pub fn set_current_device(dev: i32) {
-    DEVICE.with(|d| d.set(dev));
+    crate::guard::set_current_device(dev);
 }
 
 /// After aclrtSetCurrentContext: ask the runtime which device that is.

@@ -33,7 +33,9 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 pub(crate) const SLOT_HEAT: usize = 0;
 /// `LAST` slot of buffered policies.
 pub(crate) const SLOT_POLICY: usize = 1;
-const SLOTS: usize = 2;
+/// `LAST` slot of [`PerThread`] values (the publisher's calls in progress).
+pub(crate) const SLOT_VALUE: usize = 2;
+const SLOTS: usize = 3;
 
 /// One thread's buffer for one owner.
 ///
@@ -289,6 +291,99 @@ impl<T: Send + 'static, S> Registry<T, S> {
             .iter()
             .find(|b| std::ptr::eq(Arc::as_ptr(b), me))
             .cloned()
+    }
+}
+
+/// One value per thread and owner, with no lock: the thread's own value
+/// (`mine`) and every thread's (`each`). For values only their thread
+/// writes and others only read — a count kept with a load and a store
+/// instead of a read-modify-write on a line every thread shares (the
+/// publisher's calls in progress, engine/publish.rs). Found through the
+/// same `LAST` and `MINE` as a [`Registry`]'s buffers (slot `SLOT_VALUE`),
+/// so it lives as long as its thread (then only the owner holds it:
+/// `each` drops it once `done` says its value is finished with).
+pub(crate) struct PerThread<T> {
+    id: u64,
+    all: Mutex<Vec<Arc<T>>>,
+}
+
+impl<T: Send + Sync + 'static> Default for PerThread<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Send + Sync + 'static> PerThread<T> {
+    pub(crate) fn new() -> PerThread<T> {
+        PerThread {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            all: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// `f` on the calling thread's value, created (`make`) and registered
+    /// on its first call. None, with `f` not called, when the thread's
+    /// values are unavailable (it is exiting, or its list is borrowed by a
+    /// call further up its stack).
+    #[inline]
+    pub(crate) fn mine<R>(&self, make: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let id = self.id;
+        if let Ok((i, p)) = LAST.try_with(|l| l[SLOT_VALUE].get()) {
+            if i == id {
+                // SAFETY: as in `Registry::mine`: `LAST` names a `T` that
+                // `MINE` holds, registered under this never-reused id
+                return Some(f(unsafe { &*(p as *const T) }));
+            }
+        }
+        self.mine_slow(make, f)
+    }
+
+    #[inline(never)]
+    fn mine_slow<R>(&self, make: impl FnOnce() -> T, f: impl FnOnce(&T) -> R) -> Option<R> {
+        let id = self.id;
+        let note = |v: &T| {
+            let _ = LAST.try_with(|l| l[SLOT_VALUE].set((id, v as *const T as *const ())));
+        };
+        MINE.try_with(|m| {
+            {
+                let v = m.0.try_borrow().ok()?;
+                if let Some((_, b)) = v.iter().find(|(i, _)| *i == id) {
+                    let b = b.downcast_ref::<T>()?;
+                    note(b);
+                    return Some(f(b));
+                }
+            }
+            let val = Arc::new(make());
+            {
+                let mut v = m.0.try_borrow_mut().ok()?;
+                v.retain(|(_, b)| Arc::strong_count(b) > 1);
+                self.all
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(val.clone());
+                v.push((id, val.clone()));
+            }
+            note(&val);
+            Some(f(&val))
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// How many values are kept (tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.all.lock().unwrap().len()
+    }
+
+    /// `f` on every thread's value; an exited thread's is dropped once
+    /// `done(value)` (nothing more to read from it).
+    pub(crate) fn each(&self, done: impl Fn(&T) -> bool, mut f: impl FnMut(&T)) {
+        let mut all = self.all.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|v| {
+            f(v);
+            Arc::strong_count(v) > 1 || !done(v)
+        });
     }
 }
 

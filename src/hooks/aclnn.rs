@@ -182,7 +182,7 @@ pub unsafe fn launch_with(
     exec: *mut c_void,
     stream: aclrtStream,
 ) -> aclnnStatus {
-    super::ranges::with2(|ranges, extra| {
+    super::ranges::with2(cx, |ranges, extra| {
         // the executor's own tensors when u3m saw it built (with roles);
         // else this thread's tensors since its last launch. `extra`: the
         // storages around their views, which residency covers too (read)

@@ -178,7 +178,7 @@ unsafe fn model(
     stream: aclrtStream,
     real: impl FnMut() -> aclError,
 ) -> aclError {
-    super::ranges::with(|ranges| {
+    super::ranges::with(cx, |ranges| {
         dataset(input, false, ranges);
         dataset(output, true, ranges);
         let mut name = [0u8; 32];

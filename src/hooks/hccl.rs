@@ -192,7 +192,7 @@ pub unsafe fn batch_send_recv(
 ) -> HcclResult {
     // every item: a batch may exchange any number of buffers, and one left
     // out would run on memory tier mode never made resident
-    ranges::with(|ranges| {
+    ranges::with(cx, |ranges| {
         if !a.items.is_null() {
             for i in 0..a.item_num as usize {
                 let it = &*a.items.add(i);

@@ -89,12 +89,18 @@ impl Cx {
     /// it yet.
     #[inline]
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
-        let dev = crate::init::current_device();
+        let dev = self.thread().device();
         catching(
             |real| self.eng.run(dev, call, real),
             real,
             || self.internal_error(Some(call)),
         )
+    }
+
+    /// This thread's glue state (guard.rs), without another lookup.
+    #[inline]
+    pub fn thread(&self) -> &crate::guard::Thread {
+        self._guard.thread()
     }
 
     /// Engine work outside `run` (bookkeeping of hooks that only observe);

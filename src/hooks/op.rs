@@ -130,7 +130,7 @@ unsafe fn launch(
     real: impl FnMut() -> aclError,
 ) -> aclError {
     // every buffer, however many (the per-thread buffer grows and is reused)
-    super::ranges::with(|ranges| {
+    super::ranges::with(cx, |ranges| {
         buffers(ins, nin, false, ranges);
         buffers(outs, nout, true, ranges);
         let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());

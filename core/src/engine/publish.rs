@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Engine;
+use crate::perthread::PerThread;
 use crate::shm::{mono_ns, HotEntry, HOT_CAPACITY};
 
 /// A background round's period on the runtime's clock.
@@ -62,20 +63,44 @@ pub struct Publisher {
     next: AtomicU64,
     rounds: Mutex<Rounds>,
     cv: Condvar,
-    /// tracked calls in progress (counted only on the runtime's clock)
-    in_call: AtomicU64,
+    /// tracked calls in progress (counted only on the runtime's clock):
+    /// each thread's own count, written by that thread with a load and a
+    /// store (no read-modify-write on a line every calling thread shares),
+    /// summed by `out_of_calls`
+    in_call: PerThread<AtomicU64>,
+    /// the same, for a call whose thread's count is unavailable (the
+    /// thread is exiting)
+    in_call_shared: AtomicU64,
     /// the residency's demand count at the last round
     demand_seen: AtomicU64,
 }
 
 /// A tracked call in progress (`Publisher::pace_call`): dropped when the
-/// call is done, it checks the clock again.
-pub struct CallGuard<'a>(Option<&'a Publisher>);
+/// call is done, it checks the clock again. Holds the thread's count of
+/// calls in progress (null: the shared one).
+pub struct CallGuard<'a>(Option<(&'a Publisher, *const AtomicU64)>);
+
+/// `n` += `by` on a count only the calling thread writes.
+#[inline]
+fn bump(n: &AtomicU64, by: i64) {
+    n.store(
+        n.load(Ordering::Relaxed).wrapping_add(by as u64),
+        Ordering::Release,
+    );
+}
 
 impl Drop for CallGuard<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.0 {
-            p.in_call.fetch_sub(1, Ordering::AcqRel);
+        if let Some((p, mine)) = self.0 {
+            if mine.is_null() {
+                p.in_call_shared.fetch_sub(1, Ordering::AcqRel);
+            } else {
+                // SAFETY: `pace_call` took it from `p.in_call.mine` on this
+                // thread (the guard is !Send): the thread's own count, held
+                // by the thread's list and by `p` for as long as the thread
+                // and `p` live
+                bump(unsafe { &*mine }, -1);
+            }
             p.pace();
         }
     }
@@ -225,9 +250,21 @@ impl Publisher {
         if self.next.load(Ordering::Acquire) == 0 {
             return CallGuard(None);
         }
-        self.in_call.fetch_add(1, Ordering::AcqRel);
+        let mine = self
+            .in_call
+            .mine(
+                || AtomicU64::new(0),
+                |n| {
+                    bump(n, 1);
+                    n as *const AtomicU64
+                },
+            )
+            .unwrap_or_else(|| {
+                self.in_call_shared.fetch_add(1, Ordering::AcqRel);
+                std::ptr::null()
+            });
         self.pace();
-        CallGuard(Some(self))
+        CallGuard(Some((self, mine)))
     }
 
     #[inline]
@@ -276,7 +313,12 @@ impl Publisher {
 
     /// No tracked call in progress (the simulator's idle rounds).
     fn out_of_calls(&self) -> bool {
-        self.in_call.load(Ordering::Acquire) == 0
+        let mut n = self.in_call_shared.load(Ordering::Acquire);
+        self.in_call.each(
+            |c| c.load(Ordering::Acquire) == 0,
+            |c| n = n.wrapping_add(c.load(Ordering::Acquire)),
+        );
+        n == 0
     }
 
     fn fail(&self, e: &Engine) {
@@ -336,5 +378,68 @@ pub fn warn_opaque(e: &Engine) {
                 "opaque kernel launch (args handle)",
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Calls in progress on several threads are seen by `out_of_calls`
+    /// (the idle rounds' check) until the last one ends, each thread's
+    /// count kept on its own: fails if a call's end is lost or counted on
+    /// another thread's count, or a call in progress is missed.
+    #[test]
+    fn calls_in_progress_are_counted_per_thread() {
+        let p: &'static Publisher = Box::leak(Box::default());
+        // rounds on the runtime's clock (no clock function: `pace` stops
+        // there), so calls are tracked
+        p.next.store(u64::MAX, Ordering::Release);
+        assert!(p.out_of_calls());
+        const T: usize = 6;
+        let entered = Arc::new(Barrier::new(T + 1));
+        let release = Arc::new(Barrier::new(T + 1));
+        let done = Arc::new(Barrier::new(T + 1));
+        let hs: Vec<_> = (0..T)
+            .map(|k| {
+                let (entered, release, done) = (entered.clone(), release.clone(), done.clone());
+                std::thread::spawn(move || {
+                    // calls that begin and end, some nested
+                    for i in 0..1000 {
+                        let _a = p.pace_call();
+                        if i % 3 == k % 3 {
+                            let _b = p.pace_call();
+                        }
+                    }
+                    let g = p.pace_call();
+                    let g2 = (k == 0).then(|| p.pace_call());
+                    entered.wait();
+                    release.wait();
+                    drop(g);
+                    // thread 0 still has one in progress until `done`
+                    if k != 0 {
+                        done.wait();
+                        return;
+                    }
+                    done.wait();
+                    drop(g2);
+                })
+            })
+            .collect();
+        entered.wait();
+        assert!(!p.out_of_calls(), "calls in progress on every thread");
+        release.wait();
+        // threads drop their first call; thread 0 keeps a nested one
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!p.out_of_calls(), "thread 0's nested call is in progress");
+        done.wait();
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert!(p.out_of_calls(), "every call ended");
+        // exited threads' counts are dropped once read at zero
+        p.out_of_calls();
+        assert_eq!(p.in_call.len(), 0);
     }
 }

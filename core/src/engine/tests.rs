@@ -316,3 +316,80 @@ fn a_name_classified_by_the_hook_leaves_the_heat_the_engine_would() {
         engine_classified
     );
 }
+
+/// The counters after N calls from M threads, as the stats segment's
+/// reader (`u3m stat`) and the residency snapshot show them: every hooked
+/// call counted once, every operator launch once on its device, every
+/// managed chunk it touched accounted for once per call (the policy's
+/// clock), nothing pinned or in progress afterwards. Fails when a thread's
+/// count is lost or counted twice (per-thread counting, BENCHMARKS.md
+/// `fast4`).
+#[test]
+fn counters_after_calls_from_threads_are_exact() {
+    const M: usize = 6;
+    const N: usize = 400;
+    let (e, _f, d) = engine("threads", 64);
+    let e: &'static Engine = Box::leak(Box::new(e));
+    let vas: Vec<u64> = (0..4).map(|_| malloc(e, 3 * MIB)).collect();
+    let clock0 = e.residency().unwrap().now();
+    let hs: Vec<_> = (0..M)
+        .map(|k| {
+            let vas = vas.clone();
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let rs: Vec<Range> = vas
+                        .iter()
+                        .enumerate()
+                        .map(|(j, &va)| Range {
+                            addr: va + ((i + k) as u64 % 3) * MIB,
+                            len: 64 << 10,
+                            write: j == 3,
+                        })
+                        .collect();
+                    let op = Call::Launch(Launch {
+                        kind: LaunchKind::Aclop,
+                        name: Some(b"Add"),
+                        class: OpClass::Other,
+                        op_hash: None,
+                        ranges: &rs,
+                        resident: None,
+                        flops: None,
+                        q: Queue::on(0x5000 + k as u64),
+                        api: Api::Acl,
+                    });
+                    // the hook's count, then the engine call (hooks/mod.rs)
+                    e.count_call(0);
+                    assert_eq!(e.run(0, &op, &mut || 0), 0);
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    let calls = (M * N) as u64;
+    let path = std::fs::read_dir(&d.0)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("u3m."))
+        .expect("the stats segment");
+    let s = crate::shm::SegmentReader::open(&path).unwrap().snapshot();
+    let counted: Vec<(&str, u64)> = s.calls.iter().map(|c| (c.name.as_str(), c.count)).collect();
+    assert_eq!(counted, vec![("aclrtMalloc", calls)], "hooked calls");
+    assert_eq!(s.devices[0].get("launches.ops"), calls, "operator launches");
+    // one tick of the residency clock per call that touched managed memory
+    assert_eq!(
+        e.residency().unwrap().now() - clock0,
+        calls,
+        "residency clock"
+    );
+    // the heat table saw every call's four ranges
+    let touched: u64 = vas
+        .iter()
+        .map(|&va| {
+            let id = e.heat().lookup(va).unwrap().0;
+            e.heat().alloc_info(id).unwrap().stats.accesses
+        })
+        .sum();
+    assert_eq!(touched, 4 * calls, "heat accesses");
+}
