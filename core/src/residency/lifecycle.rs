@@ -1251,6 +1251,34 @@ impl Residency {
         mapped.map(|()| real)
     }
 
+    /// A call that failed in `prepare` after issuing copy-ins on u3m's
+    /// `stream` of `dev` into the chunks it made resident (`reserved`,
+    /// pinned): those copies become a use of each such chunk (no other
+    /// call runs on one, no eviction takes it, before they land) and are
+    /// waited for without the lock, the pins kept meanwhile; with the lock
+    /// held only when no event can be had. Returns the guard, retaken.
+    pub(super) fn settle_failed_copy_ins<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        dev: u32,
+        stream: u64,
+        reserved: &[(u64, u32)],
+    ) -> StGuard<'a> {
+        match self.use_event(&mut st, stream) {
+            Some(ev) => {
+                for &(id, i) in reserved {
+                    st.set_use(id, i, stream, ev);
+                }
+                // (the event's first reference: dropped after the wait)
+                self.sync_unlocked(st, Some(dev), vec![ev])
+            }
+            None => {
+                let _ = self.rt.sync_stream(stream);
+                st
+            }
+        }
+    }
+
     /// aclrtResetDevice: the runtime released everything on `dev`; forget
     /// those backings without calling it (their memory is already gone).
     pub fn forget_device(&self, dev: u32) {

@@ -2992,3 +2992,52 @@ fn a_write_during_an_exports_copies_ends_up_in_the_real_handle() {
     assert_eq!(r.free_physical(h), Some(Ok(())));
     f.release(v).unwrap();
 }
+
+/// Issue 10 part 2 (branch nolock3): a call that fails in `prepare` after
+/// issuing copy-ins (here the second of two chunks' copy-in is refused)
+/// waited for them with the device's lock held (a stream sync: nothing
+/// else ordered them). Now they are a use of the chunks they fill and are
+/// waited for without the lock: while that wait is held inside the
+/// runtime, another thread reads the arriving chunk — it orders itself
+/// after the same copy and gets its bytes — and the failed call's chunks
+/// read back whole afterwards. On 2d7a3f4 the held wait is the locked
+/// stream sync.
+#[test]
+fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
+    let (f, r) = lazy_rig(2, &[]);
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
+    let px = pattern(1, 2 * CHUNK);
+    sync_call(r, f, 0, x, 2 * CHUNK, Some(&px)).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    f.drain();
+    assert_eq!(r.usage(0).0, 0);
+    let before = f.seen().locked_waits;
+    // the first chunk's copy-in is queued, the second's refused
+    f.fail_h2d_after(1, 1);
+    f.hold_waits(1);
+    let failing = std::thread::spawn(move || sync_call(r, f, 0, x, 2 * CHUNK, None));
+    assert_eq!(
+        f.waits_held(10_000),
+        1,
+        "the failed call waits for its copy-in"
+    );
+    let st = r.shard_of(0).st.try_lock();
+    assert!(st.is_ok(), "the device's lock is free during the wait");
+    drop(st);
+    let reader = std::thread::spawn(move || sync_call(r, f, 0, x, CHUNK, None).unwrap());
+    assert_eq!(
+        reader.join().expect("reader"),
+        px[..CHUNK as usize],
+        "chunk 0"
+    );
+    f.release_waits();
+    assert!(failing.join().expect("the failing call").is_err());
+    assert_eq!(sync_call(r, f, 0, x, 2 * CHUNK, None).unwrap(), px, "x");
+    let s = f.seen();
+    assert_eq!(s.locked_waits, before, "host waits with the lock held");
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_eq!(r.free(x), Some(Ok(())));
+    assert_eq!(r.usage(0).0, 0);
+}
