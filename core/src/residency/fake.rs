@@ -111,6 +111,8 @@ struct State {
     seen: Seen,
     /// Host-to-device `memcpy_async` calls still to fail (`fail_h2d`).
     fail_h2d: u32,
+    /// Host-to-device copies let through before `fail_h2d` applies.
+    pass_h2d: u32,
     /// Contexts made by `create_context`: context -> device. A thread's
     /// current context is in `thread_ctx`, else it is its device's default
     /// context (`DEFAULT_CTX | device`).
@@ -436,6 +438,7 @@ impl Fake {
                 lost: false,
                 seen: Seen::default(),
                 fail_h2d: 0,
+                pass_h2d: 0,
                 contexts: HashMap::new(),
                 thread_ctx: HashMap::new(),
             }),
@@ -593,6 +596,14 @@ impl Fake {
     /// The next `n` host-to-device `memcpy_async` calls fail.
     pub fn fail_h2d(&self, n: u32) {
         self.lock().fail_h2d = n;
+    }
+
+    /// The `n` host-to-device `memcpy_async` calls after the next `pass`
+    /// fail.
+    pub fn fail_h2d_after(&self, pass: u32, n: u32) {
+        let mut st = self.lock();
+        st.pass_h2d = pass;
+        st.fail_h2d = n;
     }
 
     /// The card disappears: every call on it fails with
@@ -876,7 +887,10 @@ impl Runtime for Fake {
         let mut st = self.lock();
         match kind {
             MemcpyKind::HOST_TO_DEVICE => {
-                if st.fail_h2d > 0 {
+                if st.fail_h2d > 0 && st.pass_h2d > 0 {
+                    // (`fail_h2d_after`: these go through first)
+                    st.pass_h2d -= 1;
+                } else if st.fail_h2d > 0 {
                     // as the simulator's ACLSIM_FAULTS=copy:N: refused at the call
                     st.fail_h2d -= 1;
                     return Err(AclError::RT_DEVICE_MEM_ERROR);

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::probe::{Arm, Step, WINDOW};
 use super::protocol::Need;
-use super::state::{Host, State};
+use super::state::{Host, Moved, State};
 use super::{Fail, Shard as Residency, E_ALLOC};
 use crate::acl::{AclError, MemcpyKind};
 use crate::config::ReadOnce;
@@ -80,13 +80,21 @@ impl Residency {
 // device reads and writes it over the link. A call whose chunks exceed what
 // HBM can hold maps the chunks the policy would evict first (already mapped
 // ones before any other) and faults the rest into HBM. Moving a chunk out of
-// HBM is one device copy into the handle and a remap; back into HBM (the next
-// call that fits, `fault_in`) is a copy and a remap. No host pointer exists
-// for the handle: u3m copies through its own VA (`Dev::hostmap_va`).
+// HBM is a remap and one device copy into the handle; back into HBM (the next
+// call that fits, `fault_in`) is a remap and a copy. No host pointer exists
+// for the handle: the old memory is mapped at a scratch VA of u3m's for the
+// copy to read (`move_chunk`). No copy is waited for with the lock held: the
+// chunk's VAs map its new memory at once, the copy is a use of the chunk on
+// u3m's stream (every call, eviction or move of it orders itself after it,
+// as after a copy-in), and the old memory is given back once it landed
+// (`Dev::moves`, `reap_moves`).
 
 /// Chunks of headroom a host-mapped call leaves in HBM (allocations u3m does
 /// not manage may take a little meanwhile).
 const HEADROOM: u64 = 2;
+
+/// Spare scratch VAs a device keeps for moves (`take_move_va`).
+const MOVE_VAS_SPARE: usize = 8;
 
 impl Residency {
     /// Serves `over` bytes of a call from host-mapped chunks. Returns the
@@ -99,6 +107,8 @@ impl Residency {
         need: &[Need],
         over: u64,
     ) -> Result<Vec<(u64, u32)>, Fail> {
+        // HBM whose move to a host handle has landed is free now
+        self.reap_moves(st, dev);
         let want = (over.div_ceil(CHUNK) + HEADROOM) as usize;
         // candidates: the call's chunks u3m may move, mapped ones first, then
         // in the policy's eviction order (the furthest next use first)
@@ -125,6 +135,8 @@ impl Residency {
         mapped.truncate(want);
         self.policy.order(st.clock, &mut cands);
         let mut busy = None;
+        // chunks filled from their host copy (a copy on u3m's stream each)
+        let mut fills: Vec<(u64, u32)> = Vec::new();
         for cand in cands {
             if mapped.len() >= want {
                 break;
@@ -141,7 +153,18 @@ impl Residency {
                 continue;
             }
             if c.phys == 0 {
-                self.map_absent(st, dev, id, i, whole)?;
+                match self.map_absent(st, dev, id, i, whole) {
+                    Ok(true) => fills.push((id, i)),
+                    Ok(false) => {}
+                    Err(e) => {
+                        // the fills queued so far still order every call
+                        if !fills.is_empty() {
+                            let stream = self.dev_stream(st, dev)?;
+                            self.fills_are_uses(st, stream, &fills)?;
+                        }
+                        return Err(e);
+                    }
+                }
             } else {
                 // in HBM: only once nothing else uses it
                 let pending = c
@@ -157,10 +180,28 @@ impl Residency {
             }
             mapped.push((id, i));
         }
-        // the copies into the handles are complete before the call is queued
-        let stream = self.dev_stream(st, dev)?;
-        self.rt.sync_stream(stream)?;
+        // the fills are uses of their chunks on u3m's stream: the call (and
+        // any other) orders itself after them (`after_copy_ins`,
+        // `wait_copy_ins`), never the host with the lock held
+        if !fills.is_empty() {
+            let stream = self.dev_stream(st, dev)?;
+            self.fills_are_uses(st, stream, &fills)?;
+        }
         self.reclaim(st);
+        // HBM the moves give back is free only once their copies landed:
+        // the caller waits for the newest without the lock, and the retry
+        // finds these chunks host-mapped and their HBM free (`reap_moves`)
+        let leaving = st
+            .dev(dev)
+            .moves
+            .iter()
+            .rev()
+            .find(|m| !m.host)
+            .map(|m| m.ev);
+        if let Some(ev) = leaving {
+            st.wait_for = Some(ev);
+            return Err(Fail::Busy);
+        }
         if mapped.len() < want {
             if busy.is_some() {
                 st.wait_for = busy;
@@ -171,12 +212,201 @@ impl Residency {
         Ok(mapped)
     }
 
-    /// u3m's VA on `dev` for copying into a chunk's new home.
-    fn hostmap_va(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
-        if st.dev(dev).hostmap_va == 0 {
-            st.dev_mut(dev).hostmap_va = self.rt.reserve(CHUNK)?;
+    /// The copies that filled `fills` (queued on u3m's `stream`) become a
+    /// use of each: no call runs on them, and no move or eviction takes
+    /// them, before they land. Without an event, waited for here (the
+    /// only wait left, with the lock held: a runtime refusing events).
+    fn fills_are_uses(
+        &self,
+        st: &mut State,
+        stream: u64,
+        fills: &[(u64, u32)],
+    ) -> Result<(), AclError> {
+        match self.use_event(st, stream) {
+            Some(ev) => {
+                for &(id, i) in fills {
+                    st.set_use(id, i, stream, ev);
+                }
+                st.unref_event(ev);
+                Ok(())
+            }
+            None => self.rt.sync_stream(stream),
         }
-        Ok(st.dev(dev).hostmap_va)
+    }
+
+    /// A 2 MiB VA of u3m's on `dev` to map a moving chunk's memory at.
+    pub(super) fn take_move_va(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
+        match st.dev_mut(dev).move_vas.pop() {
+            Some(va) => Ok(va),
+            None => self.rt.reserve(CHUNK),
+        }
+    }
+
+    /// A scratch VA no copy reads any more (unmapped): kept spare, a few.
+    pub(super) fn give_move_va(&self, st: &mut State, dev: u32, va: u64) {
+        let spare = &mut st.dev_mut(dev).move_vas;
+        if spare.len() < MOVE_VAS_SPARE {
+            spare.push(va);
+        } else {
+            let _ = self.rt.release(va);
+        }
+    }
+
+    /// Moves chunk (id, i) from physical `old` to `new`: `new` replaces
+    /// `old` at every VA of the chunk now and, with `copy`, a copy from
+    /// `old` (mapped at a scratch VA for it) into `new` is queued on u3m's
+    /// stream and becomes a use of the chunk; `old` is given back once it
+    /// landed (`Dev::moves`, `reap_moves`), or at once without a copy
+    /// (`old_host`: it is a host handle, counted in `host_mapped`; else
+    /// HBM, in `resident`). Nothing waits with the lock held (unless the
+    /// runtime refuses an event). The caller has checked that no call uses
+    /// the chunk (no pin, no use in flight) and updates the chunk itself;
+    /// on failure nothing changed and `new` is the caller's to free.
+    #[allow(clippy::too_many_arguments)]
+    fn move_chunk(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+        old: u64,
+        new: u64,
+        copy: bool,
+        old_host: bool,
+    ) -> Result<(), AclError> {
+        let off = i as u64 * CHUNK;
+        let first = st.backings[&id].vas.first().map(|v| v + off);
+        let mut scratch = [0u64; 2];
+        // unmaps and gives back the scratch VAs mapped so far
+        let drop_scratch = |st: &mut State, scratch: &[u64; 2]| {
+            for &va in scratch.iter().filter(|&&va| va != 0) {
+                let _ = self.rt.unmap(va);
+                self.give_move_va(st, dev, va);
+            }
+        };
+        let mut stream = 0;
+        if copy {
+            stream = self.dev_stream(st, dev)?;
+            // the old memory at a VA of its own: the copy's source
+            let va = self.take_move_va(st, dev)?;
+            if let Err(e) = self.map_retrying(va, CHUNK, old) {
+                self.give_move_va(st, dev, va);
+                return Err(e);
+            }
+            scratch[0] = va;
+        }
+        if let Err(e) = self.remap(st, id, i, old, new) {
+            drop_scratch(st, &scratch);
+            return Err(e);
+        }
+        if copy {
+            let dst = match first {
+                Some(d) => Ok(d),
+                // mapped nowhere (a VMM handle): the new memory at a VA too
+                None => self.take_move_va(st, dev).and_then(|va| {
+                    let r = self.map_retrying(va, CHUNK, new);
+                    if r.is_err() {
+                        self.give_move_va(st, dev, va);
+                    }
+                    r.map(|()| va)
+                }),
+            };
+            let r = dst.and_then(|dst| {
+                if first.is_none() {
+                    scratch[1] = dst;
+                }
+                self.rt
+                    .memcpy_async(dst, scratch[0], CHUNK, MemcpyKind::DEVICE_TO_DEVICE, stream)
+            });
+            if let Err(e) = r {
+                // `old` back at the chunk's VAs, holding its data
+                let _ = self.remap(st, id, i, new, old);
+                drop_scratch(st, &scratch);
+                return Err(e);
+            }
+            match self.use_event(st, stream) {
+                Some(ev) => {
+                    st.set_use(id, i, stream, ev);
+                    // the event's first reference is the entry's
+                    st.dev_mut(dev).moves.push(Moved {
+                        ev,
+                        vas: scratch,
+                        old,
+                        host: old_host,
+                    });
+                    return Ok(());
+                }
+                // no event to know when: the old wait, lock held
+                None => {
+                    let _ = self.rt.sync_stream(stream);
+                }
+            }
+        }
+        self.release_moved(
+            st,
+            dev,
+            Moved {
+                ev: 0,
+                vas: scratch,
+                old,
+                host: old_host,
+            },
+        );
+        Ok(())
+    }
+
+    /// Gives back a move's old memory and scratch VAs (its copy landed).
+    fn release_moved(&self, st: &mut State, dev: u32, m: Moved) {
+        for &va in m.vas.iter().filter(|&&va| va != 0) {
+            let _ = self.rt.unmap(va);
+            self.give_move_va(st, dev, va);
+        }
+        let _ = self.rt.free_physical(m.old);
+        let d = st.dev_mut(dev);
+        if m.host {
+            d.host_mapped -= CHUNK;
+        } else {
+            d.resident -= CHUNK;
+        }
+        if m.ev != 0 {
+            st.unref_event(m.ev);
+        }
+    }
+
+    /// Gives back the old memory of `dev`'s moves whose copy landed. Never
+    /// waits.
+    pub(super) fn reap_moves(&self, st: &mut State, dev: u32) {
+        let mut k = 0;
+        while k < st.dev(dev).moves.len() {
+            if self.rt.event_done(st.dev(dev).moves[k].ev).unwrap_or(true) {
+                let m = st.dev_mut(dev).moves.swap_remove(k);
+                self.release_moved(st, dev, m);
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    /// Every move of `dev` given back: its copies are complete (u3m's
+    /// streams synchronised: finalize).
+    pub(super) fn release_moves(&self, st: &mut State, dev: u32) {
+        for m in std::mem::take(&mut st.dev_mut(dev).moves) {
+            self.release_moved(st, dev, m);
+        }
+    }
+
+    /// `dev`'s moves forgotten without the runtime (its memory is gone, or
+    /// the parent's: a device reset, a forked child).
+    pub(super) fn forget_moves(&self, st: &mut State, dev: u32) {
+        for m in std::mem::take(&mut st.dev_mut(dev).moves) {
+            let d = st.dev_mut(dev);
+            if m.host {
+                d.host_mapped = d.host_mapped.saturating_sub(CHUNK);
+            } else {
+                d.resident = d.resident.saturating_sub(CHUNK);
+            }
+            st.unref_event(m.ev);
+        }
     }
 
     /// Maps `handle` at every VA of chunk (id, i); undone on failure.
@@ -196,6 +426,10 @@ impl Residency {
     /// A chunk in no device memory (its data in DRAM, NVMe, or none yet)
     /// becomes host-mapped: a host handle at its VAs, filled from the host
     /// copy by one copy on u3m's stream (`whole`: the call overwrites it).
+    /// Returns whether a fill copy was queued: the caller makes it a use
+    /// of the chunk (`fills_are_uses`), nobody waits for it here. An NVMe
+    /// copy goes through a staging buffer of its own (`take_staging`; Busy
+    /// when the device's are all in flight, `st.wait_for` naming one).
     fn map_absent(
         &self,
         st: &mut State,
@@ -203,17 +437,16 @@ impl Residency {
         id: u64,
         i: u32,
         whole: bool,
-    ) -> Result<(), AclError> {
+    ) -> Result<bool, Fail> {
         let target = st.backings[&id].vas[0] + i as u64 * CHUNK;
         let stream = self.dev_stream(st, dev)?;
+        // (the host address, the staging buffer it is when from NVMe)
         let src = match &st.chunk(id, i).host {
             _ if whole => None,
             None => None,
-            Some(Host::Dram(slot)) => Some(slot.ptr as u64),
+            Some(Host::Dram(slot)) => Some((slot.ptr as u64, 0)),
             Some(Host::Nvme(_)) => {
-                let staging = self.staging(st, dev)?;
-                // the staging buffer may still feed an earlier copy
-                self.rt.sync_stream(stream)?;
+                let staging = self.take_staging(st, dev)?;
                 let st2 = &mut *st;
                 let Some(Host::Nvme(slot)) = &st2.backings[&id].chunks[i as usize].host else {
                     unreachable!()
@@ -223,18 +456,27 @@ impl Residency {
                 let ok = st2.nvme.as_mut().map(|n| n.read(slot, buf).is_ok());
                 if ok != Some(true) {
                     self.c.spill_errors.fetch_add(1, Relaxed);
-                    return Err(E_ALLOC);
+                    self.give_staging(st, dev, staging);
+                    return Err(Fail::Acl(E_ALLOC));
                 }
                 self.c.from_nvme.fetch_add(1, Relaxed);
-                Some(staging)
+                Some((staging, staging))
             }
         };
-        let h = self.rt.malloc_physical_host(dev, CHUNK)?;
+        let staging = src.map_or(0, |s| s.1);
+        let h = match self.rt.malloc_physical_host(dev, CHUNK) {
+            Ok(h) => h,
+            Err(e) => {
+                self.give_staging(st, dev, staging);
+                return Err(e.into());
+            }
+        };
         if let Err(e) = self.map_at_vas(st, id, i, h) {
             let _ = self.rt.free_physical(h);
-            return Err(e);
+            self.give_staging(st, dev, staging);
+            return Err(e.into());
         }
-        if let Some(src) = src {
+        if let Some((src, _)) = src {
             let r = self
                 .rt
                 .memcpy_async(target, src, CHUNK, MemcpyKind::HOST_TO_DEVICE, stream);
@@ -243,7 +485,19 @@ impl Residency {
                     let _ = self.rt.unmap(va + i as u64 * CHUNK);
                 }
                 let _ = self.rt.free_physical(h);
-                return Err(e);
+                self.give_staging(st, dev, staging);
+                return Err(e.into());
+            }
+            if staging != 0 {
+                // spare again once the copy has read it (`reap_staging`)
+                match self.use_event(st, stream) {
+                    Some(ev) => st.dev_mut(dev).staging_busy.push((ev, staging)),
+                    None => {
+                        // no event to know when (a failing runtime)
+                        let _ = self.rt.sync_stream(stream);
+                        self.give_staging(st, dev, staging);
+                    }
+                }
             }
             self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
         }
@@ -262,11 +516,12 @@ impl Residency {
         }
         st.dev_mut(dev).host_mapped += CHUNK;
         self.c.host_maps.fetch_add(1, Relaxed);
-        Ok(())
+        Ok(src.is_some())
     }
 
-    /// A chunk in HBM (no call using it) becomes host-mapped: one device
-    /// copy into a host handle, then the handle replaces HBM at its VAs.
+    /// A chunk in HBM (no call using it) becomes host-mapped: a host handle
+    /// replaces HBM at its VAs, and one device copy from the HBM into it is
+    /// queued (`move_chunk`: the HBM is given back once it landed).
     fn map_resident(
         &self,
         st: &mut State,
@@ -276,40 +531,39 @@ impl Residency {
         whole: bool,
     ) -> Result<(), AclError> {
         let h = self.rt.malloc_physical_host(dev, CHUNK)?;
-        if !whole {
-            if let Err(e) = self.copy_chunk_into(st, dev, id, i, h) {
-                let _ = self.rt.free_physical(h);
-                return Err(e);
-            }
-            self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
+        // (its uses have all completed: the caller checked)
+        let uses: Vec<u64> = st.chunk_mut(id, i).uses.drain(..).map(|u| u.1).collect();
+        for ev in uses {
+            st.unref_event(ev);
         }
         let hbm = st.chunk(id, i).phys;
-        if let Err(e) = self.remap(st, id, i, hbm, h) {
+        // the HBM stays counted in `resident` until it is given back
+        if let Err(e) = self.move_chunk(st, dev, id, i, hbm, h, !whole, false) {
             let _ = self.rt.free_physical(h);
             return Err(e);
+        }
+        if !whole {
+            self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
         }
         let c = st.chunk_mut(id, i);
         c.phys = h;
         c.on_host = true;
         c.dirty = true;
         let old = c.host.take();
-        let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
-        for ev in uses {
-            st.unref_event(ev);
-        }
         if let Some(o) = old {
             st.pending_free.push((dev, o));
         }
-        let _ = self.rt.free_physical(hbm);
-        let d = st.dev_mut(dev);
-        d.resident -= CHUNK;
-        d.host_mapped += CHUNK;
+        st.dev_mut(dev).host_mapped += CHUNK;
         self.c.host_maps.fetch_add(1, Relaxed);
         Ok(())
     }
 
     /// A host-mapped chunk comes back into HBM for a call (from `fault_in`):
-    /// a copy from its handle into a new HBM chunk, then a remap.
+    /// a new HBM chunk replaces the handle at its VAs, and a copy from the
+    /// handle into it is queued (`move_chunk`): a use of the chunk, which
+    /// the call orders itself after as after a copy-in (`after_copy_ins`,
+    /// `wait_copy_ins`, without the lock); the handle is given back once
+    /// it landed.
     pub(super) fn unmap_from_host(
         &self,
         st: &mut State,
@@ -334,55 +588,29 @@ impl Residency {
                 return Err(Fail::Busy);
             }
         }
+        self.reap_moves(st, dev);
         let phys = self.alloc_phys(st, dev, protect, 0)?;
-        if !whole {
-            if let Err(e) = self.copy_chunk_into(st, dev, id, i, phys) {
-                let _ = self.rt.free_physical(phys);
-                return Err(Fail::Acl(e));
-            }
-            self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
-        }
-        let h = st.chunk(id, i).phys;
-        if let Err(e) = self.remap(st, id, i, h, phys) {
-            let _ = self.rt.free_physical(phys);
-            return Err(Fail::Acl(e));
-        }
-        let _ = self.rt.free_physical(h);
-        let c = st.chunk_mut(id, i);
-        c.phys = phys;
-        c.on_host = false;
-        let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();
+        // (its uses have all completed: checked above)
+        let uses: Vec<u64> = st.chunk_mut(id, i).uses.drain(..).map(|u| u.1).collect();
         for ev in uses {
             st.unref_event(ev);
         }
-        let d = st.dev_mut(dev);
-        d.host_mapped -= CHUNK;
-        d.resident += CHUNK;
+        let h = st.chunk(id, i).phys;
+        // the handle stays counted in `host_mapped` until it is given back
+        if let Err(e) = self.move_chunk(st, dev, id, i, h, phys, !whole, true) {
+            let _ = self.rt.free_physical(phys);
+            return Err(Fail::Acl(e));
+        }
+        if !whole {
+            self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
+        }
+        let c = st.chunk_mut(id, i);
+        c.phys = phys;
+        c.on_host = false;
+        st.dev_mut(dev).resident += CHUNK;
         self.c.host_unmaps.fetch_add(1, Relaxed);
         self.c.faults_in.fetch_add(1, Relaxed);
         Ok(())
-    }
-
-    /// Copies chunk (id, i) from where it is mapped now into `handle`
-    /// (mapped for the copy at u3m's VA), and waits for the copy.
-    fn copy_chunk_into(
-        &self,
-        st: &mut State,
-        dev: u32,
-        id: u64,
-        i: u32,
-        handle: u64,
-    ) -> Result<(), AclError> {
-        let va = self.hostmap_va(st, dev)?;
-        let stream = self.dev_stream(st, dev)?;
-        let src = st.backings[&id].vas[0] + i as u64 * CHUNK;
-        self.rt.map(va, CHUNK, handle)?;
-        let r = self
-            .rt
-            .memcpy_async(va, src, CHUNK, MemcpyKind::DEVICE_TO_DEVICE, stream)
-            .and_then(|()| self.rt.sync_stream(stream));
-        let _ = self.rt.unmap(va);
-        r
     }
 
     /// At every VA of chunk (id, i): `from` unmapped, `to` mapped. A map
@@ -534,14 +762,19 @@ impl Residency {
             if on_host {
                 reads += 1;
             } else {
+                let named = st.wait_for;
                 match self.map_absent(st, dev, id, i, false) {
-                    Ok(()) => {
+                    Ok(_) => {
                         self.c.stream_maps.fetch_add(1, Relaxed);
                         fresh.push((id, i));
                     }
                     // no host handle (host memory limit, a failed map or
-                    // copy): this chunk and the rest are copied in
-                    Err(_) => break,
+                    // copy, every staging buffer in flight): this chunk and
+                    // the rest are copied in
+                    Err(_) => {
+                        st.wait_for = named;
+                        break;
+                    }
                 }
             }
             out.push((id, i));
@@ -555,15 +788,7 @@ impl Residency {
             // call runs on them before they land (after_copy_ins), and a
             // failed event falls back to waiting here
             let stream = self.dev_stream(st, dev)?;
-            match self.use_event(st, stream) {
-                Some(ev) => {
-                    for &(id, i) in &fresh {
-                        st.set_use(id, i, stream, ev);
-                    }
-                    st.unref_event(ev);
-                }
-                None => self.rt.sync_stream(stream)?,
-            }
+            self.fills_are_uses(st, stream, &fresh)?;
             // the fills' DRAM copies wait in pending_free for u3m's streams
             // to be synchronised; give them back in batches, not at the
             // next DRAM shortage (they count as DRAM in use meanwhile)

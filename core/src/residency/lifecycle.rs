@@ -10,6 +10,17 @@ use super::migrate::Arriving;
 use super::state::{handle_of, id_of, Backing, Host, Kind, StGuard, State};
 use super::{Fail, Order, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 
+/// What one pass of `materialize`'s copies found once they had landed.
+enum Pass {
+    /// No call used a chunk meanwhile: `real` holds the backing's data.
+    Current,
+    /// A call used a chunk meanwhile: copy again.
+    Disturbed,
+    /// The backing was freed, made real or its device lost meanwhile.
+    Gone,
+    Failed(AclError),
+}
+
 /// Waits (without the lock) an export makes for room or its copy-in before
 /// it gives up (E_ALLOC).
 const EXPORT_TRIES: u32 = 256;
@@ -373,6 +384,10 @@ impl Residency {
         if !waited {
             self.reclaim(st);
         }
+        // moves between HBM and host handles whose copies have landed give
+        // their old memory back (those of this backing's chunks among them:
+        // u3m's stream was waited for above)
+        self.reap_moves(st, b.dev);
         if release_va {
             if let Kind::Malloc = b.kind {
                 let _ = self.rt.release(b.vas[0]);
@@ -412,6 +427,10 @@ impl Residency {
                 .lock()
                 .map_err(|_| "the residency state is unusable".to_string())?,
         };
+        // the parent's moves: their copies and old memory are the parent's
+        for d in 0..st.devs.len() {
+            self.forget_moves(&mut st, d as u32);
+        }
         for d in st.devs.iter_mut() {
             d.stream = 0;
             // the device-to-host stream is the parent's too
@@ -845,116 +864,341 @@ impl Residency {
                 return Some(Ok(b.real));
             }
         };
-        Some(self.materialize(&mut st, id, real))
+        self.materialize(st, id, real)
     }
 
     /// Replaces backing `id`'s chunks by the real handle `real` (of the
-    /// backing's size) with their data.
-    fn materialize(&self, st: &mut State, id: u64, real: u64) -> Result<u64, AclError> {
-        let (dev, size) = (st.backings[&id].dev, st.backings[&id].size);
-        let fail = |st: &mut State, va: u64, e: AclError| {
-            if va != 0 {
-                let _ = self.rt.unmap(va);
-                let _ = self.rt.release(va);
-            }
-            let _ = self.rt.free_physical(real);
-            let stream = st.dev(dev).stream;
-            if stream != 0 {
-                let _ = self.rt.sync_stream(stream);
-            }
-            Err(e)
+    /// backing's size) with their data (None: the handle was freed
+    /// meanwhile). The copies into `real` are waited for without the lock:
+    /// first the calls that may still write a chunk (pinned between their
+    /// prepare and finish, or a use in flight) are waited for unlocked;
+    /// then every chunk's data is copied from wherever it is into `real`
+    /// (mapped at a VA of its own) with each chunk pinned (no eviction,
+    /// move or spill takes it) and its last use noted, an event recorded
+    /// after the copies and waited for unlocked; with the lock retaken, a
+    /// chunk a call used meanwhile (`last` moved: its write may have come
+    /// after the copy read it) makes the copies start again. Only once they
+    /// are current are the chunks swapped for `real`, lock held. A handle
+    /// freed meanwhile gives `real` back; one another export made real
+    /// meanwhile returns that handle. After `EXPORT_TRIES` passes that a
+    /// call disturbed, the copies are waited for with the lock held.
+    fn materialize<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        id: u64,
+        real: u64,
+    ) -> Option<Result<u64, AclError>> {
+        let (dev, size) = {
+            let b = st.backings.get(&id)?;
+            (b.dev, b.size)
         };
         let va = match self.rt.reserve(size) {
             Ok(v) => v,
-            Err(e) => return fail(st, 0, e),
+            Err(e) => {
+                let _ = self.rt.free_physical(real);
+                return Some(Err(e));
+            }
         };
         if let Err(e) = self.map_retrying(va, size, real) {
             let _ = self.rt.release(va);
             let _ = self.rt.free_physical(real);
-            return Err(e);
+            return Some(Err(e));
         }
-        let stream = match self.dev_stream(st, dev) {
-            Ok(s) => s,
-            Err(e) => return fail(st, va, e),
+        // `real` and its VA given back: nothing of ours reads them any more
+        let give_up = || {
+            let _ = self.rt.unmap(va);
+            let _ = self.rt.release(va);
+            let _ = self.rt.free_physical(real);
         };
-        let staging = match self.staging(st, dev) {
-            Ok(s) => s,
-            Err(e) => return fail(st, va, e),
-        };
-        // the data, chunk by chunk, from wherever it is
-        for i in 0..st.backings[&id].chunks.len() as u32 {
-            let off = i as u64 * CHUNK;
-            let (phys, mapped_at) = {
-                let b = &st.backings[&id];
-                (b.chunks[i as usize].phys, b.vas.first().map(|v| v + off))
+        let mut tries = 0;
+        loop {
+            // freed, or made real by another export, while unlocked
+            let Some(b) = st.backings.get(&id) else {
+                give_up();
+                return None;
             };
-            let r = if phys != 0 {
-                let src = match mapped_at {
-                    Some(s) => s,
-                    None => match self.scratch_map(st, dev, id, i) {
-                        Ok(s) => s,
-                        Err(e) => return fail(st, va, e),
-                    },
-                };
-                let r = self.rt.memcpy_async(
-                    va + off,
-                    src,
-                    CHUNK,
-                    MemcpyKind::DEVICE_TO_DEVICE,
-                    stream,
-                );
-                if mapped_at.is_none() {
-                    // the scratch VA is reused for the next chunk
-                    let _ = self.rt.sync_stream(stream);
-                    let _ = self.rt.unmap(src);
-                }
-                r
-            } else {
-                let st2 = &mut *st;
-                match &st2.backings[&id].chunks[i as usize].host {
-                    None => Ok(()), // never written
-                    Some(Host::Dram(slot)) => self.rt.memcpy_async(
-                        va + off,
-                        slot.ptr as u64,
-                        CHUNK,
-                        MemcpyKind::HOST_TO_DEVICE,
-                        stream,
-                    ),
-                    Some(Host::Nvme(slot)) => {
-                        let _ = self.rt.sync_stream(stream); // the staging buffer is free
-                        let buf = unsafe {
-                            std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize)
-                        };
-                        if st2
-                            .nvme
-                            .as_mut()
-                            .map(|n| n.read(slot, buf))
-                            .unwrap_or(Err(StoreError::BadSlot))
-                            .is_err()
-                        {
-                            self.c.spill_errors.fetch_add(1, Relaxed);
-                            Err(E_ALLOC)
-                        } else {
-                            self.rt.memcpy_async(
-                                va + off,
-                                staging,
-                                CHUNK,
-                                MemcpyKind::HOST_TO_DEVICE,
-                                stream,
-                            )
+            if b.real != 0 {
+                let r = b.real;
+                give_up();
+                return Some(Ok(r));
+            }
+            if st.dev(dev).lost {
+                give_up();
+                return Some(Err(E_DEVICE_LOST));
+            }
+            let locked = tries >= EXPORT_TRIES;
+            if !locked {
+                // a call that may still write a chunk: waited for unlocked
+                let mut pinned = false;
+                let mut evs: Vec<u64> = Vec::new();
+                for c in &b.chunks {
+                    pinned |= c.pins != 0;
+                    for &(_, ev) in &c.uses {
+                        if !evs.contains(&ev) && !self.rt.event_done(ev).unwrap_or(true) {
+                            evs.push(ev);
                         }
                     }
                 }
-            };
-            if let Err(e) = r {
-                return fail(st, va, e);
+                if pinned || !evs.is_empty() {
+                    tries += 1;
+                    if evs.is_empty() {
+                        drop(st);
+                        std::thread::sleep(std::time::Duration::from_micros(500));
+                        st = match self.st.lock() {
+                            Ok(g) => g,
+                            Err(p) => p.into_inner(),
+                        };
+                    } else {
+                        evs.retain(|ev| st.event_refs.contains_key(ev));
+                        for &ev in &evs {
+                            *st.event_refs.entry(ev).or_insert(0) += 1;
+                        }
+                        st = self.sync_unlocked(st, Some(dev), evs);
+                    }
+                    continue;
+                }
             }
-        }
-        if let Err(e) = self.rt.sync_stream(stream) {
-            return fail(st, va, e);
+            let r;
+            (r, st) = self.materialize_pass(st, id, dev, va, locked);
+            match r {
+                Pass::Gone => continue, // freed: the top of the loop says so
+                Pass::Failed(e) => {
+                    give_up();
+                    return Some(Err(e));
+                }
+                Pass::Disturbed => {
+                    tries += 1;
+                    continue;
+                }
+                Pass::Current => break,
+            }
         }
         let _ = self.rt.unmap(va);
         let _ = self.rt.release(va);
+        Some(self.swap_in_real(&mut st, id, dev, size, real))
+    }
+
+    /// One pass of `materialize`'s copies into `real` (mapped at `va`), all
+    /// chunks, waited for without the lock (with it held: `locked`).
+    /// Returns the guard (retaken) and what the pass found.
+    fn materialize_pass<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        id: u64,
+        dev: u32,
+        va: u64,
+        locked: bool,
+    ) -> (Pass, StGuard<'a>) {
+        let stream = match self.dev_stream(&mut st, dev) {
+            Ok(s) => s,
+            Err(e) => return (Pass::Failed(e), st),
+        };
+        let n = st.backings[&id].chunks.len() as u32;
+        // what each chunk's last use and memory were when its copy was issued
+        let mut snap: Vec<(u64, u64)> = Vec::with_capacity(n as usize);
+        // held by this pass: pinned chunks, scratch VAs, staging buffers
+        let mut pinned: Vec<(u64, u32)> = Vec::new();
+        let mut scratch: Vec<u64> = Vec::new();
+        let mut bufs: Vec<u64> = Vec::new();
+        let mut i = 0;
+        let mut err = None;
+        while i < n && err.is_none() {
+            let off = i as u64 * CHUNK;
+            let (phys, last, mapped_at) = {
+                let b = &st.backings[&id];
+                let c = &b.chunks[i as usize];
+                (c.phys, c.last, b.vas.first().map(|v| v + off))
+            };
+            let r: Result<(), Fail> = if phys != 0 {
+                let src = match mapped_at {
+                    Some(s) => Ok(s),
+                    // an unmapped VMM handle's chunk: at a VA of its own
+                    None => self
+                        .take_move_va(&mut st, dev)
+                        .map_err(Fail::Acl)
+                        .and_then(|s| match self.map_retrying(s, CHUNK, phys) {
+                            Ok(()) => {
+                                scratch.push(s);
+                                Ok(s)
+                            }
+                            Err(e) => {
+                                self.give_move_va(&mut st, dev, s);
+                                Err(Fail::Acl(e))
+                            }
+                        }),
+                };
+                src.and_then(|src| {
+                    self.rt
+                        .memcpy_async(va + off, src, CHUNK, MemcpyKind::DEVICE_TO_DEVICE, stream)
+                        .map_err(Fail::Acl)
+                })
+            } else {
+                match &st.backings[&id].chunks[i as usize].host {
+                    None => Ok(()), // never written
+                    Some(Host::Dram(slot)) => self
+                        .rt
+                        .memcpy_async(
+                            va + off,
+                            slot.ptr as u64,
+                            CHUNK,
+                            MemcpyKind::HOST_TO_DEVICE,
+                            stream,
+                        )
+                        .map_err(Fail::Acl),
+                    Some(Host::Nvme(_)) => match self.take_staging(&mut st, dev) {
+                        Ok(buf) => {
+                            bufs.push(buf);
+                            let st2 = &mut *st;
+                            let Some(Host::Nvme(slot)) = &st2.backings[&id].chunks[i as usize].host
+                            else {
+                                unreachable!()
+                            };
+                            let b = unsafe {
+                                std::slice::from_raw_parts_mut(buf as *mut u8, CHUNK as usize)
+                            };
+                            let read = st2
+                                .nvme
+                                .as_mut()
+                                .map(|nv| nv.read(slot, b))
+                                .unwrap_or(Err(StoreError::BadSlot));
+                            if read.is_err() {
+                                self.c.spill_errors.fetch_add(1, Relaxed);
+                                Err(Fail::Acl(E_ALLOC))
+                            } else {
+                                self.rt
+                                    .memcpy_async(
+                                        va + off,
+                                        buf,
+                                        CHUNK,
+                                        MemcpyKind::HOST_TO_DEVICE,
+                                        stream,
+                                    )
+                                    .map_err(Fail::Acl)
+                            }
+                        }
+                        Err(f) => Err(f),
+                    },
+                }
+            };
+            match r {
+                Ok(()) => {
+                    snap.push((last, phys));
+                    let c = st.chunk_mut(id, i);
+                    c.pins += 1;
+                    pinned.push((id, i));
+                    i += 1;
+                }
+                // every staging buffer in flight (ours among them): the
+                // copies so far are waited for, then the pass goes on
+                Err(Fail::Busy) if !bufs.is_empty() || st.wait_for.is_some() => {
+                    let named = st.wait_for.take();
+                    let w;
+                    (st, w) = self.wait_copies(st, dev, stream, named, locked);
+                    if let Err(e) = w {
+                        err = Some(e);
+                    }
+                    for b in bufs.drain(..) {
+                        self.give_staging(&mut st, dev, b);
+                    }
+                    if !st.backings.contains_key(&id) {
+                        break;
+                    }
+                }
+                Err(f) => err = Some(f.acl()),
+            }
+        }
+        if err.is_none() && st.backings.contains_key(&id) {
+            let w;
+            (st, w) = self.wait_copies(st, dev, stream, None, locked);
+            if let Err(e) = w {
+                err = Some(e);
+            }
+        } else if err.is_some() {
+            // what was issued must land before its sources may go
+            (st, _) = self.wait_copies(st, dev, stream, None, locked);
+        }
+        self.unreserve(&mut st, &mut pinned);
+        for s in scratch {
+            let _ = self.rt.unmap(s);
+            self.give_move_va(&mut st, dev, s);
+        }
+        for b in bufs {
+            self.give_staging(&mut st, dev, b);
+        }
+        if let Some(e) = err {
+            return (Pass::Failed(e), st);
+        }
+        let Some(b) = st.backings.get(&id) else {
+            return (Pass::Gone, st);
+        };
+        if b.real != 0 || st.dev(dev).lost {
+            return (Pass::Gone, st);
+        }
+        // a call used a chunk meanwhile: its write may have come after the
+        // copy read the chunk
+        let same = b
+            .chunks
+            .iter()
+            .zip(&snap)
+            .all(|(c, &(last, phys))| c.last == last && c.phys == phys);
+        (if same { Pass::Current } else { Pass::Disturbed }, st)
+    }
+
+    /// Waits for the copies `materialize` queued on u3m's `stream` (an
+    /// event recorded after them) and for `named` (another transfer's
+    /// event, a staging buffer's), without the lock — with it held when
+    /// `locked` or when no event can be had. The result is the copies'.
+    fn wait_copies<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        dev: u32,
+        stream: u64,
+        named: Option<u64>,
+        locked: bool,
+    ) -> (StGuard<'a>, Result<(), AclError>) {
+        let ev = if locked {
+            None
+        } else {
+            self.use_event(&mut st, stream)
+        };
+        let Some(ev) = ev else {
+            let r = self.rt.sync_stream(stream);
+            return (st, r);
+        };
+        let mut evs = vec![ev];
+        if let Some(n) = named.filter(|n| st.event_refs.contains_key(n)) {
+            *st.event_refs.entry(n).or_insert(0) += 1;
+            evs.push(n);
+        }
+        drop(st);
+        let mut r = Ok(());
+        for (k, &e) in evs.iter().enumerate() {
+            let w = on_device(self.rt, dev, || self.rt.sync_event(e))
+                .unwrap_or_else(|| self.rt.sync_event(e));
+            if k == 0 {
+                r = w;
+            }
+        }
+        let mut st = match self.st.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        for e in evs {
+            st.unref_event(e);
+        }
+        (st, r)
+    }
+
+    /// Swaps backing `id`'s chunks for `real` (holding their data now) at
+    /// every VA it is mapped at, lock held; the backing is pinned for good.
+    fn swap_in_real(
+        &self,
+        st: &mut State,
+        id: u64,
+        dev: u32,
+        size: u64,
+        real: u64,
+    ) -> Result<u64, AclError> {
         // swap the chunks for the real handle at every VA it is mapped at
         let vas = st.backings[&id].vas.clone();
         let mut freed = Vec::new();
@@ -1007,6 +1251,34 @@ impl Residency {
         mapped.map(|()| real)
     }
 
+    /// A call that failed in `prepare` after issuing copy-ins on u3m's
+    /// `stream` of `dev` into the chunks it made resident (`reserved`,
+    /// pinned): those copies become a use of each such chunk (no other
+    /// call runs on one, no eviction takes it, before they land) and are
+    /// waited for without the lock, the pins kept meanwhile; with the lock
+    /// held only when no event can be had. Returns the guard, retaken.
+    pub(super) fn settle_failed_copy_ins<'a>(
+        &'a self,
+        mut st: StGuard<'a>,
+        dev: u32,
+        stream: u64,
+        reserved: &[(u64, u32)],
+    ) -> StGuard<'a> {
+        match self.use_event(&mut st, stream) {
+            Some(ev) => {
+                for &(id, i) in reserved {
+                    st.set_use(id, i, stream, ev);
+                }
+                // (the event's first reference: dropped after the wait)
+                self.sync_unlocked(st, Some(dev), vec![ev])
+            }
+            None => {
+                let _ = self.rt.sync_stream(stream);
+                st
+            }
+        }
+    }
+
     /// aclrtResetDevice: the runtime released everything on `dev`; forget
     /// those backings without calling it (their memory is already gone).
     pub fn forget_device(&self, dev: u32) {
@@ -1014,6 +1286,8 @@ impl Residency {
         self.forget_backings(&mut st, Some(dev));
         // copy-outs in flight give their DRAM slots back
         self.settle_outgoing(&mut st, dev);
+        // (moves' old memory went with the device)
+        self.forget_moves(&mut st, dev);
         // (its staging buffers are forgotten with it, as the runtime's
         // objects are)
         *st.dev_mut(dev) = super::state::Dev::new();
@@ -1081,6 +1355,12 @@ impl Residency {
         for d in 0..st.devs.len() {
             // copy-outs in flight give their DRAM slots back
             self.settle_outgoing(&mut st, d as u32);
+            // moves' copies are complete (the streams were synchronised)
+            if st.devs[d].lost {
+                self.forget_moves(&mut st, d as u32);
+            } else {
+                self.release_moves(&mut st, d as u32);
+            }
         }
         for (_, h) in std::mem::take(&mut st.pending_free) {
             st.free_host(h);

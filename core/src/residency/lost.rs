@@ -32,6 +32,8 @@ impl Residency {
         st.dev_mut(dev).lost = true;
         self.lost_any.store(true, Relaxed);
         st.dev_mut(dev).resident = 0;
+        // moves' old memory went with the device
+        self.forget_moves(&mut st, dev);
         let (mut lost, mut kept) = (Vec::new(), Vec::new());
         let mut ids: Vec<u64> = st
             .backings

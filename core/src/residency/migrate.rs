@@ -73,14 +73,6 @@ impl Residency {
         Ok(st.dev(dev).out_stream)
     }
 
-    /// The 2 MiB pinned staging buffer for NVMe transfers on `dev`.
-    pub(super) fn staging(&self, st: &mut State, dev: u32) -> Result<u64, AclError> {
-        if st.dev(dev).staging == 0 {
-            st.dev_mut(dev).staging = self.rt.malloc_host(CHUNK)? as u64;
-        }
-        Ok(st.dev(dev).staging)
-    }
-
     /// A pinned 2 MiB staging buffer for one NVMe transfer on `dev` (a
     /// copy-in from it or a copy-out into it, on `dev`'s u3m streams): a
     /// spare one, one whose copy-in completed, else a new one. Never waits:

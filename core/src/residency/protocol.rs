@@ -379,13 +379,13 @@ impl Residency {
                     tries += 1;
                 }
                 Err(e) => {
-                    self.unreserve(&mut st, &mut reserved);
                     // copy-ins issued before the failure must not outlive
                     // the chunks they write (nothing else orders them)
                     let stream = st.dev(dev).stream;
                     if stream != 0 {
-                        let _ = self.rt.sync_stream(stream);
+                        st = self.settle_failed_copy_ins(st, dev, stream, &reserved);
                     }
+                    self.unreserve(&mut st, &mut reserved);
                     return Err(e.acl());
                 }
             }

@@ -135,6 +135,24 @@ pub(super) struct Outgoing {
     pub staging: u64,
 }
 
+/// A chunk's move between HBM and a host handle (hostmap.rs) whose copy
+/// was queued, not waited for: the chunk's VAs map its new memory already,
+/// the copy is a use of the chunk (every call orders itself after it), and
+/// its old memory stays, mapped at scratch VAs for the copy to read, until
+/// `ev` completes.
+pub(super) struct Moved {
+    /// Recorded on u3m's stream after the copy (one reference, this entry's).
+    pub ev: u64,
+    /// Scratch VAs mapped for the copy (0: none): the old memory's, and the
+    /// new memory's when the chunk is mapped nowhere.
+    pub vas: [u64; 2],
+    /// The old physical handle, freed once the copy landed.
+    pub old: u64,
+    /// `old` is a host handle (else HBM): which of `Dev::host_mapped` and
+    /// `Dev::resident` still counts it until then.
+    pub host: bool,
+}
+
 /// Per-device data. Today inside the one residency lock; the unit a
 /// per-device lock would cover.
 pub(super) struct Dev {
@@ -161,9 +179,12 @@ pub(super) struct Dev {
     pub resident: u64,
     /// Bytes of chunks host-mapped (in host handles at their VAs).
     pub host_mapped: u64,
-    /// A 2 MiB VA where u3m maps a chunk's new home to copy into it
-    /// (HBM ↔ host handle).
-    pub hostmap_va: u64,
+    /// Chunks moved between HBM and a host handle whose copy may still be
+    /// in flight (`hostmap::move_chunk`): their old memory is given back
+    /// once the copy's event completes (`hostmap::reap_moves`).
+    pub moves: Vec<Moved>,
+    /// Spare 2 MiB VAs u3m maps a moving chunk's old memory at for its copy.
+    pub move_vas: Vec<u64>,
     pub managed_virtual: u64,
     pub capacity: u64,
     /// The device disappeared (card failure): its HBM is gone, nothing on it
@@ -186,7 +207,8 @@ impl Dev {
             staging_busy: Vec::new(),
             resident: 0,
             host_mapped: 0,
-            hostmap_va: 0,
+            moves: Vec::new(),
+            move_vas: Vec::new(),
             managed_virtual: 0,
             capacity: 0,
             lost: false,

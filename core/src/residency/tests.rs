@@ -2721,3 +2721,323 @@ fn an_export_waits_for_its_copy_outs_without_the_lock() {
     assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
     assert!(r.counters().rescued >= 1);
 }
+
+/// A stream-ordered operator on device 0 from any thread: reads `ins`,
+/// writes `outs` when it runs on `s` (prepare, launch, finish).
+fn stream_op(
+    r: &Residency,
+    f: &Fake,
+    s: u64,
+    ins: &[(u64, u64)],
+    outs: &[(u64, u64)],
+    k: Kernel,
+) -> Result<(), AclError> {
+    let ranges: Vec<Range> = ins
+        .iter()
+        .map(|&(addr, len)| Range {
+            addr,
+            len,
+            write: false,
+        })
+        .chain(outs.iter().map(|&(addr, len)| Range {
+            addr,
+            len,
+            write: true,
+        }))
+        .collect();
+    let tok = r.prepare(
+        0,
+        OpClass::Elementwise as u8,
+        &ranges,
+        false,
+        Order::Stream(s),
+    )?;
+    let all = ins.iter().chain(outs).copied().collect();
+    let rc = f.app_launch(s, "op", all, k);
+    r.finish(tok, Some(s), rc.is_ok());
+    rc
+}
+
+/// x and y of 10 MiB each on an 8-chunk device (host mapping on), both
+/// written and the device caught up.
+fn host_map_rig() -> (&'static Fake, &'static Residency, u64, u64, Vec<u8>) {
+    let (f, r) = lazy_rig(8, &[("U3M_HOST_MAP", "auto")]);
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, 10 * MIB, free, total).unwrap().unwrap();
+    let y = r.malloc(0, 10 * MIB, free, total).unwrap().unwrap();
+    let px = pattern(1, 10 * MIB);
+    sync_call(r, f, 0, x, 10 * MIB, Some(&px)).unwrap();
+    sync_call(r, f, 0, y, 10 * MIB, Some(&pattern(2, 10 * MIB))).unwrap();
+    f.drain();
+    (f, r, x, y, px)
+}
+
+/// Issue 10 part 2 (branch nolock3): host mapping moves a chunk between
+/// HBM and a host handle with a remap and a copy queued on u3m's stream —
+/// a use of the chunk that calls order themselves after — where the copy
+/// was waited for with the device's lock held (`copy_chunk_into`, and
+/// `map_to_host`'s stream sync for the fills). A call larger than HBM runs
+/// host-mapped, both tensors come back into HBM for reads that fit, with
+/// copies run lazily and eagerly: no host wait with the lock held, every
+/// byte where it belongs, every host handle, scratch VA mapping and HBM
+/// chunk given back. (On 2d7a3f4 it fails at the locked-waits assertion:
+/// `copy_chunk_into`'s and `map_to_host`'s stream syncs.)
+#[test]
+fn host_mapping_moves_chunks_with_no_wait_under_the_lock() {
+    for eager in [false, true] {
+        let (f, r, x, y, px) = host_map_rig();
+        f.set_eager(eager);
+        let before = f.seen().locked_waits;
+        let s = f.app_stream();
+        stream_op(
+            r,
+            f,
+            s,
+            &[(x, 10 * MIB)],
+            &[(y, 10 * MIB)],
+            add(x, y, 10 * MIB, 1),
+        )
+        .expect("the call runs host-mapped");
+        let c = r.counters();
+        assert!(c.host_maps > 0 && c.host_map_bytes > 0, "{c:?}");
+        f.sync_stream(s).unwrap();
+        assert_eq!(sync_call(r, f, 0, x, 10 * MIB, None).unwrap(), px, "x");
+        let want: Vec<u8> = px.iter().map(|b| b.wrapping_add(1)).collect();
+        assert_eq!(sync_call(r, f, 0, y, 10 * MIB, None).unwrap(), want, "y");
+        assert!(r.counters().host_unmaps > 0);
+        let seen = f.seen();
+        assert_eq!(
+            seen.locked_waits, before,
+            "eager {eager}: host waits with the lock held"
+        );
+        assert!(seen.misuse.is_empty(), "misuse: {:#?}", seen.misuse);
+        assert!(seen.faults.is_empty(), "faults: {:#?}", seen.faults);
+        assert_eq!(r.free(x), Some(Ok(())));
+        assert_eq!(r.free(y), Some(Ok(())));
+        assert_eq!(f.seen().host_handles, 0, "host handles given back");
+        assert_eq!((r.usage(0).0, r.host_mapped(0)), (0, 0));
+        r.finalize();
+        f.drain();
+        assert_eq!(f.held(), (0, 0), "handles / pinned host bytes left");
+        assert!(f.seen().misuse.is_empty());
+    }
+}
+
+/// The race on the same chunks: the call larger than HBM waits (held
+/// inside the runtime) for the copies that move its chunks to host
+/// handles, without the lock; meanwhile another thread reads x — whose
+/// chunks are moving — (it orders itself after the moves' copies and
+/// brings them back into HBM), overwrites part of it and reads it again.
+/// Released, the call maps again what it needs and runs on the new bytes:
+/// nothing is lost either way. On 2d7a3f4 the held wait is
+/// `copy_chunk_into`'s, lock held.
+#[test]
+fn a_chunk_moving_to_a_host_handle_is_used_by_another_thread_meanwhile() {
+    let (f, r, x, y, px) = host_map_rig();
+    let before = f.seen().locked_waits;
+    let s = f.app_stream();
+    f.hold_waits(1);
+    let op = std::thread::spawn(move || {
+        stream_op(
+            r,
+            f,
+            s,
+            &[(x, 10 * MIB)],
+            &[(y, 10 * MIB)],
+            add(x, y, 10 * MIB, 1),
+        )
+    });
+    assert_eq!(f.waits_held(10_000), 1, "the call waits for its moves");
+    let st = r.shard_of(0).st.try_lock();
+    assert!(st.is_ok(), "the device's lock is free during the wait");
+    let moving = st.map(|st| st.dev(0).moves.len()).unwrap_or(0);
+    assert!(moving > 0, "moves in flight while the call waits");
+    let other = std::thread::spawn(move || {
+        assert_eq!(sync_call(r, f, 0, x, 10 * MIB, None).unwrap(), px, "x read");
+        let p9 = pattern(9, 3 * MIB);
+        sync_call(r, f, 0, x, 3 * MIB, Some(&p9)).unwrap();
+        let mut px2 = px.clone();
+        px2[..3 * MIB as usize].copy_from_slice(&p9);
+        assert_eq!(
+            sync_call(r, f, 0, x, 10 * MIB, None).unwrap(),
+            px2,
+            "x read again"
+        );
+        px2
+    });
+    let px2 = other.join().expect("the other thread");
+    f.release_waits();
+    op.join().expect("the call").expect("it runs host-mapped");
+    f.sync_stream(s).unwrap();
+    let want: Vec<u8> = px2.iter().map(|b| b.wrapping_add(1)).collect();
+    assert_eq!(sync_call(r, f, 0, y, 10 * MIB, None).unwrap(), want, "y");
+    assert_eq!(sync_call(r, f, 0, x, 10 * MIB, None).unwrap(), px2, "x");
+    let seen = f.seen();
+    assert_eq!(seen.locked_waits, before, "host waits with the lock held");
+    assert!(seen.misuse.is_empty(), "misuse: {:#?}", seen.misuse);
+    assert!(seen.faults.is_empty(), "faults: {:#?}", seen.faults);
+    let c = r.counters();
+    assert!(c.host_maps > 0 && c.host_unmaps > 0, "{c:?}");
+    assert_eq!(r.free(x), Some(Ok(())));
+    assert_eq!(r.free(y), Some(Ok(())));
+    assert_eq!(f.seen().host_handles, 0, "host handles given back");
+    assert_eq!((r.usage(0).0, r.host_mapped(0)), (0, 0));
+}
+
+/// A VMM handle of two chunks, one in DRAM and one resident, on a 4-chunk
+/// device whose other memory was freed: room for a real handle of its size.
+fn export_rig() -> (&'static Fake, &'static Residency, u64, u64) {
+    let (f, r) = lazy_rig(4, &[]);
+    let h = r.malloc_physical(0, 2 * CHUNK, false).unwrap().unwrap();
+    let v = f.reserve(2 * CHUNK).unwrap();
+    assert_eq!(r.map(v, 2 * CHUNK, 0, h), Some(Ok(())));
+    sync_call(r, f, 0, v, 2 * CHUNK, Some(&pattern(2, 2 * CHUNK))).unwrap();
+    // x and y take its HBM; freed, they leave room
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
+    sync_call(r, f, 0, x, 2 * CHUNK, Some(&pattern(3, 2 * CHUNK))).unwrap();
+    sync_call(r, f, 0, y, 2 * CHUNK, Some(&pattern(4, 2 * CHUNK))).unwrap();
+    assert_eq!(r.free(x), Some(Ok(())));
+    assert_eq!(r.free(y), Some(Ok(())));
+    // its second chunk back in HBM, the first in DRAM
+    assert_eq!(
+        sync_call(r, f, 0, v + CHUNK, CHUNK, None).unwrap(),
+        pattern(2, 2 * CHUNK)[CHUNK as usize..]
+    );
+    f.drain();
+    (f, r, h, v)
+}
+
+/// Issue 10 part 2 (branch nolock3): a multi-chunk export copies its
+/// chunks into the real handle and waits for the copies without the lock
+/// (`materialize`), where it synchronised u3m's stream with the lock held
+/// (2 waits in the audit). On 2d7a3f4 it fails at the locked-waits
+/// assertion.
+#[test]
+fn a_multi_chunk_export_waits_for_its_copies_without_the_lock() {
+    let (f, r, h, v) = export_rig();
+    let before = f.seen().locked_waits;
+    let real = r.export(h).expect("u3m's handle").expect("exported");
+    assert_ne!(real, h);
+    assert_eq!(f.seen().locked_waits, before, "export's waits");
+    assert_eq!(r.export(h), Some(Ok(real)), "made real once");
+    assert_eq!(
+        sync_call(r, f, 0, v, 2 * CHUNK, None).unwrap(),
+        pattern(2, 2 * CHUNK)
+    );
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_eq!(r.unmap(v), Some(Ok(())));
+    assert_eq!(r.free_physical(h), Some(Ok(())));
+    f.release(v).unwrap();
+    r.finalize();
+    f.drain();
+    assert_eq!(f.held(), (0, 0), "handles / pinned host bytes left");
+}
+
+/// The race on the same chunk: while the export waits (held inside the
+/// runtime) for its copies into the real handle, another thread writes
+/// part of the handle's first chunk (in DRAM: faulted in, the write lands
+/// after the export's copy read the DRAM copy) and reads it back. The
+/// export sees the chunk used meanwhile, copies again, and the real handle
+/// holds the write. On 2d7a3f4 the held wait is `materialize`'s, lock
+/// held.
+#[test]
+fn a_write_during_an_exports_copies_ends_up_in_the_real_handle() {
+    let (f, r, h, v) = export_rig();
+    let before = f.seen().locked_waits;
+    let copies = |s: &super::fake::Seen| s.h2d + s.d2d;
+    let issued = copies(&f.seen());
+    f.hold_waits(1);
+    let export = std::thread::spawn(move || r.export(h));
+    assert_eq!(f.waits_held(10_000), 1, "the export waits for its copies");
+    let st = r.shard_of(0).st.try_lock();
+    assert!(st.is_ok(), "the device's lock is free during the wait");
+    drop(st);
+    assert!(
+        copies(&f.seen()) >= issued + 2,
+        "both chunks' copies queued"
+    );
+    let mut want = pattern(2, 2 * CHUNK);
+    let p7 = pattern(7, MIB);
+    want[..MIB as usize].copy_from_slice(&p7);
+    let w = want.clone();
+    let other = std::thread::spawn(move || {
+        sync_call(r, f, 0, v, MIB, Some(&p7)).unwrap();
+        assert_eq!(sync_call(r, f, 0, v, 2 * CHUNK, None).unwrap(), w);
+    });
+    other.join().expect("the other thread");
+    f.release_waits();
+    let real = export
+        .join()
+        .expect("export")
+        .expect("u3m's handle")
+        .expect("exported");
+    assert_ne!(real, h);
+    assert!(copies(&f.seen()) >= issued + 4, "copied again");
+    assert_eq!(f.seen().locked_waits, before, "export's waits");
+    assert_eq!(sync_call(r, f, 0, v, 2 * CHUNK, None).unwrap(), want);
+    // through the real handle itself, mapped elsewhere (the fake's view)
+    let v2 = f.reserve(2 * CHUNK).unwrap();
+    f.map(v2, 2 * CHUNK, real).unwrap();
+    assert_eq!(f.app_read(v2, 2 * CHUNK).unwrap(), want, "the real handle");
+    f.unmap(v2).unwrap();
+    f.release(v2).unwrap();
+    let s = f.seen();
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_eq!(r.unmap(v), Some(Ok(())));
+    assert_eq!(r.free_physical(h), Some(Ok(())));
+    f.release(v).unwrap();
+}
+
+/// Issue 10 part 2 (branch nolock3): a call that fails in `prepare` after
+/// issuing copy-ins (here the second of two chunks' copy-in is refused)
+/// waited for them with the device's lock held (a stream sync: nothing
+/// else ordered them). Now they are a use of the chunks they fill and are
+/// waited for without the lock: while that wait is held inside the
+/// runtime, another thread reads the arriving chunk — it orders itself
+/// after the same copy and gets its bytes — and the failed call's chunks
+/// read back whole afterwards. On 2d7a3f4 the held wait is the locked
+/// stream sync.
+#[test]
+fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
+    let (f, r) = lazy_rig(2, &[]);
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
+    let px = pattern(1, 2 * CHUNK);
+    sync_call(r, f, 0, x, 2 * CHUNK, Some(&px)).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    f.drain();
+    assert_eq!(r.usage(0).0, 0);
+    let before = f.seen().locked_waits;
+    // the first chunk's copy-in is queued, the second's refused
+    f.fail_h2d_after(1, 1);
+    f.hold_waits(1);
+    let failing = std::thread::spawn(move || sync_call(r, f, 0, x, 2 * CHUNK, None));
+    assert_eq!(
+        f.waits_held(10_000),
+        1,
+        "the failed call waits for its copy-in"
+    );
+    let st = r.shard_of(0).st.try_lock();
+    assert!(st.is_ok(), "the device's lock is free during the wait");
+    drop(st);
+    let reader = std::thread::spawn(move || sync_call(r, f, 0, x, CHUNK, None).unwrap());
+    assert_eq!(
+        reader.join().expect("reader"),
+        px[..CHUNK as usize],
+        "chunk 0"
+    );
+    f.release_waits();
+    assert!(failing.join().expect("the failing call").is_err());
+    assert_eq!(sync_call(r, f, 0, x, 2 * CHUNK, None).unwrap(), px, "x");
+    let s = f.seen();
+    assert_eq!(s.locked_waits, before, "host waits with the lock held");
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_eq!(r.free(x), Some(Ok(())));
+    assert_eq!(r.usage(0).0, 0);
+}
