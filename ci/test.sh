@@ -12,6 +12,9 @@ ensure_prereqs
 ensure_test_tools
 
 cargo build --release --workspace
+# the soak's RSS trend needs a run long enough for its DRAM tier to fill
+# (tests/soak.rs): two minutes here whatever the CI variable says
+export U3M_SOAK_SECS=${U3M_SOAK_SECS:-120}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

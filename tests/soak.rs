@@ -11,7 +11,10 @@
 //!   - flat RSS, sampled every second from /proc: the highest RSS of the
 //!     last third of the run is at most 10 % + 32 MiB above the highest
 //!     from a sixth to two thirds of it (the first sixth is warm-up: the
-//!     DRAM tier and the program's model fill up);
+//!     DRAM tier and the program's model fill up); only in runs of at
+//!     least `RSS_TREND_SECS` (ci/test.sh runs 120 s): in 20 s on an idle
+//!     machine the fill is still under way in the last third (seed 1:
+//!     500 -> 585-624 MiB in 5 of 6 runs, 60 s and 120 s runs flat);
 //!   - no device MMU fault, and every injected fault counted by the
 //!     simulator.
 //! `U3M_SOAK_SECS` sets the time (default 120 under CI=true, 20 otherwise;
@@ -19,6 +22,9 @@
 //! schedule.
 
 mod common;
+
+/// The shortest run whose RSS trend is checked (see above).
+const RSS_TREND_SECS: u64 = 60;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -223,6 +229,12 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
         f("errors")
     );
     assert!(mid > 0 && end > 0, "RSS not sampled: {rss:?}");
+    if secs < RSS_TREND_SECS {
+        eprintln!(
+            "soak: {secs} s is too short for the RSS trend (>= {RSS_TREND_SECS} s): not checked"
+        );
+        return;
+    }
     assert!(
         end <= mid + mid / 10 + 32 * MIB / 1024,
         "RSS grows: {} MiB -> {} MiB",
