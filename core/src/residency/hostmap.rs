@@ -446,19 +446,7 @@ impl Residency {
             None => None,
             Some(Host::Dram(slot)) => Some((slot.ptr as u64, 0)),
             Some(Host::Nvme(_)) => {
-                let staging = self.take_staging(st, dev)?;
-                let st2 = &mut *st;
-                let Some(Host::Nvme(slot)) = &st2.backings[&id].chunks[i as usize].host else {
-                    unreachable!()
-                };
-                let buf =
-                    unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
-                let ok = st2.nvme.as_mut().map(|n| n.read(slot, buf).is_ok());
-                if ok != Some(true) {
-                    self.c.spill_errors.fetch_add(1, Relaxed);
-                    self.give_staging(st, dev, staging);
-                    return Err(Fail::Acl(E_ALLOC));
-                }
+                let staging = self.stage_from_nvme(st, dev, id, i)?;
                 self.c.from_nvme.fetch_add(1, Relaxed);
                 Some((staging, staging))
             }

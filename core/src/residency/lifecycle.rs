@@ -27,7 +27,6 @@ const EXPORT_TRIES: u32 = 256;
 use crate::acl::{AclError, MemcpyKind};
 use crate::engine::report::{Limit, Refusal};
 use crate::engine::runtime::{on_device, CHUNK};
-use crate::store::StoreError;
 
 /// Attempts at one aclrtMapMem u3m makes for itself. A failed map leaves
 /// nothing mapped, and the runtime's failures here are transient (a driver
@@ -1045,36 +1044,18 @@ impl Residency {
                             stream,
                         )
                         .map_err(Fail::Acl),
-                    Some(Host::Nvme(_)) => match self.take_staging(&mut st, dev) {
+                    Some(Host::Nvme(_)) => match self.stage_from_nvme(&mut st, dev, id, i) {
                         Ok(buf) => {
                             bufs.push(buf);
-                            let st2 = &mut *st;
-                            let Some(Host::Nvme(slot)) = &st2.backings[&id].chunks[i as usize].host
-                            else {
-                                unreachable!()
-                            };
-                            let b = unsafe {
-                                std::slice::from_raw_parts_mut(buf as *mut u8, CHUNK as usize)
-                            };
-                            let read = st2
-                                .nvme
-                                .as_mut()
-                                .map(|nv| nv.read(slot, b))
-                                .unwrap_or(Err(StoreError::BadSlot));
-                            if read.is_err() {
-                                self.c.spill_errors.fetch_add(1, Relaxed);
-                                Err(Fail::Acl(E_ALLOC))
-                            } else {
-                                self.rt
-                                    .memcpy_async(
-                                        va + off,
-                                        buf,
-                                        CHUNK,
-                                        MemcpyKind::HOST_TO_DEVICE,
-                                        stream,
-                                    )
-                                    .map_err(Fail::Acl)
-                            }
+                            self.rt
+                                .memcpy_async(
+                                    va + off,
+                                    buf,
+                                    CHUNK,
+                                    MemcpyKind::HOST_TO_DEVICE,
+                                    stream,
+                                )
+                                .map_err(Fail::Acl)
                         }
                         Err(f) => Err(f),
                     },

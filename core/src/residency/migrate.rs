@@ -125,6 +125,37 @@ impl Residency {
         }
     }
 
+    /// Chunk `i` of `id`, whose copy is on NVMe, read into a staging buffer
+    /// of its own for a copy-in. A failed read counts a spill error and
+    /// gives the buffer back.
+    pub(super) fn stage_from_nvme(
+        &self,
+        st: &mut State,
+        dev: u32,
+        id: u64,
+        i: u32,
+    ) -> Result<u64, Fail> {
+        let staging = self.take_staging(st, dev)?;
+        let st2 = &mut *st;
+        let read = match &st2.backings.get(&id).expect("backing").chunks[i as usize].host {
+            Some(Host::Nvme(slot)) => {
+                let buf =
+                    unsafe { std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize) };
+                st2.nvme
+                    .as_mut()
+                    .map(|n| n.read(slot, buf))
+                    .unwrap_or(Err(StoreError::BadSlot))
+            }
+            _ => Err(StoreError::BadSlot),
+        };
+        if read.is_err() {
+            self.c.spill_errors.fetch_add(1, Relaxed);
+            self.give_staging(st, dev, staging);
+            return Err(Fail::Acl(E_ALLOC));
+        }
+        Ok(staging)
+    }
+
     /// Gives every staging buffer of `dev` back to the runtime (its streams
     /// are idle or gone: finalize, a device reset).
     pub(super) fn free_staging(&self, st: &mut State, dev: u32) {
@@ -353,33 +384,13 @@ impl Residency {
                 Some(Host::Nvme(_)) => {
                     // a staging buffer of this copy's own: no wait for an
                     // earlier copy-in still reading a shared one
-                    let staging = match self.take_staging(st, dev) {
+                    let staging = match self.stage_from_nvme(st, dev, id, i) {
                         Ok(s) => s,
                         Err(e) => {
                             self.undo_fault_in(st, id, i, reserved);
                             return Err(e);
                         }
                     };
-                    let st2 = &mut *st;
-                    let Some(Host::Nvme(slot)) =
-                        &st2.backings.get(&id).expect("backing").chunks[i as usize].host
-                    else {
-                        unreachable!()
-                    };
-                    let buf = unsafe {
-                        std::slice::from_raw_parts_mut(staging as *mut u8, CHUNK as usize)
-                    };
-                    let r = st2
-                        .nvme
-                        .as_mut()
-                        .map(|n| n.read(slot, buf))
-                        .unwrap_or(Err(StoreError::BadSlot));
-                    if r.is_err() {
-                        self.c.spill_errors.fetch_add(1, Relaxed);
-                        self.give_staging(st, dev, staging);
-                        self.undo_fault_in(st, id, i, reserved);
-                        return Err(Fail::Acl(E_ALLOC));
-                    }
                     if let Err(e) = self.rt.memcpy_async(
                         target,
                         staging,

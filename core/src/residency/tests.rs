@@ -148,19 +148,7 @@ impl App {
         outs: &[(u64, u64)],
         k: Kernel,
     ) -> Result<(), AclError> {
-        let ranges: Vec<Range> = ins
-            .iter()
-            .map(|&(addr, len)| Range {
-                addr,
-                len,
-                write: false,
-            })
-            .chain(outs.iter().map(|&(addr, len)| Range {
-                addr,
-                len,
-                write: true,
-            }))
-            .collect();
+        let ranges = op_ranges(ins, outs);
         let tok = self.r.prepare(
             0,
             OpClass::Elementwise as u8,
@@ -2722,6 +2710,15 @@ fn an_export_waits_for_its_copy_outs_without_the_lock() {
     assert!(r.counters().rescued >= 1);
 }
 
+/// An operator's ranges: `ins` read, `outs` written.
+fn op_ranges(ins: &[(u64, u64)], outs: &[(u64, u64)]) -> Vec<Range> {
+    let r = |write| move |&(addr, len): &(u64, u64)| Range { addr, len, write };
+    ins.iter()
+        .map(r(false))
+        .chain(outs.iter().map(r(true)))
+        .collect()
+}
+
 /// A stream-ordered operator on device 0 from any thread: reads `ins`,
 /// writes `outs` when it runs on `s` (prepare, launch, finish).
 fn stream_op(
@@ -2732,19 +2729,7 @@ fn stream_op(
     outs: &[(u64, u64)],
     k: Kernel,
 ) -> Result<(), AclError> {
-    let ranges: Vec<Range> = ins
-        .iter()
-        .map(|&(addr, len)| Range {
-            addr,
-            len,
-            write: false,
-        })
-        .chain(outs.iter().map(|&(addr, len)| Range {
-            addr,
-            len,
-            write: true,
-        }))
-        .collect();
+    let ranges = op_ranges(ins, outs);
     let tok = r.prepare(
         0,
         OpClass::Elementwise as u8,
