@@ -134,9 +134,10 @@ pub fn forget_context(dev: i32) {
     }
 }
 
-/// At the program's last aclrtResetDevice(dev): whether u3m holds a
-/// reference of its own there, now given up (the caller drops it with one
-/// more reset); u3m takes a new one when it next needs `dev`.
+/// At the program's last aclrtResetDevice(dev), or a forced one: whether
+/// u3m held a reference of its own there, now given up (after a plain
+/// reset the caller drops it with one more); u3m takes a new one when it
+/// next needs `dev`.
 pub fn drop_own_ref(dev: i32) -> bool {
     let Ok(d) = usize::try_from(dev) else {
         return false;
@@ -146,17 +147,6 @@ pub fn drop_own_ref(dev: i32) -> bool {
     }
     DEFAULT_CTX[d].store(0, Release);
     true
-}
-
-/// After aclrtResetDeviceForce(dev): every reference went, u3m's too, and
-/// the default context with them; u3m takes a new one when it next needs
-/// `dev`.
-pub fn forget_context_forced(dev: i32) {
-    let Ok(d) = usize::try_from(dev) else { return };
-    if d < MAX_DEVICES {
-        OWN_REF[d].store(false, Release);
-        DEFAULT_CTX[d].store(0, Release);
-    }
 }
 
 /// `dev`'s default context, taken by u3m on first need (aclrtSetDevice,

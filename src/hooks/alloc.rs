@@ -282,7 +282,9 @@ pub unsafe fn reset_device_force(
     if let Some(n) = refs_of(a.device_id) {
         n.store(0, Release);
     }
-    crate::runtime::forget_context_forced(a.device_id);
+    // u3m's reference went too: its kept context with it
+    crate::runtime::drop_own_ref(a.device_id);
+    crate::runtime::forget_context(a.device_id);
     if current_device() == a.device_id {
         set_current_device(-1);
     }

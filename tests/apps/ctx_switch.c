@@ -262,15 +262,22 @@ static int cross(int argc, char **argv) {
  * aclrtSetDevice at all) fills device 1 beyond its HBM: its memory is device
  * 1's (under libu3m.so too: u3m must know the thread's device from the
  * context; ACLSIM_STATS shows each device's peak). */
-static int created(void) {
-    ACL_CHECK(aclInit(NULL));
+/* 16 buffers of 8 MiB filled and read back by a thread whose only context
+ * is one it made on device 1 (destroyed after); the buffers verified. */
+static long fill_in_made_context(uint8_t *host, int seed) {
     aclrtContext ctx = NULL;
     ACL_CHECK(aclrtCreateContext(&ctx, 1));
+    long ok = fill_and_check(16, 8 * MIB, host, seed);
+    ACL_CHECK(aclrtDestroyContext(ctx));
+    return ok;
+}
+
+static int created(void) {
+    ACL_CHECK(aclInit(NULL));
     uint8_t *host = malloc(8 * MIB);
     if (!host) app_die(1, "out of memory");
-    printf("created_verified=%ld\n", fill_and_check(16, 8 * MIB, host, 3000));
+    printf("created_verified=%ld\n", fill_in_made_context(host, 3000));
     free(host);
-    ACL_CHECK(aclrtDestroyContext(ctx));
     ACL_CHECK(aclFinalize());
     return 0;
 }
@@ -356,12 +363,9 @@ static int force(void) {
 
 static int reown(void) {
     ACL_CHECK(aclInit(NULL));
-    aclrtContext ctx = NULL;
-    ACL_CHECK(aclrtCreateContext(&ctx, 1));
     uint8_t *host = malloc(8 * MIB);
     if (!host) app_die(1, "out of memory");
-    long ok = fill_and_check(16, 8 * MIB, host, 7000);
-    ACL_CHECK(aclrtDestroyContext(ctx));
+    long ok = fill_in_made_context(host, 7000);
     ACL_CHECK(aclrtSetDevice(1));
     /* left allocated: the reset releases them */
     for (int i = 0; i < 16; i++) {

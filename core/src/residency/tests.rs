@@ -12,6 +12,13 @@ use crate::opclass::OpClass;
 
 const MIB: u64 = 1 << 20;
 
+/// The fake runtime saw no misuse of its API and no device fault.
+#[track_caller]
+fn assert_no_misuse_or_fault(s: &super::fake::Seen) {
+    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
+    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+}
+
 fn config(vars: &[(&str, &str)]) -> Config {
     let mut v: std::collections::BTreeMap<String, String> = [
         ("U3M_MODE", "tier"),
@@ -932,8 +939,7 @@ fn streams_are_synchronised_on_their_own_device() {
     r.finalize();
     f.drain();
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// Records of use fences on the program's stream `s`.
@@ -1695,8 +1701,7 @@ fn device_1_never_waits_for_device_0s_residency_work() {
     f.set_device(0).unwrap();
     assert_eq!(r.free(x), Some(Ok(())));
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// A call on device 1 whose ranges span both devices' managed memory (a
@@ -1776,8 +1781,7 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
     assert!(r.make_room(1, 2 * CHUNK));
     assert_eq!((r.usage(0).0, r.usage(1).0), (0, 0));
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// mt_stress on two devices (the fake runtime): two threads per device,
@@ -1887,8 +1891,7 @@ fn two_devices_stress_with(eager: bool, vars: &[(&str, &str)]) -> (super::fake::
     r.finalize();
     f.drain();
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     assert_eq!(f.held(), (0, 0), "handles / pinned host bytes left");
     // a thread never waits holding another device's lock besides its own
     assert!(s.max_locks_at_wait <= 1, "{s:?}");
@@ -1975,8 +1978,7 @@ fn a_host_wait_for_a_copy_in_holds_no_residency_lock() {
         s.locked_waits, waits_before,
         "host waits with the residency lock held"
     );
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     let c = r.counters();
     assert!(c.evictions >= 2 && c.faults_in >= 3, "{c:?}");
 }
@@ -2032,8 +2034,7 @@ fn copy_streams_are_created_and_used_on_their_own_device() {
         assert_eq!(got, pattern(seed, CHUNK));
     }
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// A thread on device 1 with a context of its own (aclrtCreateContext)
@@ -2068,8 +2069,7 @@ fn a_cross_device_copy_gives_the_caller_its_own_context_back() {
         );
     }
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// A forked child makes its own device-to-host stream: the parent's (its
@@ -2114,8 +2114,7 @@ fn a_forked_child_copies_out_on_a_stream_of_its_own() {
         assert_eq!(got, pattern(100 + k as u64, CHUNK));
     }
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// Demand eviction when the front of the order is in use by queued work
@@ -2370,8 +2369,7 @@ fn an_nvme_copy_in_waits_for_no_staging_buffer_with_the_lock_held() {
         s.locked_waits, waits_before,
         "host waits with the lock held"
     );
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     let c = r.counters();
     assert!(c.from_nvme >= 3 && c.spill_errors == 0, "{c:?}");
     for va in vas {
@@ -2460,8 +2458,7 @@ fn an_nvme_copy_out_is_waited_for_without_the_lock() {
         s.locked_waits, waits_before,
         "host waits with the lock held"
     );
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     for va in [a, b, x, y, z] {
         assert_eq!(r.free(va), Some(Ok(())));
     }
@@ -2624,8 +2621,7 @@ fn reclaim_gives_back_another_devices_deferred_slots() {
     }
     assert_eq!(r.usage(1), (0, 0, 0));
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
 }
 
 /// The two-device stress with DRAM at its 95 % mark from the first
@@ -2705,8 +2701,7 @@ fn an_export_waits_for_its_copy_outs_without_the_lock() {
         assert_eq!(call(v, None), pattern(seed, CHUNK), "{v:#x}");
     }
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     assert!(r.counters().rescued >= 1);
 }
 
@@ -2912,8 +2907,7 @@ fn a_multi_chunk_export_waits_for_its_copies_without_the_lock() {
         pattern(2, 2 * CHUNK)
     );
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     assert_eq!(r.unmap(v), Some(Ok(())));
     assert_eq!(r.free_physical(h), Some(Ok(())));
     f.release(v).unwrap();
@@ -2971,8 +2965,7 @@ fn a_write_during_an_exports_copies_ends_up_in_the_real_handle() {
     f.unmap(v2).unwrap();
     f.release(v2).unwrap();
     let s = f.seen();
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     assert_eq!(r.unmap(v), Some(Ok(())));
     assert_eq!(r.free_physical(h), Some(Ok(())));
     f.release(v).unwrap();
@@ -3021,8 +3014,7 @@ fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
     assert_eq!(sync_call(r, f, 0, x, 2 * CHUNK, None).unwrap(), px, "x");
     let s = f.seen();
     assert_eq!(s.locked_waits, before, "host waits with the lock held");
-    assert!(s.misuse.is_empty(), "misuse: {:#?}", s.misuse);
-    assert!(s.faults.is_empty(), "faults: {:#?}", s.faults);
+    assert_no_misuse_or_fault(&s);
     assert_eq!(r.free(x), Some(Ok(())));
     assert_eq!(r.usage(0).0, 0);
 }
