@@ -1316,22 +1316,28 @@ impl Residency {
     /// can still take them: a later aclInit starts from nothing, as the
     /// runtime does.
     pub fn finalize(&self) {
-        let Ok(mut st) = self.st.lock() else { return };
-        // a stream is synchronised on its own device (the runtime refuses
-        // another device's stream)
-        for d in 0..st.devs.len() {
-            let (stream, out) = (st.devs[d].stream, st.devs[d].out_stream);
-            if (stream == 0 && out == 0) || st.devs[d].lost {
-                continue;
-            }
-            let _ = on_device(self.rt, d as u32, || {
-                for s in [stream, out] {
-                    if s != 0 {
-                        let _ = self.rt.sync_stream(s);
-                    }
+        // u3m's own streams are synchronised first, without the lock (no
+        // lock across a wait, issue 10 part 2), each on its own device (the
+        // runtime refuses another device's stream). Work queued between
+        // this wait and the lock below (a program still calling while it
+        // finalises) is waited for by `settle_outgoing` with the lock held,
+        // as before: correct, only not lock-free.
+        let streams: Vec<(u32, [u64; 2])> = {
+            let Ok(st) = self.st.lock() else { return };
+            (0..st.devs.len())
+                .filter(|&d| !st.devs[d].lost)
+                .map(|d| (d as u32, [st.devs[d].stream, st.devs[d].out_stream]))
+                .filter(|(_, s)| s != &[0, 0])
+                .collect()
+        };
+        for (d, ss) in streams {
+            let _ = on_device(self.rt, d, || {
+                for s in ss.into_iter().filter(|&s| s != 0) {
+                    let _ = self.rt.sync_stream(s);
                 }
             });
         }
+        let Ok(mut st) = self.st.lock() else { return };
         self.forget_backings(&mut st, None);
         for d in 0..st.devs.len() {
             // copy-outs in flight give their DRAM slots back

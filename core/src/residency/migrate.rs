@@ -532,8 +532,17 @@ impl Residency {
         if st.dev(dev).outgoing.is_empty() {
             return;
         }
-        let s = st.dev(dev).out_stream;
-        let _ = self.rt.sync_stream(s);
+        // copy-outs that have all landed (finalize synchronised the stream
+        // before taking the lock) need no wait with the lock held
+        let landed = st
+            .dev(dev)
+            .outgoing
+            .iter()
+            .all(|o| self.rt.event_done(o.ev).unwrap_or(false));
+        if !landed {
+            let s = st.dev(dev).out_stream;
+            let _ = self.rt.sync_stream(s);
+        }
         self.harvest(st, dev, usize::MAX);
         // what did not complete (a failing device) gives its slots back
         while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
