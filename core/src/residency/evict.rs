@@ -660,8 +660,10 @@ impl Residency {
                 _ => break,
             }
         }
-        // the caller retries its allocation at once: copy-outs land first
-        self.settle_outgoing(&mut st, dev);
+        // the caller retries its allocation at once: the copy-outs land
+        // first, waited for without the lock (u3m's device-to-host stream
+        // holds only copies) and completed with it retaken (`harvest`)
+        let _ = self.wait_unlocked(st, dev, false);
         freed > 0
     }
 }

@@ -3017,3 +3017,46 @@ fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
     assert_eq!(r.free(x), Some(Ok(())));
     assert_eq!(r.usage(0).0, 0);
 }
+
+/// Issue 10 part 2: `make_room` (an allocation u3m does not manage was
+/// refused for lack of HBM) waits for the copy-outs that free the room
+/// without the device's lock — on da4269a `settle_outgoing` synchronised
+/// u3m's device-to-host stream with it held — and the room is free when it
+/// returns (the caller retries its allocation at once). The data evicted
+/// comes back intact.
+#[test]
+fn make_room_waits_for_its_copy_outs_without_the_lock() {
+    let f = Fake::leak(1, 2 * CHUNK);
+    // not eager: a copy-out lands only when someone waits for it
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    for (k, va) in [x, y].into_iter().enumerate() {
+        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k as u64 + 1, CHUNK))).expect("write");
+    }
+    f.drain();
+    let (hbm_free, _) = f.mem_info().unwrap();
+    let waits_before = f.seen().locked_waits;
+    assert!(r.make_room(0, 2 * CHUNK), "x and y evicted");
+    assert_eq!(r.usage(0).0, 0, "the room is free when make_room returns");
+    assert_eq!(
+        f.mem_info().unwrap().0,
+        hbm_free + 2 * CHUNK,
+        "the runtime sees the HBM given back"
+    );
+    let s = f.seen();
+    assert_eq!(
+        s.locked_waits, waits_before,
+        "make_room waited with the residency lock held"
+    );
+    assert_eq!(r.counters().to_dram, 2, "both were dirty: copied out");
+    for (k, va) in [x, y].into_iter().enumerate() {
+        assert_eq!(
+            sync_call(&r, f, 0, va, CHUNK, None).expect("read"),
+            pattern(k as u64 + 1, CHUNK)
+        );
+        assert_eq!(r.free(va), Some(Ok(())));
+    }
+    assert_no_misuse_or_fault(&f.seen());
+}
