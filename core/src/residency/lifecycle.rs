@@ -239,7 +239,7 @@ impl Residency {
         // out of every map: no call, eviction or prefetch finds it any more,
         // so u3m's copies that may still touch it are waited for unlocked
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
-        self.release_backing(&mut st, b, true, settled);
+        self.release_backing(&mut st, id, b, true, settled);
         st.recently_freed.push_back(ptr);
         if st.recently_freed.len() > 64 {
             st.recently_freed.pop_front();
@@ -327,6 +327,7 @@ impl Residency {
     fn release_backing(
         &self,
         st: &mut State,
+        id: u64,
         mut b: Backing,
         release_va: bool,
         settled: Option<Vec<Host>>,
@@ -353,6 +354,19 @@ impl Residency {
                     self.sync_on_device(b.dev, stream);
                 }
             }
+        }
+        // a VMM handle's copy-outs (complete: waited for above) read its
+        // chunks at VAs of u3m's own: unmapped before the memory goes (the
+        // copy-out itself gives its slot back when harvested)
+        let copy_vas: Vec<u64> = st
+            .dev_mut(b.dev)
+            .outgoing
+            .iter_mut()
+            .filter(|o| o.id == id)
+            .map(|o| std::mem::take(&mut o.va))
+            .collect();
+        for va in copy_vas {
+            self.drop_copy_va(st, b.dev, Some(va));
         }
         for (i, c) in b.chunks.iter_mut().enumerate() {
             if c.phys != 0 {
@@ -663,7 +677,7 @@ impl Residency {
         let b = st.backings.remove(&id)?;
         // out of the state: its copies are waited for unlocked (as free)
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
-        self.release_backing(&mut st, b, false, settled);
+        self.release_backing(&mut st, id, b, false, settled);
         self.live.fetch_sub(1, Relaxed);
         Some(Ok(()))
     }
@@ -932,7 +946,10 @@ impl Residency {
                 let mut evs: Vec<u64> = Vec::new();
                 for c in &b.chunks {
                     pinned |= c.pins != 0;
-                    for &(_, ev) in &c.uses {
+                    // (and a copy-out still reading it: its memory goes
+                    // when the handle becomes real, `swap_in_real`)
+                    let out = (c.out_ev != 0).then_some(c.out_ev);
+                    for ev in c.uses.iter().map(|u| u.1).chain(out) {
                         if !evs.contains(&ev) && !self.rt.event_done(ev).unwrap_or(true) {
                             evs.push(ev);
                         }
@@ -1180,6 +1197,24 @@ impl Residency {
         size: u64,
         real: u64,
     ) -> Result<u64, AclError> {
+        // a copy-out of a chunk reads it at a VA of u3m's own: complete
+        // before the chunk's memory goes (`materialize` waited for it
+        // unlocked; here with the lock held only after EXPORT_TRIES
+        // disturbed passes), its VA unmapped first; its slot is given back
+        // when it is harvested (the chunk has no memory then)
+        let outs: Vec<(u64, u64)> = st
+            .dev_mut(dev)
+            .outgoing
+            .iter_mut()
+            .filter(|o| o.id == id)
+            .map(|o| (o.ev, std::mem::take(&mut o.va)))
+            .collect();
+        for (ev, va) in outs {
+            if !self.rt.event_done(ev).unwrap_or(true) {
+                let _ = self.rt.sync_event(ev);
+            }
+            self.drop_copy_va(st, dev, Some(va));
+        }
         // swap the chunks for the real handle at every VA it is mapped at
         let vas = st.backings[&id].vas.clone();
         let mut freed = Vec::new();

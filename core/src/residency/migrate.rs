@@ -5,14 +5,16 @@
 //!
 //! A copy-out is two steps, `start_copy_out` (the D2H copy is issued) and
 //! its completion (the data has landed: the host slot becomes the chunk's
-//! copy, the chunk's HBM is unmapped and freed). A dirty chunk of an
-//! aclrtMalloc allocation going to DRAM is evicted asynchronously: the copy
-//! runs on u3m's device-to-host stream, an event is recorded after it, and
-//! `harvest` completes it once that event is done — never before, so the HBM
-//! is reused only after the data left it. The chunk stays mapped and
-//! resident meanwhile; a call that needs it again takes it back (`rescue`).
-//! Copy-outs to NVMe and of VMM handles complete at once (a stream
-//! synchronisation: the staging buffer and scratch VA are shared).
+//! copy, the chunk's HBM is unmapped and freed). A dirty chunk is evicted
+//! asynchronously: the copy runs on u3m's device-to-host stream (to its
+//! DRAM slot, or to a staging buffer of its own for NVMe), an event is
+//! recorded after it, and `harvest` completes it once that event is done —
+//! never before, so the HBM is reused only after the data left it. The
+//! chunk stays mapped and resident meanwhile; a call that needs an
+//! allocation's chunk again takes it back (`rescue`); one that needs a VMM
+//! handle's chunk waits for the copy (it is read at a VA of u3m's own that
+//! must not outlive the chunk's memory, `Outgoing::va`). Only when no event
+//! can be had is a copy-out completed at once (a stream synchronisation).
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -48,11 +50,9 @@ pub(super) struct CopyOut {
     slot: Host,
     staging: u64,
     stream: u64,
-    /// The scratch VA the chunk was mapped at for the copy (an unmapped VMM
-    /// handle's chunk), unmapped once the copy is complete.
+    /// The VA of u3m's own the chunk was mapped at for the copy (a VMM
+    /// handle's chunk: `Outgoing::va`), unmapped once the copy is complete.
     scratch: Option<u64>,
-    /// Issued on the device-to-host stream, completed by `harvest`.
-    asynchronous: bool,
 }
 
 impl Residency {
@@ -171,22 +171,6 @@ impl Residency {
         }
     }
 
-    /// Maps a chunk of an unmapped VMM handle at the device's scratch VA.
-    pub(super) fn scratch_map(
-        &self,
-        st: &mut State,
-        dev: u32,
-        id: u64,
-        i: u32,
-    ) -> Result<u64, AclError> {
-        if st.dev(dev).scratch_va == 0 {
-            st.dev_mut(dev).scratch_va = self.rt.reserve(CHUNK)?;
-        }
-        let va = st.dev(dev).scratch_va;
-        self.map_retrying(va, CHUNK, st.chunk(id, i).phys)?;
-        Ok(va)
-    }
-
     // ------------------------------------------------------------ copy-in
 
     /// Makes the listed chunks resident. Chunks of this call are protected
@@ -289,6 +273,21 @@ impl Residency {
             let Some(b) = st.backings.get(&id) else {
                 continue;
             };
+            // a VMM handle's chunk whose copy-out has landed (below: the
+            // call waits for one in flight): completed now, its memory
+            // given back, and the chunk faulted back in below (the device's
+            // copy-outs land in order: `harvest` reaches this one)
+            let out = b.chunks[i as usize].out_ev;
+            if out != 0
+                && !matches!(b.kind, Kind::Malloc)
+                && self.rt.event_done(out).unwrap_or(false)
+            {
+                let bdev = b.dev;
+                self.harvest(st, bdev, usize::MAX);
+            }
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
             let c = &b.chunks[i as usize];
             if c.phys != 0 {
                 if c.on_host {
@@ -300,8 +299,18 @@ impl Residency {
                     }
                     self.unmap_from_host(st, bdev, id, i, whole, &protect)?;
                 } else if c.out_ev != 0 {
-                    // its copy-out is in flight: it stays (pipe)
-                    self.rescue(st, id, i);
+                    if matches!(b.kind, Kind::Malloc) {
+                        // its copy-out is in flight: it stays (pipe)
+                        self.rescue(st, id, i);
+                    } else {
+                        // a VMM handle's copy-out reads the chunk at a VA of
+                        // u3m's own until it lands: the chunk's memory must
+                        // not move or go before (a host-mapping move or an
+                        // export would not know of that VA) — the call waits
+                        // for it, unlocked, and faults the chunk back in
+                        st.wait_for = Some(c.out_ev);
+                        return Err(Fail::Busy);
+                    }
                 }
                 continue;
             }
@@ -424,8 +433,9 @@ impl Residency {
     // ----------------------------------------------------------- copy-out
 
     /// Moves one resident chunk out of HBM: a clean one (a current host copy
-    /// exists) is unmapped and freed now; a dirty one is copied out — to
-    /// DRAM asynchronously (freed by a later `harvest`), else at once.
+    /// exists) is unmapped and freed now; a dirty one is copied out
+    /// asynchronously (freed by a later `harvest`), at once only when no
+    /// event can tell when it lands.
     pub(super) fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), Fail> {
         if !st.chunk(id, i).needs_copy_out() {
             self.c.clean_drops.fetch_add(1, Relaxed);
@@ -433,28 +443,23 @@ impl Residency {
             return Ok(());
         }
         let out = self.start_copy_out(st, id, i)?;
-        if out.asynchronous {
-            let dev = st.backings[&id].dev;
-            let Some(ev) = self.use_event(st, out.stream) else {
-                // no event to know when it lands: wait for it now
-                self.complete_copy_out(st, out)?;
-                self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
-                self.release_chunk(st, id, i);
-                return Ok(());
-            };
-            st.chunk_mut(id, i).out_ev = ev;
-            st.dev_mut(dev).outgoing.push_back(Outgoing {
-                id,
-                i,
-                slot: out.slot,
-                ev,
-                staging: out.staging,
-            });
+        let dev = st.backings[&id].dev;
+        let Some(ev) = self.use_event(st, out.stream) else {
+            // no event to know when it lands: wait for it now
+            self.complete_copy_out(st, out)?;
+            self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
+            self.release_chunk(st, id, i);
             return Ok(());
-        }
-        self.complete_copy_out(st, out)?;
-        self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
-        self.release_chunk(st, id, i);
+        };
+        st.chunk_mut(id, i).out_ev = ev;
+        st.dev_mut(dev).outgoing.push_back(Outgoing {
+            id,
+            i,
+            slot: out.slot,
+            ev,
+            staging: out.staging,
+            va: out.scratch.unwrap_or(0),
+        });
         Ok(())
     }
 
@@ -477,6 +482,9 @@ impl Residency {
                 Err(_) => true,
             };
             let o = st.dev_mut(dev).outgoing.pop_front().expect("front");
+            // the copy no longer reads the chunk: its VA goes before the
+            // chunk's memory may (`release_chunk`)
+            self.drop_copy_va(st, dev, Some(o.va));
             let current = st
                 .backings
                 .get(&o.id)
@@ -546,6 +554,7 @@ impl Residency {
         self.harvest(st, dev, usize::MAX);
         // what did not complete (a failing device) gives its slots back
         while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
+            self.drop_copy_va(st, dev, Some(o.va));
             if let Some(c) = st
                 .backings
                 .get_mut(&o.id)
@@ -651,21 +660,44 @@ impl Residency {
         self.c.rescued.fetch_add(1, Relaxed);
     }
 
+    /// Unmaps a copy-out's own VA (`Outgoing::va`; None or 0: none) and
+    /// keeps it spare. Only once nothing reads it: its copy is complete, or
+    /// never issued.
+    pub(super) fn drop_copy_va(&self, st: &mut State, dev: u32, va: Option<u64>) {
+        if let Some(va) = va.filter(|&v| v != 0) {
+            let _ = self.rt.unmap(va);
+            self.give_move_va(st, dev, va);
+        }
+    }
+
     /// Issues the copy of chunk (id, i) to a host slot on u3m's stream.
     fn start_copy_out(&self, st: &mut State, id: u64, i: u32) -> Result<CopyOut, Fail> {
         let (dev, first) = {
             let b = &st.backings[&id];
             (b.dev, b.vas.first().copied())
         };
-        // where the data can be read from on the device
-        let (src, scratch) = match first {
-            Some(va) => (va + i as u64 * CHUNK, None),
-            None => {
-                let va = self.scratch_map(st, dev, id, i)?;
+        // where the data can be read from on the device: an allocation's
+        // VA stays mapped until the copy lands (freeing it settles first);
+        // a VMM handle's VAs are the program's to unmap at any time, so its
+        // chunk is read at a VA of u3m's own, one per copy in flight
+        let (src, scratch) = match (first, &st.backings[&id].kind) {
+            (Some(va), Kind::Malloc) => (va + i as u64 * CHUNK, None),
+            _ => {
+                let va = self.take_move_va(st, dev)?;
+                if let Err(e) = self.map_retrying(va, CHUNK, st.chunk(id, i).phys) {
+                    self.give_move_va(st, dev, va);
+                    return Err(e.into());
+                }
                 (va, Some(va))
             }
         };
-        let slot = self.host_slot(st, id, i)?;
+        let slot = match self.host_slot(st, id, i) {
+            Ok(s) => s,
+            Err(e) => {
+                self.drop_copy_va(st, dev, scratch);
+                return Err(e);
+            }
+        };
         let (dst, staging) = match &slot {
             Host::Dram(s) => (s.ptr as u64, 0),
             // a buffer of this copy's own, written out to the slot when the
@@ -674,23 +706,17 @@ impl Residency {
                 Ok(staging) => (staging, staging),
                 Err(e) => {
                     st.free_host(slot);
+                    self.drop_copy_va(st, dev, scratch);
                     return Err(e);
                 }
             },
         };
-        // an allocation's VA stays mapped until the copy lands (freeing it
-        // settles first); a VMM handle may be unmapped by the program at any
-        // time (and an unmapped one's scratch VA is shared)
-        let asynchronous = scratch.is_none() && matches!(st.backings[&id].kind, Kind::Malloc);
-        let stream = match if asynchronous {
-            self.out_stream(st, dev)
-        } else {
-            self.dev_stream(st, dev)
-        } {
+        let stream = match self.out_stream(st, dev) {
             Ok(s) => s,
             Err(e) => {
                 st.free_host(slot);
                 self.give_staging(st, dev, staging);
+                self.drop_copy_va(st, dev, scratch);
                 return Err(e.into());
             }
         };
@@ -700,6 +726,7 @@ impl Residency {
         {
             st.free_host(slot);
             self.give_staging(st, dev, staging);
+            self.drop_copy_va(st, dev, scratch);
             return Err(e.into());
         }
         Ok(CopyOut {
@@ -709,14 +736,12 @@ impl Residency {
             staging,
             stream,
             scratch,
-            asynchronous,
         })
     }
 
     /// Waits for an issued copy-out and makes its slot the chunk's host copy
-    /// (`land`). With the lock held: only for VMM handles' copy-outs (the
-    /// program may unmap them, an unmapped one's scratch VA is shared) and
-    /// when no event can tell when an asynchronous one lands.
+    /// (`land`). With the lock held: only when no event can tell when it
+    /// lands (a failing runtime).
     fn complete_copy_out(&self, st: &mut State, out: CopyOut) -> Result<(), AclError> {
         let CopyOut {
             id,
@@ -725,7 +750,6 @@ impl Residency {
             staging,
             stream,
             scratch,
-            asynchronous: _,
         } = out;
         let dev = st.backings[&id].dev;
         if let Err(e) = self.rt.sync_stream(stream) {
@@ -734,9 +758,7 @@ impl Residency {
             return Err(e);
         }
         let landed = self.land(st, dev, slot, staging);
-        if let Some(va) = scratch {
-            let _ = self.rt.unmap(va);
-        }
+        self.drop_copy_va(st, dev, scratch);
         st.chunk_mut(id, i).host = Some(landed.ok_or(E_ALLOC)?);
         Ok(())
     }

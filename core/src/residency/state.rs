@@ -133,6 +133,12 @@ pub(super) struct Outgoing {
     /// out to the slot once `ev` completes, then back to `Dev::staging_free`);
     /// 0 for a DRAM slot.
     pub staging: u64,
+    /// A VMM handle's chunk: the VA of u3m's own the copy reads the chunk
+    /// at (the program may unmap the handle's VAs at any time), unmapped
+    /// and given back (`give_move_va`) once `ev` completes; 0 for an
+    /// allocation's chunk (read at the allocation's VA, mapped until the
+    /// copy lands: freeing it settles first).
+    pub va: u64,
 }
 
 /// A chunk's move between HBM and a host handle (hostmap.rs) whose copy
@@ -167,8 +173,6 @@ pub(super) struct Dev {
     pub order: VictimOrder,
     /// A 2 MiB pinned staging buffer for NVMe transfers.
     pub staging: u64,
-    /// A 2 MiB VA for copying out chunks of unmapped VMM handles.
-    pub scratch_va: u64,
     /// Pinned 2 MiB staging buffers for NVMe copy-ins and copy-outs, one
     /// per transfer in flight (`migrate::take_staging`): spare ones ...
     pub staging_free: Vec<u64>,
@@ -202,7 +206,6 @@ impl Dev {
             outgoing: VecDeque::new(),
             order: VictimOrder::new(),
             staging: 0,
-            scratch_va: 0,
             staging_free: Vec::new(),
             staging_busy: Vec::new(),
             resident: 0,

@@ -3060,3 +3060,57 @@ fn make_room_waits_for_its_copy_outs_without_the_lock() {
     }
     assert_no_misuse_or_fault(&f.seen());
 }
+
+/// Issue 10 part 2: a VMM handle's dirty chunks are copied out
+/// asynchronously, read at VAs of u3m's own (on da4269a: one at a time
+/// with u3m's stream synchronised and the lock held, 11 of the 75
+/// residency and engine tests' locked waits). Copies run only when waited
+/// for here, so the program acts while they are in flight: it unmaps the
+/// handle and maps it elsewhere (a copy reading the program's VA would
+/// fault), a call on the new VA waits for the copy and faults the chunk
+/// back, and a handle freed with its copy-outs in flight gives everything
+/// back (freeing memory still mapped at a copy's VA is a misuse the fake
+/// reports). No host wait with the lock held, every byte where it belongs.
+#[test]
+fn a_vmm_handles_copy_outs_run_asynchronously_and_outlive_the_programs_unmap() {
+    // LRU's order, predicting nothing: the background round takes them all
+    let (mut policy, _) = Script::new();
+    policy.lru = true;
+    let a = App::with_policy(4, Box::new(policy));
+    let h = a.r.malloc_physical(0, 2 * CHUNK, false).unwrap().unwrap();
+    let (v1, v2) = (
+        a.f.reserve(2 * CHUNK).unwrap(),
+        a.f.reserve(2 * CHUNK).unwrap(),
+    );
+    assert_eq!(a.r.map(v1, 2 * CHUNK, 0, h), Some(Ok(())));
+    let p = pattern(8, 2 * CHUNK);
+    a.write(v1, &p);
+    a.f.drain();
+    let waits_before = a.f.seen().locked_waits;
+    // the background round evicts both (dirty): two copy-outs queued
+    assert_eq!(a.r.enforce_watermarks(0, 0.0, 0.0), 2);
+    assert_eq!(a.r.counters().to_dram, 0, "in flight, not landed yet");
+    assert_eq!(a.r.unmap(v1), Some(Ok(())));
+    assert_eq!(a.r.map(v2, 2 * CHUNK, 0, h), Some(Ok(())));
+    assert_eq!(a.read(v2, 2 * CHUNK), p, "read back through the new VA");
+    let c = a.r.counters();
+    assert_eq!((c.to_dram, c.rescued), (2, 0), "{c:?}");
+    assert!(c.faults_in >= 4, "faulted back after the copies: {c:?}");
+    // again, and the handle freed while its copy-outs are in flight
+    let q = pattern(9, 2 * CHUNK);
+    a.write(v2, &q);
+    assert_eq!(a.r.enforce_watermarks(0, 0.0, 0.0), 2);
+    assert_eq!(a.r.unmap(v2), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h), Some(Ok(())));
+    a.f.release(v1).unwrap();
+    a.f.release(v2).unwrap();
+    a.r.finalize();
+    a.f.drain();
+    assert_eq!(a.f.held(), (0, 0), "handles / pinned host bytes left");
+    assert_eq!(
+        a.f.seen().locked_waits,
+        waits_before,
+        "host waits with the residency lock held"
+    );
+    a.assert_clean();
+}
