@@ -9,6 +9,12 @@
 #           (hookbench, T=1 and T=8)
 #   start   start-up: wall time of a 50-step phantom mlp_train, without
 #           libu3m.so and with it (observe, tier); median of 5
+#   rag     RAG: kv_decode, 25 requests (2.1 x the 12 whose KV fits 512 MiB),
+#           phantom, predictive: simulated tokens/s and decode step against
+#           its 14.43 ms link floor (BENCHMARKS.md "The RAG floor"), and the
+#           app thread's host CPU (user / sys) against an unconstrained run
+#           (1 TiB HBM, no libu3m.so); --reps pairs
+#   (rag is not in the default set: ~1 min a pair; --only step,call,start,rag)
 #
 #   bench/engine_v2.sh [--only step,call,start] [--layers N] [--workload lora|adam]
 #                      [--steps A,B] [--reps R] [--out DIR] [--no-build] [--bin DIR]
@@ -91,6 +97,9 @@ def sample_threads(pid, seen):
             continue
         if cpu >= seen.get(int(t), ("", 0.0))[1]:
             seen[int(t)] = (comm, cpu)
+        if int(t) == pid:
+            f = st[st.rindex(")") + 2:].split()
+            seen["app_us"] = (int(f[11]) / TICK, int(f[12]) / TICK)
 
 def thread_group(pid, tid, comm):
     if tid == pid:
@@ -104,8 +113,11 @@ def thread_group(pid, tid, comm):
 def thread_groups(pid, seen):
     g = {"app": 0.0, "sim": 0.0, "u3m": 0.0, "other": 0.0}
     for tid, (comm, cpu) in seen.items():
+        if tid == "app_us":
+            g["app_user"], g["app_sys"] = comm, cpu
+            continue
         g[thread_group(pid, tid, comm)] += cpu
-    g["names"] = sorted({c for c in (v[0] for v in seen.values())})
+    g["names"] = sorted({v[0] for k, v in seen.items() if k != "app_us"})
     return g
 
 def run(name, cmd, env, tier=False, by_thread=False):
@@ -247,6 +259,36 @@ def sec_call():
         print("T=%d: %s" % (t, ", ".join(row)))
     print()
 
+RAG_ARGS = ["--heads", "8", "--head-dim", "128", "--prompt", "512", "--decode", "511", "--max-context", "1023",
+            "--requests", "25"]
+RAG_FLOOR_MS = 14.43  # per decode step: 360.7 MB of read-only KV must cross per step (BENCHMARKS.md)
+
+def app_user_sys(r):
+    return r["threads"].get("app_user", 0.0), r["threads"].get("app_sys", 0.0)
+
+def sec_rag():
+    kv = [os.path.join(APPS, "kv_decode")] + RAG_ARGS
+    print("## rag: kv_decode 25 requests, 512 MiB HBM, phantom, predictive; app thread host CPU (s), simulated time")
+    print("| run | tokens/s (sim) | ms / decode step (sim) | x floor 14.43 ms | app CPU s (user / sys) | u3m added / simulated run |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for k in range(REPS):
+        u = run("rag-unc-%d" % k, kv, {"ACLSIM_PHANTOM": "1", "ACLSIM_HBM_BYTES": "1T"}, by_thread=True)
+        t = run("rag-tier-%d" % k, kv, {"ACLSIM_PHANTOM": "1", "ACLSIM_HBM_BYTES": "512M", "U3M_OVERSUB": "2",
+                                        "U3M_DRAM_BYTES": "16G", "U3M_POLICY": "predictive"}, tier=True, by_thread=True)
+        for name, r in (("unc", u), ("tier", t)):
+            kvs = dict(l.split("=", 1) for l in open(os.path.join(OUT, r["name"] + ".out")).read().split()
+                       if "=" in l and l.count("=") == 1)
+            r["sim_ms"] = float(kvs.get("sim_ms", "nan"))
+            r["tps"] = float(kvs.get("sim_tokens_per_s", "nan"))
+        add = t["threads"]["app"] - u["threads"]["app"]
+        for name, r in (("unc", u), ("tier", t)):
+            us, sy = app_user_sys(r)
+            step = r["sim_ms"] / 511
+            print("| %s %d | %.1f | %.2f | %s | %.2f (%.2f / %.2f) | %s |" % (
+                name, k, r["tps"], step, "%.3f" % (step / RAG_FLOOR_MS) if name == "tier" else "",
+                r["threads"]["app"], us, sy, "%.3f s = %.2f x" % (add, add / (t["sim_ms"] / 1e3)) if name == "tier" else ""))
+    print()
+
 def sec_start():
     cmd = [os.path.join(APPS, "mlp_train"), "--steps", "50"]
     print("## start: 50-step phantom mlp_train, wall s (median of 5)")
@@ -260,7 +302,7 @@ def sec_start():
 print("# engine_v2.sh, build of commit %s, %s, load %s\n" % (
     open(os.path.join(BIN, "COMMIT")).read().strip(),
     time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), " ".join("%.1f" % x for x in os.getloadavg())))
-for name, f in (("step", sec_step), ("call", sec_call), ("start", sec_start)):
+for name, f in (("step", sec_step), ("call", sec_call), ("start", sec_start), ("rag", sec_rag)):
     if name in ONLY:
         f()
 PY
