@@ -7,8 +7,9 @@
 #           (rusage total, and by thread: app / u3m-* / simulator aclsim-*)
 #   call    callgrind Ir per call u3m adds in tier mode with nothing to move
 #           (hookbench, T=1 and T=8)
-#   start   start-up: wall time of a 50-step phantom mlp_train, without
-#           libu3m.so and with it (observe, tier); median of 5
+#   start   start-up: wall and CPU time of a 50-step phantom mlp_train,
+#           without libu3m.so and with it (observe, tier), arms alternated;
+#           median of max(5, --reps)
 #   rag     RAG: kv_decode, 25 requests (2.1 x the 12 whose KV fits 512 MiB),
 #           phantom, predictive: simulated tokens/s and decode step against
 #           its 14.43 ms link floor (BENCHMARKS.md "The RAG floor"), and the
@@ -291,12 +292,16 @@ def sec_rag():
 
 def sec_start():
     cmd = [os.path.join(APPS, "mlp_train"), "--steps", "50"]
-    print("## start: 50-step phantom mlp_train, wall s (median of 5)")
-    out = []
-    for arm, env, tier in (("without", {}, False), ("observe", {"U3M_MODE": "observe"}, True), ("tier", {}, True)):
-        w = [run("start-%s-%d" % (arm, i), cmd, dict(env, ACLSIM_PHANTOM="1"), tier=tier)["wall_s"] for i in range(5)]
-        out.append("%s %.3f" % (arm, statistics.median(w)))
-    print(", ".join(out))
+    n = max(5, REPS)
+    print("## start: 50-step phantom mlp_train, wall s and CPU s (rusage, all threads), median of %d, arms alternated" % n)
+    arms = (("without", {}, False), ("observe", {"U3M_MODE": "observe"}, True), ("tier", {}, True))
+    runs = {a[0]: [] for a in arms}
+    for i in range(n):
+        for arm, env, tier in arms:
+            runs[arm].append(run("start-%s-%d" % (arm, i), cmd, dict(env, ACLSIM_PHANTOM="1"), tier=tier))
+    print(", ".join("%s %.3f s (min %.3f), CPU %.3f s" % (
+        arm, statistics.median(r["wall_s"] for r in rs), min(r["wall_s"] for r in rs),
+        statistics.median(r["cpu_s"] for r in rs)) for arm, rs in runs.items()))
     print()
 
 print("# engine_v2.sh, build of commit %s, %s, load %s\n" % (
