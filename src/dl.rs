@@ -8,7 +8,9 @@
 //! real caller, exactly as without u3m.
 
 use std::ffi::{c_void, CStr};
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_char;
+#[cfg(not(test))]
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::hooks;
