@@ -663,7 +663,27 @@ impl Residency {
         // the caller retries its allocation at once: the copy-outs land
         // first, waited for without the lock (u3m's device-to-host stream
         // holds only copies) and completed with it retaken (`harvest`)
-        let _ = self.wait_unlocked(st, dev, false);
+        let (mut st, waited) = self.wait_unlocked(st, dev, false);
+        if waited {
+            // other threads ran meanwhile and may have taken the HBM that
+            // landed (their fault-ins harvest too): what is missing now is
+            // evicted again and settled with the lock held, so the room is
+            // there when the caller retries (mt_stress under the stream
+            // rule: 8 threads, unmanaged allocations refused 4 times over
+            // without this)
+            let free = self.rt.mem_info().map(|(f, _)| f).unwrap_or(0);
+            let mut more = 0;
+            while free + more < bytes {
+                match self.evict_one(&mut st, dev, &[]) {
+                    Ok(true) => more += CHUNK,
+                    _ => break,
+                }
+            }
+            if more > 0 {
+                freed += more;
+                self.settle_outgoing(&mut st, dev);
+            }
+        }
         freed > 0
     }
 }
