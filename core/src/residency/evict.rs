@@ -6,7 +6,7 @@
 //! up) and re-keyed with the chunks calls touched since in between.
 //! A build tells a policy that maintains its order (`Placement::order_kept`:
 //! the predictive one) only what changed among the candidates since the
-//! last build (`collect_seq`, `kept_delta`: one pass over the resident
+//! last build (`walk_victims`, `kept_delta`: one pass over the resident
 //! chunks, no weights); the policy re-reads those and gives the order from
 //! its per-class streams, as far as evictions read it.
 
@@ -202,13 +202,24 @@ impl Residency {
         let o = &mut st.dev_mut(dev).order;
         let (mut cands, mut tail) = (std::mem::take(&mut o.cands), std::mem::take(&mut o.tail));
         let (mut seq, mut cur) = (std::mem::take(&mut o.cur_seq), std::mem::take(&mut o.cur));
-        collect_seq(st, dev, &mut seq, &mut cur);
+        let (mut gone, mut new) = (std::mem::take(&mut o.gone), std::mem::take(&mut o.new));
+        let o = &st.dev(dev).order;
+        let walk = walk_victims(st, dev);
+        kept_delta(
+            &o.prev_seq,
+            &o.prev,
+            walk,
+            &mut seq,
+            &mut cur,
+            &mut gone,
+            &mut new,
+        );
         let (n, now) = (cur.len(), st.clock);
         let o = &mut st.dev_mut(dev).order;
+        (o.gone, o.new) = (gone, new);
         if o.owner == 0 {
             o.owner = crate::policy::KeptId::new_owner();
         }
-        kept_delta(&o.prev_seq, &o.prev, &seq, &cur, &mut o.gone, &mut o.new);
         let id = crate::policy::KeptId {
             owner: o.owner,
             dev,
@@ -696,68 +707,76 @@ impl Residency {
     }
 }
 
-/// `collect_victims` without `protect`, in the same walk, with each
-/// candidate's place in the walk of every chunk of `dev`'s backings
-/// (pinned ones too): while no backing comes or goes, a chunk keeps its
-/// place, so two builds' candidates compare in one pass (`kept_delta`).
-fn collect_seq(st: &State, dev: u32, seq: &mut Vec<u32>, cands: &mut Vec<Cand>) {
-    seq.clear();
-    cands.clear();
+/// `collect_victims` without `protect`, in the same walk, each candidate
+/// with its place in the walk of every chunk of `dev`'s backings (pinned
+/// ones too): while no backing comes or goes, a chunk keeps its place, so
+/// two builds' candidates compare in one pass (`kept_delta`).
+fn walk_victims(st: &State, dev: u32) -> impl Iterator<Item = (u32, Cand)> + '_ {
     let mut at = 0u32;
-    for (&id, b) in st.backings.iter() {
-        if b.dev != dev {
-            continue;
-        }
-        if !b.pinned {
-            for (i, c) in b.chunks.iter().enumerate() {
-                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 {
-                    seq.push(at.wrapping_add(i as u32));
-                    cands.push(Cand {
-                        key: b.key(id, i as u32),
-                        last: c.last,
-                        dirty: c.needs_copy_out(),
-                    });
-                }
-            }
-        }
-        at = at.wrapping_add(b.chunks.len() as u32);
-    }
+    st.backings
+        .iter()
+        .filter(move |(_, b)| b.dev == dev)
+        .flat_map(move |(&id, b)| {
+            let base = at;
+            at = at.wrapping_add(b.chunks.len() as u32);
+            let pinned = b.pinned;
+            b.chunks
+                .iter()
+                .enumerate()
+                .filter(move |(_, c)| !pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0)
+                .map(move |(i, c)| {
+                    (
+                        base.wrapping_add(i as u32),
+                        Cand {
+                            key: b.key(id, i as u32),
+                            last: c.last,
+                            dirty: c.needs_copy_out(),
+                        },
+                    )
+                })
+        })
 }
 
-/// What changed from the candidates `(ps, p)` to `(cs, c)` (each in walk
-/// order, `collect_seq`): keys no longer there (`gone`) and candidates new
-/// or changed (`new`; their key may be in `gone` too: gone first, then
-/// new). Where backings came or went the places shift: more is reported
-/// as changed, never less.
+/// The candidates `walk` gives (in walk order, `walk_victims`) into
+/// `(cs, c)`, and what changed from the previous ones `(ps, p)`, in one
+/// pass: keys no longer there (`gone`) and candidates new or changed
+/// (`new`; their key may be in `gone` too: gone first, then new). Where
+/// backings came or went the places shift: more is reported as changed,
+/// never less.
 fn kept_delta(
     ps: &[u32],
     p: &[Cand],
-    cs: &[u32],
-    c: &[Cand],
+    walk: impl Iterator<Item = (u32, Cand)>,
+    cs: &mut Vec<u32>,
+    c: &mut Vec<Cand>,
     gone: &mut Vec<u64>,
     new: &mut Vec<Cand>,
 ) {
+    cs.clear();
+    c.clear();
     gone.clear();
     new.clear();
-    let (mut i, mut j) = (0, 0);
-    while i < p.len() || j < c.len() {
-        if j == c.len() || (i < p.len() && ps[i] < cs[j]) {
+    let mut i = 0;
+    for (s, x) in walk {
+        while i < ps.len() && ps[i] < s {
             gone.push(p[i].key);
             i += 1;
-        } else if i == p.len() || cs[j] < ps[i] {
-            new.push(c[j]);
-            j += 1;
-        } else {
-            if p[i] != c[j] {
-                if p[i].key != c[j].key {
+        }
+        if i < ps.len() && ps[i] == s {
+            if p[i] != x {
+                if p[i].key != x.key {
                     gone.push(p[i].key);
                 }
-                new.push(c[j]);
+                new.push(x);
             }
             i += 1;
-            j += 1;
+        } else {
+            new.push(x);
         }
+        cs.push(s);
+        c.push(x);
     }
+    gone.extend(p[i..].iter().map(|x| x.key));
 }
 
 #[cfg(test)]
@@ -823,8 +842,15 @@ mod delta_tests {
                 }
                 _ => {}
             }
-            let (cs, c) = snap(&walk, &mut props);
-            kept_delta(&ps, &p, &cs, &c, &mut gone, &mut new);
+            let (want_s, want_c) = snap(&walk, &mut props);
+            let (mut cs, mut c) = (vec![7], vec![]);
+            let it = want_s.iter().copied().zip(want_c.iter().copied());
+            kept_delta(&ps, &p, it, &mut cs, &mut c, &mut gone, &mut new);
+            assert_eq!(
+                (&cs, &c),
+                (&want_s, &want_c),
+                "round {round}: the candidates"
+            );
             if round % 4 == 3 {
                 assert!(
                     gone.is_empty() && new.is_empty(),

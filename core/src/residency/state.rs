@@ -269,7 +269,7 @@ pub(super) struct VictimOrder {
     pub owner: u64,
     pub epoch: u64,
     /// The candidates at that build, each with its place in the walk of
-    /// the device's chunks (`evict::collect_seq`), in walk order ...
+    /// the device's chunks (`evict::walk_victims`), in walk order ...
     pub prev_seq: Vec<u32>,
     pub prev: Vec<Cand>,
     /// ... and the buffers a build collects into and diffs with.
