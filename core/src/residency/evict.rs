@@ -6,7 +6,7 @@
 //! up) and re-keyed with the chunks calls touched since in between.
 //! A build tells a policy that maintains its order (`Placement::order_kept`:
 //! the predictive one) only what changed among the candidates since the
-//! last build (`walk_victims`, `kept_delta`: one pass over the resident
+//! last build (`walk_victims` into a `Delta`: one pass over the resident
 //! chunks, no weights); the policy re-reads those and gives the order from
 //! its per-class streams, as far as evictions read it.
 
@@ -196,7 +196,7 @@ impl Residency {
     /// Orders `dev`'s candidates into a new maintained order: the first
     /// `k` of the policy's order (`Placement::order_top`).
     /// A policy that maintains its order (`Placement::order_kept`) is told
-    /// what changed since the last build (`kept_delta`) instead of
+    /// what changed since the last build (a `Delta`) instead of
     /// weighing every candidate.
     fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
         let o = &mut st.dev_mut(dev).order;
@@ -204,16 +204,14 @@ impl Residency {
         let (mut seq, mut cur) = (std::mem::take(&mut o.cur_seq), std::mem::take(&mut o.cur));
         let (mut gone, mut new) = (std::mem::take(&mut o.gone), std::mem::take(&mut o.new));
         let o = &st.dev(dev).order;
-        let walk = walk_victims(st, dev);
-        kept_delta(
-            &o.prev_seq,
-            &o.prev,
-            walk,
+        let mut d = Delta::new(
+            (&o.prev_seq, &o.prev),
             &mut seq,
             &mut cur,
             &mut gone,
             &mut new,
         );
+        walk_victims(st, dev, &mut d);
         let (n, now) = (cur.len(), st.clock);
         let o = &mut st.dev_mut(dev).order;
         (o.gone, o.new) = (gone, new);
@@ -707,76 +705,102 @@ impl Residency {
     }
 }
 
-/// `collect_victims` without `protect`, in the same walk, each candidate
-/// with its place in the walk of every chunk of `dev`'s backings (pinned
-/// ones too): while no backing comes or goes, a chunk keeps its place, so
-/// two builds' candidates compare in one pass (`kept_delta`).
-fn walk_victims(st: &State, dev: u32) -> impl Iterator<Item = (u32, Cand)> + '_ {
+/// `collect_victims` without `protect`, in the same walk, into `d`: each
+/// candidate with its place in the walk of every chunk of `dev`'s
+/// backings (pinned ones too). While no backing comes or goes, a chunk
+/// keeps its place, so two builds' candidates compare in this one pass.
+fn walk_victims(st: &State, dev: u32, d: &mut Delta) {
     let mut at = 0u32;
-    st.backings
-        .iter()
-        .filter(move |(_, b)| b.dev == dev)
-        .flat_map(move |(&id, b)| {
-            let base = at;
-            at = at.wrapping_add(b.chunks.len() as u32);
-            let pinned = b.pinned;
-            b.chunks
-                .iter()
-                .enumerate()
-                .filter(move |(_, c)| !pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0)
-                .map(move |(i, c)| {
-                    (
-                        base.wrapping_add(i as u32),
-                        Cand {
-                            key: b.key(id, i as u32),
-                            last: c.last,
-                            dirty: c.needs_copy_out(),
-                        },
-                    )
-                })
-        })
+    for (&id, b) in st.backings.iter() {
+        if b.dev != dev {
+            continue;
+        }
+        if !b.pinned {
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 {
+                    let x = Cand {
+                        key: b.key(id, i as u32),
+                        last: c.last,
+                        dirty: c.needs_copy_out(),
+                    };
+                    d.push(at.wrapping_add(i as u32), x);
+                }
+            }
+        }
+        at = at.wrapping_add(b.chunks.len() as u32);
+    }
+    d.finish();
 }
 
-/// The candidates `walk` gives (in walk order, `walk_victims`) into
-/// `(cs, c)`, and what changed from the previous ones `(ps, p)`, in one
-/// pass: keys no longer there (`gone`) and candidates new or changed
+/// The candidates a walk gives (in walk order, `walk_victims`) into
+/// `(cs, c)`, and what changed from the previous ones `(ps, p)`, as they
+/// come: keys no longer there (`gone`) and candidates new or changed
 /// (`new`; their key may be in `gone` too: gone first, then new). Where
 /// backings came or went the places shift: more is reported as changed,
 /// never less.
-fn kept_delta(
-    ps: &[u32],
-    p: &[Cand],
-    walk: impl Iterator<Item = (u32, Cand)>,
-    cs: &mut Vec<u32>,
-    c: &mut Vec<Cand>,
-    gone: &mut Vec<u64>,
-    new: &mut Vec<Cand>,
-) {
-    cs.clear();
-    c.clear();
-    gone.clear();
-    new.clear();
-    let mut i = 0;
-    for (s, x) in walk {
+struct Delta<'a> {
+    ps: &'a [u32],
+    p: &'a [Cand],
+    i: usize,
+    cs: &'a mut Vec<u32>,
+    c: &'a mut Vec<Cand>,
+    gone: &'a mut Vec<u64>,
+    new: &'a mut Vec<Cand>,
+}
+
+impl<'a> Delta<'a> {
+    fn new(
+        (ps, p): (&'a [u32], &'a [Cand]),
+        cs: &'a mut Vec<u32>,
+        c: &'a mut Vec<Cand>,
+        gone: &'a mut Vec<u64>,
+        new: &'a mut Vec<Cand>,
+    ) -> Delta<'a> {
+        cs.clear();
+        c.clear();
+        gone.clear();
+        new.clear();
+        Delta {
+            ps,
+            p,
+            i: 0,
+            cs,
+            c,
+            gone,
+            new,
+        }
+    }
+
+    /// The next candidate `x` of the walk, at place `s`.
+    #[inline]
+    fn push(&mut self, s: u32, x: Cand) {
+        let (ps, p) = (self.ps, self.p);
+        let mut i = self.i;
         while i < ps.len() && ps[i] < s {
-            gone.push(p[i].key);
+            self.gone.push(p[i].key);
             i += 1;
         }
         if i < ps.len() && ps[i] == s {
             if p[i] != x {
                 if p[i].key != x.key {
-                    gone.push(p[i].key);
+                    self.gone.push(p[i].key);
                 }
-                new.push(x);
+                self.new.push(x);
             }
             i += 1;
         } else {
-            new.push(x);
+            self.new.push(x);
         }
-        cs.push(s);
-        c.push(x);
+        self.i = i;
+        self.cs.push(s);
+        self.c.push(x);
     }
-    gone.extend(p[i..].iter().map(|x| x.key));
+
+    fn finish(&mut self) {
+        let rest = &self.p[self.i.min(self.p.len())..];
+        self.gone.extend(rest.iter().map(|x| x.key));
+        self.i = self.p.len();
+    }
 }
 
 #[cfg(test)]
@@ -784,7 +808,7 @@ mod delta_tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// Applying `kept_delta`'s report (gone first, then new) to the
+    /// Applying a `Delta`'s report (gone first, then new) to the
     /// previous candidates gives the current ones, whether chunks changed
     /// in place or backings came and went (places shifted, keys moved);
     /// with nothing changed it reports nothing.
@@ -844,8 +868,11 @@ mod delta_tests {
             }
             let (want_s, want_c) = snap(&walk, &mut props);
             let (mut cs, mut c) = (vec![7], vec![]);
-            let it = want_s.iter().copied().zip(want_c.iter().copied());
-            kept_delta(&ps, &p, it, &mut cs, &mut c, &mut gone, &mut new);
+            let mut d = Delta::new((&ps, &p), &mut cs, &mut c, &mut gone, &mut new);
+            for (&s, &x) in want_s.iter().zip(&want_c) {
+                d.push(s, x);
+            }
+            d.finish();
             assert_eq!(
                 (&cs, &c),
                 (&want_s, &want_c),

@@ -238,7 +238,7 @@ impl Dev {
 /// at every eviction for a policy whose `order_ttl` is 0 (Belady).
 /// A policy that maintains its order (`Placement::order_kept`) is not given
 /// every candidate to weigh at a build, only those that changed since the
-/// last (`prev`, `evict::kept_delta`); `tail` then reads its order on.
+/// last (`prev`, `evict::Delta`); `tail` then reads its order on.
 pub(super) struct VictimOrder {
     /// The order's first entries, in order (more come from `tail` as
     /// evictions reach them: `has`).
