@@ -147,6 +147,35 @@ pub trait Placement: Send + Sync {
         false
     }
 
+    /// `order_ranked` over every candidate of one device, from an order
+    /// the policy maintains instead of weighing every candidate: `all` is
+    /// every candidate now; `gone` (keys) and `new` (added or changed
+    /// `last` or `dirty`) what changed since the build `kept.epoch - 1` of
+    /// the same order (`kept.owner`, `kept.dev`). A policy that did not see
+    /// that build orders `all`. Gives what `order_ranked(now, all, k)`
+    /// gives: the first segment in `cands`, the rest from `tail` (a
+    /// [`KeptCursor`] read back through [`Placement::order_kept_next`]).
+    /// false: not maintained here (use `order_ranked`).
+    #[allow(clippy::too_many_arguments)]
+    fn order_kept(
+        &self,
+        _kept: KeptId,
+        _now: u64,
+        _all: &[Cand],
+        _gone: &[u64],
+        _new: &[Cand],
+        _k: usize,
+        _cands: &mut Vec<Cand>,
+        _tail: &mut RankTail,
+    ) -> bool {
+        false
+    }
+
+    /// The next at least `n` candidates (or the rest) of the order
+    /// `order_kept` started in `cur`, appended to `out` in order. Valid
+    /// until the next `order_kept` of the same order.
+    fn order_kept_next(&self, _cur: &mut KeptCursor, _n: usize, _out: &mut Vec<Cand>) {}
+
     /// In a forked child (the engine's `continue_in_child`): the parent's
     /// other threads do not exist here and may have held locks of the
     /// policy's; a policy that buffers per thread ([`Buffered`]) stops
@@ -213,15 +242,51 @@ pub fn rank_cmp(a: &(u64, Cand), b: &(u64, Cand)) -> std::cmp::Ordering {
 
 /// The first segment [`RankTail::take_next`] sorts; each next one is twice
 /// the last, so taking all of `n` costs about two sorts of `n`.
-const FIRST_SEG: usize = 32;
+pub(crate) const FIRST_SEG: usize = 32;
+
+/// Names one maintained order ([`Placement::order_kept`]): the engine's
+/// kept order `owner` (unique per process) for device `dev`, at its
+/// `epoch`-th build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeptId {
+    pub owner: u64,
+    pub dev: u32,
+    pub epoch: u64,
+}
+
+impl KeptId {
+    /// A fresh owner for a new kept order.
+    pub fn new_owner() -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Where the reading of a maintained order stands
+/// ([`Placement::order_kept_next`]): the policy's own positions, the
+/// build's clock, and how many candidates are still to come.
+#[derive(Clone, Copy, Debug)]
+pub struct KeptCursor {
+    pub id: KeptId,
+    pub now: u64,
+    pub typical: f64,
+    /// Candidates not yet given out (at most the build's `k`).
+    pub left: usize,
+    /// Per stream of the policy: the last position given out (0: none).
+    pub pos: [(u64, u64); 6],
+    pub started: u8,
+}
 
 /// The unsorted rest of a ranked order ([`Placement::order_ranked`]):
 /// candidates with their weights, each ranking after every one already
 /// given out, sorted a segment at a time when reached. Since [`rank_cmp`]
 /// is total, the segments given out in turn are exactly the sorted order.
+/// Or the rest of a maintained order ([`Placement::order_kept`]), read
+/// from the policy a segment at a time.
 pub struct RankTail {
     v: Vec<(u64, Cand)>,
     seg: usize,
+    kept: Option<KeptCursor>,
 }
 
 impl RankTail {
@@ -229,6 +294,46 @@ impl RankTail {
         RankTail {
             v: Vec::new(),
             seg: FIRST_SEG,
+            kept: None,
+        }
+    }
+
+    /// Starts over as the rest of a maintained order read through `cur`.
+    pub fn start_kept(&mut self, cur: KeptCursor) {
+        self.v.clear();
+        self.seg = FIRST_SEG;
+        self.kept = Some(cur);
+    }
+
+    /// Appends the next segment, in order, to `out`, from the policy `p`
+    /// for a maintained order (`take_next` otherwise).
+    pub fn take_next_from(&mut self, p: &dyn Placement, out: &mut Vec<Cand>) {
+        let seg = self.seg;
+        match &mut self.kept {
+            Some(cur) => {
+                let (before, left) = (out.len(), cur.left);
+                p.order_kept_next(cur, seg, out);
+                self.seg = seg.saturating_mul(2);
+                if out.len() == before && cur.left == left {
+                    // the policy gave nothing: no more to come
+                    cur.left = 0;
+                }
+            }
+            None => self.take_next(out),
+        }
+    }
+
+    /// `drain_into` for either kind of rest (`p`: the policy of a
+    /// maintained order).
+    pub fn drain_into_from(&mut self, p: &dyn Placement, out: &mut Vec<Cand>) {
+        match &mut self.kept {
+            Some(cur) => {
+                if cur.left > 0 {
+                    p.order_kept_next(cur, usize::MAX, out);
+                }
+                self.kept = None;
+            }
+            None => self.drain_into(out),
         }
     }
 
@@ -236,6 +341,7 @@ impl RankTail {
     /// first `k` under [`rank_cmp`]; the first segment goes to `out`
     /// (cleared).
     pub fn start(&mut self, k: usize, out: &mut Vec<Cand>) {
+        self.kept = None;
         if k < self.v.len() {
             self.v.select_nth_unstable_by(k, rank_cmp);
             self.v.truncate(k);
@@ -247,16 +353,20 @@ impl RankTail {
 
     /// Where `start` takes its candidates from: cleared, to be filled.
     pub fn fill(&mut self) -> &mut Vec<(u64, Cand)> {
+        self.kept = None;
         self.v.clear();
         &mut self.v
     }
 
     pub fn is_empty(&self) -> bool {
-        self.v.is_empty()
+        self.len() == 0
     }
 
     pub fn len(&self) -> usize {
-        self.v.len()
+        match &self.kept {
+            Some(cur) => cur.left,
+            None => self.v.len(),
+        }
     }
 
     /// Appends the next best segment, in order, to `out`.

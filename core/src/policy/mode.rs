@@ -115,6 +115,11 @@ impl Default for ModeDetector {
 }
 
 impl ModeDetector {
+    /// Switches so far (only ever grows).
+    pub fn switches(&self) -> usize {
+        self.switches
+    }
+
     pub fn new() -> ModeDetector {
         ModeDetector {
             mm: 0,

@@ -399,6 +399,29 @@ impl Placement for Buffered {
         }
     }
 
+    fn order_kept(
+        &self,
+        kept: super::KeptId,
+        now: u64,
+        all: &[Cand],
+        gone: &[u64],
+        new: &[Cand],
+        k: usize,
+        cands: &mut Vec<Cand>,
+        tail: &mut super::RankTail,
+    ) -> bool {
+        match self.ready() {
+            Some(p) => p.order_kept(kept, now, all, gone, new, k, cands, tail),
+            None => false,
+        }
+    }
+
+    fn order_kept_next(&self, cur: &mut super::KeptCursor, n: usize, out: &mut Vec<Cand>) {
+        if let Some(p) = self.ready() {
+            p.order_kept_next(cur, n, out)
+        }
+    }
+
     /// A buffer is due: every buffer into the policy now, while the
     /// engine holds no lock (else: one flag read). When another thread is
     /// applying already, nothing (it takes this thread's calls too).

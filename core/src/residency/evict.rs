@@ -4,6 +4,11 @@
 //! the first `ORDER_TOP` of the policy's order over the evictable resident
 //! chunks, built from every candidate every `order_ttl` calls (or when used
 //! up) and re-keyed with the chunks calls touched since in between.
+//! A build tells a policy that maintains its order (`Placement::order_kept`:
+//! the predictive one) only what changed among the candidates since the
+//! last build (`walk_victims` into a `Delta`: one pass over the resident
+//! chunks, no weights); the policy re-reads those and gives the order from
+//! its per-class streams, as far as evictions read it.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -190,20 +195,54 @@ impl Residency {
 
     /// Orders `dev`'s candidates into a new maintained order: the first
     /// `k` of the policy's order (`Placement::order_top`).
+    /// A policy that maintains its order (`Placement::order_kept`) is told
+    /// what changed since the last build (a `Delta`) instead of
+    /// weighing every candidate.
     fn rebuild_order(&self, st: &mut State, dev: u32, k: usize) {
-        let o = st.dev_mut(dev);
-        let (mut cands, mut tail) = (
-            std::mem::take(&mut o.order.cands),
-            std::mem::take(&mut o.order.tail),
+        let o = &mut st.dev_mut(dev).order;
+        let (mut cands, mut tail) = (std::mem::take(&mut o.cands), std::mem::take(&mut o.tail));
+        let (mut seq, mut cur) = (std::mem::take(&mut o.cur_seq), std::mem::take(&mut o.cur));
+        let (mut gone, mut new) = (std::mem::take(&mut o.gone), std::mem::take(&mut o.new));
+        let o = &st.dev(dev).order;
+        let mut d = Delta::new(
+            (&o.prev_seq, &o.prev),
+            &mut seq,
+            &mut cur,
+            &mut gone,
+            &mut new,
         );
-        self.collect_victims(st, dev, &[], &mut cands);
-        let n = cands.len();
-        let all = if self.policy.order_ranked(st.clock, &mut cands, k, &mut tail) {
+        walk_victims(st, dev, &mut d);
+        let (n, now) = (cur.len(), st.clock);
+        let o = &mut st.dev_mut(dev).order;
+        (o.gone, o.new) = (gone, new);
+        if o.owner == 0 {
+            o.owner = crate::policy::KeptId::new_owner();
+        }
+        let id = crate::policy::KeptId {
+            owner: o.owner,
+            dev,
+            epoch: o.epoch + 1,
+        };
+        let kept = self
+            .policy
+            .order_kept(id, now, &cur, &o.gone, &o.new, k, &mut cands, &mut tail);
+        let all = if kept {
+            o.epoch += 1;
             cands.len() + tail.len() == n
         } else {
-            self.policy.order_top(st.clock, &mut cands, k);
-            cands.len() == n
+            cands.clear();
+            cands.extend_from_slice(&cur);
+            if self.policy.order_ranked(now, &mut cands, k, &mut tail) {
+                cands.len() + tail.len() == n
+            } else {
+                self.policy.order_top(now, &mut cands, k);
+                cands.len() == n
+            }
         };
+        // this build's candidates are the next one's previous ones
+        std::mem::swap(&mut o.prev_seq, &mut seq);
+        std::mem::swap(&mut o.prev, &mut cur);
+        (o.cur_seq, o.cur) = (seq, cur);
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
         o.cands = cands;
@@ -233,7 +272,7 @@ impl Residency {
         );
         let next = o.next;
         // the unsorted rest is ordered again with the others
-        tail.drain_into(&mut kept);
+        tail.drain_into_from(&*self.policy, &mut kept);
         let cand = |key: u64| -> Option<Cand> {
             let (id, i) = st.resolve(key)?;
             let b = &st.backings[&id];
@@ -356,7 +395,7 @@ impl Residency {
         // none protected): where it ends is worth keeping
         let mut run = true;
         let (mut run_end, mut run_seen) = (k, seen);
-        while seen < SCAN_FAR && st.dev_mut(dev).order.has(k) {
+        while seen < SCAN_FAR && st.dev_mut(dev).order.has(k, &*self.policy) {
             let key = st.dev(dev).order.cands[k].key;
             let Some((id, i)) = usable(st, key) else {
                 if k == st.dev(dev).order.next {
@@ -510,7 +549,7 @@ impl Residency {
         let built_at = st.dev(dev).order.built_at;
         let mut seen = 0;
         let mut k = st.dev(dev).order.next;
-        while seen < AHEAD_SCAN && st.dev_mut(dev).order.has(k) {
+        while seen < AHEAD_SCAN && st.dev_mut(dev).order.has(k, &*self.policy) {
             let key = st.dev(dev).order.cands[k].key;
             k += 1;
             let Some((id, i)) = st.resolve(key) else {
@@ -685,5 +724,202 @@ impl Residency {
             }
         }
         freed > 0
+    }
+}
+
+/// `collect_victims` without `protect`, in the same walk, into `d`: each
+/// candidate with its place in the walk of every chunk of `dev`'s
+/// backings (pinned ones too). While no backing comes or goes, a chunk
+/// keeps its place, so two builds' candidates compare in this one pass.
+fn walk_victims(st: &State, dev: u32, d: &mut Delta) {
+    let mut at = 0u32;
+    for (&id, b) in st.backings.iter() {
+        if b.dev != dev {
+            continue;
+        }
+        if !b.pinned {
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 {
+                    let x = Cand {
+                        key: b.key(id, i as u32),
+                        last: c.last,
+                        dirty: c.needs_copy_out(),
+                    };
+                    d.push(at.wrapping_add(i as u32), x);
+                }
+            }
+        }
+        at = at.wrapping_add(b.chunks.len() as u32);
+    }
+    d.finish();
+}
+
+/// The candidates a walk gives (in walk order, `walk_victims`) into
+/// `(cs, c)`, and what changed from the previous ones `(ps, p)`, as they
+/// come: keys no longer there (`gone`) and candidates new or changed
+/// (`new`; their key may be in `gone` too: gone first, then new). Where
+/// backings came or went the places shift: more is reported as changed,
+/// never less.
+struct Delta<'a> {
+    ps: &'a [u32],
+    p: &'a [Cand],
+    i: usize,
+    cs: &'a mut Vec<u32>,
+    c: &'a mut Vec<Cand>,
+    gone: &'a mut Vec<u64>,
+    new: &'a mut Vec<Cand>,
+}
+
+impl<'a> Delta<'a> {
+    fn new(
+        (ps, p): (&'a [u32], &'a [Cand]),
+        cs: &'a mut Vec<u32>,
+        c: &'a mut Vec<Cand>,
+        gone: &'a mut Vec<u64>,
+        new: &'a mut Vec<Cand>,
+    ) -> Delta<'a> {
+        cs.clear();
+        c.clear();
+        gone.clear();
+        new.clear();
+        Delta {
+            ps,
+            p,
+            i: 0,
+            cs,
+            c,
+            gone,
+            new,
+        }
+    }
+
+    /// The next candidate `x` of the walk, at place `s`.
+    #[inline]
+    fn push(&mut self, s: u32, x: Cand) {
+        let (ps, p) = (self.ps, self.p);
+        let mut i = self.i;
+        while i < ps.len() && ps[i] < s {
+            self.gone.push(p[i].key);
+            i += 1;
+        }
+        if i < ps.len() && ps[i] == s {
+            if p[i] != x {
+                if p[i].key != x.key {
+                    self.gone.push(p[i].key);
+                }
+                self.new.push(x);
+            }
+            i += 1;
+        } else {
+            self.new.push(x);
+        }
+        self.i = i;
+        self.cs.push(s);
+        self.c.push(x);
+    }
+
+    fn finish(&mut self) {
+        let rest = &self.p[self.i.min(self.p.len())..];
+        self.gone.extend(rest.iter().map(|x| x.key));
+        self.i = self.p.len();
+    }
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Applying a `Delta`'s report (gone first, then new) to the
+    /// previous candidates gives the current ones, whether chunks changed
+    /// in place or backings came and went (places shifted, keys moved);
+    /// with nothing changed it reports nothing.
+    #[test]
+    fn the_delta_takes_the_previous_candidates_to_the_current() {
+        let mut x = 0x853c_49e6_748f_ea9bu64;
+        let mut rnd = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m.max(1)
+        };
+        let (mut gone, mut new) = (Vec::new(), Vec::new());
+        // per chunk key: (a candidate, last, dirty)
+        let mut props: BTreeMap<u64, (bool, u64, bool)> = BTreeMap::new();
+        let mut walk: Vec<(u64, u32)> = (0..8).map(|b| (b * 100, 1 + rnd(8) as u32)).collect();
+        let snap = |walk: &[(u64, u32)], props: &mut BTreeMap<u64, (bool, u64, bool)>| {
+            let (mut s, mut c) = (Vec::new(), Vec::new());
+            let mut at = 0u32;
+            for &(base, n) in walk {
+                for i in 0..n {
+                    let key = base + i as u64;
+                    let &mut (cand, last, dirty) = props.entry(key).or_insert((true, 0, false));
+                    if cand {
+                        s.push(at + i);
+                        c.push(Cand { key, last, dirty });
+                    }
+                }
+                at += n;
+            }
+            (s, c)
+        };
+        let (mut changed, mut quiet) = (0usize, 0usize);
+        let (mut ps, mut p) = snap(&walk, &mut props);
+        for round in 0..3000u64 {
+            match round % 4 {
+                // a backing comes or goes: the later ones shift
+                0 if walk.len() > 1 && rnd(2) == 0 => {
+                    walk.remove(rnd(walk.len() as u64) as usize);
+                }
+                0 => {
+                    let at = rnd(walk.len() as u64 + 1) as usize;
+                    walk.insert(at, (10_000 + round * 10, 1 + rnd(8) as u32));
+                }
+                // chunks change: candidacy, last, dirty
+                1 | 2 => {
+                    for v in props.values_mut() {
+                        match rnd(12) {
+                            0 => v.0 = !v.0,
+                            1 => v.1 += 1,
+                            2 => v.2 = !v.2,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            let (want_s, want_c) = snap(&walk, &mut props);
+            let (mut cs, mut c) = (vec![7], vec![]);
+            let mut d = Delta::new((&ps, &p), &mut cs, &mut c, &mut gone, &mut new);
+            for (&s, &x) in want_s.iter().zip(&want_c) {
+                d.push(s, x);
+            }
+            d.finish();
+            assert_eq!(
+                (&cs, &c),
+                (&want_s, &want_c),
+                "round {round}: the candidates"
+            );
+            if round % 4 == 3 {
+                assert!(
+                    gone.is_empty() && new.is_empty(),
+                    "round {round}: nothing changed"
+                );
+                quiet += 1;
+            } else {
+                changed += (gone.len() + new.len() > 0) as usize;
+            }
+            let mut m: BTreeMap<u64, Cand> = p.iter().map(|c| (c.key, *c)).collect();
+            for k in &gone {
+                m.remove(k);
+            }
+            for c in &new {
+                m.insert(c.key, *c);
+            }
+            let want: BTreeMap<u64, Cand> = c.iter().map(|c| (c.key, *c)).collect();
+            assert_eq!(m, want, "round {round}");
+            (ps, p) = (cs, c);
+        }
+        assert!(changed > 1500 && quiet == 750, "{changed} {quiet}");
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use super::protocol::{Need, Token};
 use super::MAX_DEVICES;
 use crate::engine::runtime::CHUNK;
-use crate::policy::{Cand, RankTail};
+use crate::policy::{Cand, Placement, RankTail};
 use crate::store::dram::{DramSlot, DramStore, HostAllocator};
 use crate::store::nvme::{NvmeSlot, NvmeStore};
 
@@ -239,6 +239,9 @@ impl Dev {
 /// pinned) or were used after it was last ordered (touched: they come
 /// back re-keyed). Also built when used up, when `touched` overflowed, and
 /// at every eviction for a policy whose `order_ttl` is 0 (Belady).
+/// A policy that maintains its order (`Placement::order_kept`) is not given
+/// every candidate to weigh at a build, only those that changed since the
+/// last (`prev`, `evict::Delta`); `tail` then reads its order on.
 pub(super) struct VictimOrder {
     /// The order's first entries, in order (more come from `tail` as
     /// evictions reach them: `has`).
@@ -264,6 +267,19 @@ pub(super) struct VictimOrder {
     /// What the last demand eviction's scan learnt about this order's front
     /// (evict.rs `evict_in_order`; cleared when it is built or re-keyed).
     pub busy: Option<BusyFront>,
+    /// The policy's maintained order behind builds (`Placement::order_kept`):
+    /// this order's owner id there (0: none yet) and its latest build.
+    pub owner: u64,
+    pub epoch: u64,
+    /// The candidates at that build, each with its place in the walk of
+    /// the device's chunks (`evict::walk_victims`), in walk order ...
+    pub prev_seq: Vec<u32>,
+    pub prev: Vec<Cand>,
+    /// ... and the buffers a build collects into and diffs with.
+    pub cur_seq: Vec<u32>,
+    pub cur: Vec<Cand>,
+    pub gone: Vec<u64>,
+    pub new: Vec<Cand>,
 }
 
 /// A run of the kept order's entries, from `next` to `end`, in which every
@@ -306,6 +322,14 @@ impl VictimOrder {
             touched: Vec::new(),
             overflow: false,
             busy: None,
+            owner: 0,
+            epoch: 0,
+            prev_seq: Vec::new(),
+            prev: Vec::new(),
+            cur_seq: Vec::new(),
+            cur: Vec::new(),
+            gone: Vec::new(),
+            new: Vec::new(),
         }
     }
 
@@ -321,10 +345,11 @@ impl VictimOrder {
 
     /// Whether entry `k` exists, sorting the tail's next segment into
     /// `cands` when `k` reaches it.
+    /// (`p`: the policy, which gives a maintained order's segments.)
     #[inline]
-    pub fn has(&mut self, k: usize) -> bool {
+    pub fn has(&mut self, k: usize, p: &dyn Placement) -> bool {
         while k >= self.cands.len() && !self.tail.is_empty() {
-            self.tail.take_next(&mut self.cands);
+            self.tail.take_next_from(p, &mut self.cands);
         }
         k < self.cands.len()
     }

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use u3m_core::policy::{Cand, HeatFn, Place, Placement, RankTail};
+use u3m_core::policy::{Cand, HeatFn, KeptCursor, KeptId, Place, Placement, RankTail};
 
 pub type Log = Arc<Mutex<Vec<(u64, u64)>>>;
 
@@ -87,5 +87,24 @@ impl Placement for Recording {
 
     fn order_ranked(&self, now: u64, cands: &mut Vec<Cand>, k: usize, tail: &mut RankTail) -> bool {
         self.inner.order_ranked(now, cands, k, tail)
+    }
+
+    fn order_kept(
+        &self,
+        kept: KeptId,
+        now: u64,
+        all: &[Cand],
+        gone: &[u64],
+        new: &[Cand],
+        k: usize,
+        cands: &mut Vec<Cand>,
+        tail: &mut RankTail,
+    ) -> bool {
+        self.inner
+            .order_kept(kept, now, all, gone, new, k, cands, tail)
+    }
+
+    fn order_kept_next(&self, cur: &mut KeptCursor, n: usize, out: &mut Vec<Cand>) {
+        self.inner.order_kept_next(cur, n, out)
     }
 }
