@@ -468,14 +468,11 @@ impl Predictive {
     }
 }
 
-impl Placement for Predictive {
-    fn name(&self) -> &'static str {
-        "predictive"
-    }
-
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
-        let Ok(mut g) = self.inner.lock() else { return };
-        let g = &mut *g;
+impl Inner {
+    /// One call into the model (`Predictive::on_access` with the lock
+    /// held).
+    fn access(&mut self, now: u64, class: u8, keys: &[u64]) {
+        let g = self;
         let class = class.min(CLASSES as u8 - 1);
         match g.mode.on_op(class, now, g.secs) {
             Some(e @ ModeEvent::Switch { from, to, .. }) => {
@@ -559,6 +556,36 @@ impl Placement for Predictive {
             if let Some(c) = g.chunks.get_mut(&k).filter(|c| c.sched == t) {
                 c.sched = 0;
             }
+        }
+    }
+}
+
+impl Placement for Predictive {
+    fn name(&self) -> &'static str {
+        "predictive"
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        g.access(now, class, keys);
+        self.modelled.store(g.chunks.len(), Relaxed);
+    }
+
+    /// The buffered calls under one lock of the model (not one per call:
+    /// issue 10, two atomic read-modify-writes per call fewer); each call
+    /// is applied exactly as `on_access` applies it, in the same order.
+    /// `modelled` is stored once at the end: its only reader, `order_ttl`,
+    /// reaches the model through `Buffered`, which applies every buffered
+    /// call first, so it never sees a value from inside a batch.
+    fn on_access_batch(&self, calls: &dyn super::Accesses) {
+        let n = calls.len();
+        if n == 0 {
+            return;
+        }
+        let Ok(mut g) = self.inner.lock() else { return };
+        for i in 0..n {
+            let (now, class, keys, _) = calls.get(i);
+            g.access(now, class, keys);
         }
         self.modelled.store(g.chunks.len(), Relaxed);
     }
