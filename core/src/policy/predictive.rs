@@ -183,15 +183,7 @@ impl Inner {
     /// the dominant verified cycle (0: none yet); either needs eight
     /// confirmations' worth of time.
     fn step(&self) -> u64 {
-        let (p, w) = self.period;
-        if p > 0 && w >= 8 * p {
-            return p;
-        }
-        self.steps
-            .iter()
-            .max_by_key(|e| e.1)
-            .filter(|e| e.1 >= 8 * e.0.max(1))
-            .map_or(0, |e| e.0)
+        step_of(self.period, &self.steps)
     }
 
     /// Notes the call (class, keys) at `now` among the repeated calls.
@@ -321,44 +313,18 @@ impl Inner {
     /// window already (it asks `next_use` of a chunk that leaves HBM) — a
     /// chunk used at every call then costs no calendar update.
     fn schedule(&mut self, now: u64, k: u64) {
-        let at = self
-            .firm_next(now, k)
-            .filter(|&t| t > now.saturating_add(NEAR))
-            .unwrap_or(0);
         let Some(c) = self.chunks.get_mut(&k) else {
             return;
         };
-        let old = std::mem::replace(&mut c.sched, at);
-        if old == at {
-            return;
-        }
-        if old != 0 {
-            self.cal.remove(&(old, k));
-        }
-        if at != 0 {
-            self.cal.insert((at, k));
-        }
-    }
-
-    /// `expect`'s prediction for a chunk just accessed at `now` when it is
-    /// a firm one (see `schedule`).
-    fn firm_next(&self, now: u64, k: u64) -> Option<u64> {
-        let c = self.chunks.get(&k)?;
-        if c.n < 3 || self.cls[c.class as usize].fallback {
-            return None;
-        }
-        let step = self.step();
-        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-            match c.shift_next(now, step) {
-                Some(x) if x != u64::MAX => return (x > now).then_some(x),
-                Some(_) => return None,
-                None => {}
-            }
-        }
-        match c.prediction() {
-            Some((p, _)) if c.strict && p > now => Some(p),
-            _ => None,
-        }
+        let (period, steps) = (self.period, &self.steps);
+        schedule_of(
+            c,
+            &mut self.cal,
+            &self.cls,
+            || step_of(period, steps),
+            now,
+            k,
+        );
     }
 
     fn calibrate(&mut self) {
@@ -468,6 +434,71 @@ impl Predictive {
     }
 }
 
+/// The workload's step (`Inner::step`) from its period and step tallies.
+fn step_of(period: (u64, u64), steps: &[(u64, u64); 8]) -> u64 {
+    let (p, w) = period;
+    if p > 0 && w >= 8 * p {
+        return p;
+    }
+    steps
+        .iter()
+        .max_by_key(|e| e.1)
+        .filter(|e| e.1 >= 8 * e.0.max(1))
+        .map_or(0, |e| e.0)
+}
+
+/// `expect`'s prediction for chunk `c`, just accessed at `now`, when it is
+/// a firm one (see `Inner::schedule`); `step`: the workload's step, asked
+/// only when needed.
+fn firm_next_of(
+    c: &ChunkModel,
+    cls: &[ClassCal; CLASSES],
+    step: impl FnOnce() -> u64,
+    now: u64,
+) -> Option<u64> {
+    if c.n < 3 || cls[c.class as usize].fallback {
+        return None;
+    }
+    let step = step();
+    if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+        match c.shift_next(now, step) {
+            Some(x) if x != u64::MAX => return (x > now).then_some(x),
+            Some(_) => return None,
+            None => {}
+        }
+    }
+    match c.prediction() {
+        Some((p, _)) if c.strict && p > now => Some(p),
+        _ => None,
+    }
+}
+
+/// `Inner::schedule` for chunk `c` (key `k`) already looked up: the
+/// access path files the chunk it just updated without a second and third
+/// look-up of its key.
+fn schedule_of(
+    c: &mut ChunkModel,
+    cal: &mut BTreeSet<(u64, u64)>,
+    cls: &[ClassCal; CLASSES],
+    step: impl FnOnce() -> u64,
+    now: u64,
+    k: u64,
+) {
+    let at = firm_next_of(c, cls, step, now)
+        .filter(|&t| t > now.saturating_add(NEAR))
+        .unwrap_or(0);
+    let old = std::mem::replace(&mut c.sched, at);
+    if old == at {
+        return;
+    }
+    if old != 0 {
+        cal.remove(&(old, k));
+    }
+    if at != 0 {
+        cal.insert((at, k));
+    }
+}
+
 impl Inner {
     /// One call into the model (`Predictive::on_access` with the lock
     /// held).
@@ -531,6 +562,9 @@ impl Inner {
                     if let Some(v) = sc {
                         note_step(&mut g.steps, v);
                     }
+                    // filed now, as `schedule` would (after the step noted)
+                    let (period, steps) = (g.period, &g.steps);
+                    schedule_of(c, &mut g.cal, &g.cls, || step_of(period, steps), now, k);
                 }
                 None => {
                     // memory allocated again where a chunk was freed
@@ -543,9 +577,9 @@ impl Inner {
                         None => ChunkModel::new(now, class),
                     };
                     g.chunks.insert(k, c);
+                    g.schedule(now, k);
                 }
             }
-            g.schedule(now, k);
         }
         // predictions that came due leave the calendar
         while let Some(&(t, k)) = g.cal.first() {
