@@ -58,7 +58,8 @@
 //! and event. So a successful join names the fence the state it read was
 //! for. (The generation has 31 bits: a joiner stalled between its two reads
 //! of one slot for 2^31 settles and re-opens of that slot could be fooled;
-//! each is a runtime record under the list's lock.) The reference a joined
+//! each is a runtime record under the list's lock. Model-checked in
+//! loom/src/fence_slot.rs.) The reference a joined
 //! fence's event holds is the one taken when it opened: it is dropped only
 //! after a settle put it on the closed list and a later `finish` took it
 //! there, which a successful join precedes (the shard's lock, held by both
