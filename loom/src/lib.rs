@@ -9,8 +9,11 @@ pub mod opclass;
 #[path = "../../core/src/heat/record.rs"]
 pub mod record;
 
+pub mod fence_slot;
 pub mod seqlock;
 
+#[cfg(test)]
+mod fence_slot_loom;
 #[cfg(test)]
 mod record_loom;
 #[cfg(test)]

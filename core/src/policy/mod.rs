@@ -53,6 +53,13 @@ pub enum Place {
     Nvme,
 }
 
+/// A batch of calls for [`Placement::on_access_batch`]: the `i`th is
+/// (now, class, keys, writes), as `on_access` takes them.
+pub trait Accesses {
+    fn len(&self) -> usize;
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]);
+}
+
 pub trait Placement: Send + Sync {
     /// The name U3M_POLICY and `u3m replay --policy` use.
     fn name(&self) -> &'static str;
@@ -60,6 +67,17 @@ pub trait Placement: Send + Sync {
     /// A call of operator class `class` (OpClass as u8) touched `keys` at
     /// logical time `now`; `writes[k]` says whether it wrote `keys[k]`.
     fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]);
+
+    /// Calls `on_access` would get one by one, in this order (the
+    /// per-thread buffers of [`Buffered`] hand them over so): a policy
+    /// with a lock may take it once for all of them. The result must be
+    /// exactly that of the calls one by one (the default).
+    fn on_access_batch(&self, calls: &dyn Accesses) {
+        for i in 0..calls.len() {
+            let (now, class, keys, writes) = calls.get(i);
+            self.on_access(now, class, keys, writes);
+        }
+    }
 
     /// The chunk's memory was freed (its key may be reused).
     fn on_free(&self, _key: u64) {}

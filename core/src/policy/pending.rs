@@ -41,7 +41,7 @@
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{MutexGuard, TryLockError};
 
-use super::{Cand, HeatFn, Place, Placement};
+use super::{Accesses, Cand, HeatFn, Place, Placement};
 use crate::perthread::{self, Bufs};
 
 /// Calls per buffer; a full buffer is applied by the call that finds it
@@ -113,6 +113,35 @@ impl Calls {
     fn clear(&mut self) {
         self.n = 0;
         self.nk = 0;
+    }
+}
+
+/// One thread's calls, in the order it made them.
+impl Accesses for Calls {
+    fn len(&self) -> usize {
+        self.n
+    }
+
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+        self.call(i)
+    }
+}
+
+/// Several threads' calls in clock order: `order` is (now, list in
+/// `taken`, call in the list), sorted.
+struct Merged<'a> {
+    taken: &'a [Box<Calls>],
+    order: &'a [(u64, u32, u32)],
+}
+
+impl Accesses for Merged<'_> {
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+        let (_, l, c) = self.order[i];
+        self.taken[l as usize].call(c as usize)
     }
 }
 
@@ -226,15 +255,11 @@ impl Buffered {
         }
         // only the registry holds it: its thread has exited
         bufs.retain(|b| !Buf::orphaned(b));
+        // to the policy in one batch (one lock of its model, not one per
+        // call), in the order the calls were given one by one before
         match taken.len() {
             0 => {}
-            1 => {
-                let c = &taken[0];
-                for i in 0..c.n {
-                    let (now, class, keys, writes) = c.call(i);
-                    self.inner.on_access(now, class, keys, writes);
-                }
-            }
+            1 => self.inner.on_access_batch(&*taken[0]),
             _ => {
                 order.clear();
                 for (l, c) in taken.iter().enumerate() {
@@ -244,10 +269,10 @@ impl Buffered {
                 }
                 // unique (list, call): the same order however sorted
                 order.sort_unstable();
-                for &(_, l, i) in order.iter() {
-                    let (now, class, keys, writes) = taken[l as usize].call(i as usize);
-                    self.inner.on_access(now, class, keys, writes);
-                }
+                self.inner.on_access_batch(&Merged {
+                    taken: taken.as_slice(),
+                    order: order.as_slice(),
+                });
             }
         }
         for mut c in taken.drain(..) {

@@ -189,15 +189,7 @@ impl Inner {
     /// the dominant verified cycle (0: none yet); either needs eight
     /// confirmations' worth of time.
     fn step(&self) -> u64 {
-        let (p, w) = self.period;
-        if p > 0 && w >= 8 * p {
-            return p;
-        }
-        self.steps
-            .iter()
-            .max_by_key(|e| e.1)
-            .filter(|e| e.1 >= 8 * e.0.max(1))
-            .map_or(0, |e| e.0)
+        step_of(self.period, &self.steps)
     }
 
     /// Notes the call (class, keys) at `now` among the repeated calls.
@@ -327,44 +319,18 @@ impl Inner {
     /// window already (it asks `next_use` of a chunk that leaves HBM) — a
     /// chunk used at every call then costs no calendar update.
     fn schedule(&mut self, now: u64, k: u64) {
-        let at = self
-            .firm_next(now, k)
-            .filter(|&t| t > now.saturating_add(NEAR))
-            .unwrap_or(0);
         let Some(c) = self.chunks.get_mut(&k) else {
             return;
         };
-        let old = std::mem::replace(&mut c.sched, at);
-        if old == at {
-            return;
-        }
-        if old != 0 {
-            self.cal.remove(&(old, k));
-        }
-        if at != 0 {
-            self.cal.insert((at, k));
-        }
-    }
-
-    /// `expect`'s prediction for a chunk just accessed at `now` when it is
-    /// a firm one (see `schedule`).
-    fn firm_next(&self, now: u64, k: u64) -> Option<u64> {
-        let c = self.chunks.get(&k)?;
-        if c.n < 3 || self.cls[c.class as usize].fallback {
-            return None;
-        }
-        let step = self.step();
-        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-            match c.shift_next(now, step) {
-                Some(x) if x != u64::MAX => return (x > now).then_some(x),
-                Some(_) => return None,
-                None => {}
-            }
-        }
-        match c.prediction() {
-            Some((p, _)) if c.strict && p > now => Some(p),
-            _ => None,
-        }
+        let (period, steps) = (self.period, &self.steps);
+        schedule_of(
+            c,
+            &mut self.cal,
+            &self.cls,
+            || step_of(period, steps),
+            now,
+            k,
+        );
     }
 
     fn calibrate(&mut self) {
@@ -476,14 +442,76 @@ impl Predictive {
     }
 }
 
-impl Placement for Predictive {
-    fn name(&self) -> &'static str {
-        "predictive"
+/// The workload's step (`Inner::step`) from its period and step tallies.
+fn step_of(period: (u64, u64), steps: &[(u64, u64); 8]) -> u64 {
+    let (p, w) = period;
+    if p > 0 && w >= 8 * p {
+        return p;
     }
+    steps
+        .iter()
+        .max_by_key(|e| e.1)
+        .filter(|e| e.1 >= 8 * e.0.max(1))
+        .map_or(0, |e| e.0)
+}
 
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
-        let Ok(mut g) = self.inner.lock() else { return };
-        let g = &mut *g;
+/// `expect`'s prediction for chunk `c`, just accessed at `now`, when it is
+/// a firm one (see `Inner::schedule`); `step`: the workload's step, asked
+/// only when needed.
+fn firm_next_of(
+    c: &ChunkModel,
+    cls: &[ClassCal; CLASSES],
+    step: impl FnOnce() -> u64,
+    now: u64,
+) -> Option<u64> {
+    if c.n < 3 || cls[c.class as usize].fallback {
+        return None;
+    }
+    let step = step();
+    if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+        match c.shift_next(now, step) {
+            Some(x) if x != u64::MAX => return (x > now).then_some(x),
+            Some(_) => return None,
+            None => {}
+        }
+    }
+    match c.prediction() {
+        Some((p, _)) if c.strict && p > now => Some(p),
+        _ => None,
+    }
+}
+
+/// `Inner::schedule` for chunk `c` (key `k`) already looked up: the
+/// access path files the chunk it just updated without a second and third
+/// look-up of its key.
+fn schedule_of(
+    c: &mut ChunkModel,
+    cal: &mut BTreeSet<(u64, u64)>,
+    cls: &[ClassCal; CLASSES],
+    step: impl FnOnce() -> u64,
+    now: u64,
+    k: u64,
+) {
+    let at = firm_next_of(c, cls, step, now)
+        .filter(|&t| t > now.saturating_add(NEAR))
+        .unwrap_or(0);
+    let old = std::mem::replace(&mut c.sched, at);
+    if old == at {
+        return;
+    }
+    if old != 0 {
+        cal.remove(&(old, k));
+    }
+    if at != 0 {
+        cal.insert((at, k));
+    }
+}
+
+impl Inner {
+    /// One call into the model (`Predictive::on_access` with the lock
+    /// held).
+    fn access(&mut self, now: u64, class: u8, keys: &[u64]) {
+        let g = self;
         let class = class.min(CLASSES as u8 - 1);
         match g.mode.on_op(class, now, g.secs) {
             Some(e @ ModeEvent::Switch { from, to, .. }) => {
@@ -542,6 +570,9 @@ impl Placement for Predictive {
                     if let Some(v) = sc {
                         note_step(&mut g.steps, v);
                     }
+                    // filed now, as `schedule` would (after the step noted)
+                    let (period, steps) = (g.period, &g.steps);
+                    schedule_of(c, &mut g.cal, &g.cls, || step_of(period, steps), now, k);
                 }
                 None => {
                     // memory allocated again where a chunk was freed
@@ -554,9 +585,9 @@ impl Placement for Predictive {
                         None => ChunkModel::new(now, class),
                     };
                     g.chunks.insert(k, c);
+                    g.schedule(now, k);
                 }
             }
-            g.schedule(now, k);
         }
         // predictions that came due leave the calendar
         while let Some(&(t, k)) = g.cal.first() {
@@ -567,6 +598,36 @@ impl Placement for Predictive {
             if let Some(c) = g.chunks.get_mut(&k).filter(|c| c.sched == t) {
                 c.sched = 0;
             }
+        }
+    }
+}
+
+impl Placement for Predictive {
+    fn name(&self) -> &'static str {
+        "predictive"
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
+        let Ok(mut g) = self.inner.lock() else { return };
+        g.access(now, class, keys);
+        self.modelled.store(g.chunks.len(), Relaxed);
+    }
+
+    /// The buffered calls under one lock of the model (not one per call:
+    /// issue 10, two atomic read-modify-writes per call fewer); each call
+    /// is applied exactly as `on_access` applies it, in the same order.
+    /// `modelled` is stored once at the end: its only reader, `order_ttl`,
+    /// reaches the model through `Buffered`, which applies every buffered
+    /// call first, so it never sees a value from inside a batch.
+    fn on_access_batch(&self, calls: &dyn super::Accesses) {
+        let n = calls.len();
+        if n == 0 {
+            return;
+        }
+        let Ok(mut g) = self.inner.lock() else { return };
+        for i in 0..n {
+            let (now, class, keys, _) = calls.get(i);
+            g.access(now, class, keys);
         }
         self.modelled.store(g.chunks.len(), Relaxed);
     }

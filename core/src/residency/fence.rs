@@ -32,6 +32,40 @@
 //! Lock order: the residency state, then the fence list; the runtime is
 //! called with the fence list held (a record must not race a finish that
 //! takes the fence).
+//!
+//! The join without the list's lock (issue 10: every `finish` took it, two
+//! atomic read-modify-writes on a line every thread of the device shares).
+//! An open fence also sits in one of a few `Slot`s when one is free: its
+//! stream and event, and a `state` word (OPEN bit, a generation, the calls
+//! that named it). A call joins it with one compare-and-swap of `state`
+//! that adds a call only if the word is unchanged since the call read it
+//! OPEN with that stream and event; `settle` takes the fence out of OPEN
+//! with a read-modify-write of the same word (under the list's lock) before
+//! it records. Both write one word, so they are totally ordered:
+//! - the join's CAS first: the settle's RMW reads it (or a later join), so
+//!   the join (after the call's launch: `finish` runs after the real call)
+//!   happens before the record — the fence completes after the call's work;
+//! - the settle first: the word has changed, the join's CAS fails and the
+//!   call takes the locked path, where the fence is no longer open (a new
+//!   one opens, as before).
+//!
+//! A slot is reused for a later fence only after a settle cleared OPEN, and
+//! `open` writes the new stream and event (release) before the new state
+//! (release, next generation). A joiner that read a state of generation g
+//! and then a stream or event of a later generation (acquire) therefore
+//! happens after that settle, so its CAS reads the changed word and fails;
+//! one that read generation g's state reads at least generation g's stream
+//! and event. So a successful join names the fence the state it read was
+//! for. (The generation has 31 bits: a joiner stalled between its two reads
+//! of one slot for 2^31 settles and re-opens of that slot could be fooled;
+//! each is a runtime record under the list's lock. Model-checked in
+//! loom/src/fence_slot.rs.) The reference a joined
+//! fence's event holds is the one taken when it opened: it is dropped only
+//! after a settle put it on the closed list and a later `finish` took it
+//! there, which a successful join precedes (the shard's lock, held by both
+//! `finish` calls, orders the naming use before the drop). Calls whose fence
+//! is not in a slot (all slots taken), and every call while fences wait on
+//! the closed list (`closed_any`), take the list's lock as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Mutex;
@@ -45,11 +79,40 @@ use crate::engine::runtime::{on_default_context, on_device, Runtime};
 /// stream), and the only record on the calls' own thread when nothing evicts.
 pub(super) const FENCE_CALLS: u32 = 32;
 
+/// Slots for open fences that calls join without the list's lock (see the
+/// module doc): a few streams per device.
+const SLOTS: usize = 8;
+/// `Slot::state`: the fence is open (joinable).
+const OPEN: u64 = 1 << 63;
+/// `Slot::state`: the generation, bits 32..63 (a new fence in the slot).
+const GEN_ONE: u64 = 1 << 32;
+const GEN_MASK: u64 = !OPEN & !(GEN_ONE - 1);
+/// `Slot::state`: the calls that named the fence, low 32 bits.
+const CALLS_MASK: u64 = GEN_ONE - 1;
+
+#[derive(Default)]
+struct Slot {
+    stream: AtomicU64,
+    event: AtomicU64,
+    state: AtomicU64,
+}
+
+/// An open fence, in the list (and maybe in a slot).
+struct Open {
+    stream: u64,
+    event: u64,
+    /// Calls that named it when it has no slot (the slot's count otherwise).
+    calls: u32,
+    /// The stream's device.
+    dev: Option<u32>,
+    /// Its slot, if it has one.
+    slot: Option<usize>,
+}
+
 #[derive(Default)]
 pub(super) struct List {
-    /// (stream, event, calls that named it, the stream's device) of every
-    /// open (unrecorded) fence.
-    open: Vec<(u64, u64, u32, Option<u32>)>,
+    /// Every open (unrecorded) fence.
+    open: Vec<Open>,
     /// Fences recorded (or settled) since the manager last looked: each
     /// still holds the reference taken when it opened.
     closed: Vec<u64>,
@@ -71,6 +134,11 @@ pub(super) struct Fenced {
     list: Mutex<List>,
     /// Some fence is open or dead (queries skip the list otherwise).
     any: AtomicBool,
+    /// The closed list holds something (set and cleared under the lock):
+    /// the next `finish` takes the lock to drop their references.
+    closed_any: AtomicBool,
+    /// Open fences joinable without the lock (see the module doc).
+    slots: [Slot; SLOTS],
     /// u3m's own streams, each `stream << 8 | device` (0: a free slot).
     /// A stream is usable only from its device's context, and u3m's work on
     /// a device's chunks may be asked for by a thread of another device (a
@@ -85,6 +153,8 @@ impl Fenced {
             rt,
             list: Mutex::new(List::default()),
             any: AtomicBool::new(false),
+            closed_any: AtomicBool::new(false),
+            slots: std::array::from_fn(|_| Slot::default()),
             own: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
@@ -160,19 +230,67 @@ impl Fenced {
         if !self.any.load(Acquire) {
             return None;
         }
-        self.lock().open.iter().find(|f| f.0 == stream).map(|f| f.1)
+        self.lock()
+            .open
+            .iter()
+            .find(|f| f.stream == stream)
+            .map(|f| f.event)
     }
 
     /// Opens `ev` (created, never recorded, or complete) as `stream`'s
     /// fence, named by one call so far.
     pub fn open(&self, stream: u64, ev: u64) {
         let mut l = self.lock();
-        debug_assert!(l.open.iter().all(|f| f.0 != stream));
+        debug_assert!(l.open.iter().all(|f| f.stream != stream));
         // the device current at the call is the stream's: a record from
         // another device's thread is refused, so `settle` records it there
         let dev = self.rt.current_device();
-        l.open.push((stream, ev, 1, dev));
+        // a free slot (not OPEN: its fence was settled, under this lock):
+        // stream and event first, then the state that makes them current
+        let slot = self
+            .slots
+            .iter()
+            .position(|sl| sl.state.load(Relaxed) & OPEN == 0);
+        if let Some(k) = slot {
+            let sl = &self.slots[k];
+            let gen = sl.state.load(Relaxed).wrapping_add(GEN_ONE) & GEN_MASK;
+            sl.stream.store(stream, Release);
+            sl.event.store(ev, Release);
+            sl.state.store(OPEN | gen | 1, Release);
+        }
+        l.open.push(Open {
+            stream,
+            event: ev,
+            calls: 1,
+            dev,
+            slot,
+        });
         self.any.store(true, Release);
+    }
+
+    /// The call's join of `stream`'s fence without the list's lock: the
+    /// fence's event and the calls that named it now, if a slot holds an
+    /// open fence of `stream` and nothing changed it meanwhile (see the
+    /// module doc); None: ask the list.
+    #[inline]
+    fn join_slot(&self, stream: u64) -> Option<(u64, u32)> {
+        for sl in &self.slots {
+            let s = sl.state.load(Acquire);
+            if s & OPEN == 0 || sl.stream.load(Acquire) != stream {
+                continue;
+            }
+            let ev = sl.event.load(Acquire);
+            let n = s & CALLS_MASK;
+            if n == CALLS_MASK {
+                return None;
+            }
+            return match sl.state.compare_exchange(s, s + 1, AcqRel, Relaxed) {
+                Ok(_) => Some((ev, n as u32 + 1)),
+                // settled (or joined) meanwhile: the list decides
+                Err(_) => None,
+            };
+        }
+        None
     }
 
     /// What every call's `finish` asks, under one lock of the list every
@@ -186,14 +304,42 @@ impl Fenced {
         if !self.any.load(Acquire) {
             return None;
         }
+        // nothing closed to hand over: the stream's fence joined in its
+        // slot, without the lock (a closed fence set `closed_any` under the
+        // lock before its settle returned; one closed after this read is
+        // taken by a later call)
+        if !self.closed_any.load(Acquire) {
+            if let Some((ev, n)) = self.join_slot(stream) {
+                return Some((ev, n >= FENCE_CALLS));
+            }
+        }
         let mut l = self.lock();
         if !l.closed.is_empty() {
             out.append(&mut l.closed);
+            self.closed_any.store(false, Relaxed);
             self.update_any(&l);
         }
-        let f = l.open.iter_mut().find(|f| f.0 == stream)?;
-        f.2 += 1;
-        Some((f.1, f.2 >= FENCE_CALLS))
+        let f = l.open.iter_mut().find(|f| f.stream == stream)?;
+        let n = match f.slot {
+            // open, so in its slot (settle clears both under this lock);
+            // a join without the lock may race this one: one RMW each
+            Some(k) => {
+                let s = self.slots[k].state.fetch_update(AcqRel, Relaxed, |s| {
+                    Some(if s & CALLS_MASK == CALLS_MASK {
+                        s
+                    } else {
+                        s + 1
+                    })
+                });
+                let s = s.unwrap_or_else(|s| s);
+                ((s & CALLS_MASK) + 1).min(CALLS_MASK) as u32
+            }
+            None => {
+                f.calls = f.calls.saturating_add(1);
+                f.calls
+            }
+        };
+        Some((f.event, n >= FENCE_CALLS))
     }
 
     fn update_any(&self, l: &List) {
@@ -222,8 +368,18 @@ impl Fenced {
     pub fn forget_held(&self, h: ListHold) {
         let ListHold(mut l) = h;
         *l = List::default();
+        self.forget_slots();
         self.any.store(false, Release);
         self.forget_own();
+    }
+
+    /// Every slot out of OPEN (their fences are forgotten; the generation
+    /// stays, so a join that read one fails).
+    fn forget_slots(&self) {
+        self.closed_any.store(false, Relaxed);
+        for sl in &self.slots {
+            sl.state.fetch_and(!OPEN, AcqRel);
+        }
     }
 
     /// Forgets every fence (the runtime's objects are gone: a forked child,
@@ -231,6 +387,7 @@ impl Fenced {
     pub fn forget(&self) {
         let mut l = self.lock();
         *l = List::default();
+        self.forget_slots();
         self.any.store(false, Release);
         self.forget_own();
     }
@@ -256,11 +413,19 @@ impl Fenced {
         if l.dead.contains(&ev) {
             return false;
         }
-        let Some(k) = l.open.iter().position(|f| f.1 == ev) else {
+        let Some(k) = l.open.iter().position(|f| f.event == ev) else {
             return true;
         };
-        let (stream, _, _, dev) = l.open.swap_remove(k);
+        let Open {
+            stream, dev, slot, ..
+        } = l.open.swap_remove(k);
+        if let Some(k) = slot {
+            // no join after this: one made before it is read here (the
+            // same word), so it happens before the record below
+            self.slots[k].state.fetch_and(!OPEN, AcqRel);
+        }
         l.closed.push(ev);
+        self.closed_any.store(true, Release);
         let ok = self.record_on(ev, stream, dev) || {
             // recorded nothing: the stream's work done is what the
             // fence stood for
@@ -369,5 +534,204 @@ impl Runtime for Fenced {
     }
     fn mem_info(&self) -> Result<(u64, u64), AclError> {
         self.rt.mem_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicU32;
+
+    /// A runtime of launches and records only: an event's record notes how
+    /// many calls its stream had launched by then.
+    #[derive(Default)]
+    struct Launches {
+        launched: [AtomicU64; 3],
+        next_event: AtomicU64,
+        /// event -> (stream, calls launched on it when recorded)
+        records: Mutex<HashMap<u64, (u64, u64)>>,
+    }
+
+    fn unused<T>() -> Result<T, AclError> {
+        Err(AclError::RT_PARAM_INVALID)
+    }
+
+    impl Runtime for Launches {
+        fn set_device(&self, _dev: u32) -> Result<(), AclError> {
+            Ok(())
+        }
+        fn malloc_physical(&self, _dev: u32, _bytes: u64) -> Result<u64, AclError> {
+            unused()
+        }
+        fn free_physical(&self, _handle: u64) -> Result<(), AclError> {
+            unused()
+        }
+        fn malloc_physical_host(&self, _dev: u32, _bytes: u64) -> Result<u64, AclError> {
+            unused()
+        }
+        fn reserve(&self, _bytes: u64) -> Result<u64, AclError> {
+            unused()
+        }
+        fn release(&self, _va: u64) -> Result<(), AclError> {
+            unused()
+        }
+        fn map(&self, _va: u64, _bytes: u64, _handle: u64) -> Result<(), AclError> {
+            unused()
+        }
+        fn unmap(&self, _va: u64) -> Result<(), AclError> {
+            unused()
+        }
+        fn create_stream(&self) -> Result<u64, AclError> {
+            unused()
+        }
+        fn memcpy_async(
+            &self,
+            _dst: u64,
+            _src: u64,
+            _bytes: u64,
+            _kind: MemcpyKind,
+            _stream: u64,
+        ) -> Result<(), AclError> {
+            unused()
+        }
+        fn sync_stream(&self, _stream: u64) -> Result<(), AclError> {
+            Ok(())
+        }
+        fn create_event(&self) -> Result<u64, AclError> {
+            Ok(self.next_event.fetch_add(1, Relaxed) + 1)
+        }
+        fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
+            let n = self.launched[stream as usize].load(SeqCst);
+            let old = self.records.lock().unwrap().insert(event, (stream, n));
+            assert!(old.is_none(), "fence {event} recorded twice");
+            Ok(())
+        }
+        fn event_done(&self, event: u64) -> Result<bool, AclError> {
+            Ok(self.records.lock().unwrap().contains_key(&event))
+        }
+        fn sync_event(&self, _event: u64) -> Result<(), AclError> {
+            Ok(())
+        }
+        fn stream_wait(&self, _stream: u64, _event: u64) -> Result<(), AclError> {
+            Ok(())
+        }
+        fn malloc_host(&self, _bytes: u64) -> Result<*mut u8, AclError> {
+            unused()
+        }
+        fn free_host(&self, _ptr: *mut u8) -> Result<(), AclError> {
+            unused()
+        }
+        fn mem_info(&self) -> Result<(u64, u64), AclError> {
+            unused()
+        }
+    }
+
+    /// Calls on two streams launch, then join their stream's fence (or open
+    /// one), as `finish` does under the device's lock, while another thread
+    /// settles the fences they name as evictions and waits do (no lock but
+    /// the list's): every fence a call named is recorded after that call's
+    /// launch, never before, whether the call joined it in its slot or
+    /// through the list, and the fences cycle through the slots (more
+    /// fences than slots, each settled by a query or by its 32nd call).
+    #[test]
+    fn a_fence_a_call_names_is_recorded_after_its_launch() {
+        let rt: &'static Launches = Box::leak(Box::default());
+        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt)));
+        let shard = Mutex::new(());
+        let stop = AtomicBool::new(false);
+        let latest = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+        let opened = AtomicU32::new(0);
+        // fences the settler found recorded (by itself or by a 32nd call);
+        // the calls go on until it has seen enough (a loaded machine may
+        // not run it at first)
+        let settled = AtomicU64::new(0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let named: Vec<(u64, u64, u64)> = std::thread::scope(|sc| {
+            let settler = sc.spawn(|| {
+                while !stop.load(Relaxed) {
+                    for l in &latest[1..] {
+                        let ev = l.load(Acquire);
+                        if ev != 0 && f.event_done(ev) == Ok(true) {
+                            settled.fetch_add(1, Relaxed);
+                        }
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            let callers: Vec<_> = (1..=2u64)
+                .map(|stream| {
+                    let (shard, latest, opened, settled) = (&shard, &latest, &opened, &settled);
+                    sc.spawn(move || {
+                        let mut named = Vec::new();
+                        let mut closed = Vec::new();
+                        let mut i = 0u32;
+                        while i < 20_000
+                            || (settled.load(Relaxed) < 1_000
+                                && std::time::Instant::now() < deadline)
+                        {
+                            i += 1;
+                            if i % 64 == 0 {
+                                std::thread::yield_now();
+                            }
+                            // the call's launch, then its finish
+                            let p = rt.launched[stream as usize].fetch_add(1, SeqCst) + 1;
+                            let _st = shard.lock().unwrap();
+                            let ev = match f.take_closed_and_join(stream, &mut closed) {
+                                Some((ev, full)) => {
+                                    if full {
+                                        f.close_stream(stream);
+                                    }
+                                    ev
+                                }
+                                None => {
+                                    let ev = rt.create_event().unwrap();
+                                    f.open(stream, ev);
+                                    opened.fetch_add(1, Relaxed);
+                                    ev
+                                }
+                            };
+                            closed.clear();
+                            latest[stream as usize].store(ev, Release);
+                            named.push((ev, stream, p));
+                        }
+                        named
+                    })
+                })
+                .collect();
+            let named = callers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            stop.store(true, Relaxed);
+            settler.join().unwrap();
+            named
+        });
+        let settled = settled.load(Relaxed);
+        assert!(
+            settled >= 1_000,
+            "the settler saw {settled} fences recorded"
+        );
+        // the fences still open, recorded now
+        for s in 1..=2 {
+            f.close_stream(s);
+        }
+        let opened = opened.load(Relaxed);
+        assert!(
+            opened as usize > 2 * SLOTS,
+            "{opened} fences: the slots were not reused"
+        );
+        let records = rt.records.lock().unwrap();
+        for &(ev, stream, p) in &named {
+            let Some(&(s, n)) = records.get(&ev) else {
+                panic!("fence {ev} named by a call was never recorded");
+            };
+            assert_eq!(s, stream, "fence {ev} recorded on another stream");
+            assert!(
+                n >= p,
+                "fence {ev} recorded after {n} launches on stream {stream}, \
+                 but a call named it after its launch {p}"
+            );
+        }
     }
 }
