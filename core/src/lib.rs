@@ -21,3 +21,16 @@ pub mod trace;
 
 /// Version of u3m, reported by the CLI and written into the stats segment.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The tests' deterministic random numbers: xorshift64 from `seed`, each
+/// call a value below `m` (0 for m = 0).
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut x = seed;
+    move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m.max(1)
+    }
+}

@@ -422,13 +422,7 @@ mod rank_tests {
     /// ties (equal weights, equal `last`, dirty and clean).
     #[test]
     fn a_rank_tail_gives_the_sorted_order_a_segment_at_a_time() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rnd = crate::test_rng(0x9e37_79b9_7f4a_7c15u64);
         for n in [0usize, 1, 31, 32, 33, 100, 1000] {
             let v: Vec<(u64, Cand)> = (0..n)
                 .map(|i| {

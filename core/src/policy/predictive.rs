@@ -2220,13 +2220,7 @@ mod when_tests {
         // loops of several periods (predicted), chunks seen once (typical
         // cycle), irregular ones, clean and dirty, some never seen
         let p = Predictive::new();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rnd = crate::test_rng(0x2545_f491_4f6c_dd1du64);
         let n = 600u64;
         let mut last = vec![0u64; n as usize];
         for t in 1..=4000u64 {
@@ -2345,13 +2339,9 @@ mod when_tests {
         let mut kinds = [0u64; 4];
         for seed in 1..=6u64 {
             let p = Predictive::with_params(0.5, 0.2);
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d);
-            let mut rnd = move |m: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % m.max(1)
-            };
+            let mut rnd = crate::test_rng(
+                0x9e37_79b9_7f4a_7c15u64 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d),
+            );
             let nkeys = 160u64;
             let (mut t, mut secs) = (0u64, 0.0f64);
             let mut check = |p: &Predictive, now: u64, rnd: &mut dyn FnMut(u64) -> u64| {
@@ -2478,13 +2468,9 @@ mod when_tests {
         let mut counts = [0u64; 2];
         for seed in 1..=6u64 {
             let p = Predictive::with_params(0.5, 0.2);
-            let mut x = 0x2545_f491_4f6c_dd1du64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let mut rnd = move |m: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % m.max(1)
-            };
+            let mut rnd = crate::test_rng(
+                0x2545_f491_4f6c_dd1du64 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            );
             let nkeys = 160u64;
             // two engine orders (devices) sharing the policy, keys apart
             let owners = [KeptId::new_owner(), KeptId::new_owner()];

@@ -449,13 +449,7 @@ mod tests {
     /// tick too long fails the first part).
     #[test]
     fn a_shift_span_holds_the_answer_until_it_may_change() {
-        let mut x = 0x51_7cc1_b727_220au64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m.max(1)
-        };
+        let mut rnd = crate::test_rng(0x51_7cc1_b727_220au64);
         let (mut spans, mut changed) = (0u64, 0u64);
         for _ in 0..300 {
             let n = 1 + rnd(70);

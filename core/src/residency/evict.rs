@@ -836,13 +836,7 @@ mod delta_tests {
     /// with nothing changed it reports nothing.
     #[test]
     fn the_delta_takes_the_previous_candidates_to_the_current() {
-        let mut x = 0x853c_49e6_748f_ea9bu64;
-        let mut rnd = move |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m.max(1)
-        };
+        let mut rnd = crate::test_rng(0x853c_49e6_748f_ea9bu64);
         let (mut gone, mut new) = (Vec::new(), Vec::new());
         // per chunk key: (a candidate, last, dirty)
         let mut props: BTreeMap<u64, (bool, u64, bool)> = BTreeMap::new();

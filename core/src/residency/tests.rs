@@ -1826,13 +1826,7 @@ fn two_devices_stress_with(eager: bool, vars: &[(&str, &str)]) -> (super::fake::
                 let call = |va: u64, at: u64, len: u64, data: Option<&[u8]>| {
                     sync_call(r, f, dev, va + at, len, data).expect("call")
                 };
-                let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-                let mut rnd = move |n: u64| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x % n
-                };
+                let mut rnd = crate::test_rng(t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
                 let mut bufs: Vec<(u64, Vec<u8>)> = Vec::new();
                 let mut verified = 0u64;
                 for k in 0..120u64 {
