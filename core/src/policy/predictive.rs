@@ -2321,6 +2321,23 @@ mod when_tests {
         assert_eq!(top[0].key, updated);
     }
 
+    /// The chunks call `i` of an `n`-call step touches at tick `t` in the
+    /// random runs below: a step-periodic chunk per call slot, loops of other
+    /// periods, sometimes an irregular or a once-in-a-while one, and the
+    /// optimizer state in the step's last calls (unsorted).
+    fn random_step_keys(i: u64, n: u64, t: u64, rnd: &mut impl FnMut(u64) -> u64) -> Vec<u64> {
+        let mut keys = vec![(i % 40) * MB2, (40 + (t / 3) % 30) * MB2];
+        match rnd(6) {
+            0 => keys.push((70 + rnd(60)) * MB2), // irregular
+            1 => keys.push((130 + t % 30) * MB2), // once in a while
+            _ => {}
+        }
+        if i + 6 >= n {
+            keys.push((150 + i % 6) * MB2); // optimizer state
+        }
+        keys
+    }
+
     /// The eviction order's kept forms (`order_weight_kept`) give exactly
     /// the weights read afresh from the models (`order_weight`, `expect`),
     /// and the ranked order's first k is the full weigh-and-sort's, over
@@ -2401,20 +2418,7 @@ mod when_tests {
                 for (i, &cl) in ops.iter().enumerate() {
                     t += 1;
                     let i = i as u64;
-                    let mut keys = vec![
-                        // a step-periodic chunk per call slot
-                        (i % 40) * MB2,
-                        // loops of other periods
-                        (40 + (t / 3) % 30) * MB2,
-                    ];
-                    match rnd(6) {
-                        0 => keys.push((70 + rnd(60)) * MB2), // irregular
-                        1 => keys.push((130 + t % 30) * MB2), // once in a while
-                        _ => {}
-                    }
-                    if i + 6 >= n {
-                        keys.push((150 + i % 6) * MB2); // optimizer state
-                    }
+                    let mut keys = random_step_keys(i, n, t, &mut rnd);
                     keys.sort_unstable();
                     keys.dedup();
                     let writes: Vec<bool> = keys.iter().map(|_| rnd(2) == 0).collect();
@@ -2549,15 +2553,7 @@ mod when_tests {
                     let i = i as u64;
                     let d = rnd(2) as usize;
                     let base = d as u64 * 1000 * MB2;
-                    let mut keys = vec![(i % 40) * MB2, (40 + (t / 3) % 30) * MB2];
-                    match rnd(6) {
-                        0 => keys.push((70 + rnd(60)) * MB2),
-                        1 => keys.push((130 + t % 30) * MB2),
-                        _ => {}
-                    }
-                    if i + 6 >= n {
-                        keys.push((150 + i % 6) * MB2);
-                    }
+                    let mut keys = random_step_keys(i, n, t, &mut rnd);
                     for k in keys.iter_mut() {
                         *k += base;
                     }

@@ -686,19 +686,26 @@ impl Residency {
         n
     }
 
+    /// Evicts chunks of `dev` in the policy's order until `bytes` are on
+    /// their way out (or nothing more can go): the bytes evicted.
+    fn evict_bytes(&self, st: &mut State, dev: u32, bytes: u64) -> u64 {
+        let mut freed = 0;
+        while freed < bytes {
+            match self.evict_one(st, dev, &[]) {
+                Ok(true) => freed += CHUNK,
+                _ => break,
+            }
+        }
+        freed
+    }
+
     /// An allocation u3m does not manage failed for lack of HBM: evict
     /// managed chunks of `dev` to make room for `bytes`. true if any moved.
     pub fn make_room(&self, dev: u32, bytes: u64) -> bool {
         let Ok(mut st) = self.st.lock() else {
             return false;
         };
-        let mut freed = 0;
-        while freed < bytes {
-            match self.evict_one(&mut st, dev, &[]) {
-                Ok(true) => freed += CHUNK,
-                _ => break,
-            }
-        }
+        let mut freed = self.evict_bytes(&mut st, dev, bytes);
         // the caller retries its allocation at once: the copy-outs land
         // first, waited for without the lock (u3m's device-to-host stream
         // holds only copies) and completed with it retaken (`harvest`)
@@ -711,13 +718,7 @@ impl Residency {
             // rule: 8 threads, unmanaged allocations refused 4 times over
             // without this)
             let free = self.rt.mem_info().map(|(f, _)| f).unwrap_or(0);
-            let mut more = 0;
-            while free + more < bytes {
-                match self.evict_one(&mut st, dev, &[]) {
-                    Ok(true) => more += CHUNK,
-                    _ => break,
-                }
-            }
+            let more = self.evict_bytes(&mut st, dev, bytes.saturating_sub(free));
             if more > 0 {
                 freed += more;
                 self.settle_outgoing(&mut st, dev);

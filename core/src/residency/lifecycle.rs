@@ -355,19 +355,8 @@ impl Residency {
                 }
             }
         }
-        // a VMM handle's copy-outs (complete: waited for above) read its
-        // chunks at VAs of u3m's own: unmapped before the memory goes (the
-        // copy-out itself gives its slot back when harvested)
-        let copy_vas: Vec<u64> = st
-            .dev_mut(b.dev)
-            .outgoing
-            .iter_mut()
-            .filter(|o| o.id == id)
-            .map(|o| std::mem::take(&mut o.va))
-            .collect();
-        for va in copy_vas {
-            self.drop_copy_va(st, b.dev, Some(va));
-        }
+        // (its copy-outs were waited for above: their VAs go, no wait)
+        self.drop_copy_vas_of(st, b.dev, id);
         for (i, c) in b.chunks.iter_mut().enumerate() {
             if c.phys != 0 {
                 for &va in &b.vas {
@@ -1197,24 +1186,9 @@ impl Residency {
         size: u64,
         real: u64,
     ) -> Result<u64, AclError> {
-        // a copy-out of a chunk reads it at a VA of u3m's own: complete
-        // before the chunk's memory goes (`materialize` waited for it
-        // unlocked; here with the lock held only after EXPORT_TRIES
-        // disturbed passes), its VA unmapped first; its slot is given back
-        // when it is harvested (the chunk has no memory then)
-        let outs: Vec<(u64, u64)> = st
-            .dev_mut(dev)
-            .outgoing
-            .iter_mut()
-            .filter(|o| o.id == id)
-            .map(|o| (o.ev, std::mem::take(&mut o.va)))
-            .collect();
-        for (ev, va) in outs {
-            if !self.rt.event_done(ev).unwrap_or(true) {
-                let _ = self.rt.sync_event(ev);
-            }
-            self.drop_copy_va(st, dev, Some(va));
-        }
+        // (`materialize` waited for its copy-outs unlocked; with the lock
+        // held only after EXPORT_TRIES disturbed passes)
+        self.drop_copy_vas_of(st, dev, id);
         // swap the chunks for the real handle at every VA it is mapped at
         let vas = st.backings[&id].vas.clone();
         let mut freed = Vec::new();

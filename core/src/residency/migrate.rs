@@ -670,6 +670,27 @@ impl Residency {
         }
     }
 
+    /// Before backing `id`'s chunk memory goes (a free, an export): its
+    /// copy-outs, which read its chunks at VAs of u3m's own, are complete
+    /// (waited for here, with the lock held, only if the caller's unlocked
+    /// wait could not be done) and their VAs unmapped. Their slots are
+    /// given back when they are harvested (the chunks have no memory then).
+    pub(super) fn drop_copy_vas_of(&self, st: &mut State, dev: u32, id: u64) {
+        let outs: Vec<(u64, u64)> = st
+            .dev_mut(dev)
+            .outgoing
+            .iter_mut()
+            .filter(|o| o.id == id && o.va != 0)
+            .map(|o| (o.ev, std::mem::take(&mut o.va)))
+            .collect();
+        for (ev, va) in outs {
+            if !self.rt.event_done(ev).unwrap_or(true) {
+                let _ = self.rt.sync_event(ev);
+            }
+            self.drop_copy_va(st, dev, Some(va));
+        }
+    }
+
     /// Issues the copy of chunk (id, i) to a host slot on u3m's stream.
     fn start_copy_out(&self, st: &mut State, id: u64, i: u32) -> Result<CopyOut, Fail> {
         let (dev, first) = {
