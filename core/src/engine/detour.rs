@@ -338,6 +338,11 @@ impl Engine {
         let Some(r) = &self.residency else {
             return Detour::Bypass;
         };
+        // a size u3m does not manage goes to the runtime without asking it
+        // for free memory first (a runtime call per small allocation)
+        if !r.manages_size(dev.max(0) as u32, size) {
+            return Detour::Bypass;
+        }
         let Ok((free, total)) = r.runtime().mem_info() else {
             return Detour::Bypass;
         };
