@@ -116,7 +116,10 @@ impl HeatTable {
         }
         near[..n].reverse();
         let owners = far.as_deref().unwrap_or(&near[..n]);
-        let single = if m.owners == 1 {
+        let single = if m.owners == 1 && owners.len() == 1 {
+            // the one owner left is in the span
+            owners[0].0
+        } else if m.owners == 1 {
             self.owners_rev(c, chunk, chunk + CHUNK)
                 .next()
                 .map(|o| word(o).0)
@@ -192,8 +195,19 @@ impl HeatTable {
         if len == 0 || end > VA_LIMIT {
             return None;
         }
-        if self.owners_rev(c, base, end).next().is_some() {
-            return None;
+        // one walk over the live allocations overlapping the first to the
+        // last page: one inside [base, end) is an overlap (refused); the
+        // others share the first or the last page (at most MULTI_OWNERS - 1
+        // each, so the walk is short)
+        let pages = [base & !(PAGE - 1), (end - 1) & !(PAGE - 1)];
+        let mut sharing = [0usize; 2];
+        for (_, b, l) in self.owners_rev(c, pages[0], pages[1] + PAGE) {
+            if b < end && b + l > base {
+                return None;
+            }
+            for (n, p) in sharing.iter_mut().zip(pages) {
+                *n += (b < p + PAGE && b + l > p) as usize;
+            }
         }
         // Everything that can fail happens before anything is published.
         let (first_chunk, last_chunk) = (chunk_base(base), chunk_base(end - 1));
@@ -209,15 +223,17 @@ impl HeatTable {
             if i == 1 && chunk == first_chunk {
                 break; // one chunk: checked already
             }
-            if self.owners_rev(c, chunk, chunk + CHUNK).next().is_none() {
+            // the chunk's owner count (kept under this lock) says whether
+            // anyone else is in it
+            let cs = self.map.chunk(chunk)?;
+            if Meta::load(cs).owners == 0 {
                 continue;
             }
             let (mut multi, mut nm) = ([0usize; 2], 0);
-            for page in [base & !(PAGE - 1), (end - 1) & !(PAGE - 1)] {
+            for (page, n) in pages.into_iter().zip(sharing) {
                 if chunk_base(page) != chunk {
                     continue;
                 }
-                let n = self.owners_rev(c, page, page + PAGE).count();
                 if n + 1 > MULTI_OWNERS {
                     return None;
                 }
@@ -226,7 +242,6 @@ impl HeatTable {
                     nm += 1;
                 }
             }
-            let cs = self.map.chunk(chunk)?;
             if !self.map.reserve_pages(cs, &multi[..nm]) {
                 return None;
             }
