@@ -52,8 +52,14 @@ impl Engine {
             Call::Free { ptr } => {
                 // forgotten before the real free: afterwards the runtime may
                 // hand the address to another thread
-                self.free(ptr);
-                match self.managed_free(ptr) {
+                let managed = self.free(ptr);
+                // what u3m did not serve is the runtime's (no second
+                // look-up of the address)
+                match if managed {
+                    self.managed_free(ptr)
+                } else {
+                    Detour::Bypass
+                } {
                     Detour::Done(r) => AclError::raw_of(&r),
                     Detour::Bypass => real(),
                 }
@@ -338,6 +344,11 @@ impl Engine {
         let Some(r) = &self.residency else {
             return Detour::Bypass;
         };
+        // a size u3m does not manage goes to the runtime without asking it
+        // for free memory first (a runtime call per small allocation)
+        if !r.manages_size(dev.max(0) as u32, size) {
+            return Detour::Bypass;
+        }
         let Ok((free, total)) = r.runtime().mem_info() else {
             return Detour::Bypass;
         };

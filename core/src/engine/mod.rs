@@ -552,7 +552,9 @@ impl Engine {
     /// Before the real free: the allocation is forgotten (heat, gauges) and
     /// the trace shows F before the runtime can hand the address to another
     /// thread — afterwards, a re-allocation could be recorded first.
-    pub fn free(&self, ptr: u64) {
+    /// Returns whether u3m's residency manager serves `ptr` (then it, not
+    /// the runtime, frees it).
+    pub fn free(&self, ptr: u64) -> bool {
         let managed = self
             .residency
             .as_ref()
@@ -570,6 +572,7 @@ impl Engine {
                 s.event_value(EventKind::Free, info.dev, ptr, info.len, 0, "");
             }
         }
+        managed
     }
 
     pub fn host_alloc(&self, ptr: u64, size: u64) {

@@ -40,6 +40,24 @@ impl HeatTable {
         )
     }
 
+    /// Live allocations overlapping `[start, end)`, last first, with one
+    /// descent of `by_base` instead of [`owners_iter`](Self::owners_iter)'s
+    /// two: live allocations never overlap, so their ends rise with their
+    /// bases, and the first one found ending at or before `start` ends the
+    /// walk.
+    pub(super) fn owners_rev<'a>(
+        &'a self,
+        c: &'a Cold,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (u32, u64, u64)> + 'a {
+        c.by_base
+            .range(..end)
+            .rev()
+            .map(move |(&b, &i)| (i, b, self.slot(i).len.load(Relaxed)))
+            .take_while(move |&(_, b, l)| b + l > start)
+    }
+
     pub(super) fn slot(&self, idx: u32) -> &AllocSlot {
         // Cold-path indices come from the pool, always in range.
         self.allocs.slot(idx).expect("allocation index in range")
@@ -76,9 +94,33 @@ impl HeatTable {
         let p1 = ((e - 1 - chunk) >> PAGE_SHIFT) as usize + 1;
         let (ps, pe) = (chunk + p0 as u64 * PAGE, chunk + p1 as u64 * PAGE);
         let word = |(i, b, l): (u32, u64, u64)| (owner_word(i, self.slot(i).gen()), b, l);
-        let owners: Vec<Owner> = self.owners_iter(c, ps, pe).map(word).collect();
-        let single = if m.owners == 1 {
-            self.owners_iter(c, chunk, chunk + CHUNK)
+        // the span's owners, in address order, on the stack: besides the
+        // allocation that came, only those sharing its first or last page
+        // (at most 2 × (MULTI_OWNERS - 1)) can overlap its pages, so a
+        // malloc or free next to a live buffer allocates nothing here
+        let mut near = [(0u64, 0u64, 0u64); 2 * MULTI_OWNERS];
+        let mut n = 0;
+        let mut far = None;
+        for o in self.owners_rev(c, ps, pe) {
+            if n == near.len() {
+                // not reached while the page limit holds; correct anyway
+                far = Some(
+                    self.owners_iter(c, ps, pe)
+                        .map(word)
+                        .collect::<Vec<Owner>>(),
+                );
+                break;
+            }
+            near[n] = word(o);
+            n += 1;
+        }
+        near[..n].reverse();
+        let owners = far.as_deref().unwrap_or(&near[..n]);
+        let single = if m.owners == 1 && owners.len() == 1 {
+            // the one owner left is in the span
+            owners[0].0
+        } else if m.owners == 1 {
+            self.owners_rev(c, chunk, chunk + CHUNK)
                 .next()
                 .map(|o| word(o).0)
                 .unwrap_or(0)
@@ -87,7 +129,7 @@ impl HeatTable {
         };
         if !self
             .map
-            .set_owners_span(cs, chunk, &owners, (p0, p1), m.owners, single)
+            .set_owners_span(cs, chunk, owners, (p0, p1), m.owners, single)
         {
             self.refresh_chunk(c, cs, chunk);
         }
@@ -153,8 +195,19 @@ impl HeatTable {
         if len == 0 || end > VA_LIMIT {
             return None;
         }
-        if self.owners_iter(c, base, end).next().is_some() {
-            return None;
+        // one walk over the live allocations overlapping the first to the
+        // last page: one inside [base, end) is an overlap (refused); the
+        // others share the first or the last page (at most MULTI_OWNERS - 1
+        // each, so the walk is short)
+        let pages = [base & !(PAGE - 1), (end - 1) & !(PAGE - 1)];
+        let mut sharing = [0usize; 2];
+        for (_, b, l) in self.owners_rev(c, pages[0], pages[1] + PAGE) {
+            if b < end && b + l > base {
+                return None;
+            }
+            for (n, p) in sharing.iter_mut().zip(pages) {
+                *n += (b < p + PAGE && b + l > p) as usize;
+            }
         }
         // Everything that can fail happens before anything is published.
         let (first_chunk, last_chunk) = (chunk_base(base), chunk_base(end - 1));
@@ -170,15 +223,17 @@ impl HeatTable {
             if i == 1 && chunk == first_chunk {
                 break; // one chunk: checked already
             }
-            if self.owners_iter(c, chunk, chunk + CHUNK).next().is_none() {
+            // the chunk's owner count (kept under this lock) says whether
+            // anyone else is in it
+            let cs = self.map.chunk(chunk)?;
+            if Meta::load(cs).owners == 0 {
                 continue;
             }
             let (mut multi, mut nm) = ([0usize; 2], 0);
-            for page in [base & !(PAGE - 1), (end - 1) & !(PAGE - 1)] {
+            for (page, n) in pages.into_iter().zip(sharing) {
                 if chunk_base(page) != chunk {
                     continue;
                 }
-                let n = self.owners_iter(c, page, page + PAGE).count();
                 if n + 1 > MULTI_OWNERS {
                     return None;
                 }
@@ -187,7 +242,6 @@ impl HeatTable {
                     nm += 1;
                 }
             }
-            let cs = self.map.chunk(chunk)?;
             if !self.map.reserve_pages(cs, &multi[..nm]) {
                 return None;
             }
@@ -442,5 +496,83 @@ impl HeatTable {
                 m.store(cs);
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::{AllocKind, HeatTable};
+    use super::{CHUNK, PAGE};
+
+    const B: u64 = 0x1_0000_0000;
+
+    /// Random allocations and frees in a 3-chunk window (sub-page buffers
+    /// sharing pages, page- and chunk-crossing ones), against a model of
+    /// what is live: every allocation the model allows is accepted, every
+    /// overlap refused, and every address and chunk resolves to exactly
+    /// the model's owner. Fails if the one-descent owner walk
+    /// (`owners_rev`) stops early or late, or if a span refresh rewrites
+    /// the wrong pages.
+    #[test]
+    fn the_map_follows_random_allocations_and_frees() {
+        for seed in 1..=6u64 {
+            let mut rnd = crate::test_rng(seed * 0x9e37_79b9);
+            let t = HeatTable::new(4096, 4096);
+            let mut live: BTreeMap<u64, (u64, super::super::AllocId)> = BTreeMap::new();
+            for step in 0..1500 {
+                if rnd(3) > 0 || live.is_empty() {
+                    // sizes from 1 KiB (at most 4 per page: under the
+                    // page limit) to 1.5 chunks, at 1 KiB offsets
+                    let base = B + rnd(3 * CHUNK / 1024) * 1024;
+                    let len = match rnd(3) {
+                        0 => (1 + rnd(3)) * 1024,
+                        1 => (1 + rnd(64)) * PAGE,
+                        _ => 1024 + rnd(3 * CHUNK / 2),
+                    };
+                    let overlaps = live
+                        .range(..base + len)
+                        .next_back()
+                        .is_some_and(|(&b, &(l, _))| b + l > base);
+                    let got = t.on_alloc(0, base, len, AllocKind::Malloc);
+                    assert_eq!(
+                        got.is_some(),
+                        !overlaps,
+                        "seed {seed} step {step}: {base:#x}+{len}"
+                    );
+                    if let Some(id) = got {
+                        live.insert(base, (len, id));
+                    }
+                } else {
+                    let k = rnd(live.len() as u64) as usize;
+                    let base = *live.keys().nth(k).unwrap();
+                    assert!(t.on_free(base).is_some(), "seed {seed} step {step}");
+                    live.remove(&base);
+                }
+                for _ in 0..24 {
+                    let a = B + rnd(4 * CHUNK);
+                    let want = live
+                        .range(..=a)
+                        .next_back()
+                        .filter(|(&b, &(l, _))| a < b + l)
+                        .map(|(_, &(_, id))| id);
+                    assert_eq!(
+                        t.lookup(a).map(|x| x.0),
+                        want,
+                        "seed {seed} step {step}: {a:#x}"
+                    );
+                }
+                for c in 0..4 {
+                    let (cs, ce) = (B + c * CHUNK, B + (c + 1) * CHUNK);
+                    let owners = live
+                        .iter()
+                        .filter(|(&b, &(l, _))| b < ce && b + l > cs)
+                        .count();
+                    let info = t.chunk_info(cs).map(|i| i.owners).unwrap_or(0);
+                    assert_eq!(info as usize, owners, "seed {seed} step {step}: chunk {c}");
+                }
+            }
+        }
     }
 }

@@ -138,6 +138,12 @@ impl Residency {
     /// charged for `size` rounded to chunks, as before the padding was
     /// given, so a program sized to the capacity still fits: a padding
     /// chunk gets memory only if the program writes there.
+    /// Whether `malloc_with_room` serves an allocation of `size` bytes
+    /// (smaller ones, and absurd ones, are the runtime's own).
+    pub fn manages_size(&self, size: u64) -> bool {
+        size >= self.min_bytes && size <= 1u64 << 46
+    }
+
     pub fn malloc_with_room(
         &self,
         dev: u32,
@@ -146,7 +152,7 @@ impl Residency {
         free: u64,
         total: u64,
     ) -> Option<Result<u64, AclError>> {
-        if size < self.min_bytes || size > (1u64 << 46) {
+        if !self.manages_size(size) {
             return None;
         }
         let vlen = round_up(room.max(size), CHUNK);

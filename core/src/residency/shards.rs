@@ -384,6 +384,12 @@ impl Residency {
     }
 
     /// `malloc` of `size` bytes that owns `room` bytes (`Shard::malloc_with_room`).
+    /// Whether an allocation of `size` bytes on `dev` is u3m's to serve: a
+    /// caller that is told no need not ask the runtime for free memory.
+    pub fn manages_size(&self, dev: u32, size: u64) -> bool {
+        self.shard(dev).manages_size(size)
+    }
+
     pub fn malloc_with_room(
         &self,
         dev: u32,
