@@ -12,6 +12,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::fence::FENCE_CALLS;
 use super::state::State;
 use super::state::ORDER_TOP;
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
@@ -31,8 +32,13 @@ const SCAN_NEAR: usize = 64;
 /// compute while the link idles; evicting an idle victim MIN would evict
 /// before its next use anyway costs no fetch (the two evictions only swap
 /// places). In a full-parameter AdamW step the first few hundred of the
-/// order are the chunks the optimizer just wrote, all still queued.
-const SCAN_FAR: usize = 1024;
+/// order are the chunks the optimizer just wrote, all still queued — in the
+/// 13B-shaped step at 1.5 x HBM over a thousand (the embedding's state
+/// alone is 940 chunks on one event), with the backward's activations, idle
+/// one after another, behind them: 1024 examined never reached those (the
+/// library's step, simulated: 845.5 -> 832.0 ms with 4096 here and in
+/// `ORDER_TOP`, together with the wait for the earliest-used busy one).
+const SCAN_FAR: usize = 4096;
 /// How near the front a victim behind busy ones must be: its weighted
 /// distance to its next use (`ahead_cost`) at least 7/8 of the first busy
 /// one's. MIN evicts a chunk that close to the front before it is used
@@ -360,7 +366,8 @@ impl Residency {
         // `SCAN_NEAR` usable (any of them); past those, up to `SCAN_FAR`,
         // one that is idle and predicted needed only after the look-ahead
         // window (Belady's rule with a cost: see `SCAN_FAR`); else wait for
-        // the busy one last used earliest (`earliest`). Chunks used by the
+        // the first busy one, or for the busy one last used earliest when
+        // that is a fence round older (`earliest`). Chunks used by the
         // same call share an event: an event seen pending is not asked
         // again in this scan.
         let now = st.clock;
@@ -371,11 +378,15 @@ impl Residency {
         // the busy candidate whose last use is oldest, (last, chunk): the
         // device runs a stream's work in order, so its use most likely
         // completes first. Waiting for the first busy one instead (the
-        // policy's best victim) waits for the newest work: in a full-
+        // policy's best victim) can wait for much newer work: in a full-
         // parameter AdamW step that is the optimizer's first update, queued
         // behind the whole backward, while the activations the backward
         // reads one by one go idle behind it and the link stays idle (13B,
-        // 1.5 x HBM: the host waited 61 ms of a 109 ms backward)
+        // 1.5 x HBM: the host waited 61 ms of a 109 ms backward). Only when
+        // the first busy one was last used over `FENCE_CALLS` calls later
+        // (a later fence round): closer, it completes about as soon, and
+        // waiting for it keeps the policy's choice (13B LoRA at 1.5 x:
+        // 316.3 ms per step without that bound, 314.8 with it, simulated)
         let mut earliest: Option<(u64, (u64, u32))> = None;
         // the first busy one's weighted distance to its next use (None: the
         // policy cannot date it), asked once per scan
@@ -494,7 +505,15 @@ impl Residency {
             return Ok(Some(true));
         }
         self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
-        let Some((_, (id, i))) = earliest else {
+        let target = match (first_busy, earliest) {
+            (Some((fi, fc)), Some((last, e)))
+                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64) =>
+            {
+                Some(e)
+            }
+            _ => first_busy,
+        };
+        let Some((id, i)) = target else {
             return Ok(Some(false));
         };
         // Every candidate is still in use. Never wait for the device while
