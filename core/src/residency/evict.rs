@@ -384,9 +384,13 @@ impl Residency {
         // reads one by one go idle behind it and the link stays idle (13B,
         // 1.5 x HBM: the host waited 61 ms of a 109 ms backward). Only when
         // the first busy one was last used over `FENCE_CALLS` calls later
-        // (a later fence round): closer, it completes about as soon, and
+        // (a later fence round) — closer, it completes about as soon, and
         // waiting for it keeps the policy's choice (13B LoRA at 1.5 x:
-        // 316.3 ms per step without that bound, 314.8 with it, simulated)
+        // 316.3 ms per step without that bound, 314.8 with it, simulated) —
+        // and the earliest one's weighted distance to its next use is at
+        // least `DIRTY_SHARE` of the first's: one needed much sooner would
+        // come back (`policies.sh`'s adam --recompute, 4 layers: 1.147 ->
+        // 1.162 x Belady's bytes without that bound)
         let mut earliest: Option<(u64, (u64, u32))> = None;
         // the first busy one's weighted distance to its next use (None: the
         // policy cannot date it), asked once per scan
@@ -507,7 +511,14 @@ impl Residency {
         self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
-                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64) =>
+                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64)
+                    && match (front_cost(st, (fi, fc)), front_cost(st, e)) {
+                        (Some(f), Some(c)) => {
+                            c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128
+                        }
+                        (None, _) => true,
+                        _ => false,
+                    } =>
             {
                 Some(e)
             }

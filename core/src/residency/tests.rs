@@ -2190,10 +2190,12 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
 /// still queued; waiting for the front instead ran them all and evicted f
 /// (13B AdamW at 1.5 x HBM: the optimizer's first update, queued behind the
 /// backward, was waited for while the backward's activations went idle).
-/// With a gap of 2 the fault-in waits for the front, which leaves.
+/// With a gap of 2 the fault-in waits for the front, which leaves; so it
+/// does when a is needed much sooner than f (under half its weighted
+/// distance to its next use, `DIRTY_SHARE`).
 #[test]
 fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlier() {
-    let run = |gap: usize| {
+    let run = |gap: usize, x_next: u64| {
         let (policy, at) = Script::new();
         let a = App::with_policy(4, Box::new(policy));
         a.r.set_look_ahead(false);
@@ -2205,7 +2207,7 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
         );
         at.lock()
             .unwrap()
-            .extend([(f, 1000), (x, 900), (y, 100), (z, 101)]);
+            .extend([(f, 1000), (x, x_next), (y, 100), (z, 101)]);
         for (k, &va) in [f, x, y, z].iter().enumerate() {
             a.write(va, &pattern(k as u64, 256)); // HBM full: 4 chunks
         }
@@ -2231,8 +2233,13 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
         a.assert_clean();
         got
     };
-    assert_eq!(run(40), (true, false), "a fence round apart: x leaves");
-    assert_eq!(run(2), (false, true), "close: the front leaves");
+    assert_eq!(run(40, 900), (true, false), "a fence round apart: x leaves");
+    assert_eq!(run(2, 900), (false, true), "close: the front leaves");
+    assert_eq!(
+        run(40, 200),
+        (false, true),
+        "x needed soon: the front leaves"
+    );
 }
 
 /// Demand eviction behind a busy front of fewer than 64 candidates, the
