@@ -32,13 +32,11 @@ const SCAN_NEAR: usize = 64;
 /// compute while the link idles; evicting an idle victim MIN would evict
 /// before its next use anyway costs no fetch (the two evictions only swap
 /// places). In a full-parameter AdamW step the first few hundred of the
-/// order are the chunks the optimizer just wrote, all still queued — in the
-/// 13B-shaped step at 1.5 x HBM over a thousand (the embedding's state
-/// alone is 940 chunks on one event), with the backward's activations, idle
-/// one after another, behind them: 1024 examined never reached those (the
-/// library's step, simulated: 845.5 -> 832.0 ms with 4096 here and in
-/// `ORDER_TOP`, together with the wait for the earliest-used busy one).
-const SCAN_FAR: usize = 4096;
+/// order are the chunks the optimizer just wrote, all still queued. (4096
+/// here and in `ORDER_TOP`, with the earliest-used wait of
+/// `evict_in_order`: the 13B AdamW step at 1.5 x 836.3 -> 832.0 ms,
+/// simulated, for 42 % more instructions in the whole run.)
+const SCAN_FAR: usize = 1024;
 /// How near the front a victim behind busy ones must be: its weighted
 /// distance to its next use (`ahead_cost`) at least 7/8 of the first busy
 /// one's. MIN evicts a chunk that close to the front before it is used

@@ -302,10 +302,8 @@ pub(super) struct BusyFront {
 /// its front, and the chunks touched since it was ordered are re-keyed into
 /// it; one used up before its end is built again, and a fresh one with
 /// none to give is built whole before eviction gives up
-/// (`evict::evict_one`). As many as `evict::SCAN_FAR` examines: a 13B
-/// AdamW step's front is thousands of the optimizer's just-written,
-/// still-queued chunks, and the idle victims are behind them.
-pub(super) const ORDER_TOP: usize = 4096;
+/// (`evict::evict_one`).
+pub(super) const ORDER_TOP: usize = 1024;
 /// Evictions from a kept order after which it is re-keyed.
 pub(super) const REBUILD_TAKEN: usize = 32;
 /// Touched keys a kept order remembers before it overflows.
