@@ -12,6 +12,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::fence::FENCE_CALLS;
 use super::state::State;
 use super::state::ORDER_TOP;
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
@@ -31,7 +32,10 @@ const SCAN_NEAR: usize = 64;
 /// compute while the link idles; evicting an idle victim MIN would evict
 /// before its next use anyway costs no fetch (the two evictions only swap
 /// places). In a full-parameter AdamW step the first few hundred of the
-/// order are the chunks the optimizer just wrote, all still queued.
+/// order are the chunks the optimizer just wrote, all still queued. (4096
+/// here and in `ORDER_TOP`, with the earliest-used wait of
+/// `evict_in_order`: the 13B AdamW step at 1.5 x 836.3 -> 832.0 ms,
+/// simulated, for 42 % more instructions in the whole run.)
 const SCAN_FAR: usize = 1024;
 /// How near the front a victim behind busy ones must be: its weighted
 /// distance to its next use (`ahead_cost`) at least 7/8 of the first busy
@@ -360,13 +364,32 @@ impl Residency {
         // `SCAN_NEAR` usable (any of them); past those, up to `SCAN_FAR`,
         // one that is idle and predicted needed only after the look-ahead
         // window (Belady's rule with a cost: see `SCAN_FAR`); else wait for
-        // the first busy one. Chunks used by the same call share an event:
-        // an event seen pending is not asked again in this scan.
+        // the first busy one, or for the busy one last used earliest when
+        // that is a fence round older (`earliest`). Chunks used by the
+        // same call share an event: an event seen pending is not asked
+        // again in this scan.
         let now = st.clock;
         let window = now.saturating_add(st.dev(dev).ahead.depth);
         let mut pending: [u64; 8] = [0; 8];
         let mut npend = 0usize;
         let mut first_busy = None;
+        // the busy candidate whose last use is oldest, (last, chunk): the
+        // device runs a stream's work in order, so its use most likely
+        // completes first. Waiting for the first busy one instead (the
+        // policy's best victim) can wait for much newer work: in a full-
+        // parameter AdamW step that is the optimizer's first update, queued
+        // behind the whole backward, while the activations the backward
+        // reads one by one go idle behind it and the link stays idle (13B,
+        // 1.5 x HBM: the host waited 61 ms of a 109 ms backward). Only when
+        // the first busy one was last used over `FENCE_CALLS` calls later
+        // (a later fence round) — closer, it completes about as soon, and
+        // waiting for it keeps the policy's choice (13B LoRA at 1.5 x:
+        // 316.3 ms per step without that bound, 314.8 with it, simulated) —
+        // and the earliest one's weighted distance to its next use is at
+        // least `DIRTY_SHARE` of the first's: one needed much sooner would
+        // come back (`policies.sh`'s adam --recompute, 4 layers: 1.147 ->
+        // 1.162 x Belady's bytes without that bound)
+        let mut earliest: Option<(u64, (u64, u32))> = None;
         // the first busy one's weighted distance to its next use (None: the
         // policy cannot date it), asked once per scan
         let mut front: Option<Option<u64>> = None;
@@ -388,6 +411,7 @@ impl Residency {
             {
                 if let Some(f) = usable(st, b.first) {
                     (k, seen, first_busy, pending, npend) = (b.end, b.seen, Some(f), b.events, b.n);
+                    earliest = Some((st.chunk(f.0, f.1).last, f));
                 }
             }
         }
@@ -430,6 +454,10 @@ impl Residency {
             }
             if !idle {
                 first_busy.get_or_insert((id, i));
+                let last = st.chunk(id, i).last;
+                if earliest.is_none_or(|(e, _)| last < e) {
+                    earliest = Some((last, (id, i)));
+                }
                 if run {
                     (run_end, run_seen) = (k, seen);
                 }
@@ -479,7 +507,22 @@ impl Residency {
             return Ok(Some(true));
         }
         self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
-        let Some((id, i)) = first_busy else {
+        let target = match (first_busy, earliest) {
+            (Some((fi, fc)), Some((last, e)))
+                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64)
+                    && match (front_cost(st, (fi, fc)), front_cost(st, e)) {
+                        (Some(f), Some(c)) => {
+                            c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128
+                        }
+                        (None, _) => true,
+                        _ => false,
+                    } =>
+            {
+                Some(e)
+            }
+            _ => first_busy,
+        };
+        let Some((id, i)) = target else {
             return Ok(Some(false));
         };
         // Every candidate is still in use. Never wait for the device while

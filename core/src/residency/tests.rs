@@ -2179,6 +2179,69 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
     assert_eq!(run(200), (false, true), "x needed soon: kept");
 }
 
+/// Demand eviction when every candidate is busy: the fault-in waits (with
+/// no lock held) for the busy candidate last used earliest, whose use the
+/// device reaches first, when the policy's best victim was last used more
+/// than a fence round (`FENCE_CALLS`) later. An operator reads a, y and z;
+/// then `gap` operators on the same stream read f, the policy's front
+/// (needed furthest). With a gap of 40 the wait runs the first operator
+/// only (the lazy fake runs a stream up to the event waited for), and a,
+/// the best of the now idle chunks, leaves while f stays, its operators
+/// still queued; waiting for the front instead ran them all and evicted f
+/// (13B AdamW at 1.5 x HBM: the optimizer's first update, queued behind the
+/// backward, was waited for while the backward's activations went idle).
+/// With a gap of 2 the fault-in waits for the front, which leaves; so it
+/// does when a is needed much sooner than f (under half its weighted
+/// distance to its next use, `DIRTY_SHARE`).
+#[test]
+fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlier() {
+    let run = |gap: usize, x_next: u64| {
+        let (policy, at) = Script::new();
+        let a = App::with_policy(4, Box::new(policy));
+        a.r.set_look_ahead(false);
+        let (f, x, y, z) = (
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+        );
+        at.lock()
+            .unwrap()
+            .extend([(f, 1000), (x, x_next), (y, 100), (z, 101)]);
+        for (k, &va) in [f, x, y, z].iter().enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full: 4 chunks
+        }
+        let s = a.f.app_stream();
+        let nop = || Box::new(|_m: &mut Mem<'_>| {}) as Kernel;
+        a.op(s, &[(x, CHUNK), (y, CHUNK), (z, CHUNK)], &[], nop());
+        // calls on a stream share one use fence until something records
+        // it: record it here, so the first operator completes on its own
+        a.r.before_capture(s);
+        for _ in 0..gap {
+            a.op(s, &[(f, CHUNK)], &[], nop());
+        }
+        let w = a.malloc(CHUNK);
+        at.lock().unwrap().insert(w, 150);
+        a.write(w, &pattern(99, 256)); // a fault-in: every candidate busy
+        let got = (resident(&a, f), resident(&a, x));
+        assert!(resident(&a, y) && resident(&a, z));
+        a.f.drain();
+        for (k, &va) in [f, x, y, z].iter().enumerate() {
+            assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
+        }
+        assert_eq!(a.read(w, 256), pattern(99, 256));
+        a.assert_clean();
+        got
+    };
+    assert_eq!(run(40, 900), (true, false), "a fence round apart: x leaves");
+    assert_eq!(run(2, 900), (false, true), "close: the front leaves");
+    assert_eq!(
+        run(40, 200),
+        (false, true),
+        "x needed soon: the front leaves"
+    );
+}
+
 /// Demand eviction behind a busy front of fewer than 64 candidates, the
 /// front clean (RAG: the KV queued decode work reads is predicted furthest).
 /// A dirty idle chunk among the nearest `DIRTY_NEAR` (36) is taken
