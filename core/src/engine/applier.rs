@@ -1,6 +1,8 @@
 //! The applier thread (issue 10 part 2): deferred work of the calls —
-//! the policy's buffered accesses (policy/pending.rs) — done off the
-//! calling threads, as bytehound hands its heavy work to a thread.
+//! the policy's buffered accesses (policy/pending.rs), the heat table's raw
+//! ranges (heat/pending.rs: resolved into allocation, range and chunk
+//! records and counted) — done off the calling threads, as bytehound hands
+//! its heavy work to a thread.
 //!
 //! A call appends to its thread's buffer; when a buffer is *due* the call
 //! wakes this thread (`Thread::unpark`: one swap of the parker's word, and
@@ -38,9 +40,9 @@ pub struct Applier {
 }
 
 impl Applier {
-    /// Starts the thread and hands it to the policy (tier mode).
+    /// Starts the thread and hands it to the heat table and (tier mode)
+    /// the policy.
     pub fn start(&self, e: &'static Engine) {
-        let Some(r) = &e.residency else { return };
         let h = std::thread::Builder::new()
             .name("u3m-apply".into())
             .spawn(move || e.applier.main(e));
@@ -49,12 +51,14 @@ impl Applier {
             if let Ok(mut g) = self.thread.lock() {
                 *g = Some(t.clone());
             }
-            r.policy().set_applier(t);
+            e.heat.set_applier(t.clone());
+            if let Some(r) = &e.residency {
+                r.policy().set_applier(t);
+            }
         }
     }
 
     fn main(&self, e: &'static Engine) {
-        let Some(r) = &e.residency else { return };
         while !self.stop.load(Ordering::Acquire) {
             std::thread::park_timeout(IDLE);
             if self.stop.load(Ordering::Acquire) {
@@ -63,10 +67,17 @@ impl Applier {
             // a panic in the policy must not take the process down; the
             // calls apply their buffers themselves from then on
             let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                r.policy().apply_deferred()
+                e.heat.apply_deferred();
+                if let Some(r) = &e.residency {
+                    r.policy().apply_deferred();
+                }
             }));
             if ok.is_err() {
-                r.policy().set_applier_gone();
+                // the heat buffers then fill and are applied by their
+                // threads (or a reader) as without an applier
+                if let Some(r) = &e.residency {
+                    r.policy().set_applier_gone();
+                }
                 return;
             }
         }
