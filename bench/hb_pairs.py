@@ -3,7 +3,7 @@
 --per-iter, tier mode, phantom device, p50 per iteration divided by the
 calls per iteration, with libu3m.so minus without, in pairs (which arm
 goes first alternates; the builds' order is random per pair). T=1 20,000
-iterations; T=8 5,000 per thread, all pinned to CPU 0. fast5's
+iterations, unpinned and pinned to CPU 0; T=8 5,000 per thread, pinned to CPU 0. fast5's
 /tmp/f5/hb.py, kept here (BENCHMARKS.md `fast7`).
 
   bench/hb_pairs.py PAIRS BIN...     (BIN: libu3m.so and acl-apps/hookbench)
@@ -37,15 +37,15 @@ def main():
         order = list(bins)
         random.shuffle(order)
         for b in order:
-            for (t, iters, pin) in ((1, 20000, False), (8, 5000, True)):
+            for (t, iters, pin) in ((1, 20000, False), (1, 20000, True), (8, 5000, True)):
                 arms = [False, True] if p % 2 == 0 else [True, False]
                 got = {lib: run(b, lib, t, iters, pin, shm) for lib in arms}
                 for c in got[True]:
-                    res.setdefault((b, t, c), []).append(got[True][c] - got[False][c])
+                    res.setdefault((b, t, pin, c), []).append(got[True][c] - got[False][c])
         print("pair %d done, load %.1f" % (p + 1, os.getloadavg()[0]), file=sys.stderr, flush=True)
-    for (b, t, c), v in sorted(res.items()):
+    for (b, t, pin, c), v in sorted(res.items()):
         print("%-16s T=%d%s %-17s median %6.1f ns  [%s]" % (
-            b.rstrip("/").rsplit("/", 1)[-1], t, " pinned" if t == 8 else "", c,
+            b.rstrip("/").rsplit("/", 1)[-1], t, " pinned" if pin else "", c,
             statistics.median(v), " ".join("%.0f" % x for x in v)))
 
 

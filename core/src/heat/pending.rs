@@ -139,10 +139,13 @@ impl HeatTable {
             let end = p.raw_ranges.len() as u32;
             p.raw.push((a.seq, a.ns, a.class, a.op_hash, end));
         }
-        buf.dirty.store(true, Release);
-        // a map change applies the buffers first while this is set (SeqCst:
-        // see `before_map_change`)
-        if !self.deferred.any.load(Relaxed) {
+        // only this thread sets it, under the buffer's lock (a drain clears
+        // it under the same lock): `any` is set once per drain, when the
+        // buffer goes from taken to holding something. While `any` is set,
+        // a map change applies the buffers first (SeqCst: see
+        // `before_map_change`).
+        if !buf.dirty.load(Relaxed) {
+            buf.dirty.store(true, Release);
             self.deferred.any.store(true, SeqCst);
         }
         if (p.raw.len() >= DUE_CALLS || p.raw_ranges.len() >= DUE_RANGES)
@@ -385,17 +388,22 @@ impl HeatTable {
         }
         let mut r = self.pending.lock();
         let d = &self.deferred;
-        // set before `any` is cleared, cleared once all is applied: a map
-        // change that finds `any` clear sees this set until then
-        d.applying.store(true, SeqCst);
-        d.any.store(false, SeqCst);
-        d.woke.store(false, Relaxed);
+        // nothing taken since the last drain began (a buffer that takes a
+        // call then sets `any`): no flag written (a free drains always)
+        let take = d.any.load(SeqCst);
+        if take {
+            // set before `any` is cleared, cleared once all is applied: a
+            // map change that finds `any` clear sees this set until then
+            d.applying.store(true, SeqCst);
+            d.any.store(false, SeqCst);
+            d.woke.store(false, Relaxed);
+        }
         let Bufs {
             bufs,
             s: Scratch { taken, spare },
         } = &mut *r;
         bufs.retain(|b| {
-            if b.dirty.load(Acquire) {
+            if take && b.dirty.load(Acquire) {
                 let fresh = spare.pop().unwrap_or_else(Pending::with_capacity);
                 let mut p = b.lock();
                 taken.push(std::mem::replace(&mut *p, fresh));
@@ -408,7 +416,9 @@ impl HeatTable {
             self.apply(&mut p);
             spare.push(p);
         }
-        d.applying.store(false, Release);
+        if take {
+            d.applying.store(false, Release);
+        }
     }
 
     /// Before the address map changes (an allocation, a VMM map or unmap;
