@@ -11,6 +11,7 @@
 //! stats segment, the trace recorder's lock-free queue. Allocation-side methods
 //! are cold and may lock.
 
+mod applier;
 pub mod call;
 mod detour;
 mod failure;
@@ -147,6 +148,8 @@ pub struct Engine {
     monitors: Vec<Mutex<Monitor>>,
     capacity: [AtomicU64; MAX_DEVICES],
     publisher: publish::Publisher,
+    /// The thread that applies the calls' deferred work (tier mode).
+    applier: applier::Applier,
     residency: Option<Residency>,
     /// The device runtime (libu3m.so: the real functions), for u3m's own
     /// queries; None for engines that only observe (benchmarks).
@@ -274,6 +277,7 @@ impl Engine {
                 .collect(),
             capacity: [const { AtomicU64::new(0) }; MAX_DEVICES],
             publisher: publish::Publisher::default(),
+            applier: applier::Applier::default(),
             residency,
             rt,
             unmanaged: [const { AtomicU64::new(0) }; MAX_DEVICES],
@@ -299,6 +303,7 @@ impl Engine {
         if self.seg.is_some() || self.residency.is_some() {
             self.publisher.start(self);
         }
+        self.applier.start(self);
     }
 
     pub fn config(&self) -> &Config {
@@ -323,6 +328,7 @@ impl Engine {
             return;
         }
         self.publisher.stop();
+        self.applier.stop();
         self.note_spill_errors();
         if self.cfg.log >= LogLevel::Info {
             eprintln!("u3m: {}", self.exit_summary());
@@ -350,6 +356,7 @@ impl Engine {
             r.forget_after_fork();
         }
         self.publisher.forget_after_fork();
+        self.applier.forget_after_fork();
     }
 
     /// Whether a forked child keeps this engine: in tier mode with managed

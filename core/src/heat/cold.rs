@@ -175,6 +175,8 @@ impl HeatTable {
     /// share a 4 KiB page, or memory for the map runs out (all counted in
     /// `totals().failed_allocs`).
     pub fn on_alloc(&self, dev: u32, base: u64, len: u64, kind: AllocKind) -> Option<AllocId> {
+        // calls buffered raw resolve against the map before this allocation
+        self.before_map_change();
         let mut c = self.lock();
         let id = self.try_alloc(&mut c, dev, base, len, kind);
         if id.is_none() {
@@ -426,6 +428,7 @@ impl HeatTable {
     /// Chunks of reservations in `[va, va+len)` are now backed. Returns
     /// whether the range fell in a live reservation.
     pub fn on_map(&self, va: u64, len: u64) -> bool {
+        self.before_map_change();
         let mut c = self.lock();
         let end = va.saturating_add(len);
         self.for_chunks_in(
@@ -450,6 +453,7 @@ impl HeatTable {
     /// Chunks of reservations in `[va, va+len)` are no longer backed (their
     /// statistics stay).
     pub fn on_unmap(&self, va: u64, len: u64) -> bool {
+        self.before_map_change();
         let mut c = self.lock();
         let end = va.saturating_add(len);
         self.for_chunks_in(

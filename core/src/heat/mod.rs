@@ -91,6 +91,7 @@ pub struct HeatTable {
     config: HeatConfig,
     /// Per-thread buffers of accesses (`record_ranges`).
     pending: pending::Registry,
+    deferred: pending::Deferred,
 }
 
 /// Parts of ranges [`HeatTable::touch_ranges`] counts at once.
@@ -192,6 +193,7 @@ impl HeatTable {
                 max_ranges: 0,
             },
             pending: pending::registry(),
+            deferred: pending::Deferred::default(),
         })
         .map(|mut t| {
             t.config.max_ranges = t.ranges.capacity();

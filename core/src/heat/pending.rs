@@ -1,18 +1,27 @@
 //! Per-thread buffers of accesses (issue 10 part 2): the operator hot path
 //! records, the shared records are written in batches.
 //!
-//! [`HeatTable::record_ranges`] resolves a call's ranges as
-//! [`HeatTable::touch_ranges`] does, but instead of updating the shared
-//! allocation, tensor-range and chunk records (~15 compare-and-swaps on
-//! cache lines every thread writes) it merges the hits into the calling
-//! thread's buffer: one entry per record, a [`Delta`] (count, latest
-//! sequence and time, earliest time, latest write, operator bits). Every
-//! field of a record is a sum, max, min or union, so counting a merged
-//! delta later leaves the record exactly as counting the hits one by one.
+//! [`HeatTable::record_ranges`] appends a call's raw ranges (address,
+//! length, read or write) and its sequence, time, class and operator hash
+//! to the calling thread's buffer and returns. When the buffer is applied
+//! they are resolved as [`HeatTable::touch_ranges`] does, but instead of
+//! updating the shared allocation, tensor-range and chunk records (~15
+//! compare-and-swaps on cache lines every thread writes) the hits are
+//! merged into lists: one entry per record, a [`Delta`] (count, latest
+//! sequence and time, earliest time, latest write, operator bits), then
+//! counted. Every field of a record is a sum, max, min or union, so
+//! counting a merged delta later leaves the record exactly as counting the
+//! hits one by one.
 //!
-//! A buffer is applied (its deltas counted, then emptied) by its thread
-//! when one of its lists is full, and by every reader of the table before
-//! it reads: `on_free` (so the freed allocation's final statistics include
+//! A raw range must resolve against the address map as it was at its
+//! call: every change of the map applies the buffers first — `on_free`
+//! always, `on_alloc`, `on_map` and `on_unmap` when anything is buffered
+//! or a drain is applying (`before_map_change`: two flag reads otherwise).
+//!
+//! A buffer is applied (resolved, its deltas counted, then emptied) by the
+//! engine's applier thread when one is due (a quarter full: the call wakes
+//! it, engine/applier.rs), by its thread when it is full, and by every
+//! reader of the table before it reads: `on_free` (so the freed allocation's final statistics include
 //! every access buffered before the free, and no buffered access is
 //! counted for the next allocation at the address — a delta names the
 //! allocation's generation and the chunk record's epoch, and counts only
@@ -29,12 +38,22 @@ use super::addr_map::{Resolved, CHUNK_SHIFT};
 use super::ranges::RangeHit;
 use super::record::{Delta, Hit};
 use super::{Access, HeatTable};
-use crate::perthread;
+use crate::engine::Range;
+use crate::opclass::OpClass;
+use crate::perthread::{self, Bufs};
 
 /// Entries per list; a full list applies the buffer.
 const ALLOCS: usize = 16;
 const RANGES: usize = 64;
 const CHUNKS: usize = 32;
+/// Raw calls and their ranges per buffer (recorded as given, resolved when
+/// the buffer is applied); a full buffer is applied by its thread.
+const RAW_CALLS: usize = 256;
+const RAW_RANGES: usize = 2048;
+/// A buffer holding this many raw calls or ranges is *due*: the call wakes
+/// the applier thread (engine/applier.rs), which applies every buffer.
+const DUE_CALLS: usize = RAW_CALLS / 4;
+const DUE_RANGES: usize = RAW_RANGES / 4;
 
 #[derive(Default)]
 pub(super) struct Pending {
@@ -48,6 +67,10 @@ pub(super) struct Pending {
     /// (chunk record word `epoch << 32 | index + 1`, idx, gen of the owner
     /// through which it was reached, delta)
     chunks: Vec<(u64, u32, u32, Delta)>,
+    /// Raw calls not resolved yet: (seq, ns, class, op_hash, end of its
+    /// ranges in `raw_ranges`), in the order the thread made them.
+    raw: Vec<(u64, u64, OpClass, u64, u32)>,
+    raw_ranges: Vec<Range>,
 }
 
 impl Pending {
@@ -56,6 +79,8 @@ impl Pending {
             allocs: Vec::with_capacity(ALLOCS),
             ranges: Vec::with_capacity(RANGES),
             chunks: Vec::with_capacity(CHUNKS),
+            raw: Vec::with_capacity(RAW_CALLS),
+            raw_ranges: Vec::with_capacity(RAW_RANGES),
             ..Pending::default()
         }
     }
@@ -67,10 +92,18 @@ type Buf = perthread::Buf<Pending>;
 /// The registry of a table's per-thread buffers (`off`: set in a forked
 /// child by `after_fork_child` — no buffering, no draining: the parent's
 /// threads may have held these locks at fork).
-pub(super) type Registry = perthread::Registry<Pending>;
+pub(super) type Registry = perthread::Registry<Pending, Scratch>;
+
+/// The drain's scratch space, under the registry's lock: buffers taken out
+/// of their threads' (swapped for spare ones), being applied.
+#[derive(Default)]
+pub(super) struct Scratch {
+    taken: Vec<Pending>,
+    spare: Vec<Pending>,
+}
 
 pub(super) fn registry() -> Registry {
-    Registry::new(perthread::SLOT_HEAT, ())
+    Registry::new(perthread::SLOT_HEAT, Scratch::default())
 }
 
 impl HeatTable {
@@ -91,8 +124,41 @@ impl HeatTable {
         }
     }
 
-    fn record_in(&self, buf: &Buf, ranges: &[crate::engine::Range], a: &Access) {
+    /// Appends the call's raw ranges to the thread's buffer (resolved when
+    /// it is applied: `apply`); a buffer that cannot take them is applied
+    /// first, a call with more ranges than a buffer holds resolved at once.
+    fn record_in(&self, buf: &Buf, ranges: &[Range], a: &Access) {
         let mut p = buf.lock();
+        if p.raw.len() == RAW_CALLS || p.raw_ranges.len() + ranges.len() > RAW_RANGES {
+            self.apply(&mut p);
+        }
+        if ranges.len() > RAW_RANGES {
+            self.resolve_call(&mut p, ranges, a);
+        } else {
+            p.raw_ranges.extend_from_slice(ranges);
+            let end = p.raw_ranges.len() as u32;
+            p.raw.push((a.seq, a.ns, a.class, a.op_hash, end));
+        }
+        // only this thread sets it, under the buffer's lock (a drain clears
+        // it under the same lock): `any` is set once per drain, when the
+        // buffer goes from taken to holding something. While `any` is set,
+        // a map change applies the buffers first (SeqCst: see
+        // `before_map_change`).
+        if !buf.dirty.load(Relaxed) {
+            buf.dirty.store(true, Release);
+            self.deferred.any.store(true, SeqCst);
+        }
+        if (p.raw.len() >= DUE_CALLS || p.raw_ranges.len() >= DUE_RANGES)
+            && !self.deferred.woke.load(Relaxed)
+        {
+            self.deferred.wake();
+        }
+    }
+
+    /// Resolves one call's ranges against the address map as it is now
+    /// (the map as it was at the call: every change of it applies the
+    /// buffers first) and merges the hits into `p`'s lists.
+    fn resolve_call(&self, p: &mut Pending, ranges: &[Range], a: &Access) {
         let hits = [
             Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
             Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
@@ -136,13 +202,12 @@ impl HeatTable {
                     } => {
                         owner = Some((idx, gen, base, len));
                         let pend = end.min(base + len);
-                        self.buffer_part(&mut p, idx, gen, cur, pend, &hits[r.write as usize]);
+                        self.buffer_part(p, idx, gen, cur, pend, &hits[r.write as usize]);
                         cur = pend;
                     }
                 }
             }
         }
-        buf.dirty.store(true, Release);
     }
 
     /// One part `[p0, p1)` of allocation `(idx, gen)`: its allocation, its
@@ -156,7 +221,7 @@ impl HeatTable {
             }
             None => {
                 if p.allocs.len() == ALLOCS {
-                    self.apply(p);
+                    self.apply_deltas(p);
                 }
                 p.allocs.push((idx, gen, p1 - p0, Delta::of(h, 1)));
             }
@@ -170,7 +235,7 @@ impl HeatTable {
             Some(e) => e.4.merge(h),
             None => {
                 if p.ranges.len() == RANGES {
-                    self.apply(p);
+                    self.apply_deltas(p);
                 }
                 p.ranges.push((p0, len, idx, gen, Delta::of(h, 1)));
             }
@@ -193,7 +258,7 @@ impl HeatTable {
                 Some(e) => e.3.merge(h),
                 None => {
                     if p.chunks.len() == CHUNKS {
-                        self.apply(p);
+                        self.apply_deltas(p);
                     }
                     p.chunks.push((rw, idx, gen, Delta::of(h, 1)));
                 }
@@ -201,8 +266,34 @@ impl HeatTable {
         }
     }
 
-    /// Count everything `p` holds and empty it.
+    /// Count everything `p` holds and empty it: its raw calls resolved
+    /// (in the order they were made), then every delta counted.
     fn apply(&self, p: &mut Pending) {
+        if !p.raw.is_empty() {
+            let mut raw = std::mem::take(&mut p.raw);
+            let rr = std::mem::take(&mut p.raw_ranges);
+            let mut start = 0;
+            for &(seq, ns, class, op_hash, end) in &raw {
+                let a = Access {
+                    seq,
+                    ns,
+                    class,
+                    op_hash,
+                    write: false,
+                };
+                self.resolve_call(p, &rr[start..end as usize], &a);
+                start = end as usize;
+            }
+            raw.clear();
+            p.raw = raw;
+            p.raw_ranges = rr;
+            p.raw_ranges.clear();
+        }
+        self.apply_deltas(p);
+    }
+
+    /// Count the deltas `p` holds and empty its lists.
+    fn apply_deltas(&self, p: &mut Pending) {
         let shard = self.shard();
         let mut stale = 0;
         let mut unatt_touches = std::mem::take(&mut p.unattributed_touches);
@@ -286,21 +377,94 @@ impl HeatTable {
     }
 
     /// Apply every thread's buffer (readers call this first). Buffers of
-    /// threads that have exited are dropped once applied.
+    /// threads that have exited are dropped once applied. A dirty buffer is
+    /// swapped for an empty one under its lock and applied after (its
+    /// thread waits for a swap, not for the resolution), with the
+    /// registry's lock held throughout, so a reader or a map change that
+    /// drains after this sees everything applied.
     pub(super) fn drain(&self) {
         if self.pending.off.load(Acquire) {
             return;
         }
         let mut r = self.pending.lock();
-        r.bufs.retain(|b| {
-            if b.dirty.load(Acquire) {
+        let d = &self.deferred;
+        // nothing taken since the last drain began (a buffer that takes a
+        // call then sets `any`): no flag written (a free drains always)
+        let take = d.any.load(SeqCst);
+        if take {
+            // set before `any` is cleared, cleared once all is applied: a
+            // map change that finds `any` clear sees this set until then
+            d.applying.store(true, SeqCst);
+            d.any.store(false, SeqCst);
+            d.woke.store(false, Relaxed);
+        }
+        let Bufs {
+            bufs,
+            s: Scratch { taken, spare },
+        } = &mut *r;
+        bufs.retain(|b| {
+            if take && b.dirty.load(Acquire) {
+                let fresh = spare.pop().unwrap_or_else(Pending::with_capacity);
                 let mut p = b.lock();
-                self.apply(&mut p);
+                taken.push(std::mem::replace(&mut *p, fresh));
                 b.dirty.store(false, Relaxed);
             }
             // only the registry holds it once its thread has exited
             !Buf::orphaned(b)
         });
+        for mut p in taken.drain(..) {
+            self.apply(&mut p);
+            spare.push(p);
+        }
+        if take {
+            d.applying.store(false, Release);
+        }
+    }
+
+    /// Before the address map changes (an allocation, a VMM map or unmap;
+    /// a free drains always): the raw calls buffered so far are resolved
+    /// against the map they were made under. Nothing to do (two flag reads)
+    /// when nothing is buffered and no drain is applying.
+    #[inline]
+    pub(super) fn before_map_change(&self) {
+        if self.deferred.any.load(SeqCst) || self.deferred.applying.load(SeqCst) {
+            self.drain();
+        }
+    }
+
+    /// The engine's applier thread (engine/applier.rs), woken when a buffer
+    /// is due.
+    pub fn set_applier(&self, t: std::thread::Thread) {
+        let _ = self.deferred.thread.set(t);
+    }
+
+    /// On the applier thread, woken: every buffer applied.
+    pub fn apply_deferred(&self) {
+        if self.deferred.woke.load(Relaxed) {
+            self.drain();
+        }
+    }
+}
+
+/// The table's flags for its buffers' deferred work.
+#[derive(Default)]
+pub(super) struct Deferred {
+    /// Set when a buffer took a call since the last drain began.
+    any: std::sync::atomic::AtomicBool,
+    /// Set while a drain applies what it took (see `drain`).
+    applying: std::sync::atomic::AtomicBool,
+    /// The applier was woken since the last drain began.
+    woke: std::sync::atomic::AtomicBool,
+    thread: std::sync::OnceLock<std::thread::Thread>,
+}
+
+impl Deferred {
+    #[inline(never)]
+    fn wake(&self) {
+        self.woke.store(true, Relaxed);
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
     }
 }
 
@@ -389,6 +553,56 @@ mod tests {
         }
         same(&one, &all, "end");
         assert!(all.totals().touches > 1000);
+    }
+
+    /// Raw ranges resolve against the address map of their call: a range
+    /// in a gap stays unattributed when an allocation later covers the
+    /// gap, and a range of a freed allocation counts for it, not for the
+    /// next allocation at its address. Fails if `on_alloc` does not apply
+    /// the buffers first (the gap's range is counted for the new
+    /// allocation) or `on_free` does not (the free's statistics lack it
+    /// and the re-allocation gets it).
+    #[test]
+    fn a_raw_range_resolves_against_the_map_of_its_call() {
+        let (one, all) = (table(), table());
+        let call = |rs: &[Range], seq: u64| {
+            one.touch_ranges(rs, &acc(seq));
+            all.record_ranges(rs, &acc(seq));
+        };
+        let gap = B + 2 * MIB;
+        call(
+            &[Range {
+                addr: gap,
+                len: 4096,
+                write: true,
+            }],
+            1,
+        );
+        one.on_alloc(0, gap, MIB, AllocKind::Malloc).unwrap();
+        all.on_alloc(0, gap, MIB, AllocKind::Malloc).unwrap();
+        call(
+            &[Range {
+                addr: B,
+                len: 8192,
+                write: false,
+            }],
+            2,
+        );
+        let (f1, f2) = (one.on_free(B), all.on_free(B));
+        assert_eq!(f1.as_ref().unwrap().stats.accesses, 1);
+        assert_eq!(f1, f2, "the free's statistics");
+        one.on_alloc(0, B, 32 * 1024, AllocKind::Malloc).unwrap();
+        all.on_alloc(0, B, 32 * 1024, AllocKind::Malloc).unwrap();
+        call(
+            &[Range {
+                addr: gap + 4096,
+                len: 4096,
+                write: false,
+            }],
+            3,
+        );
+        same(&one, &all, "after the allocations");
+        assert_eq!(all.totals().unattributed_touches, 1);
     }
 
     /// A forked child whose parent had a thread inside a call (its buffer

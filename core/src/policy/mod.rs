@@ -205,6 +205,19 @@ pub trait Placement: Send + Sync {
     /// thread ([`Buffered`] applies its buffers when they are due). Cheap
     /// when there is nothing to do: it runs on every call.
     fn after_call(&self) {}
+
+    /// The engine's applier thread (engine/applier.rs), woken with
+    /// `unpark` when deferred work is due ([`Buffered`]: its buffers);
+    /// the work is then done by [`Placement::apply_deferred`] on that
+    /// thread, not by the calls.
+    fn set_applier(&self, _t: std::thread::Thread) {}
+
+    /// The applier thread stopped (it panicked): the calls do their
+    /// deferred work themselves again.
+    fn set_applier_gone(&self) {}
+
+    /// On the applier thread, woken: the deferred work that is due.
+    fn apply_deferred(&self) {}
 }
 
 /// The policies U3M_POLICY accepts for the library (belady needs the future

@@ -13,10 +13,13 @@
 //! applies them first. A thread applies them too when its buffer is full
 //! (every buffer, in order, not only its own: the policy never sees a
 //! thread's later call before another thread's earlier one that was
-//! already buffered). So that this is rare, a buffer half full is *due*:
-//! the engine calls [`Placement::after_call`] after every call, outside its
-//! locks, and the first thread to see a buffer due applies them all there
-//! (one flag read otherwise). A
+//! already buffered). So that this is rare, a buffer a quarter full is
+//! *due*: in the library the call that makes it due wakes the engine's
+//! applier thread (engine/applier.rs), which applies them all off the
+//! calls; a buffer three quarters full that it has not reached yet, or any
+//! due buffer when there is no applier (`u3m replay`, tests), is applied by
+//! the first thread to see it after its call ([`Placement::after_call`],
+//! outside the engine's locks; one flag read otherwise). A
 //! decision therefore sees exactly the accesses whose
 //! `on_access` returned before it, in the order of their clock, as the
 //! unbuffered policy would; `u3m replay` (one thread) gives the same
@@ -39,22 +42,29 @@
 //! evicts in recency order and predicts nothing) instead of waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::{MutexGuard, TryLockError};
+use std::sync::{MutexGuard, OnceLock, TryLockError};
+use std::thread::Thread;
 
 use super::{Accesses, Cand, HeatFn, Place, Placement};
 use crate::perthread::{self, Bufs};
 
 /// Calls per buffer; a full buffer is applied by the call that finds it
 /// full (with the engine's residency lock held).
-const CALLS: usize = 64;
+const CALLS: usize = 256;
 /// Keys per buffer; a call with more keys than this goes to the policy at
 /// once (after everything buffered).
-const KEYS: usize = 512;
-/// A buffer holding this many calls or keys is *due*: its thread applies
-/// the buffers after its call, outside the engine's locks
-/// ([`Placement::after_call`]), so a full buffer is rare.
-const DUE_CALLS: usize = CALLS / 2;
-const DUE_KEYS: usize = KEYS / 2;
+const KEYS: usize = 2048;
+/// A buffer holding this many calls or keys is *due*: with an applier
+/// thread ([`Placement::set_applier`]) the call wakes it, which applies the
+/// buffers; without one its thread applies them after its call, outside
+/// the engine's locks ([`Placement::after_call`]), so a full buffer is rare.
+const DUE_CALLS: usize = CALLS / 4;
+const DUE_KEYS: usize = KEYS / 4;
+/// With an applier thread: a buffer this full that the applier has not
+/// taken yet (it is slow or descheduled) is applied by its own thread
+/// after its call, as without one.
+const OVERDUE_CALLS: usize = CALLS * 3 / 4;
+const OVERDUE_KEYS: usize = KEYS * 3 / 4;
 
 /// One thread's buffered calls, in the order it made them (fixed arrays:
 /// appending is a bounds check and a copy; the applier swaps the box).
@@ -174,9 +184,22 @@ pub struct Buffered {
     /// Set when a buffer went from empty to holding something; cleared by
     /// the applier (under the registry's lock) before it looks at them.
     any: AtomicBool,
-    /// Set when a buffer holds `DUE_*` calls or keys; cleared by the
-    /// applier with `any`.
+    /// Set by an applier while it applies (under the registry's lock,
+    /// before it clears `any`; cleared once the policy has every call it
+    /// took): a decision that finds `any` clear but this set waits for the
+    /// registry, so it never reads the policy while calls it must see are
+    /// taken out of their buffers but not yet applied.
+    applying: AtomicBool,
+    /// Set when a buffer holds `DUE_*` calls or keys (`OVERDUE_*` with an
+    /// applier thread): its thread applies them after its call; cleared by
+    /// the applier with `any`.
     due: AtomicBool,
+    /// The applier thread, when there is one (`set_applier`; `woke`: it was
+    /// woken for what is buffered, cleared with `any`). `applier_on` is
+    /// cleared when it is gone (`set_applier_gone`).
+    applier: OnceLock<Thread>,
+    applier_on: AtomicBool,
+    woke: AtomicBool,
     /// Set in a forked child when an applier held the registry at the
     /// fork: it was inside the wrapped policy, whose own lock may then be
     /// held for ever here, so the child never calls it (recency order, no
@@ -190,7 +213,11 @@ impl Buffered {
             inner,
             reg: Registry::new(perthread::SLOT_POLICY, Scratch::default()),
             any: AtomicBool::new(false),
+            applying: AtomicBool::new(false),
             due: AtomicBool::new(false),
+            applier: OnceLock::new(),
+            applier_on: AtomicBool::new(false),
+            woke: AtomicBool::new(false),
             cut_off: AtomicBool::new(false),
         }
     }
@@ -208,7 +235,10 @@ impl Buffered {
     #[inline]
     fn flush(&self) {
         // in a forked child the registry may be held for ever
-        if self.any.load(Acquire) && !self.reg.off.load(Acquire) {
+        // (SeqCst: `apply` sets `applying` before it clears `any`, so a
+        // clear `any` read here is seen with `applying` set until the apply
+        // is done)
+        if (self.any.load(SeqCst) || self.applying.load(SeqCst)) && !self.reg.off.load(Acquire) {
             let mut r = self.registry();
             self.apply(&mut r);
         }
@@ -223,8 +253,10 @@ impl Buffered {
         }
         // a buffer filled after this is seen by the next apply (its owner
         // sets `any` after pushing)
+        self.applying.store(true, SeqCst);
         self.any.store(false, SeqCst);
         self.due.store(false, Relaxed);
+        self.woke.store(false, Relaxed);
         let Bufs {
             bufs,
             s:
@@ -234,24 +266,28 @@ impl Buffered {
                     order,
                 },
         } = r;
-        // Every dirty buffer locked at once, then taken: a cut with no call
-        // in flight, so what is taken is, for calls whose clock reading and
-        // `on_access` one lock orders (the shard lock), every call up to
-        // some clock and none after — a call taken later never has an
-        // earlier clock than one applied now. (Taking them one by one, a
-        // thread's later call could be taken with its buffer while another
-        // thread's earlier one went to a buffer already taken.)
+        // Every buffer locked at once, then the dirty ones taken: a cut
+        // with no call in flight, so what is taken is, for calls whose
+        // clock reading and `on_access` one lock orders (the shard lock),
+        // every call up to some clock and none after — a call taken later
+        // never has an earlier clock than one applied now. (Taking them one
+        // by one, a thread's later call could be taken with its buffer
+        // while another thread's earlier one went to a buffer already
+        // taken. Locking only the buffers found dirty is not a cut either:
+        // a clean one passed over can take a call before a later call of
+        // another thread reaches a dirty one not yet locked. A clean
+        // buffer's lock is one compare-and-swap per apply.)
         let mut held: Vec<(&Buf, perthread::BufGuard<'_, Box<Calls>>)> =
             Vec::with_capacity(bufs.len());
         for b in bufs.iter() {
-            if b.dirty.load(Acquire) {
-                held.push((b, b.lock()));
-            }
+            held.push((b, b.lock()));
         }
         for (b, mut p) in held {
-            let fresh = spare.pop().unwrap_or_else(Calls::boxed);
-            taken.push(std::mem::replace(&mut *p, fresh));
-            b.dirty.store(false, Relaxed);
+            if b.dirty.load(Relaxed) {
+                let fresh = spare.pop().unwrap_or_else(Calls::boxed);
+                taken.push(std::mem::replace(&mut *p, fresh));
+                b.dirty.store(false, Relaxed);
+            }
         }
         // only the registry holds it: its thread has exited
         bufs.retain(|b| !Buf::orphaned(b));
@@ -279,6 +315,7 @@ impl Buffered {
             c.clear();
             spare.push(c);
         }
+        self.applying.store(false, Release);
     }
 
     /// Appends the call to `buf` (the caller checked that it fits an empty
@@ -301,7 +338,28 @@ impl Buffered {
             buf.dirty.store(true, Release);
             self.any.store(true, SeqCst);
         }
-        if (p.n >= DUE_CALLS || p.nk >= DUE_KEYS) && !self.due.load(Relaxed) {
+        if p.n >= DUE_CALLS || p.nk >= DUE_KEYS {
+            self.note_due(p.n, p.nk);
+        }
+    }
+
+    /// A buffer holds `n` calls and `nk` keys, at least `DUE_*`: the
+    /// applier thread woken (once until it applies), or with none (or
+    /// when it lags to `OVERDUE_*`) this thread applies after its call.
+    #[inline(never)]
+    fn note_due(&self, n: usize, nk: usize) {
+        if self.applier_on.load(Relaxed) {
+            if !self.woke.load(Relaxed) {
+                self.woke.store(true, Relaxed);
+                if let Some(t) = self.applier.get() {
+                    t.unpark();
+                }
+            }
+            if n < OVERDUE_CALLS && nk < OVERDUE_KEYS {
+                return;
+            }
+        }
+        if !self.due.load(Relaxed) {
             self.due.store(true, Relaxed);
         }
     }
@@ -462,7 +520,28 @@ impl Placement for Buffered {
         }
     }
 
+    fn set_applier(&self, t: Thread) {
+        if self.applier.set(t).is_ok() {
+            self.applier_on.store(true, Release);
+        }
+    }
+
+    fn set_applier_gone(&self) {
+        self.applier_on.store(false, Release);
+    }
+
+    /// Woken by a due buffer: every buffer into the policy (waiting for the
+    /// registry if a decision or a call is applying: then there is little
+    /// or nothing left).
+    fn apply_deferred(&self) {
+        if self.woke.load(Relaxed) && !self.reg.off.load(Acquire) {
+            let mut r = self.registry();
+            self.apply(&mut r);
+        }
+    }
+
     fn after_fork_child(&self) {
+        self.applier_on.store(false, Relaxed);
         if self.reg.off.swap(true, AcqRel) {
             return;
         }

@@ -193,9 +193,22 @@ fn a_lost_call_changes_the_decisions() {
 /// clock order, or when an exited thread's buffer is lost.
 #[test]
 fn threads_decide_as_unbuffered() {
+    decide_in_threads(false);
+}
+
+/// The same with an applier thread (engine/applier.rs) taking the due
+/// buffers concurrently with the calls and the decisions: every decision
+/// is still the unbuffered policy's.
+#[test]
+fn threads_decide_as_unbuffered_with_an_applier() {
+    decide_in_threads(true);
+}
+
+fn decide_in_threads(with_applier: bool) {
     for (plain, inner) in policies() {
         let name = plain.name();
         let b = Buffered::new(inner);
+        let stop = AtomicBool::new(false);
         struct Shared {
             t: u64,
             last: Vec<u64>,
@@ -205,34 +218,57 @@ fn threads_decide_as_unbuffered() {
             last: vec![0; 330],
         });
         std::thread::scope(|s| {
-            for th in 0..6u64 {
-                let (plain, b, lock) = (&plain, &b, &lock);
-                s.spawn(move || {
-                    let mut rnd = xorshift(0x1234_5678 + th * 77);
-                    for i in 0..700u64 {
-                        let mut g = lock.lock().unwrap();
-                        g.t += 1;
-                        let t = g.t;
-                        let (class, keys, writes) = call(t, &mut rnd);
-                        for k in &keys {
-                            g.last[(k / MB2) as usize] = t;
-                        }
-                        plain.on_access(t, class, &keys, &writes);
-                        b.on_access(t, class, &keys, &writes);
-                        if (i + th) % 97 == 0 {
-                            let at = format!("{name} thread {th} call {i}");
-                            same_decisions(&**plain, b, t + 1, &g.last, &at);
-                        }
-                        drop(g);
-                        // outside the lock, as the engine does after a
-                        // call: applies every buffer when this one is due,
-                        // concurrently with the others' calls
-                        b.after_call();
-                        if i % 13 == 0 {
-                            std::thread::yield_now();
-                        }
+            let applier = with_applier.then(|| {
+                let (b, stop) = (&b, &stop);
+                let h = s.spawn(move || {
+                    while !stop.load(Acquire) {
+                        std::thread::park_timeout(Duration::from_millis(5));
+                        b.apply_deferred();
                     }
                 });
+                b.set_applier(h.thread().clone());
+                h
+            });
+            let calls: Vec<_> = (0..6u64)
+                .map(|th| {
+                    let (plain, b, lock) = (&plain, &b, &lock);
+                    s.spawn(move || {
+                        let mut rnd = xorshift(0x1234_5678 + th * 77);
+                        for i in 0..700u64 {
+                            let mut g = lock.lock().unwrap();
+                            g.t += 1;
+                            let t = g.t;
+                            let (class, keys, writes) = call(t, &mut rnd);
+                            for k in &keys {
+                                g.last[(k / MB2) as usize] = t;
+                            }
+                            plain.on_access(t, class, &keys, &writes);
+                            b.on_access(t, class, &keys, &writes);
+                            if (i + th) % 97 == 0 {
+                                let at = format!("{name} thread {th} call {i}");
+                                same_decisions(&**plain, b, t + 1, &g.last, &at);
+                            }
+                            drop(g);
+                            // outside the lock, as the engine does after a
+                            // call: applies every buffer when this one is due,
+                            // concurrently with the others' calls
+                            b.after_call();
+                            if i % 13 == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let joined: Vec<_> = calls.into_iter().map(|h| h.join()).collect();
+            // stopped before any failure is reported (the scope waits for it)
+            stop.store(true, Release);
+            if let Some(h) = applier {
+                h.thread().unpark();
+                h.join().unwrap();
+            }
+            for j in joined {
+                j.unwrap();
             }
         });
         let g = lock.lock().unwrap();
@@ -423,4 +459,76 @@ fn after_fork_child_never_waits_for_an_applier() {
     });
     assert_eq!((p2, p3), (false, false), "cut off: no predictions");
     assert_eq!(order, vec![1, 2, 3], "recency order");
+}
+
+/// With an applier thread: a due buffer wakes it (once) and its call goes
+/// on without applying; a buffer the applier has not taken by
+/// `OVERDUE_CALLS` is applied by its own thread after its call; what the
+/// applier applies is what the policy then decides on. Fails if the due
+/// buffer does not wake the applier (the helper below never reports), if
+/// the call applies at `DUE_CALLS` although there is an applier, or if
+/// nothing applies an overdue buffer (it fills to `CALLS`).
+#[test]
+fn a_due_buffer_wakes_the_applier_and_its_call_goes_on() {
+    let b = Buffered::new(Box::new(Predictive::new()));
+    let plain = Predictive::new();
+    let held = |b: &Buffered| b.reg.this_thread(|x| x.lock().n).unwrap();
+    let mut rnd = xorshift(7);
+    let mut last = vec![0u64; 330];
+    let mut t = 0u64;
+    let mut step = |b: &Buffered, t: &mut u64| {
+        *t += 1;
+        let (class, keys, writes) = call(*t, &mut rnd);
+        for k in &keys {
+            last[(k / MB2) as usize] = *t;
+        }
+        plain.on_access(*t, class, &keys, &writes);
+        b.on_access(*t, class, &keys, &writes);
+        b.after_call();
+    };
+    let (woken_tx, woken_rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        // here, so that a failure below drops it and the helper ends
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let bb = &b;
+        let h = s.spawn(move || {
+            // an applier that reports its wake-up, then applies when told
+            std::thread::park();
+            let _ = woken_tx.send(());
+            if go_rx.recv().is_ok() {
+                bb.apply_deferred();
+            }
+        });
+        b.set_applier(h.thread().clone());
+        let mut max_held = 0;
+        for _ in 0..4 * CALLS {
+            step(&b, &mut t);
+            let n = held(&b);
+            assert!(
+                n < OVERDUE_CALLS,
+                "call {t}: {n} calls held after after_call"
+            );
+            max_held = max_held.max(n);
+        }
+        // the call went on past due: its own thread applied only when overdue
+        assert_eq!(
+            max_held,
+            OVERDUE_CALLS - 1,
+            "the call applied before overdue"
+        );
+        let woken = woken_rx.recv_timeout(Duration::from_secs(10));
+        if woken.is_err() {
+            // let the helper end (the scope waits for it)
+            h.thread().unpark();
+        }
+        woken.expect("the due buffer did not wake the applier");
+        // buffered again up to due: the applier takes it
+        while held(&b) < DUE_CALLS {
+            step(&b, &mut t);
+        }
+        go_tx.send(()).unwrap();
+        h.join().unwrap();
+        assert_eq!(held(&b), 0, "the applier did not apply");
+    });
+    same_decisions(&plain, &b, t + 1, &last, "applier");
 }
