@@ -544,13 +544,7 @@ mod tests {
     /// A xorshift generator, `rnd(n)` in 0..n: the batched-path tests'
     /// random calls, the same every run.
     pub(super) fn xorshift() -> impl FnMut(u64) -> u64 {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        move |n| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        }
+        crate::test_rng(0x2545_f491_4f6c_dd1d)
     }
 
     /// One random call's 1–20 ranges over small allocations sharing a
