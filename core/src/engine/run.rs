@@ -263,17 +263,42 @@ impl Engine {
     fn run_batch(&self, dev: i32, copies: &[Memcpy], q: Queue, real: Real<'_>) -> i32 {
         let rc = match self.tiering() {
             Some(_) => {
-                let mut rs: Vec<Range> = Vec::with_capacity(2 * copies.len().min(1 << 16));
-                for c in copies.iter().take(1 << 16) {
-                    let (r, n) = c.ranges();
-                    rs.extend_from_slice(&r[..n]);
+                // a batch of up to BATCH_ON_STACK copies gathers its ranges
+                // on the stack (no heap allocation per call); a larger one
+                // in a Vec
+                const BATCH_ON_STACK: usize = 16;
+                let copies = &copies[..copies.len().min(1 << 16)];
+                let none = Range {
+                    addr: 0,
+                    len: 0,
+                    write: false,
+                };
+                let mut on_stack = [none; 2 * BATCH_ON_STACK];
+                let mut on_heap: Vec<Range> = Vec::new();
+                let mut n = 0;
+                if copies.len() > BATCH_ON_STACK {
+                    on_heap.reserve_exact(2 * copies.len());
                 }
+                for c in copies {
+                    let (r, k) = c.ranges();
+                    if copies.len() > BATCH_ON_STACK {
+                        on_heap.extend_from_slice(&r[..k]);
+                    } else {
+                        on_stack[n..n + k].copy_from_slice(&r[..k]);
+                        n += k;
+                    }
+                }
+                let rs = if copies.len() > BATCH_ON_STACK {
+                    &on_heap[..]
+                } else {
+                    &on_stack[..n]
+                };
                 self.resident(
                     dev,
                     b"batch copy",
                     OpClass::Layout,
                     q,
-                    &rs,
+                    rs,
                     true,
                     Api::Acl,
                     real,

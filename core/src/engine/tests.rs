@@ -7,6 +7,7 @@ use std::cell::Cell;
 use super::*;
 use crate::acl::AclError;
 use crate::residency::fake::Fake;
+use crate::test_alloc::{unwatched, watched};
 
 const MIB: u64 = 1 << 20;
 const CHUNK: u64 = runtime::CHUNK;
@@ -392,4 +393,261 @@ fn counters_after_calls_from_threads_are_exact() {
         })
         .sum();
     assert_eq!(touched, 4 * calls, "heat accesses");
+}
+
+/// The fake runtime with its own work unwatched: what it allocates to keep
+/// its books is not u3m's.
+struct Unwatched(&'static Fake);
+
+impl Runtime for Unwatched {
+    fn set_device(&self, dev: u32) -> Result<(), AclError> {
+        unwatched(|| self.0.set_device(dev))
+    }
+    fn current_device(&self) -> Option<u32> {
+        unwatched(|| self.0.current_device())
+    }
+    fn current_context(&self) -> Option<u64> {
+        unwatched(|| self.0.current_context())
+    }
+    fn set_context(&self, ctx: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.set_context(ctx))
+    }
+    fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
+        unwatched(|| self.0.malloc_physical(dev, bytes))
+    }
+    fn free_physical(&self, handle: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.free_physical(handle))
+    }
+    fn malloc_physical_host(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
+        unwatched(|| self.0.malloc_physical_host(dev, bytes))
+    }
+    fn reserve(&self, bytes: u64) -> Result<u64, AclError> {
+        unwatched(|| self.0.reserve(bytes))
+    }
+    fn release(&self, va: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.release(va))
+    }
+    fn map(&self, va: u64, bytes: u64, handle: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.map(va, bytes, handle))
+    }
+    fn unmap(&self, va: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.unmap(va))
+    }
+    fn create_stream(&self) -> Result<u64, AclError> {
+        unwatched(|| self.0.create_stream())
+    }
+    fn memcpy_async(
+        &self,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+        kind: crate::acl::MemcpyKind,
+        stream: u64,
+    ) -> Result<(), AclError> {
+        unwatched(|| self.0.memcpy_async(dst, src, bytes, kind, stream))
+    }
+    fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.sync_stream(stream))
+    }
+    fn create_event(&self) -> Result<u64, AclError> {
+        unwatched(|| self.0.create_event())
+    }
+    fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.record_event(event, stream))
+    }
+    fn event_done(&self, event: u64) -> Result<bool, AclError> {
+        unwatched(|| self.0.event_done(event))
+    }
+    fn sync_event(&self, event: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.sync_event(event))
+    }
+    fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.stream_wait(stream, event))
+    }
+    fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
+        unwatched(|| self.0.elapsed_ns(start, end))
+    }
+    fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError> {
+        unwatched(|| self.0.malloc_host(bytes))
+    }
+    fn free_host(&self, ptr: *mut u8) -> Result<(), AclError> {
+        unwatched(|| self.0.free_host(ptr))
+    }
+    fn mem_info(&self) -> Result<(u64, u64), AclError> {
+        unwatched(|| self.0.mem_info())
+    }
+}
+
+/// Issue 10 part 2: tier mode's calls with nothing to move — copies,
+/// memsets, operator launches, collectives on managed memory all resident —
+/// make no heap allocation on the calling thread, with the library's
+/// policy, in steady state (after each call's first run, which may grow a
+/// table). Without the applier thread (`applier`: false) the calling thread
+/// applies its own heat and policy buffers when they fill, so that path is
+/// covered too.
+fn tier_calls_with_nothing_to_move_do_not_allocate(applier: bool) {
+    let dir = std::env::temp_dir().join(format!(
+        "u3m-engine-noalloc-tier-{}-{applier}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _d = Shm(dir.clone());
+    let cfg = Config::from_vars([
+        ("U3M_MODE".to_string(), "tier".to_string()),
+        ("U3M_POLICY".to_string(), "predictive".to_string()),
+        ("U3M_LOG".to_string(), "quiet".to_string()),
+        ("U3M_SHM_DIR".to_string(), dir.display().to_string()),
+    ])
+    .unwrap();
+    let f = Fake::leak(1, 64 * CHUNK);
+    let rt: &'static Unwatched = Box::leak(Box::new(Unwatched(f)));
+    let e: &'static Engine = Box::leak(Box::new(
+        Engine::new(cfg, &["aclopExecuteV2"], Some(rt)).unwrap(),
+    ));
+    if applier {
+        e.start_background();
+    }
+    let a = malloc(e, 4 * CHUNK);
+    let b = malloc(e, 4 * CHUNK);
+    assert!(e.residency().unwrap().is_managed(a) && e.residency().unwrap().is_managed(b));
+    let host = vec![5u8; 4096];
+    let mut back = vec![0u8; 4096];
+    let s = f.app_stream();
+    let ranges = [
+        Range {
+            addr: a,
+            len: MIB,
+            write: false,
+        },
+        Range {
+            addr: a + CHUNK + 4096,
+            len: CHUNK,
+            write: false,
+        },
+        Range {
+            addr: b,
+            len: 3 * MIB,
+            write: true,
+        },
+        Range {
+            addr: b + 3 * CHUNK,
+            len: 4096,
+            write: true,
+        },
+    ];
+    let copies = [
+        Memcpy::linear(
+            crate::acl::MemcpyKind::HOST_TO_DEVICE,
+            a + 2 * CHUNK,
+            host.as_ptr() as u64,
+            4096,
+        ),
+        Memcpy::linear(crate::acl::MemcpyKind::DEVICE_TO_DEVICE, b + CHUNK, a, MIB),
+    ];
+    let blob: Vec<u8> = [a + 100, 0, b + CHUNK + 8]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    let calls = [
+        Call::Copy {
+            copy: copies[0],
+            q: Queue::on(s),
+        },
+        Call::Kernel {
+            blob: &blob,
+            q: Queue::on(s),
+            api: Api::Acl,
+        },
+        Call::Memset {
+            addr: a + 3 * CHUNK,
+            bytes: 4096,
+            q: Queue::SYNC,
+        },
+        Call::Copy {
+            copy: Memcpy::linear(
+                crate::acl::MemcpyKind::DEVICE_TO_HOST,
+                back.as_mut_ptr() as u64,
+                a + 2 * CHUNK,
+                4096,
+            ),
+            q: Queue::SYNC,
+        },
+        Call::CopyBatch {
+            copies: &copies,
+            q: Queue::on(s),
+        },
+        Call::Memset {
+            addr: b + 2 * CHUNK,
+            bytes: 3 * MIB,
+            q: Queue::on(s),
+        },
+        Call::Launch(Launch {
+            kind: LaunchKind::Aclop,
+            name: Some(b"MatMulV2"),
+            class: OpClass::MatMul,
+            op_hash: None,
+            ranges: &ranges,
+            resident: None,
+            flops: Some(1 << 30),
+            q: Queue::on(s),
+            api: Api::Acl,
+        }),
+        Call::Launch(Launch {
+            kind: LaunchKind::Aclnn,
+            name: Some(b"aclnnAdd"),
+            class: OpClass::Elementwise,
+            op_hash: None,
+            ranges: &ranges,
+            resident: None,
+            flops: None,
+            q: Queue::on(s),
+            api: Api::Aclnn,
+        }),
+        Call::Collective {
+            name: b"HcclAllReduce",
+            ranges: &ranges[2..],
+            q: Queue::on(s),
+        },
+    ];
+    // every chunk resident (the fake's HBM holds them all). The calls
+    // repeat as a step: the first steps grow the tables the model keeps
+    // (bounded), then a step allocates nothing
+    let step = || {
+        for c in &calls {
+            assert_eq!(e.run(0, c, &mut || 0), 0, "{c:?}");
+        }
+    };
+    for _ in 0..100 {
+        step();
+    }
+    let moved = |f: &Fake| {
+        let s = f.seen();
+        (s.h2d_bytes, s.d2h_bytes)
+    };
+    let before = moved(f);
+    let n = watched(|| {
+        for _ in 0..300 {
+            step();
+        }
+    });
+    assert_eq!(
+        n,
+        0,
+        "{n} allocations in 300 steps of {} calls",
+        calls.len()
+    );
+    assert_eq!(moved(f), before, "nothing was to move");
+    let c = e.residency().unwrap().counters();
+    assert_eq!(c.evictions, 0);
+    e.shutdown();
+}
+
+#[test]
+fn tier_calls_with_nothing_to_move_do_not_allocate_with_the_applier() {
+    tier_calls_with_nothing_to_move_do_not_allocate(true);
+}
+
+#[test]
+fn tier_calls_with_nothing_to_move_do_not_allocate_on_their_own_thread() {
+    tier_calls_with_nothing_to_move_do_not_allocate(false);
 }

@@ -277,16 +277,28 @@ impl Buffered {
         // a clean one passed over can take a call before a later call of
         // another thread reaches a dirty one not yet locked. A clean
         // buffer's lock is one compare-and-swap per apply.)
-        let mut held: Vec<(&Buf, perthread::BufGuard<'_, Box<Calls>>)> =
-            Vec::with_capacity(bufs.len());
-        for b in bufs.iter() {
-            held.push((b, b.lock()));
-        }
-        for (b, mut p) in held {
-            if b.dirty.load(Relaxed) {
-                let fresh = spare.pop().unwrap_or_else(Calls::boxed);
-                taken.push(std::mem::replace(&mut *p, fresh));
-                b.dirty.store(false, Relaxed);
+        // (the guards of up to HELD_ON_STACK threads' buffers on the stack:
+        // no heap allocation per apply)
+        {
+            const HELD_ON_STACK: usize = 32;
+            type Held<'a> = (&'a Buf, perthread::BufGuard<'a, Box<Calls>>);
+            let mut on_stack: [Option<Held<'_>>; HELD_ON_STACK] = [const { None }; HELD_ON_STACK];
+            let mut on_heap: Vec<Held<'_>> = Vec::new();
+            if bufs.len() > HELD_ON_STACK {
+                on_heap.reserve_exact(bufs.len());
+                on_heap.extend(bufs.iter().map(|b| (&**b, b.lock())));
+            } else {
+                for (h, b) in on_stack.iter_mut().zip(bufs.iter()) {
+                    *h = Some((&**b, b.lock()));
+                }
+            }
+            let held = on_stack.iter_mut().filter_map(Option::take).chain(on_heap);
+            for (b, mut p) in held {
+                if b.dirty.load(Relaxed) {
+                    let fresh = spare.pop().unwrap_or_else(Calls::boxed);
+                    taken.push(std::mem::replace(&mut *p, fresh));
+                    b.dirty.store(false, Relaxed);
+                }
             }
         }
         // only the registry holds it: its thread has exited

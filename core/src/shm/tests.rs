@@ -5,31 +5,12 @@ use super::layout::*;
 use super::reader::{self, liveness};
 use super::*;
 use crate::monitor::{Level, Monitor};
-use std::cell::Cell;
+
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Counts allocations per thread, to prove the writer's hot paths make none.
-struct CountingAlloc;
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        std::alloc::System.alloc(l)
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
-        std::alloc::System.dealloc(p, l)
-    }
-}
-#[global_allocator]
-static GLOBAL: CountingAlloc = CountingAlloc;
-
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
+use crate::test_alloc::allocs;
 
 /// A scratch directory removed when the test ends (segments are 560 KiB).
 struct Scratch(PathBuf);
