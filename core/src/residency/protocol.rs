@@ -156,9 +156,25 @@ impl Residency {
             let before = all.len();
             match last {
                 Some((start, id, len, real)) if r.addr >= start && end <= start + len => {
-                    if !real {
-                        push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                    if real {
+                        continue;
                     }
+                    // a range inside the chunk pushed last (an operator's
+                    // small tensors): merged into it as `push_chunks` would
+                    // (`lo`, `hi` lie in that chunk, so it is overwritten
+                    // whole only if the range is exactly the chunk)
+                    let (lo, hi) = (r.addr - start, end - start);
+                    let first = lo / CHUNK;
+                    if let Some(k) = all.last_mut() {
+                        if hi > lo && (hi - 1) / CHUNK == first && (k.0, k.1) == (id, first as u32)
+                        {
+                            let cs = first * CHUNK;
+                            k.2 &= overwrite && r.write && lo == cs && hi == cs + CHUNK;
+                            k.3 |= r.write;
+                            continue;
+                        }
+                    }
+                    push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
                 }
                 _ => {
                     for (&start, &(id, len)) in st.vas.range(..end).rev() {
