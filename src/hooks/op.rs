@@ -84,16 +84,20 @@ pub unsafe fn destroy_attr(_cx: &Cx, real: Real<aclopDestroyAttr>, a: aclopDestr
 /// The real `aclGetDataBufferAddr` and `aclGetDataBufferSizeV2`, resolved
 /// once per launch (None: the runtime lacks one; the launch then has no
 /// ranges, as before).
-type Getters = (
-    unsafe extern "C" fn(*const c_void) -> *mut c_void,
-    unsafe extern "C" fn(*const c_void) -> usize,
-);
+type Getters = (GetAddr, GetSize);
+type GetAddr = unsafe extern "C" fn(*const c_void) -> *mut c_void;
+type GetSize = unsafe extern "C" fn(*const c_void) -> usize;
 
 fn getters() -> Option<Getters> {
     let (ga, gs) = (GET_ADDR.get()?, GET_SIZE.get()?);
     // SAFETY: the real aclGetDataBufferAddr / aclGetDataBufferSizeV2, whose
     // prototypes these are
-    unsafe { Some((std::mem::transmute(ga), std::mem::transmute(gs))) }
+    unsafe {
+        Some((
+            std::mem::transmute::<*mut c_void, GetAddr>(ga),
+            std::mem::transmute::<*mut c_void, GetSize>(gs),
+        ))
+    }
 }
 
 /// How many data buffer pointers `list` holds (0 for a null list or n <= 0).
