@@ -28,6 +28,22 @@ pub struct Thread {
     /// The buffers' exit hook (`hooks/ranges.rs`): 0 not registered yet,
     /// 1 registered, 2 run (the thread is exiting: nothing is kept).
     pub(crate) reap: Cell<u8>,
+    /// The last operator type this thread launched through aclop, with its
+    /// class and hash (`hooks/op.rs`): a program launches the same few types
+    /// over and over, and comparing the name costs less than classifying it.
+    pub(crate) op_name: OpName,
+}
+
+/// Longest operator type `OpName` keeps (longer ones are classified every
+/// time).
+pub(crate) const OP_NAME_MAX: usize = 48;
+
+/// A thread's last classified aclop type (`hooks/op.rs`); `len` 0: none.
+pub(crate) struct OpName {
+    pub(crate) len: Cell<u8>,
+    pub(crate) bytes: Cell<[u8; OP_NAME_MAX]>,
+    pub(crate) class: Cell<u3m_core::opclass::OpClass>,
+    pub(crate) hash: Cell<u64>,
 }
 
 thread_local! {
@@ -37,6 +53,12 @@ thread_local! {
             device: Cell::new(-1),
             ranges: [const { Cell::new(std::ptr::null_mut()) }; 2],
             reap: Cell::new(0),
+            op_name: OpName {
+                len: Cell::new(0),
+                bytes: Cell::new([0; OP_NAME_MAX]),
+                class: Cell::new(u3m_core::opclass::OpClass::Other),
+                hash: Cell::new(0),
+            },
         }
     };
 }

@@ -81,34 +81,103 @@ pub unsafe fn destroy_attr(_cx: &Cx, real: Real<aclopDestroyAttr>, a: aclopDestr
     real.call(a)
 }
 
-/// Collects the (addr, size) of each data buffer, however many.
-///
-/// # Safety
-/// `list` is null or points to `n` data buffer pointers (null or live).
-unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut Vec<Range>) {
-    if list.is_null() || n <= 0 {
-        return;
-    }
-    let (Some(ga), Some(gs)) = (GET_ADDR.get(), GET_SIZE.get()) else {
-        return;
-    };
+/// The real `aclGetDataBufferAddr` and `aclGetDataBufferSizeV2`, resolved
+/// once per launch (None: the runtime lacks one; the launch then has no
+/// ranges, as before).
+type Getters = (GetAddr, GetSize);
+type GetAddr = unsafe extern "C" fn(*const c_void) -> *mut c_void;
+type GetSize = unsafe extern "C" fn(*const c_void) -> usize;
+
+fn getters() -> Option<Getters> {
+    let (ga, gs) = (GET_ADDR.get()?, GET_SIZE.get()?);
     // SAFETY: the real aclGetDataBufferAddr / aclGetDataBufferSizeV2, whose
     // prototypes these are
-    let ga: unsafe extern "C" fn(*const c_void) -> *mut c_void = std::mem::transmute(ga);
-    let gs: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(gs);
-    for i in 0..n as usize {
+    unsafe {
+        Some((
+            std::mem::transmute::<*mut c_void, GetAddr>(ga),
+            std::mem::transmute::<*mut c_void, GetSize>(gs),
+        ))
+    }
+}
+
+/// How many data buffer pointers `list` holds (0 for a null list or n <= 0).
+fn count(list: *const *const c_void, n: c_int) -> usize {
+    if list.is_null() || n <= 0 {
+        0
+    } else {
+        n as usize
+    }
+}
+
+/// Writes the (addr, size) of each non-null data buffer of `list` (`n`
+/// pointers) at `out`, in order; returns how many it wrote (at most `n`).
+///
+/// # Safety
+/// `list` points to `n` data buffer pointers (null or live); `out` has room
+/// for `n` ranges.
+unsafe fn fill(
+    (ga, gs): Getters,
+    list: *const *const c_void,
+    n: usize,
+    write: bool,
+    out: *mut Range,
+) -> usize {
+    let mut k = 0;
+    for i in 0..n {
         // SAFETY: the program passed `n` data buffers at `list` (the
         // operator's prototype); the runtime reads the same array
         let b = *list.add(i);
         if b.is_null() {
             continue;
         }
-        out.push(Range {
+        out.add(k).write(Range {
             addr: ga(b) as u64,
             len: gs(b) as u64,
             write,
         });
+        k += 1;
     }
+    k
+}
+
+/// Operators with at most this many data buffers decode them into an array
+/// on the stack (left uninitialised: only what `fill` writes is read); wider
+/// ones into the thread's range buffer (`ranges.rs`), however many.
+const STACK_RANGES: usize = 16;
+
+/// The operator type at `p` (a C string), its class and hash: this thread's
+/// last aclop type (`guard::OpName`) when `p` names the same bytes, else
+/// classified (`classify_bytes`) and kept.
+///
+/// # Safety
+/// `p` is a non-null C string, live for `'a`.
+unsafe fn op_name<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], OpClass, u64) {
+    let last = &t.op_name;
+    let len = last.len.get() as usize;
+    if len != 0 {
+        let kept = last.bytes.as_ptr() as *const u8;
+        // a kept name has no NUL: every byte of `p` read before a mismatch
+        // is not its terminator, so no read passes it
+        let mut i = 0;
+        while i < len && *p.add(i) as u8 == *kept.add(i) {
+            i += 1;
+        }
+        if i == len && *p.add(len) == 0 {
+            let name = std::slice::from_raw_parts(p as *const u8, len);
+            return (name, last.class.get(), last.hash.get());
+        }
+    }
+    let name = CStr::from_ptr(p).to_bytes();
+    let (class, hash) = u3m_core::opclass::classify_bytes(name);
+    if (1..=crate::guard::OP_NAME_MAX).contains(&name.len()) {
+        let mut bytes = [0; crate::guard::OP_NAME_MAX];
+        bytes[..name.len()].copy_from_slice(name);
+        last.bytes.set(bytes);
+        last.len.set(name.len() as u8);
+        last.class.set(class);
+        last.hash.set(hash);
+    }
+    (name, class, hash)
 }
 
 /// An aclop launch, decoded: the input and output data buffers are its
@@ -116,7 +185,8 @@ unsafe fn buffers(list: *const *const c_void, n: c_int, write: bool, out: &mut V
 ///
 /// # Safety
 /// The arguments of an aclop execute call the program made: `op_type` null
-/// or a C string, `ins`/`outs` as `buffers` requires.
+/// or a C string, `ins`/`outs` null or `nin`/`nout` data buffer pointers
+/// (null or live).
 #[allow(clippy::too_many_arguments)]
 unsafe fn launch(
     cx: &Cx,
@@ -129,33 +199,64 @@ unsafe fn launch(
     stream: aclrtStream,
     real: impl FnMut() -> aclError,
 ) -> aclError {
+    let (nin, nout) = (count(ins, nin), count(outs, nout));
+    let get = if nin + nout > 0 { getters() } else { None };
+    let Some(get) = get else {
+        return run(cx, op_type, &[], attr, stream, real);
+    };
+    if nin + nout <= STACK_RANGES {
+        let mut buf = [const { std::mem::MaybeUninit::<Range>::uninit() }; STACK_RANGES];
+        let out = buf.as_mut_ptr() as *mut Range;
+        let k = fill(get, ins, nin, false, out);
+        let k = k + fill(get, outs, nout, true, out.add(k));
+        // SAFETY: `fill` wrote the first `k` entries
+        let ranges = std::slice::from_raw_parts(out as *const Range, k);
+        return run(cx, op_type, ranges, attr, stream, real);
+    }
     // every buffer, however many (the per-thread buffer grows and is reused)
     super::ranges::with(cx, |ranges| {
-        buffers(ins, nin, false, ranges);
-        buffers(outs, nout, true, ranges);
-        let name = (!op_type.is_null()).then(|| CStr::from_ptr(op_type).to_bytes());
-        // the name classified once: the class for the policy, the hash for
-        // the heat table
-        let (class, op_hash) = match name {
-            Some(n) => {
-                let (c, h) = u3m_core::opclass::classify_bytes(n);
-                (c, Some(h))
-            }
-            None => (OpClass::Other, None),
-        };
-        let call = Call::Launch(Launch {
-            kind: LaunchKind::Aclop,
-            name,
-            class,
-            op_hash,
-            ranges,
-            resident: None,
-            flops: attr_flops(attr),
-            q: Queue::on(stream as u64),
-            api: Api::Acl,
-        });
-        cx.run(&call, real)
+        ranges.reserve(nin + nout);
+        let out = ranges.spare_capacity_mut().as_mut_ptr() as *mut Range;
+        let k = fill(get, ins, nin, false, out);
+        let k = k + fill(get, outs, nout, true, out.add(k));
+        // SAFETY: `fill` wrote the first `k` entries of the spare capacity
+        ranges.set_len(k);
+        run(cx, op_type, ranges, attr, stream, real)
     })
+}
+
+/// The engine call of a decoded aclop launch.
+///
+/// # Safety
+/// `op_type` null or a C string.
+unsafe fn run(
+    cx: &Cx,
+    op_type: *const c_char,
+    ranges: &[Range],
+    attr: *const c_void,
+    stream: aclrtStream,
+    real: impl FnMut() -> aclError,
+) -> aclError {
+    // the name classified once: the class for the policy, the hash for the
+    // heat table
+    let (name, class, op_hash) = if op_type.is_null() {
+        (None, OpClass::Other, None)
+    } else {
+        let (n, c, h) = op_name(cx.thread(), op_type);
+        (Some(n), c, Some(h))
+    };
+    let call = Call::Launch(Launch {
+        kind: LaunchKind::Aclop,
+        name,
+        class,
+        op_hash,
+        ranges,
+        resident: None,
+        flops: attr_flops(attr),
+        q: Queue::on(stream as u64),
+        api: Api::Acl,
+    });
+    cx.run(&call, real)
 }
 
 pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> aclError {
@@ -220,4 +321,42 @@ pub unsafe fn compile_and_execute_v2(
         a.stream,
         || real.call(a),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::op_name;
+    use std::os::raw::c_char;
+    use u3m_core::opclass::classify_bytes;
+
+    #[test]
+    fn the_kept_op_name_serves_only_the_same_bytes() {
+        let t = crate::guard::thread();
+        let long = [b'A'; crate::guard::OP_NAME_MAX + 1];
+        let mut long = long.to_vec();
+        long.push(0);
+        let names: &[&[u8]] = &[
+            b"ConcatD\0",
+            b"ConcatD\0",
+            b"Concat\0",
+            b"ConcatD\0",
+            b"ConcatDV2\0",
+            b"ConcatD\0",
+            b"MatMul\0",
+            b"aclnnInplaceAdd\0",
+            b"Add\0",
+            b"\0",
+            b"Add\0",
+            &long,
+            b"Add\0",
+            &long,
+            &long,
+        ];
+        for n in names {
+            // SAFETY: a NUL-terminated name, live for the call
+            let (name, class, hash) = unsafe { op_name(t, n.as_ptr() as *const c_char) };
+            assert_eq!(name, &n[..n.len() - 1]);
+            assert_eq!((class, hash), classify_bytes(name), "{:?}", name);
+        }
+    }
 }

@@ -827,7 +827,11 @@ impl Engine {
         if let Some(s) = &self.seg {
             s.device(d).ops.fetch_add(1, Relaxed);
         }
-        self.record_op(d, stream, name, ranges, flops);
+        // the trace recorder, when there is one (a call, not inlined: a
+        // test here first costs less than the call when there is none)
+        if self.rec.is_some() {
+            self.record_op(d, stream, name, ranges, flops);
+        }
     }
 
     /// An operator event in the trace: read ranges are inputs, written ones

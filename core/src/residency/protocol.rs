@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
 use super::migrate::Arriving;
-use super::state::{StGuard, State};
+use super::state::{dev_index, Chunk, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::config::ReadOnce;
@@ -78,6 +78,30 @@ fn push_chunks(
         }
         all.push((id, i, whole, r.write));
     }
+}
+
+/// A call uses chunk `c` (pinned for it): its pin, clock, reuse distance
+/// and read-only passes (`clock`, `touches`: the call's; `hbm_chunks`: its
+/// device's HBM in chunks). Returns 1 when the background prefetch brought
+/// it back and this is its first use since (a prefetch hit), else 0.
+#[inline(always)]
+fn note_use(c: &mut Chunk, clock: u64, touches: u64, write: bool, hbm_chunks: u64) -> u64 {
+    c.pins += 1;
+    // its previous reuse distance (0: first use)
+    c.reuse = if c.last == 0 {
+        0
+    } else {
+        touches.saturating_sub(c.last_touches)
+    };
+    c.last = clock;
+    c.last_touches = touches;
+    // read-only passes since the last write (hostmap.rs)
+    if write {
+        c.ro_uses = 0;
+    } else if c.reuse > hbm_chunks {
+        c.ro_uses = c.ro_uses.saturating_add(1);
+    }
+    std::mem::take(&mut c.prefetched) as u64
 }
 
 impl Residency {
@@ -156,9 +180,25 @@ impl Residency {
             let before = all.len();
             match last {
                 Some((start, id, len, real)) if r.addr >= start && end <= start + len => {
-                    if !real {
-                        push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
+                    if real {
+                        continue;
                     }
+                    // a range inside the chunk pushed last (an operator's
+                    // small tensors): merged into it as `push_chunks` would
+                    // (`lo`, `hi` lie in that chunk, so it is overwritten
+                    // whole only if the range is exactly the chunk)
+                    let (lo, hi) = (r.addr - start, end - start);
+                    let first = lo / CHUNK;
+                    if let Some(k) = all.last_mut() {
+                        if hi > lo && (hi - 1) / CHUNK == first && (k.0, k.1) == (id, first as u32)
+                        {
+                            let cs = first * CHUNK;
+                            k.2 &= overwrite && r.write && lo == cs && hi == cs + CHUNK;
+                            k.3 |= r.write;
+                            continue;
+                        }
+                    }
+                    push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
                 }
                 _ => {
                     for (&start, &(id, len)) in st.vas.range(..end).rev() {
@@ -192,6 +232,13 @@ impl Residency {
                 }
                 same
             });
+        }
+        // the common call: every chunk in HBM, nothing in flight for it
+        if !self.lost_any.load(Relaxed) && self.read_once != ReadOnce::Probe {
+            if let Some(tok) = self.prepare_resident(&mut st, dev, class, &all) {
+                st.call_chunks = all;
+                return Ok(tok);
+            }
         }
         let mut need = std::mem::take(&mut st.call_need);
         need.clear();
@@ -414,22 +461,7 @@ impl Residency {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
-                    c.pins += 1;
-                    // its previous reuse distance (0: first use)
-                    c.reuse = if c.last == 0 {
-                        0
-                    } else {
-                        touches.saturating_sub(c.last_touches)
-                    };
-                    c.last = clock;
-                    c.last_touches = touches;
-                    // read-only passes since the last write (hostmap.rs)
-                    if tok.writes[k] {
-                        c.ro_uses = 0;
-                    } else if c.reuse > hbm_chunks {
-                        c.ro_uses = c.ro_uses.saturating_add(1);
-                    }
-                    hits += std::mem::take(&mut c.prefetched) as u64;
+                    hits += note_use(c, clock, touches, tok.writes[k], hbm_chunks);
                 }
             }
         }
@@ -443,6 +475,69 @@ impl Residency {
         st.dev_mut(dev).order.note_touched(&keys);
         st.call_keys = keys;
         Ok(tok)
+    }
+
+    /// `prepare` of a call none of whose chunks has anything to move or
+    /// wait for: each in HBM, no copy-out of it in flight, no use of it on
+    /// its device's copy-in stream (a copy-in maybe in flight) — exactly the
+    /// calls the general path finds `resident` with no `copy_ins`, for which
+    /// it only pins and notes the use. Does that with one look-up per chunk
+    /// and nothing else; None (and no change at all) when a chunk does not
+    /// qualify or the call has more than `FAST_CHUNKS` chunks: the general
+    /// path then decides. Not for a lost device or the read-once probe
+    /// (the caller checks).
+    fn prepare_resident(
+        &self,
+        st: &mut State,
+        dev: u32,
+        class: u8,
+        all: &[(u64, u32, bool, bool)],
+    ) -> Option<Token> {
+        const FAST_CHUNKS: usize = 8;
+        if all.len() > FAST_CHUNKS {
+            return None;
+        }
+        let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
+        let mut keys_of = [0u64; FAST_CHUNKS];
+        for (k, &(id, i, _, _)) in all.iter().enumerate() {
+            let b = st.backings.get_mut(&id)?;
+            let own = st.devs[dev_index(b.dev)].stream;
+            keys_of[k] = b.key(id, i);
+            let c = b.chunks.get_mut(i as usize)?;
+            if !c.in_hbm() || c.out_ev != 0 || (own != 0 && c.uses.iter().any(|u| u.0 == own)) {
+                return None;
+            }
+            found[k] = c;
+        }
+        st.stall_from = None;
+        let mut tok = st.tokens.pop().unwrap_or_default();
+        st.clock = self.clock.fetch_add(1, Relaxed) + 1;
+        let touches = st.touches;
+        st.touches += all.len() as u64;
+        let clock = st.clock;
+        let hbm_chunks = st.devs[dev_index(dev)].capacity / CHUNK;
+        let mut keys = std::mem::take(&mut st.call_keys);
+        keys.clear();
+        let mut hits = 0;
+        for (k, &(id, i, _, write)) in all.iter().enumerate() {
+            tok.chunks.push((id, i));
+            tok.writes.push(write);
+            keys.push(keys_of[k]);
+            // SAFETY: `found[k]` points into a backing's chunk vector, found
+            // above under this same lock; nothing since has touched
+            // `st.backings` (only other fields of the state), so it is live
+            // and no other reference to it exists
+            let c = unsafe { &mut *found[k] };
+            hits += note_use(c, clock, touches, write, hbm_chunks);
+        }
+        if hits != 0 {
+            self.c.prefetch_hits.fetch_add(hits, Relaxed);
+        }
+        self.policy.on_access(clock, class, &keys, &tok.writes);
+        // the kept victim order re-keys them before its next eviction (evict.rs)
+        st.devs[dev_index(dev)].order.note_touched(&keys);
+        st.call_keys = keys;
+        Some(tok)
     }
 
     /// Notes `[va, va+len)` entered in `State::vas` (with the lock held,

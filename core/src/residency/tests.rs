@@ -293,6 +293,65 @@ fn a_whole_chunk_overwrite_needs_no_copy_in_but_a_partial_one_does() {
     a.assert_clean();
 }
 
+/// A call of several ranges in one chunk (an operator's small tensors, a
+/// batch of copies): the chunk is overwritten whole only if every range in
+/// it is a write of the whole chunk, and written if any range writes it.
+#[test]
+fn ranges_in_one_chunk_overwrite_it_only_if_each_is_the_whole_chunk() {
+    let w = |addr, len| Range {
+        addr,
+        len,
+        write: true,
+    };
+    let rd = |addr, len| Range {
+        addr,
+        len,
+        write: false,
+    };
+    let cases = |x: u64| -> Vec<(Vec<Range>, bool)> {
+        vec![
+            (vec![w(x, CHUNK), w(x, CHUNK)], true),
+            (vec![w(x, 4096), w(x, CHUNK)], false),
+            (vec![w(x, CHUNK), w(x, 4096)], false),
+            (vec![w(x, CHUNK), w(x + 4096, CHUNK - 4096)], false),
+            (vec![w(x, CHUNK), w(x + 100, 4096)], false),
+            (vec![w(x, CHUNK), rd(x, CHUNK)], false),
+            (vec![rd(x + 8, 64), w(x, CHUNK)], false),
+            (vec![rd(x + 8, 64), w(x + 100, 4096)], false),
+        ]
+    };
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    let want = pattern(1, CHUNK);
+    a.write(x, &want);
+    for (k, (rs, whole)) in cases(x).into_iter().enumerate() {
+        a.write(y, &pattern(2, CHUNK)); // x to DRAM
+        let before = a.r.counters();
+        a.sync(&rs, true, || Ok::<(), AclError>(())).expect("call");
+        let after = a.r.counters();
+        let copied = after.fault_bytes - before.fault_bytes;
+        assert_eq!(copied, if whole { 0 } else { CHUNK }, "case {k}");
+        assert_eq!(
+            after.overwrites - before.overwrites,
+            whole as u64,
+            "case {k}"
+        );
+        if !whole {
+            // the call changed nothing: the contents came back
+            assert_eq!(a.read(x, CHUNK), want, "case {k}");
+        } else {
+            a.write(x, &want);
+        }
+        // written by the call: dirty, so leaving HBM again copies it out
+        let out = a.r.counters().to_dram;
+        a.write(y, &pattern(3, CHUNK));
+        assert_eq!(a.r.counters().to_dram, out + 1, "case {k}");
+        a.read(x, CHUNK);
+    }
+    a.assert_clean();
+}
+
 struct SwapDir(std::path::PathBuf);
 impl SwapDir {
     fn new(name: &str) -> SwapDir {
