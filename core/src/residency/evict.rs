@@ -32,11 +32,25 @@ const SCAN_NEAR: usize = 64;
 /// compute while the link idles; evicting an idle victim MIN would evict
 /// before its next use anyway costs no fetch (the two evictions only swap
 /// places). In a full-parameter AdamW step the first few hundred of the
-/// order are the chunks the optimizer just wrote, all still queued. (4096
-/// here and in `ORDER_TOP`, with the earliest-used wait of
-/// `evict_in_order`: the 13B AdamW step at 1.5 x 836.3 -> 832.0 ms,
-/// simulated, for 42 % more instructions in the whole run.)
+/// order are the chunks the optimizer just wrote, all still queued. Busy
+/// candidates waiting on an event the scan already met (one call's chunks,
+/// one fence round's) count once: one wait frees them all, and the scan
+/// goes on past them (with `ORDER_DEEP`; without that count a scan stopped
+/// ~1,000 into a busy group of ~1,400 in the 13B AdamW step).
 const SCAN_FAR: usize = 1024;
+/// How deep a demand eviction may have the kept order built when its scan
+/// runs off the end of the order (`ORDER_TOP` deep) with every candidate
+/// busy: once per eviction, the order is built again this deep and the
+/// scan goes on past the busy ones (a maintained order reads its tail only
+/// as far as the scan goes; the next re-key cuts it back to `ORDER_TOP`).
+/// In a full-parameter AdamW step at 1.5 x HBM, the optimizer's first
+/// fault-ins meet ~1,400 busy candidates first (the backward's activations
+/// and the state the optimizer just wrote, all still queued); the idle ones
+/// behind them can go instead of a wait for the device (13B, 8 layers:
+/// 836.3 -> 812.3 ms per step, simulated; 4096 deep: 827.5 in `u3m
+/// replay`, 818.4 at 8192, no gain past it). Making `ORDER_TOP` itself 4096
+/// gave less (832.0) for 42 % more instructions: every re-key weighed it.
+const ORDER_DEEP: usize = 8192;
 /// How near the front a victim behind busy ones must be: its weighted
 /// distance to its next use (`ahead_cost`) at least 7/8 of the first busy
 /// one's. MIN evicts a chunk that close to the front before it is used
@@ -154,7 +168,8 @@ impl Residency {
     }
 
     /// Evicts the first evictable chunk of `dev` in the policy's order (the
-    /// device's maintained `VictimOrder`; one sort per many evictions).
+    /// device's maintained `VictimOrder`; one sort per many evictions),
+    /// with the order built `ORDER_DEEP` deep once when all of it is busy.
     /// Ok(false): nothing can move. Busy: every candidate is still in use
     /// (`st.wait_for` names an event to wait for without the lock).
     pub(super) fn evict_one(
@@ -164,12 +179,18 @@ impl Residency {
         protect: &[(u64, u32)],
     ) -> Result<bool, Fail> {
         let mut fresh = false;
+        let mut deep = false;
         loop {
             if !fresh {
                 fresh = self.current_order(st, dev);
             }
-            match self.evict_in_order(st, dev, protect)? {
+            match self.evict_in_order(st, dev, protect, !deep)? {
                 Some(true) => return Ok(true),
+                // every candidate of the order busy, more behind it
+                None => {
+                    self.rebuild_order(st, dev, ORDER_DEEP);
+                    (fresh, deep) = (true, true);
+                }
                 // used up: one rebuild (chunks resident since it was built),
                 // whole if a fresh one's first ORDER_TOP had none to give
                 _ if fresh && st.dev(dev).order.complete => return Ok(false),
@@ -339,12 +360,16 @@ impl Residency {
     }
 
     /// One eviction from the maintained order: Some(true) evicted,
-    /// Some(false) no candidate left in it, Err(Busy) all in use.
+    /// Some(false) no candidate left in it, Err(Busy) all in use; with
+    /// `deepen`, None when all of it is busy and it is not `ORDER_DEEP`
+    /// deep while there are candidates behind it (build it deeper and ask
+    /// again).
     fn evict_in_order(
         &self,
         st: &mut State,
         dev: u32,
         protect: &[(u64, u32)],
+        deepen: bool,
     ) -> Result<Option<bool>, Fail> {
         let built_at = st.dev(dev).order.built_at;
         // still a candidate, and its place in the order is current
@@ -419,7 +444,21 @@ impl Residency {
         // none protected): where it ends is worth keeping
         let mut run = true;
         let (mut run_end, mut run_seen) = (k, seen);
-        while seen < SCAN_FAR && st.dev_mut(dev).order.has(k, &*self.policy) {
+        // usable entries counted against `SCAN_FAR`: busy ones waiting on
+        // an event already met in this scan count once (a call's chunks, a
+        // fence round's: one wait frees them all), so the scan reaches past
+        // a large busy group; a resumed busy run counts one per event
+        let mut far = npend;
+        // the scan reached the end of the order (not SCAN_FAR, not a take)
+        let mut ended = false;
+        loop {
+            if far >= SCAN_FAR {
+                break;
+            }
+            if !st.dev_mut(dev).order.has(k, &*self.policy) {
+                ended = true;
+                break;
+            }
             let key = st.dev(dev).order.cands[k].key;
             let Some((id, i)) = usable(st, key) else {
                 if k == st.dev(dev).order.next {
@@ -436,11 +475,13 @@ impl Residency {
                 run = false;
                 continue;
             }
-            seen += 1;
             let mut idle = true;
+            let mut shared = false;
             for &(_, ev) in &st.chunk(id, i).uses {
                 if pending[..npend].contains(&ev) || !self.rt.event_done(ev).unwrap_or(true) {
-                    if !pending[..npend].contains(&ev) {
+                    if pending[..npend].contains(&ev) {
+                        shared = true;
+                    } else {
                         if npend < pending.len() {
                             pending[npend] = ev;
                             npend += 1;
@@ -451,6 +492,10 @@ impl Residency {
                     idle = false;
                     break;
                 }
+            }
+            seen += 1;
+            if idle || !shared {
+                far += 1;
             }
             if !idle {
                 first_busy.get_or_insert((id, i));
@@ -507,6 +552,12 @@ impl Residency {
             return Ok(Some(true));
         }
         self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
+        // every entry busy (or protected) to the order's end, and more
+        // candidates behind it: build it deeper before waiting
+        if deepen && ended && first_busy.is_some() && !st.dev(dev).order.complete && k < ORDER_DEEP
+        {
+            return Ok(None);
+        }
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
                 if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64)

@@ -1145,6 +1145,9 @@ struct Script {
     listed: Option<&'static Mutex<std::collections::HashMap<u64, u64>>>,
     /// `order_ttl` (0: the order is built for every eviction).
     ttl: u64,
+    /// `order_top` leaves only the first `k` (as the predictive policy
+    /// may: the kept order is then not complete).
+    top: bool,
 }
 
 impl Script {
@@ -1156,6 +1159,7 @@ impl Script {
                 lru: false,
                 listed: None,
                 ttl: 0,
+                top: false,
             },
             at,
         )
@@ -1175,6 +1179,12 @@ impl crate::policy::Placement for Script {
     }
     fn order_ttl(&self) -> u64 {
         self.ttl
+    }
+    fn order_top(&self, now: u64, cands: &mut Vec<crate::policy::Cand>, k: usize) {
+        self.order(now, cands);
+        if self.top {
+            cands.truncate(k);
+        }
     }
     fn predicts(&self, _now: u64, _key: u64, _w: u64) -> bool {
         false
@@ -2298,6 +2308,62 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
         run(40, 200),
         (false, true),
         "x needed soon: the front leaves"
+    );
+}
+
+/// Demand eviction behind a busy group larger than the kept order
+/// (`ORDER_TOP`, 1024) and than `SCAN_FAR` (1024): one operator reads 1,040
+/// chunks (one event), the policy's furthest; behind them in the order, x
+/// is idle and needed about as late (`FAR_SHARE`). The order is built
+/// deeper (`ORDER_DEEP`) when all of it is busy, and the busy group counts
+/// once against `SCAN_FAR`: x leaves and the fault-in does not wait for
+/// the operator. Without either, the scan stopped in the busy group and the
+/// fault-in waited for the operator and evicted its first chunk (13B AdamW
+/// at 1.5 x HBM: the optimizer's first fault-ins behind ~1,400 busy ones).
+/// With x needed much sooner than the group, x stays (and the wait comes).
+#[test]
+fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
+    let run = |x_far: bool| {
+        let nbusy = 1040usize;
+        let (mut policy, at) = Script::new();
+        policy.top = true;
+        let a = App::with_policy(nbusy as u64 + 2, Box::new(policy));
+        a.r.set_look_ahead(false);
+        let busy: Vec<u64> = (0..nbusy).map(|_| a.malloc(CHUNK)).collect();
+        let (x, y) = (a.malloc(CHUNK), a.malloc(CHUNK));
+        {
+            let mut at = at.lock().unwrap();
+            for (k, &b) in busy.iter().enumerate() {
+                at.insert(b, 20_010 + k as u64); // the last is the front
+            }
+            let x_next = if x_far { 20_005 } else { 6_000 };
+            at.extend([(x, x_next), (y, 5_000)]);
+        }
+        for (k, &va) in busy.iter().chain(&[x, y]).enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full
+        }
+        let s = a.f.app_stream();
+        let ins: Vec<(u64, u64)> = busy.iter().map(|&b| (b, CHUNK)).collect();
+        a.op(s, &ins, &[], Box::new(|_m: &mut Mem<'_>| {}));
+        let w = a.malloc(CHUNK);
+        at.lock().unwrap().insert(w, 4_000);
+        a.write(w, &pattern(99, 256)); // a fault-in: one victim
+        let front = *busy.last().unwrap();
+        let got = (resident(&a, front), resident(&a, x));
+        assert!(resident(&a, y));
+        a.f.drain();
+        for (k, &va) in busy.iter().chain(&[x, y]).enumerate() {
+            assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
+        }
+        assert_eq!(a.read(w, 256), pattern(99, 256));
+        a.assert_clean();
+        got
+    };
+    assert_eq!(run(true), (true, false), "x behind the busy group: taken");
+    assert_eq!(
+        run(false),
+        (false, true),
+        "x needed soon: kept, the front waited for"
     );
 }
 
