@@ -648,14 +648,20 @@ impl Residency {
     /// one reference held until it is recorded). Also drops the references
     /// of fences recorded meanwhile. `.1`: the fence is full, record it.
     fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
-        let mut closed = std::mem::take(&mut st.closed_fences);
         // the fence joined is open: none of the closed ones (an event is
         // pooled again only once these references are dropped, below)
-        let joined = self.fences.take_closed_and_join(stream, &mut closed);
-        for ev in closed.drain(..) {
-            st.unref_event(ev);
+        let joined = self
+            .fences
+            .take_closed_and_join(stream, &mut st.closed_fences);
+        // most calls hand over none: the vector is moved out and back only
+        // when there are references to drop
+        if !st.closed_fences.is_empty() {
+            let mut closed = std::mem::take(&mut st.closed_fences);
+            for ev in closed.drain(..) {
+                st.unref_event(ev);
+            }
+            st.closed_fences = closed;
         }
-        st.closed_fences = closed;
         if let Some(f) = joined {
             return Some(f);
         }
