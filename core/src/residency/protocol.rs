@@ -168,7 +168,10 @@ impl Residency {
         // the VA entry the previous range was found in, (start, id, len,
         // real handle): an operator's ranges are mostly carved out of one
         // allocation, and a range inside it needs no walk of `vas`
-        let mut last: Option<(u64, u64, u64, bool)> = None;
+        // (kept across calls under the lock: the next call's first range is
+        // mostly in the same allocation; every change of `vas` or of a
+        // backing's `real` forgets it)
+        let mut last: Option<(u64, u64, u64, bool)> = st.last_va;
         // chunks pushed in ascending (id, index) order, a repeat merged
         // into the one before: then no sort is needed
         let mut sorted = true;
@@ -216,6 +219,7 @@ impl Residency {
             }
             ranges_seen += (all.len() > before) as u32;
         }
+        st.last_va = last;
         if all.is_empty() {
             st.call_chunks = all;
             return Ok(Token::default());
