@@ -196,6 +196,7 @@ impl Residency {
                 b.charged = charge;
                 st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
+                st.forget_last_va();
                 self.route(va, vlen);
                 self.note_va(va, vlen);
                 st.dev_mut(dev).managed_virtual += charge;
@@ -240,6 +241,7 @@ impl Residency {
             return None;
         }
         st.vas.remove(&ptr);
+        st.forget_last_va();
         self.unroute(ptr);
         let b = st.backings.remove(&id)?;
         // out of every map: no call, eviction or prefetch finds it any more,
@@ -670,6 +672,7 @@ impl Residency {
             return Some(Err(AclError::RT_MEMORY_FREE)); // still mapped
         }
         let b = st.backings.remove(&id)?;
+        st.forget_last_va();
         // out of the state: its copies are waited for unlocked (as free)
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
         self.release_backing(&mut st, id, b, false, settled);
@@ -700,6 +703,7 @@ impl Residency {
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
+                st.forget_last_va();
                 self.route(va, size);
                 self.note_va(va, size);
             }
@@ -722,6 +726,7 @@ impl Residency {
         }
         st.backings.get_mut(&id)?.vas.push(va);
         st.vas.insert(va, (id, size));
+        st.forget_last_va();
         self.route(va, size);
         self.note_va(va, size);
         Some(Ok(()))
@@ -747,6 +752,7 @@ impl Residency {
             }
         }
         st.vas.remove(&va);
+        st.forget_last_va();
         self.unroute(va);
         st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
         Some(Ok(()))
@@ -1240,6 +1246,7 @@ impl Residency {
         let mapped = vas.iter().try_for_each(|&v| self.rt.map(v, size, real));
         // even when a mapping failed the data is only in `real` now: keep it
         // as the backing's memory (and report the failure)
+        st.forget_last_va();
         let b = st.backings.get_mut(&id).expect("backing");
         b.real = real;
         b.pinned = true;
@@ -1301,6 +1308,7 @@ impl Residency {
             .collect();
         for id in ids {
             if let Some(mut b) = st.backings.remove(&id) {
+                st.forget_last_va();
                 for va in &b.vas {
                     st.vas.remove(va);
                     self.unroute(*va);

@@ -168,7 +168,10 @@ impl Residency {
         // the VA entry the previous range was found in, (start, id, len,
         // real handle): an operator's ranges are mostly carved out of one
         // allocation, and a range inside it needs no walk of `vas`
-        let mut last: Option<(u64, u64, u64, bool)> = None;
+        // (kept across calls under the lock: the next call's first range is
+        // mostly in the same allocation; every change of `vas` or of a
+        // backing's `real` forgets it)
+        let mut last: Option<(u64, u64, u64, bool)> = st.last_va;
         // chunks pushed in ascending (id, index) order, a repeat merged
         // into the one before: then no sort is needed
         let mut sorted = true;
@@ -216,6 +219,7 @@ impl Residency {
             }
             ranges_seen += (all.len() > before) as u32;
         }
+        st.last_va = last;
         if all.is_empty() {
             st.call_chunks = all;
             return Ok(Token::default());
@@ -648,14 +652,20 @@ impl Residency {
     /// one reference held until it is recorded). Also drops the references
     /// of fences recorded meanwhile. `.1`: the fence is full, record it.
     fn call_fence(&self, st: &mut State, stream: u64) -> Option<(u64, bool)> {
-        let mut closed = std::mem::take(&mut st.closed_fences);
         // the fence joined is open: none of the closed ones (an event is
         // pooled again only once these references are dropped, below)
-        let joined = self.fences.take_closed_and_join(stream, &mut closed);
-        for ev in closed.drain(..) {
-            st.unref_event(ev);
+        let joined = self
+            .fences
+            .take_closed_and_join(stream, &mut st.closed_fences);
+        // most calls hand over none: the vector is moved out and back only
+        // when there are references to drop
+        if !st.closed_fences.is_empty() {
+            let mut closed = std::mem::take(&mut st.closed_fences);
+            for ev in closed.drain(..) {
+                st.unref_event(ev);
+            }
+            st.closed_fences = closed;
         }
-        st.closed_fences = closed;
         if let Some(f) = joined {
             return Some(f);
         }

@@ -417,6 +417,11 @@ pub(super) struct State {
     /// (backing, chunk, overwritten whole, written) per range and chunk,
     /// the chunks it needs, the policy keys, finished calls' tokens.
     pub call_chunks: Vec<(u64, u32, bool, bool)>,
+    /// The VA entry the last call's last range was found in, (start, id,
+    /// len, real handle), for the next call's first range (protocol.rs
+    /// `prepare_in`); None after any change of `vas` or of a backing's
+    /// `real` (`forget_last_va`).
+    pub last_va: Option<(u64, u64, u64, bool)>,
     pub call_need: Vec<Need>,
     pub call_keys: Vec<u64>,
     pub tokens: Vec<Token>,
@@ -431,6 +436,13 @@ pub(super) struct State {
 }
 
 impl State {
+    /// `vas` or a backing's `real` changes: the VA entry kept across calls
+    /// may be gone or stale.
+    #[inline]
+    pub fn forget_last_va(&mut self) {
+        self.last_va = None;
+    }
+
     pub fn new(
         dram: Shared<DramStore<Box<dyn HostAllocator>>>,
         nvme: Option<Shared<NvmeStore>>,
@@ -452,6 +464,7 @@ impl State {
             wait_for: None,
             stall_from: None,
             call_chunks: Vec::new(),
+            last_va: None,
             call_need: Vec::new(),
             call_keys: Vec::new(),
             tokens: Vec::new(),

@@ -483,6 +483,37 @@ fn a_vmm_handle_mapped_at_two_vas_shows_the_same_bytes_through_both() {
     a.assert_clean();
 }
 
+/// The VA entry `prepare` keeps across calls (`State::last_va`) is
+/// forgotten when the VA is unmapped and mapped to another handle: the next
+/// call at that VA uses the new handle's chunks, the old keeps its bytes.
+#[test]
+fn a_va_mapped_to_another_handle_is_not_served_from_the_kept_entry() {
+    let a = App::new(4, &[]);
+    let h1 = a.r.malloc_physical(0, CHUNK, false).unwrap().unwrap();
+    let h2 = a.r.malloc_physical(0, CHUNK, false).unwrap().unwrap();
+    let (v, w) = (a.f.reserve(CHUNK).unwrap(), a.f.reserve(CHUNK).unwrap());
+    assert_eq!(a.r.map(v, CHUNK, 0, h1), Some(Ok(())));
+    let (p1, p2) = (pattern(11, CHUNK), pattern(12, CHUNK));
+    // the last call's range is at v, in h1
+    a.write(v, &p1);
+    assert_eq!(a.r.unmap(v), Some(Ok(())));
+    assert_eq!(a.r.map(v, CHUNK, 0, h2), Some(Ok(())));
+    let q = pattern(13, 4096);
+    a.write(v + 64, &q);
+    a.write(v, &p2);
+    assert_eq!(a.read(v, CHUNK), p2, "h2 at v");
+    assert_eq!(a.r.map(w, CHUNK, 0, h1), Some(Ok(())));
+    assert_eq!(a.read(w, CHUNK), p1, "h1 kept its bytes");
+    assert_eq!(a.r.unmap(v), Some(Ok(())));
+    assert_eq!(a.r.unmap(w), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h1), Some(Ok(())));
+    assert_eq!(a.r.free_physical(h2), Some(Ok(())));
+    a.f.release(v).unwrap();
+    a.f.release(w).unwrap();
+    assert_eq!(a.f.held().0, 0);
+    a.assert_clean();
+}
+
 #[test]
 fn free_waits_for_u3ms_own_copies_and_gives_everything_back() {
     let a = App::new(4, &[]);
