@@ -383,46 +383,51 @@ impl HeatTable {
         }
     }
 
-    /// Replays `memo` (the steps of the previous call, which had the same
-    /// ranges) for a call with hits `hits`: what `resolve_call` would do —
+    /// Whether `memo` (the steps of the previous call, which had the same
+    /// ranges) holds for another call: what `resolve_call` would do —
     /// the same map (every change of it applies the buffers first), so the
     /// same parts, the same list entries (all present: the previous call
     /// found or added them, and no list was emptied since) — unless a
-    /// chunk's record word changed, then nothing is done and false.
-    fn replay(&self, p: &mut Pending, memo: &[Step], hits: &[Hit; 2]) -> bool {
-        for s in memo {
-            if let Step::Chunk { addr, rw, .. } = *s {
+    /// chunk's record word changed since.
+    fn memo_holds(&self, memo: &[Step]) -> bool {
+        memo.iter().all(|s| match *s {
+            Step::Chunk { addr, rw, .. } => {
                 let now = match self.map.chunk(addr) {
                     Some(cs) => cs.rec.load(Acquire),
                     None => 0,
                 };
-                if now != rw {
-                    return false;
-                }
+                now == rw
             }
-        }
+            _ => true,
+        })
+    }
+
+    /// Counts `n` calls whose steps are `memo` (each checked by
+    /// `memo_holds`), their read and write hits merged in `run`: what
+    /// replaying the steps once per call leaves (a merged delta counts as
+    /// its hits one by one).
+    fn replay(p: &mut Pending, memo: &[Step], run: &[Delta; 2], n: u64) {
         for s in memo {
             match *s {
-                Step::Touch => p.touches += 1,
+                Step::Touch => p.touches += n,
                 Step::Gap { bytes, first } => {
-                    p.unattributed_bytes += bytes;
-                    p.unattributed_touches += first as u64;
+                    p.unattributed_bytes += bytes * n;
+                    p.unattributed_touches += first as u64 * n;
                 }
                 Step::Part { a, r, bytes, write } => {
-                    let h = &hits[write as usize];
+                    let d = &run[write as usize];
                     let e = &mut p.allocs[a as usize];
-                    e.2 += bytes;
-                    e.3.merge(h);
-                    p.ranges[r as usize].4.merge(h);
+                    e.2 += bytes * n;
+                    e.3.merge_delta(d);
+                    p.ranges[r as usize].4.merge_delta(d);
                 }
                 Step::Chunk { rw, e, write, .. } => {
                     if rw != 0 {
-                        p.chunks[e as usize].3.merge(&hits[write as usize]);
+                        p.chunks[e as usize].3.merge_delta(&run[write as usize]);
                     }
                 }
             }
         }
-        true
     }
 
     /// Count everything `p` holds and empty it: its raw calls resolved
@@ -435,6 +440,10 @@ impl HeatTable {
             memo.clear();
             // the memo's call (its ranges), while its steps are valid
             let mut last: Option<(usize, usize)> = None;
+            // calls after it with the same ranges, not counted yet: how
+            // many, their read and write hits merged
+            let mut n = 0;
+            let mut run = [Delta::default(); 2];
             let mut start = 0;
             for &(seq, ns, class, op_hash, end) in &raw {
                 let end = end as usize;
@@ -447,11 +456,24 @@ impl HeatTable {
                     op_hash,
                     write: false,
                 };
-                let hits = [
-                    Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
-                    Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
-                ];
-                if !(same && self.replay(p, &memo.steps, &hits)) {
+                if same && self.memo_holds(&memo.steps) {
+                    let hits = [
+                        Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
+                        Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
+                    ];
+                    for w in 0..2 {
+                        if n == 0 {
+                            run[w] = Delta::of(&hits[w], 1);
+                        } else {
+                            run[w].merge(&hits[w]);
+                        }
+                    }
+                    n += 1;
+                } else {
+                    if n != 0 {
+                        Self::replay(p, &memo.steps, &run, n);
+                        n = 0;
+                    }
                     memo.clear();
                     let flushes = p.flushes;
                     self.resolve_call(p, ranges, &a, &mut memo);
@@ -460,6 +482,9 @@ impl HeatTable {
                     last = (p.flushes == flushes && !memo.full).then_some((start, end));
                 }
                 start = end;
+            }
+            if n != 0 {
+                Self::replay(p, &memo.steps, &run, n);
             }
             memo.clear();
             p.memo = memo;
