@@ -50,6 +50,8 @@ const CHUNKS: usize = 32;
 /// the buffer is applied); a full buffer is applied by its thread.
 const RAW_CALLS: usize = 256;
 const RAW_RANGES: usize = 2048;
+/// Steps a buffer's memo of its last resolved call holds (`apply`).
+const MEMO_STEPS: usize = 64;
 /// A buffer holding this many raw calls or ranges is *due*: the call wakes
 /// the applier thread (engine/applier.rs), which applies every buffer.
 const DUE_CALLS: usize = RAW_CALLS / 4;
@@ -71,6 +73,61 @@ pub(super) struct Pending {
     /// ranges in `raw_ranges`), in the order the thread made them.
     raw: Vec<(u64, u64, OpClass, u64, u32)>,
     raw_ranges: Vec<Range>,
+    /// Lists emptied so far (`apply_deltas`): a memo's entry positions
+    /// hold while this is unchanged.
+    flushes: u64,
+    /// The last resolved call's steps (`apply`), reused while calls repeat.
+    memo: Memo,
+}
+
+/// The steps of one resolved call; `full`: more steps than its capacity
+/// (never grown: resolving allocates nothing), not replayable.
+#[derive(Default)]
+struct Memo {
+    steps: Vec<Step>,
+    full: bool,
+}
+
+impl Memo {
+    #[inline]
+    fn note(&mut self, s: Step) {
+        if self.steps.len() < self.steps.capacity() {
+            self.steps.push(s);
+        } else {
+            self.full = true;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.steps.clear();
+        self.full = false;
+    }
+}
+
+/// One step of a resolved call, replayed for the next call with the same
+/// ranges (`apply`): what `resolve_call` did, with the positions of the
+/// list entries it merged into.
+#[derive(Clone, Copy)]
+enum Step {
+    /// a range of nonzero length (`touches`)
+    Touch,
+    /// unattributed bytes; `first`: the range's first gap
+    Gap { bytes: u64, first: bool },
+    /// a part: `p.allocs[a]` (plus `bytes`) and `p.ranges[r]`
+    Part {
+        a: u32,
+        r: u32,
+        bytes: u64,
+        write: bool,
+    },
+    /// a chunk of a part: its record word as read (0: none, skipped) and
+    /// `p.chunks[e]` when not 0
+    Chunk {
+        addr: u64,
+        rw: u64,
+        e: u32,
+        write: bool,
+    },
 }
 
 impl Pending {
@@ -81,6 +138,10 @@ impl Pending {
             chunks: Vec::with_capacity(CHUNKS),
             raw: Vec::with_capacity(RAW_CALLS),
             raw_ranges: Vec::with_capacity(RAW_RANGES),
+            memo: Memo {
+                steps: Vec::with_capacity(MEMO_STEPS),
+                full: false,
+            },
             ..Pending::default()
         }
     }
@@ -133,7 +194,7 @@ impl HeatTable {
             self.apply(&mut p);
         }
         if ranges.len() > RAW_RANGES {
-            self.resolve_call(&mut p, ranges, a);
+            self.resolve_call(&mut p, ranges, a, &mut Memo::default());
         } else {
             p.raw_ranges.extend_from_slice(ranges);
             let end = p.raw_ranges.len() as u32;
@@ -158,7 +219,8 @@ impl HeatTable {
     /// Resolves one call's ranges against the address map as it is now
     /// (the map as it was at the call: every change of it applies the
     /// buffers first) and merges the hits into `p`'s lists.
-    fn resolve_call(&self, p: &mut Pending, ranges: &[Range], a: &Access) {
+    /// `memo` receives its steps (see [`Step`]).
+    fn resolve_call(&self, p: &mut Pending, ranges: &[Range], a: &Access, memo: &mut Memo) {
         let hits = [
             Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
             Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
@@ -169,6 +231,7 @@ impl HeatTable {
                 continue;
             }
             p.touches += 1;
+            memo.note(Step::Touch);
             let end = r.addr.saturating_add(r.len);
             let mut cur = r.addr;
             let mut marked = false;
@@ -188,6 +251,10 @@ impl HeatTable {
                     Resolved::Gap(next) => {
                         let n = next.min(end);
                         p.unattributed_bytes += n - cur;
+                        memo.note(Step::Gap {
+                            bytes: n - cur,
+                            first: !marked,
+                        });
                         if !marked {
                             marked = true;
                             p.unattributed_touches += 1;
@@ -202,7 +269,16 @@ impl HeatTable {
                     } => {
                         owner = Some((idx, gen, base, len));
                         let pend = end.min(base + len);
-                        self.buffer_part(p, idx, gen, cur, pend, &hits[r.write as usize]);
+                        self.buffer_part(
+                            p,
+                            idx,
+                            gen,
+                            cur,
+                            pend,
+                            &hits[r.write as usize],
+                            r.write,
+                            memo,
+                        );
                         cur = pend;
                     }
                 }
@@ -213,54 +289,142 @@ impl HeatTable {
     /// One part `[p0, p1)` of allocation `(idx, gen)`: its allocation, its
     /// tensor range, every chunk it covers (what `attribute` counts).
     #[inline]
-    fn buffer_part(&self, p: &mut Pending, idx: u32, gen: u32, p0: u64, p1: u64, h: &Hit) {
-        match p.allocs.iter_mut().find(|e| e.0 == idx && e.1 == gen) {
-            Some(e) => {
+    #[allow(clippy::too_many_arguments)]
+    fn buffer_part(
+        &self,
+        p: &mut Pending,
+        idx: u32,
+        gen: u32,
+        p0: u64,
+        p1: u64,
+        h: &Hit,
+        write: bool,
+        memo: &mut Memo,
+    ) {
+        let a = match p.allocs.iter().position(|e| e.0 == idx && e.1 == gen) {
+            Some(i) => {
+                let e = &mut p.allocs[i];
                 e.2 += p1 - p0;
                 e.3.merge(h);
+                i
             }
             None => {
                 if p.allocs.len() == ALLOCS {
                     self.apply_deltas(p);
                 }
                 p.allocs.push((idx, gen, p1 - p0, Delta::of(h, 1)));
+                p.allocs.len() - 1
             }
-        }
+        };
         let len = p1 - p0;
-        match p
+        let r = match p
             .ranges
-            .iter_mut()
-            .find(|e| e.0 == p0 && e.1 == len && e.2 == idx && e.3 == gen)
+            .iter()
+            .position(|e| e.0 == p0 && e.1 == len && e.2 == idx && e.3 == gen)
         {
-            Some(e) => e.4.merge(h),
+            Some(i) => {
+                p.ranges[i].4.merge(h);
+                i
+            }
             None => {
                 if p.ranges.len() == RANGES {
                     self.apply_deltas(p);
                 }
                 p.ranges.push((p0, len, idx, gen, Delta::of(h, 1)));
+                p.ranges.len() - 1
             }
-        }
+        };
+        memo.note(Step::Part {
+            a: a as u32,
+            r: r as u32,
+            bytes: len,
+            write,
+        });
         for c in p0 >> CHUNK_SHIFT..=(p1 - 1) >> CHUNK_SHIFT {
-            let Some(cs) = self.map.chunk(c << CHUNK_SHIFT) else {
-                continue;
-            };
+            let addr = c << CHUNK_SHIFT;
             // The owner still live when the delta is applied (after this
             // read) means `rw` is the record of an occupancy that includes it.
-            let rw = cs.rec.load(Acquire);
+            let rw = match self.map.chunk(addr) {
+                Some(cs) => cs.rec.load(Acquire),
+                None => 0,
+            };
             if rw == 0 {
+                memo.note(Step::Chunk {
+                    addr,
+                    rw,
+                    e: 0,
+                    write,
+                });
                 continue;
             }
-            match p
+            let e = match p
                 .chunks
-                .iter_mut()
-                .find(|e| e.0 == rw && e.1 == idx && e.2 == gen)
+                .iter()
+                .position(|e| e.0 == rw && e.1 == idx && e.2 == gen)
             {
-                Some(e) => e.3.merge(h),
+                Some(i) => {
+                    p.chunks[i].3.merge(h);
+                    i
+                }
                 None => {
                     if p.chunks.len() == CHUNKS {
                         self.apply_deltas(p);
                     }
                     p.chunks.push((rw, idx, gen, Delta::of(h, 1)));
+                    p.chunks.len() - 1
+                }
+            };
+            memo.note(Step::Chunk {
+                addr,
+                rw,
+                e: e as u32,
+                write,
+            });
+        }
+    }
+
+    /// Whether `memo` (the steps of the previous call, which had the same
+    /// ranges) holds for another call: what `resolve_call` would do —
+    /// the same map (every change of it applies the buffers first), so the
+    /// same parts, the same list entries (all present: the previous call
+    /// found or added them, and no list was emptied since) — unless a
+    /// chunk's record word changed since.
+    fn memo_holds(&self, memo: &[Step]) -> bool {
+        memo.iter().all(|s| match *s {
+            Step::Chunk { addr, rw, .. } => {
+                let now = match self.map.chunk(addr) {
+                    Some(cs) => cs.rec.load(Acquire),
+                    None => 0,
+                };
+                now == rw
+            }
+            _ => true,
+        })
+    }
+
+    /// Counts `n` calls whose steps are `memo` (each checked by
+    /// `memo_holds`), their read and write hits merged in `run`: what
+    /// replaying the steps once per call leaves (a merged delta counts as
+    /// its hits one by one).
+    fn replay(p: &mut Pending, memo: &[Step], run: &[Delta; 2], n: u64) {
+        for s in memo {
+            match *s {
+                Step::Touch => p.touches += n,
+                Step::Gap { bytes, first } => {
+                    p.unattributed_bytes += bytes * n;
+                    p.unattributed_touches += first as u64 * n;
+                }
+                Step::Part { a, r, bytes, write } => {
+                    let d = &run[write as usize];
+                    let e = &mut p.allocs[a as usize];
+                    e.2 += bytes * n;
+                    e.3.merge_delta(d);
+                    p.ranges[r as usize].4.merge_delta(d);
+                }
+                Step::Chunk { rw, e, write, .. } => {
+                    if rw != 0 {
+                        p.chunks[e as usize].3.merge_delta(&run[write as usize]);
+                    }
                 }
             }
         }
@@ -272,8 +436,19 @@ impl HeatTable {
         if !p.raw.is_empty() {
             let mut raw = std::mem::take(&mut p.raw);
             let rr = std::mem::take(&mut p.raw_ranges);
+            let mut memo = std::mem::take(&mut p.memo);
+            memo.clear();
+            // the memo's call (its ranges), while its steps are valid
+            let mut last: Option<(usize, usize)> = None;
+            // calls after it with the same ranges, not counted yet: how
+            // many, their read and write hits merged
+            let mut n = 0;
+            let mut run = [Delta::default(); 2];
             let mut start = 0;
             for &(seq, ns, class, op_hash, end) in &raw {
+                let end = end as usize;
+                let ranges = &rr[start..end];
+                let same = last.is_some_and(|(s, e)| rr[s..e] == *ranges);
                 let a = Access {
                     seq,
                     ns,
@@ -281,9 +456,38 @@ impl HeatTable {
                     op_hash,
                     write: false,
                 };
-                self.resolve_call(p, &rr[start..end as usize], &a);
-                start = end as usize;
+                if same && self.memo_holds(&memo.steps) {
+                    let hits = [
+                        Hit::new(a.seq, a.ns, false, a.class, a.op_hash),
+                        Hit::new(a.seq, a.ns, true, a.class, a.op_hash),
+                    ];
+                    for w in 0..2 {
+                        if n == 0 {
+                            run[w] = Delta::of(&hits[w], 1);
+                        } else {
+                            run[w].merge(&hits[w]);
+                        }
+                    }
+                    n += 1;
+                } else {
+                    if n != 0 {
+                        Self::replay(p, &memo.steps, &run, n);
+                        n = 0;
+                    }
+                    memo.clear();
+                    let flushes = p.flushes;
+                    self.resolve_call(p, ranges, &a, &mut memo);
+                    // a list emptied while resolving: earlier positions
+                    // are gone
+                    last = (p.flushes == flushes && !memo.full).then_some((start, end));
+                }
+                start = end;
             }
+            if n != 0 {
+                Self::replay(p, &memo.steps, &run, n);
+            }
+            memo.clear();
+            p.memo = memo;
             raw.clear();
             p.raw = raw;
             p.raw_ranges = rr;
@@ -294,6 +498,7 @@ impl HeatTable {
 
     /// Count the deltas `p` holds and empty its lists.
     fn apply_deltas(&self, p: &mut Pending) {
+        p.flushes = p.flushes.wrapping_add(1);
         let shard = self.shard();
         let mut stale = 0;
         let mut unatt_touches = std::mem::take(&mut p.unattributed_touches);
@@ -553,6 +758,46 @@ mod tests {
         }
         same(&one, &all, "end");
         assert!(all.totals().touches > 1000);
+    }
+
+    /// A call repeating the previous call's ranges is replayed from the
+    /// memo of its steps (`apply`): runs of identical calls (different
+    /// sequence numbers, times, operators), small ones (the memo holds
+    /// them) and large ones (it does not), with gaps, parts of several
+    /// chunks, writes, frees and re-allocations and readers between them,
+    /// leave every record and counter as `touch_ranges` does. Fails if a
+    /// replay counts a step differently (checked: the write hit replaced by
+    /// the read hit, a gap's bytes dropped, the memo kept across a list
+    /// emptied while resolving).
+    #[test]
+    fn repeated_calls_are_touch_ranges() {
+        let (one, all) = (table(), table());
+        let mut rnd = super::super::tests::xorshift();
+        let mut seq = 0;
+        for call in 0..400u64 {
+            let mut rs = super::super::tests::random_call(&mut rnd);
+            if call % 2 == 0 {
+                rs.truncate(1 + rnd(3) as usize);
+            }
+            for _ in 0..1 + rnd(6) {
+                seq += 1;
+                one.touch_ranges(&rs, &acc(seq));
+                all.record_ranges(&rs, &acc(seq));
+            }
+            if call % 29 == 28 {
+                let base = B + rnd(6) * 64 * 1024;
+                let (f1, f2) = (one.on_free(base), all.on_free(base));
+                assert_eq!(f1, f2, "call {call}: free {base:#x}");
+                let len = 16 * 1024 * (1 + rnd(3));
+                one.on_alloc(0, base, len, AllocKind::Malloc).unwrap();
+                all.on_alloc(0, base, len, AllocKind::Malloc).unwrap();
+            }
+            if call % 97 == 96 {
+                same(&one, &all, &format!("call {call}"));
+            }
+        }
+        same(&one, &all, "end");
+        assert!(all.totals().unattributed_touches > 0);
     }
 
     /// Raw ranges resolve against the address map of their call: a range

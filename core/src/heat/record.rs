@@ -67,7 +67,7 @@ impl Hit {
 /// the union of operator bits. Every field of a record is a sum, max, min
 /// or union, so counting a merged delta leaves what counting its hits one
 /// by one leaves, in any order.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Delta {
     pub n: u64,
     pub seq: u64,
@@ -88,6 +88,17 @@ impl Delta {
             wseq: h.wseq,
             ops: h.ops,
         }
+    }
+
+    /// Add the hits of another delta (what adding them one by one leaves).
+    #[inline]
+    pub fn merge_delta(&mut self, d: &Delta) {
+        self.n = self.n.saturating_add(d.n);
+        self.seq = self.seq.max(d.seq);
+        self.t = self.t.max(d.t);
+        self.t_first = self.t_first.min(d.t_first);
+        self.wseq = self.wseq.max(d.wseq);
+        self.ops |= d.ops;
     }
 
     /// Add one more hit.
