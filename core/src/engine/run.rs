@@ -274,24 +274,24 @@ impl Engine {
                     write: false,
                 };
                 let mut on_stack = [none; 2 * BATCH_ON_STACK];
-                let mut on_heap: Vec<Range> = Vec::new();
-                let mut n = 0;
-                if copies.len() > BATCH_ON_STACK {
-                    on_heap.reserve_exact(2 * copies.len());
-                }
-                for c in copies {
-                    let (r, k) = c.ranges();
-                    if copies.len() > BATCH_ON_STACK {
-                        on_heap.extend_from_slice(&r[..k]);
-                    } else {
+                let on_heap: Vec<Range>;
+                let rs: &[Range] = if copies.len() <= BATCH_ON_STACK {
+                    let mut n = 0;
+                    for c in copies {
+                        let (r, k) = c.ranges();
                         on_stack[n..n + k].copy_from_slice(&r[..k]);
                         n += k;
                     }
-                }
-                let rs = if copies.len() > BATCH_ON_STACK {
-                    &on_heap[..]
-                } else {
                     &on_stack[..n]
+                } else {
+                    on_heap = copies
+                        .iter()
+                        .flat_map(|c| {
+                            let (r, k) = c.ranges();
+                            r.into_iter().take(k)
+                        })
+                        .collect();
+                    &on_heap
                 };
                 self.resident(
                     dev,
