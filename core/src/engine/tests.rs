@@ -651,3 +651,54 @@ fn tier_calls_with_nothing_to_move_do_not_allocate_with_the_applier() {
 fn tier_calls_with_nothing_to_move_do_not_allocate_on_their_own_thread() {
     tier_calls_with_nothing_to_move_do_not_allocate(false);
 }
+
+/// A batch copy makes every copy's memory resident before the runtime runs
+/// it, whether its ranges are gathered on the stack (up to 16 copies) or in
+/// a Vec (more): each batch writes an evicted chunk, and the fake faults a
+/// write to memory not mapped in HBM.
+#[test]
+fn a_batch_copy_makes_every_copy_resident_on_the_stack_or_not() {
+    for n in [3usize, 20] {
+        let (e, f, _d) = engine(&format!("batch{n}"), 2);
+        let x = malloc(&e, CHUNK);
+        let y = malloc(&e, CHUNK);
+        let z = malloc(&e, CHUNK);
+        for (va, v) in [(x, 1u8), (y, 2), (z, 3)] {
+            assert_eq!(write(&e, f, va, &[v; 4096]), 0); // x leaves HBM for z
+        }
+        let data: Vec<Vec<u8>> = (0..n).map(|k| vec![10 + k as u8; 4096]).collect();
+        // the last copy goes to x: its range is the batch's last
+        let copies: Vec<Memcpy> = (0..n)
+            .map(|k| {
+                let dst = if k + 1 == n { x } else { y } + 8192 * k as u64;
+                Memcpy::linear(
+                    crate::acl::MemcpyKind::HOST_TO_DEVICE,
+                    dst,
+                    data[k].as_ptr() as u64,
+                    4096,
+                )
+            })
+            .collect();
+        let call = Call::CopyBatch {
+            copies: &copies,
+            q: Queue::SYNC,
+        };
+        let rc = e.run(0, &call, &mut || {
+            for (c, d) in copies.iter().zip(&data) {
+                let rc = AclError::raw_of(&f.app_write(c.dst, d));
+                if rc != 0 {
+                    return rc;
+                }
+            }
+            0
+        });
+        assert_eq!(rc, 0, "{n} copies");
+        assert!(
+            f.seen().faults.is_empty(),
+            "{n} copies: {:?}",
+            f.seen().faults
+        );
+        let last = x + 8192 * (n as u64 - 1);
+        assert_eq!(f.app_read(last, 4096).unwrap(), data[n - 1], "{n} copies");
+    }
+}
