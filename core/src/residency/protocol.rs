@@ -195,8 +195,10 @@ impl Residency {
         // allocation, and a range inside it needs no walk of `vas`
         // (kept across calls under the lock: the next call's first range is
         // mostly in the same allocation; every change of `vas` or of a
-        // backing's `real` forgets it)
-        let mut last: Option<(u64, u64, u64, bool)> = st.last_va;
+        // backing's `real` forgets it: state.rs `Vas`)
+        let mut last = st.vas.kept();
+        // a walk of `vas` found a new entry to keep
+        let mut found = false;
         // chunks pushed in ascending (id, index) order, a repeat merged
         // into the one before: then no sort is needed
         let mut sorted = true;
@@ -234,8 +236,9 @@ impl Residency {
                             break;
                         }
                         // a real handle: always in HBM
-                        let real = st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false);
+                        let real = st.backings.get(&id).map(|b| b.real() != 0).unwrap_or(false);
                         last = Some((start, id, len, real));
+                        found = true;
                         if !real {
                             push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
                         }
@@ -244,7 +247,9 @@ impl Residency {
             }
             ranges_seen += (all.len() > before) as u32;
         }
-        st.last_va = last;
+        if let (true, Some(e)) = (found, last) {
+            st.vas.keep(e);
+        }
         if all.is_empty() {
             st.call_chunks = all;
             return Ok(());
