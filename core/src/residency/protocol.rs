@@ -154,9 +154,11 @@ impl Residency {
     #[inline(always)]
     fn pooled_token(st: &mut State, tok: &mut Token) {
         debug_assert!(tok.chunks.is_empty() && tok.writes.is_empty());
-        if tok.chunks.capacity() == 0 {
+        if tok.chunks.capacity() == 0 && tok.writes.capacity() == 0 {
             if let Some(t) = st.tokens.pop() {
-                *tok = t;
+                // the token replaced owns no memory: nothing to drop (an
+                // out-of-line drop call otherwise, on every call's path)
+                std::mem::forget(std::mem::replace(tok, t));
             }
         }
     }
