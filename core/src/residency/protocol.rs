@@ -722,7 +722,7 @@ impl Residency {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
-                return Some(st.free_events.swap_remove(k));
+                return Some(st.free_events.remove(k));
             }
             k += 1;
             if k >= 8 {
