@@ -718,7 +718,7 @@ impl Residency {
     }
 
     /// A complete event from the pool, or a new one.
-    fn pooled_event(&self, st: &mut State) -> Option<u64> {
+    pub(super) fn pooled_event(&self, st: &mut State) -> Option<u64> {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
