@@ -270,11 +270,12 @@ impl Residency {
             });
         }
         // the common call: every chunk in HBM, nothing in flight for it
-        if !self.lost_any.load(Relaxed) && self.read_once != ReadOnce::Probe {
-            if self.prepare_resident(&mut st, tok, dev, class, &all) {
-                st.call_chunks = all;
-                return Ok(());
-            }
+        if !self.lost_any.load(Relaxed)
+            && self.read_once != ReadOnce::Probe
+            && self.prepare_resident(&mut st, tok, dev, class, &all)
+        {
+            st.call_chunks = all;
+            return Ok(());
         }
         let mut need = std::mem::take(&mut st.call_need);
         need.clear();
