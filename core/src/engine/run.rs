@@ -13,7 +13,7 @@ use super::call::{Api, Call, Launch, LaunchKind, Memcpy, Queue};
 use super::{Engine, Range, MAX_OP_RANGES};
 use crate::acl::AclError;
 use crate::opclass::OpClass;
-use crate::residency::{Order, Residency};
+use crate::residency::{Order, Residency, Token};
 
 /// The real function with the program's arguments (an allocation retried
 /// after making room calls it again).
@@ -172,8 +172,16 @@ impl Engine {
         // background rounds due on the runtime's clock run before the call
         // and after it (publish.rs)
         let _paced = self.publisher.pace_call();
-        let (prepared, stalled) =
-            r.prepare_timed(dev.max(0) as u32, class as u8, ranges, overwrite, order);
+        // the call's pins, filled in place (never moved: every call's path)
+        let mut tok = Token::default();
+        let (prepared, stalled) = r.prepare_timed(
+            &mut tok,
+            dev.max(0) as u32,
+            class as u8,
+            ranges,
+            overwrite,
+            order,
+        );
         // the time calls spend in u3m before they can run (the stall
         // account): waiting for the residency lock, for fault-ins, for
         // copy-ins in flight; a call that found its memory resident and the
@@ -181,26 +189,23 @@ impl Engine {
         if let Some(ns) = stalled {
             self.ops.stall_ns.fetch_add(ns, Relaxed);
         }
-        let tok = match prepared {
-            Ok(t) => t,
-            Err(e) => {
-                // the call is not made; a device found gone on the way is
-                // noticed as if the call had said so
-                if let Some(o) = r.take_oversize() {
-                    self.say_oversize(what, &o);
-                }
-                let rc = api.residency_error(e);
-                if api.device_lost(rc) {
-                    self.device_lost(dev);
-                }
-                self.explain_child_refusal(rc);
-                return rc;
+        if let Err(e) = prepared {
+            // the call is not made; a device found gone on the way is
+            // noticed as if the call had said so
+            if let Some(o) = r.take_oversize() {
+                self.say_oversize(what, &o);
             }
-        };
+            let rc = api.residency_error(e);
+            if api.device_lost(rc) {
+                self.device_lost(dev);
+            }
+            self.explain_child_refusal(rc);
+            return rc;
+        }
         let rc = self.device_call(dev, api, real);
         // a synchronous call has finished with the memory on return; a
         // captured call has not run: replays are made resident on their own
-        r.finish(tok, (!host).then_some(q.stream), rc == 0);
+        r.finish_in(&mut tok, (!host).then_some(q.stream), rc == 0);
         // the policy's buffered accesses, when due, outside the residency
         // locks (policy/pending.rs)
         r.policy().after_call();

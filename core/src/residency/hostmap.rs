@@ -118,7 +118,7 @@ impl Residency {
             let Some(b) = st.backings.get(&id) else {
                 continue;
             };
-            if b.dev != dev || b.pinned || b.real != 0 || b.vas.is_empty() {
+            if b.dev != dev || b.pinned || b.real() != 0 || b.vas.is_empty() {
                 continue;
             }
             let c = &b.chunks[i as usize];
@@ -697,7 +697,7 @@ impl Residency {
                 || c.ro_uses < STREAM_READS
                 || b.dev != dev
                 || b.pinned
-                || b.real != 0
+                || b.real() != 0
                 || b.vas.is_empty()
                 || (c.phys == 0 && c.host.is_none())
             {

@@ -196,7 +196,6 @@ impl Residency {
                 b.charged = charge;
                 st.backings.insert(id, b);
                 st.vas.insert(va, (id, vlen));
-                st.forget_last_va();
                 self.route(va, vlen);
                 self.note_va(va, vlen);
                 st.dev_mut(dev).managed_virtual += charge;
@@ -241,7 +240,6 @@ impl Residency {
             return None;
         }
         st.vas.remove(&ptr);
-        st.forget_last_va();
         self.unroute(ptr);
         let b = st.backings.remove(&id)?;
         // out of every map: no call, eviction or prefetch finds it any more,
@@ -385,11 +383,11 @@ impl Residency {
                 st.unref_event(ev);
             }
         }
-        if b.real != 0 {
-            let _ = self.rt.free_physical(b.real);
+        let real = st.take_real(&mut b);
+        if real != 0 {
+            let _ = self.rt.free_physical(real);
             let d = st.dev_mut(b.dev);
             d.resident = d.resident.saturating_sub(b.size);
-            b.real = 0;
         }
         if !waited {
             self.reclaim(st);
@@ -672,7 +670,6 @@ impl Residency {
             return Some(Err(AclError::RT_MEMORY_FREE)); // still mapped
         }
         let b = st.backings.remove(&id)?;
-        st.forget_last_va();
         // out of the state: its copies are waited for unlocked (as free)
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
         self.release_backing(&mut st, id, b, false, settled);
@@ -698,12 +695,11 @@ impl Residency {
         {
             return Some(Err(AclError::RT_PARAM_INVALID));
         }
-        if b.real != 0 {
-            let rc = self.map_retrying(va, size, b.real);
+        if b.real() != 0 {
+            let rc = self.map_retrying(va, size, b.real());
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
                 st.vas.insert(va, (id, size));
-                st.forget_last_va();
                 self.route(va, size);
                 self.note_va(va, size);
             }
@@ -726,7 +722,6 @@ impl Residency {
         }
         st.backings.get_mut(&id)?.vas.push(va);
         st.vas.insert(va, (id, size));
-        st.forget_last_va();
         self.route(va, size);
         self.note_va(va, size);
         Some(Ok(()))
@@ -741,7 +736,7 @@ impl Residency {
             return None;
         }
         // like the runtime's unmap, this does not wait for the device
-        if b.real != 0 {
+        if b.real() != 0 {
             if let Err(e) = self.rt.unmap(va) {
                 return Some(Err(e));
             }
@@ -752,7 +747,6 @@ impl Residency {
             }
         }
         st.vas.remove(&va);
-        st.forget_last_va();
         self.unroute(va);
         st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
         Some(Ok(()))
@@ -771,8 +765,8 @@ impl Residency {
         let uses: Vec<u64> = {
             let st = self.st.lock().ok()?;
             let b = st.backings.get(&id)?;
-            if b.real != 0 {
-                return Some(Ok(b.real));
+            if b.real() != 0 {
+                return Some(Ok(b.real()));
             }
             if b.chunks.len() == 1 {
                 Vec::new()
@@ -874,8 +868,8 @@ impl Residency {
             tries += 1;
             // the handle may have been freed or exported meanwhile
             let b = st.backings.get(&id)?;
-            if b.real != 0 {
-                return Some(Ok(b.real));
+            if b.real() != 0 {
+                return Some(Ok(b.real()));
             }
         };
         self.materialize(st, id, real)
@@ -931,8 +925,8 @@ impl Residency {
                 give_up();
                 return None;
             };
-            if b.real != 0 {
-                let r = b.real;
+            if b.real() != 0 {
+                let r = b.real();
                 give_up();
                 return Some(Ok(r));
             }
@@ -1130,7 +1124,7 @@ impl Residency {
         let Some(b) = st.backings.get(&id) else {
             return (Pass::Gone, st);
         };
-        if b.real != 0 || st.dev(dev).lost {
+        if b.real() != 0 || st.dev(dev).lost {
             return (Pass::Gone, st);
         }
         // a call used a chunk meanwhile: its write may have come after the
@@ -1246,9 +1240,8 @@ impl Residency {
         let mapped = vas.iter().try_for_each(|&v| self.rt.map(v, size, real));
         // even when a mapping failed the data is only in `real` now: keep it
         // as the backing's memory (and report the failure)
-        st.forget_last_va();
+        st.set_real(id, real);
         let b = st.backings.get_mut(&id).expect("backing");
-        b.real = real;
         b.pinned = true;
         st.dev_mut(dev).resident += size;
         mapped.map(|()| real)
@@ -1308,7 +1301,6 @@ impl Residency {
             .collect();
         for id in ids {
             if let Some(mut b) = st.backings.remove(&id) {
-                st.forget_last_va();
                 for va in &b.vas {
                     st.vas.remove(va);
                     self.unroute(*va);

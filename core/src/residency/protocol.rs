@@ -117,39 +117,66 @@ impl Residency {
         overwrite: bool,
         order: Order,
     ) -> Result<Token, AclError> {
-        self.prepare_timed(dev, class, ranges, overwrite, order).0
+        let mut tok = Token::default();
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+            .0
+            .map(|()| tok)
     }
 
-    /// [`prepare`](Self::prepare), and how long the call stalled in it (ns):
-    /// from the moment it had to wait for the residency lock, found a chunk
-    /// to move or wait for, or a copy-in in flight to wait for, to its end.
-    /// None when it met none of these — the common call, which then reads
-    /// no clock.
+    /// [`prepare`](Self::prepare) into the caller's `tok` (empty on entry;
+    /// filled in place, not moved through the callers: it is on the path
+    /// of every call), and how long the call stalled in it (ns): from the
+    /// moment it had to wait for the residency lock, found a chunk to move
+    /// or wait for, or a copy-in in flight to wait for, to its end. None
+    /// when it met none of these — the common call, which then reads no
+    /// clock. On an error `tok` is left empty (nothing pinned).
+    #[inline]
     pub fn prepare_timed(
         &self,
+        tok: &mut Token,
         dev: u32,
         class: u8,
         ranges: &[Range],
         overwrite: bool,
         order: Order,
-    ) -> (Result<Token, AclError>, Option<u64>) {
+    ) -> (Result<(), AclError>, Option<u64>) {
         let mut t0 = None;
-        let r = self.prepare_in(dev, class, ranges, overwrite, order, &mut t0);
+        let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0);
+        if r.is_err() {
+            tok.chunks.clear();
+            tok.writes.clear();
+        }
         (r, t0.map(|t| crate::shm::mono_ns().saturating_sub(t)))
     }
 
+    /// The token a call fills: the caller's own if it has room already,
+    /// else one finished calls gave back (no allocation per call).
+    #[inline(always)]
+    fn pooled_token(st: &mut State, tok: &mut Token) {
+        debug_assert!(tok.chunks.is_empty() && tok.writes.is_empty());
+        if tok.chunks.capacity() == 0 && tok.writes.capacity() == 0 {
+            if let Some(t) = st.tokens.pop() {
+                // the token replaced owns no memory: nothing to drop (an
+                // out-of-line drop call otherwise, on every call's path)
+                std::mem::forget(std::mem::replace(tok, t));
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn prepare_in(
         &self,
+        tok: &mut Token,
         dev: u32,
         class: u8,
         ranges: &[Range],
         overwrite: bool,
         order: Order,
         t0: &mut Option<u64>,
-    ) -> Result<Token, AclError> {
+    ) -> Result<(), AclError> {
         if !self.may_be_managed(ranges) {
             // nothing u3m manages (small allocations, host memory): no lock
-            return Ok(Token::default());
+            return Ok(());
         }
         let mut st = match self.st.try_lock() {
             Ok(st) => st,
@@ -170,8 +197,10 @@ impl Residency {
         // allocation, and a range inside it needs no walk of `vas`
         // (kept across calls under the lock: the next call's first range is
         // mostly in the same allocation; every change of `vas` or of a
-        // backing's `real` forgets it)
-        let mut last: Option<(u64, u64, u64, bool)> = st.last_va;
+        // backing's `real` forgets it: state.rs `Vas`)
+        let mut last = st.vas.kept();
+        // a walk of `vas` found a new entry to keep
+        let mut found = false;
         // chunks pushed in ascending (id, index) order, a repeat merged
         // into the one before: then no sort is needed
         let mut sorted = true;
@@ -209,8 +238,9 @@ impl Residency {
                             break;
                         }
                         // a real handle: always in HBM
-                        let real = st.backings.get(&id).map(|b| b.real != 0).unwrap_or(false);
+                        let real = st.backings.get(&id).map(|b| b.real() != 0).unwrap_or(false);
                         last = Some((start, id, len, real));
+                        found = true;
                         if !real {
                             push_chunks(&mut all, &mut sorted, id, r, start, len, end, overwrite);
                         }
@@ -219,10 +249,12 @@ impl Residency {
             }
             ranges_seen += (all.len() > before) as u32;
         }
-        st.last_va = last;
+        if let (true, Some(e)) = (found, last) {
+            st.vas.keep(e);
+        }
         if all.is_empty() {
             st.call_chunks = all;
-            return Ok(Token::default());
+            return Ok(());
         }
         // one range covers each chunk once; several may overlap (chunks
         // pushed in order are merged already: see push_chunks)
@@ -238,15 +270,16 @@ impl Residency {
             });
         }
         // the common call: every chunk in HBM, nothing in flight for it
-        if !self.lost_any.load(Relaxed) && self.read_once != ReadOnce::Probe {
-            if let Some(tok) = self.prepare_resident(&mut st, dev, class, &all) {
-                st.call_chunks = all;
-                return Ok(tok);
-            }
+        if !self.lost_any.load(Relaxed)
+            && self.read_once != ReadOnce::Probe
+            && self.prepare_resident(&mut st, tok, dev, class, &all)
+        {
+            st.call_chunks = all;
+            return Ok(());
         }
         let mut need = std::mem::take(&mut st.call_need);
         need.clear();
-        let mut tok = st.tokens.pop().unwrap_or_default();
+        Self::pooled_token(&mut st, tok);
         for &(id, i, whole, write) in &all {
             need.push((id, i, whole));
             tok.chunks.push((id, i));
@@ -478,7 +511,7 @@ impl Residency {
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.dev_mut(dev).order.note_touched(&keys);
         st.call_keys = keys;
-        Ok(tok)
+        Ok(())
     }
 
     /// `prepare` of a call none of whose chunks has anything to move or
@@ -489,32 +522,37 @@ impl Residency {
     /// and nothing else; None (and no change at all) when a chunk does not
     /// qualify or the call has more than `FAST_CHUNKS` chunks: the general
     /// path then decides. Not for a lost device or the read-once probe
-    /// (the caller checks).
+    /// (the caller checks). true: done, `tok` filled.
     fn prepare_resident(
         &self,
         st: &mut State,
+        tok: &mut Token,
         dev: u32,
         class: u8,
         all: &[(u64, u32, bool, bool)],
-    ) -> Option<Token> {
+    ) -> bool {
         const FAST_CHUNKS: usize = 8;
         if all.len() > FAST_CHUNKS {
-            return None;
+            return false;
         }
         let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
         let mut keys_of = [0u64; FAST_CHUNKS];
         for (k, &(id, i, _, _)) in all.iter().enumerate() {
-            let b = st.backings.get_mut(&id)?;
+            let Some(b) = st.backings.get_mut(&id) else {
+                return false;
+            };
             let own = st.devs[dev_index(b.dev)].stream;
             keys_of[k] = b.key(id, i);
-            let c = b.chunks.get_mut(i as usize)?;
+            let Some(c) = b.chunks.get_mut(i as usize) else {
+                return false;
+            };
             if !c.in_hbm() || c.out_ev != 0 || (own != 0 && c.uses.iter().any(|u| u.0 == own)) {
-                return None;
+                return false;
             }
             found[k] = c;
         }
         st.stall_from = None;
-        let mut tok = st.tokens.pop().unwrap_or_default();
+        Self::pooled_token(st, tok);
         st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
         st.touches += all.len() as u64;
@@ -541,7 +579,7 @@ impl Residency {
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.devs[dev_index(dev)].order.note_touched(&keys);
         st.call_keys = keys;
-        Some(tok)
+        true
     }
 
     /// Notes `[va, va+len)` entered in `State::vas` (with the lock held,
@@ -568,7 +606,13 @@ impl Residency {
     /// After the call: unpin; on success note the use on `stream` (the
     /// stream's use fence, recorded when someone asks or after
     /// `FENCE_CALLS` calls: fence.rs) and the writes (host copies go stale).
-    pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
+    pub fn finish(&self, mut tok: Token, stream: Option<u64>, ok: bool) {
+        self.finish_in(&mut tok, stream, ok);
+    }
+
+    /// [`finish`](Self::finish) of the caller's token, in place; `tok` is
+    /// left empty (its buffers back in the pool when it has room).
+    pub fn finish_in(&self, tok: &mut Token, stream: Option<u64>, ok: bool) {
         if tok.chunks.is_empty() {
             return;
         }
@@ -639,11 +683,10 @@ impl Residency {
         if ok {
             self.look_ahead_after(&mut st, &tok.chunks);
         }
+        tok.chunks.clear();
+        tok.writes.clear();
         if st.tokens.len() < 64 {
-            let mut tok = tok;
-            tok.chunks.clear();
-            tok.writes.clear();
-            st.tokens.push(tok);
+            st.tokens.push(std::mem::take(tok));
         }
     }
 
@@ -676,11 +719,11 @@ impl Residency {
     }
 
     /// A complete event from the pool, or a new one.
-    fn pooled_event(&self, st: &mut State) -> Option<u64> {
+    pub(super) fn pooled_event(&self, st: &mut State) -> Option<u64> {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
-                return Some(st.free_events.swap_remove(k));
+                return Some(st.free_events.remove(k));
             }
             k += 1;
             if k >= 8 {

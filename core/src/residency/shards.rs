@@ -203,47 +203,51 @@ impl Residency {
         overwrite: bool,
         order: Order,
     ) -> Result<Token, AclError> {
-        self.prepare_timed(dev, class, ranges, overwrite, order).0
+        let mut tok = Token::default();
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+            .0
+            .map(|()| tok)
     }
 
-    /// [`prepare`](Self::prepare), and how long the call stalled in it (ns;
-    /// see `Shard::prepare_timed`).
+    /// [`prepare`](Self::prepare) into the caller's `tok` (empty on entry;
+    /// filled in place: see `Shard::prepare_timed`), and how long the call
+    /// stalled in it (ns). On an error `tok` is left empty.
     #[inline]
     pub fn prepare_timed(
         &self,
+        tok: &mut Token,
         dev: u32,
         class: u8,
         ranges: &[Range],
         overwrite: bool,
         order: Order,
-    ) -> (Result<Token, AclError>, Option<u64>) {
+    ) -> (Result<(), AclError>, Option<u64>) {
+        tok.dev = dev;
         if self.used.load(Relaxed) & !bit(dev) == 0 {
             // no other device ever had managed memory: this device's lock only
-            let (r, t) = self
-                .shard(dev)
-                .prepare_timed(dev, class, ranges, overwrite, order);
-            return (
-                r.map(|tok| Token {
-                    dev,
-                    tok,
-                    more: Vec::new(),
-                }),
-                t,
+            return self.shard(dev).prepare_timed(
+                &mut tok.tok,
+                dev,
+                class,
+                ranges,
+                overwrite,
+                order,
             );
         }
-        self.prepare_spanning(dev, class, ranges, overwrite, order)
+        self.prepare_spanning(tok, dev, class, ranges, overwrite, order)
     }
 
     /// `prepare` once several devices have managed memory: the devices the
     /// ranges touch (`routes`), each prepared in ascending order.
     fn prepare_spanning(
         &self,
+        out: &mut Token,
         dev: u32,
         class: u8,
         ranges: &[Range],
         overwrite: bool,
         order: Order,
-    ) -> (Result<Token, AclError>, Option<u64>) {
+    ) -> (Result<(), AclError>, Option<u64>) {
         let mut mask = 0u32;
         if let Ok(r) = self.shards[0].routes.read() {
             for rg in ranges {
@@ -259,12 +263,8 @@ impl Residency {
                 }
             }
         }
-        let mut out = Token {
-            dev,
-            ..Token::default()
-        };
         if mask == 0 {
-            return (Ok(out), None);
+            return (Ok(()), None);
         }
         // nothing runs on a lost device
         if self.lost.load(Relaxed) & bit(dev) != 0 {
@@ -279,37 +279,45 @@ impl Residency {
             // the caller's device: copy-ins run on u3m's stream of the
             // calling device (as with one state), which that device's state
             // keeps (`Dev::stream` of the caller in each state)
-            let (r, t) =
-                self.shards[s as usize].prepare_timed(dev, class, ranges, overwrite, order);
+            let shard = &self.shards[s as usize];
+            let (r, t) = if first {
+                out.dev = s;
+                shard.prepare_timed(&mut out.tok, dev, class, ranges, overwrite, order)
+            } else {
+                let mut tok = protocol::Token::default();
+                let r = shard.prepare_timed(&mut tok, dev, class, ranges, overwrite, order);
+                if r.0.is_ok() {
+                    out.more.push((s, tok));
+                }
+                r
+            };
+            first = false;
             if let Some(t) = t {
                 stall = Some(stall.unwrap_or(0) + t);
             }
-            match r {
-                Ok(tok) if first => {
-                    out.dev = s;
-                    out.tok = tok;
-                    first = false;
-                }
-                Ok(tok) => out.more.push((s, tok)),
-                Err(e) => {
-                    // the devices prepared so far give their pins back
-                    self.finish(out, None, false);
-                    return (Err(e), stall);
-                }
+            if let Err(e) = r {
+                // the devices prepared so far give their pins back (the
+                // failed one pinned nothing: its token is empty)
+                self.finish_in(out, None, false);
+                return (Err(e), stall);
             }
         }
-        (Ok(out), stall)
+        (Ok(()), stall)
     }
 
     /// After the call: unpin; on success note the use on `stream` and the
     /// writes (see `Shard::finish`).
+    pub fn finish(&self, mut tok: Token, stream: Option<u64>, ok: bool) {
+        self.finish_in(&mut tok, stream, ok);
+    }
+
+    /// [`finish`](Self::finish) of the caller's token, in place (left empty).
     #[inline]
-    pub fn finish(&self, tok: Token, stream: Option<u64>, ok: bool) {
-        let Token { dev, tok, more } = tok;
-        self.shard(dev).finish(tok, stream, ok);
-        if !more.is_empty() {
-            for (s, t) in more {
-                self.shard(s).finish(t, stream, ok);
+    pub fn finish_in(&self, tok: &mut Token, stream: Option<u64>, ok: bool) {
+        self.shard(tok.dev).finish_in(&mut tok.tok, stream, ok);
+        if !tok.more.is_empty() {
+            for (s, mut t) in tok.more.drain(..) {
+                self.shard(s).finish_in(&mut t, stream, ok);
             }
         }
     }

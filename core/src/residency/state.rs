@@ -92,8 +92,10 @@ pub(super) struct Backing {
     pub pinned: bool,
     /// A real physical handle of the backing's whole size that replaced its
     /// chunks (a multi-chunk VMM handle exported for IPC): mapped whole,
-    /// never moves; 0 otherwise.
-    pub real: u64,
+    /// never moves; 0 otherwise. Read with `real()`; changed only by
+    /// `State::set_real` / `State::take_real`, which forget the VA entry
+    /// kept across calls (`Vas`).
+    real: u64,
 }
 
 impl Backing {
@@ -108,6 +110,12 @@ impl Backing {
             pinned: false,
             real: 0,
         }
+    }
+
+    /// The real physical handle that replaced the backing's chunks (0: none).
+    #[inline]
+    pub fn real(&self) -> u64 {
+        self.real
     }
 
     /// The policy's name for chunk `i`: the device VA of the backing's
@@ -386,8 +394,9 @@ pub(super) struct State {
     /// The next backing id: ids of a device's state are its index modulo
     /// `MAX_DEVICES`, so a handle names its device (`shards`).
     pub next_id: u64,
-    /// VA start -> (backing id, bytes) for every mapped backing.
-    pub vas: BTreeMap<u64, (u64, u64)>,
+    /// VA start -> (backing id, bytes) for every mapped backing, and the
+    /// entry the last call's last range was found in.
+    pub vas: Vas,
     pub devs: [Dev; MAX_DEVICES],
     /// The process's DRAM and NVMe stores, shared by every device's state
     /// (each behind its own short lock, taken under a device's lock).
@@ -417,11 +426,6 @@ pub(super) struct State {
     /// (backing, chunk, overwritten whole, written) per range and chunk,
     /// the chunks it needs, the policy keys, finished calls' tokens.
     pub call_chunks: Vec<(u64, u32, bool, bool)>,
-    /// The VA entry the last call's last range was found in, (start, id,
-    /// len, real handle), for the next call's first range (protocol.rs
-    /// `prepare_in`); None after any change of `vas` or of a backing's
-    /// `real` (`forget_last_va`).
-    pub last_va: Option<(u64, u64, u64, bool)>,
     pub call_need: Vec<Need>,
     pub call_keys: Vec<u64>,
     pub tokens: Vec<Token>,
@@ -435,12 +439,75 @@ pub(super) struct State {
     pub probe: super::probe::Marks,
 }
 
-impl State {
-    /// `vas` or a backing's `real` changes: the VA entry kept across calls
-    /// may be gone or stale.
+/// An entry of `Vas` kept across calls: (VA start, backing id, bytes, the
+/// backing has a real handle).
+pub(super) type KeptVa = (u64, u64, u64, bool);
+
+/// The VA map: VA start -> (backing id, bytes) for every mapped backing.
+/// It also keeps the entry the last call's last range was found in, for
+/// the next call's first range (protocol.rs `prepare_in`: an operator's
+/// ranges are mostly in one allocation, found again without a walk). Every
+/// change of the map goes through `insert` / `remove`, and every change of
+/// a backing's real handle through `State::set_real` / `take_real`: each
+/// forgets the kept entry, so it is never served stale.
+#[derive(Default)]
+pub(super) struct Vas {
+    map: BTreeMap<u64, (u64, u64)>,
+    kept: Option<KeptVa>,
+}
+
+impl Vas {
     #[inline]
-    pub fn forget_last_va(&mut self) {
-        self.last_va = None;
+    pub fn get(&self, va: &u64) -> Option<&(u64, u64)> {
+        self.map.get(va)
+    }
+
+    #[inline]
+    pub fn range<R: std::ops::RangeBounds<u64>>(
+        &self,
+        r: R,
+    ) -> std::collections::btree_map::Range<'_, u64, (u64, u64)> {
+        self.map.range(r)
+    }
+
+    pub fn insert(&mut self, va: u64, e: (u64, u64)) -> Option<(u64, u64)> {
+        self.kept = None;
+        self.map.insert(va, e)
+    }
+
+    pub fn remove(&mut self, va: &u64) -> Option<(u64, u64)> {
+        self.kept = None;
+        self.map.remove(va)
+    }
+
+    /// The entry kept by the last call (None: none, or forgotten since).
+    #[inline]
+    pub fn kept(&self) -> Option<KeptVa> {
+        self.kept
+    }
+
+    /// Keeps `e`, an entry of the map as it is now (with its backing's
+    /// `real() != 0`), for the next call.
+    #[inline]
+    pub fn keep(&mut self, e: KeptVa) {
+        self.kept = Some(e);
+    }
+}
+
+impl State {
+    /// Backing `id`'s real handle is now `real` (0: none).
+    pub fn set_real(&mut self, id: u64, real: u64) {
+        self.vas.kept = None;
+        if let Some(b) = self.backings.get_mut(&id) {
+            b.real = real;
+        }
+    }
+
+    /// Takes the real handle of `b` (a backing being released, out of
+    /// `backings` already): `b.real()` is 0 after.
+    pub fn take_real(&mut self, b: &mut Backing) -> u64 {
+        self.vas.kept = None;
+        std::mem::take(&mut b.real)
     }
 
     pub fn new(
@@ -451,7 +518,7 @@ impl State {
         State {
             backings: IdMap::default(),
             next_id: first_id,
-            vas: BTreeMap::new(),
+            vas: Vas::default(),
             devs: [const { Dev::new() }; MAX_DEVICES],
             dram,
             nvme,
@@ -464,7 +531,6 @@ impl State {
             wait_for: None,
             stall_from: None,
             call_chunks: Vec::new(),
-            last_va: None,
             call_need: Vec::new(),
             call_keys: Vec::new(),
             tokens: Vec::new(),

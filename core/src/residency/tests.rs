@@ -3327,3 +3327,19 @@ fn a_vmm_handles_copy_outs_run_asynchronously_and_outlive_the_programs_unmap() {
     );
     a.assert_clean();
 }
+
+/// The event pool hands out its oldest complete event first
+/// (`pooled_event` scans from the front and stops after 8): taking one must
+/// not move the newest to the front, where the next fence's scan would meet
+/// a recent event, mostly not complete yet, and query it in vain.
+#[test]
+fn the_event_pool_hands_out_its_oldest_complete_event_first() {
+    let a = App::new(4, &[]);
+    let s = a.r.shard_of(0);
+    let evs: Vec<u64> = (0..4).map(|_| a.f.create_event().unwrap()).collect();
+    let mut st = s.st.lock().unwrap();
+    st.free_events = evs.clone();
+    let got: Vec<u64> = (0..4).map(|_| s.pooled_event(&mut st).unwrap()).collect();
+    assert_eq!(got, evs, "oldest first");
+    assert!(st.free_events.is_empty());
+}
