@@ -177,11 +177,21 @@ impl HeatTable {
             self.touch_ranges(ranges, a);
             return;
         }
-        let done = self
+        // the thread's buffer found with a closure small enough to inline
+        // into the look-up's fast path (the append, `record_in`, is one
+        // call, not a closure's call nested in the look-up's)
+        match self
             .pending
-            .mine(Pending::with_capacity, |b| self.record_in(b, ranges, a));
-        if done.is_none() {
-            self.touch_ranges(ranges, a);
+            .mine(Pending::with_capacity, |b| b as *const Buf)
+        {
+            // SAFETY: this thread's buffer, which the thread's list holds
+            // while the thread lives and the registry (`self.pending`)
+            // while `self` does (perthread.rs): used on this thread, in
+            // this call
+            Some(b) => self.record_in(unsafe { &*b }, ranges, a),
+            None => {
+                self.touch_ranges(ranges, a);
+            }
         }
     }
 
