@@ -172,6 +172,7 @@ impl HeatTable {
     /// same records end up with the same values), buffered in the calling
     /// thread: see the module documentation. Falls back to `touch_ranges`
     /// when the thread's buffers are unavailable (thread exiting).
+    #[inline]
     pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
         if self.pending.off.load(Relaxed) {
             self.touch_ranges(ranges, a);
@@ -198,6 +199,7 @@ impl HeatTable {
     /// Appends the call's raw ranges to the thread's buffer (resolved when
     /// it is applied: `apply`); a buffer that cannot take them is applied
     /// first, a call with more ranges than a buffer holds resolved at once.
+    #[inline]
     fn record_in(&self, buf: &Buf, ranges: &[Range], a: &Access) {
         let mut p = buf.lock();
         if p.raw.len() == RAW_CALLS || p.raw_ranges.len() + ranges.len() > RAW_RANGES {
