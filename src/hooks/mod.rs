@@ -87,7 +87,7 @@ impl Cx {
     /// had already made it); otherwise u3m is disabled (pass-through) and the
     /// call completes — the real function runs if the engine had not called
     /// it yet.
-    #[inline]
+    #[inline(always)]
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = self.thread().device();
         catching(
@@ -134,7 +134,7 @@ impl Cx {
 /// runs and the call still completes: with the real function's code if the
 /// engine had called it, else with `on_panic`'s code (Some: refused) or by
 /// calling the real function now (None) — exactly once either way.
-#[inline]
+#[inline(always)]
 fn catching(
     engine: impl FnOnce(&mut dyn FnMut() -> i32) -> i32,
     mut real: impl FnMut() -> i32,

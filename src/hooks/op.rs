@@ -147,10 +147,12 @@ const STACK_RANGES: usize = 16;
 
 /// The operator type at `p` (a C string), its class and hash: this thread's
 /// last aclop type (`guard::OpName`) when `p` names the same bytes, else
-/// classified (`classify_bytes`) and kept.
+/// classified (`classify_bytes`) and kept. Inlined into the hook (only the
+/// comparison: a new name goes to `op_name_new`).
 ///
 /// # Safety
 /// `p` is a non-null C string, live for `'a`.
+#[inline(always)]
 unsafe fn op_name<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], OpClass, u64) {
     let last = &t.op_name;
     let len = last.len.get() as usize;
@@ -167,6 +169,17 @@ unsafe fn op_name<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], 
             return (name, last.class.get(), last.hash.get());
         }
     }
+    op_name_new(t, p)
+}
+
+/// `op_name` for a name other than the kept one: classified and kept.
+///
+/// # Safety
+/// As `op_name`.
+#[cold]
+#[inline(never)]
+unsafe fn op_name_new<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], OpClass, u64) {
+    let last = &t.op_name;
     let name = CStr::from_ptr(p).to_bytes();
     let (class, hash) = u3m_core::opclass::classify_bytes(name);
     if (1..=crate::guard::OP_NAME_MAX).contains(&name.len()) {
@@ -188,6 +201,7 @@ unsafe fn op_name<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], 
 /// or a C string, `ins`/`outs` null or `nin`/`nout` data buffer pointers
 /// (null or live).
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 unsafe fn launch(
     cx: &Cx,
     op_type: *const c_char,
@@ -229,6 +243,7 @@ unsafe fn launch(
 ///
 /// # Safety
 /// `op_type` null or a C string.
+#[inline(always)]
 unsafe fn run(
     cx: &Cx,
     op_type: *const c_char,
@@ -259,6 +274,7 @@ unsafe fn run(
     cx.run(&call, real)
 }
 
+#[inline(always)]
 pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> aclError {
     launch(
         cx,
@@ -273,6 +289,7 @@ pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> acl
     )
 }
 
+#[inline(always)]
 pub unsafe fn execute_v2(cx: &Cx, real: Real<aclopExecuteV2>, a: aclopExecuteV2) -> aclError {
     launch(
         cx,
@@ -287,6 +304,7 @@ pub unsafe fn execute_v2(cx: &Cx, real: Real<aclopExecuteV2>, a: aclopExecuteV2)
     )
 }
 
+#[inline(always)]
 pub unsafe fn compile_and_execute(
     cx: &Cx,
     real: Real<aclopCompileAndExecute>,
@@ -305,6 +323,7 @@ pub unsafe fn compile_and_execute(
     )
 }
 
+#[inline(always)]
 pub unsafe fn compile_and_execute_v2(
     cx: &Cx,
     real: Real<aclopCompileAndExecuteV2>,

@@ -172,22 +172,34 @@ impl HeatTable {
     /// same records end up with the same values), buffered in the calling
     /// thread: see the module documentation. Falls back to `touch_ranges`
     /// when the thread's buffers are unavailable (thread exiting).
+    #[inline]
     pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
         if self.pending.off.load(Relaxed) {
             self.touch_ranges(ranges, a);
             return;
         }
-        let done = self
+        // the thread's buffer found with a closure small enough to inline
+        // into the look-up's fast path (the append, `record_in`, is one
+        // call, not a closure's call nested in the look-up's)
+        match self
             .pending
-            .mine(Pending::with_capacity, |b| self.record_in(b, ranges, a));
-        if done.is_none() {
-            self.touch_ranges(ranges, a);
+            .mine(Pending::with_capacity, |b| b as *const Buf)
+        {
+            // SAFETY: this thread's buffer, which the thread's list holds
+            // while the thread lives and the registry (`self.pending`)
+            // while `self` does (perthread.rs): used on this thread, in
+            // this call
+            Some(b) => self.record_in(unsafe { &*b }, ranges, a),
+            None => {
+                self.touch_ranges(ranges, a);
+            }
         }
     }
 
     /// Appends the call's raw ranges to the thread's buffer (resolved when
     /// it is applied: `apply`); a buffer that cannot take them is applied
     /// first, a call with more ranges than a buffer holds resolved at once.
+    #[inline]
     fn record_in(&self, buf: &Buf, ranges: &[Range], a: &Access) {
         let mut p = buf.lock();
         if p.raw.len() == RAW_CALLS || p.raw_ranges.len() + ranges.len() > RAW_RANGES {

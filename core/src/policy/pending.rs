@@ -332,6 +332,9 @@ impl Buffered {
 
     /// Appends the call to `buf` (the caller checked that it fits an empty
     /// one): applies every buffer first when it does not fit this one.
+    /// Inlined into `on_access`'s look-up: one call less per access
+    /// (BENCHMARKS.md ninth sitting, `glue10`).
+    #[inline]
     fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
         let mut p = buf.lock();
         if !p.fits(keys.len()) {
