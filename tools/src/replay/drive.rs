@@ -577,6 +577,7 @@ impl Driver<'_> {
                     addr: va,
                     len,
                     write,
+                    whole: false,
                 });
             }
         }
