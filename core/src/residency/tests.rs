@@ -2487,17 +2487,18 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
 
 /// Demand eviction behind a busy front of fewer than 64 candidates, the
 /// front clean (RAG: the KV queued decode work reads is predicted furthest).
-/// A dirty idle chunk among the nearest `DIRTY_NEAR` (36) is taken
-/// whatever its next use; one further back (within 64) only if its weighted
-/// distance to its next use is at least half the clean front's (needed no
-/// sooner than it): a dirty chunk behind 40 busy clean ones and needed much
+/// A dirty idle chunk among the nearest `DIRTY_NEAR` (16; 36 before
+/// operators' whole writes) is taken whatever its next use; one further
+/// back (within 64) only if its weighted distance to its next use is at
+/// least half the clean front's (needed no sooner than it): a dirty chunk
+/// behind 20 busy clean ones and needed much
 /// sooner is kept, and the fault-in waits for the front (without the lock)
 /// instead. Taking it — the rule when any idle one of the first 64 went —
 /// costs a copy-out and a fetch MIN does not make; on kv_decode 1436.5
 /// tokens/s, 1545.7 with this rule (simulated). Behind a dirty front (an
 /// optimizer's just-written state) the rule does not apply.
 #[test]
-fn an_idle_victim_needed_soon_behind_forty_busy_ones_is_kept() {
+fn an_idle_victim_needed_soon_behind_twenty_busy_ones_is_kept() {
     // (front resident, x resident) after one fault-in, with `nbusy` busy
     // chunks (clean: copied out and read back, or dirty) in front of x in
     // the order and x (dirty) predicted at tick `x_next`
@@ -2550,28 +2551,28 @@ fn an_idle_victim_needed_soon_behind_forty_busy_ones_is_kept() {
         a.assert_clean();
         got
     };
-    // behind 30 busy clean ones (within the nearest 36): x is taken, no wait
+    // behind 10 busy clean ones (within the nearest 16): x is taken, no wait
     assert_eq!(
-        run(30, 200, true),
+        run(10, 200, true),
         (true, false),
         "x among the nearest: taken"
     );
-    // behind 40: x, needed at 200 against the front's 1049, stays; the
+    // behind 20: x, needed at 200 against the front's 1029, stays; the
     // fault-in waits for the front, which leaves
     assert_eq!(
-        run(40, 200, true),
+        run(20, 200, true),
         (false, true),
-        "x behind 40 busy, needed soon: kept"
+        "x behind 20 busy, needed soon: kept"
     );
-    // behind 40 but needed after the front (half its weighted distance)
+    // behind 20 but needed after the front (half its weighted distance)
     assert_eq!(
-        run(40, 1500, true),
+        run(20, 1500, true),
         (true, false),
-        "x behind 40 busy, needed after the front: taken"
+        "x behind 20 busy, needed after the front: taken"
     );
-    // behind 40 dirty busy ones: as before, taken
+    // behind 20 dirty busy ones: as before, taken
     assert_eq!(
-        run(40, 200, false),
+        run(20, 200, false),
         (true, false),
         "x behind a dirty front: taken"
     );
