@@ -530,3 +530,57 @@ fn u3m_free_bytes(dir: &Path) -> u64 {
     assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
     st.f_bavail as u64 * st.f_frsize as u64
 }
+
+/// An operator's out-of-place output written whole (a contiguous ND
+/// description, no input overlapping it) skips the copy-in of the chunks it
+/// covers; an in-place update (output = input) and an output covering only
+/// part of a chunk keep theirs. Stale HBM bytes left in a chunk the
+/// operator did not write, or read by it, would change the checksum.
+#[test]
+fn whole_outputs_skip_their_copy_in_and_in_place_ones_do_not() {
+    let dir = common::scratch("tier-whole");
+    let (n, sz) = (16u64, 8u64 << 20); // 128 MiB live on a 64 MiB device
+    let a = |i: u64| 0x1000_0000u64 + (i % n) * sz;
+    let mut t = String::from("# u3m-trace 1\n");
+    for i in 0..n {
+        t += &format!(
+            "A {:#x} {sz}\nM H2D {:#x} 0x7f0000000000 {sz}\n",
+            a(i),
+            a(i)
+        );
+    }
+    for i in 0..n {
+        // out of place, the whole buffer
+        t += &format!("O Gen 1 1 {:#x}:65536 {:#x}:{sz}\n", a(i + 5) + 4096, a(i));
+    }
+    for i in 0..n {
+        // in place: the output is its input
+        t += &format!("O Inc 1 1 {:#x}:{sz} {:#x}:{sz}\n", a(i), a(i));
+    }
+    for i in 0..n {
+        // out of place, inside the chunks it touches
+        t += &format!(
+            "O Part 1 1 {:#x}:65536 {:#x}:{}\n",
+            a(i + 3),
+            a(i) + 4096,
+            3 << 20
+        );
+    }
+    for i in 0..n {
+        t += &format!("F {:#x}\n", a(i));
+    }
+    let p = dir.join("whole.trace");
+    std::fs::write(&p, t).unwrap();
+    let p = p.to_str().unwrap();
+    let big = run("acl_replay", &[p], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let (r, s) = tier(
+        "acl_replay",
+        &[p],
+        &[("ACLSIM_HBM_BYTES", "64M"), ("U3M_OVERSUB", "3")],
+    );
+    assert_clean(&r, 64 * MIB, "acl_replay");
+    assert_eq!(r.fact("checksum"), big.fact("checksum"));
+    // the Gen round's outputs: evicted buffers written whole, not copied in
+    let over = s["tier"]["overwrites"].as_u64().unwrap();
+    assert!(over >= 8 * (sz / (2 * MIB)) / 2, "{s}");
+}

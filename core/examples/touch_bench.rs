@@ -303,6 +303,7 @@ fn main() {
                                 addr: base + i as u64 * RANGE,
                                 len: RANGE,
                                 write: i == 15,
+                                whole: false,
                             };
                         }
                         let words = [const { AtomicU64::new(0) }; 6];

@@ -74,16 +74,19 @@ fn observe_mode_calls_do_not_allocate() {
             addr: B,
             len: MIB,
             write: false,
+            whole: false,
         },
         Range {
             addr: B + 2 * MIB,
             len: 4096,
             write: false,
+            whole: false,
         },
         Range {
             addr: B + 64 * MIB,
             len: 3 * MIB,
             write: true,
+            whole: false,
         },
     ];
     let blob: Vec<u8> = [B + 100, 0, B + 64 * MIB + 8]

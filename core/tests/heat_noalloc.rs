@@ -111,7 +111,12 @@ fn hot_path_does_not_allocate() {
 fn buffered_hot_path_allocates_once_per_thread() {
     use u3m_core::engine::Range;
     let t = table();
-    let r = |addr, len, write| Range { addr, len, write };
+    let r = |addr, len, write| Range {
+        addr,
+        len,
+        write,
+        whole: false,
+    };
     let a = |i: u64| Access {
         seq: i + 1,
         ns: i * 100,

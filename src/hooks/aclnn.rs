@@ -200,6 +200,7 @@ pub unsafe fn launch_with(
                 addr: ws as u64,
                 len: ws_size,
                 write: true,
+                whole: false,
             });
         }
         // With torch_npu's task queue, tensors are created on the submitting
@@ -502,12 +503,14 @@ pub unsafe fn create_tensor(
                 addr: a.tensor_data as u64 + at,
                 len,
                 write: true,
+                whole: false,
             },
             // never smaller than the view (a tensor past its storage)
             storage: Range {
                 addr: a.tensor_data as u64,
                 len: storage.max(at + len),
                 write: true,
+                whole: false,
             },
         };
         // known to executors built from it (len 0: touches nothing)

@@ -264,6 +264,7 @@ pub unsafe fn cmo_async(cx: &Cx, real: Real<aclrtCmoAsync>, a: aclrtCmoAsync) ->
         addr: a.src as u64,
         len: a.size as u64,
         write: false,
+        whole: false,
     }];
     cx.run(&stream_op(b"CmoAsync", &r, a.stream), || real.call(a))
 }
@@ -273,6 +274,7 @@ fn word(p: *mut c_void, write: bool) -> [Range; 1] {
         addr: p as u64,
         len: 8,
         write,
+        whole: false,
     }]
 }
 

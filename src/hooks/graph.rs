@@ -161,6 +161,7 @@ unsafe fn dataset(ds: *const c_void, write: bool, out: &mut Vec<Range>) {
             addr: ga(b) as u64,
             len: gs(b) as u64,
             write,
+            whole: false,
         });
     }
 }

@@ -52,6 +52,7 @@ fn rd(p: *const c_void, len: u64) -> Range {
         addr: p as u64,
         len,
         write: false,
+        whole: false,
     }
 }
 fn wr(p: *const c_void, len: u64) -> Range {
@@ -59,6 +60,7 @@ fn wr(p: *const c_void, len: u64) -> Range {
         addr: p as u64,
         len,
         write: true,
+        whole: false,
     }
 }
 
@@ -200,6 +202,7 @@ pub unsafe fn batch_send_recv(
                     addr: it.buf as u64,
                     len: bytes(it.count, it.data_type),
                     write: it.send_recv_type == HCCL_RECV,
+                    whole: false,
                 });
             }
         }

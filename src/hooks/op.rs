@@ -16,6 +16,8 @@ use u3m_core::opclass::OpClass;
 
 static GET_ADDR: RealFn = RealFn::new(b"aclGetDataBufferAddr\0");
 static GET_SIZE: RealFn = RealFn::new(b"aclGetDataBufferSizeV2\0");
+static DESC_FORMAT: RealFn = RealFn::new(b"aclGetTensorDescFormat\0");
+static DESC_SIZE: RealFn = RealFn::new(b"aclGetTensorDescSize\0");
 
 /// attr object -> flops, a small lock-free table (entries are reused when the
 /// attribute object is destroyed).
@@ -100,6 +102,60 @@ fn getters() -> Option<Getters> {
     }
 }
 
+/// The real `aclGetTensorDescFormat` and `aclGetTensorDescSize` (None: the
+/// runtime lacks one; no output is then known to be written whole).
+type DescGetters = (
+    unsafe extern "C" fn(*const c_void) -> c_int,
+    unsafe extern "C" fn(*const c_void) -> usize,
+);
+
+fn desc_getters() -> Option<DescGetters> {
+    let (f, s) = (DESC_FORMAT.get()?, DESC_SIZE.get()?);
+    // SAFETY: the real aclGetTensorDescFormat / aclGetTensorDescSize, whose
+    // prototypes these are (aclFormat is a C enum: an int)
+    unsafe {
+        Some((
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> c_int>(f),
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const c_void) -> usize>(s),
+        ))
+    }
+}
+
+/// ACL_FORMAT_ND: a plain row-major layout of the description's dims.
+const FORMAT_ND: c_int = 2;
+
+/// The bytes an output writes whole from its buffer's start, by its tensor
+/// description `d`: a contiguous ND tensor of known size (no dynamic dim,
+/// a dtype of known width) is written element by element, every byte of
+/// it; anything else (another format, an unknown size, no description) is
+/// 0: not known to be written whole.
+///
+/// # Safety
+/// `d` is null or a tensor description the program passed to the launch.
+unsafe fn desc_whole((format, size): DescGetters, d: *const c_void) -> u64 {
+    if d.is_null() || format(d) != FORMAT_ND {
+        return 0;
+    }
+    size(d) as u64
+}
+
+/// Outputs written whole (`fill`) that overlap an input (an in-place
+/// operator, an output aliasing an input) are read first: not whole. Past
+/// `ALIAS_CHECK_MAX` input × output pairs, no output is (conservative, and
+/// no quadratic scan of a wide launch).
+fn unwhole_aliases(ranges: &mut [Range], nin: usize) {
+    let (ins, outs) = ranges.split_at_mut(nin);
+    let check = ins.len() * outs.len() <= ALIAS_CHECK_MAX;
+    for o in outs.iter_mut().filter(|o| o.whole) {
+        o.whole = check
+            && !ins
+                .iter()
+                .any(|i| i.addr < o.addr + o.len && o.addr < i.addr + i.len);
+    }
+}
+
+const ALIAS_CHECK_MAX: usize = 4096;
+
 /// How many data buffer pointers `list` holds (0 for a null list or n <= 0).
 fn count(list: *const *const c_void, n: c_int) -> usize {
     if list.is_null() || n <= 0 {
@@ -110,16 +166,21 @@ fn count(list: *const *const c_void, n: c_int) -> usize {
 }
 
 /// Writes the (addr, size) of each non-null data buffer of `list` (`n`
-/// pointers) at `out`, in order; returns how many it wrote (at most `n`).
+/// pointers) at `out`, in order; returns how many it wrote (at most `2n`).
+/// Outputs (`descs`: their descriptions) known to be written whole
+/// (`desc_whole`) are marked so over the description's bytes; the rest of
+/// a larger buffer follows as a plain write.
 ///
 /// # Safety
-/// `list` points to `n` data buffer pointers (null or live); `out` has room
-/// for `n` ranges.
+/// `list` points to `n` data buffer pointers (null or live), `descs.1` (when
+/// not null) to `n` tensor descriptions (null or live); `out` has room for
+/// `2n` ranges.
 unsafe fn fill(
     (ga, gs): Getters,
     list: *const *const c_void,
     n: usize,
     write: bool,
+    descs: (Option<DescGetters>, *const *const c_void),
     out: *mut Range,
 ) -> usize {
     let mut k = 0;
@@ -130,12 +191,29 @@ unsafe fn fill(
         if b.is_null() {
             continue;
         }
-        out.add(k).write(Range {
-            addr: ga(b) as u64,
-            len: gs(b) as u64,
-            write,
-        });
-        k += 1;
+        let (addr, len) = (ga(b) as u64, gs(b) as u64);
+        let whole = match descs {
+            (Some(dg), d) if write && !d.is_null() => desc_whole(dg, *d.add(i)).min(len),
+            _ => 0,
+        };
+        if whole > 0 {
+            out.add(k).write(Range {
+                addr,
+                len: whole,
+                write,
+                whole: true,
+            });
+            k += 1;
+        }
+        if whole < len || len == 0 {
+            out.add(k).write(Range {
+                addr: addr + whole,
+                len: len - whole,
+                write,
+                whole: false,
+            });
+            k += 1;
+        }
     }
     k
 }
@@ -208,6 +286,7 @@ unsafe fn launch(
     nin: c_int,
     ins: *const *const c_void,
     nout: c_int,
+    out_descs: *const *const c_void,
     outs: *const *const c_void,
     attr: *const c_void,
     stream: aclrtStream,
@@ -218,23 +297,34 @@ unsafe fn launch(
     let Some(get) = get else {
         return run(cx, op_type, &[], attr, stream, real);
     };
-    if nin + nout <= STACK_RANGES {
+    let descs = (
+        if out_descs.is_null() {
+            None
+        } else {
+            desc_getters()
+        },
+        out_descs,
+    );
+    let none = (None, std::ptr::null());
+    if nin + 2 * nout <= STACK_RANGES {
         let mut buf = [const { std::mem::MaybeUninit::<Range>::uninit() }; STACK_RANGES];
         let out = buf.as_mut_ptr() as *mut Range;
-        let k = fill(get, ins, nin, false, out);
-        let k = k + fill(get, outs, nout, true, out.add(k));
+        let ki = fill(get, ins, nin, false, none, out);
+        let k = ki + fill(get, outs, nout, true, descs, out.add(ki));
         // SAFETY: `fill` wrote the first `k` entries
-        let ranges = std::slice::from_raw_parts(out as *const Range, k);
+        let ranges = std::slice::from_raw_parts_mut(out, k);
+        unwhole_aliases(ranges, ki);
         return run(cx, op_type, ranges, attr, stream, real);
     }
     // every buffer, however many (the per-thread buffer grows and is reused)
     super::ranges::with(cx, |ranges| {
-        ranges.reserve(nin + nout);
+        ranges.reserve(nin + 2 * nout);
         let out = ranges.spare_capacity_mut().as_mut_ptr() as *mut Range;
-        let k = fill(get, ins, nin, false, out);
-        let k = k + fill(get, outs, nout, true, out.add(k));
+        let ki = fill(get, ins, nin, false, none, out);
+        let k = ki + fill(get, outs, nout, true, descs, out.add(ki));
         // SAFETY: `fill` wrote the first `k` entries of the spare capacity
         ranges.set_len(k);
+        unwhole_aliases(ranges, ki);
         run(cx, op_type, ranges, attr, stream, real)
     })
 }
@@ -282,6 +372,7 @@ pub unsafe fn execute(cx: &Cx, real: Real<aclopExecute>, a: aclopExecute) -> acl
         a.num_inputs,
         a.inputs,
         a.num_outputs,
+        a.output_desc,
         a.outputs as *const *const c_void,
         a.attr,
         a.stream,
@@ -297,6 +388,7 @@ pub unsafe fn execute_v2(cx: &Cx, real: Real<aclopExecuteV2>, a: aclopExecuteV2)
         a.num_inputs,
         a.inputs as *const *const c_void,
         a.num_outputs,
+        a.output_desc as *const *const c_void,
         a.outputs as *const *const c_void,
         a.attr,
         a.stream,
@@ -316,6 +408,7 @@ pub unsafe fn compile_and_execute(
         a.num_inputs,
         a.inputs,
         a.num_outputs,
+        a.output_desc,
         a.outputs as *const *const c_void,
         a.attr,
         a.stream,
@@ -335,6 +428,7 @@ pub unsafe fn compile_and_execute_v2(
         a.num_inputs,
         a.inputs as *const *const c_void,
         a.num_outputs,
+        a.output_desc as *const *const c_void,
         a.outputs as *const *const c_void,
         a.attr,
         a.stream,

@@ -813,9 +813,10 @@ fn adam_13b_copy_ins_idle_only_while_forward_and_backward_compute() {
     let step = (b.0 - a.0) / 2.0;
     let h2d = (b.1 - a.1) / 2.0;
     let unconstrained = (b.2 - a.2) / 2.0;
-    // the copy-ins alone take 687 ms of link time per step even at Belady's
-    // bytes (16.00 GiB): under that the trace or the replay changed
-    assert!(unconstrained > 250e6 && h2d > 650e6, "{a:?} {b:?}");
+    // the copy-ins alone take 646 ms of link time per step (15.05 GiB, once
+    // outputs written whole skip their copy-in; 687 ms at 16.00 GiB
+    // before): well under that the trace or the replay changed
+    assert!(unconstrained > 250e6 && h2d > 600e6, "{a:?} {b:?}");
     assert!(
         step - h2d <= 0.8 * unconstrained,
         "per step {:.1} ms, copy-ins {:.1} ms: the copy-in link idles {:.1} ms > 0.8 x the unconstrained {:.1} ms",
@@ -857,7 +858,8 @@ fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
 /// depended on how far the replayed host ran ahead of the device: 1.117
 /// while reclaim still waited), 1.139 when a dirty one past the 36th behind
 /// a clean busy front is kept unless needed no sooner than the front
-/// (evict.rs `DIRTY_NEAR`).
+/// (evict.rs `DIRTY_NEAR`); 1.163 once operators' whole writes skip their
+/// copy-in (Belady gains more from them), 1.137 with `DIRTY_NEAR` 16.
 #[test]
 fn predictive_moves_at_most_1_15_x_belady_on_lora_with_recompute_and_flash() {
     let args = [

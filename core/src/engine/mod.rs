@@ -57,6 +57,12 @@ pub struct Range {
     pub addr: u64,
     pub len: u64,
     pub write: bool,
+    /// A write of every byte of the range, none read first (a copy's or a
+    /// memset's destination, an operator's out-of-place output): a chunk
+    /// it covers needs no copy-in when no other range of the call touches
+    /// it (residency's `push_chunks`). Only the call's own knowledge, never
+    /// a prediction. Implies `write`.
+    pub whole: bool,
 }
 
 impl Range {
@@ -64,6 +70,7 @@ impl Range {
         addr: 0,
         len: 0,
         write: false,
+        whole: false,
     };
 }
 
@@ -86,6 +93,7 @@ pub fn copy_ranges(
             addr: src,
             len: sspan,
             write: false,
+            whole: false,
         };
         n += 1;
     }
@@ -94,6 +102,7 @@ pub fn copy_ranges(
             addr: dst,
             len: dspan,
             write: true,
+            whole: false,
         };
         n += 1;
     }
@@ -958,6 +967,7 @@ impl Engine {
                 addr,
                 len: bytes,
                 write: true,
+                whole: false,
             }],
         );
         let d = dev_index(dev);
@@ -1005,6 +1015,7 @@ impl Engine {
                     addr: v,
                     len: base + len - v,
                     write: true,
+                    whole: false,
                 };
                 if n < MAX_OP_RANGES {
                     out[n] = r;

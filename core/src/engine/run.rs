@@ -38,6 +38,7 @@ impl Engine {
                             addr,
                             len: bytes,
                             write: true,
+                            whole: false,
                         }];
                         self.resident(
                             dev,
@@ -277,6 +278,7 @@ impl Engine {
                     addr: 0,
                     len: 0,
                     write: false,
+                    whole: false,
                 };
                 let mut on_stack = [none; 2 * BATCH_ON_STACK];
                 let on_heap: Vec<Range>;

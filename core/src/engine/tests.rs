@@ -169,6 +169,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
         addr: va,
         len: 2 * CHUNK,
         write: true,
+        whole: false,
     }];
     let coll = Call::Collective {
         name: b"HcclAllReduce",
@@ -285,11 +286,13 @@ fn a_name_classified_by_the_hook_leaves_the_heat_the_engine_would() {
                 addr: va,
                 len: 64 << 10,
                 write: false,
+                whole: false,
             },
             Range {
                 addr: va + MIB,
                 len: 64 << 10,
                 write: true,
+                whole: false,
             },
         ];
         let op = Call::Launch(Launch {
@@ -345,6 +348,7 @@ fn counters_after_calls_from_threads_are_exact() {
                             addr: va + ((i + k) as u64 % 3) * MIB,
                             len: 64 << 10,
                             write: j == 3,
+                            whole: false,
                         })
                         .collect();
                     let op = Call::Launch(Launch {
@@ -518,21 +522,25 @@ fn tier_calls_with_nothing_to_move_do_not_allocate(applier: bool) {
             addr: a,
             len: MIB,
             write: false,
+            whole: false,
         },
         Range {
             addr: a + CHUNK + 4096,
             len: CHUNK,
             write: false,
+            whole: false,
         },
         Range {
             addr: b,
             len: 3 * MIB,
             write: true,
+            whole: false,
         },
         Range {
             addr: b + 3 * CHUNK,
             len: 4096,
             write: true,
+            whole: false,
         },
     ];
     let copies = [

@@ -574,6 +574,7 @@ mod tests {
                     addr: base + off,
                     len,
                     write: rnd(3) == 0,
+                    whole: false,
                 }
             })
             .collect()

@@ -832,6 +832,7 @@ mod tests {
                 addr: gap,
                 len: 4096,
                 write: true,
+                whole: false,
             }],
             1,
         );
@@ -842,6 +843,7 @@ mod tests {
                 addr: B,
                 len: 8192,
                 write: false,
+                whole: false,
             }],
             2,
         );
@@ -855,6 +857,7 @@ mod tests {
                 addr: gap + 4096,
                 len: 4096,
                 write: false,
+                whole: false,
             }],
             3,
         );
@@ -877,6 +880,7 @@ mod tests {
             addr: B,
             len: 4096,
             write: false,
+            whole: false,
         }];
         t.record_ranges(&r, &acc(1)); // this thread's buffer: applied in the child
                                       // another thread's buffer, with one call in it, then held locked
@@ -925,11 +929,13 @@ mod tests {
                                 addr: B + (i % 4) * MIB,
                                 len: 4096,
                                 write: false,
+                                whole: false,
                             },
                             Range {
                                 addr: B + 6 * MIB,
                                 len: 3 * MIB,
                                 write: k == 0,
+                                whole: false,
                             },
                         ];
                         t.record_ranges(&rs, &acc(1 + k * calls + i));
@@ -953,6 +959,7 @@ mod tests {
                 addr: B,
                 len: 1,
                 write: true,
+                whole: false,
             }],
             &acc(10 * calls),
         );

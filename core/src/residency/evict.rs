@@ -80,7 +80,7 @@ const FAR_SHARE: (u64, u64) = (7, 8);
 /// 1.106, mlp_train 1.079 -> 1.102). Any dirty one past 36 kept (no share):
 /// 13B LoRA 318.2 ms against 315.6; the share from the first (no 36):
 /// `u3m replay`'s lora --recompute --flash 1.175 x Belady's bytes.
-const DIRTY_NEAR: usize = 36;
+const DIRTY_NEAR: usize = 16;
 const DIRTY_SHARE: (u64, u64) = (1, 2);
 /// Candidates of the victim order a look-ahead prefetch examines.
 const AHEAD_SCAN: usize = 8;

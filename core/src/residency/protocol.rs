@@ -45,7 +45,10 @@ pub(super) type Need = (u64, u32, bool);
 
 /// Pushes the chunks of backing `id` (mapped at `start`, `len` bytes) that
 /// range `r` (ending at `end`) covers: (id, index, overwritten whole,
-/// written). A chunk equal to the last one pushed is merged into it (whole
+/// written). Overwritten whole: `r` writes every byte of the chunk (`r.whole`,
+/// or `overwrite`: every write of the call is whole) — and only if every
+/// other range covering it does too (a read or a partial write of it keeps
+/// its copy-in). A chunk equal to the last one pushed is merged into it (whole
 /// only if both are, written if either is); `sorted` turns false when a
 /// chunk comes before the last one pushed.
 #[inline(always)]
@@ -64,7 +67,8 @@ fn push_chunks(
     let hi = end.min(start + len) - start;
     for i in lo / CHUNK..hi.div_ceil(CHUNK) {
         let cs = i * CHUNK;
-        let whole = overwrite && r.write && lo <= cs && hi >= cs + CHUNK;
+        // (a range the call writes whole, or every write of a copy or memset)
+        let whole = (overwrite || r.whole) && r.write && lo <= cs && hi >= cs + CHUNK;
         let i = i as u32;
         if let Some(k) = all.last_mut() {
             if (k.0, k.1) == (id, i) {
@@ -225,7 +229,8 @@ impl Residency {
                         if hi > lo && (hi - 1) / CHUNK == first && (k.0, k.1) == (id, first as u32)
                         {
                             let cs = first * CHUNK;
-                            k.2 &= overwrite && r.write && lo == cs && hi == cs + CHUNK;
+                            k.2 &=
+                                (overwrite || r.whole) && r.write && lo == cs && hi == cs + CHUNK;
                             k.3 |= r.write;
                             continue;
                         }
@@ -950,6 +955,7 @@ impl Residency {
                 addr,
                 len,
                 write: false,
+                whole: false,
             }],
             false,
             Order::Host,

@@ -27,6 +27,10 @@ use u3m_core::policy::Placement;
 use u3m_core::residency::{Counters, Order, Residency};
 use u3m_core::trace::{Body, CopyKind, Event};
 
+/// Most input × output pairs of an operator checked for overlap; a wider
+/// one writes nothing whole (src/hooks/op.rs, the same bound).
+const ALIAS_CHECK_MAX: usize = 4096;
+
 use super::accuracy::{Accuracy, Future};
 use super::cost::{Costs, Work};
 use super::recording::Recording;
@@ -457,10 +461,28 @@ impl Driver<'_> {
                 inputs,
                 outputs,
             } => {
-                let ranges: Vec<(u64, u64, bool)> = inputs
+                // an output overlapping no input is written whole: acl_replay
+                // launches every line as a byte-range operator that writes
+                // each output byte (the simulator's kern_hash_run), through
+                // a 1-D UINT8 description of its length, which the library
+                // marks whole (src/hooks/op.rs) — so the replay does too
+                // (past ALIAS_CHECK_MAX input × output pairs, none: the
+                // library's bound)
+                let check = inputs.len() * outputs.len() <= ALIAS_CHECK_MAX;
+                let overlaps = |o: &u3m_core::trace::Range| {
+                    !check
+                        || inputs
+                            .iter()
+                            .any(|i| i.addr < o.addr + o.bytes && o.addr < i.addr + i.bytes)
+                };
+                let ranges: Vec<(u64, u64, bool, bool)> = inputs
                     .iter()
-                    .map(|r| (r.addr, r.bytes, false))
-                    .chain(outputs.iter().map(|r| (r.addr, r.bytes, true)))
+                    .map(|r| (r.addr, r.bytes, false, false))
+                    .chain(
+                        outputs
+                            .iter()
+                            .map(|r| (r.addr, r.bytes, true, !overlaps(r))),
+                    )
                     .collect();
                 let touched: u64 = ranges.iter().map(|r| r.1).sum();
                 let cost = Cost::Op {
@@ -476,10 +498,13 @@ impl Driver<'_> {
                 bytes,
             } => {
                 let (ranges, cost) = match kind {
-                    CopyKind::H2D => (vec![(*dst, *bytes, true)], Cost::Link(*bytes, true)),
-                    CopyKind::D2H => (vec![(*src, *bytes, false)], Cost::Link(*bytes, false)),
+                    CopyKind::H2D => (vec![(*dst, *bytes, true, true)], Cost::Link(*bytes, true)),
+                    CopyKind::D2H => (
+                        vec![(*src, *bytes, false, false)],
+                        Cost::Link(*bytes, false),
+                    ),
                     CopyKind::D2D => (
-                        vec![(*src, *bytes, false), (*dst, *bytes, true)],
+                        vec![(*src, *bytes, false, false), (*dst, *bytes, true, true)],
                         Cost::D2d(*bytes),
                     ),
                     CopyKind::H2H => return Ok(()), // no device involved
@@ -489,7 +514,7 @@ impl Driver<'_> {
             Body::Set { addr, bytes } => self.call(
                 ev,
                 "Memset",
-                &[(*addr, *bytes, true)],
+                &[(*addr, *bytes, true, true)],
                 true,
                 Cost::Memset(*bytes),
             ),
@@ -546,7 +571,7 @@ impl Driver<'_> {
         &mut self,
         ev: &Event,
         name: &str,
-        ranges: &[(u64, u64, bool)],
+        ranges: &[(u64, u64, bool, bool)],
         overwrite: bool,
         cost: Cost,
     ) -> Result<(), String> {
@@ -571,12 +596,13 @@ impl Driver<'_> {
             }
         }
         let mut managed = Vec::with_capacity(ranges.len());
-        for &(addr, len, write) in ranges {
+        for &(addr, len, write, whole) in ranges {
             if let Some(va) = self.translate(dev, addr) {
                 managed.push(Range {
                     addr: va,
                     len,
                     write,
+                    whole,
                 });
             }
         }
