@@ -494,14 +494,13 @@ impl Residency {
         // write drops it: `finish`): brought back into HBM unwritten — a
         // read-once stream, the probe switching to copies — the chunk is
         // clean and its next eviction copies nothing out
-        let old = if whole { c.host.take() } else { None };
+        // overwritten whole: not filled, its host copy kept until the call
+        // succeeds (as `fault_in`'s)
+        c.unfilled = whole && c.host.is_some();
         c.phys = h;
         c.on_host = true;
-        c.dirty = c.host.is_none();
+        c.dirty = c.host.is_none() || c.unfilled;
         c.prefetched = false;
-        if let Some(o) = old {
-            st.pending_free.push((dev, o));
-        }
         st.dev_mut(dev).host_mapped += CHUNK;
         self.c.host_maps.fetch_add(1, Relaxed);
         Ok(src.is_some())
@@ -526,13 +525,14 @@ impl Residency {
         }
         let hbm = st.chunk(id, i).phys;
         // the HBM stays counted in `resident` until it is given back
-        if let Err(e) = self.move_chunk(st, dev, id, i, hbm, h, !whole, false) {
+        // the HBM is the chunk's only copy: moved even when the call
+        // overwrites it whole, since a call that fails writes nothing
+        let _ = whole;
+        if let Err(e) = self.move_chunk(st, dev, id, i, hbm, h, true, false) {
             let _ = self.rt.free_physical(h);
             return Err(e);
         }
-        if !whole {
-            self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
-        }
+        self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
         let c = st.chunk_mut(id, i);
         c.phys = h;
         c.on_host = true;
@@ -585,13 +585,14 @@ impl Residency {
         }
         let h = st.chunk(id, i).phys;
         // the handle stays counted in `host_mapped` until it is given back
-        if let Err(e) = self.move_chunk(st, dev, id, i, h, phys, !whole, true) {
+        // the handle is the chunk's only copy: moved even when the call
+        // overwrites it whole, since a call that fails writes nothing
+        let _ = whole;
+        if let Err(e) = self.move_chunk(st, dev, id, i, h, phys, true, true) {
             let _ = self.rt.free_physical(phys);
             return Err(Fail::Acl(e));
         }
-        if !whole {
-            self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
-        }
+        self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
         let c = st.chunk_mut(id, i);
         c.phys = phys;
         c.on_host = false;

@@ -347,13 +347,12 @@ impl Residency {
             reserved.push((id, i));
             self.c.faults_in.fetch_add(1, Relaxed);
             if whole && c.host.is_some() {
-                // overwritten entirely: the old contents are not needed
+                // overwritten entirely: no copy-in; the host copy stays the
+                // chunk's contents until the call succeeds (`finish` drops
+                // it then, or puts the chunk back if the call fails)
                 self.c.overwrites.fetch_add(1, Relaxed);
-                let h = c.host.take();
                 c.dirty = true;
-                if let Some(h) = h {
-                    st.pending_free.push((bdev, h));
-                }
+                c.unfilled = true;
                 continue;
             }
             let Some(target) = target else {
@@ -849,6 +848,37 @@ impl Residency {
         c.dirty = false;
         st.dev_mut(dev).resident -= CHUNK;
         dev
+    }
+
+    /// A chunk mapped unfilled for a call that failed (`Chunk::unfilled`):
+    /// its memory, which holds nothing, is given back and its host copy is
+    /// again its only copy, as before the call.
+    pub(super) fn unfilled_back(&self, st: &mut State, id: u64, i: u32) {
+        let c = st.chunk(id, i);
+        if c.phys == 0 || c.host.is_none() {
+            return;
+        }
+        if c.on_host {
+            let (dev, vas) = {
+                let b = &st.backings[&id];
+                (b.dev, b.vas.clone())
+            };
+            for &va in &vas {
+                let _ = self.rt.unmap(va + i as u64 * CHUNK);
+            }
+            let c = st.chunk_mut(id, i);
+            let _ = self.rt.free_physical(c.phys);
+            c.phys = 0;
+            c.on_host = false;
+            c.dirty = false;
+            st.dev_mut(dev).host_mapped -= CHUNK;
+        } else {
+            self.drop_hbm(st, id, i);
+        }
+        let uses: Vec<u64> = st.chunk_mut(id, i).uses.drain(..).map(|u| u.1).collect();
+        for ev in uses {
+            st.unref_event(ev);
+        }
     }
 
     /// A copy-in that could not be issued: chunk (id, i) goes back to where

@@ -641,6 +641,7 @@ impl Residency {
             let mut stale = None;
             let mut old = None;
             let mut dev = 0;
+            let mut unfilled = false;
             if let Some((d, c)) = st
                 .backings
                 .get_mut(&id)
@@ -651,6 +652,12 @@ impl Residency {
                 if ok && tok.writes[k] {
                     c.dirty = true;
                     stale = c.host.take();
+                }
+                if c.unfilled && (ok || c.pins == 0) {
+                    c.unfilled = false;
+                    if !ok {
+                        unfilled = true;
+                    }
                 }
                 if let (Some(e), Some(s)) = (ev, stream) {
                     if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
@@ -667,6 +674,10 @@ impl Residency {
             }
             if let Some(h) = stale {
                 st.pending_free.push((dev, h));
+            }
+            if unfilled {
+                // the call failed before writing it: back to its host copy
+                self.unfilled_back(&mut st, id, i);
             }
             if let Some(o) = old {
                 // never the fence itself: it holds its opening reference

@@ -54,6 +54,11 @@ pub(super) struct Chunk {
     /// Chunks touched between its last two uses (its previous reuse
     /// distance; 0 before it has one).
     pub reuse: u64,
+    /// Mapped for a call that writes it whole, without its copy-in: its
+    /// memory holds nothing yet, and its host copy is kept until a call
+    /// using it succeeds (`finish`) — a call that fails writes nothing,
+    /// so the chunk goes back to its host copy (`unfilled_back`).
+    pub unfilled: bool,
 }
 
 impl Chunk {

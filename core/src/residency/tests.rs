@@ -296,6 +296,53 @@ fn a_whole_chunk_overwrite_needs_no_copy_in_but_a_partial_one_does() {
     a.assert_clean();
 }
 
+/// A call that writes a chunk whole gets it without its copy-in; if the
+/// call then fails (the runtime refuses it: nothing is written), the chunk
+/// goes back to its host copy: the program reads what it wrote before,
+/// not the memory the chunk was given. Both orders: a synchronous copy and
+/// a stream-ordered operator.
+#[test]
+fn a_whole_write_that_fails_leaves_the_chunk_as_it_was() {
+    for host in [true, false] {
+        let a = App::new(1, &[]);
+        let x = a.malloc(CHUNK);
+        let y = a.malloc(CHUNK);
+        let px = pattern(1, CHUNK);
+        a.write(x, &px);
+        a.write(y, &pattern(2, CHUNK)); // x to DRAM
+        let before = a.r.counters();
+        let rs = [Range {
+            addr: x,
+            len: CHUNK,
+            write: true,
+            whole: true,
+        }];
+        if host {
+            let r: Result<(), AclError> = a.sync(&rs, false, || Err(AclError::INVALID_PARAM));
+            assert!(r.is_err());
+        } else {
+            let tok =
+                a.r.prepare(0, OpClass::Elementwise as u8, &rs, false, Order::Stream(7))
+                    .expect("prepared");
+            a.r.finish(tok, Some(7), false);
+        }
+        let after = a.r.counters();
+        assert_eq!(after.overwrites, before.overwrites + 1, "host {host}");
+        assert_eq!(after.fault_bytes, before.fault_bytes, "no copy-in");
+        assert_eq!(
+            a.read(x, CHUNK),
+            px,
+            "host {host}: the failed call wrote nothing"
+        );
+        // and a whole write that succeeds replaces it
+        let p3 = pattern(3, CHUNK);
+        a.write(x, &p3);
+        a.read(y, CHUNK);
+        assert_eq!(a.read(x, CHUNK), p3, "host {host}");
+        a.assert_clean();
+    }
+}
+
 /// A call of several ranges in one chunk (an operator's small tensors, a
 /// batch of copies): the chunk is overwritten whole only if every range in
 /// it is a write of the whole chunk, and written if any range writes it.
