@@ -418,6 +418,34 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
 }
 
 #[test]
+fn an_operator_the_runtime_refuses_leaves_an_output_it_would_write_whole_as_it_was() {
+    // A (24 MiB) is evicted by pressure, then an operator the simulator
+    // refuses names all of A as a contiguous output: u3m maps A without its
+    // copy-in (the op would overwrite it), and must put A back to its host
+    // copy when the call fails — the program reads what it wrote, as stock
+    let args = ["--scenario", "refused", "--bytes", "24M"];
+    let stock = run("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    assert_eq!(stock.fact("a_ok").as_deref(), Some("1"), "{}", stock.stdout);
+    assert_ne!(
+        stock.fact("op_rc").as_deref(),
+        Some("0"),
+        "the op is refused"
+    );
+    let (r, s) = tier("tier_probe", &args, &[("ACLSIM_HBM_BYTES", "64M")]);
+    assert_clean(&r, 64 * MIB, "refused");
+    assert_eq!(
+        r.fact("op_rc"),
+        stock.fact("op_rc"),
+        "the runtime's own answer"
+    );
+    assert_eq!(r.fact("sync_rc"), stock.fact("sync_rc"));
+    assert_eq!(r.fact("a_ok").as_deref(), Some("1"), "{}", r.stdout);
+    // A was left out of HBM and skipped its copy-in for the refused call
+    let t = &s["tier"];
+    assert!(t["overwrites"].as_u64().unwrap() >= 1, "{s}");
+}
+
+#[test]
 fn an_exported_vmm_handle_becomes_real_and_stays_in_hbm() {
     // a 20 MiB u3m handle (10 chunks) exported for IPC is replaced by a real
     // 20 MiB handle with the same data; later pressure evicts other memory

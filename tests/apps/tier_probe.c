@@ -1,4 +1,4 @@
-/* tier_probe: two small scenarios for the tiering engine, each checking its
+/* tier_probe: small scenarios for the tiering engine, each checking its
  * own data (FNV-1a of what it wrote vs what it reads back).
  *
  *   --scenario prefetch --bytes S --idle-ms T
@@ -17,6 +17,13 @@
  *       simulator refuses IPC: rc printed), more pressure, then the handle's
  *       data is read back through its mapping and through a second mapping.
  *       Prints "export_rc=<code> h_ok=<0|1> remap_ok=<0|1>".
+ *   --scenario refused --bytes S
+ *       A (S bytes) is written, then B and C (S bytes each: pressure that
+ *       evicts A), then an operator the runtime refuses (an unknown op type
+ *       over FLOAT input) is launched with A as its output, described as a
+ *       contiguous ND tensor of all of A's bytes (so u3m may skip A's
+ *       copy-in: the op would write it whole), then A is read back.
+ *       Prints "op_rc=<code> a_ok=<0|1>": a refused op writes nothing.
  * Exit 0 when the scenario ran to its end (whatever it found), 2 on an ACL
  * error outside the expected ones, 3 on bad usage. */
 #include <stdint.h>
@@ -26,6 +33,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
+#include "acl/acl_op_compiler.h"
 #include "common/common.h"
 
 static void fill(unsigned char *h, uint64_t n, uint64_t seed) {
@@ -157,6 +165,49 @@ static int export_scenario(uint64_t bytes) {
     return 0;
 }
 
+static int refused(uint64_t bytes) {
+    unsigned char *want = malloc(bytes), *junk = malloc(bytes), *back = malloc(bytes);
+    if (!want || !junk || !back) app_die(2, "out of host memory");
+    fill(want, bytes, 11);
+    fill(junk, bytes, 12);
+    void *a = NULL, *b = NULL, *c = NULL, *in = NULL;
+    ACL_CHECK(aclrtMalloc(&a, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemcpy(a, bytes, want, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL_CHECK(aclrtMalloc(&b, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemcpy(b, bytes, junk, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL_CHECK(aclrtMalloc(&c, bytes, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemcpy(c, bytes, junk, bytes, ACL_MEMCPY_HOST_TO_DEVICE));
+    ACL_CHECK(aclrtMalloc(&in, 4096, ACL_MEM_MALLOC_HUGE_FIRST));
+    ACL_CHECK(aclrtMemset(in, 4096, 0, 4096));
+    aclrtStream st = NULL;
+    ACL_CHECK(aclrtCreateStream(&st));
+    int64_t din[1] = {1024}, dout[1] = {(int64_t)bytes};
+    aclTensorDesc *id = aclCreateTensorDesc(ACL_FLOAT, 1, din, ACL_FORMAT_ND);
+    aclTensorDesc *od = aclCreateTensorDesc(ACL_UINT8, 1, dout, ACL_FORMAT_ND);
+    aclDataBuffer *ib = aclCreateDataBuffer(in, 4096), *ob = aclCreateDataBuffer(a, bytes);
+    aclopAttr *attr = aclopCreateAttr();
+    if (!id || !od || !ib || !ob || !attr) app_die(2, "could not describe the operator");
+    aclError orc = aclopExecuteV2("U3mNoSuchOp", 1, &id, &ib, 1, &od, &ob, attr, st);
+    aclError src = aclrtSynchronizeStream(st);
+    memset(back, 0x5a, bytes);
+    ACL_CHECK(aclrtMemcpy(back, bytes, a, bytes, ACL_MEMCPY_DEVICE_TO_HOST));
+    printf("op_rc=%d sync_rc=%d a_ok=%d\n", (int)orc, (int)src, same(back, want, bytes));
+    aclopDestroyAttr(attr);
+    aclDestroyDataBuffer(ib);
+    aclDestroyDataBuffer(ob);
+    aclDestroyTensorDesc(id);
+    aclDestroyTensorDesc(od);
+    ACL_CHECK(aclrtDestroyStream(st));
+    ACL_CHECK(aclrtFree(in));
+    ACL_CHECK(aclrtFree(c));
+    ACL_CHECK(aclrtFree(b));
+    ACL_CHECK(aclrtFree(a));
+    free(want);
+    free(junk);
+    free(back);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *scenario = NULL;
     uint64_t bytes = 32u << 20;
@@ -168,15 +219,16 @@ int main(int argc, char **argv) {
         else if ((v = app_opt(argc, argv, &i, "--idle-ms"))) idle = (long)app_parse_int(v, "--idle-ms");
         else if ((v = app_opt(argc, argv, &i, "--buffers"))) k = (long)app_parse_int(v, "--buffers");
         else if ((v = app_opt(argc, argv, &i, "--touches"))) touches = (long)app_parse_int(v, "--touches");
-        else app_die(3, "usage: tier_probe --scenario prefetch|lose|export [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
+        else app_die(3, "usage: tier_probe --scenario prefetch|lose|export|refused [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
     }
-    if (!scenario || bytes < 8192 || k < 1 || touches < 0 || idle < 0) app_die(3, "usage: tier_probe --scenario prefetch|lose|export [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
+    if (!scenario || bytes < 8192 || k < 1 || touches < 0 || idle < 0) app_die(3, "usage: tier_probe --scenario prefetch|lose|export|refused [--bytes S] [--idle-ms T] [--buffers K] [--touches R]");
     ACL_CHECK(aclInit(NULL));
     ACL_CHECK(aclrtSetDevice(0));
     int rc;
     if (!strcmp(scenario, "prefetch")) rc = prefetch(bytes, idle);
     else if (!strcmp(scenario, "lose")) rc = lose((int)k, bytes, (int)touches);
     else if (!strcmp(scenario, "export")) rc = export_scenario(bytes);
+    else if (!strcmp(scenario, "refused")) rc = refused(bytes);
     else app_die(3, "unknown scenario '%s'", scenario);
     /* a lost device makes its reset fail: finalize regardless */
     aclFinalize();
