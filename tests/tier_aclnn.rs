@@ -152,3 +152,48 @@ fn a_launch_on_another_thread_than_its_build_is_made_resident() {
         );
     }
 }
+
+/// `out_write MODE` (tests/apps/optest_llm.c): aclnnAbs into eight 8 MiB
+/// outputs holding a pattern, with 128 MiB live; stock on a 1 GiB device
+/// and under libu3m.so on a 64 MiB one. Returns the facts, the hash of
+/// every output byte, and the chunks faulted in without their copy-in.
+fn out_write(mode: &str) -> (String, String, String, u64) {
+    let stock = run(
+        "optest_llm",
+        &["out_write", mode],
+        &[("ACLSIM_HBM_BYTES", "1G")],
+    );
+    assert_eq!(stock.code, 0, "stock: {}", stock.stderr);
+    let (r, s) = common::tier(
+        "optest_llm",
+        &["out_write", mode],
+        &[("ACLSIM_HBM_BYTES", "64M"), ("U3M_OVERSUB", "3")],
+    );
+    assert_eq!(r.code, 0, "under libu3m.so: {}", r.stderr);
+    let facts = format!(
+        "launch={} sync={}",
+        r.fact("launch").unwrap_or_default(),
+        r.fact("sync").unwrap_or_default()
+    );
+    let over = s["tier"]["overwrites"].as_u64().unwrap_or(u64::MAX);
+    let want = stock.fact("hash").unwrap_or_default();
+    (facts, r.fact("hash").unwrap_or_default(), want, over)
+}
+
+// An aclnn operator's out-of-place output, contiguous and overlapping no
+// input, is written whole: its evicted chunks are mapped without their
+// copy-in (main 94683cd copied them in: overwrites 0). A strided output
+// (every other float) is not: the floats between keep their bytes. With
+// every aclnn output taken as whole (the contiguity check dropped), the
+// strided run skips 18 copy-ins and its hash differs from stock.
+#[test]
+fn an_aclnn_output_written_whole_skips_its_copy_in_and_a_strided_one_does_not() {
+    let (facts, hash, stock, over) = out_write("contig");
+    assert_eq!(facts, "launch=0 sync=0");
+    assert_eq!(hash, stock, "contiguous outputs differ from stock");
+    assert!(over >= 8, "only {over} copy-ins skipped");
+    let (facts, hash, stock, over) = out_write("strided");
+    assert_eq!(facts, "launch=0 sync=0");
+    assert_eq!(hash, stock, "strided outputs differ from stock");
+    assert_eq!(over, 0, "a strided output skipped its copy-in");
+}

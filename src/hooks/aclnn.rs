@@ -481,6 +481,45 @@ unsafe fn extent(a: &aclCreateTensor) -> (u64, u64) {
     (lo as u64, (hi - lo) as u64)
 }
 
+/// Whether the view is contiguous: a plain format, row-major strides (a
+/// dimension of 1 may have any stride), a known offset, every element
+/// inside the storage. Then `extent`'s view is exactly its elements' bytes,
+/// and an operator writing each element writes every byte of it.
+///
+/// # Safety
+/// As `extent`.
+unsafe fn contiguous(a: &aclCreateTensor) -> bool {
+    let storage = footprint(a.data_type, a.storage_dims, a.storage_dims_num);
+    let es = acl_dtype_size(a.data_type);
+    let n = a.view_dims_num as usize;
+    if storage == 0
+        || es == 0
+        || !PLAIN_FORMATS.contains(&a.format)
+        || n > 64
+        || a.offset < 0
+        || (n > 0 && (a.view_dims.is_null() || a.stride.is_null()))
+    {
+        return false;
+    }
+    let mut elems: u64 = 1;
+    for i in (0..n).rev() {
+        let (d, st) = (*a.view_dims.add(i), *a.stride.add(i));
+        // a negative stride, even on a dimension of 1, makes `extent` fall
+        // back to the whole storage: not the view's bytes
+        if d <= 0 || st < 0 || (d > 1 && st != elems as i64) {
+            return false;
+        }
+        elems = match elems.checked_mul(d as u64) {
+            Some(e) if e <= storage => e,
+            _ => return false,
+        };
+    }
+    (a.offset as u64)
+        .checked_add(elems)
+        .and_then(|e| e.checked_mul(es))
+        .is_some_and(|hi| hi <= storage)
+}
+
 pub unsafe fn create_tensor(
     cx: &Cx,
     real: Real<aclCreateTensor>,
@@ -512,6 +551,9 @@ pub unsafe fn create_tensor(
                 write: true,
                 whole: false,
             },
+            // the view is exactly its elements' bytes (a broadcast,
+            // strided or transposed view is not)
+            contiguous: !a.tensor_data.is_null() && len > 0 && contiguous(&a),
         };
         // known to executors built from it (len 0: touches nothing)
         super::aclnn_bind::tensor_created(t as usize, mem);

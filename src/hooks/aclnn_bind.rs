@@ -162,6 +162,10 @@ pub unsafe fn redirect(op: &[u8], found: *mut c_void) -> Option<*mut c_void> {
 pub struct TensorMem {
     pub view: Range,
     pub storage: Range,
+    /// The view is contiguous (plain format, row-major strides, a known
+    /// offset, inside its storage): an operator writing every element of
+    /// it writes every byte of `view`.
+    pub contiguous: bool,
 }
 
 /// Hashes a pointer key in a few instructions (the default SipHash costs
@@ -327,10 +331,17 @@ fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
     let tensors = TENSORS.lock();
     let tm = tensors.as_ref();
     let mut exec = None;
-    let tensor = |t: u64, write: bool, b: &mut Bound| -> Option<()> {
+    let tensor = |t: u64, write: bool, out: bool, b: &mut Bound| -> Option<()> {
         let m = tm?.get(&(t as usize))?;
         if m.view.len > 0 {
-            b.ranges.push(Range { write, ..m.view });
+            // an out-of-place output, contiguous: written whole (unless it
+            // overlaps another tensor of the call: see below)
+            let whole = write && out && m.contiguous;
+            b.ranges.push(Range {
+                write,
+                whole,
+                ..m.view
+            });
         }
         if m.storage.len > 0 && m.storage != m.view {
             b.storage.push(Range {
@@ -344,12 +355,12 @@ fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
         let v = args.at(loc);
         match (p, v) {
             (Param::Tensor { .. } | Param::List { .. }, Some(0)) => {} // an optional one, absent
-            (Param::Tensor { write }, Some(t)) => tensor(t, write, b)?,
+            (Param::Tensor { write, out }, Some(t)) => tensor(t, write, out, b)?,
             (Param::List { write }, Some(l)) => {
                 let lists = LISTS.lock();
                 for &t in lists.as_ref()?.get(&(l as usize))? {
                     if t != 0 {
-                        tensor(t as u64, write, b)?;
+                        tensor(t as u64, write, false, b)?;
                     }
                 }
             }
@@ -370,6 +381,17 @@ fn ranges_of(proto: Proto, args: &RawArgs, b: &mut Bound) -> Option<usize> {
     // one range read and written is written; each range once
     let out = &mut b.ranges;
     out.sort_unstable_by_key(|r| (r.addr, r.len, !r.write));
+    // an output overlapping another tensor of the call (an input it reads,
+    // the same tensor passed twice) is not written whole: sorted by
+    // address, a range overlaps an earlier one when it starts before the
+    // furthest end so far, a later one when the next starts before its end
+    let mut reach = 0;
+    for i in 0..out.len() {
+        let end = out[i].addr + out[i].len;
+        let overlaps = out[i].addr < reach || out.get(i + 1).is_some_and(|n| n.addr < end);
+        reach = reach.max(end);
+        out[i].whole &= !overlaps;
+    }
     let mut k = 0;
     for i in 0..out.len() {
         if k > 0 && out[k - 1].addr == out[i].addr && out[k - 1].len == out[i].len {

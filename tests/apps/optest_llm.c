@@ -17,6 +17,9 @@
  *   optest_llm wide_launch N OTHER (one foreach operator over N + N tensors of
  *                                  2 MiB each after OTHER MiB of other data:
  *                                  the same, tests/tier_aclnn.rs)
+ *   optest_llm out_write contig|strided (aclnnAbs into 8 MiB outputs holding
+ *                                  a pattern, whole or every other float:
+ *                                  a hash of every output byte, the same)
  *
  * Arrays print as name=v0,v1,... with %.9g. */
 #include <dlfcn.h>
@@ -327,6 +330,67 @@ static void case_wide_launch(int argc, char **argv)
     printf("tensors=%lld launch=%d sync=%d wrong=%d\n", (long long)(2 * n), rc, rs, bad);
 }
 
+/* FNV-1a over n bytes, continued from h */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* N = 8 inputs and 8 outputs of 8 MiB each (128 MiB: pushed out of a 64 MiB
+ * HBM under u3m), every output filled with a pattern; then y[i] = |x[i]| by
+ * aclnnAbs (through dlsym) into each output: `contig` the whole buffer (an
+ * out-of-place output written whole), `strided` a view of every other float
+ * (stride 2: the floats between keep the pattern, so the output's copy-in
+ * must stay). Prints a hash of every output byte, compared with stock. */
+static void case_out_write(int argc, char **argv)
+{
+    if (argc < 3) app_die(3, "out_write contig|strided");
+    int strided = !strcmp(argv[2], "strided");
+    if (!strided && strcmp(argv[2], "contig")) app_die(3, "out_write contig|strided");
+    void *lib = dlopen("libopapi.so", RTLD_NOW);
+    if (!lib) app_die(2, "dlopen libopapi.so: %s", dlerror());
+    typedef aclnnStatus (*ws_fn)(const aclTensor *, aclTensor *, uint64_t *, aclOpExecutor **);
+    typedef aclnnStatus (*run_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+    ws_fn abs_ws = (ws_fn)dlsym(lib, "aclnnAbsGetWorkspaceSize");
+    run_fn abs_run = (run_fn)dlsym(lib, "aclnnAbs");
+    if (!abs_ws || !abs_run) app_die(2, "dlsym aclnnAbs: %s", dlerror());
+    enum { N = 8, E = (8 << 20) / 4 };
+    int64_t ne = strided ? E / 2 : E;
+    float *h = malloc((size_t)E * 4);
+    void *x[N], *y[N];
+    for (int i = 0; i < N; i++) {
+        for (int64_t j = 0; j < ne; j++) h[j] = app_rand_f32(&g_seed, 4.0f) - 2.0f;
+        x[i] = upload(h, (size_t)ne * 4);
+        for (int j = 0; j < E; j++) h[j] = (float)(i * 1000) + 0.5f * (float)(j % 4099);
+        y[i] = upload(h, (size_t)E * 4);
+    }
+    ACL_CHECK(aclrtSynchronizeStream(g_stream));
+    int rc = 0;
+    for (int i = 0; i < N && !rc; i++) {
+        int64_t d[1] = { ne }, one[1] = { 1 }, two[1] = { 2 }, st = strided ? E - 1 : E;
+        aclTensor *tx = tensor(d, 1, ACL_FLOAT, x[i]);
+        aclTensor *ty = strided ? aclCreateTensor(d, 1, ACL_FLOAT, two, 0, ACL_FORMAT_ND, &st, 1, y[i])
+                                : aclCreateTensor(d, 1, ACL_FLOAT, one, 0, ACL_FORMAT_ND, &st, 1, y[i]);
+        uint64_t ws = 0;
+        aclOpExecutor *ex = NULL;
+        rc = abs_ws(tx, ty, &ws, &ex);
+        if (!rc) rc = abs_run(NULL, ws, ex, g_stream);
+        aclDestroyTensor(tx);
+        aclDestroyTensor(ty);
+    }
+    int rs = aclrtSynchronizeStream(g_stream);
+    uint64_t hash = 0xcbf29ce484222325ull;
+    for (int i = 0; i < N && !rc && !rs; i++) {
+        ACL_CHECK(aclrtMemcpy(h, (size_t)E * 4, y[i], (size_t)E * 4, ACL_MEMCPY_DEVICE_TO_HOST));
+        hash = fnv(hash, h, (size_t)E * 4);
+    }
+    printf("out_write=%s launch=%d sync=%d hash=%016llx last_y1=%.9g\n", argv[2], rc, rs,
+        (unsigned long long)hash, h[1]);
+    free(h);
+}
+
 
 /* A launch on another thread than the one that built its executor, as
  * torch_npu's task queue does: `mib` MiB of live 2 MiB tensors (each zeroed
@@ -421,6 +485,7 @@ int main(int argc, char **argv)
     else if (!strcmp(c, "wide_launch")) case_wide_launch(argc, argv);
     else if (!strcmp(c, "queued_launch")) case_queued_launch(argc, argv);
     else if (!strcmp(c, "view_write")) case_view_write(argc, argv);
+    else if (!strcmp(c, "out_write")) case_out_write(argc, argv);
     else app_die(3, "unknown case %s", c);
     ACL_CHECK(aclrtSynchronizeStream(g_stream));
     printf("done\n");

@@ -11,8 +11,11 @@ mod aclnn_table;
 /// One parameter of a `GetWorkspaceSize` prototype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Param {
-    /// An `aclTensor *` the operator reads (`write` false) or writes.
-    Tensor { write: bool },
+    /// An `aclTensor *` the operator reads (`write` false) or writes;
+    /// `out`: an out-of-place output, every byte of its view written (none
+    /// read), so written whole when it is contiguous and overlaps no input
+    /// (a `...Ref` updated in place is not).
+    Tensor { write: bool, out: bool },
     /// An `aclTensorList *`: every tensor of it read or written.
     List { write: bool },
     /// Any other integer-class argument (pointer, integer, bool).
@@ -28,8 +31,18 @@ pub enum Param {
 impl Param {
     fn of(c: u8) -> Param {
         match c {
-            b'i' => Param::Tensor { write: false },
-            b'o' => Param::Tensor { write: true },
+            b'i' => Param::Tensor {
+                write: false,
+                out: false,
+            },
+            b'o' => Param::Tensor {
+                write: true,
+                out: false,
+            },
+            b'w' => Param::Tensor {
+                write: true,
+                out: true,
+            },
             b'I' => Param::List { write: false },
             b'O' => Param::List { write: true },
             b'f' => Param::Float,
@@ -144,12 +157,62 @@ mod tests {
         let p = aclnn(b"aclnnFlashAttentionScore").unwrap();
         let l: Vec<(Param, Loc)> = p.locations(6, 8).collect();
         // query, key, value in the first registers; the doubles in xmm0/1
-        assert_eq!(l[0], (Param::Tensor { write: false }, Loc::Int(0)));
+        assert_eq!(
+            l[0],
+            (
+                Param::Tensor {
+                    write: false,
+                    out: false
+                },
+                Loc::Int(0)
+            )
+        );
         assert_eq!(l[8], (Param::Float, Loc::Float(0)));
         assert_eq!(l[9], (Param::Float, Loc::Float(1)));
         // 20 integer-class arguments: 6 in registers, 14 on the stack
         assert_eq!(l.last().unwrap(), &(Param::Executor, Loc::Stack(13)));
         assert_eq!(p.stack_slots(6, 8), 14);
         assert!(aclnn(b"aclnnNoSuchOp").is_none());
+    }
+
+    /// The tensors of an operator, in order (other parameters left out).
+    fn tensors(name: &[u8]) -> Vec<Param> {
+        aclnn(name)
+            .unwrap()
+            .params()
+            .filter(|p| matches!(p, Param::Tensor { .. }))
+            .collect()
+    }
+
+    // Only an out-of-place output is written whole: never a `...Ref`
+    // updated in place, nor a backward's const `output` (the forward's
+    // output, which it reads: once taken for an out-of-place one, so its
+    // copy-in would have been skipped), nor an unnamed written tensor, nor
+    // an output the operator may leave unwritten.
+    #[test]
+    fn only_out_of_place_outputs_are_marked_out() {
+        const R: Param = Param::Tensor {
+            write: false,
+            out: false,
+        };
+        const W: Param = Param::Tensor {
+            write: true,
+            out: false,
+        };
+        const OUT: Param = Param::Tensor {
+            write: true,
+            out: true,
+        };
+        assert_eq!(tensors(b"aclnnAbs"), [R, OUT]);
+        assert_eq!(tensors(b"aclnnInplaceAdd"), [W, R]);
+        assert_eq!(tensors(b"aclnnSoftmaxBackward"), [R, W, W]);
+        assert_eq!(tensors(b"aclnnLogSoftmaxBackward"), [R, W, OUT]);
+        assert_eq!(tensors(b"aclnnSigmoidBackward"), [R, W, W]);
+        assert_eq!(tensors(b"aclnnIndexCopy"), [W, R, R, OUT]);
+        // the const outputs CANN declares (yOut, rstdOut) are outputs
+        assert_eq!(tensors(b"aclnnRmsNorm"), [R, R, OUT, OUT]);
+        // dpseOut: left unwritten without a pse
+        let g = tensors(b"aclnnFlashAttentionScoreGrad");
+        assert_eq!(g[g.len() - 4..], [OUT, OUT, OUT, W]);
     }
 }
