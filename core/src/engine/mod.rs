@@ -1207,13 +1207,19 @@ impl Engine {
         }
     }
 
+    /// `stream` is capturing a graph (the common answer, no capture at
+    /// all, is one load inline in the caller).
+    #[inline]
     pub(crate) fn is_capturing(&self, stream: u64) -> bool {
-        self.capturing.load(Relaxed) != 0
-            && self
-                .graphs
-                .lock()
-                .map(|g| g.capturing.contains_key(&stream))
-                .unwrap_or(false)
+        self.capturing.load(Relaxed) != 0 && self.is_capturing_now(stream)
+    }
+
+    #[inline(never)]
+    fn is_capturing_now(&self, stream: u64) -> bool {
+        self.graphs
+            .lock()
+            .map(|g| g.capturing.contains_key(&stream))
+            .unwrap_or(false)
     }
 
     /// The ranges a captured graph touches (for residency before replay).
