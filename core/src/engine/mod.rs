@@ -32,6 +32,7 @@ use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
+use crate::perthread::Here;
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
@@ -785,12 +786,19 @@ impl Engine {
     }
 
     /// `touch_all` for a name classified already (`classify(name)`).
+    #[inline]
     fn touch_classified(&self, class: OpClass, h: u64, ranges: &[Range]) {
+        self.touch_here(class, h, ranges, Here::now())
+    }
+
+    /// `touch_classified` with the calling thread's `LAST` looked up
+    /// already (`here`, perthread.rs).
+    fn touch_here(&self, class: OpClass, h: u64, ranges: &[Range], here: Option<Here>) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
         // every range at once, merged into this thread's buffer of accesses
         // (heat/pending.rs): applied in batches and before any reader
-        self.heat.record_ranges(
+        self.heat.record_ranges_in(
             ranges,
             &Access {
                 seq,
@@ -799,6 +807,7 @@ impl Engine {
                 op_hash: h,
                 write: false,
             },
+            here,
         );
         self.note_capture(ranges);
     }
@@ -819,7 +828,24 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
     ) {
-        self.touch_classified(named.0, named.1, ranges);
+        self.op_here(dev, stream, name, named, ranges, flops, Here::now())
+    }
+
+    /// [`op_classified`](Self::op_classified) with the calling thread's
+    /// `LAST` looked up already (`here`, perthread.rs).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn op_here(
+        &self,
+        dev: i32,
+        stream: u64,
+        name: &[u8],
+        named: (OpClass, u64),
+        ranges: &[Range],
+        flops: Option<u64>,
+        here: Option<Here>,
+    ) {
+        self.touch_here(named.0, named.1, ranges, here);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
             panic!("U3M_DEBUG_PANIC_AT_OP reached");
         }

@@ -13,6 +13,7 @@ use super::call::{Api, Call, Launch, LaunchKind, Memcpy, Queue};
 use super::{Engine, Range, MAX_OP_RANGES};
 use crate::acl::AclError;
 use crate::opclass::OpClass;
+use crate::perthread::Here;
 use crate::residency::{Order, Residency, Token};
 
 /// The real function with the program's arguments (an allocation retried
@@ -340,6 +341,10 @@ impl Engine {
 
     #[inline(always)]
     fn run_launch(&self, dev: i32, l: &Launch<'_>, real: Real<'_>) -> i32 {
+        // this thread's `LAST` (perthread.rs), looked up once for the heat
+        // buffer below and (the compiler reusing it: this look-up dominates
+        // `resident`'s, inlined) the publisher's count of calls in progress
+        let here = Here::now();
         let rc = match l.kind {
             LaunchKind::Model => real(),
             _ => self.resident(
@@ -361,7 +366,7 @@ impl Engine {
                 match l.op_hash {
                     // classified by the hook: `class` is the name's class
                     Some(h) => {
-                        self.op_classified(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops)
+                        self.op_here(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops, here)
                     }
                     None => self.op(dev, l.q.stream, name, l.ranges, l.flops),
                 }
