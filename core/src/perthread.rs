@@ -188,6 +188,29 @@ thread_local! {
         const { [const { Cell::new((0, std::ptr::null())) }; SLOTS] };
 }
 
+/// The calling thread's `LAST`, looked up once and handed down a call's
+/// path (each look-up of a thread-local in this shared library is a call of
+/// `__tls_get_addr`, ~11 Ir): valid on its thread for the thread's life
+/// (`LAST` is const, with no destructor), and not `Send` (a raw pointer).
+#[derive(Clone, Copy)]
+pub(crate) struct Here(*const [Cell<(u64, *const ())>; SLOTS]);
+
+impl Here {
+    /// The calling thread's (None: its thread-locals are unavailable).
+    #[inline]
+    pub(crate) fn now() -> Option<Here> {
+        LAST.try_with(|l| Here(l as *const [Cell<(u64, *const ())>; SLOTS]))
+            .ok()
+    }
+
+    #[inline]
+    fn get(self, slot: usize) -> (u64, *const ()) {
+        // SAFETY: the calling thread's `LAST` (`Here` is not `Send`), alive
+        // as long as the thread
+        unsafe { (*self.0)[slot].get() }
+    }
+}
+
 impl<T: Send + 'static, S> Registry<T, S> {
     /// A registry whose owners of one kind share `LAST` slot `slot`.
     pub(crate) fn new(slot: usize, s: S) -> Registry<T, S> {
@@ -229,9 +252,21 @@ impl<T: Send + 'static, S> Registry<T, S> {
         make: impl FnOnce() -> T,
         f: impl FnOnce(&Buf<T>) -> R,
     ) -> Option<R> {
-        let (id, slot) = (self.id, self.slot);
-        if let Ok((i, p)) = LAST.try_with(|l| l[slot].get()) {
-            if i == id {
+        self.mine_in(Here::now(), make, f)
+    }
+
+    /// [`mine`](Self::mine) with the calling thread's `LAST` looked up
+    /// already (`here`: [`Here::now`] on this thread).
+    #[inline]
+    pub(crate) fn mine_in<R>(
+        &self,
+        here: Option<Here>,
+        make: impl FnOnce() -> T,
+        f: impl FnOnce(&Buf<T>) -> R,
+    ) -> Option<R> {
+        if let Some(h) = here {
+            let (i, p) = h.get(self.slot);
+            if i == self.id {
                 // SAFETY: `LAST` names a `Buf<T>` that `MINE` holds (see
                 // the module documentation); ids are never reused and this
                 // registry registers only `Buf<T>`s under its id

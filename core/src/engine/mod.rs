@@ -32,6 +32,7 @@ use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
+use crate::perthread::Here;
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
@@ -794,12 +795,19 @@ impl Engine {
     }
 
     /// `touch_all` for a name classified already (`classify(name)`).
+    #[inline]
     fn touch_classified(&self, class: OpClass, h: u64, ranges: &[Range]) {
+        self.touch_here(class, h, ranges, Here::now())
+    }
+
+    /// `touch_classified` with the calling thread's `LAST` looked up
+    /// already (`here`, perthread.rs).
+    fn touch_here(&self, class: OpClass, h: u64, ranges: &[Range], here: Option<Here>) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
         // every range at once, merged into this thread's buffer of accesses
         // (heat/pending.rs): applied in batches and before any reader
-        self.heat.record_ranges(
+        self.heat.record_ranges_in(
             ranges,
             &Access {
                 seq,
@@ -808,6 +816,7 @@ impl Engine {
                 op_hash: h,
                 write: false,
             },
+            here,
         );
         self.note_capture(ranges);
     }
@@ -828,7 +837,24 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
     ) {
-        self.touch_classified(named.0, named.1, ranges);
+        self.op_here(dev, stream, name, named, ranges, flops, Here::now())
+    }
+
+    /// [`op_classified`](Self::op_classified) with the calling thread's
+    /// `LAST` looked up already (`here`, perthread.rs).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(crate) fn op_here(
+        &self,
+        dev: i32,
+        stream: u64,
+        name: &[u8],
+        named: (OpClass, u64),
+        ranges: &[Range],
+        flops: Option<u64>,
+        here: Option<Here>,
+    ) {
+        self.touch_here(named.0, named.1, ranges, here);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
             panic!("U3M_DEBUG_PANIC_AT_OP reached");
         }
@@ -1218,13 +1244,19 @@ impl Engine {
         }
     }
 
+    /// `stream` is capturing a graph (the common answer, no capture at
+    /// all, is one load inline in the caller).
+    #[inline]
     pub(crate) fn is_capturing(&self, stream: u64) -> bool {
-        self.capturing.load(Relaxed) != 0
-            && self
-                .graphs
-                .lock()
-                .map(|g| g.capturing.contains_key(&stream))
-                .unwrap_or(false)
+        self.capturing.load(Relaxed) != 0 && self.is_capturing_now(stream)
+    }
+
+    #[inline(never)]
+    fn is_capturing_now(&self, stream: u64) -> bool {
+        self.graphs
+            .lock()
+            .map(|g| g.capturing.contains_key(&stream))
+            .unwrap_or(false)
     }
 
     /// The ranges a captured graph touches (for residency before replay).

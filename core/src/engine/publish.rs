@@ -90,6 +90,7 @@ fn bump(n: &AtomicU64, by: i64) {
 }
 
 impl Drop for CallGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some((p, mine)) = self.0 {
             if mine.is_null() {

@@ -13,6 +13,7 @@ use super::call::{Api, Call, Launch, LaunchKind, Memcpy, Queue};
 use super::{Engine, Range, MAX_OP_RANGES};
 use crate::acl::AclError;
 use crate::opclass::OpClass;
+use crate::perthread::Here;
 use crate::residency::{Order, Residency, Token};
 
 /// The real function with the program's arguments (an allocation retried
@@ -24,7 +25,24 @@ impl Engine {
     /// the real function with the program's arguments. Returns what the
     /// program gets back (the real function's code, or the error u3m
     /// returns instead of calling it).
+    ///
+    /// An operator launch (the call a training step makes most) goes
+    /// straight to `run_launch`, inlined here with `resident` (two call
+    /// layers fewer); every other call, and any call of a failed engine,
+    /// to `run_other`.
     pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        if let Call::Launch(ref l) = *call {
+            if !self.failed() {
+                return self.run_launch(dev, l, real);
+            }
+        }
+        self.run_other(dev, call, real)
+    }
+
+    /// `run` of every call but a live engine's launch (out of line: `run`
+    /// inlines only the launch path).
+    #[inline(never)]
+    fn run_other(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
         if self.failed() {
             return self.run_failed(call, real);
         }
@@ -146,6 +164,7 @@ impl Engine {
     /// its use is recorded after. `overwrite`: write ranges replace whole
     /// chunks (copies, memsets), which then need no copy-in.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     pub(super) fn resident(
         &self,
         dev: i32,
@@ -207,6 +226,7 @@ impl Engine {
         // a synchronous call has finished with the memory on return; a
         // captured call has not run: replays are made resident on their own
         r.finish_in(&mut tok, (!host).then_some(q.stream), rc == 0);
+        tok.release();
         // the policy's buffered accesses, when due, outside the residency
         // locks (policy/pending.rs)
         r.policy().after_call();
@@ -321,7 +341,12 @@ impl Engine {
         rc
     }
 
+    #[inline(always)]
     fn run_launch(&self, dev: i32, l: &Launch<'_>, real: Real<'_>) -> i32 {
+        // this thread's `LAST` (perthread.rs), looked up once for the heat
+        // buffer below and (the compiler reusing it: this look-up dominates
+        // `resident`'s, inlined) the publisher's count of calls in progress
+        let here = Here::now();
         let rc = match l.kind {
             LaunchKind::Model => real(),
             _ => self.resident(
@@ -343,7 +368,7 @@ impl Engine {
                 match l.op_hash {
                     // classified by the hook: `class` is the name's class
                     Some(h) => {
-                        self.op_classified(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops)
+                        self.op_here(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops, here)
                     }
                     None => self.op(dev, l.q.stream, name, l.ranges, l.flops),
                 }

@@ -174,6 +174,18 @@ impl HeatTable {
     /// when the thread's buffers are unavailable (thread exiting).
     #[inline]
     pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
+        self.record_ranges_in(ranges, a, perthread::Here::now())
+    }
+
+    /// [`record_ranges`](Self::record_ranges) with the calling thread's
+    /// `LAST` looked up already (perthread.rs: `here` is this thread's).
+    #[inline]
+    pub(crate) fn record_ranges_in(
+        &self,
+        ranges: &[crate::engine::Range],
+        a: &Access,
+        here: Option<perthread::Here>,
+    ) {
         if self.pending.off.load(Relaxed) {
             self.touch_ranges(ranges, a);
             return;
@@ -183,7 +195,7 @@ impl HeatTable {
         // call, not a closure's call nested in the look-up's)
         match self
             .pending
-            .mine(Pending::with_capacity, |b| b as *const Buf)
+            .mine_in(here, Pending::with_capacity, |b| b as *const Buf)
         {
             // SAFETY: this thread's buffer, which the thread's list holds
             // while the thread lives and the registry (`self.pending`)
