@@ -835,6 +835,14 @@ impl Residency {
     /// freed, no longer counted resident; its host copy (if any) is now its
     /// only one. Returns its device.
     fn drop_hbm(&self, st: &mut State, id: u64, i: u32) -> u32 {
+        let dev = self.unmap_and_free(st, id, i);
+        st.dev_mut(dev).resident -= CHUNK;
+        dev
+    }
+
+    /// Chunk (id, i)'s memory unmapped at every VA and freed; not dirty
+    /// (its host copy, if any, is its only one). Returns its device.
+    fn unmap_and_free(&self, st: &mut State, id: u64, i: u32) -> u32 {
         let (dev, vas) = {
             let b = &st.backings[&id];
             (b.dev, b.vas.clone())
@@ -846,7 +854,6 @@ impl Residency {
         let _ = self.rt.free_physical(c.phys);
         c.phys = 0;
         c.dirty = false;
-        st.dev_mut(dev).resident -= CHUNK;
         dev
     }
 
@@ -859,18 +866,8 @@ impl Residency {
             return;
         }
         if c.on_host {
-            let (dev, vas) = {
-                let b = &st.backings[&id];
-                (b.dev, b.vas.clone())
-            };
-            for &va in &vas {
-                let _ = self.rt.unmap(va + i as u64 * CHUNK);
-            }
-            let c = st.chunk_mut(id, i);
-            let _ = self.rt.free_physical(c.phys);
-            c.phys = 0;
-            c.on_host = false;
-            c.dirty = false;
+            let dev = self.unmap_and_free(st, id, i);
+            st.chunk_mut(id, i).on_host = false;
             st.dev_mut(dev).host_mapped -= CHUNK;
         } else {
             self.drop_hbm(st, id, i);
