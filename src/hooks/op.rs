@@ -175,6 +175,7 @@ fn count(list: *const *const c_void, n: c_int) -> usize {
 /// `list` points to `n` data buffer pointers (null or live), `descs.1` (when
 /// not null) to `n` tensor descriptions (null or live); `out` has room for
 /// `2n` ranges.
+#[inline(always)]
 unsafe fn fill(
     (ga, gs): Getters,
     list: *const *const c_void,
@@ -298,7 +299,9 @@ unsafe fn launch(
         return run(cx, op_type, &[], attr, stream, real);
     };
     let descs = (
-        if out_descs.is_null() {
+        // (two real getter calls per output: only once an eviction has
+        // given some chunk a copy-in to skip)
+        if out_descs.is_null() || !cx.eng.whole_writes_matter() {
             None
         } else {
             desc_getters()

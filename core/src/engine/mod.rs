@@ -1218,6 +1218,16 @@ impl Engine {
         self.residency.as_ref()
     }
 
+    /// Whether a launch's outputs are worth marking written whole
+    /// (`Residency::whole_writes_matter`): never in observe mode, nor in
+    /// tier mode before the first eviction.
+    #[inline]
+    pub fn whole_writes_matter(&self) -> bool {
+        self.residency
+            .as_ref()
+            .is_some_and(|r| r.whole_writes_matter())
+    }
+
     /// One line (at most one a second) when tier mode refused an
     /// allocation: the numbers and the variable to change.
     fn say_refused(&self, r: &Residency) {

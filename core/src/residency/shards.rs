@@ -559,6 +559,16 @@ impl Residency {
         self.lost.load(Relaxed) != 0
     }
 
+    /// Whether knowing a call's whole writes can save a copy-in: only a
+    /// chunk with contents out of HBM has one to skip, and only an eviction
+    /// (or a lost device) puts contents there. Until then the hooks need
+    /// not work out which outputs are written whole (`Range::whole` false
+    /// is always safe: at worst a copy-in is made).
+    #[inline]
+    pub fn whole_writes_matter(&self) -> bool {
+        self.shards[0].c.evictions.load(Relaxed) != 0 || self.any_lost()
+    }
+
     /// Card failure: `dev` disappeared (`Shard::device_lost`).
     /// Every state learns it (a call on `dev` spanning another device's
     /// memory is refused there too).
