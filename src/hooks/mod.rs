@@ -198,7 +198,7 @@ pub fn refused<R: FromAclError>(id: HookId) -> Option<R> {
 pub fn enter(id: HookId) -> Option<Cx> {
     let eng = crate::init::engine()?;
     let guard = Guard::enter()?;
-    eng.count_call(id as u16);
+    guard.thread().count_call(eng, id as u16);
     Some(Cx { eng, _guard: guard })
 }
 

@@ -410,6 +410,23 @@ impl Engine {
         }
     }
 
+    /// A row of hook call counts in the stats segment for the calling
+    /// thread alone, until it gives it back (`ThreadCalls::give_back`);
+    /// None without a segment or when every row is held.
+    pub fn take_thread_calls(&self) -> Option<&crate::shm::ThreadCalls> {
+        self.seg.as_ref()?.take_thread_calls()
+    }
+
+    /// [`count_call`](Self::count_call) in the calling thread's row (`row`:
+    /// [`take_thread_calls`](Self::take_thread_calls) on this thread, not
+    /// given back), or in the shared counts when it has none.
+    #[inline]
+    pub fn count_call_in(&self, row: Option<&crate::shm::ThreadCalls>, hook: u16) {
+        if let Some(s) = &self.seg {
+            s.count_call_in(row, hook as usize);
+        }
+    }
+
     pub fn tensor_created(&self) {
         self.tensors.fetch_add(1, Relaxed);
     }

@@ -204,8 +204,9 @@ impl SegmentReader {
             || h.hot_capacity as usize != HOT_CAPACITY
             || h.event_capacity as usize != EVENT_CAPACITY
             || h.event_record_size as usize != std::mem::size_of::<EventSlot>()
+            || h.thread_rows as usize != THREAD_ROWS
         {
-            return Err(OpenError::Geometry("array sizes differ from layout 1"));
+            return Err(OpenError::Geometry("array sizes differ from this layout"));
         }
         Ok(r)
     }
@@ -310,7 +311,10 @@ impl SegmentReader {
             .collect();
         let mut calls = Vec::new();
         for (id, c) in seg.calls.count.iter().enumerate() {
-            let count = c.load(Relaxed);
+            // the shared count and every thread row's (layout.rs `ThreadCalls`)
+            let count = seg.threads.iter().fold(c.load(Relaxed), |n, r| {
+                n.wrapping_add(r.count[id].load(Relaxed))
+            });
             let name = hook_names.get(id).cloned();
             if count != 0 || name.is_some() {
                 calls.push(CallCount {
