@@ -137,6 +137,14 @@ impl Thread {
         self.device.get()
     }
 
+    /// The thread's row of counts in the stats segment, if it holds one
+    /// (the engine counts a launch in it: `Engine::run_in`).
+    #[inline]
+    pub fn calls_row(&self) -> Option<&ThreadCalls> {
+        // SAFETY: as in `count_call`
+        unsafe { self.calls.get().as_ref() }
+    }
+
     /// Counts one call of `hook` in the stats segment: in the thread's
     /// own row (taken on its first call), else in the shared counts.
     #[inline]

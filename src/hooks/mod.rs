@@ -91,7 +91,7 @@ impl Cx {
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = self.thread().device();
         catching(
-            |real| self.eng.run(dev, call, real),
+            |real| self.eng.run_in(dev, call, self.thread().calls_row(), real),
             real,
             || self.internal_error(Some(call)),
         )

@@ -854,11 +854,12 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
     ) {
-        self.op_here(dev, stream, name, named, ranges, flops, Here::now())
+        self.op_here(dev, stream, name, named, ranges, flops, Here::now(), None)
     }
 
     /// [`op_classified`](Self::op_classified) with the calling thread's
-    /// `LAST` looked up already (`here`, perthread.rs).
+    /// `LAST` looked up already (`here`, perthread.rs), counted in its row
+    /// of the stats segment (`row`, `run_in`) when it holds one.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn op_here(
@@ -870,6 +871,7 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
         here: Option<Here>,
+        row: Option<&crate::shm::ThreadCalls>,
     ) {
         self.touch_here(named.0, named.1, ranges, here);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
@@ -877,7 +879,7 @@ impl Engine {
         }
         let d = dev_index(dev);
         if let Some(s) = &self.seg {
-            s.device(d).ops.fetch_add(1, Relaxed);
+            s.count_op_in(row, d);
         }
         // the trace recorder, when there is one (a call, not inlined: a
         // test here first costs less than the call when there is none)

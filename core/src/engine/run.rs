@@ -15,6 +15,7 @@ use crate::acl::AclError;
 use crate::opclass::OpClass;
 use crate::perthread::Here;
 use crate::residency::{Order, Residency, Token};
+use crate::shm::ThreadCalls;
 
 /// The real function with the program's arguments (an allocation retried
 /// after making room calls it again).
@@ -30,10 +31,24 @@ impl Engine {
     /// straight to `run_launch`, inlined here with `resident` (two call
     /// layers fewer); every other call, and any call of a failed engine,
     /// to `run_other`.
+    #[inline]
     pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        self.run_in(dev, call, None, real)
+    }
+
+    /// [`run`](Self::run) by a thread holding a row of counts in the stats
+    /// segment (`row`: [`take_thread_calls`](Self::take_thread_calls) on
+    /// this thread, not given back): a launch counts itself there.
+    pub fn run_in(
+        &self,
+        dev: i32,
+        call: &Call<'_>,
+        row: Option<&ThreadCalls>,
+        real: Real<'_>,
+    ) -> i32 {
         if let Call::Launch(ref l) = *call {
             if !self.failed() {
-                return self.run_launch(dev, l, real);
+                return self.run_launch(dev, l, row, real);
             }
         }
         self.run_other(dev, call, real)
@@ -76,7 +91,7 @@ impl Engine {
                 }
                 rc
             }
-            Call::Launch(ref l) => self.run_launch(dev, l, real),
+            Call::Launch(ref l) => self.run_launch(dev, l, None, real),
             Call::Collective { name, ranges, q } => {
                 let rc = self.resident(
                     dev,
@@ -342,7 +357,13 @@ impl Engine {
     }
 
     #[inline(always)]
-    fn run_launch(&self, dev: i32, l: &Launch<'_>, real: Real<'_>) -> i32 {
+    fn run_launch(
+        &self,
+        dev: i32,
+        l: &Launch<'_>,
+        row: Option<&ThreadCalls>,
+        real: Real<'_>,
+    ) -> i32 {
         // this thread's `LAST` (perthread.rs), looked up once for the heat
         // buffer below and (the compiler reusing it: this look-up dominates
         // `resident`'s, inlined) the publisher's count of calls in progress
@@ -367,9 +388,16 @@ impl Engine {
             if let Some(name) = l.name {
                 match l.op_hash {
                     // classified by the hook: `class` is the name's class
-                    Some(h) => {
-                        self.op_here(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops, here)
-                    }
+                    Some(h) => self.op_here(
+                        dev,
+                        l.q.stream,
+                        name,
+                        (l.class, h),
+                        l.ranges,
+                        l.flops,
+                        here,
+                        row,
+                    ),
                     None => self.op(dev, l.q.stream, name, l.ranges, l.flops),
                 }
             }

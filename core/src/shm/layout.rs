@@ -212,6 +212,8 @@ pub struct DeviceGauges {
     pub bytes_live: AtomicU64,
     pub bytes_total: AtomicU64,
     /// Operator launches (aclop, aclnn), raw kernel launches, graph replays.
+    /// (2.0) `ops` is the share of threads without a row: the launches are
+    /// it plus every `ThreadCalls` row's `ops` of the device.
     pub ops: AtomicU64,
     pub kernels: AtomicU64,
     pub graph_launches: AtomicU64,
@@ -278,12 +280,13 @@ pub struct Calls {
     pub count: [AtomicU64; MAX_HOOKS],
 }
 
-/// One thread's call counts per hook id (2.0): a row is held by one live
-/// thread of the writer at a time, which alone writes its counts (a load
-/// and a store, no read-modify-write on a line every calling thread
-/// shares). A thread that exits gives its row back with its counts in it;
-/// the next thread to take it counts on from there, so the rows' sums stay
-/// the calls made. Readers add every row, held or not, to `Calls`.
+/// One thread's call counts per hook id and operator launches per device
+/// (2.0): a row is held by one live thread of the writer at a time, which
+/// alone writes its counts (a load and a store, no read-modify-write on a
+/// line every calling thread shares). A thread that exits gives its row
+/// back with its counts in it; the next thread to take it counts on from
+/// there, so the rows' sums stay the calls made. Readers add every row,
+/// held or not, to `Calls` and to each device's `ops`.
 #[repr(C)]
 pub struct ThreadCalls {
     /// 0: free; 1: held by a thread (taken with a compare-and-swap,
@@ -291,6 +294,9 @@ pub struct ThreadCalls {
     /// start from the last one's).
     pub held: AtomicU64,
     pub _reserved: [u64; 7],
+    /// 64: operator launches per device (`DeviceGauges::ops`' share).
+    pub ops: [AtomicU64; MAX_DEVICES],
+    /// 192: calls per hook id (`Calls::count`'s share).
     pub count: [AtomicU64; MAX_HOOKS],
 }
 
@@ -373,7 +379,7 @@ const _: () = {
     assert!(size_of::<HotSlot>() == 64);
     assert!(size_of::<HotTable>() == 6144);
     assert!(size_of::<EventSlot>() == 128);
-    assert!(size_of::<ThreadCalls>() == 2112);
+    assert!(size_of::<ThreadCalls>() == 2240);
     assert!(OFF_CONFIG == 4096);
     assert!(OFF_NAMES == 8192);
     assert!(OFF_DEVICES == 24576);
@@ -381,7 +387,7 @@ const _: () = {
     assert!(OFF_HOT == 43008);
     assert!(OFF_EVENTS == 49152);
     assert!(OFF_THREADS == 573440);
-    assert!(SEGMENT_SIZE == 708608);
+    assert!(SEGMENT_SIZE == 716800);
     assert!(size_of::<Segment>() == SEGMENT_SIZE);
     assert!(EVENT_CAPACITY.is_power_of_two());
     assert!(CONFIG_TEXT_LEN & 7 == 0 && EVENT_TEXT_LEN & 7 == 0);

@@ -325,11 +325,16 @@ impl SegmentReader {
             }
         }
         let mut devices = Vec::new();
+        let ops = field_index("launches.ops");
         for (i, g) in seg.devices.iter().enumerate() {
-            let values: Vec<u64> = DEVICE_FIELDS
+            let mut values: Vec<u64> = DEVICE_FIELDS
                 .iter()
                 .map(|f| (f.get)(g).load(Relaxed))
                 .collect();
+            // the shared count and every thread row's (layout.rs `ThreadCalls`)
+            for r in &seg.threads {
+                values[ops] = values[ops].wrapping_add(r.ops[i].load(Relaxed));
+            }
             if g.present.load(Relaxed) == 0 && values.iter().all(|&v| v == 0) {
                 continue;
             }

@@ -151,8 +151,8 @@ fn create_writes_a_0600_file_that_reads_back() {
     assert!(r.snapshot().exiting, "an open reader sees the writer leave");
 }
 
-/// A hook's calls are the shared count plus every thread row's: more
-/// threads than rows count at once (the rest in the shared counts), give
+/// A hook's calls (and a device's operator launches) are the shared count
+/// plus every thread row's: more threads than rows count at once (the rest in the shared counts), give
 /// their rows back, and the next round's threads take them on. Fails if
 /// the reader leaves the rows out, if a row taken on does not count on
 /// from its last holder's counts, or if a row is handed to two threads.
@@ -175,7 +175,9 @@ fn calls_counted_in_thread_rows_add_up() {
                     taken.wait();
                     for _ in 0..N {
                         seg.count_call_in(row, k % 3);
+                        seg.count_op_in(row, k % 2);
                     }
+                    seg.count_op_in(row, MAX_DEVICES + 1); // the sink: nowhere
                     seg.count_call_in(row, 100_000); // overflow: shared
                     if let Some(row) = row {
                         row.give_back();
@@ -202,6 +204,11 @@ fn calls_counted_in_thread_rows_add_up() {
         }
         assert_eq!(count(3), 0);
         assert_eq!(s.calls_overflow, round * T as u64);
+        assert_eq!(s.devices.len(), 2);
+        for (d, dev) in s.devices.iter().enumerate() {
+            let threads = (0..T).filter(|k| k % 2 == d).count() as u64;
+            assert_eq!(dev.get("launches.ops"), round * threads * N, "device {d}");
+        }
     }
     // every row was given back, and is taken by one thread at a time
     let rows: Vec<_> = (0..THREAD_ROWS).map(|_| seg.take_thread_calls()).collect();

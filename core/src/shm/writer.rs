@@ -227,6 +227,21 @@ impl StatsSegment {
         }
     }
 
+    /// Counts one operator launch on device `d` (`device(d).ops`) in the
+    /// calling thread's row (`row`, as in `count_call_in`), or in the
+    /// device's shared count when it has none.
+    #[inline]
+    pub fn count_op_in(&self, row: Option<&ThreadCalls>, d: usize) {
+        let g = self.device(d);
+        match row.and_then(|r| r.ops.get(d)) {
+            // only this thread writes its row's counts: no read-modify-write
+            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
+            None => {
+                g.ops.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
     /// Appends an event stamped now.
     #[inline]
     pub fn event(&self, kind: EventKind, dev: u32, addr: u64, len: u64, text: &str) {
