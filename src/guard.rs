@@ -18,7 +18,7 @@
 
 use std::cell::Cell;
 
-use u3m_core::engine::{Engine, Range};
+use u3m_core::engine::{Engine, Here, Range};
 use u3m_core::shm::ThreadCalls;
 
 /// One thread's state in the glue.
@@ -43,6 +43,10 @@ pub struct Thread {
     /// row was held, or the thread is exiting): the shared counts.
     calls: Cell<*const ThreadCalls>,
     calls_state: Cell<u8>,
+    /// The core's per-thread look-up of this thread (`Here`, kept from the
+    /// thread's first hooked call: `count_call_first`), handed to
+    /// `Engine::run_in` so a launch looks up no thread-local of its own.
+    here: Cell<Option<Here>>,
 }
 
 /// Longest operator type `OpName` keeps (longer ones are classified every
@@ -72,6 +76,7 @@ thread_local! {
             },
             calls: Cell::new(std::ptr::null()),
             calls_state: Cell::new(0),
+            here: Cell::new(None),
         }
     };
     /// Registered with the thread's row of call counts: gives it back when
@@ -145,6 +150,13 @@ impl Thread {
         unsafe { self.calls.get().as_ref() }
     }
 
+    /// The core's `Here` of this thread, once its first hooked call kept
+    /// it (None before: the engine looks it up itself).
+    #[inline]
+    pub fn here(&self) -> Option<Here> {
+        self.here.get()
+    }
+
     /// Counts one call of `hook` in the stats segment: in the thread's
     /// own row (taken on its first call), else in the shared counts.
     #[inline]
@@ -162,6 +174,9 @@ impl Thread {
     #[cold]
     #[inline(never)]
     fn count_call_first(&self, eng: &'static Engine, hook: u16) {
+        if self.here.get().is_none() {
+            self.here.set(Here::now());
+        }
         if self.calls_state.get() == 0 {
             self.calls_state.set(2);
             // the exit hook first: a row is taken only if it will be given

@@ -91,7 +91,10 @@ impl Cx {
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = self.thread().device();
         catching(
-            |real| self.eng.run_in(dev, call, self.thread().calls_row(), real),
+            |real| {
+                let t = self.thread();
+                self.eng.run_in(dev, call, t.calls_row(), t.here(), real)
+            },
             real,
             || self.internal_error(Some(call)),
         )

@@ -32,7 +32,7 @@ use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
-use crate::perthread::Here;
+pub use crate::perthread::Here;
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};

@@ -378,7 +378,9 @@ fn counters_after_calls_from_threads_are_exact() {
                     });
                     // the hook's count, then the engine call (hooks/mod.rs)
                     e.count_call_in(row, 0);
-                    assert_eq!(e.run_in(0, &op, row, &mut || 0), 0);
+                    // and the thread's `Here` kept, as the glue hands it down
+                    let here = row.and_then(|_| Here::now());
+                    assert_eq!(e.run_in(0, &op, row, here, &mut || 0), 0);
                 }
                 if let Some(row) = row {
                     row.give_back();
