@@ -10,10 +10,16 @@
 //! `fast4`). Touching it never allocates or registers anything; it stays
 //! usable while the thread exits (other thread-locals' destructors may make
 //! hooked calls), and a call made then is tracked as any other.
+//!
+//! It also holds the thread's row of hook call counts in the stats segment
+//! (`Thread::count_call`): taken on the thread's first hooked call, given
+//! back at its exit (`GIVE_BACK`), so a hooked call counts itself with a
+//! load and a store instead of a read-modify-write of a shared counter.
 
 use std::cell::Cell;
 
-use u3m_core::engine::Range;
+use u3m_core::engine::{Engine, Here, Range};
+use u3m_core::shm::ThreadCalls;
 
 /// One thread's state in the glue.
 pub struct Thread {
@@ -32,6 +38,15 @@ pub struct Thread {
     /// class and hash (`hooks/op.rs`): a program launches the same few types
     /// over and over, and comparing the name costs less than classifying it.
     pub(crate) op_name: OpName,
+    /// The thread's row of call counts in the stats segment (null: none
+    /// held), and whether it was taken: 0 not yet, 1 held, 2 none (every
+    /// row was held, or the thread is exiting): the shared counts.
+    calls: Cell<*const ThreadCalls>,
+    calls_state: Cell<u8>,
+    /// The core's per-thread look-up of this thread (`Here`, kept from the
+    /// thread's first hooked call: `count_call_first`), handed to
+    /// `Engine::run_in` so a launch looks up no thread-local of its own.
+    here: Cell<Option<Here>>,
 }
 
 /// Longest operator type `OpName` keeps (longer ones are classified every
@@ -59,8 +74,30 @@ thread_local! {
                 class: Cell::new(u3m_core::opclass::OpClass::Other),
                 hash: Cell::new(0),
             },
+            calls: Cell::new(std::ptr::null()),
+            calls_state: Cell::new(0),
+            here: Cell::new(None),
         }
     };
+    /// Registered with the thread's row of call counts: gives it back when
+    /// the thread exits.
+    static GIVE_BACK: GiveBack = const { GiveBack };
+}
+
+struct GiveBack;
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        let t = this_thread();
+        t.calls_state.set(2);
+        let row = t.calls.replace(std::ptr::null());
+        if !row.is_null() {
+            // SAFETY: a row `count_call_first` took from the engine (which
+            // lives for the process), not given back before (swapped out
+            // above)
+            unsafe { &*row }.give_back();
+        }
+    }
 }
 
 /// This thread's state. The block of a const thread-local without a
@@ -103,6 +140,56 @@ impl Thread {
     #[inline]
     pub fn device(&self) -> i32 {
         self.device.get()
+    }
+
+    /// The thread's row of counts in the stats segment, if it holds one
+    /// (the engine counts a launch in it: `Engine::run_in`).
+    #[inline]
+    pub fn calls_row(&self) -> Option<&ThreadCalls> {
+        // SAFETY: as in `count_call`
+        unsafe { self.calls.get().as_ref() }
+    }
+
+    /// The core's `Here` of this thread, once its first hooked call kept
+    /// it (None before: the engine looks it up itself).
+    #[inline]
+    pub fn here(&self) -> Option<Here> {
+        self.here.get()
+    }
+
+    /// Counts one call of `hook` in the stats segment: in the thread's
+    /// own row (taken on its first call), else in the shared counts.
+    #[inline]
+    pub fn count_call(&self, eng: &'static Engine, hook: u16) {
+        let row = self.calls.get();
+        if row.is_null() {
+            return self.count_call_first(eng, hook);
+        }
+        // SAFETY: the row taken by `count_call_first` on this thread (a
+        // `Thread` is reached on its own thread only), held until
+        // `GiveBack` nulls `calls`; the engine lives for the process
+        eng.count_call_in(Some(unsafe { &*row }), hook);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn count_call_first(&self, eng: &'static Engine, hook: u16) {
+        if self.here.get().is_none() {
+            self.here.set(Here::now());
+        }
+        if self.calls_state.get() == 0 {
+            self.calls_state.set(2);
+            // the exit hook first: a row is taken only if it will be given
+            // back (not while the thread is exiting)
+            if GIVE_BACK.try_with(|_| ()).is_ok() {
+                if let Some(row) = eng.take_thread_calls() {
+                    self.calls.set(row);
+                    self.calls_state.set(1);
+                    return eng.count_call_in(Some(row), hook);
+                }
+            }
+        }
+        eng.count_call_in(None, hook);
     }
 }
 

@@ -188,7 +188,7 @@ fn normalise(s: &str, pid: u32) -> String {
 
 const TABLE: &str = "\
 node node-a
-pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 1.3 · up T · running
+pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 2.0 · up T · running
   config  U3M_MODE=observe U3M_MIN_BYTES=2097152
   device 0  monitor: warning, hbm 85.9%, OOM in 5s at 100.0 MiB/s
     tier  used     capacity  use    peak     moved in  moved out
@@ -282,7 +282,7 @@ const JSON: &str = r#"{
     {
       "pid": 0,
       "writer_version": "0.1.0",
-      "layout": "1.3",
+      "layout": "2.0",
       "labels": { "node": "node-a", "rank": "1", "local_rank": "1", "world_size": "2", "local_world_size": "2",
                   "run_id": "job-7", "pod": "train-1", "namespace": "ml" },
       "state": "running",
@@ -919,6 +919,7 @@ fn docs_describe_every_counter_and_event_kind() {
         ("OFF_CALLS", OFF_CALLS),
         ("OFF_HOT", OFF_HOT),
         ("OFF_EVENTS", OFF_EVENTS),
+        ("OFF_THREADS", OFF_THREADS),
     ] {
         assert!(
             doc.contains(&format!("| {v} |")),

@@ -192,13 +192,15 @@ thread_local! {
 /// path (each look-up of a thread-local in this shared library is a call of
 /// `__tls_get_addr`, ~11 Ir): valid on its thread for the thread's life
 /// (`LAST` is const, with no destructor), and not `Send` (a raw pointer).
+/// The glue keeps its thread's in its own per-thread state and hands it to
+/// `Engine::run_in` (`engine::Here`).
 #[derive(Clone, Copy)]
-pub(crate) struct Here(*const [Cell<(u64, *const ())>; SLOTS]);
+pub struct Here(*const [Cell<(u64, *const ())>; SLOTS]);
 
 impl Here {
     /// The calling thread's (None: its thread-locals are unavailable).
     #[inline]
-    pub(crate) fn now() -> Option<Here> {
+    pub fn now() -> Option<Here> {
         LAST.try_with(|l| Here(l as *const [Cell<(u64, *const ())>; SLOTS]))
             .ok()
     }
@@ -369,6 +371,26 @@ impl<T: Send + Sync + 'static> PerThread<T> {
                 // `MINE` holds, registered under this never-reused id
                 return Some(f(unsafe { &*(p as *const T) }));
             }
+        }
+        self.mine_slow(make, f)
+    }
+
+    /// [`mine`](Self::mine) with the calling thread's `LAST` looked up
+    /// already (`here`: [`Here::now`] on this thread; None: looked up here).
+    #[inline]
+    pub(crate) fn mine_in<R>(
+        &self,
+        here: Option<Here>,
+        make: impl FnOnce() -> T,
+        f: impl FnOnce(&T) -> R,
+    ) -> Option<R> {
+        let Some(h) = here else {
+            return self.mine(make, f);
+        };
+        let (i, p) = h.get(SLOT_VALUE);
+        if i == self.id {
+            // SAFETY: as in `mine`
+            return Some(f(unsafe { &*(p as *const T) }));
         }
         self.mine_slow(make, f)
     }

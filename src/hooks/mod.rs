@@ -91,7 +91,10 @@ impl Cx {
     pub fn run(&self, call: &Call<'_>, real: impl FnMut() -> i32) -> i32 {
         let dev = self.thread().device();
         catching(
-            |real| self.eng.run(dev, call, real),
+            |real| {
+                let t = self.thread();
+                self.eng.run_in(dev, call, t.calls_row(), t.here(), real)
+            },
             real,
             || self.internal_error(Some(call)),
         )
@@ -198,7 +201,7 @@ pub fn refused<R: FromAclError>(id: HookId) -> Option<R> {
 pub fn enter(id: HookId) -> Option<Cx> {
     let eng = crate::init::engine()?;
     let guard = Guard::enter()?;
-    eng.count_call(id as u16);
+    guard.thread().count_call(eng, id as u16);
     Some(Cx { eng, _guard: guard })
 }
 

@@ -32,7 +32,7 @@ use crate::config::{Config, LogLevel};
 use crate::heat::{Access, AllocKind, HeatTable};
 use crate::monitor::Monitor;
 use crate::opclass::{self, OpClass};
-use crate::perthread::Here;
+pub use crate::perthread::Here;
 use crate::shm::{mono_ns, EventKind, SegmentConfig, StatsSegment, MAX_DEVICES};
 use crate::trace::event::Range as TraceRange;
 use crate::trace::recorder::{Rec, Recorder, RecorderConfig};
@@ -407,6 +407,23 @@ impl Engine {
     pub fn count_call(&self, hook: u16) {
         if let Some(s) = &self.seg {
             s.count_call(hook as usize);
+        }
+    }
+
+    /// A row of hook call counts in the stats segment for the calling
+    /// thread alone, until it gives it back (`ThreadCalls::give_back`);
+    /// None without a segment or when every row is held.
+    pub fn take_thread_calls(&self) -> Option<&crate::shm::ThreadCalls> {
+        self.seg.as_ref()?.take_thread_calls()
+    }
+
+    /// [`count_call`](Self::count_call) in the calling thread's row (`row`:
+    /// [`take_thread_calls`](Self::take_thread_calls) on this thread, not
+    /// given back), or in the shared counts when it has none.
+    #[inline]
+    pub fn count_call_in(&self, row: Option<&crate::shm::ThreadCalls>, hook: u16) {
+        if let Some(s) = &self.seg {
+            s.count_call_in(row, hook as usize);
         }
     }
 
@@ -837,11 +854,12 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
     ) {
-        self.op_here(dev, stream, name, named, ranges, flops, Here::now())
+        self.op_here(dev, stream, name, named, ranges, flops, Here::now(), None)
     }
 
     /// [`op_classified`](Self::op_classified) with the calling thread's
-    /// `LAST` looked up already (`here`, perthread.rs).
+    /// `LAST` looked up already (`here`, perthread.rs), counted in its row
+    /// of the stats segment (`row`, `run_in`) when it holds one.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(crate) fn op_here(
@@ -853,6 +871,7 @@ impl Engine {
         ranges: &[Range],
         flops: Option<u64>,
         here: Option<Here>,
+        row: Option<&crate::shm::ThreadCalls>,
     ) {
         self.touch_here(named.0, named.1, ranges, here);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
@@ -860,7 +879,7 @@ impl Engine {
         }
         let d = dev_index(dev);
         if let Some(s) = &self.seg {
-            s.device(d).ops.fetch_add(1, Relaxed);
+            s.count_op_in(row, d);
         }
         // the trace recorder, when there is one (a call, not inlined: a
         // test here first costs less than the call when there is none)

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::Engine;
-use crate::perthread::PerThread;
+use crate::perthread::{Here, PerThread};
 use crate::shm::{mono_ns, HotEntry, HOT_CAPACITY};
 
 /// A background round's period on the runtime's clock.
@@ -75,7 +75,7 @@ pub struct Publisher {
     demand_seen: AtomicU64,
 }
 
-/// A tracked call in progress (`Publisher::pace_call`): dropped when the
+/// A tracked call in progress (`Publisher::pace_call_in`): dropped when the
 /// call is done, it checks the clock again. Holds the thread's count of
 /// calls in progress (null: the shared one).
 pub struct CallGuard<'a>(Option<(&'a Publisher, *const AtomicU64)>);
@@ -96,7 +96,7 @@ impl Drop for CallGuard<'_> {
             if mine.is_null() {
                 p.in_call_shared.fetch_sub(1, Ordering::AcqRel);
             } else {
-                // SAFETY: `pace_call` took it from `p.in_call.mine` on this
+                // SAFETY: `pace_call_in` took it from `p.in_call` on this
                 // thread (the guard is !Send): the thread's own count, held
                 // by the thread's list and by `p` for as long as the thread
                 // and `p` live
@@ -242,18 +242,27 @@ impl Publisher {
         self.next.store(next, Ordering::Release);
     }
 
+    /// [`pace_call_in`](Self::pace_call_in), the thread looked up here.
+    #[cfg(test)]
+    pub fn pace_call(&self) -> CallGuard<'_> {
+        self.pace_call_in(None)
+    }
+
     /// A tracked call's check, before it and (when the guard drops) after
     /// it: when the runtime's clock has passed the next round, the rounds
     /// due run (on this thread's behalf, by the background thread) before
-    /// the call goes on. On a card (wall-time rounds) nothing.
+    /// the call goes on. On a card (wall-time rounds) nothing. `here`: the
+    /// calling thread's `LAST` looked up already (perthread.rs; None:
+    /// looked up here).
     #[inline]
-    pub fn pace_call(&self) -> CallGuard<'_> {
+    pub(crate) fn pace_call_in(&self, here: Option<Here>) -> CallGuard<'_> {
         if self.next.load(Ordering::Acquire) == 0 {
             return CallGuard(None);
         }
         let mine = self
             .in_call
-            .mine(
+            .mine_in(
+                here,
                 || AtomicU64::new(0),
                 |n| {
                     bump(n, 1);

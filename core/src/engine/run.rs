@@ -15,6 +15,7 @@ use crate::acl::AclError;
 use crate::opclass::OpClass;
 use crate::perthread::Here;
 use crate::residency::{Order, Residency, Token};
+use crate::shm::ThreadCalls;
 
 /// The real function with the program's arguments (an allocation retried
 /// after making room calls it again).
@@ -30,10 +31,28 @@ impl Engine {
     /// straight to `run_launch`, inlined here with `resident` (two call
     /// layers fewer); every other call, and any call of a failed engine,
     /// to `run_other`.
+    #[inline]
     pub fn run(&self, dev: i32, call: &Call<'_>, real: Real<'_>) -> i32 {
+        self.run_in(dev, call, None, None, real)
+    }
+
+    /// [`run`](Self::run) by a thread holding a row of counts in the stats
+    /// segment (`row`: [`take_thread_calls`](Self::take_thread_calls) on
+    /// this thread, not given back): a launch counts itself there; `here`:
+    /// [`Here::now`] of this thread, kept by the caller (a launch then looks
+    /// up no thread-local of its own for the publisher and the heat table),
+    /// None: looked up when needed.
+    pub fn run_in(
+        &self,
+        dev: i32,
+        call: &Call<'_>,
+        row: Option<&ThreadCalls>,
+        here: Option<Here>,
+        real: Real<'_>,
+    ) -> i32 {
         if let Call::Launch(ref l) = *call {
             if !self.failed() {
-                return self.run_launch(dev, l, real);
+                return self.run_launch(dev, l, row, here, real);
             }
         }
         self.run_other(dev, call, real)
@@ -66,6 +85,7 @@ impl Engine {
                             &rs,
                             true,
                             Api::Acl,
+                            None,
                             real,
                         )
                     }
@@ -76,7 +96,7 @@ impl Engine {
                 }
                 rc
             }
-            Call::Launch(ref l) => self.run_launch(dev, l, real),
+            Call::Launch(ref l) => self.run_launch(dev, l, None, None, real),
             Call::Collective { name, ranges, q } => {
                 let rc = self.resident(
                     dev,
@@ -86,6 +106,7 @@ impl Engine {
                     ranges,
                     false,
                     Api::Hccl,
+                    None,
                     real,
                 );
                 if rc == 0 {
@@ -102,7 +123,17 @@ impl Engine {
                     // Vec (a rare kernel; the common one allocates nothing)
                     None => &wide[..],
                 };
-                let rc = self.resident(dev, b"kernel", OpClass::Other, q, rs, false, api, real);
+                let rc = self.resident(
+                    dev,
+                    b"kernel",
+                    OpClass::Other,
+                    q,
+                    rs,
+                    false,
+                    api,
+                    None,
+                    real,
+                );
                 // an unreadable blob (null, or outside 8 B..1 MiB) is not counted
                 if rc == 0 && !blob.is_empty() {
                     self.kernel_args(dev, q.stream, rs);
@@ -129,6 +160,7 @@ impl Engine {
                             &rs,
                             false,
                             Api::Acl,
+                            None,
                             real,
                         )
                     }
@@ -174,6 +206,7 @@ impl Engine {
         ranges: &[Range],
         overwrite: bool,
         api: Api,
+        here: Option<Here>,
         real: Real<'_>,
     ) -> i32 {
         let Some(r) = self.tiering() else {
@@ -191,7 +224,7 @@ impl Engine {
         self.maybe_test_panic();
         // background rounds due on the runtime's clock run before the call
         // and after it (publish.rs)
-        let _paced = self.publisher.pace_call();
+        let _paced = self.publisher.pace_call_in(here);
         // the call's pins, filled in place (never moved: every call's path)
         let mut tok = Token::default();
         let (prepared, stalled) = r.prepare_timed(
@@ -255,6 +288,7 @@ impl Engine {
                         &rs[..n],
                         c.whole,
                         Api::Acl,
+                        None,
                         real,
                     )
                 }
@@ -328,6 +362,7 @@ impl Engine {
                     rs,
                     true,
                     Api::Acl,
+                    None,
                     real,
                 )
             }
@@ -342,11 +377,21 @@ impl Engine {
     }
 
     #[inline(always)]
-    fn run_launch(&self, dev: i32, l: &Launch<'_>, real: Real<'_>) -> i32 {
-        // this thread's `LAST` (perthread.rs), looked up once for the heat
-        // buffer below and (the compiler reusing it: this look-up dominates
-        // `resident`'s, inlined) the publisher's count of calls in progress
-        let here = Here::now();
+    fn run_launch(
+        &self,
+        dev: i32,
+        l: &Launch<'_>,
+        row: Option<&ThreadCalls>,
+        here: Option<Here>,
+        real: Real<'_>,
+    ) -> i32 {
+        // this thread's `LAST` (perthread.rs), looked up once (or handed
+        // down by the glue, which keeps it: `run_in`) for the publisher's
+        // count of calls in progress and the heat buffer below
+        let here = match here {
+            Some(h) => Some(h),
+            None => here_now(),
+        };
         let rc = match l.kind {
             LaunchKind::Model => real(),
             _ => self.resident(
@@ -357,6 +402,7 @@ impl Engine {
                 l.resident.unwrap_or(l.ranges),
                 false,
                 l.api,
+                here,
                 real,
             ),
         };
@@ -367,13 +413,29 @@ impl Engine {
             if let Some(name) = l.name {
                 match l.op_hash {
                     // classified by the hook: `class` is the name's class
-                    Some(h) => {
-                        self.op_here(dev, l.q.stream, name, (l.class, h), l.ranges, l.flops, here)
-                    }
+                    Some(h) => self.op_here(
+                        dev,
+                        l.q.stream,
+                        name,
+                        (l.class, h),
+                        l.ranges,
+                        l.flops,
+                        here,
+                        row,
+                    ),
                     None => self.op(dev, l.q.stream, name, l.ranges, l.flops),
                 }
             }
         }
         rc
     }
+}
+
+/// [`Here::now`] out of line: where the caller may hand its thread's
+/// `Here` down, the look-up is made only without one (inline, the compiler
+/// calls `__tls_get_addr` on every call and then picks).
+#[cold]
+#[inline(never)]
+fn here_now() -> Option<Here> {
+    Here::now()
 }

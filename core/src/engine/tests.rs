@@ -340,6 +340,13 @@ fn counters_after_calls_from_threads_are_exact() {
         .map(|k| {
             let vas = vas.clone();
             std::thread::spawn(move || {
+                // half the threads count in rows of their own (the glue's
+                // threads: guard.rs), half in the shared counts
+                let row = if k % 2 == 0 {
+                    Some(e.take_thread_calls().expect("a free row"))
+                } else {
+                    None
+                };
                 for i in 0..N {
                     let rs: Vec<Range> = vas
                         .iter()
@@ -351,11 +358,18 @@ fn counters_after_calls_from_threads_are_exact() {
                             whole: false,
                         })
                         .collect();
+                    // a row's thread launches as the aclop hook does: the
+                    // name classified already (its launches go `op_here`)
+                    let named = classify(b"Add");
                     let op = Call::Launch(Launch {
                         kind: LaunchKind::Aclop,
                         name: Some(b"Add"),
-                        class: OpClass::Other,
-                        op_hash: None,
+                        class: if row.is_some() {
+                            named.0
+                        } else {
+                            OpClass::Other
+                        },
+                        op_hash: row.map(|_| named.1),
                         ranges: &rs,
                         resident: None,
                         flops: None,
@@ -363,8 +377,13 @@ fn counters_after_calls_from_threads_are_exact() {
                         api: Api::Acl,
                     });
                     // the hook's count, then the engine call (hooks/mod.rs)
-                    e.count_call(0);
-                    assert_eq!(e.run(0, &op, &mut || 0), 0);
+                    e.count_call_in(row, 0);
+                    // and the thread's `Here` kept, as the glue hands it down
+                    let here = row.and_then(|_| Here::now());
+                    assert_eq!(e.run_in(0, &op, row, here, &mut || 0), 0);
+                }
+                if let Some(row) = row {
+                    row.give_back();
                 }
             })
         })

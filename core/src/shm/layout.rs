@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64};
 /// "U3MSTATS" read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"U3MSTATS");
 /// Incompatible layout changes bump this; readers refuse other majors.
-pub const LAYOUT_MAJOR: u32 = 1;
+/// 2: a hook's calls are `Calls` plus every thread row's (`ThreadCalls`).
+pub const LAYOUT_MAJOR: u32 = 2;
 /// Additive changes (reserved space put to use) bump this.
-pub const LAYOUT_MINOR: u32 = 3;
+pub const LAYOUT_MINOR: u32 = 0;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_HOOKS: usize = 256;
@@ -31,6 +32,8 @@ pub const EVENT_CAPACITY: usize = 4096;
 pub const EVENT_TEXT_LEN: usize = 80;
 pub const CONFIG_TEXT_LEN: usize = 4032;
 pub const VERSION_LEN: usize = 32;
+/// Rows of per-thread call counts (`ThreadCalls`).
+pub const THREAD_ROWS: usize = 64;
 
 /// Tiers, in the order of every per-tier array.
 pub const TIER_HBM: usize = 0;
@@ -88,8 +91,9 @@ pub struct Header {
     pub event_record_size: u32,
     /// 116: number of names in the class-name table.
     pub n_class_names: u32,
-    /// 120
-    pub _reserved0: u64,
+    /// 120 (2.0): rows of per-thread call counts, `THREAD_ROWS`.
+    pub thread_rows: u32,
+    pub _reserved0: u32,
     /// 128: next event sequence number (writers fetch_add it); own cache line
     /// because every event touches it.
     pub event_head: AtomicU64,
@@ -208,6 +212,8 @@ pub struct DeviceGauges {
     pub bytes_live: AtomicU64,
     pub bytes_total: AtomicU64,
     /// Operator launches (aclop, aclnn), raw kernel launches, graph replays.
+    /// (2.0) `ops` is the share of threads without a row: the launches are
+    /// it plus every `ThreadCalls` row's `ops` of the device.
     pub ops: AtomicU64,
     pub kernels: AtomicU64,
     pub graph_launches: AtomicU64,
@@ -267,9 +273,30 @@ pub struct DeviceGauges {
     pub _reserved: [u64; 45],
 }
 
-/// Call counts per hook id.
+/// Call counts per hook id, of threads without a row of their own
+/// (`ThreadCalls`). A hook's calls are this count plus every row's.
 #[repr(C)]
 pub struct Calls {
+    pub count: [AtomicU64; MAX_HOOKS],
+}
+
+/// One thread's call counts per hook id and operator launches per device
+/// (2.0): a row is held by one live thread of the writer at a time, which
+/// alone writes its counts (a load and a store, no read-modify-write on a
+/// line every calling thread shares). A thread that exits gives its row
+/// back with its counts in it; the next thread to take it counts on from
+/// there, so the rows' sums stay the calls made. Readers add every row,
+/// held or not, to `Calls` and to each device's `ops`.
+#[repr(C)]
+pub struct ThreadCalls {
+    /// 0: free; 1: held by a thread (taken with a compare-and-swap,
+    /// Acquire, given back with a Release store: the next holder's counts
+    /// start from the last one's).
+    pub held: AtomicU64,
+    pub _reserved: [u64; 7],
+    /// 64: operator launches per device (`DeviceGauges::ops`' share).
+    pub ops: [AtomicU64; MAX_DEVICES],
+    /// 192: calls per hook id (`Calls::count`'s share).
     pub count: [AtomicU64; MAX_HOOKS],
 }
 
@@ -329,6 +356,7 @@ pub struct Segment {
     pub calls: Calls,
     pub hot: HotTable,
     pub events: [EventSlot; EVENT_CAPACITY],
+    pub threads: [ThreadCalls; THREAD_ROWS],
 }
 
 pub const OFF_HEADER: usize = 0;
@@ -338,7 +366,8 @@ pub const OFF_DEVICES: usize = OFF_NAMES + size_of::<NameTables>();
 pub const OFF_CALLS: usize = OFF_DEVICES + MAX_DEVICES * size_of::<DeviceGauges>();
 pub const OFF_HOT: usize = OFF_CALLS + size_of::<Calls>();
 pub const OFF_EVENTS: usize = OFF_HOT + size_of::<HotTable>();
-pub const SEGMENT_SIZE: usize = OFF_EVENTS + EVENT_CAPACITY * size_of::<EventSlot>();
+pub const OFF_THREADS: usize = OFF_EVENTS + EVENT_CAPACITY * size_of::<EventSlot>();
+pub const SEGMENT_SIZE: usize = OFF_THREADS + THREAD_ROWS * size_of::<ThreadCalls>();
 
 // The ABI, checked at compile time (docs/stats.md has the same figures).
 const _: () = {
@@ -350,13 +379,15 @@ const _: () = {
     assert!(size_of::<HotSlot>() == 64);
     assert!(size_of::<HotTable>() == 6144);
     assert!(size_of::<EventSlot>() == 128);
+    assert!(size_of::<ThreadCalls>() == 2240);
     assert!(OFF_CONFIG == 4096);
     assert!(OFF_NAMES == 8192);
     assert!(OFF_DEVICES == 24576);
     assert!(OFF_CALLS == 40960);
     assert!(OFF_HOT == 43008);
     assert!(OFF_EVENTS == 49152);
-    assert!(SEGMENT_SIZE == 573440);
+    assert!(OFF_THREADS == 573440);
+    assert!(SEGMENT_SIZE == 716800);
     assert!(size_of::<Segment>() == SEGMENT_SIZE);
     assert!(EVENT_CAPACITY.is_power_of_two());
     assert!(CONFIG_TEXT_LEN & 7 == 0 && EVENT_TEXT_LEN & 7 == 0);
@@ -590,6 +621,7 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).max_devices)), 96);
             assert_eq!(off(p, addr_of!((*p).event_record_size)), 112);
             assert_eq!(off(p, addr_of!((*p).n_class_names)), 116);
+            assert_eq!(off(p, addr_of!((*p).thread_rows)), 120);
             assert_eq!(off(p, addr_of!((*p).event_head)), 128);
             assert_eq!(off(p, addr_of!((*p).events_dropped)), 192);
             assert_eq!(off(p, addr_of!((*p).calls_overflow)), 200);

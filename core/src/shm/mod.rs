@@ -12,7 +12,7 @@ pub mod layout;
 pub mod reader;
 pub mod writer;
 
-pub use layout::{EventKind, HOT_CAPACITY, MAX_DEVICES, MAX_HOOKS, NO_DEVICE};
+pub use layout::{EventKind, ThreadCalls, HOT_CAPACITY, MAX_DEVICES, MAX_HOOKS, NO_DEVICE};
 pub use reader::{Event, EventCursor, Liveness, OpenError, SegmentReader, Snapshot, Tail};
 pub use writer::{SegmentConfig, StatsSegment};
 

@@ -204,8 +204,9 @@ impl SegmentReader {
             || h.hot_capacity as usize != HOT_CAPACITY
             || h.event_capacity as usize != EVENT_CAPACITY
             || h.event_record_size as usize != std::mem::size_of::<EventSlot>()
+            || h.thread_rows as usize != THREAD_ROWS
         {
-            return Err(OpenError::Geometry("array sizes differ from layout 1"));
+            return Err(OpenError::Geometry("array sizes differ from this layout"));
         }
         Ok(r)
     }
@@ -310,7 +311,10 @@ impl SegmentReader {
             .collect();
         let mut calls = Vec::new();
         for (id, c) in seg.calls.count.iter().enumerate() {
-            let count = c.load(Relaxed);
+            // the shared count and every thread row's (layout.rs `ThreadCalls`)
+            let count = seg.threads.iter().fold(c.load(Relaxed), |n, r| {
+                n.wrapping_add(r.count[id].load(Relaxed))
+            });
             let name = hook_names.get(id).cloned();
             if count != 0 || name.is_some() {
                 calls.push(CallCount {
@@ -321,11 +325,16 @@ impl SegmentReader {
             }
         }
         let mut devices = Vec::new();
+        let ops = field_index("launches.ops");
         for (i, g) in seg.devices.iter().enumerate() {
-            let values: Vec<u64> = DEVICE_FIELDS
+            let mut values: Vec<u64> = DEVICE_FIELDS
                 .iter()
                 .map(|f| (f.get)(g).load(Relaxed))
                 .collect();
+            // the shared count and every thread row's (layout.rs `ThreadCalls`)
+            for r in &seg.threads {
+                values[ops] = values[ops].wrapping_add(r.ops[i].load(Relaxed));
+            }
             if g.present.load(Relaxed) == 0 && values.iter().all(|&v| v == 0) {
                 continue;
             }

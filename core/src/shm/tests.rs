@@ -151,17 +151,85 @@ fn create_writes_a_0600_file_that_reads_back() {
     assert!(r.snapshot().exiting, "an open reader sees the writer leave");
 }
 
+/// A hook's calls (and a device's operator launches) are the shared count
+/// plus every thread row's: more threads than rows count at once (the rest in the shared counts), give
+/// their rows back, and the next round's threads take them on. Fails if
+/// the reader leaves the rows out, if a row taken on does not count on
+/// from its last holder's counts, or if a row is handed to two threads.
+#[test]
+fn calls_counted_in_thread_rows_add_up() {
+    let dir = scratch("rows");
+    let seg = Arc::new(create(&dir, "U3M_MODE=observe\n"));
+    let r = SegmentReader::open(seg.path()).expect("open");
+    const T: usize = THREAD_ROWS + 8;
+    const N: u64 = 2000;
+    const ROUNDS: u64 = 3;
+    for round in 1..=ROUNDS {
+        let taken = Arc::new(std::sync::Barrier::new(T));
+        let hs: Vec<_> = (0..T)
+            .map(|k| {
+                let (seg, taken) = (seg.clone(), taken.clone());
+                std::thread::spawn(move || {
+                    let row = seg.take_thread_calls();
+                    // every thread tries before any gives its row back
+                    taken.wait();
+                    for _ in 0..N {
+                        seg.count_call_in(row, k % 3);
+                        seg.count_op_in(row, k % 2);
+                    }
+                    seg.count_op_in(row, MAX_DEVICES + 1); // the sink: nowhere
+                    seg.count_call_in(row, 100_000); // overflow: shared
+                    if let Some(row) = row {
+                        row.give_back();
+                    }
+                    row.is_some()
+                })
+            })
+            .collect();
+        let with_rows = hs.into_iter().map(|h| h.join().unwrap());
+        assert_eq!(
+            with_rows.filter(|&b| b).count(),
+            THREAD_ROWS,
+            "a row each for as many threads as there are rows"
+        );
+        let s = r.snapshot();
+        let count = |id: usize| s.calls.iter().find(|c| c.id == id).unwrap().count;
+        for h in 0..3 {
+            let threads = (0..T).filter(|k| k % 3 == h).count() as u64;
+            assert_eq!(
+                count(h),
+                round * threads * N,
+                "hook {h} after round {round}"
+            );
+        }
+        assert_eq!(count(3), 0);
+        assert_eq!(s.calls_overflow, round * T as u64);
+        assert_eq!(s.devices.len(), 2);
+        for (d, dev) in s.devices.iter().enumerate() {
+            let threads = (0..T).filter(|k| k % 2 == d).count() as u64;
+            assert_eq!(dev.get("launches.ops"), round * threads * N, "device {d}");
+        }
+    }
+    // every row was given back, and is taken by one thread at a time
+    let rows: Vec<_> = (0..THREAD_ROWS).map(|_| seg.take_thread_calls()).collect();
+    assert!(rows.iter().all(|w| w.is_some()));
+    assert!(seg.take_thread_calls().is_none());
+}
+
 #[test]
 fn hot_paths_do_not_allocate() {
     let dir = scratch("noalloc");
     let seg = create(&dir, "U3M_MODE=observe\n");
     let hot = [HotEntry::default(); 80];
     let mut mon = Monitor::default();
+    let row = seg.take_thread_calls();
+    assert!(row.is_some());
     let before = allocs();
     for i in 0..10_000u64 {
         seg.device((i % 3) as usize).ops.fetch_add(1, Relaxed);
         seg.device(0).add_used(TIER_HBM, 10);
         seg.count_call((i % 300) as usize);
+        seg.count_call_in(row, (i % 300) as usize);
         seg.event(
             EventKind::Alloc,
             0,
@@ -376,15 +444,26 @@ fn reader_rejects_foreign_and_future_files() {
         .write(true)
         .open(seg.path())
         .unwrap();
-    f.write_all_at(&2u32.to_le_bytes(), 8).unwrap();
-    f.write_all_at(&0u32.to_le_bytes(), 12).unwrap();
-    let e = SegmentReader::open(seg.path())
-        .err()
-        .expect("layout 2 refused");
-    assert!(matches!(e, OpenError::Version { major: 2, minor: 0 }));
-    assert!(e.to_string().contains("layout 2.0"), "{e}");
-    f.write_all_at(&1u32.to_le_bytes(), 8).unwrap();
+    // the next major, and the last (layout 1: no thread rows)
+    for major in [LAYOUT_MAJOR + 1, LAYOUT_MAJOR - 1] {
+        f.write_all_at(&major.to_le_bytes(), 8).unwrap();
+        f.write_all_at(&0u32.to_le_bytes(), 12).unwrap();
+        let e = SegmentReader::open(seg.path())
+            .err()
+            .expect("another major refused");
+        assert!(matches!(e, OpenError::Version { major: m, minor: 0 } if m == major));
+        assert!(e.to_string().contains(&format!("layout {major}.0")), "{e}");
+    }
+    f.write_all_at(&LAYOUT_MAJOR.to_le_bytes(), 8).unwrap();
     f.write_all_at(&7u32.to_le_bytes(), 12).unwrap(); // a newer minor is fine
+    assert!(SegmentReader::open(seg.path()).is_ok());
+    f.write_all_at(&8u32.to_le_bytes(), 120).unwrap(); // thread_rows
+    assert!(matches!(
+        SegmentReader::open(seg.path()),
+        Err(OpenError::Geometry(_))
+    ));
+    f.write_all_at(&(THREAD_ROWS as u32).to_le_bytes(), 120)
+        .unwrap();
     assert!(SegmentReader::open(seg.path()).is_ok());
     f.write_all_at(&8u32.to_le_bytes(), 100).unwrap(); // max_hooks
     assert!(matches!(
@@ -529,7 +608,7 @@ fn labels_and_pid_namespace_are_recorded() {
     let seg = StatsSegment::create(&cfg).unwrap();
     let r = reader::SegmentReader::open(seg.path()).unwrap();
     let s = r.snapshot();
-    assert_eq!(s.layout, (1, 3));
+    assert_eq!(s.layout, (LAYOUT_MAJOR, LAYOUT_MINOR));
     assert_eq!(s.label("rank"), "3");
     assert_eq!(s.label("local_rank"), "1");
     assert_eq!(s.label("world_size"), "8");

@@ -126,6 +126,7 @@ impl StatsSegment {
             h.hot_capacity = HOT_CAPACITY as u32;
             h.event_capacity = EVENT_CAPACITY as u32;
             h.event_record_size = std::mem::size_of::<EventSlot>() as u32;
+            h.thread_rows = THREAD_ROWS as u32;
             let names = &mut (*p).names;
             h.n_hook_names = copy_names(&mut names.hook_names, cfg.hook_names) as u32;
             h.n_class_names = copy_names(&mut names.class_names, cfg.class_names) as u32;
@@ -202,6 +203,43 @@ impl StatsSegment {
             Some(c) => c.fetch_add(1, Relaxed),
             None => self.seg().header.calls_overflow.fetch_add(1, Relaxed),
         };
+    }
+
+    /// A row of call counts for the calling thread alone (`ThreadCalls`),
+    /// held until it is given back (`ThreadCalls::give_back`, at the
+    /// thread's exit); None when every row is held (the thread counts in
+    /// the shared `Calls`).
+    pub fn take_thread_calls(&self) -> Option<&ThreadCalls> {
+        self.seg().threads.iter().find(|r| {
+            r.held.load(Relaxed) == 0 && r.held.compare_exchange(0, 1, Acquire, Relaxed).is_ok()
+        })
+    }
+
+    /// Counts one call of hook `id` in the calling thread's row (`row`,
+    /// from `take_thread_calls` on this thread), or in the shared counts
+    /// when it has none.
+    #[inline]
+    pub fn count_call_in(&self, row: Option<&ThreadCalls>, id: usize) {
+        match row.and_then(|r| r.count.get(id)) {
+            // only this thread writes its row's counts: no read-modify-write
+            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
+            None => self.count_call(id),
+        }
+    }
+
+    /// Counts one operator launch on device `d` (`device(d).ops`) in the
+    /// calling thread's row (`row`, as in `count_call_in`), or in the
+    /// device's shared count when it has none.
+    #[inline]
+    pub fn count_op_in(&self, row: Option<&ThreadCalls>, d: usize) {
+        let g = self.device(d);
+        match row.and_then(|r| r.ops.get(d)) {
+            // only this thread writes its row's counts: no read-modify-write
+            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
+            None => {
+                g.ops.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Appends an event stamped now.
@@ -359,6 +397,15 @@ impl StatsSegment {
         self.event(EventKind::Exit, NO_DEVICE, 0, 0, "");
         // SAFETY: valid C string, built at creation (no allocation here).
         unsafe { libc::unlink(self.path.as_ptr()) };
+    }
+}
+
+impl ThreadCalls {
+    /// Gives the row back (its thread is done counting in it): the counts
+    /// stay, the next thread to take it counts on from them. Only the
+    /// thread that took it, once.
+    pub fn give_back(&self) {
+        self.held.store(0, Release);
     }
 }
 
