@@ -9,6 +9,7 @@ use super::*;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
 use crate::opclass::OpClass;
+use crate::policy::Touch;
 
 const MIB: u64 = 1 << 20;
 
@@ -999,7 +1000,7 @@ impl crate::policy::Placement for CountingLru {
     fn name(&self) -> &'static str {
         "counting-lru"
     }
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         self.lru.on_access(now, class, keys, writes)
     }
     fn on_free(&self, key: u64) {
@@ -1322,7 +1323,7 @@ impl crate::policy::Placement for Script {
     fn name(&self) -> &'static str {
         "script"
     }
-    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[Touch]) {}
     fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
         if self.lru {
             return crate::policy::Lru::new().order(now, cands);
@@ -1641,7 +1642,7 @@ impl crate::policy::Placement for TableTtl {
     fn name(&self) -> &'static str {
         "table-ttl"
     }
-    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[Touch]) {}
     fn order(&self, _now: u64, cands: &mut [crate::policy::Cand]) {
         let t = self.0.lock().unwrap();
         cands.sort_by_key(|c| std::cmp::Reverse(t.get(&c.key).copied().unwrap_or(0)));
@@ -1737,7 +1738,7 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .chunks
             .iter()
             .zip(&tok.tok.writes)
-            .map(|(&(id, i), &w)| (id, i, w))
+            .map(|(&(id, i), &w)| (id, i, w.writes()))
             .collect();
         app.r.finish(tok, None, true);
         v.sort();
