@@ -12,7 +12,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::fence::FENCE_CALLS;
 use super::state::State;
 use super::state::ORDER_TOP;
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
@@ -406,14 +405,14 @@ impl Residency {
         // behind the whole backward, while the activations the backward
         // reads one by one go idle behind it and the link stays idle (13B,
         // 1.5 x HBM: the host waited 61 ms of a 109 ms backward). Only when
-        // the first busy one was last used over `FENCE_CALLS` calls later
-        // (a later fence round) — closer, it completes about as soon, and
-        // waiting for it keeps the policy's choice (13B LoRA at 1.5 x:
-        // 316.3 ms per step without that bound, 314.8 with it, simulated) —
-        // and the earliest one's weighted distance to its next use is at
-        // least `DIRTY_SHARE` of the first's: one needed much sooner would
-        // come back (`policies.sh`'s adam --recompute, 4 layers: 1.147 ->
-        // 1.162 x Belady's bytes without that bound)
+        // the earliest one's weighted distance to its next use is at least
+        // `DIRTY_SHARE` of the first's: one needed much sooner would come
+        // back (`policies.sh`'s adam --recompute, 4 layers: 1.147 -> 1.162 x
+        // Belady's bytes without that bound). (Also only when the first was
+        // last used a fence round later, once: with whole writes known that
+        // bound cost the 13B LoRA step at 1.5 x 278.5 against 268.9 ms,
+        // simulated — every wait for newer work drains the device's queue,
+        // and the host, waiting, issues no copy-in meanwhile.)
         let mut earliest: Option<(u64, (u64, u32))> = None;
         // the first busy one's weighted distance to its next use (None: the
         // policy cannot date it), asked once per scan
@@ -560,7 +559,7 @@ impl Residency {
         }
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
-                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64)
+                if st.chunk(fi, fc).last > last
                     && match (front_cost(st, (fi, fc)), front_cost(st, e)) {
                         (Some(f), Some(c)) => {
                             c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128

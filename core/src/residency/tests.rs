@@ -2416,20 +2416,19 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
 
 /// Demand eviction when every candidate is busy: the fault-in waits (with
 /// no lock held) for the busy candidate last used earliest, whose use the
-/// device reaches first, when the policy's best victim was last used more
-/// than a fence round (`FENCE_CALLS`) later. An operator reads a, y and z;
-/// then `gap` operators on the same stream read f, the policy's front
-/// (needed furthest). With a gap of 40 the wait runs the first operator
-/// only (the lazy fake runs a stream up to the event waited for), and a,
-/// the best of the now idle chunks, leaves while f stays, its operators
-/// still queued; waiting for the front instead ran them all and evicted f
-/// (13B AdamW at 1.5 x HBM: the optimizer's first update, queued behind the
-/// backward, was waited for while the backward's activations went idle).
-/// With a gap of 2 the fault-in waits for the front, which leaves; so it
-/// does when a is needed much sooner than f (under half its weighted
-/// distance to its next use, `DIRTY_SHARE`).
+/// device reaches first, when the policy's best victim was last used later.
+/// An operator reads x, y and z; then `gap` operators on the same stream
+/// read f, the policy's front (needed furthest). The wait runs the first
+/// operator only (the lazy fake runs a stream up to the event waited for),
+/// and x, the best of the now idle chunks, leaves while f stays, its
+/// operators still queued; waiting for the front instead ran them all and
+/// evicted f (13B AdamW at 1.5 x HBM: the optimizer's first update, queued
+/// behind the backward, was waited for while the backward's activations
+/// went idle) — so with a gap of 2 as of 40 (a fence round apart: once the
+/// only case). The front leaves when x is needed much sooner than f (under
+/// half its weighted distance to its next use, `DIRTY_SHARE`).
 #[test]
-fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlier() {
+fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
     let run = |gap: usize, x_next: u64| {
         let (policy, at) = Script::new();
         let a = App::with_policy(4, Box::new(policy));
@@ -2469,7 +2468,7 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
         got
     };
     assert_eq!(run(40, 900), (true, false), "a fence round apart: x leaves");
-    assert_eq!(run(2, 900), (false, true), "close: the front leaves");
+    assert_eq!(run(2, 900), (true, false), "close: x leaves too");
     assert_eq!(
         run(40, 200),
         (false, true),
