@@ -2485,11 +2485,12 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
 /// the operator. Without either, the scan stopped in the busy group and the
 /// fault-in waited for the operator and evicted its first chunk (13B AdamW
 /// at 1.5 x HBM: the optimizer's first fault-ins behind ~1,400 busy ones).
-/// With x needed much sooner than the group, x stays (and the wait comes).
+/// x needed much sooner than the group is taken too — so far behind, the
+/// device would drain its queue before the wait ended (`SCAN_WAIT`) —
+/// while behind 100 busy ones it stays and the wait comes.
 #[test]
 fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
-    let run = |x_far: bool| {
-        let nbusy = 1040usize;
+    let run = |nbusy: usize, x_far: bool| {
         let (mut policy, at) = Script::new();
         policy.top = true;
         let a = App::with_policy(nbusy as u64 + 2, Box::new(policy));
@@ -2524,11 +2525,20 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
         a.assert_clean();
         got
     };
-    assert_eq!(run(true), (true, false), "x behind the busy group: taken");
     assert_eq!(
-        run(false),
+        run(1040, true),
+        (true, false),
+        "x behind the busy group: taken"
+    );
+    assert_eq!(
+        run(1040, false),
+        (true, false),
+        "x needed soon behind 1,040 busy: taken"
+    );
+    assert_eq!(
+        run(100, false),
         (false, true),
-        "x needed soon: kept, the front waited for"
+        "x needed soon behind 100 busy: kept, the front waited for"
     );
 }
 
