@@ -349,9 +349,15 @@ pub fn load(path: &PathBuf) -> Result<Trace, String> {
 
 /// A policy by name, built as the library builds U3M_POLICY's (with the
 /// configuration's parameters); Belady gets the baseline's access log.
-fn make_policy(name: &str, s: &Setup, log: &[(u64, u64)]) -> Result<Box<dyn Placement>, String> {
+fn make_policy(
+    name: &str,
+    s: &Setup,
+    log: &[(u64, u64, u3m_core::policy::Touch)],
+) -> Result<Box<dyn Placement>, String> {
     if name == "belady" {
-        return Ok(Box::new(u3m_core::policy::Belady::new(log.to_vec())));
+        return Ok(Box::new(u3m_core::policy::Belady::with_touches(
+            log.to_vec(),
+        )));
     }
     let mut cfg = drive::config(s, None)?;
     cfg.policy = name.to_string();

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{lru_order, Cand, Placement};
+use super::{lru_order, Cand, Placement, Touch};
 
 /// Eviction by `Cand::last`; the per-key recency map exists only for its
 /// implicit prediction (what was used in the last `w` ticks is used again in
@@ -24,7 +24,7 @@ impl Placement for Lru {
         "lru"
     }
 
-    fn on_access(&self, now: u64, _class: u8, keys: &[u64], _writes: &[bool]) {
+    fn on_access(&self, now: u64, _class: u8, keys: &[u64], _writes: &[Touch]) {
         if let Ok(mut m) = self.last.lock() {
             for &k in keys {
                 m.insert(k, now);

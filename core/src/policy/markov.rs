@@ -13,7 +13,7 @@
 use std::sync::Mutex;
 
 use super::predictor::KeyMap;
-use super::{lru_order, Cand, Place, Placement};
+use super::{lru_order, Cand, Place, Placement, Touch};
 
 pub const HOT: u8 = 0;
 pub const WARM: u8 = 1;
@@ -131,7 +131,7 @@ impl Placement for Markov {
         "markov"
     }
 
-    fn on_access(&self, now: u64, _class: u8, keys: &[u64], _writes: &[bool]) {
+    fn on_access(&self, now: u64, _class: u8, keys: &[u64], _writes: &[Touch]) {
         let Ok(mut g) = self.inner.lock() else { return };
         let g = &mut *g;
         for &k in keys {
@@ -243,7 +243,7 @@ mod tests {
         let m = Markov::new();
         // 10 hot chunks every 10 ticks
         for t in 0..5000u64 {
-            m.on_access(t + 1, 0, &[(t % 10) * MB2], &[false]);
+            m.on_access(t + 1, 0, &[(t % 10) * MB2], &[Touch::READ]);
         }
         let h = m.hot_ticks();
         assert!((9.0..=11.0).contains(&h), "{h}");
@@ -260,12 +260,12 @@ mod tests {
         for _ in 0..20 {
             for _ in 0..40 {
                 t += 5;
-                m.on_access(t, 0, &[MB2, 2 * MB2], &[false, false]);
+                m.on_access(t, 0, &[MB2, 2 * MB2], &[Touch::READ; 2]);
                 if t % 40 == 0 {
-                    m.on_access(t, 0, &[3 * MB2], &[false]);
+                    m.on_access(t, 0, &[3 * MB2], &[Touch::READ]);
                 }
                 if t % 200 == 0 {
-                    m.on_access(t, 0, &[4 * MB2], &[false]);
+                    m.on_access(t, 0, &[4 * MB2], &[Touch::READ]);
                 }
             }
         }
@@ -299,7 +299,7 @@ mod tests {
     fn a_hot_chunk_left_idle_is_demoted() {
         let m = Markov::with_hot_ticks(10);
         for t in 1..100u64 {
-            m.on_access(t * 5, 0, &[MB2], &[false]);
+            m.on_access(t * 5, 0, &[MB2], &[Touch::READ]);
         }
         assert_eq!(m.place(495 + 5, MB2), None);
         assert_eq!(m.place(495 + 81, MB2), Some(Place::Nvme));

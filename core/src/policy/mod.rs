@@ -53,11 +53,41 @@ pub enum Place {
     Nvme,
 }
 
+/// How a call touches a chunk ([`Placement::on_access`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Touch(u8);
+
+impl Touch {
+    /// Read only.
+    pub const READ: Touch = Touch(0);
+    /// Written (its host copy goes stale); maybe read too.
+    pub const WRITE: Touch = Touch(1);
+    /// Every byte written, none read: the call needs nothing of the
+    /// chunk's old contents (the engine skips its copy-in), so a chunk
+    /// whose next touch is this one costs no copy-in to evict.
+    pub const WHOLE: Touch = Touch(3);
+
+    #[inline]
+    pub const fn new(write: bool, whole: bool) -> Touch {
+        Touch(write as u8 | (((write & whole) as u8) << 1))
+    }
+
+    #[inline]
+    pub const fn writes(self) -> bool {
+        self.0 & 1 != 0
+    }
+
+    #[inline]
+    pub const fn whole(self) -> bool {
+        self.0 & 2 != 0
+    }
+}
+
 /// A batch of calls for [`Placement::on_access_batch`]: the `i`th is
-/// (now, class, keys, writes), as `on_access` takes them.
+/// (now, class, keys, touches), as `on_access` takes them.
 pub trait Accesses {
     fn len(&self) -> usize;
-    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]);
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[Touch]);
 }
 
 pub trait Placement: Send + Sync {
@@ -65,8 +95,8 @@ pub trait Placement: Send + Sync {
     fn name(&self) -> &'static str;
 
     /// A call of operator class `class` (OpClass as u8) touched `keys` at
-    /// logical time `now`; `writes[k]` says whether it wrote `keys[k]`.
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]);
+    /// logical time `now`; `touch[k]` says how it touched `keys[k]`.
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]);
 
     /// Calls `on_access` would get one by one, in this order (the
     /// per-thread buffers of [`Buffered`] hand them over so): a policy
@@ -304,7 +334,7 @@ pub struct KeptCursor {
     /// Candidates not yet given out (at most the build's `k`).
     pub left: usize,
     /// Per stream of the policy: the last position given out (0: none).
-    pub pos: [(u64, u64); 6],
+    pub pos: [(u64, u64); 7],
     pub started: u8,
 }
 

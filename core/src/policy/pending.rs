@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 
-use super::{Accesses, Cand, HeatFn, Place, Placement};
+use super::{Accesses, Cand, HeatFn, Place, Placement, Touch};
 use crate::perthread::{self, Bufs};
 
 /// Calls per buffer; a full buffer is applied by the call that finds it
@@ -73,7 +73,7 @@ struct Calls {
     calls: [(u64, u8, u16); CALLS],
     n: usize,
     keys: [u64; KEYS],
-    writes: [bool; KEYS],
+    writes: [Touch; KEYS],
     nk: usize,
 }
 
@@ -83,7 +83,7 @@ impl Calls {
             calls: [(0, 0, 0); CALLS],
             n: 0,
             keys: [0; KEYS],
-            writes: [false; KEYS],
+            writes: [Touch::READ; KEYS],
             nk: 0,
         })
     }
@@ -95,7 +95,7 @@ impl Calls {
 
     /// Appends a call (the caller checked `fits`).
     #[inline]
-    fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let (a, b) = (self.nk, self.nk + keys.len());
         // an operator's few keys: element by element (a memcpy call each
         // costs more)
@@ -113,7 +113,7 @@ impl Calls {
     }
 
     /// The `i`th call's keys and writes.
-    fn call(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+    fn call(&self, i: usize) -> (u64, u8, &[u64], &[Touch]) {
         let (now, class, end) = self.calls[i];
         let start = if i == 0 { 0 } else { self.calls[i - 1].2 };
         let r = start as usize..end as usize;
@@ -132,7 +132,7 @@ impl Accesses for Calls {
         self.n
     }
 
-    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[Touch]) {
         self.call(i)
     }
 }
@@ -149,7 +149,7 @@ impl Accesses for Merged<'_> {
         self.order.len()
     }
 
-    fn get(&self, i: usize) -> (u64, u8, &[u64], &[bool]) {
+    fn get(&self, i: usize) -> (u64, u8, &[u64], &[Touch]) {
         let (_, l, c) = self.order[i];
         self.taken[l as usize].call(c as usize)
     }
@@ -335,7 +335,7 @@ impl Buffered {
     /// Inlined into `on_access`'s look-up: one call less per access
     /// (BENCHMARKS.md ninth sitting, `glue10`).
     #[inline]
-    fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let mut p = buf.lock();
         if !p.fits(keys.len()) {
             // full: every thread's calls before this one go first
@@ -392,7 +392,7 @@ impl Buffered {
     }
 
     /// The call straight to the policy, after everything buffered.
-    fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         if self.reg.off.load(Acquire) {
             if self.cut_off.load(Relaxed) {
                 return;
@@ -410,7 +410,7 @@ impl Placement for Buffered {
         self.inner.name()
     }
 
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         if keys.len() > KEYS || keys.len() != writes.len() || self.reg.off.load(Relaxed) {
             return self.direct(now, class, keys, writes);
         }

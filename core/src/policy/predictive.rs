@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use super::mode::{Mode as WorkMode, ModeDetector, ModeEvent};
 use super::predictor::{ChunkModel, Form, FormKind, KeyHash, KeyMap};
-use super::{Cand, Place, Placement};
+use super::{Cand, Place, Placement, Touch};
 use crate::opclass::OpClass;
 use std::hash::{BuildHasher, Hasher};
 
@@ -147,6 +147,10 @@ impl Default for Predictive {
 enum Expect {
     /// Predicted next access (a late one counts as the next tick).
     At(u64),
+    /// Predicted next access, a whole write ([`Touch::WHOLE`]): it needs
+    /// nothing of the chunk's contents, so evicting the chunk costs no
+    /// copy-in (a clean one costs nothing at all).
+    Whole(u64),
     /// A model that failed or is switched off: recency stands in
     /// (accessed at `last`).
     Recency(u64),
@@ -289,19 +293,21 @@ impl Inner {
         // it did one step ago
         let step = self.step();
         if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-            match c.shift_next(now, step) {
+            match c.shift_span_of(now, step) {
                 // idle for a whole step: no access expected within the next
                 // step — which says nothing about a longer window, and
                 // eviction still wants the model's estimate of how far
-                Some(u64::MAX) if w.is_none_or(|w| w >= step) => {}
-                Some(x) => return Expect::At(x),
-                None => {}
+                (Some(u64::MAX), ..) if w.is_none_or(|w| w >= step) => {}
+                (Some(x), _, true) if x != u64::MAX => return Expect::Whole(x),
+                (Some(x), ..) => return Expect::At(x),
+                (None, ..) => {}
             }
         }
         // a late prediction still stands within its tolerance for eviction;
         // asked about a window, only just late (2 ticks) counts as imminent
         let late = if w.is_some() { 2 } else { u64::MAX };
         match c.prediction() {
+            Some((p, _)) if p > now && c.next_whole() => Expect::Whole(p),
             Some((p, _)) if p > now => Expect::At(p),
             Some((p, tol)) if now - p <= (tol as u64).min(late) => Expect::At(now + 1),
             _ => Expect::Recency(last),
@@ -469,14 +475,15 @@ fn firm_next_of(
     }
     let step = step();
     if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-        match c.shift_next(now, step) {
-            Some(x) if x != u64::MAX => return (x > now).then_some(x),
-            Some(_) => return None,
-            None => {}
+        match c.shift_span_of(now, step) {
+            // a whole write next: nothing to copy in ahead of it
+            (Some(x), _, false) if x != u64::MAX => return (x > now).then_some(x),
+            (Some(_), ..) => return None,
+            (None, ..) => {}
         }
     }
     match c.prediction() {
-        Some((p, _)) if c.strict && p > now => Some(p),
+        Some((p, _)) if c.strict && p > now && !c.next_whole() => Some(p),
         _ => None,
     }
 }
@@ -510,7 +517,7 @@ fn schedule_of(
 impl Inner {
     /// One call into the model (`Predictive::on_access` with the lock
     /// held).
-    fn access(&mut self, now: u64, class: u8, keys: &[u64]) {
+    fn access(&mut self, now: u64, class: u8, keys: &[u64], touch: &[Touch]) {
         let g = self;
         let class = class.min(CLASSES as u8 - 1);
         match g.mode.on_op(class, now, g.secs) {
@@ -548,10 +555,11 @@ impl Inner {
         g.note_call(now, class, keys);
         let s = g.cls[class as usize].smoothing;
         let count = !g.warming();
-        for &k in keys {
+        for (j, &k) in keys.iter().enumerate() {
+            let whole = touch.get(j).is_some_and(|t| t.whole());
             match g.chunks.get_mut(&k) {
                 Some(c) => {
-                    if let Some((pc, hit)) = c.update(now, class, s) {
+                    if let Some((pc, hit)) = c.update(now, class, s, whole) {
                         if count {
                             let cal = &mut g.cls[pc as usize];
                             cal.predicted += 1;
@@ -579,10 +587,10 @@ impl Inner {
                     // resumes that chunk's model
                     let c = match g.freed.remove(&k) {
                         Some(mut c) => {
-                            c.update(now, class, s);
+                            c.update(now, class, s, whole);
                             c
                         }
-                        None => ChunkModel::new(now, class),
+                        None => ChunkModel::new(now, class, whole),
                     };
                     g.chunks.insert(k, c);
                     g.schedule(now, k);
@@ -607,9 +615,9 @@ impl Placement for Predictive {
         "predictive"
     }
 
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], _writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], touch: &[Touch]) {
         let Ok(mut g) = self.inner.lock() else { return };
-        g.access(now, class, keys);
+        g.access(now, class, keys, touch);
         self.modelled.store(g.chunks.len(), Relaxed);
     }
 
@@ -626,8 +634,8 @@ impl Placement for Predictive {
         }
         let Ok(mut g) = self.inner.lock() else { return };
         for i in 0..n {
-            let (now, class, keys, _) = calls.get(i);
-            g.access(now, class, keys);
+            let (now, class, keys, touch) = calls.get(i);
+            g.access(now, class, keys, touch);
         }
         self.modelled.store(g.chunks.len(), Relaxed);
     }
@@ -652,6 +660,8 @@ impl Placement for Predictive {
         let g = self.inner.lock().ok()?;
         match g.expect(now, key, 0, None) {
             Expect::At(p) if p != u64::MAX => Some(p),
+            // the next access needs none of its contents: as if never used
+            Expect::Whole(_) => Some(u64::MAX),
             _ => None,
         }
     }
@@ -702,7 +712,7 @@ impl Placement for Predictive {
             return false;
         }
         match g.expect(now, key, 0, Some(w)) {
-            Expect::At(p) => p <= now.saturating_add(w),
+            Expect::At(p) | Expect::Whole(p) => p <= now.saturating_add(w),
             Expect::Recency(last) => now.saturating_sub(last) < w,
             // seen once: expected back after a typical cycle
             Expect::Unknown(last) if g.typical > 0.0 => {
@@ -718,6 +728,7 @@ impl Placement for Predictive {
         if !g.chunks.contains_key(&key) {
             return None;
         }
+        // (a whole write next needs no copy-in: Whole is no reason)
         match g.expect(now, key, 0, Some(g.prefetch)) {
             Expect::At(p) if p <= now.saturating_add(g.prefetch) => Some(Place::Hbm),
             _ => None,
@@ -896,7 +907,7 @@ impl Placement for Predictive {
             now,
             typical,
             left: k.min(kp.ents.len()),
-            pos: [(0, 0); 6],
+            pos: [(0, 0); 7],
             started: 0,
         };
         cands.clear();
@@ -917,6 +928,10 @@ impl Placement for Predictive {
     }
 }
 
+/// The weight of a clean chunk whose next access writes it whole, plus
+/// its distance (`Inner::weigh`): above any distance a copy is weighed by.
+const FREE: u64 = 1 << 62;
+
 /// Candidates a maintained order's build gives at first (the rest as the
 /// engine's scan reaches them, 32, 64, ... at a time): on RAG (kv_decode,
 /// 25 requests at 2 x the KV) the scans of 75 % of the builds read at most
@@ -930,7 +945,8 @@ const KEPT_MAX: usize = 64;
 /// The streams of a maintained order. Within each, the order of its
 /// entries' weights does not change as time passes (the weights do), so
 /// the order at any `now` is a merge of the streams' fronts.
-/// `At`, clean: by the predicted tick, read from the top.
+/// `At`, clean (or dirty with a whole write next, weighed as clean): by
+/// the predicted tick, read from the top.
 const S_AT_CLEAN: usize = 0;
 /// `At`, dirty: likewise (its weight is not doubled).
 const S_AT_DIRTY: usize = 1;
@@ -943,6 +959,9 @@ const S_REC: usize = 3;
 /// from it), so the heaviest are at the two ends: read from both
 /// (position 4 the bottom, 5 the top).
 const S_UNK: usize = 4;
+/// `At`, a whole write, clean: free to evict (`Expect::Whole`), by the
+/// predicted tick, read from the top (position 6).
+const S_FREE: usize = 5;
 
 /// An entry of a stream: (the stream's key — predicted tick or last
 /// use —, chunk key, the engine's `last`, dirty).
@@ -970,7 +989,7 @@ struct Kept {
     epoch: u64,
     live: bool,
     ents: KeyMap<KPlace>,
-    sets: [BTreeSet<KEnt>; 5],
+    sets: [BTreeSet<KEnt>; 6],
     /// (end of the reading's span, key)
     cal: BTreeSet<(u64, u64)>,
     due: Vec<u64>,
@@ -1005,6 +1024,10 @@ fn kept_read(
     match m.form.kind {
         FormKind::Unknown => (S_UNK, last, until),
         FormKind::Recency => (S_REC, last, until),
+        FormKind::At if m.form.whole && !c.dirty => (S_FREE, m.form.at, until),
+        // a dirty one whose next access writes it whole costs its copy-out
+        // only, as a clean one costs its copy-in: weighed as clean
+        FormKind::At if m.form.whole => (S_AT_CLEAN, m.form.at, until),
         FormKind::At if c.dirty => (S_AT_DIRTY, m.form.at, until),
         FormKind::At => (S_AT_CLEAN, m.form.at, until),
         FormKind::Late => (S_LATE, 0, until),
@@ -1069,13 +1092,16 @@ impl Kept {
     /// The weight `order_weight` gives an entry of stream `s` at `now`.
     #[inline]
     fn weight(s: usize, e: &KEnt, now: u64, typical: f64) -> u64 {
-        let x = match s {
-            S_AT_CLEAN | S_AT_DIRTY => Expect::At(e.0),
-            S_LATE => Expect::At(now + 1),
-            S_REC => Expect::Recency(e.0),
-            _ => Expect::Unknown(e.0),
+        let (x, dirty) = match s {
+            // (every entry of S_AT_CLEAN weighs as clean)
+            S_AT_CLEAN => (Expect::At(e.0), false),
+            S_AT_DIRTY => (Expect::At(e.0), true),
+            S_LATE => (Expect::At(now + 1), e.3),
+            S_REC => (Expect::Recency(e.0), e.3),
+            S_FREE => (Expect::Whole(e.0), false),
+            _ => (Expect::Unknown(e.0), e.3),
         };
-        Inner::weigh(now, x, e.3, typical)
+        Inner::weigh(now, x, dirty, typical)
     }
 
     /// Appends the next at least `n` candidates (whole groups of equal
@@ -1101,7 +1127,8 @@ impl Kept {
                 Unbounded
             }
         };
-        let [a0, a1, a2, a3, a4] = &self.sets;
+        let [a0, a1, a2, a3, a4, a5] = &self.sets;
+        let mut it6 = a5.range((Unbounded, before(6))).rev();
         let mut it0 = a0.range((Unbounded, before(0))).rev();
         let mut it1 = a1.range((Unbounded, before(1))).rev();
         let mut it2 = a2.range((after(2), Unbounded));
@@ -1109,18 +1136,23 @@ impl Kept {
         // the two ends of the seen-once stream never cross: their bounds
         // are distinct entries, the bottom's below the top's
         let mut it4 = a4.range((after(4), before(5)));
-        let mut h: [Option<KEnt>; 6] = [
+        let mut h: [Option<KEnt>; 7] = [
             it0.next().copied(),
             it1.next().copied(),
             it2.next().copied(),
             it3.next().copied(),
             it4.next().copied(),
             None,
+            it6.next().copied(),
         ];
         h[5] = it4.next_back().copied();
-        let stream = |i: usize| i.min(S_UNK);
-        let mut w = [0u64; 6];
-        for i in 0..6 {
+        let stream = |i: usize| match i {
+            5 => S_UNK,
+            6 => S_FREE,
+            i => i,
+        };
+        let mut w = [0u64; 7];
+        for i in 0..7 {
             if let Some(e) = &h[i] {
                 w[i] = Self::weight(stream(i), e, now, typ);
             }
@@ -1128,11 +1160,11 @@ impl Kept {
         let grp = &mut self.grp;
         let mut got = 0;
         while got < n && cur.left > 0 {
-            let Some(top) = (0..6).filter(|&i| h[i].is_some()).map(|i| w[i]).max() else {
+            let Some(top) = (0..7).filter(|&i| h[i].is_some()).map(|i| w[i]).max() else {
                 break;
             };
             grp.clear();
-            for i in 0..6 {
+            for i in 0..7 {
                 while let Some(e) = h[i].filter(|_| w[i] == top) {
                     grp.push(Cand {
                         key: e.1,
@@ -1147,7 +1179,8 @@ impl Kept {
                         2 => it2.next(),
                         3 => it3.next(),
                         4 => it4.next(),
-                        _ => it4.next_back(),
+                        5 => it4.next_back(),
+                        _ => it6.next(),
                     }
                     .copied();
                     if let Some(e) = &h[i] {
@@ -1187,6 +1220,7 @@ impl Inner {
             until: u64::MAX,
             step,
             fallback,
+            whole: false,
         };
         if c.n < 2 {
             return f;
@@ -1196,20 +1230,20 @@ impl Inner {
             return f;
         }
         if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-            let (r, until) = c.shift_span(now, step);
+            let (r, until, whole) = c.shift_span_of(now, step);
             f.until = until;
             match r {
                 // for eviction, idle for a whole step reads the model on
                 Some(u64::MAX) | None => {}
                 Some(x) => {
-                    (f.kind, f.at) = (FormKind::At, x);
+                    (f.kind, f.at, f.whole) = (FormKind::At, x, whole);
                     return f;
                 }
             }
         }
         match c.prediction() {
             Some((p, _)) if p > now => {
-                (f.kind, f.at) = (FormKind::At, p);
+                (f.kind, f.at, f.whole) = (FormKind::At, p, c.next_whole());
                 f.until = f.until.min(p);
             }
             Some((p, tol)) if now - p <= tol as u64 => {
@@ -1244,6 +1278,7 @@ impl Inner {
         let e = match m.form.kind {
             FormKind::Unknown => Expect::Unknown(last),
             FormKind::Recency => Expect::Recency(last),
+            FormKind::At if m.form.whole => Expect::Whole(m.form.at),
             FormKind::At => Expect::At(m.form.at),
             FormKind::Late => Expect::At(now + 1),
         };
@@ -1267,10 +1302,16 @@ impl Inner {
     /// The weight of a candidate (`dirty`) the policy expects as `e`.
     #[inline]
     fn weigh(now: u64, e: Expect, dirty: bool, typical: f64) -> u64 {
-        let (at, modelled) = match e {
-            Expect::At(p) => (p, true),
+        let (at, modelled, dirty) = match e {
+            // nothing to copy in or out: before every chunk that costs a
+            // copy, the one used latest first (its HBM is free longest)
+            Expect::Whole(p) if !dirty => return FREE.saturating_add(p.saturating_sub(now)),
+            // its copy-out is all evicting it costs, as a clean chunk's
+            // copy-in: weighed as clean
+            Expect::Whole(p) => (p, true, false),
+            Expect::At(p) => (p, true, dirty),
             // time since the last use stands for the time to the next
-            Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false),
+            Expect::Recency(last) => (now.saturating_add(now.saturating_sub(last)), false, dirty),
             // a chunk seen once is expected to behave like a typical one
             // (a scan's chunks then leave before a loop's), or by its age —
             // discounted to 3/4: a guess from one access yields to a model's
@@ -1285,6 +1326,7 @@ impl Inner {
                 now.saturating_add(now.saturating_sub(last) / 4 * 3)
                     .max(last.saturating_add(typical as u64)),
                 false,
+                dirty,
             ),
         };
         // what evicting it costs: a clean chunk one transfer (back in
@@ -1333,7 +1375,7 @@ mod tests {
         let mut t = from;
         while t + w <= end {
             while i < log.len() && log[i].0 <= t {
-                p.on_access(log[i].0, 0, &[log[i].1], &[false]);
+                p.on_access(log[i].0, 0, &[log[i].1], &[Touch::READ]);
                 i += 1;
             }
             for &k in keys {
@@ -1431,7 +1473,7 @@ mod tests {
     fn a_scan_is_predicted_by_recency_only() {
         let p = Predictive::new();
         for i in 0..1000u64 {
-            p.on_access(i + 1, 9, &[i * MB2], &[false]);
+            p.on_access(i + 1, 9, &[i * MB2], &[Touch::READ]);
         }
         let predicted = (0..1000u64)
             .filter(|&i| p.predicts(1000, i * MB2, 50))
@@ -1457,11 +1499,11 @@ mod tests {
         for r in 0..100u64 {
             for k in 0..4u64 {
                 t += 1;
-                p.on_access(t, 0, &[k * MB2], &[false]);
+                p.on_access(t, 0, &[k * MB2], &[Touch::READ]);
             }
             for j in 0..6u64 {
                 t += 1;
-                p.on_access(t, 4, &[(100 + r * 6 + j) * MB2], &[true]);
+                p.on_access(t, 4, &[(100 + r * 6 + j) * MB2], &[Touch::WRITE]);
             }
         }
         let mut c: Vec<Cand> = (0..4u64)
@@ -1495,7 +1537,7 @@ mod tests {
                     t,
                     c,
                     &weights[(t % 8) as usize..(t % 8) as usize + 1],
-                    &[false],
+                    &[Touch::READ],
                 );
             }
             secs += 0.5;
@@ -1509,7 +1551,7 @@ mod tests {
                     t,
                     c,
                     &weights[(t % 8) as usize..(t % 8) as usize + 1],
-                    &[false],
+                    &[Touch::READ],
                 );
             }
             secs += 0.05;
@@ -1545,7 +1587,7 @@ mod tests {
                 } else {
                     weights[*t as usize % 8]
                 };
-                p.on_access(*t, c, &[k], &[true]);
+                p.on_access(*t, c, &[k], &[Touch::WRITE]);
             }
         };
         for _ in 0..20 {
@@ -1557,7 +1599,7 @@ mod tests {
         for _ in 0..200 {
             for c in decode_step(4) {
                 t += 1;
-                p.on_access(t, c, &[(100 + t % 8) * MB2], &[false]);
+                p.on_access(t, c, &[(100 + t % 8) * MB2], &[Touch::READ]);
             }
             secs += 0.05;
             p.tick(secs, 0.5);
@@ -1573,7 +1615,7 @@ mod tests {
                 } else {
                     weights[t as usize % 8]
                 };
-                p.on_access(t, c, &[k], &[true]);
+                p.on_access(t, c, &[k], &[Touch::WRITE]);
                 if p.mode() == Some(("train", false)) {
                     seen = Some(i);
                     break 'outer;
@@ -1602,7 +1644,7 @@ mod tests {
                 };
                 for c in ops {
                     t += 1;
-                    p.on_access(t, c, &[(t % 16) * MB2], &[false]);
+                    p.on_access(t, c, &[(t % 16) * MB2], &[Touch::READ]);
                 }
                 secs += 0.5;
                 p.tick(secs, 0.5);
@@ -1635,9 +1677,9 @@ mod tests {
                 x = x
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
-                p.on_access(t + 1 + (x >> 58), 11, &[7 * MB2], &[true]);
+                p.on_access(t + 1 + (x >> 58), 11, &[7 * MB2], &[Touch::WRITE]);
                 t += 100;
-                p.on_access(t, 0, &[100 * MB2], &[false]);
+                p.on_access(t, 0, &[100 * MB2], &[Touch::READ]);
             }
             secs += 1.0;
             p.tick(secs, 0.5);
@@ -1667,7 +1709,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            p.on_access(t * 8 + (x >> 61), 11, &[MB2], &[true]);
+            p.on_access(t * 8 + (x >> 61), 11, &[MB2], &[Touch::WRITE]);
         }
         p.tick(9.9, 0.5);
         assert_eq!(p.class_state(11), Some((SMOOTH_HIGH, false)));
@@ -1731,7 +1773,7 @@ mod tests {
                     dirty: false,
                 });
             }
-            p.on_access(t, class, &[k], &[false]);
+            p.on_access(t, class, &[k], &[Touch::READ]);
         }
         faults
     }
@@ -1813,7 +1855,7 @@ mod tests {
                 let mut t = 400;
                 while t + w <= end {
                     while i < log.len() && log[i].0 <= t {
-                        p.on_access(log[i].0, log[i].1, &[log[i].2], &[false]);
+                        p.on_access(log[i].0, log[i].1, &[log[i].2], &[Touch::READ]);
                         i += 1;
                     }
                     for &k in &keys {
@@ -1850,7 +1892,7 @@ mod tests {
         // chunk k is touched every n ticks at phase k: next use of k is k + 2n
         for round in 0..2 {
             for k in 0..n {
-                p.on_access(round * n + k + 1, 0, &[k * MB2], &[true]);
+                p.on_access(round * n + k + 1, 0, &[k * MB2], &[Touch::WRITE]);
             }
         }
         let mut c: Vec<Cand> = (0..n)
@@ -1906,7 +1948,7 @@ mod tests {
         let p = Predictive::new();
         let hot = 999 * MB2;
         for k in 0..40u64 {
-            p.on_access(k + 1, 0, &[k * MB2, hot], &[false, false]);
+            p.on_access(k + 1, 0, &[k * MB2, hot], &[Touch::READ; 2]);
         }
         let mut t = 100u64;
         let mut last_of = [0u64; 40];
@@ -1914,10 +1956,10 @@ mod tests {
             let o = (t - 100) % 300;
             if o % 7 == 1 && o / 7 < 40 {
                 let k = o / 7;
-                p.on_access(t, 0, &[k * MB2, hot], &[false, false]);
+                p.on_access(t, 0, &[k * MB2, hot], &[Touch::READ; 2]);
                 last_of[k as usize] = t;
             } else {
-                p.on_access(t, 1, &[hot], &[false]);
+                p.on_access(t, 1, &[hot], &[Touch::READ]);
             }
             t += 1;
         }
@@ -1950,14 +1992,14 @@ mod tests {
         let p = Predictive::new();
         let k = 7 * MB2;
         for i in 1..=6u64 {
-            p.on_access(i * 100, 0, &[k], &[true]);
+            p.on_access(i * 100, 0, &[k], &[Touch::WRITE]);
             p.on_free(k);
         }
         // the free leaves nothing due
         let mut up = Vec::new();
         p.upcoming(600, 200, &mut up);
         assert!(up.is_empty(), "{up:?}");
-        p.on_access(700, 0, &[k], &[true]);
+        p.on_access(700, 0, &[k], &[Touch::WRITE]);
         assert_eq!(p.next_use(700, k), Some(800));
     }
 
@@ -2072,7 +2114,7 @@ mod tests {
                                 f += 1;
                             }
                             let (ct, cl, ks) = &calls[i];
-                            p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
+                            p.on_access(*ct, *cl, ks, &vec![Touch::READ; ks.len()]);
                             live.extend(ks.iter().copied());
                             if ct % 100 == 0 {
                                 p.tick(*ct as f64 * secs_per_tick, 0.5);
@@ -2091,7 +2133,7 @@ mod tests {
                             f += 1;
                         }
                         let (ct, cl, ks) = &calls[i];
-                        p.on_access(*ct, *cl, ks, &vec![false; ks.len()]);
+                        p.on_access(*ct, *cl, ks, &vec![Touch::READ; ks.len()]);
                         live.extend(ks.iter().copied());
                         if ct % 100 == 0 {
                             p.tick(*ct as f64 * secs_per_tick, 0.5);
@@ -2161,7 +2203,7 @@ mod tests {
                         dirty: false,
                     });
                 }
-                p.on_access(*t, *cl, ks, &vec![false; ks.len()]);
+                p.on_access(*t, *cl, ks, &vec![Touch::READ; ks.len()]);
                 k0 += 1;
             }
             faults
@@ -2193,7 +2235,7 @@ mod when_tests {
         for _ in 0..6 {
             for k in 0..n {
                 t += 1;
-                p.on_access(t, OpClass::Layout as u8, &[k * MB2], &[false]);
+                p.on_access(t, OpClass::Layout as u8, &[k * MB2], &[Touch::READ]);
             }
         }
         // t = 72: chunk k is next used at 72 + k + 1
@@ -2215,6 +2257,52 @@ mod when_tests {
         assert!(!up.iter().any(|e| e.1 == 5 * MB2));
     }
 
+    /// A chunk predicted to be written whole next needs none of its
+    /// contents: clean, it leaves before every chunk whose eviction costs a
+    /// copy; dirty, its copy-out is all it costs, as a clean chunk's fetch
+    /// (weighed as clean). Nothing is fetched ahead of such an access.
+    #[test]
+    fn a_chunk_written_whole_next_costs_no_fetch() {
+        let p = Predictive::new();
+        let (a, b, c) = (MB2, 2 * MB2, 3 * MB2);
+        let l = OpClass::Layout as u8;
+        for s in 0..5u64 {
+            // b written whole at 800, c read at 850, a read at 900
+            p.on_access(s * 1000 + 800, l, &[b], &[Touch::WHOLE]);
+            p.on_access(s * 1000 + 850, l, &[c], &[Touch::READ]);
+            p.on_access(s * 1000 + 900, l, &[a], &[Touch::READ]);
+        }
+        let now = 5700;
+        let cand = |key, dirty| Cand {
+            key,
+            last: now - 800,
+            dirty,
+        };
+        let order = |cs: &[Cand]| {
+            let mut v = cs.to_vec();
+            p.order(now, &mut v);
+            v.iter().map(|c| c.key).collect::<Vec<_>>()
+        };
+        // clean: b goes first although it is needed soonest
+        assert_eq!(
+            order(&[cand(a, false), cand(b, false), cand(c, false)]),
+            [b, a, c]
+        );
+        // dirty: b (100 ticks off, weighed as clean: 200) before c (150)
+        assert_eq!(
+            order(&[cand(a, false), cand(b, true), cand(c, true)]),
+            [a, b, c]
+        );
+        assert_eq!(p.next_use(now, b), Some(u64::MAX));
+        assert_eq!(p.next_use(now, a), Some(5900));
+        assert_eq!(p.place(5790, b), None);
+        assert_eq!(p.place(5890, a), Some(Place::Hbm));
+        let mut up = Vec::new();
+        p.upcoming(now, 300, &mut up);
+        up.sort_unstable();
+        assert_eq!(up, [(5850, c), (5900, a)]);
+    }
+
     #[test]
     fn order_top_is_the_prefix_of_order() {
         // loops of several periods (predicted), chunks seen once (typical
@@ -2230,7 +2318,12 @@ mod when_tests {
                 2 if t < 1200 => 350 + (t / 4) % 100, // seen, then idle
                 _ => 450 + rnd(140),                  // irregular
             };
-            p.on_access(t, (k % 3) as u8, &[k * MB2], &[k % 2 == 0]);
+            p.on_access(
+                t,
+                (k % 3) as u8,
+                &[k * MB2],
+                &[Touch::new(k % 2 == 0, false)],
+            );
             last[k as usize] = t;
         }
         for now in [4000u64, 4070, 4500] {
@@ -2276,23 +2369,23 @@ mod when_tests {
         let p = Predictive::new();
         assert_eq!(p.order_ttl(), 1);
         let keys: Vec<u64> = (0..5000).map(|k| k * MB2).collect();
-        p.on_access(1, 0, &keys[..1000], &[false; 1000]);
+        p.on_access(1, 0, &keys[..1000], &[Touch::READ; 1000]);
         assert_eq!(p.order_ttl(), 1);
-        p.on_access(2, 0, &keys[..2000], &[false; 2000]);
+        p.on_access(2, 0, &keys[..2000], &[Touch::READ; 2000]);
         assert_eq!(p.order_ttl(), 2);
-        p.on_access(3, 0, &keys[..2500], &[false; 2500]);
+        p.on_access(3, 0, &keys[..2500], &[Touch::READ; 2500]);
         assert_eq!(p.order_ttl(), 3);
-        p.on_access(4, 0, &keys, &[false; 5000]);
+        p.on_access(4, 0, &keys, &[Touch::READ; 5000]);
         assert_eq!(p.order_ttl(), 4);
         for &k in &keys[100..] {
             p.on_free(k);
         }
-        p.on_access(5, 0, &keys[..1], &[false]);
+        p.on_access(5, 0, &keys[..1], &[Touch::READ]);
         assert_eq!(p.order_ttl(), 1, "freed chunks are not modelled");
         let mut up = Vec::new();
         p.upcoming(5, 16, &mut up);
         assert_eq!(p.order_ttl(), 2, "the look-ahead is on");
-        p.on_access(6, 0, &keys, &[false; 5000]);
+        p.on_access(6, 0, &keys, &[Touch::READ; 5000]);
         assert_eq!(p.order_ttl(), 4);
     }
 
@@ -2304,9 +2397,9 @@ mod when_tests {
     fn a_guess_from_one_access_yields_to_a_model() {
         let p = Predictive::new();
         let (updated, due) = (7 * MB2, 9 * MB2);
-        p.on_access(1, 8, &[due], &[true]);
-        p.on_access(100, 8, &[updated], &[true]);
-        p.on_access(3600, 8, &[updated], &[true]);
+        p.on_access(1, 8, &[due], &[Touch::WRITE]);
+        p.on_access(100, 8, &[updated], &[Touch::WRITE]);
+        p.on_access(3600, 8, &[updated], &[Touch::WRITE]);
         assert_eq!(p.next_use(3700, updated), Some(7100));
         let cand = |key, last| Cand {
             key,
@@ -2354,6 +2447,8 @@ mod when_tests {
         use super::super::mode::tests::{decode_step, train_step};
         let (mut reused, mut checked) = (0u64, 0u64);
         let mut kinds = [0u64; 4];
+        // forms predicting a whole write, of clean and dirty candidates
+        let mut wholes = [0u64; 2];
         for seed in 1..=6u64 {
             let p = Predictive::with_params(0.5, 0.2);
             let mut rnd = crate::test_rng(
@@ -2393,6 +2488,7 @@ mod when_tests {
                         assert_eq!(kept, want, "seed {seed} now {now} {c:?}");
                         if let Some(m) = g.chunks.get(&c.key) {
                             kinds[m.form.kind as usize] += 1;
+                            wholes[c.dirty as usize] += m.form.whole as u64;
                         }
                         checked += 1;
                         fresh.push((want, *c));
@@ -2421,7 +2517,17 @@ mod when_tests {
                     let mut keys = random_step_keys(i, n, t, &mut rnd);
                     keys.sort_unstable();
                     keys.dedup();
-                    let writes: Vec<bool> = keys.iter().map(|_| rnd(2) == 0).collect();
+                    // a key's touch by its step position, mostly: a phase
+                    // of the cycle that writes whole does so again
+                    let writes: Vec<Touch> = keys
+                        .iter()
+                        .map(|&k| match rnd(8) {
+                            0 => Touch::READ,
+                            1 => Touch::WHOLE,
+                            _ if (k / MB2 + i) % 3 == 0 => Touch::WHOLE,
+                            _ => Touch::new((k / MB2 + i) % 3 == 1, false),
+                        })
+                        .collect();
                     p.on_access(t, cl, &keys, &writes);
                     if rnd(25) == 0 {
                         p.on_free(rnd(nkeys + 8) * MB2);
@@ -2443,7 +2549,13 @@ mod when_tests {
                 }
             }
         }
-        eprintln!("checked {checked}, kept forms reused {reused}, kinds {kinds:?}");
+        eprintln!(
+            "checked {checked}, kept forms reused {reused}, kinds {kinds:?}, whole {wholes:?}"
+        );
+        assert!(
+            wholes.iter().all(|&n| n > 500),
+            "whole writes predicted, clean and dirty: {wholes:?}"
+        );
         assert!(checked > 50_000, "{checked}");
         assert!(
             reused > checked / 4,
@@ -2559,7 +2671,17 @@ mod when_tests {
                     }
                     keys.sort_unstable();
                     keys.dedup();
-                    let writes: Vec<bool> = keys.iter().map(|_| rnd(2) == 0).collect();
+                    // a key's touch by its step position, mostly: a phase
+                    // of the cycle that writes whole does so again
+                    let writes: Vec<Touch> = keys
+                        .iter()
+                        .map(|&k| match rnd(8) {
+                            0 => Touch::READ,
+                            1 => Touch::WHOLE,
+                            _ if (k / MB2 + i) % 3 == 0 => Touch::WHOLE,
+                            _ => Touch::new((k / MB2 + i) % 3 == 1, false),
+                        })
+                        .collect();
                     p.on_access(t, cl, &keys, &writes);
                     // the engine: a touched chunk is a candidate again after
                     // its call, last at the call's tick (or leaves HBM)
@@ -2567,7 +2689,8 @@ mod when_tests {
                         if rnd(8) == 0 {
                             cands[d].remove(&key);
                         } else {
-                            let dirty = writes[k] || cands[d].get(&key).is_some_and(|c| c.dirty);
+                            let dirty =
+                                writes[k].writes() || cands[d].get(&key).is_some_and(|c| c.dirty);
                             cands[d].insert(
                                 key,
                                 Cand {

@@ -44,6 +44,11 @@ pub struct ChunkModel {
     prev_obs: f32,
     /// Predicted next access (valid when `m > 0`).
     pub next: u64,
+    /// Bit k: the k-th newest access (0: the latest) wrote the chunk whole
+    /// ([`Touch::WHOLE`](super::Touch)) — the kind of access a phase of the
+    /// cycle is, as its tick is: the access predicted is a whole write
+    /// when the one that began its phase a cycle ago was.
+    wholes: u64,
     /// How far from `next` an access still counts as the predicted one.
     pub tol: u32,
     /// The tick the predictive policy's calendar holds this chunk under
@@ -71,6 +76,9 @@ pub struct Form {
     pub until: u64,
     pub step: u64,
     pub fallback: bool,
+    /// The access predicted (`FormKind::At`) writes the chunk whole: its
+    /// old contents are not needed.
+    pub whole: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,6 +102,7 @@ impl Form {
         until: 0,
         step: 0,
         fallback: false,
+        whole: false,
     };
 
     #[inline]
@@ -103,7 +112,7 @@ impl Form {
 }
 
 impl ChunkModel {
-    pub fn new(now: u64, class: u8) -> ChunkModel {
+    pub fn new(now: u64, class: u8, whole: bool) -> ChunkModel {
         ChunkModel {
             last: now,
             n: 1,
@@ -118,6 +127,7 @@ impl ChunkModel {
             dev: 0.0,
             prev_obs: 0.0,
             next: 0,
+            wholes: whole as u64,
             tol: 0,
             sched: 0,
             form: Form::NONE,
@@ -157,8 +167,23 @@ impl ChunkModel {
     /// step, and the state the pass had yet to reach was evicted before it
     /// (`u3m synth --workload adam --recompute --layers 4` at 1.5 x:
     /// 1.231 x Belady's bytes, 1.124 without the shift there).
+    #[cfg(test)]
     pub fn shift_next(&self, now: u64, step: u64) -> Option<u64> {
         self.shift_span(now, step).0
+    }
+
+    /// Whether the k-th newest access (0: the latest) wrote the chunk
+    /// whole (false beyond what is remembered).
+    #[inline]
+    pub fn whole_at(&self, k: usize) -> bool {
+        k < 64 && self.wholes >> k & 1 != 0
+    }
+
+    /// Whether the access `prediction` names is a whole write: the access
+    /// that began its phase one cycle ago was.
+    #[inline]
+    pub fn next_whole(&self) -> bool {
+        self.m > 0 && self.whole_at(self.m as usize - 1)
     }
 
     /// `shift_next` and the first tick after `now` at which its answer may
@@ -166,19 +191,37 @@ impl ChunkModel {
     /// depends on the clock only through which of the ring's access ticks
     /// lie after `now - step`: it holds until `now - step` reaches the
     /// oldest of those the walk read.
+    #[cfg(test)]
     pub fn shift_span(&self, now: u64, step: u64) -> (Option<u64>, u64) {
+        let (r, until, _) = self.shift_span_of(now, step);
+        (r, until)
+    }
+
+    /// `shift_span`, and whether the access it repeats (so the one it
+    /// predicts) wrote the chunk whole.
+    pub fn shift_span_of(&self, now: u64, step: u64) -> (Option<u64>, u64, bool) {
+        let (r, until, k) = self.shift_walk(now, step);
+        (
+            r,
+            until,
+            r.is_some_and(|x| x != u64::MAX) && self.whole_at(k),
+        )
+    }
+
+    /// `shift_span` with the index (k-th newest) of the access repeated.
+    fn shift_walk(&self, now: u64, step: u64) -> (Option<u64>, u64, usize) {
         if step == 0 {
-            return (None, u64::MAX);
+            return (None, u64::MAX, 0);
         }
         if now < step {
-            return (None, step);
+            return (None, step, 0);
         }
         let from = now - step;
         let mut t = self.last;
         let mut best: Option<u64> = None;
         if t <= from {
             // nothing in the last step: nothing expected within the next
-            return (Some(u64::MAX), u64::MAX);
+            return (Some(u64::MAX), u64::MAX, 0);
         }
         for k in 0..self.have() {
             best = Some(t);
@@ -191,19 +234,20 @@ impl ChunkModel {
                 if k == 0 && iv > step + step / 2 {
                     // touched once in the last step, after being idle for
                     // over a step and a half: the step does not describe it
-                    return (None, until);
+                    return (None, until, 0);
                 }
-                return (best.map(|b| b + step), until);
+                return (best.map(|b| b + step), until, k);
             }
         }
         // the ring ends inside the last step: covered only if it holds the
         // chunk's first access (all it did is known); the same answer until
         // `now - step` reaches the ring's oldest access (`t`)
         let until = t.saturating_add(step);
+        let k = self.have().saturating_sub(1);
         if self.n as usize == self.have() + 1 {
-            (best.map(|b| b + step), until)
+            (best.map(|b| b + step), until, k)
         } else {
-            (None, until)
+            (None, until, k)
         }
     }
 
@@ -221,10 +265,13 @@ impl ChunkModel {
     /// An access at `now` by `class`, with EMA smoothing `s` (weight of the
     /// old value). Returns the outcome of the prediction this access settles:
     /// (class it was made for, hit).
-    pub fn update(&mut self, now: u64, class: u8, s: f32) -> Option<(u8, bool)> {
+    /// `whole`: the access wrote the chunk whole.
+    pub fn update(&mut self, now: u64, class: u8, s: f32, whole: bool) -> Option<(u8, bool)> {
         self.form = Form::NONE;
         if now <= self.last {
+            // the same access again: whole only if every part of it is
             self.class = class;
+            self.wholes &= !1 | whole as u64;
             return None;
         }
         let d = (now - self.last).min(u32::MAX as u64) as u32;
@@ -232,6 +279,7 @@ impl ChunkModel {
             .prediction()
             .map(|(p, tol)| (self.class, now.abs_diff(p) <= tol as u64));
         self.iv[self.head as usize] = d;
+        self.wholes = self.wholes << 1 | whole as u64;
         self.head = ((self.head as usize + 1) % RING) as u8;
         self.last = now;
         self.n = self.n.saturating_add(1);
@@ -343,9 +391,9 @@ mod tests {
     use super::*;
 
     fn feed(ticks: &[u64]) -> ChunkModel {
-        let mut c = ChunkModel::new(ticks[0], 0);
+        let mut c = ChunkModel::new(ticks[0], 0, false);
         for &t in &ticks[1..] {
-            c.update(t, 0, 0.9);
+            c.update(t, 0, 0.9, false);
         }
         c
     }
@@ -370,19 +418,50 @@ mod tests {
         let mut c = feed(&ticks);
         assert_eq!((c.m, c.strict), (3, true));
         assert_eq!(c.next, 5010, "the next forward");
-        let hit = c.update(5010, 0, 0.9);
+        let hit = c.update(5010, 0, 0.9, false);
         assert_eq!(hit, Some((0, true)));
         assert_eq!(c.next, 5700, "then the backward");
     }
 
+    /// The kind of access predicted is the kind its phase was a cycle ago:
+    /// the forward's whole write, then the backward's and the optimizer's
+    /// reads — by the chunk's own cycle and by the step shift alike.
+    #[test]
+    fn the_access_predicted_is_a_whole_write_where_its_phase_was() {
+        let mut c = ChunkModel::new(10, 0, true);
+        for s in 0..5u64 {
+            for (o, whole) in [(10, true), (700, false), (950, false)] {
+                if s * 1000 + o > 10 {
+                    c.update(s * 1000 + o, 0, 0.9, whole);
+                }
+            }
+        }
+        assert_eq!((c.m, c.next), (3, 5010));
+        assert!(c.next_whole(), "the next forward writes it whole");
+        assert_eq!(c.shift_span_of(4990, 1000).0, Some(5010));
+        assert!(c.shift_span_of(4990, 1000).2);
+        c.update(5010, 0, 0.9, true);
+        assert_eq!(c.next, 5700);
+        assert!(!c.next_whole(), "the backward reads it");
+        assert_eq!(c.shift_span_of(5020, 1000), (Some(5700), 5700, false));
+        c.update(5700, 0, 0.9, false);
+        assert!(!c.next_whole(), "the optimizer reads it");
+        // the same access again (a second range of one call): whole only
+        // if every part of it is
+        c.update(5950, 0, 0.9, false);
+        c.update(6010, 0, 0.9, true);
+        c.update(6010, 0, 0.9, false);
+        assert!(!c.whole_at(0) && c.whole_at(3));
+    }
+
     #[test]
     fn jitter_stays_within_tolerance() {
-        let mut c = ChunkModel::new(0, 0);
+        let mut c = ChunkModel::new(0, 0, false);
         let mut t = 0u64;
         let mut hits = 0;
         for i in 0..200u64 {
             t += 500 + (i * 7919 % 21) - 10;
-            if let Some((_, true)) = c.update(t, 0, 0.9) {
+            if let Some((_, true)) = c.update(t, 0, 0.9, false) {
                 hits += 1;
             }
         }
@@ -405,7 +484,7 @@ mod tests {
         let mut c = feed(&ticks);
         assert_eq!(c.next, 1050);
         for t in [1050, 1150, 1250] {
-            assert_eq!(c.update(t, 0, 0.9), Some((0, true)), "at {t}");
+            assert_eq!(c.update(t, 0, 0.9, false), Some((0, true)), "at {t}");
         }
     }
 

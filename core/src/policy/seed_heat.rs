@@ -13,7 +13,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
-use super::{lru_order, Cand, HeatFn, Place, Placement};
+use super::{lru_order, Cand, HeatFn, Place, Placement, Touch};
 
 /// The seed's thresholds.
 pub const SEED_HBM: f64 = 0.8;
@@ -82,7 +82,7 @@ impl Placement for SeedHeat {
         "seed-heat"
     }
 
-    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[Touch]) {}
 
     fn order(&self, _now: u64, cands: &mut [Cand]) {
         let Some(h) = self.heat.get() else {

@@ -12,7 +12,6 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::fence::FENCE_CALLS;
 use super::state::State;
 use super::state::ORDER_TOP;
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
@@ -52,12 +51,28 @@ const SCAN_FAR: usize = 1024;
 /// gave less (832.0) for 42 % more instructions: every re-key weighed it.
 const ORDER_DEEP: usize = 8192;
 /// How near the front a victim behind busy ones must be: its weighted
-/// distance to its next use (`ahead_cost`) at least 7/8 of the first busy
+/// distance to its next use (`ahead_cost`) at least half the first busy
 /// one's. MIN evicts a chunk that close to the front before it is used
 /// again anyway (the swap costs no fetch); one further back stays in MIN's
 /// HBM until its use, and evicting it costs a fetch (13B LoRA at 1.5 x:
-/// +0.23 GiB in per step without this bound).
-const FAR_SHARE: (u64, u64) = (7, 8);
+/// +0.23 GiB in per step without this bound, when it was 7/8; at 1/2, with
+/// whole writes known, the LoRA step is as fast and `policies.sh`'s rag
+/// trace moves 1.005 x Belady's bytes against 1.044; at 1/4, 1.170).
+const FAR_SHARE: (u64, u64) = (1, 2);
+/// Usable candidates a demand eviction's scan passes (all busy but for the
+/// idle ones the rules kept) after which an idle one is taken whatever its
+/// next use: a busy group this large means the device runs far behind the
+/// host, and waiting for it drains the device's queue while the host,
+/// waiting, issues no copy-in; the fetch an idle victim may cost is one
+/// chunk's link time. Full-parameter AdamW at 1.5 x HBM (13B, 8 layers):
+/// 806.6 -> 760.0 ms per step, the Llama-2-13B LoRA step on a 32 GiB card
+/// 1661 -> 1632, 13B LoRA at 1.5 x 268.9 -> 262.3 (`u3m replay`,
+/// simulated; the host waited for busy victims 840 ms per 32 GiB step
+/// before). The bound is empirical: at 128 AdamW took 754.2 ms and the
+/// 8-layer LoRA 278.9, at 192 760.1 and 267.6, at 256 787.6 and 273.5;
+/// `policies.sh` stays within 1.15 x Belady at each (taking any idle one
+/// past `SCAN_NEAR`: rag 1.426).
+const SCAN_WAIT: usize = 160;
 /// Behind a busy front that is clean: how many of the `SCAN_NEAR` nearest
 /// a dirty idle candidate may stand at and still be taken whatever its next
 /// use; further back (up to `SCAN_NEAR`) only if its weighted distance to
@@ -406,14 +421,14 @@ impl Residency {
         // behind the whole backward, while the activations the backward
         // reads one by one go idle behind it and the link stays idle (13B,
         // 1.5 x HBM: the host waited 61 ms of a 109 ms backward). Only when
-        // the first busy one was last used over `FENCE_CALLS` calls later
-        // (a later fence round) — closer, it completes about as soon, and
-        // waiting for it keeps the policy's choice (13B LoRA at 1.5 x:
-        // 316.3 ms per step without that bound, 314.8 with it, simulated) —
-        // and the earliest one's weighted distance to its next use is at
-        // least `DIRTY_SHARE` of the first's: one needed much sooner would
-        // come back (`policies.sh`'s adam --recompute, 4 layers: 1.147 ->
-        // 1.162 x Belady's bytes without that bound)
+        // the earliest one's weighted distance to its next use is at least
+        // `DIRTY_SHARE` of the first's: one needed much sooner would come
+        // back (`policies.sh`'s adam --recompute, 4 layers: 1.147 -> 1.162 x
+        // Belady's bytes without that bound). (Also only when the first was
+        // last used a fence round later, once: with whole writes known that
+        // bound cost the 13B LoRA step at 1.5 x 278.5 against 268.9 ms,
+        // simulated — every wait for newer work drains the device's queue,
+        // and the host, waiting, issues no copy-in meanwhile.)
         let mut earliest: Option<(u64, (u64, u32))> = None;
         // the first busy one's weighted distance to its next use (None: the
         // policy cannot date it), asked once per scan
@@ -535,6 +550,7 @@ impl Residency {
                 // the front of the order, where MIN evicts a chunk before
                 // its next use anyway; the order is by that weighted
                 // distance, so once an idle one falls short, the rest do
+                // (`SCAN_WAIT` deep behind busy ones, any idle one goes)
                 let front =
                     *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 let Some(front) = front else { break };
@@ -543,6 +559,7 @@ impl Residency {
                         if v > window
                             && ahead_cost(now, v, dirty) as u128 * FAR_SHARE.1 as u128
                                 >= front as u128 * FAR_SHARE.0 as u128 => {}
+                    _ if seen >= SCAN_WAIT => {}
                     _ => break,
                 }
             }
@@ -560,7 +577,7 @@ impl Residency {
         }
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
-                if st.chunk(fi, fc).last > last.saturating_add(FENCE_CALLS as u64)
+                if st.chunk(fi, fc).last > last
                     && match (front_cost(st, (fi, fc)), front_cost(st, e)) {
                         (Some(f), Some(c)) => {
                             c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128

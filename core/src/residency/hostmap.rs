@@ -13,6 +13,7 @@ use crate::acl::{AclError, MemcpyKind};
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
+use crate::policy::Touch;
 
 /// A call refused because its memory cannot all be accessible at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -677,7 +678,7 @@ impl Residency {
         st: &mut State,
         dev: u32,
         need: &[Need],
-        writes: &[bool],
+        writes: &[Touch],
         map: bool,
     ) -> Result<(Vec<(u64, u32)>, u64), Fail> {
         let mut out: Vec<(u64, u32)> = Vec::new();
@@ -694,7 +695,7 @@ impl Residency {
             }
             absent += !c.on_host as u64;
             if whole
-                || writes.get(k).copied().unwrap_or(true)
+                || writes.get(k).is_none_or(|t| t.writes())
                 || c.ro_uses < STREAM_READS
                 || b.dev != dev
                 || b.pinned

@@ -14,13 +14,14 @@ use crate::acl::AclError;
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
+use crate::policy::Touch;
 use crate::shm::layout::stall_bucket;
 
 /// A call in progress: the chunks it pinned and whether it writes each.
 #[derive(Default)]
 pub struct Token {
     pub(super) chunks: Vec<(u64, u32)>,
-    pub(super) writes: Vec<bool>,
+    pub(super) writes: Vec<Touch>,
 }
 
 impl Token {
@@ -288,7 +289,7 @@ impl Residency {
         for &(id, i, whole, write) in &all {
             need.push((id, i, whole));
             tok.chunks.push((id, i));
-            tok.writes.push(write);
+            tok.writes.push(Touch::new(write, whole));
         }
         st.call_chunks = all;
         // nothing runs on a lost device (checked only once one is lost)
@@ -503,7 +504,7 @@ impl Residency {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
-                    hits += note_use(c, clock, touches, tok.writes[k], hbm_chunks);
+                    hits += note_use(c, clock, touches, tok.writes[k].writes(), hbm_chunks);
                 }
             }
         }
@@ -566,9 +567,9 @@ impl Residency {
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
         let mut hits = 0;
-        for (k, &(id, i, _, write)) in all.iter().enumerate() {
+        for (k, &(id, i, whole, write)) in all.iter().enumerate() {
             tok.chunks.push((id, i));
-            tok.writes.push(write);
+            tok.writes.push(Touch::new(write, whole));
             keys.push(keys_of[k]);
             // SAFETY: `found[k]` points into a backing's chunk vector, found
             // above under this same lock; nothing since has touched
@@ -649,7 +650,7 @@ impl Residency {
             {
                 dev = d;
                 c.pins = c.pins.saturating_sub(1);
-                if ok && tok.writes[k] {
+                if ok && tok.writes[k].writes() {
                     c.dirty = true;
                     stale = c.host.take();
                 }

@@ -9,6 +9,7 @@ use super::*;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
 use crate::opclass::OpClass;
+use crate::policy::Touch;
 
 const MIB: u64 = 1 << 20;
 
@@ -999,7 +1000,7 @@ impl crate::policy::Placement for CountingLru {
     fn name(&self) -> &'static str {
         "counting-lru"
     }
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         self.lru.on_access(now, class, keys, writes)
     }
     fn on_free(&self, key: u64) {
@@ -1322,7 +1323,7 @@ impl crate::policy::Placement for Script {
     fn name(&self) -> &'static str {
         "script"
     }
-    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[Touch]) {}
     fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
         if self.lru {
             return crate::policy::Lru::new().order(now, cands);
@@ -1641,7 +1642,7 @@ impl crate::policy::Placement for TableTtl {
     fn name(&self) -> &'static str {
         "table-ttl"
     }
-    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[bool]) {}
+    fn on_access(&self, _now: u64, _class: u8, _keys: &[u64], _writes: &[Touch]) {}
     fn order(&self, _now: u64, cands: &mut [crate::policy::Cand]) {
         let t = self.0.lock().unwrap();
         cands.sort_by_key(|c| std::cmp::Reverse(t.get(&c.key).copied().unwrap_or(0)));
@@ -1737,7 +1738,7 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .chunks
             .iter()
             .zip(&tok.tok.writes)
-            .map(|(&(id, i), &w)| (id, i, w))
+            .map(|(&(id, i), &w)| (id, i, w.writes()))
             .collect();
         app.r.finish(tok, None, true);
         v.sort();
@@ -2415,20 +2416,19 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
 
 /// Demand eviction when every candidate is busy: the fault-in waits (with
 /// no lock held) for the busy candidate last used earliest, whose use the
-/// device reaches first, when the policy's best victim was last used more
-/// than a fence round (`FENCE_CALLS`) later. An operator reads a, y and z;
-/// then `gap` operators on the same stream read f, the policy's front
-/// (needed furthest). With a gap of 40 the wait runs the first operator
-/// only (the lazy fake runs a stream up to the event waited for), and a,
-/// the best of the now idle chunks, leaves while f stays, its operators
-/// still queued; waiting for the front instead ran them all and evicted f
-/// (13B AdamW at 1.5 x HBM: the optimizer's first update, queued behind the
-/// backward, was waited for while the backward's activations went idle).
-/// With a gap of 2 the fault-in waits for the front, which leaves; so it
-/// does when a is needed much sooner than f (under half its weighted
-/// distance to its next use, `DIRTY_SHARE`).
+/// device reaches first, when the policy's best victim was last used later.
+/// An operator reads x, y and z; then `gap` operators on the same stream
+/// read f, the policy's front (needed furthest). The wait runs the first
+/// operator only (the lazy fake runs a stream up to the event waited for),
+/// and x, the best of the now idle chunks, leaves while f stays, its
+/// operators still queued; waiting for the front instead ran them all and
+/// evicted f (13B AdamW at 1.5 x HBM: the optimizer's first update, queued
+/// behind the backward, was waited for while the backward's activations
+/// went idle) — so with a gap of 2 as of 40 (a fence round apart: once the
+/// only case). The front leaves when x is needed much sooner than f (under
+/// half its weighted distance to its next use, `DIRTY_SHARE`).
 #[test]
-fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlier() {
+fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
     let run = |gap: usize, x_next: u64| {
         let (policy, at) = Script::new();
         let a = App::with_policy(4, Box::new(policy));
@@ -2468,7 +2468,7 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
         got
     };
     assert_eq!(run(40, 900), (true, false), "a fence round apart: x leaves");
-    assert_eq!(run(2, 900), (false, true), "close: the front leaves");
+    assert_eq!(run(2, 900), (true, false), "close: x leaves too");
     assert_eq!(
         run(40, 200),
         (false, true),
@@ -2485,11 +2485,12 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_a_fence_round_earlie
 /// the operator. Without either, the scan stopped in the busy group and the
 /// fault-in waited for the operator and evicted its first chunk (13B AdamW
 /// at 1.5 x HBM: the optimizer's first fault-ins behind ~1,400 busy ones).
-/// With x needed much sooner than the group, x stays (and the wait comes).
+/// x needed much sooner than the group is taken too — so far behind, the
+/// device would drain its queue before the wait ended (`SCAN_WAIT`) —
+/// while behind 100 busy ones it stays and the wait comes.
 #[test]
 fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
-    let run = |x_far: bool| {
-        let nbusy = 1040usize;
+    let run = |nbusy: usize, x_far: bool| {
         let (mut policy, at) = Script::new();
         policy.top = true;
         let a = App::with_policy(nbusy as u64 + 2, Box::new(policy));
@@ -2524,11 +2525,20 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
         a.assert_clean();
         got
     };
-    assert_eq!(run(true), (true, false), "x behind the busy group: taken");
     assert_eq!(
-        run(false),
+        run(1040, true),
+        (true, false),
+        "x behind the busy group: taken"
+    );
+    assert_eq!(
+        run(1040, false),
+        (true, false),
+        "x needed soon behind 1,040 busy: taken"
+    );
+    assert_eq!(
+        run(100, false),
         (false, true),
-        "x needed soon: kept, the front waited for"
+        "x needed soon behind 100 busy: kept, the front waited for"
     );
 }
 

@@ -42,9 +42,10 @@ pub struct Future {
 }
 
 impl Future {
-    pub fn new(log: &[(u64, u64)]) -> Future {
+    /// From a run's log: (tick, key, touch), touch not read.
+    pub fn new<T>(log: &[(u64, u64, T)]) -> Future {
         let mut ticks: KeyMap<Vec<u64>> = KeyMap::default();
-        for &(t, k) in log {
+        for &(t, k, _) in log {
             let v = ticks.entry(k).or_default();
             if v.last() != Some(&t) {
                 v.push(t);
@@ -154,10 +155,10 @@ mod tests {
         let b = a + 4 * CHUNK;
         let live: BTreeMap<u64, u64> = [(a, CHUNK), (b, CHUNK + CHUNK / 2)].into_iter().collect();
         // ticks 1..=4: A, B0, A, B1
-        let log = vec![(1, a), (2, b), (3, a), (4, b + CHUNK)];
+        let log = vec![(1, a, ()), (2, b, ()), (3, a, ()), (4, b + CHUNK, ())];
         let lru = Lru::new();
-        for &(t, k) in &log[..3] {
-            lru.on_access(t, 0, &[k], &[false]);
+        for &(t, k, _) in &log[..3] {
+            lru.on_access(t, 0, &[k], &[u3m_core::policy::Touch::READ]);
         }
         let f = Future::new(&log);
         let mut acc = Accuracy::new(3, &[1, 2]);

@@ -114,7 +114,7 @@ pub struct RunOut {
     /// Chunks the background spill moved from DRAM to NVMe.
     pub spilled: u64,
     pub total_ns: u64,
-    pub log: Vec<(u64, u64)>,
+    pub log: Vec<(u64, u64, u3m_core::policy::Touch)>,
     pub accuracy: Option<Accuracy>,
     /// (simulated seconds, line) of each policy event.
     pub events: Vec<(f64, String)>,

@@ -1,5 +1,6 @@
 //! A `Placement` that forwards every call to the policy under test and logs
-//! the accesses the engine reports: (logical tick, chunk key). The baseline
+//! the accesses the engine reports: (logical tick, chunk key, how the call
+//! touched it). The baseline
 //! run's log is the future Belady's MIN is given and the look-ahead for
 //! precision and recall; every other run's log must be identical to it
 //! (the same trace gives the same ticks and keys whatever the policy), which
@@ -7,9 +8,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use u3m_core::policy::{Cand, HeatFn, KeptCursor, KeptId, Place, Placement, RankTail};
+use u3m_core::policy::{Cand, HeatFn, KeptCursor, KeptId, Place, Placement, RankTail, Touch};
 
-pub type Log = Arc<Mutex<Vec<(u64, u64)>>>;
+pub type Log = Arc<Mutex<Vec<(u64, u64, Touch)>>>;
 
 pub struct Recording {
     inner: Box<dyn Placement>,
@@ -34,11 +35,11 @@ impl Placement for Recording {
         self.inner.name()
     }
 
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], touch: &[Touch]) {
         if let Ok(mut l) = self.log.lock() {
-            l.extend(keys.iter().map(|&k| (now, k)));
+            l.extend(keys.iter().zip(touch).map(|(&k, &t)| (now, k, t)));
         }
-        self.inner.on_access(now, class, keys, writes);
+        self.inner.on_access(now, class, keys, touch);
     }
 
     fn on_free(&self, key: u64) {

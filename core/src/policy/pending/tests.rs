@@ -3,7 +3,7 @@
 //! calls serialized by a lock, as the residency's shard lock does, and
 //! exiting with calls still buffered), and in a forked child.
 
-use super::super::{Cand, Lru, Markov, Place, Placement, Predictive};
+use super::super::{Cand, Lru, Markov, Place, Placement, Predictive, Touch};
 use super::*;
 use std::sync::{mpsc, Mutex};
 use std::time::Duration;
@@ -22,7 +22,7 @@ fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
 
 /// A call of a mixed workload at logical time `t`: loops of two periods,
 /// a chunk written every call, irregular keys; 1–5 keys.
-fn call(t: u64, rnd: &mut impl FnMut(u64) -> u64) -> (u8, Vec<u64>, Vec<bool>) {
+fn call(t: u64, rnd: &mut impl FnMut(u64) -> u64) -> (u8, Vec<u64>, Vec<Touch>) {
     let n = 1 + rnd(5) as usize;
     let mut keys = Vec::with_capacity(n);
     for j in 0..n as u64 {
@@ -36,7 +36,11 @@ fn call(t: u64, rnd: &mut impl FnMut(u64) -> u64) -> (u8, Vec<u64>, Vec<bool>) {
             keys.push(k * MB2);
         }
     }
-    let writes = keys.iter().map(|k| (k / MB2) % 3 == 0).collect();
+    // the Buffered wrapper hands touches over as they came: every kind
+    let writes = keys
+        .iter()
+        .map(|k| Touch::new((k / MB2) % 3 != 1, (k / MB2) % 3 == 0))
+        .collect();
     ((t % 7) as u8, keys, writes)
 }
 
@@ -142,7 +146,7 @@ fn one_thread_decides_as_unbuffered() {
                         .collect::<std::collections::BTreeSet<_>>()
                         .into_iter()
                         .collect();
-                    let writes = vec![false; keys.len()];
+                    let writes = vec![Touch::READ; keys.len()];
                     for k in &keys {
                         last[(k / MB2) as usize] = t;
                     }
@@ -281,7 +285,7 @@ fn decide_in_threads(with_applier: bool) {
         // thread-local destructors have run: they may lag the join)
         let mut left = usize::MAX;
         for t in 0..1000u64 {
-            b.on_access(10_000 + t, 0, &[MB2], &[false]);
+            b.on_access(10_000 + t, 0, &[MB2], &[Touch::READ]);
             b.order(10_001 + t, &mut []);
             left = b.registry().bufs.len();
             if left == 1 {
@@ -331,7 +335,7 @@ impl Placement for Gated {
     fn name(&self) -> &'static str {
         "gated"
     }
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let _g = self.gate.lock().unwrap();
         self.lru.on_access(now, class, keys, writes)
     }
@@ -358,7 +362,7 @@ fn child_after_fork(
     let (held_tx, held_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let other = std::thread::spawn(move || {
-        b.on_access(1, 0, &[MB2], &[false]);
+        b.on_access(1, 0, &[MB2], &[Touch::READ]);
         let me = b.reg.mine_arc().unwrap();
         let _g = me.lock();
         held_tx.send(()).unwrap();
@@ -367,10 +371,10 @@ fn child_after_fork(
     held_rx.recv().unwrap();
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        b.on_access(2, 0, &[2 * MB2], &[false]);
+        b.on_access(2, 0, &[2 * MB2], &[Touch::READ]);
         let release = hold();
         b.after_fork_child();
-        b.on_access(3, 0, &[3 * MB2], &[false]);
+        b.on_access(3, 0, &[3 * MB2], &[Touch::READ]);
         let p = (b.predicts(4, 2 * MB2, 10), b.predicts(4, 3 * MB2, 10));
         let mut c: Vec<Cand> = [(3, 3), (1, 1), (2, 2)]
             .iter()
@@ -438,7 +442,7 @@ fn after_fork_child_never_waits_for_an_applier() {
         fn name(&self) -> &'static str {
             self.0.name()
         }
-        fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[bool]) {
+        fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
             self.0.on_access(now, class, keys, writes)
         }
         fn order(&self, now: u64, cands: &mut [Cand]) {
