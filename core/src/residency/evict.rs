@@ -13,7 +13,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
-use super::state::ORDER_TOP;
+use super::state::{BUSY_EVENTS, ORDER_TOP};
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
@@ -410,7 +410,7 @@ impl Residency {
         // again in this scan.
         let now = st.clock;
         let window = now.saturating_add(st.dev(dev).ahead.depth);
-        let mut pending: [u64; 8] = [0; 8];
+        let mut pending = [0u64; BUSY_EVENTS];
         let mut npend = 0usize;
         let mut first_busy = None;
         // the busy candidate whose last use is oldest, (last, chunk): the
@@ -621,7 +621,7 @@ impl Residency {
         let o = &st.dev(dev).order;
         let busy = match first {
             Some((id, i)) if end > o.next && !events.is_empty() => {
-                let mut ev = [0u64; 8];
+                let mut ev = [0u64; BUSY_EVENTS];
                 ev[..events.len()].copy_from_slice(events);
                 Some(super::state::BusyFront {
                     end,

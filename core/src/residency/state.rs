@@ -301,12 +301,15 @@ pub(super) struct VictimOrder {
 /// still pending, no entry of the run can be taken, and the next scan
 /// starts at `end` (with `seen` usable entries counted and `first` the
 /// first busy one's key), instead of asking every entry again.
+/// Distinct pending events a demand eviction's scan remembers (`BusyFront`).
+pub(super) const BUSY_EVENTS: usize = 32;
+
 #[derive(Clone, Copy)]
 pub(super) struct BusyFront {
     pub end: usize,
     pub seen: usize,
     pub first: u64,
-    pub events: [u64; 8],
+    pub events: [u64; BUSY_EVENTS],
     pub n: usize,
 }
 
