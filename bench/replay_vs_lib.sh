@@ -8,6 +8,8 @@
 #       [--trace FILE] [--hbm SIZE] [--out DIR] [--no-build] [--link-model shared|per-stream]
 #       [--replay-args "ARGS"]   (default "--event-model device --call-us 0 --issue acl-replay") [--reps R]
 #       [--synth-args "ARGS"]    (more `u3m synth` options, e.g. --fused-optimizer)
+# U3M_BIN=DIR: u3m, libu3m.so and acl-apps/ from DIR (another build: before/after)
+#   instead of target/release.
 # --reps R: library runs per trace (default 3); the median (by step) is
 #   compared, min-max shown. On the simulator the library is deterministic
 #   (same command, same simulated time and bytes, whatever the machine's load:
@@ -72,7 +74,7 @@ ROOT, OUT, MODEL, LAYERS, SEQ, BATCH, WORKLOAD, STEPS, RATIO, POLICY, TRACE, HBM
 EXTRA = sys.argv[14].split()
 REPS = max(1, int(sys.argv[15]))
 SYNTH_EXTRA = sys.argv[16].split()
-REL = os.path.join(ROOT, "target", "release")
+REL = os.environ.get("U3M_BIN") or os.path.join(ROOT, "target", "release")
 U3M, LIB, APP = os.path.join(REL, "u3m"), os.path.join(REL, "libu3m.so"), os.path.join(REL, "acl-apps", "acl_replay")
 MIB, GIB = 1 << 20, 1 << 30
 

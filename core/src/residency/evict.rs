@@ -59,20 +59,6 @@ const ORDER_DEEP: usize = 8192;
 /// whole writes known, the LoRA step is as fast and `policies.sh`'s rag
 /// trace moves 1.005 x Belady's bytes against 1.044; at 1/4, 1.170).
 const FAR_SHARE: (u64, u64) = (1, 2);
-/// Usable candidates a demand eviction's scan passes (all busy but for the
-/// idle ones the rules kept) after which an idle one is taken whatever its
-/// next use: a busy group this large means the device runs far behind the
-/// host, and waiting for it drains the device's queue while the host,
-/// waiting, issues no copy-in; the fetch an idle victim may cost is one
-/// chunk's link time. Full-parameter AdamW at 1.5 x HBM (13B, 8 layers):
-/// 806.6 -> 760.0 ms per step, the Llama-2-13B LoRA step on a 32 GiB card
-/// 1661 -> 1632, 13B LoRA at 1.5 x 268.9 -> 262.3 (`u3m replay`,
-/// simulated; the host waited for busy victims 840 ms per 32 GiB step
-/// before). The bound is empirical: at 128 AdamW took 754.2 ms and the
-/// 8-layer LoRA 278.9, at 192 760.1 and 267.6, at 256 787.6 and 273.5;
-/// `policies.sh` stays within 1.15 x Belady at each (taking any idle one
-/// past `SCAN_NEAR`: rag 1.426).
-const SCAN_WAIT: usize = 160;
 /// Behind a busy front that is clean: how many of the `SCAN_NEAR` nearest
 /// a dirty idle candidate may stand at and still be taken whatever its next
 /// use; further back (up to `SCAN_NEAR`) only if its weighted distance to
@@ -550,7 +536,6 @@ impl Residency {
                 // the front of the order, where MIN evicts a chunk before
                 // its next use anyway; the order is by that weighted
                 // distance, so once an idle one falls short, the rest do
-                // (`SCAN_WAIT` deep behind busy ones, any idle one goes)
                 let front =
                     *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 let Some(front) = front else { break };
@@ -559,7 +544,6 @@ impl Residency {
                         if v > window
                             && ahead_cost(now, v, dirty) as u128 * FAR_SHARE.1 as u128
                                 >= front as u128 * FAR_SHARE.0 as u128 => {}
-                    _ if seen >= SCAN_WAIT => {}
                     _ => break,
                 }
             }

@@ -2485,9 +2485,8 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
 /// the operator. Without either, the scan stopped in the busy group and the
 /// fault-in waited for the operator and evicted its first chunk (13B AdamW
 /// at 1.5 x HBM: the optimizer's first fault-ins behind ~1,400 busy ones).
-/// x needed much sooner than the group is taken too — so far behind, the
-/// device would drain its queue before the wait ended (`SCAN_WAIT`) —
-/// while behind 100 busy ones it stays and the wait comes.
+/// With x needed much sooner than the group, x stays (and the wait comes),
+/// behind 1,040 busy ones as behind 100.
 #[test]
 fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
     let run = |nbusy: usize, x_far: bool| {
@@ -2532,8 +2531,8 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
     );
     assert_eq!(
         run(1040, false),
-        (true, false),
-        "x needed soon behind 1,040 busy: taken"
+        (false, true),
+        "x needed soon behind 1,040 busy: kept, the front waited for"
     );
     assert_eq!(
         run(100, false),
