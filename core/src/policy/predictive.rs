@@ -2418,6 +2418,20 @@ mod when_tests {
     /// random runs below: a step-periodic chunk per call slot, loops of other
     /// periods, sometimes an irregular or a once-in-a-while one, and the
     /// optimizer state in the step's last calls (unsorted).
+    /// Each key's touch for call `i` of a step: by its step position
+    /// mostly (a phase of the cycle that writes whole does so again), at
+    /// random otherwise.
+    fn random_touches(keys: &[u64], i: u64, rnd: &mut impl FnMut(u64) -> u64) -> Vec<Touch> {
+        keys.iter()
+            .map(|&k| match rnd(8) {
+                0 => Touch::READ,
+                1 => Touch::WHOLE,
+                _ if (k / MB2 + i) % 3 == 0 => Touch::WHOLE,
+                _ => Touch::new((k / MB2 + i) % 3 == 1, false),
+            })
+            .collect()
+    }
+
     fn random_step_keys(i: u64, n: u64, t: u64, rnd: &mut impl FnMut(u64) -> u64) -> Vec<u64> {
         let mut keys = vec![(i % 40) * MB2, (40 + (t / 3) % 30) * MB2];
         match rnd(6) {
@@ -2517,17 +2531,7 @@ mod when_tests {
                     let mut keys = random_step_keys(i, n, t, &mut rnd);
                     keys.sort_unstable();
                     keys.dedup();
-                    // a key's touch by its step position, mostly: a phase
-                    // of the cycle that writes whole does so again
-                    let writes: Vec<Touch> = keys
-                        .iter()
-                        .map(|&k| match rnd(8) {
-                            0 => Touch::READ,
-                            1 => Touch::WHOLE,
-                            _ if (k / MB2 + i) % 3 == 0 => Touch::WHOLE,
-                            _ => Touch::new((k / MB2 + i) % 3 == 1, false),
-                        })
-                        .collect();
+                    let writes = random_touches(&keys, i, &mut rnd);
                     p.on_access(t, cl, &keys, &writes);
                     if rnd(25) == 0 {
                         p.on_free(rnd(nkeys + 8) * MB2);
@@ -2671,17 +2675,7 @@ mod when_tests {
                     }
                     keys.sort_unstable();
                     keys.dedup();
-                    // a key's touch by its step position, mostly: a phase
-                    // of the cycle that writes whole does so again
-                    let writes: Vec<Touch> = keys
-                        .iter()
-                        .map(|&k| match rnd(8) {
-                            0 => Touch::READ,
-                            1 => Touch::WHOLE,
-                            _ if (k / MB2 + i) % 3 == 0 => Touch::WHOLE,
-                            _ => Touch::new((k / MB2 + i) % 3 == 1, false),
-                        })
-                        .collect();
+                    let writes = random_touches(&keys, i, &mut rnd);
                     p.on_access(t, cl, &keys, &writes);
                     // the engine: a touched chunk is a candidate again after
                     // its call, last at the call's tick (or leaves HBM)
