@@ -109,6 +109,12 @@ fn this_thread() -> &'static Thread {
     THREAD.with(|t| unsafe { &*(t as *const Thread) })
 }
 
+/// In a forked child that starts clean: the calling (forking) thread
+/// forgets its row of call counts ([`Thread::forget_calls_row`]).
+pub fn forget_calls_row() {
+    this_thread().forget_calls_row();
+}
+
 /// Held while this thread is inside u3m; gives the thread's state without
 /// another thread-local lookup.
 pub struct Guard(*const Thread);
@@ -169,6 +175,15 @@ impl Thread {
         // `Thread` is reached on its own thread only), held until
         // `GiveBack` nulls `calls`; the engine lives for the process
         eng.count_call_in(Some(unsafe { &*row }), hook);
+    }
+
+    /// In a forked child that starts clean (a new engine, its own stats
+    /// segment): the row the forking thread held is in the parent's segment,
+    /// still mapped shared; counting on in it would add the child's calls to
+    /// the parent's. The thread takes a row of the new segment instead.
+    fn forget_calls_row(&self) {
+        self.calls.set(std::ptr::null());
+        self.calls_state.set(0);
     }
 
     #[cold]

@@ -262,6 +262,7 @@ extern "C" fn at_fork_child() {
         }
         drop(hold);
         e.forget_after_fork();
+        crate::guard::forget_calls_row();
     }
     ENGINE.store(ptr::null_mut(), Ordering::Release); // the parent's engine is leaked in the child
     STATE.store(UNINIT, Ordering::Release);

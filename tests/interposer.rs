@@ -210,7 +210,12 @@ fn observe_mode_is_bit_for_bit_transparent() {
 
 #[test]
 fn a_forked_child_starts_clean_with_its_own_segment() {
-    let (r, dir) = run_u3m("fork_app", &[], &[]);
+    let copy = common::scratch("fork-app-seg-copy").join("parent.seg");
+    let (r, dir) = run_u3m(
+        "fork_app",
+        &[],
+        &[("FORK_APP_SEG_COPY", copy.to_str().unwrap())],
+    );
     let r = r.must_succeed();
     assert_eq!(
         r.fact("parent_segment_before").as_deref(),
@@ -243,6 +248,21 @@ fn a_forked_child_starts_clean_with_its_own_segment() {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "segments left behind: {left:?}");
+    // the child's 41 aclrtMallocHost calls were counted in its own segment:
+    // the parent, which made none, shows none (the forking thread's row of
+    // counts is in the parent's segment, still mapped shared in the child)
+    assert_eq!(r.fact("parent_segment_copied").as_deref(), Some("1"));
+    let snap = u3m_core::shm::SegmentReader::open(&copy)
+        .expect("the parent's segment")
+        .snapshot();
+    let count = |name: &str| {
+        snap.calls
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.count)
+    };
+    assert!(count("aclrtMalloc") >= 1, "{:?}", snap.calls);
+    assert_eq!(count("aclrtMallocHost"), 0, "{:?}", snap.calls);
 }
 
 /// Issue 14: a mistyped or invalid setting turned u3m off silently and an

@@ -200,28 +200,18 @@ impl ChunkModel {
     /// `shift_span`, and whether the access it repeats (so the one it
     /// predicts) wrote the chunk whole.
     pub fn shift_span_of(&self, now: u64, step: u64) -> (Option<u64>, u64, bool) {
-        let (r, until, k) = self.shift_walk(now, step);
-        (
-            r,
-            until,
-            r.is_some_and(|x| x != u64::MAX) && self.whole_at(k),
-        )
-    }
-
-    /// `shift_span` with the index (k-th newest) of the access repeated.
-    fn shift_walk(&self, now: u64, step: u64) -> (Option<u64>, u64, usize) {
         if step == 0 {
-            return (None, u64::MAX, 0);
+            return (None, u64::MAX, false);
         }
         if now < step {
-            return (None, step, 0);
+            return (None, step, false);
         }
         let from = now - step;
         let mut t = self.last;
         let mut best: Option<u64> = None;
         if t <= from {
             // nothing in the last step: nothing expected within the next
-            return (Some(u64::MAX), u64::MAX, 0);
+            return (Some(u64::MAX), u64::MAX, false);
         }
         for k in 0..self.have() {
             best = Some(t);
@@ -234,20 +224,20 @@ impl ChunkModel {
                 if k == 0 && iv > step + step / 2 {
                     // touched once in the last step, after being idle for
                     // over a step and a half: the step does not describe it
-                    return (None, until, 0);
+                    return (None, until, false);
                 }
-                return (best.map(|b| b + step), until, k);
+                return (best.map(|b| b + step), until, self.whole_at(k));
             }
         }
         // the ring ends inside the last step: covered only if it holds the
         // chunk's first access (all it did is known); the same answer until
         // `now - step` reaches the ring's oldest access (`t`)
         let until = t.saturating_add(step);
-        let k = self.have().saturating_sub(1);
         if self.n as usize == self.have() + 1 {
-            (best.map(|b| b + step), until, k)
+            let whole = best.is_some() && self.whole_at(self.have() - 1);
+            (best.map(|b| b + step), until, whole)
         } else {
-            (None, until, k)
+            (None, until, false)
         }
     }
 
