@@ -84,6 +84,10 @@ pub struct Seen {
     /// The most residency locks a thread held while it waited (more than
     /// one: a wait under two devices' locks).
     pub max_locks_at_wait: u32,
+    /// Queries answered "not complete", per event: asking one event over
+    /// and over is what a program spinning on it does (the simulator lets
+    /// the host's time pass then).
+    pub pending_answers: BTreeMap<u64, u64>,
 }
 
 struct State {
@@ -958,7 +962,13 @@ impl Runtime for Fake {
         let mut st = self.lock();
         match st.events.get(&event) {
             Some(None) => Ok(true),
-            Some(&Some((s, pos))) => Ok(st.streams[&s].run >= pos),
+            Some(&Some((s, pos))) => {
+                let done = st.streams[&s].run >= pos;
+                if !done {
+                    *st.seen.pending_answers.entry(event).or_insert(0) += 1;
+                }
+                Ok(done)
+            }
             None => Err(st.misuse(format!("query of unknown event {event:#x}"))),
         }
     }

@@ -236,6 +236,11 @@ impl Residency {
                 for &(id, i) in &filled {
                     st.set_use(id, i, stream, ev);
                 }
+                *st.event_refs.entry(ev).or_insert(0) += 1;
+                let old = std::mem::replace(&mut st.dev_mut(dev).last_in, ev);
+                if old != 0 {
+                    st.unref_event(old);
+                }
                 if let Some(a) = arriving {
                     // the reference taken at creation goes to the caller
                     a.evs.push(ev);

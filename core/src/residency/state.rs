@@ -209,6 +209,10 @@ pub(super) struct Dev {
     pub lost: bool,
     /// The look-ahead prefetch's window, pending chunks and depth.
     pub ahead: super::ahead::Ahead,
+    /// The event recorded after the latest copy-ins on `stream` (one
+    /// reference; 0: none yet): complete, the link's host-to-device
+    /// direction has nothing queued of u3m's.
+    pub last_in: u64,
 }
 
 impl Dev {
@@ -229,6 +233,7 @@ impl Dev {
             capacity: 0,
             lost: false,
             ahead: super::ahead::Ahead::new(),
+            last_in: 0,
         }
     }
 }
