@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Belady's MIN copy-in bytes on a u3m trace, with and without knowing that a
 whole write needs no copy-in and makes the chunk's old contents dead.
-usage: bench/min_whole.py TRACE HBM_BYTES  -> prints fetch bytes for both models.
+usage: bench/min_whole.py TRACE HBM_BYTES [LAG]  -> prints fetch bytes for both models.
+LAG (default 0): a chunk used by one of the last LAG calls may not be evicted
+(its use still queued on the device: a copy-in overlapping the device's work
+cannot take its memory) — MIN restricted to victims idle that long.
 Model as the replay's: 2 MiB chunks from each allocation's start; a call's
 chunks all resident together; an O output overlapping no input of its line,
 H2D/D2D destinations and memsets are whole writes; a chunk is whole for a
@@ -13,6 +16,7 @@ def parse_size(s):
     m = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30, 'T': 1 << 40}
     return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
 tr, hbm = sys.argv[1], parse_size(sys.argv[2])
+lag = int(sys.argv[3]) if len(sys.argv) > 3 else 0
 cap = hbm // CH
 allocs = {}   # base -> (size, gen)
 starts = []   # sorted bases
@@ -78,7 +82,7 @@ def run(know_dead):
         if know_dead and not need: return INF - 1  # dead until rewritten
         return tt
     res = set(); written = set(); heap = []; fetched = 0
-    ver = {}
+    ver = {}; lastuse = {}
     for t, c in enumerate(calls):
         keys = [k for k in c if k[0] != 'free']
         if not keys:
@@ -94,13 +98,17 @@ def run(know_dead):
             # evict to make room
             held = []
             while len(res) >= cap:
+                if not heap:
+                    sys.exit(f"lag {lag}: at call {t} every chunk in HBM was used by one of the last {lag} calls: no victim")
                 negn, kk, v = heapq.heappop(heap)
                 if kk not in res or ver.get(kk) != v: continue
-                if kk in c: held.append((negn, kk, v)); continue
+                if kk in c or lastuse.get(kk, -1 << 60) > t - lag:
+                    held.append((negn, kk, v)); continue
                 res.discard(kk)
             for h in held: heapq.heappush(heap, h)
             res.add(key)
         for key in keys:
+            lastuse[key] = t
             written.add(key)
             v = ver.get(key, 0) + 1; ver[key] = v
             heapq.heappush(heap, (-nxt(key, t), key, v))
@@ -109,4 +117,4 @@ def run(know_dead):
 # read of never-written memory has nothing to copy either, as the library's
 # fresh chunks)
 a = run(False); b = run(True)
-print(f"calls {len(calls)} cap {cap} chunks; MIN fetch bytes: classic {a} ({a/2**30:.2f} GiB), dead-on-whole-write {b} ({b/2**30:.2f} GiB)")
+print(f"calls {len(calls)} cap {cap} chunks lag {lag}; MIN fetch bytes: classic {a} ({a/2**30:.2f} GiB), dead-on-whole-write {b} ({b/2**30:.2f} GiB)")

@@ -443,6 +443,8 @@ impl Residency {
             d.stream = 0;
             // the device-to-host stream is the parent's too
             d.out_stream = 0;
+            // and the event after its latest copy-ins (`link_idle`)
+            d.last_in = 0;
             // the parent's copy-ins from them do not run here
             let busy: Vec<(u64, u64)> = d.staging_busy.drain(..).collect();
             d.staging_free.extend(busy.into_iter().map(|b| b.1));
