@@ -44,6 +44,9 @@ synth --model llama3-8b --workload mixed --train lora --scale 8 --steps 3 -o "$O
 # smaller models: the first step is a larger share of the run
 synth --model llama2-7b --workload adam --recompute --scale 8 --layers 4 --steps 6 -o "$OUT/adam_recompute_l4.trace"
 synth --model llama2-7b --workload adam --recompute --scale 8 --layers 8 --steps 6 -o "$OUT/adam_recompute_l8.trace"
+# full scale: the Llama-2-13B LoRA step (40 layers, seq 1024 x batch 2) at
+# 1.68 x HBM, the shape `tiering.sh`'s 32 GiB 910B4 runs (~70 s to replay)
+synth --model llama2-13b --workload lora --seq 1024 --batch 2 --steps 2 -o "$OUT/lora_13b_full.trace"
 # recorded runs of the workload programs (observe mode: nothing moves)
 rec() {
     local name=$1; shift
@@ -66,6 +69,7 @@ CASES = [("adam", 1 / 1.5, []), ("lora", 1 / 1.5, []), ("rag", 1 / 2.1, []), ("m
          ("adam_recompute", 1 / 1.5, []), ("adam_flash", 1 / 1.5, []), ("adam_fused", 1 / 1.5, []),
          ("lora_recompute_flash", 1 / 1.5, []), ("mixed_lora", 1 / 1.5, []),
          ("adam_recompute_l4", 1 / 1.5, []), ("adam_recompute_l8", 1 / 1.5, []),
+         ("lora_13b_full", 1 / 1.68, []),
          ("mlp_train", 1 / 1.5, ["--pageable"]), ("mlp_train_128m", 1 / 1.5, ["--pageable"]),
          ("kv_decode", 1 / 2.1, []),
          ("optest_llm", 1 / 1.5, ["--pageable"]), ("oversize_app", 1 / 1.5, ["--pageable"])]
