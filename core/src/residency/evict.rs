@@ -514,7 +514,7 @@ impl Residency {
             for &(_, ev) in &st.chunk(id, i).uses {
                 let known = pending[..npend].contains(&ev);
                 if known
-                    || (ev != 0 && spill.contains(&ev))
+                    || spill[..nspill.min(SPILL)].contains(&ev)
                     || !self.rt.event_done(ev).unwrap_or(true)
                 {
                     if known {
@@ -524,7 +524,7 @@ impl Residency {
                         npend += 1;
                     } else {
                         run = false;
-                        if !spill.contains(&ev) {
+                        if !spill[..nspill.min(SPILL)].contains(&ev) {
                             spill[nspill % SPILL] = ev;
                             nspill += 1;
                         }

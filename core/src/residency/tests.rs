@@ -2306,40 +2306,9 @@ fn a_cross_device_copy_gives_the_caller_its_own_context_back() {
 /// stream exists), frees two chunks and forks; the child's own chunks fill
 /// HBM, and its eviction of one must queue its copy-out on a stream of its
 /// own, not the parent's.
-
-/// A forked child forgets the event recorded after the parent's latest
-/// copy-ins (`Dev::last_in`, read by demand eviction's link-idle rule):
-/// it names a runtime object of the parent's.
-#[test]
-fn a_forked_child_forgets_the_parents_last_copy_in() {
-    let f = Fake::leak(1, 2 * CHUNK);
-    f.set_eager(true);
-    let r = Residency::new(f, &config(&[])).expect("residency");
-    let (free, total) = f.mem_info().unwrap();
-    let vas: Vec<u64> = (0..3u64)
-        .map(|k| {
-            let va = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-            sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k, CHUNK))).unwrap();
-            va
-        })
-        .collect();
-    // the first one went out; reading it back copies it in
-    let got = sync_call(&r, f, 0, vas[0], CHUNK, None).unwrap();
-    assert_eq!(got, pattern(0, CHUNK));
-    let last_in = |r: &Residency| r.shard_of(0).st.lock().unwrap().devs[0].last_in;
-    assert_ne!(last_in(&r), 0, "the parent's copy-in recorded an event");
-    f.forget_streams();
-    r.after_fork_child(None).expect("child");
-    assert_eq!(last_in(&r), 0, "the child forgot the parent's event");
-    let s = f.seen();
-    assert_no_misuse_or_fault(&s);
-}
 #[test]
 fn a_forked_child_copies_out_on_a_stream_of_its_own() {
-    let f = Fake::leak(1, 4 * CHUNK);
-    f.set_eager(true);
-    let r = Residency::new(f, &config(&[])).expect("residency");
-    let (free, total) = f.mem_info().unwrap();
+    let (f, r, free, total) = eager_residency(4);
     let mut vas = Vec::new();
     for k in 0..5u64 {
         let va = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
@@ -2371,6 +2340,41 @@ fn a_forked_child_copies_out_on_a_stream_of_its_own() {
     }
     let s = f.seen();
     assert_no_misuse_or_fault(&s);
+}
+
+/// A forked child forgets the event recorded after the parent's latest
+/// copy-ins (`Dev::last_in`, read by demand eviction's link-idle rule):
+/// it names a runtime object of the parent's.
+#[test]
+fn a_forked_child_forgets_the_parents_last_copy_in() {
+    let (f, r, free, total) = eager_residency(2);
+    let vas: Vec<u64> = (0..3u64)
+        .map(|k| {
+            let va = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+            sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k, CHUNK))).unwrap();
+            va
+        })
+        .collect();
+    // the first one went out; reading it back copies it in
+    let got = sync_call(&r, f, 0, vas[0], CHUNK, None).unwrap();
+    assert_eq!(got, pattern(0, CHUNK));
+    let last_in = |r: &Residency| r.shard_of(0).st.lock().unwrap().devs[0].last_in;
+    assert_ne!(last_in(&r), 0, "the parent's copy-in recorded an event");
+    f.forget_streams();
+    r.after_fork_child(None).expect("child");
+    assert_eq!(last_in(&r), 0, "the child forgot the parent's event");
+    let s = f.seen();
+    assert_no_misuse_or_fault(&s);
+}
+
+/// One device of `chunks` chunks whose queued work runs at once, u3m in
+/// front of it with the default configuration, and its (free, total).
+fn eager_residency(chunks: u64) -> (&'static Fake, Residency, u64, u64) {
+    let f = Fake::leak(1, chunks * CHUNK);
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    (f, r, free, total)
 }
 
 /// Demand eviction when the front of the order is in use by queued work
