@@ -37,7 +37,8 @@ const SCAN_NEAR: usize = 64;
 /// goes on past them (with `ORDER_DEEP`; without that count a scan stopped
 /// ~1,000 into a busy group of ~1,400 in the 13B AdamW step).
 /// Whatever its next use, an idle one is taken past `SCAN_WAIT` busy ones,
-/// and whenever u3m's copy-ins on the device have all landed (`link_idle`):
+/// and whenever u3m's copy-ins on the device have all landed (`link_idle`;
+/// while they are in flight the fault-in waits for them, not the busy one):
 /// the stall a wait costs is then the link's too, while an extra fetch
 /// costs one chunk's link time (13B LoRA at 1.5 x HBM 262.3 -> 251.5 ms
 /// per step with the same bytes, AdamW 761.9 -> 756.6, the 32 GiB LoRA
@@ -460,6 +461,9 @@ impl Residency {
         let mut seen = 0;
         // u3m's copy-ins on `dev` all complete (`link_idle`), asked once
         let mut link_idle: Option<bool> = None;
+        // the scan stopped at an idle candidate it would take with u3m's
+        // copy-ins landed (then `link_idle` was asked: they are in flight)
+        let mut idle_left = false;
         let mut k = st.dev(dev).order.next;
         // the busy run the last scan of this order found, if it still is
         if let Some(b) = st.dev(dev).order.busy {
@@ -588,7 +592,10 @@ impl Residency {
                     // u3m's copy-ins all landed: a wait would leave the
                     // link idle until the device reaches the busy victim
                     _ if *link_idle.get_or_insert_with(|| self.link_idle(st, dev)) => {}
-                    _ => break,
+                    _ => {
+                        idle_left = true;
+                        break;
+                    }
                 }
             }
             self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
@@ -621,6 +628,19 @@ impl Residency {
         let Some((id, i)) = target else {
             return Ok(Some(false));
         };
+        if idle_left {
+            // u3m's copy-ins are in flight and the scan stopped at an idle
+            // victim it takes once they land (`link_idle`): wait for them,
+            // not for the busy one. That one was used 0-25 calls ago, so
+            // waiting for it drains the device's queue (~8 ms in the 13B
+            // LoRA at 1.5 x HBM, 13 times a step) while the link, its copy-
+            // ins landed after ~0.1 ms, idles for the rest: 251.5 -> 245.1
+            // ms per step, the 4-layer LoRA 160.6 -> 147.1, at 1.3 x HBM
+            // 197.4 -> 169.8, the 32 GiB LoRA step 1600.4 -> 1571.3
+            // (`u3m replay`, simulated; AdamW 756.6 -> 756.9).
+            st.wait_for = Some(st.dev(dev).last_in);
+            return Err(Fail::Busy);
+        }
         // Every candidate is still in use. Never wait for the device while
         // holding the lock: a stream may be blocked on work the host has yet
         // to issue (an HCCL peer), and issuing it needs this lock. The caller
