@@ -461,8 +461,9 @@ impl Residency {
         let mut seen = 0;
         // u3m's copy-ins on `dev` all complete (`link_idle`), asked once
         let mut link_idle: Option<bool> = None;
-        // the scan stopped at an idle candidate it would take with u3m's
-        // copy-ins landed (then `link_idle` was asked: they are in flight)
+        // the scan stopped at an idle candidate, needed after the look-ahead
+        // window, that it would take with u3m's copy-ins landed (then
+        // `link_idle` was asked: they are in flight)
         let mut idle_left = false;
         let mut k = st.dev(dev).order.next;
         // the busy run the last scan of this order found, if it still is
@@ -583,7 +584,8 @@ impl Residency {
                 let front =
                     *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 let Some(front) = front else { break };
-                match self.policy.next_use(now, key) {
+                let next = self.policy.next_use(now, key);
+                match next {
                     Some(v)
                         if v > window
                             && ahead_cost(now, v, dirty) as u128 * FAR_SHARE.1 as u128
@@ -593,7 +595,12 @@ impl Residency {
                     // link idle until the device reaches the busy victim
                     _ if *link_idle.get_or_insert_with(|| self.link_idle(st, dev)) => {}
                     _ => {
-                        idle_left = true;
+                        // taken once they land, unless the look-ahead would
+                        // fetch it right back (`policies.sh`'s adam
+                        // --recompute: 1.157 x Belady's bytes without that
+                        // bound, 1.029 with it, 1.136 waiting for the busy
+                        // one as before)
+                        idle_left = next.is_some_and(|v| v > window);
                         break;
                     }
                 }
@@ -633,11 +640,11 @@ impl Residency {
             // victim it takes once they land (`link_idle`): wait for them,
             // not for the busy one. That one was used 0-25 calls ago, so
             // waiting for it drains the device's queue (~8 ms in the 13B
-            // LoRA at 1.5 x HBM, 13 times a step) while the link, its copy-
-            // ins landed after ~0.1 ms, idles for the rest: 251.5 -> 245.1
-            // ms per step, the 4-layer LoRA 160.6 -> 147.1, at 1.3 x HBM
-            // 197.4 -> 169.8, the 32 GiB LoRA step 1600.4 -> 1571.3
-            // (`u3m replay`, simulated; AdamW 756.6 -> 756.9).
+            // LoRA at 1.5 x HBM, 13 times a step) and the link idles once
+            // the copy-ins have landed: 251.5 -> 244.9 ms per step, the
+            // 4-layer LoRA 160.6 -> 148.1, at 1.3 x HBM 197.4 -> 170.5,
+            // the 32 GiB LoRA step 1600.4 -> 1569.8 (`u3m replay`,
+            // simulated; AdamW 756.6 as before).
             st.wait_for = Some(st.dev(dev).last_in);
             return Err(Fail::Busy);
         }
