@@ -37,7 +37,8 @@ const SCAN_NEAR: usize = 64;
 /// goes on past them (with `ORDER_DEEP`; without that count a scan stopped
 /// ~1,000 into a busy group of ~1,400 in the 13B AdamW step).
 /// Whatever its next use, an idle one is taken past `SCAN_WAIT` busy ones,
-/// and whenever u3m's copy-ins on the device have all landed (`link_idle`):
+/// and whenever u3m's copy-ins on the device have all landed (`link_idle`;
+/// while they are in flight the fault-in waits for them, not the busy one):
 /// the stall a wait costs is then the link's too, while an extra fetch
 /// costs one chunk's link time (13B LoRA at 1.5 x HBM 262.3 -> 251.5 ms
 /// per step with the same bytes, AdamW 761.9 -> 756.6, the 32 GiB LoRA
@@ -460,6 +461,10 @@ impl Residency {
         let mut seen = 0;
         // u3m's copy-ins on `dev` all complete (`link_idle`), asked once
         let mut link_idle: Option<bool> = None;
+        // the scan stopped at an idle candidate, needed after the look-ahead
+        // window, that it would take with u3m's copy-ins landed (then
+        // `link_idle` was asked: they are in flight)
+        let mut idle_left = false;
         let mut k = st.dev(dev).order.next;
         // the busy run the last scan of this order found, if it still is
         if let Some(b) = st.dev(dev).order.busy {
@@ -579,7 +584,8 @@ impl Residency {
                 let front =
                     *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
                 let Some(front) = front else { break };
-                match self.policy.next_use(now, key) {
+                let next = self.policy.next_use(now, key);
+                match next {
                     Some(v)
                         if v > window
                             && ahead_cost(now, v, dirty) as u128 * FAR_SHARE.1 as u128
@@ -588,7 +594,15 @@ impl Residency {
                     // u3m's copy-ins all landed: a wait would leave the
                     // link idle until the device reaches the busy victim
                     _ if *link_idle.get_or_insert_with(|| self.link_idle(st, dev)) => {}
-                    _ => break,
+                    _ => {
+                        // taken once they land, unless the look-ahead would
+                        // fetch it right back (`policies.sh`'s adam
+                        // --recompute: 1.157 x Belady's bytes without that
+                        // bound, 1.029 with it, 1.136 waiting for the busy
+                        // one as before)
+                        idle_left = next.is_some_and(|v| v > window);
+                        break;
+                    }
                 }
             }
             self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
@@ -621,6 +635,19 @@ impl Residency {
         let Some((id, i)) = target else {
             return Ok(Some(false));
         };
+        if idle_left {
+            // u3m's copy-ins are in flight and the scan stopped at an idle
+            // victim it takes once they land (`link_idle`): wait for them,
+            // not for the busy one. That one was used 0-25 calls ago, so
+            // waiting for it drains the device's queue (~8 ms in the 13B
+            // LoRA at 1.5 x HBM, 13 times a step) and the link idles once
+            // the copy-ins have landed: 251.5 -> 244.9 ms per step, the
+            // 4-layer LoRA 160.6 -> 148.1, at 1.3 x HBM 197.4 -> 170.5,
+            // the 32 GiB LoRA step 1600.4 -> 1569.8 (`u3m replay`,
+            // simulated; AdamW 756.6 as before).
+            st.wait_for = Some(st.dev(dev).last_in);
+            return Err(Fail::Busy);
+        }
         // Every candidate is still in use. Never wait for the device while
         // holding the lock: a stream may be blocked on work the host has yet
         // to issue (an HCCL peer), and issuing it needs this lock. The caller

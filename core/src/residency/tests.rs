@@ -2384,10 +2384,17 @@ fn eager_residency(chunks: u64) -> (&'static Fake, Residency, u64, u64) {
 /// is taken instead of waiting for the device (Belady's rule with a cost:
 /// MIN evicts it before its next use anyway), while an idle chunk needed
 /// much sooner is not (evicting it would cost a fetch MIN does not make):
-/// then the fault-in waits for the busy front as before — while a copy-in
-/// of u3m's is in flight. With all of them landed the wait would leave the
-/// link idle until the device reached the front, and x is taken (13B LoRA
-/// at 1.5 x HBM: 262.3 -> 251.5 ms per step, the same bytes, simulated).
+/// then the fault-in waits — while a copy-in of u3m's is in flight, for
+/// that copy-in, not for the busy front (whose queued operator stays
+/// queued): with the copy-ins landed, a wait for the front would leave the
+/// link idle until the device reached it, and x is taken (13B LoRA at 1.5
+/// x HBM: 262.3 -> 251.5 ms per step, the same bytes, with no copy-in in
+/// flight; 251.5 -> 244.9 waiting for them, simulated) — unless the idle
+/// one met is needed inside the look-ahead window, where the look-ahead
+/// would fetch it right back (`x_next` 0: x two calls on, so that every
+/// idle candidate, y and the z's at 100-102 first, is inside it): then the
+/// front's use is waited for and the front leaves.
+/// Returns (front resident, x resident, the busy operator ran).
 #[test]
 fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
     let run = |x_next: u64, busy_link: bool| {
@@ -2418,16 +2425,29 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
         // reads every busy chunk
         let s = a.f.app_stream();
         let ins: Vec<(u64, u64)> = busy.iter().map(|&b| (b, CHUNK)).collect();
-        a.op(s, &ins, &[], Box::new(|_m: &mut Mem<'_>| {}));
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r2 = ran.clone();
+        a.op(
+            s,
+            &ins,
+            &[],
+            Box::new(move |_m: &mut Mem<'_>| r2.store(true, Relaxed)),
+        );
         if busy_link {
             copy_in_in_flight(&a);
+        }
+        if x_next == 0 {
+            at.lock().unwrap().insert(x, a.r.now() + 2);
         }
         let w = a.malloc(CHUNK);
         at.lock().unwrap().insert(w, 150);
         a.write(w, &pattern(99, 256)); // a fault-in: one victim
         let front = *busy.last().unwrap();
-        let got = (resident(&a, front), resident(&a, x));
-        assert!(resident(&a, y) && resident(&a, z1) && resident(&a, z2));
+        let got = (resident(&a, front), resident(&a, x), ran.load(Relaxed));
+        assert!(
+            resident(&a, y) && resident(&a, z1) && resident(&a, z2),
+            "y, z1, z2 stay (front, x, ran: {got:?})"
+        );
         a.f.drain();
         // the queued work ran: the front is idle now and the next fault-in
         // takes it (the busy run the last scan kept is stale: taken as it
@@ -2447,14 +2467,30 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
         got
     };
     // x idle, predicted at 1000 (the busy front at 1075): x leaves, no wait
-    assert_eq!(run(1000, true), (true, false), "x near the front: taken");
-    // x idle but needed at 200: the fault-in waits, the front leaves
-    assert_eq!(run(200, true), (false, true), "x needed soon: kept");
+    assert_eq!(
+        run(1000, true),
+        (true, false, false),
+        "x near the front: taken"
+    );
+    // x idle but needed at 200, a copy-in in flight: the fault-in waits for
+    // the copy-in, then x leaves; the front's operator is still queued
+    assert_eq!(
+        run(200, true),
+        (true, false, false),
+        "x needed soon, a copy-in in flight: taken after it, no drain"
+    );
     // the same with the link idle: x leaves, no wait
     assert_eq!(
         run(200, false),
-        (true, false),
+        (true, false, false),
         "x needed soon, the link idle: taken"
+    );
+    // every idle one needed inside the look-ahead window, a copy-in in
+    // flight: the fault-in waits for the front's use, and the front leaves
+    assert_eq!(
+        run(0, true),
+        (false, true, true),
+        "x needed within the window: kept, the front waited for"
     );
 }
 
@@ -2548,7 +2584,9 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
 /// at 1.5 x HBM: the optimizer's first fault-ins behind ~1,400 busy ones).
 /// x needed much sooner than the group is taken too — so far behind, the
 /// device would drain its queue before the wait ended (`SCAN_WAIT`) —
-/// while behind 100 busy ones it stays and the wait comes.
+/// and behind 100 busy ones, once u3m's copy-in in flight has landed (the
+/// wait is for that, not for the operator, which stays queued).
+/// Returns (front resident, x resident, the busy operator ran).
 #[test]
 fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
     let run = |nbusy: usize, x_far: bool, busy_link: bool| {
@@ -2571,7 +2609,14 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
         }
         let s = a.f.app_stream();
         let ins: Vec<(u64, u64)> = busy.iter().map(|&b| (b, CHUNK)).collect();
-        a.op(s, &ins, &[], Box::new(|_m: &mut Mem<'_>| {}));
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let r2 = ran.clone();
+        a.op(
+            s,
+            &ins,
+            &[],
+            Box::new(move |_m: &mut Mem<'_>| r2.store(true, Relaxed)),
+        );
         if busy_link {
             copy_in_in_flight(&a);
         }
@@ -2579,7 +2624,7 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
         at.lock().unwrap().insert(w, 4_000);
         a.write(w, &pattern(99, 256)); // a fault-in: one victim
         let front = *busy.last().unwrap();
-        let got = (resident(&a, front), resident(&a, x));
+        let got = (resident(&a, front), resident(&a, x), ran.load(Relaxed));
         assert!(resident(&a, y));
         a.f.drain();
         for (k, &va) in busy.iter().chain(&[x, y]).enumerate() {
@@ -2591,22 +2636,22 @@ fn a_fault_in_reaches_past_a_busy_group_larger_than_the_kept_order() {
     };
     assert_eq!(
         run(1040, true, true),
-        (true, false),
+        (true, false, false),
         "x behind the busy group: taken"
     );
     assert_eq!(
         run(1040, false, true),
-        (true, false),
+        (true, false, false),
         "x needed soon behind 1,040 busy: taken"
     );
     assert_eq!(
         run(100, false, true),
-        (false, true),
-        "x needed soon behind 100 busy: kept, the front waited for"
+        (true, false, false),
+        "x needed soon behind 100 busy: taken once the copy-in landed, no drain"
     );
     assert_eq!(
         run(100, false, false),
-        (true, false),
+        (true, false, false),
         "x needed soon behind 100 busy, the link idle: taken"
     );
 }
