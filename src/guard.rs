@@ -53,10 +53,15 @@ pub struct Thread {
 /// time).
 pub(crate) const OP_NAME_MAX: usize = 48;
 
+/// The bytes a kept name occupies: its bytes, then zeros (its NUL among
+/// them) up to a whole number of 8-byte words past the longest name's NUL
+/// (`hooks/op.rs` compares a name word by word).
+pub(crate) const OP_NAME_BYTES: usize = (OP_NAME_MAX / 8 + 1) * 8;
+
 /// A thread's last classified aclop type (`hooks/op.rs`); `len` 0: none.
 pub(crate) struct OpName {
     pub(crate) len: Cell<u8>,
-    pub(crate) bytes: Cell<[u8; OP_NAME_MAX]>,
+    pub(crate) bytes: Cell<[u8; OP_NAME_BYTES]>,
     pub(crate) class: Cell<u3m_core::opclass::OpClass>,
     pub(crate) hash: Cell<u64>,
 }
@@ -70,7 +75,7 @@ thread_local! {
             reap: Cell::new(0),
             op_name: OpName {
                 len: Cell::new(0),
-                bytes: Cell::new([0; OP_NAME_MAX]),
+                bytes: Cell::new([0; OP_NAME_BYTES]),
                 class: Cell::new(u3m_core::opclass::OpClass::Other),
                 hash: Cell::new(0),
             },

@@ -235,20 +235,73 @@ const STACK_RANGES: usize = 16;
 unsafe fn op_name<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u8], OpClass, u64) {
     let last = &t.op_name;
     let len = last.len.get() as usize;
-    if len != 0 {
-        let kept = last.bytes.as_ptr() as *const u8;
-        // a kept name has no NUL: every byte of `p` read before a mismatch
-        // is not its terminator, so no read passes it
-        let mut i = 0;
-        while i < len && *p.add(i) as u8 == *kept.add(i) {
-            i += 1;
-        }
-        if i == len && *p.add(len) == 0 {
-            let name = std::slice::from_raw_parts(p as *const u8, len);
-            return (name, last.class.get(), last.hash.get());
-        }
+    if len != 0 && same_name(last.bytes.as_ptr() as *const u8, len, p as *const u8) {
+        let name = std::slice::from_raw_parts(p as *const u8, len);
+        return (name, last.class.get(), last.hash.get());
     }
     op_name_new(t, p)
+}
+
+/// Whether the C string at `p` is the kept name `kept` (`len` bytes, then
+/// zeros to `OP_NAME_BYTES`): its first `len` bytes are those and the next
+/// is its NUL. x86-64: compared 8 bytes at a time when every word read
+/// lies in the page of `p`'s first byte (a load within a mapped page
+/// cannot fault, whatever follows the string's NUL; the loads are `asm`,
+/// outside the language's object bounds), else byte by byte, reading no
+/// byte past a mismatch (a kept name has no NUL: every byte of `p` read
+/// before a mismatch is not its terminator).
+///
+/// # Safety
+/// `p` is a non-null C string; `kept` holds `OP_NAME_BYTES` bytes, `len` in
+/// 1..=OP_NAME_MAX.
+#[inline(always)]
+unsafe fn same_name(kept: *const u8, len: usize, p: *const u8) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // the bytes compared: the name and its NUL, in whole words
+        let n = len + 1;
+        let words = n.div_ceil(8);
+        if (p as usize & (PAGE - 1)) + words * 8 <= PAGE {
+            let mut off = 0;
+            while off + 8 < n {
+                if load8(p.add(off)) != (kept.add(off) as *const u64).read_unaligned() {
+                    return false;
+                }
+                off += 8;
+            }
+            // the last word: its first `n - off` bytes (1..=8)
+            let mask = u64::MAX >> (8 * (8 - (n - off)));
+            let w = load8(p.add(off)) ^ (kept.add(off) as *const u64).read_unaligned();
+            return w & mask == 0;
+        }
+    }
+    let mut i = 0;
+    while i < len && *p.add(i) == *kept.add(i) {
+        i += 1;
+    }
+    i == len && *p.add(len) == 0
+}
+
+/// The smallest page size on x86-64: a load that does not cross a
+/// multiple of it stays in one mapped page.
+#[cfg(target_arch = "x86_64")]
+const PAGE: usize = 4096;
+
+/// The 8 bytes at `p` (a little-endian word), read with one load.
+///
+/// # Safety
+/// `[p, p + 8)` lies in a mapped, readable page.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load8(p: *const u8) -> u64 {
+    let v: u64;
+    std::arch::asm!(
+        "mov {v}, qword ptr [{p}]",
+        p = in(reg) p,
+        v = out(reg) v,
+        options(nostack, readonly, preserves_flags, pure),
+    );
+    v
 }
 
 /// `op_name` for a name other than the kept one: classified and kept.
@@ -262,7 +315,7 @@ unsafe fn op_name_new<'a>(t: &crate::guard::Thread, p: *const c_char) -> (&'a [u
     let name = CStr::from_ptr(p).to_bytes();
     let (class, hash) = u3m_core::opclass::classify_bytes(name);
     if (1..=crate::guard::OP_NAME_MAX).contains(&name.len()) {
-        let mut bytes = [0; crate::guard::OP_NAME_MAX];
+        let mut bytes = [0; crate::guard::OP_NAME_BYTES];
         bytes[..name.len()].copy_from_slice(name);
         last.bytes.set(bytes);
         last.len.set(name.len() as u8);
@@ -474,5 +527,64 @@ mod tests {
             assert_eq!(name, &n[..n.len() - 1]);
             assert_eq!((class, hash), classify_bytes(name), "{:?}", name);
         }
+    }
+
+    /// Names ending at the very end of a readable page followed by an
+    /// unreadable one, at every offset near it and every length up to
+    /// `OP_NAME_MAX + 1`, against kept names that are the same, a prefix,
+    /// or an extension: the right answer each time, and no read past the
+    /// readable page (a fault would end the test).
+    #[test]
+    fn a_name_at_a_page_end_is_compared_without_reading_the_next_page() {
+        let t = crate::guard::thread();
+        let page = 4096usize;
+        // SAFETY: a fresh private mapping of two pages, the second made
+        // unreadable; unmapped at the end
+        let base = unsafe {
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                2 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(m, libc::MAP_FAILED);
+            assert_eq!(
+                libc::mprotect((m as *mut u8).add(page) as *mut _, page, libc::PROT_NONE),
+                0
+            );
+            m as *mut u8
+        };
+        let max = crate::guard::OP_NAME_MAX;
+        for len in 1..=max + 1 {
+            let name: Vec<u8> = (0..len).map(|k| b'A' + (k % 26) as u8).collect();
+            for gap in 0..24 {
+                // the name and its NUL end `gap` bytes before the second page
+                let at = page - gap - len - 1;
+                // SAFETY: `at + len + 1 <= page`: in the readable page
+                let p = unsafe {
+                    let q = base.add(at);
+                    std::ptr::copy_nonoverlapping(name.as_ptr(), q, len);
+                    *q.add(len) = 0;
+                    q as *const c_char
+                };
+                let others: [&[u8]; 3] = [&name, &name[..len - 1], &[&name[..], b"Z"].concat()];
+                for kept in others {
+                    if !kept.is_empty() && kept.len() <= max {
+                        let mut k = kept.to_vec();
+                        k.push(0);
+                        // SAFETY: a NUL-terminated name, live for the call
+                        unsafe { op_name(t, k.as_ptr() as *const c_char) };
+                    }
+                    // SAFETY: a NUL-terminated name in the mapping
+                    let (got, class, hash) = unsafe { op_name(t, p) };
+                    assert_eq!(got, &name[..], "len {len} gap {gap}");
+                    assert_eq!((class, hash), classify_bytes(&name), "len {len} gap {gap}");
+                }
+            }
+        }
+        // SAFETY: the mapping made above, no longer used
+        unsafe { libc::munmap(base as *mut _, 2 * page) };
     }
 }

@@ -80,8 +80,9 @@ use crate::engine::runtime::{on_default_context, on_device, Runtime};
 pub(super) const FENCE_CALLS: u32 = 32;
 
 /// Slots for open fences that calls join without the list's lock (see the
-/// module doc): a few streams per device.
-const SLOTS: usize = 8;
+/// module doc): a few streams per device, with room to spare so that a
+/// stream's home slot (`home_slot`) is mostly free when its fence opens.
+const SLOTS: usize = 16;
 /// `Slot::state`: the fence is open (joinable).
 const OPEN: u64 = 1 << 63;
 /// `Slot::state`: the generation, bits 32..63 (a new fence in the slot).
@@ -89,6 +90,15 @@ const GEN_ONE: u64 = 1 << 32;
 const GEN_MASK: u64 = !OPEN & !(GEN_ONE - 1);
 /// `Slot::state`: the calls that named the fence, low 32 bits.
 const CALLS_MASK: u64 = GEN_ONE - 1;
+
+/// The slot a fence of `stream` takes if it is free, else the next free one
+/// after it (in a ring): calls join the fences of a few streams reading
+/// mostly one slot each, not every slot before theirs.
+#[inline(always)]
+fn home_slot(stream: u64) -> usize {
+    const _: () = assert!(SLOTS.is_power_of_two());
+    (stream.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOTS.trailing_zeros())) as usize
+}
 
 #[derive(Default)]
 struct Slot {
@@ -247,10 +257,12 @@ impl Fenced {
         let dev = self.rt.current_device();
         // a free slot (not OPEN: its fence was settled, under this lock):
         // stream and event first, then the state that makes them current
-        let slot = self
-            .slots
-            .iter()
-            .position(|sl| sl.state.load(Relaxed) & OPEN == 0);
+        // (the first from the stream's home slot on, where its calls look
+        // first: `join_slot`)
+        let home = home_slot(stream);
+        let slot = (0..SLOTS)
+            .map(|j| (home + j) % SLOTS)
+            .find(|&k| self.slots[k].state.load(Relaxed) & OPEN == 0);
         if let Some(k) = slot {
             let sl = &self.slots[k];
             let gen = sl.state.load(Relaxed).wrapping_add(GEN_ONE) & GEN_MASK;
@@ -272,9 +284,16 @@ impl Fenced {
     /// fence's event and the calls that named it now, if a slot holds an
     /// open fence of `stream` and nothing changed it meanwhile (see the
     /// module doc); None: ask the list.
+    /// (At most one slot is OPEN for a stream — `open` runs only for a
+    /// stream with no open fence, and `settle` clears OPEN before the
+    /// stream can open another — so the order the slots are read in
+    /// changes nothing but how many are read: from the stream's home slot
+    /// on, where `open` put its fence if that slot was free.)
     #[inline]
     fn join_slot(&self, stream: u64) -> Option<(u64, u32)> {
-        for sl in &self.slots {
+        let home = home_slot(stream);
+        for j in 0..SLOTS {
+            let sl = &self.slots[(home + j) % SLOTS];
             let s = sl.state.load(Acquire);
             if s & OPEN == 0 || sl.stream.load(Acquire) != stream {
                 continue;
@@ -733,5 +752,48 @@ mod tests {
                  but a call named it after its launch {p}"
             );
         }
+    }
+
+    /// Every fence in a slot is joined there, without the list's lock,
+    /// whatever its stream's home slot: streams sharing a home take the
+    /// free slots after it and their calls find them; a fence opened with
+    /// every slot taken is joined through the list.
+    #[test]
+    fn streams_sharing_a_home_slot_are_each_joined_in_their_slot() {
+        let rt: &'static Launches = Box::leak(Box::default());
+        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt)));
+        // half the slots' worth of streams with one home, the rest with the
+        // home after it (so those find it taken too)
+        let h0 = home_slot(1);
+        let mut streams: Vec<u64> = (1..)
+            .filter(|&s| home_slot(s) == h0)
+            .take(SLOTS / 2)
+            .collect();
+        streams.extend(
+            (1..)
+                .filter(|&s| home_slot(s) == (h0 + 1) % SLOTS)
+                .take(SLOTS - SLOTS / 2),
+        );
+        let evs: Vec<u64> = streams
+            .iter()
+            .map(|&s| {
+                let ev = rt.create_event().unwrap();
+                f.open(s, ev);
+                ev
+            })
+            .collect();
+        for n in 2..4 {
+            for (k, &s) in streams.iter().enumerate() {
+                assert_eq!(f.join_slot(s), Some((evs[k], n)), "stream {s}");
+            }
+        }
+        let extra = (1..).find(|s| !streams.contains(s)).unwrap();
+        let ev = rt.create_event().unwrap();
+        f.open(extra, ev);
+        assert_eq!(f.join_slot(extra), None);
+        assert_eq!(
+            f.take_closed_and_join(extra, &mut Vec::new()),
+            Some((ev, false))
+        );
     }
 }

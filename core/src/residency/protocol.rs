@@ -191,6 +191,33 @@ impl Residency {
             }
             Err(std::sync::TryLockError::Poisoned(_)) => return Err(E_ALLOC),
         };
+        // the common call: one chunk, in the VA entry the last call kept,
+        // resident with nothing to wait for (the general path's result, with
+        // none of its vectors)
+        if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite) {
+            return Ok(());
+        }
+        self.prepare_locked(st, tok, dev, class, ranges, overwrite, order, t0)
+    }
+
+    /// `prepare_in` under the lock, every call `prepare_one` does not take
+    /// (inlined: out of line, the calls that miss `prepare_one` — a memset
+    /// or copy outside the kept entry — paid a second call's frame and
+    /// arguments, +64 Ir per memset_sync call, against 4 Ir fewer per aclop
+    /// call).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn prepare_locked<'s>(
+        &'s self,
+        mut st: StGuard<'s>,
+        tok: &mut Token,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+        order: Order,
+        t0: &mut Option<u64>,
+    ) -> Result<(), AclError> {
         // every (chunk, range) the call covers, then merged per chunk: a
         // chunk is overwritten whole only if every range covering it does,
         // written if any does
@@ -520,6 +547,67 @@ impl Residency {
         Ok(())
     }
 
+    /// `prepare` of a call whose ranges (those not empty) all lie in one
+    /// chunk of the VA entry the last call kept (`Vas::kept`, not a real
+    /// handle), that chunk resident with nothing to move or wait for
+    /// (`prepare_resident`'s conditions), on a state with no lost device and
+    /// no read-once probe. Does exactly what the general path does for such
+    /// a call — the chunk's (overwritten whole, written) merged over the
+    /// ranges as `push_chunks` and the merge in `prepare_locked` do, then
+    /// `prepare_resident` of that one chunk — without the call's chunk
+    /// vector or a walk. false (and no change at all) for any other call:
+    /// the general path then decides.
+    #[inline(always)]
+    fn prepare_one(
+        &self,
+        st: &mut State,
+        tok: &mut Token,
+        dev: u32,
+        class: u8,
+        ranges: &[Range],
+        overwrite: bool,
+    ) -> bool {
+        let Some((start, id, len, false)) = st.vas.kept() else {
+            return false;
+        };
+        // the first range not empty names the chunk: [cs, ce) its bytes in
+        // the entry (a range in it covers no other chunk: `push_chunks`
+        // pushes only it, and the ranges after it merge into it)
+        let Some(k0) = ranges.iter().position(|r| r.len != 0) else {
+            return false;
+        };
+        let a0 = ranges[k0].addr;
+        if a0 < start {
+            return false;
+        }
+        let i = (a0 - start) / CHUNK;
+        if i > u32::MAX as u64 {
+            return false;
+        }
+        let cs = start + i * CHUNK;
+        let ce = cs.saturating_add(CHUNK).min(start.saturating_add(len));
+        // overwritten whole: a range that is exactly the chunk, a whole
+        // write (`overwrite`: every write of the call is); written: any write
+        let (mut whole, mut write) = (true, false);
+        for r in &ranges[k0..] {
+            if r.len == 0 {
+                continue;
+            }
+            let end = r.addr.saturating_add(r.len);
+            if r.addr < cs || end > ce || end <= r.addr {
+                return false;
+            }
+            if whole {
+                whole = (overwrite || r.whole) && r.write && r.addr == cs && end - cs == CHUNK;
+            }
+            write |= r.write;
+        }
+        if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
+            return false;
+        }
+        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)])
+    }
+
     /// `prepare` of a call none of whose chunks has anything to move or
     /// wait for: each in HBM, no copy-out of it in flight, no use of it on
     /// its device's copy-in stream (a copy-in maybe in flight) — exactly the
@@ -529,6 +617,7 @@ impl Residency {
     /// qualify or the call has more than `FAST_CHUNKS` chunks: the general
     /// path then decides. Not for a lost device or the read-once probe
     /// (the caller checks). true: done, `tok` filled.
+    #[inline(always)]
     fn prepare_resident(
         &self,
         st: &mut State,

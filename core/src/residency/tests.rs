@@ -3666,3 +3666,127 @@ fn the_event_pool_hands_out_its_oldest_complete_event_first() {
     assert_eq!(got, evs, "oldest first");
     assert!(st.free_events.is_empty());
 }
+
+/// LRU that records every call's keys and touches as the policy sees them.
+struct RecordingLru {
+    lru: crate::policy::Lru,
+    seen: &'static std::sync::Mutex<Vec<(Vec<u64>, Vec<Touch>)>>,
+}
+
+impl crate::policy::Placement for RecordingLru {
+    fn name(&self) -> &'static str {
+        "recording-lru"
+    }
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((keys.to_vec(), writes.to_vec()));
+        self.lru.on_access(now, class, keys, writes)
+    }
+    fn order(&self, now: u64, cands: &mut [crate::policy::Cand]) {
+        self.lru.order(now, cands)
+    }
+    fn predicts(&self, now: u64, key: u64, w: u64) -> bool {
+        self.lru.predicts(now, key, w)
+    }
+}
+
+/// Calls on resident chunks of one allocation — most in one chunk of the
+/// VA entry the previous call kept (`prepare_one`'s calls), some spanning
+/// chunks or allocations (the general path) — hand the policy, for each
+/// chunk, exactly: written if any range writes it, overwritten whole only
+/// if every range covering it writes all of it whole (`Range::whole`, or
+/// every write of a copy: `overwrite`); empty ranges touch nothing.
+#[test]
+fn calls_on_resident_chunks_touch_each_chunk_as_its_ranges_say() {
+    static SEEN: std::sync::Mutex<Vec<(Vec<u64>, Vec<Touch>)>> = std::sync::Mutex::new(Vec::new());
+    let a = App::with_policy(
+        16,
+        Box::new(RecordingLru {
+            lru: crate::policy::Lru::new(),
+            seen: &SEEN,
+        }),
+    );
+    let x = a.malloc(4 * CHUNK);
+    let y = a.malloc(CHUNK);
+    let s = a.f.app_stream();
+    let rg = |addr, len, write, whole| Range {
+        addr,
+        len,
+        write,
+        whole,
+    };
+    let c1 = x + CHUNK;
+    let cases: Vec<Vec<Range>> = vec![
+        vec![rg(c1, CHUNK, true, true)],
+        vec![rg(c1, CHUNK, true, false)],
+        vec![rg(c1, CHUNK, false, true)],
+        vec![rg(c1 + 64, 64, false, false), rg(c1, CHUNK, true, true)],
+        vec![rg(c1, CHUNK, true, true), rg(c1 + 64, 64, false, false)],
+        vec![rg(c1, CHUNK, true, true), rg(c1, CHUNK, true, true)],
+        vec![rg(c1, CHUNK, true, true), rg(c1 + 8, CHUNK - 8, true, true)],
+        vec![rg(c1, CHUNK - 1, true, true)],
+        vec![rg(c1 + 1, CHUNK - 1, true, true)],
+        vec![rg(c1, 0, true, true), rg(c1 + 4096, 64, true, false)],
+        vec![
+            rg(c1 + 64, 64, false, false),
+            rg(c1 + 128, 64, false, false),
+            rg(c1 + 4096, 0, false, false),
+            rg(c1 + 192, 64, true, false),
+        ],
+        vec![rg(x + 3 * CHUNK, CHUNK, true, true)],
+        vec![rg(x + 3 * CHUNK + 100, 64, false, false)],
+        vec![rg(c1 + CHUNK - 64, 128, true, false)],
+        vec![rg(c1, 64, false, false), rg(c1 + CHUNK, 64, true, false)],
+        vec![rg(c1, 2 * CHUNK, true, true)],
+        vec![rg(c1 + 64, 64, true, false), rg(y, CHUNK, true, true)],
+        vec![rg(y, CHUNK, true, true)],
+        vec![rg(c1, CHUNK, true, true), rg(y, 64, false, false)],
+        vec![rg(x, 64, false, false), rg(x, CHUNK, true, false)],
+    ];
+    // the same calls, in the same order, twice (each allocation's entry
+    // kept by the call before from the second call on)
+    for overwrite in [false, true, false] {
+        for (k, rs) in cases.iter().enumerate() {
+            // what the policy must see: each chunk any range covers, in
+            // address order
+            let mut want: Vec<(u64, Touch)> = Vec::new();
+            for (base, chunks) in [(x, 4), (y, 1)] {
+                for c in 0..chunks {
+                    let cs = base + c * CHUNK;
+                    let cover: Vec<&Range> = rs
+                        .iter()
+                        .filter(|r| r.len > 0 && r.addr < cs + CHUNK && r.addr + r.len > cs)
+                        .collect();
+                    if cover.is_empty() {
+                        continue;
+                    }
+                    let write = cover.iter().any(|r| r.write);
+                    let whole = cover.iter().all(|r| {
+                        (overwrite || r.whole)
+                            && r.write
+                            && r.addr <= cs
+                            && r.addr + r.len >= cs + CHUNK
+                    });
+                    want.push((cs, Touch::new(write, whole)));
+                }
+            }
+            SEEN.lock().unwrap().clear();
+            let tok =
+                a.r.prepare(0, OpClass::Layout as u8, rs, overwrite, Order::Stream(s))
+                    .expect("prepare");
+            a.r.finish(tok, Some(s), true);
+            let seen = std::mem::take(&mut *SEEN.lock().unwrap());
+            assert_eq!(seen.len(), 1, "case {k} overwrite {overwrite}");
+            let got: Vec<(u64, Touch)> = seen[0]
+                .0
+                .iter()
+                .copied()
+                .zip(seen[0].1.iter().copied())
+                .collect();
+            assert_eq!(got, want, "case {k} overwrite {overwrite}: {rs:?}");
+        }
+    }
+    a.assert_clean();
+}
