@@ -2466,32 +2466,38 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
         a.assert_clean();
         got
     };
-    // x idle, predicted at 1000 (the busy front at 1075): x leaves, no wait
-    assert_eq!(
-        run(1000, true),
-        (true, false, false),
-        "x near the front: taken"
-    );
-    // x idle but needed at 200, a copy-in in flight: the fault-in waits for
-    // the copy-in, then x leaves; the front's operator is still queued
-    assert_eq!(
-        run(200, true),
-        (true, false, false),
-        "x needed soon, a copy-in in flight: taken after it, no drain"
-    );
-    // the same with the link idle: x leaves, no wait
-    assert_eq!(
-        run(200, false),
-        (true, false, false),
-        "x needed soon, the link idle: taken"
-    );
-    // every idle one needed inside the look-ahead window, a copy-in in
-    // flight: the fault-in waits for the front's use, and the front leaves
-    assert_eq!(
-        run(0, true),
-        (false, true, true),
-        "x needed within the window: kept, the front waited for"
-    );
+    // (x's next use, a copy-in in flight) -> (front, x, the operator ran)
+    let cases = [
+        // x predicted at 1000 (the busy front at 1075): x leaves, no wait
+        (
+            (1000, true),
+            (true, false, false),
+            "x near the front: taken",
+        ),
+        // x needed at 200: the fault-in waits for the copy-in, then x
+        // leaves; the front's operator is still queued
+        (
+            (200, true),
+            (true, false, false),
+            "x needed soon, a copy-in in flight: taken after it, no drain",
+        ),
+        // the same with the link idle: x leaves, no wait
+        (
+            (200, false),
+            (true, false, false),
+            "x needed soon, the link idle: taken",
+        ),
+        // every idle one needed inside the look-ahead window: the fault-in
+        // waits for the front's use, and the front leaves
+        (
+            (0, true),
+            (false, true, true),
+            "x needed within the window: kept, the front waited for",
+        ),
+    ];
+    for ((x_next, busy_link), want, what) in cases {
+        assert_eq!(run(x_next, busy_link), want, "{what}");
+    }
 }
 
 /// Makes device 0's latest copy-in read as in flight (`Dev::last_in`): an
