@@ -52,6 +52,14 @@ pub(super) type Need = (u64, u32, bool);
 /// its copy-in). A chunk equal to the last one pushed is merged into it (whole
 /// only if both are, written if either is); `sorted` turns false when a
 /// chunk comes before the last one pushed.
+/// Whether range `r`, covering [lo, hi), overwrites the chunk starting at
+/// `cs` whole: it covers all of it, and the call writes it whole (`r.whole`)
+/// or every write of the call is whole (`overwrite`: a copy or memset).
+#[inline(always)]
+fn writes_whole(r: &Range, overwrite: bool, lo: u64, hi: u64, cs: u64) -> bool {
+    (overwrite || r.whole) && r.write && lo <= cs && hi >= cs + CHUNK
+}
+
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn push_chunks(
@@ -68,8 +76,7 @@ fn push_chunks(
     let hi = end.min(start + len) - start;
     for i in lo / CHUNK..hi.div_ceil(CHUNK) {
         let cs = i * CHUNK;
-        // (a range the call writes whole, or every write of a copy or memset)
-        let whole = (overwrite || r.whole) && r.write && lo <= cs && hi >= cs + CHUNK;
+        let whole = writes_whole(r, overwrite, lo, hi, cs);
         let i = i as u32;
         if let Some(k) = all.last_mut() {
             if (k.0, k.1) == (id, i) {
@@ -193,31 +200,13 @@ impl Residency {
         };
         // the common call: one chunk, in the VA entry the last call kept,
         // resident with nothing to wait for (the general path's result, with
-        // none of its vectors)
+        // none of its vectors). The general path stays here, in this frame:
+        // out of line, the calls that miss `prepare_one` (a memset or copy
+        // outside the kept entry) paid a second call's frame and arguments,
+        // +64 Ir per memset_sync call, against 4 Ir fewer per aclop call.
         if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite) {
             return Ok(());
         }
-        self.prepare_locked(st, tok, dev, class, ranges, overwrite, order, t0)
-    }
-
-    /// `prepare_in` under the lock, every call `prepare_one` does not take
-    /// (inlined: out of line, the calls that miss `prepare_one` — a memset
-    /// or copy outside the kept entry — paid a second call's frame and
-    /// arguments, +64 Ir per memset_sync call, against 4 Ir fewer per aclop
-    /// call).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn prepare_locked<'s>(
-        &'s self,
-        mut st: StGuard<'s>,
-        tok: &mut Token,
-        dev: u32,
-        class: u8,
-        ranges: &[Range],
-        overwrite: bool,
-        order: Order,
-        t0: &mut Option<u64>,
-    ) -> Result<(), AclError> {
         // every (chunk, range) the call covers, then merged per chunk: a
         // chunk is overwritten whole only if every range covering it does,
         // written if any does
@@ -553,7 +542,7 @@ impl Residency {
     /// (`prepare_resident`'s conditions), on a state with no lost device and
     /// no read-once probe. Does exactly what the general path does for such
     /// a call — the chunk's (overwritten whole, written) merged over the
-    /// ranges as `push_chunks` and the merge in `prepare_locked` do, then
+    /// ranges as `push_chunks` and the merge in `prepare_in` do, then
     /// `prepare_resident` of that one chunk — without the call's chunk
     /// vector or a walk. false (and no change at all) for any other call:
     /// the general path then decides.
@@ -586,8 +575,8 @@ impl Residency {
         }
         let cs = start + i * CHUNK;
         let ce = cs.saturating_add(CHUNK).min(start.saturating_add(len));
-        // overwritten whole: a range that is exactly the chunk, a whole
-        // write (`overwrite`: every write of the call is); written: any write
+        // overwritten whole if every range is (`writes_whole`: in [cs, ce),
+        // it must be the whole chunk); written if any range writes
         let (mut whole, mut write) = (true, false);
         for r in &ranges[k0..] {
             if r.len == 0 {
@@ -597,11 +586,10 @@ impl Residency {
             if r.addr < cs || end > ce || end <= r.addr {
                 return false;
             }
-            if whole {
-                whole = (overwrite || r.whole) && r.write && r.addr == cs && end - cs == CHUNK;
-            }
+            whole = whole && writes_whole(r, overwrite, r.addr, end, cs);
             write |= r.write;
         }
+        // (asked last: a call that misses here asks again on the general path)
         if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
             return false;
         }
