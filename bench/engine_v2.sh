@@ -160,6 +160,11 @@ def run(name, cmd, env, tier=False, by_thread=False):
             rec[k] = {}
     if rec["rc"] != 0:
         log("%s failed (rc %d): %s" % (name, rec["rc"], open(path + ".err").read()[-400:]))
+    rt = {k: rec["stats"].get(k, 0) for k in ("query_giveups", "wait_parks")}
+    if any(rt.values()):
+        # the simulated figures then depend on how the machine scheduled it
+        log("WARNING %s: the simulator answered by real time (%s): its simulated figures may "
+            "not reproduce" % (name, ", ".join("%s %d" % kv for kv in rt.items())))
     return rec
 
 def fmt_b(b):

@@ -131,6 +131,11 @@ def load(name):
     st = rec["stats"] or {}
     rec["sim_ns"] = st.get("sim_ns")
     rec["mmu"] = st.get("mmu_faults", 0)
+    rt = {k: st.get(k, 0) for k in ("query_giveups", "wait_parks")}
+    if any(rt.values()):
+        # the simulated figures then depend on how the machine scheduled it
+        log("WARNING %s: the simulator answered by real time (%s): its simulated figures may "
+            "not reproduce" % (name, ", ".join("%s %d" % kv for kv in rt.items())))
     return rec
 
 def ok(r):

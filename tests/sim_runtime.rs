@@ -127,6 +127,22 @@ fn events_order_streams_and_carry_simulated_time() {
     assert!(r.stat_u64(&["sim_ns"]) > 0);
     assert_eq!(r.stat_u64(&["memsets"]), 1);
     assert_eq!(r.stat_u64(&["copy_bytes", "D2D"]), 8 << 20);
+    // answered by the simulated clock only: nothing waited a second
+    assert_eq!(r.stat_u64(&["query_giveups"]), 0);
+    assert_eq!(r.stat_u64(&["wait_parks"]), 0);
+}
+
+/// The two answers that depend on real time are counted, so a benchmark
+/// can tell a figure that may not reproduce (`bench/engine_v2.sh` and
+/// `bench/tiering.sh` warn): a query that waited a second for a device
+/// making no progress (NOT_READY), and a stream wait parked after a second.
+#[test]
+fn answers_given_by_real_time_are_counted() {
+    let r = run("rtcheck", &["realtime"], &[]).must_succeed();
+    assert_eq!(code(&r, "query_while_stuck"), 0); // NOT_READY
+    assert_eq!(code(&r, "query_after_sync"), 1); // COMPLETE
+    assert_eq!(r.stat_u64(&["query_giveups"]), 1, "{}", r.stats);
+    assert_eq!(r.stat_u64(&["wait_parks"]), 1, "{}", r.stats);
 }
 
 #[test]

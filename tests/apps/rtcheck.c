@@ -161,6 +161,33 @@ static int events(void) {
     return 0;
 }
 
+/* The simulator's two real-time rules, counted in its statistics: stream B
+ * waits on an event whose record on stream A sits behind a host function
+ * that runs 2.5 s of real time; a query of B's later event waits for the
+ * device, which makes no progress, and answers NOT_READY after a second
+ * (query_giveups); B's wait parks after a second (wait_parks). */
+static int realtime(void) {
+    init_dev(0);
+    aclrtStream a, b;
+    ACL_CHECK(aclrtCreateStream(&a));
+    ACL_CHECK(aclrtCreateStream(&b));
+    aclrtEvent on_a, on_b;
+    ACL_CHECK(aclrtCreateEvent(&on_a));
+    ACL_CHECK(aclrtCreateEvent(&on_b));
+    ACL_CHECK(aclrtLaunchHostFunc(a, sleep_ms, (void *)(uintptr_t)2500));
+    ACL_CHECK(aclrtRecordEvent(on_a, a));
+    ACL_CHECK(aclrtStreamWaitEvent(b, on_a));
+    ACL_CHECK(aclrtRecordEvent(on_b, b));
+    aclrtEventRecordedStatus es;
+    ACL_CHECK(aclrtQueryEventStatus(on_b, &es));
+    printf("query_while_stuck=%d\n", (int)es);
+    ACL_CHECK(aclrtSynchronizeStream(b));
+    ACL_CHECK(aclrtQueryEventStatus(on_b, &es));
+    printf("query_after_sync=%d\n", (int)es);
+    ACL_CHECK(aclFinalize());
+    return 0;
+}
+
 /* Calls each fault-injection site twice; ACLSIM_FAULTS decides which fail. */
 static int faults(void) {
     init_dev(0);
@@ -251,12 +278,13 @@ static int phantom(void) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc != 2) app_die(3, "usage: rtcheck errors|capacity|race|events|faults|lose|mmu|phantom");
+    if (argc != 2) app_die(3, "usage: rtcheck errors|capacity|race|events|realtime|faults|lose|mmu|phantom");
     const char *s = argv[1];
     if (!strcmp(s, "errors")) return errors();
     if (!strcmp(s, "capacity")) return capacity();
     if (!strcmp(s, "race")) return race();
     if (!strcmp(s, "events")) return events();
+    if (!strcmp(s, "realtime")) return realtime();
     if (!strcmp(s, "faults")) return faults();
     if (!strcmp(s, "lose")) return lose();
     if (!strcmp(s, "mmu")) return mmu();

@@ -751,6 +751,8 @@ void sim_write_stats(void) {
     fprintf(f, "  \"mmu_faults\": %llu,\n  \"failed_allocs\": %llu,\n  \"injected_faults\": %llu,\n",
             (unsigned long long)g_stat[ST_MMU_FAULTS], (unsigned long long)g_stat[ST_FAILED_ALLOCS],
             (unsigned long long)g_stat[ST_INJECTED]);
+    fprintf(f, "  \"query_giveups\": %llu, \"wait_parks\": %llu,\n",
+            (unsigned long long)g_stat[ST_QUERY_GIVEUPS], (unsigned long long)g_stat[ST_WAIT_PARKS]);
     static const char *kinds[4] = {"H2H", "H2D", "D2H", "D2D"};
     fprintf(f, "  \"copy_bytes\": {");
     for (int k = 0; k < 4; k++)

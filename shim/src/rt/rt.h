@@ -85,6 +85,13 @@ enum { ST_OPS, ST_HCCL_OPS, ST_MEMSETS, ST_MMU_FAULTS, ST_FAILED_ALLOCS, ST_INJE
        /* managed memory */
        ST_MG_MIGRATED, ST_MG_REMOTE, ST_MG_PREFETCHES, ST_MG_PREFETCH_BYTES, ST_MG_ADVISES,
        ST_MG_ADVISE_BYTES,
+       /* event queries answered "not ready" because the device made no
+        * progress for a second of real time (event_ready_locked): the one
+        * answer that depends on real time, not on the simulated clock */
+       ST_QUERY_GIVEUPS,
+       /* stream waits parked after a second of real time with their record
+        * not run (run_item): other streams' items may then go first */
+       ST_WAIT_PARKS,
        ST_NCOUNTERS };
 enum { SIM_LC_OP = 0, SIM_LC_COPY, SIM_LC_MEMSET, SIM_LC_COLL };   /* offsets from ST_HM_RD_OP / ST_HM_WR_OP */
 extern atomic_ullong g_stat[ST_NCOUNTERS];

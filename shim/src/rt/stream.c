@@ -285,6 +285,7 @@ static aclError run_item(sim_stream *s, sim_node *n, int skip) {
                 while (e->ev->done_gen < e->gen)
                     if (pthread_cond_timedwait(&e->ev->cv, &g_lock, &dl) == ETIMEDOUT) break;
                 if (e->ev->done_gen < e->gen) {
+                    atomic_fetch_add(&g_stat[ST_WAIT_PARKS], 1);
                     pthread_mutex_unlock(&g_lock);
                     park(s, PARK_EVWAIT);
                     pthread_mutex_lock(&g_lock);
@@ -842,6 +843,7 @@ ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamSta
                 idle_waits = 0;
             } else if (++idle_waits > 200) {
                 ready = 0;
+                atomic_fetch_add(&g_stat[ST_QUERY_GIVEUPS], 1);
             }
         }
     }
@@ -1063,6 +1065,7 @@ static int event_ready_locked(sim_event *ev) {
             last = now;
         } else if ((now.tv_sec - last.tv_sec) * 1000 + (now.tv_nsec - last.tv_nsec) / 1000000 > 1000) {
             ready = 0;
+            atomic_fetch_add(&g_stat[ST_QUERY_GIVEUPS], 1);
         }
     }
     if (ready) {
