@@ -18,16 +18,58 @@ use crate::policy::Touch;
 use crate::shm::layout::stall_bucket;
 
 /// A call in progress: the chunks it pinned and whether it writes each.
+/// A call of one chunk (the common call: `prepare_resident`) holds it
+/// inline (`one`), with no vector taken from the pool and given back; any
+/// other holds its chunks in `list` and `list_writes`.
 #[derive(Default)]
 pub struct Token {
-    pub(super) chunks: Vec<(u64, u32)>,
-    pub(super) writes: Vec<Touch>,
+    /// `one_chunk` and `one_write` hold the call's only chunk.
+    one: bool,
+    one_chunk: [(u64, u32); 1],
+    one_write: [Touch; 1],
+    list: Vec<(u64, u32)>,
+    list_writes: Vec<Touch>,
 }
 
 impl Token {
     /// Whether the call touches managed memory at all.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        !self.one && self.list.is_empty()
+    }
+
+    /// The chunks pinned: (backing id, index).
+    #[inline(always)]
+    pub(super) fn chunks(&self) -> &[(u64, u32)] {
+        if self.one {
+            &self.one_chunk
+        } else {
+            &self.list
+        }
+    }
+
+    /// How the call touches each chunk of `chunks`.
+    #[inline(always)]
+    pub(super) fn writes(&self) -> &[Touch] {
+        if self.one {
+            &self.one_write
+        } else {
+            &self.list_writes
+        }
+    }
+
+    /// Whether it holds a buffer of its own (the pool's: `finish_in` gives
+    /// them back).
+    #[inline(always)]
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.list.capacity() != 0 || self.list_writes.capacity() != 0
+    }
+
+    /// Empties it (buffers kept).
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.one = false;
+        self.list.clear();
+        self.list_writes.clear();
     }
 }
 
@@ -155,8 +197,7 @@ impl Residency {
         let mut t0 = None;
         let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0);
         if r.is_err() {
-            tok.chunks.clear();
-            tok.writes.clear();
+            tok.clear();
         }
         (r, t0.map(|t| crate::shm::mono_ns().saturating_sub(t)))
     }
@@ -165,8 +206,8 @@ impl Residency {
     /// else one finished calls gave back (no allocation per call).
     #[inline(always)]
     fn pooled_token(st: &mut State, tok: &mut Token) {
-        debug_assert!(tok.chunks.is_empty() && tok.writes.is_empty());
-        if tok.chunks.capacity() == 0 && tok.writes.capacity() == 0 {
+        debug_assert!(tok.is_empty());
+        if !tok.holds_buffers() {
             if let Some(t) = st.tokens.pop() {
                 // the token replaced owns no memory: nothing to drop (an
                 // out-of-line drop call otherwise, on every call's path)
@@ -304,8 +345,8 @@ impl Residency {
         Self::pooled_token(&mut st, tok);
         for &(id, i, whole, write) in &all {
             need.push((id, i, whole));
-            tok.chunks.push((id, i));
-            tok.writes.push(Touch::new(write, whole));
+            tok.list.push((id, i));
+            tok.list_writes.push(Touch::new(write, whole));
         }
         st.call_chunks = all;
         // nothing runs on a lost device (checked only once one is lost)
@@ -341,7 +382,7 @@ impl Residency {
             }
         }
         if absent {
-            if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
+            if let Err(o) = self.check_fits(&st, dev, &tok.list) {
                 if !self.host_map {
                     self.refuse_oversize(o);
                     return Err(E_ALLOC);
@@ -392,7 +433,7 @@ impl Residency {
             let r = match over {
                 None if absent && self.read_once != ReadOnce::Off => {
                     let map = self.read_once_maps(&st);
-                    match self.map_streams(&mut st, dev, &need, &tok.writes, map) {
+                    match self.map_streams(&mut st, dev, &need, &tok.list_writes, map) {
                         Ok((mapped, reads)) => {
                             stream_reads = reads;
                             let rest: Vec<Need> = need
@@ -509,26 +550,26 @@ impl Residency {
         }
         st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
-        st.touches += tok.chunks.len() as u64;
+        st.touches += tok.list.len() as u64;
         let clock = st.clock;
         st.call_need = need;
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
         let mut hits = 0;
         let hbm_chunks = st.dev(dev).capacity / CHUNK;
-        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
+        for (k, &(id, i)) in tok.list.iter().enumerate() {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
-                    hits += note_use(c, clock, touches, tok.writes[k].writes(), hbm_chunks);
+                    hits += note_use(c, clock, touches, tok.list_writes[k].writes(), hbm_chunks);
                 }
             }
         }
         if hits != 0 {
             self.c.prefetch_hits.fetch_add(hits, Relaxed);
         }
-        if keys.len() == tok.writes.len() {
-            self.policy.on_access(clock, class, &keys, &tok.writes);
+        if keys.len() == tok.list_writes.len() {
+            self.policy.on_access(clock, class, &keys, &tok.list_writes);
         }
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.dev_mut(dev).order.note_touched(&keys);
@@ -635,19 +676,25 @@ impl Residency {
             found[k] = c;
         }
         st.stall_from = None;
-        Self::pooled_token(st, tok);
+        // one chunk: held in the token itself; more: in the pool's vectors
+        if let [(id, i, whole, write)] = *all {
+            tok.one = true;
+            tok.one_chunk = [(id, i)];
+            tok.one_write = [Touch::new(write, whole)];
+        } else {
+            Self::pooled_token(st, tok);
+            for &(id, i, whole, write) in all {
+                tok.list.push((id, i));
+                tok.list_writes.push(Touch::new(write, whole));
+            }
+        }
         st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
         st.touches += all.len() as u64;
         let clock = st.clock;
         let hbm_chunks = st.devs[dev_index(dev)].capacity / CHUNK;
-        let mut keys = std::mem::take(&mut st.call_keys);
-        keys.clear();
         let mut hits = 0;
-        for (k, &(id, i, whole, write)) in all.iter().enumerate() {
-            tok.chunks.push((id, i));
-            tok.writes.push(Touch::new(write, whole));
-            keys.push(keys_of[k]);
+        for (k, &(_, _, _, write)) in all.iter().enumerate() {
             // SAFETY: `found[k]` points into a backing's chunk vector, found
             // above under this same lock; nothing since has touched
             // `st.backings` (only other fields of the state), so it is live
@@ -658,10 +705,11 @@ impl Residency {
         if hits != 0 {
             self.c.prefetch_hits.fetch_add(hits, Relaxed);
         }
-        self.policy.on_access(clock, class, &keys, &tok.writes);
+        // the policy keys, in the chunks' order (as `tok.writes()`)
+        let keys = &keys_of[..all.len()];
+        self.policy.on_access(clock, class, keys, tok.writes());
         // the kept victim order re-keys them before its next eviction (evict.rs)
-        st.devs[dev_index(dev)].order.note_touched(&keys);
-        st.call_keys = keys;
+        st.devs[dev_index(dev)].order.note_touched(keys);
         true
     }
 
@@ -696,7 +744,7 @@ impl Residency {
     /// [`finish`](Self::finish) of the caller's token, in place; `tok` is
     /// left empty (its buffers back in the pool when it has room).
     pub fn finish_in(&self, tok: &mut Token, stream: Option<u64>, ok: bool) {
-        if tok.chunks.is_empty() {
+        if tok.is_empty() {
             return;
         }
         let Ok(mut st) = self.st.lock() else { return };
@@ -715,7 +763,8 @@ impl Residency {
         };
         // chunks that name the fence now (one that already did changes no count)
         let mut named = 0u32;
-        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
+        let writes = tok.writes();
+        for (k, &(id, i)) in tok.chunks().iter().enumerate() {
             let mut stale = None;
             let mut old = None;
             let mut dev = 0;
@@ -727,7 +776,7 @@ impl Residency {
             {
                 dev = d;
                 c.pins = c.pins.saturating_sub(1);
-                if ok && tok.writes[k].writes() {
+                if ok && writes[k].writes() {
                     c.dirty = true;
                     stale = c.host.take();
                 }
@@ -775,10 +824,14 @@ impl Residency {
         }
         // the call is queued: start the copy-ins the next calls will need
         if ok {
-            self.look_ahead_after(&mut st, &tok.chunks);
+            self.look_ahead_after(&mut st, tok.chunks());
         }
-        tok.chunks.clear();
-        tok.writes.clear();
+        if tok.one {
+            tok.one = false;
+            return;
+        }
+        tok.list.clear();
+        tok.list_writes.clear();
         if st.tokens.len() < 64 {
             st.tokens.push(std::mem::take(tok));
         }
@@ -1050,7 +1103,7 @@ impl Residency {
             Order::Host,
         )?;
         if let Ok(mut st) = self.st.lock() {
-            for &(id, _) in &tok.chunks {
+            for &(id, _) in tok.chunks() {
                 if let Some(b) = st.backings.get_mut(&id) {
                     b.pinned = true;
                 }

@@ -52,10 +52,7 @@ impl Token {
     /// forgotten inline, there being nothing to free; any other is dropped.
     #[inline]
     pub fn release(self) {
-        if self.tok.chunks.capacity() == 0
-            && self.tok.writes.capacity() == 0
-            && self.more.capacity() == 0
-        {
+        if !self.tok.holds_buffers() && self.more.capacity() == 0 {
             std::mem::forget(self);
         }
     }

@@ -1735,9 +1735,9 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .expect("prepare");
         let mut v: Vec<(u64, u32, bool)> = tok
             .tok
-            .chunks
+            .chunks()
             .iter()
-            .zip(&tok.tok.writes)
+            .zip(tok.tok.writes())
             .map(|(&(id, i), &w)| (id, i, w.writes()))
             .collect();
         app.r.finish(tok, None, true);
@@ -1986,7 +1986,7 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
         .prepare(1, OpClass::Layout as u8, &rs, false, Order::Stream(s))
         .expect("prepare");
     assert_eq!(
-        (tok.tok.chunks.len(), tok.more.len()),
+        (tok.tok.chunks().len(), tok.more.len()),
         (1, 1),
         "one chunk per device"
     );
