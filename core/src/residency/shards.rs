@@ -47,14 +47,14 @@ pub struct Token {
 }
 
 impl Token {
-    /// Lets go of a token: one holding no buffer (what `finish_in` leaves
-    /// when the pool takes its buffers back: every call's case) is
-    /// forgotten inline, there being nothing to free; any other is dropped.
+    /// Whether it holds no buffer (what `finish_in` leaves when the pool
+    /// takes its buffers back, or the call had one chunk: every call's
+    /// case): then it can be forgotten, there being nothing to free. The
+    /// caller tests its own token in place (`release(self)` copied the
+    /// whole token to test the copy, on every call's path).
     #[inline]
-    pub fn release(self) {
-        if !self.tok.holds_buffers() && self.more.capacity() == 0 {
-            std::mem::forget(self);
-        }
+    pub fn holds_nothing(&self) -> bool {
+        !self.tok.holds_buffers() && self.more.capacity() == 0
     }
 
     /// Whether the call touches managed memory at all.
