@@ -762,55 +762,16 @@ impl Residency {
             _ => (None, false),
         };
         // chunks that name the fence now (one that already did changes no count)
-        let mut named = 0u32;
-        let writes = tok.writes();
-        for (k, &(id, i)) in tok.chunks().iter().enumerate() {
-            let mut stale = None;
-            let mut old = None;
-            let mut dev = 0;
-            let mut unfilled = false;
-            if let Some((d, c)) = st
-                .backings
-                .get_mut(&id)
-                .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?)))
-            {
-                dev = d;
-                c.pins = c.pins.saturating_sub(1);
-                if ok && writes[k].writes() {
-                    c.dirty = true;
-                    stale = c.host.take();
-                }
-                if c.unfilled && (ok || c.pins == 0) {
-                    c.unfilled = false;
-                    if !ok {
-                        unfilled = true;
-                    }
-                }
-                if let (Some(e), Some(s)) = (ev, stream) {
-                    if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
-                        if u.1 != e {
-                            old = Some(u.1);
-                            u.1 = e;
-                            named += 1;
-                        }
-                    } else {
-                        c.uses.push((s, e));
-                        named += 1;
-                    }
-                }
+        let named = if tok.one {
+            // one chunk (the common call): no slices, no loop
+            self.finish_chunk(&mut st, tok.one_chunk[0], tok.one_write[0], ok, ev, stream)
+        } else {
+            let mut named = 0u32;
+            for (&c, &w) in tok.list.iter().zip(&tok.list_writes) {
+                named += self.finish_chunk(&mut st, c, w, ok, ev, stream);
             }
-            if let Some(h) = stale {
-                st.pending_free.push((dev, h));
-            }
-            if unfilled {
-                // the call failed before writing it: back to its host copy
-                self.unfilled_back(&mut st, id, i);
-            }
-            if let Some(o) = old {
-                // never the fence itself: it holds its opening reference
-                st.unref_event(o);
-            }
-        }
+            named
+        };
         if let (Some(e), true) = (ev, named > 0) {
             *st.event_refs.entry(e).or_insert(0) += named;
         }
@@ -835,6 +796,69 @@ impl Residency {
         if st.tokens.len() < 64 {
             st.tokens.push(std::mem::take(tok));
         }
+    }
+
+    /// `finish_in` of one chunk of the call, (backing id, index), touched
+    /// as `w` says: its pin goes; on success a write makes it dirty (its
+    /// host copy stale) and the chunk names `ev` on `stream`. Returns 1 when
+    /// it names `ev` now and did not before (a reference to count), else 0.
+    #[inline(always)]
+    fn finish_chunk(
+        &self,
+        st: &mut State,
+        (id, i): (u64, u32),
+        w: Touch,
+        ok: bool,
+        ev: Option<u64>,
+        stream: Option<u64>,
+    ) -> u32 {
+        let mut named = 0;
+        let mut stale = None;
+        let mut old = None;
+        let mut dev = 0;
+        let mut unfilled = false;
+        if let Some((d, c)) = st
+            .backings
+            .get_mut(&id)
+            .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?)))
+        {
+            dev = d;
+            c.pins = c.pins.saturating_sub(1);
+            if ok && w.writes() {
+                c.dirty = true;
+                stale = c.host.take();
+            }
+            if c.unfilled && (ok || c.pins == 0) {
+                c.unfilled = false;
+                if !ok {
+                    unfilled = true;
+                }
+            }
+            if let (Some(e), Some(s)) = (ev, stream) {
+                if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
+                    if u.1 != e {
+                        old = Some(u.1);
+                        u.1 = e;
+                        named = 1;
+                    }
+                } else {
+                    c.uses.push((s, e));
+                    named = 1;
+                }
+            }
+        }
+        if let Some(h) = stale {
+            st.pending_free.push((dev, h));
+        }
+        if unfilled {
+            // the call failed before writing it: back to its host copy
+            self.unfilled_back(st, id, i);
+        }
+        if let Some(o) = old {
+            // never the fence itself: it holds its opening reference
+            st.unref_event(o);
+        }
+        named
     }
 
     /// The use fence a call on `stream` names (fence.rs): the stream's open
