@@ -234,6 +234,7 @@ impl Engine {
             ranges,
             overwrite,
             order,
+            here,
         );
         // the time calls spend in u3m before they can run (the stall
         // account): waiting for the residency lock, for fault-ins, for

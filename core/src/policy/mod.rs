@@ -98,6 +98,21 @@ pub trait Placement: Send + Sync {
     /// logical time `now`; `touch[k]` says how it touched `keys[k]`.
     fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]);
 
+    /// [`on_access`](Self::on_access) by a thread that looked up its
+    /// `LAST` already (`here`: perthread.rs, this thread's; None: not looked
+    /// up): [`Buffered`] finds its buffer through it with no thread-local
+    /// look-up of its own. The same call as `on_access` (the default).
+    fn on_access_here(
+        &self,
+        _here: Option<crate::perthread::Here>,
+        now: u64,
+        class: u8,
+        keys: &[u64],
+        writes: &[Touch],
+    ) {
+        self.on_access(now, class, keys, writes)
+    }
+
     /// Calls `on_access` would get one by one, in this order (the
     /// per-thread buffers of [`Buffered`] hand them over so): a policy
     /// with a lock may take it once for all of them. The result must be

@@ -14,6 +14,7 @@ use crate::acl::AclError;
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
+use crate::perthread::Here;
 use crate::policy::Touch;
 use crate::shm::layout::stall_bucket;
 
@@ -172,7 +173,7 @@ impl Residency {
         order: Order,
     ) -> Result<Token, AclError> {
         let mut tok = Token::default();
-        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, None)
             .0
             .map(|()| tok)
     }
@@ -183,8 +184,11 @@ impl Residency {
     /// moment it had to wait for the residency lock, found a chunk to move
     /// or wait for, or a copy-in in flight to wait for, to its end. None
     /// when it met none of these — the common call, which then reads no
-    /// clock. On an error `tok` is left empty (nothing pinned).
+    /// clock. On an error `tok` is left empty (nothing pinned). `here`: the
+    /// calling thread's `LAST` if looked up already (perthread.rs), for the
+    /// policy's `on_access_here`.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn prepare_timed(
         &self,
         tok: &mut Token,
@@ -193,9 +197,10 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         let mut t0 = None;
-        let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0);
+        let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0, here);
         if r.is_err() {
             tok.clear();
         }
@@ -226,6 +231,7 @@ impl Residency {
         overwrite: bool,
         order: Order,
         t0: &mut Option<u64>,
+        here: Option<Here>,
     ) -> Result<(), AclError> {
         if !self.may_be_managed(ranges) {
             // nothing u3m manages (small allocations, host memory): no lock
@@ -245,7 +251,7 @@ impl Residency {
         // out of line, the calls that miss `prepare_one` (a memset or copy
         // outside the kept entry) paid a second call's frame and arguments,
         // +64 Ir per memset_sync call, against 4 Ir fewer per aclop call.
-        if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite) {
+        if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite, here) {
             return Ok(());
         }
         // every (chunk, range) the call covers, then merged per chunk: a
@@ -335,7 +341,7 @@ impl Residency {
         // the common call: every chunk in HBM, nothing in flight for it
         if !self.lost_any.load(Relaxed)
             && self.read_once != ReadOnce::Probe
-            && self.prepare_resident(&mut st, tok, dev, class, &all)
+            && self.prepare_resident(&mut st, tok, dev, class, &all, here)
         {
             st.call_chunks = all;
             return Ok(());
@@ -596,6 +602,7 @@ impl Residency {
         class: u8,
         ranges: &[Range],
         overwrite: bool,
+        here: Option<Here>,
     ) -> bool {
         let Some((start, id, len, false)) = st.vas.kept() else {
             return false;
@@ -634,7 +641,7 @@ impl Residency {
         if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
             return false;
         }
-        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)])
+        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)], here)
     }
 
     /// `prepare` of a call none of whose chunks has anything to move or
@@ -654,6 +661,7 @@ impl Residency {
         dev: u32,
         class: u8,
         all: &[(u64, u32, bool, bool)],
+        here: Option<Here>,
     ) -> bool {
         const FAST_CHUNKS: usize = 8;
         if all.len() > FAST_CHUNKS {
@@ -707,7 +715,8 @@ impl Residency {
         }
         // the policy keys, in the chunks' order (as `tok.writes()`)
         let keys = &keys_of[..all.len()];
-        self.policy.on_access(clock, class, keys, tok.writes());
+        self.policy
+            .on_access_here(here, clock, class, keys, tok.writes());
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.devs[dev_index(dev)].order.note_touched(keys);
         true

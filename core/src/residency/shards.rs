@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::engine::report::Refusal;
 use crate::engine::runtime::Runtime;
 use crate::engine::Range;
+use crate::perthread::Here;
 use crate::policy::{HeatFn, Placement};
 
 use super::Order;
@@ -214,15 +215,17 @@ impl Residency {
         order: Order,
     ) -> Result<Token, AclError> {
         let mut tok = Token::default();
-        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, None)
             .0
             .map(|()| tok)
     }
 
     /// [`prepare`](Self::prepare) into the caller's `tok` (empty on entry;
     /// filled in place: see `Shard::prepare_timed`), and how long the call
-    /// stalled in it (ns). On an error `tok` is left empty.
+    /// stalled in it (ns). On an error `tok` is left empty. `here`: the
+    /// calling thread's `LAST` if looked up already (perthread.rs).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn prepare_timed(
         &self,
         tok: &mut Token,
@@ -231,6 +234,7 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         tok.dev = dev;
         if self.used.load(Relaxed) & !bit(dev) == 0 {
@@ -242,13 +246,15 @@ impl Residency {
                 ranges,
                 overwrite,
                 order,
+                here,
             );
         }
-        self.prepare_spanning(tok, dev, class, ranges, overwrite, order)
+        self.prepare_spanning(tok, dev, class, ranges, overwrite, order, here)
     }
 
     /// `prepare` once several devices have managed memory: the devices the
     /// ranges touch (`routes`), each prepared in ascending order.
+    #[allow(clippy::too_many_arguments)]
     fn prepare_spanning(
         &self,
         out: &mut Token,
@@ -257,6 +263,7 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         let mut mask = 0u32;
         if let Ok(r) = self.shards[0].routes.read() {
@@ -292,10 +299,10 @@ impl Residency {
             let shard = &self.shards[s as usize];
             let (r, t) = if first {
                 out.dev = s;
-                shard.prepare_timed(&mut out.tok, dev, class, ranges, overwrite, order)
+                shard.prepare_timed(&mut out.tok, dev, class, ranges, overwrite, order, here)
             } else {
                 let mut tok = protocol::Token::default();
-                let r = shard.prepare_timed(&mut tok, dev, class, ranges, overwrite, order);
+                let r = shard.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, here);
                 if r.0.is_ok() {
                     out.more.push((s, tok));
                 }

@@ -105,7 +105,10 @@ fn policies() -> Vec<(Box<dyn Placement>, Box<dyn Placement>)> {
 /// keys than a buffer holds, every decision equals the unbuffered
 /// policy's. Fails if a decision does not apply the buffer first (the
 /// predictive model would lack the calls since the last one), if a full
-/// buffer loses calls, or if calls are applied out of order.
+/// buffer loses calls, or if calls are applied out of order. Every other
+/// call comes through `on_access_here` with the thread's `LAST`, as the
+/// residency's calls do (1 to 5 keys: one-key calls take `Calls::push`'s
+/// own branch).
 #[test]
 fn one_thread_decides_as_unbuffered() {
     for (plain, inner) in policies() {
@@ -125,7 +128,13 @@ fn one_thread_decides_as_unbuffered() {
                     last[(k / MB2) as usize] = t;
                 }
                 plain.on_access(t, class, &keys, &writes);
-                b.on_access(t, class, &keys, &writes);
+                if t % 2 == 0 {
+                    b.on_access(t, class, &keys, &writes);
+                } else {
+                    // as the residency calls it, with the thread's `LAST`
+                    let here = crate::perthread::Here::now();
+                    b.on_access_here(here, t, class, &keys, &writes);
+                }
             }
             match round % 6 {
                 1 => {
