@@ -28,6 +28,16 @@ pub struct Token {
     one: bool,
     one_chunk: [(u64, u32); 1],
     one_write: [Touch; 1],
+    /// With `one`: the chunk's address as `prepare` found it (0: none) and
+    /// its backing's device, for `finish_in` without a look-up of the
+    /// backing. Used only while the state's kept VA entry (`Vas::kept`) is
+    /// still of that backing: a backing leaves `backings` only after its
+    /// VA entries left `vas` (every change of which forgets the kept
+    /// entry), ids are never reused, and a backing's chunk vector is never
+    /// reallocated (made whole in `Backing::new`), so a kept entry of the
+    /// same id means the same chunk vector, alive.
+    one_at: usize,
+    one_dev: u32,
     list: Vec<(u64, u32)>,
     list_writes: Vec<Touch>,
 }
@@ -669,10 +679,14 @@ impl Residency {
         }
         let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
         let mut keys_of = [0u64; FAST_CHUNKS];
+        let mut dev0 = 0;
         for (k, &(id, i, _, _)) in all.iter().enumerate() {
             let Some(b) = st.backings.get_mut(&id) else {
                 return false;
             };
+            if k == 0 {
+                dev0 = b.dev;
+            }
             let own = st.devs[dev_index(b.dev)].stream;
             keys_of[k] = b.key(id, i);
             let Some(c) = b.chunks.get_mut(i as usize) else {
@@ -689,6 +703,8 @@ impl Residency {
             tok.one = true;
             tok.one_chunk = [(id, i)];
             tok.one_write = [Touch::new(write, whole)];
+            tok.one_at = found[0] as usize;
+            tok.one_dev = dev0;
         } else {
             Self::pooled_token(st, tok);
             for &(id, i, whole, write) in all {
@@ -772,12 +788,26 @@ impl Residency {
         };
         // chunks that name the fence now (one that already did changes no count)
         let named = if tok.one {
-            // one chunk (the common call): no slices, no loop
-            self.finish_chunk(&mut st, tok.one_chunk[0], tok.one_write[0], ok, ev, stream)
+            // one chunk (the common call): no slices, no loop; and where
+            // prepare found it while the kept VA entry is still of its
+            // backing (see `Token::one_at`), no look-up
+            let (id, i) = tok.one_chunk[0];
+            let at = match st.vas.kept() {
+                Some((_, kid, _, false)) if kid == id && tok.one_at != 0 => {
+                    Some((tok.one_dev, tok.one_at as *mut Chunk))
+                }
+                _ => None,
+            };
+            #[cfg(test)]
+            if let Some((d, p)) = at {
+                let b = st.backings.get_mut(&id).expect("kept backing");
+                assert!(d == b.dev && std::ptr::eq(p, &b.chunks[i as usize]));
+            }
+            self.finish_chunk(&mut st, (id, i), tok.one_write[0], ok, ev, stream, at)
         } else {
             let mut named = 0u32;
             for (&c, &w) in tok.list.iter().zip(&tok.list_writes) {
-                named += self.finish_chunk(&mut st, c, w, ok, ev, stream);
+                named += self.finish_chunk(&mut st, c, w, ok, ev, stream, None);
             }
             named
         };
@@ -811,6 +841,9 @@ impl Residency {
     /// as `w` says: its pin goes; on success a write makes it dirty (its
     /// host copy stale) and the chunk names `ev` on `stream`. Returns 1 when
     /// it names `ev` now and did not before (a reference to count), else 0.
+    /// `at`: the chunk and its backing's device, known live (see
+    /// `Token::one_at`); None: looked up.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn finish_chunk(
         &self,
@@ -820,22 +853,33 @@ impl Residency {
         ok: bool,
         ev: Option<u64>,
         stream: Option<u64>,
+        at: Option<(u32, *mut Chunk)>,
     ) -> u32 {
         let mut named = 0;
         let mut stale = None;
         let mut old = None;
         let mut dev = 0;
         let mut unfilled = false;
-        if let Some((d, c)) = st
-            .backings
-            .get_mut(&id)
-            .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?)))
-        {
+        let found = match at {
+            // SAFETY: chunk `i` of backing `id`, alive and not moved since
+            // `prepare` found it (`Token::one_at`); the state's lock is
+            // held and no other reference to the chunk exists
+            Some((d, p)) => Some((d, unsafe { &mut *p })),
+            None => st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?))),
+        };
+        if let Some((d, c)) = found {
             dev = d;
             c.pins = c.pins.saturating_sub(1);
             if ok && w.writes() {
                 c.dirty = true;
-                stale = c.host.take();
+                // (moved out only when there is one: most chunks in HBM
+                // have no host copy)
+                if c.host.is_some() {
+                    stale = c.host.take();
+                }
             }
             if c.unfilled && (ok || c.pins == 0) {
                 c.unfilled = false;
