@@ -603,6 +603,7 @@ impl Residency {
     /// `prepare_resident` of that one chunk — without the call's chunk
     /// vector or a walk. false (and no change at all) for any other call:
     /// the general path then decides.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn prepare_one(
         &self,
