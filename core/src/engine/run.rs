@@ -266,7 +266,7 @@ impl Engine {
         }
         // the policy's buffered accesses, when due, outside the residency
         // locks (policy/pending.rs)
-        r.policy().after_call();
+        r.after_call();
         rc
     }
 

@@ -251,6 +251,14 @@ pub trait Placement: Send + Sync {
     /// when there is nothing to do: it runs on every call.
     fn after_call(&self) {}
 
+    /// The flag `after_call` reads first when it has nothing to do while
+    /// the flag is clear ([`Buffered`]'s due flag): the caller may then
+    /// skip the call, a dynamic call on every call's path (same result).
+    /// None: `after_call` is called after every call.
+    fn after_call_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
+
     /// The engine's applier thread (engine/applier.rs), woken with
     /// `unpark` when deferred work is due ([`Buffered`]: its buffers);
     /// the work is then done by [`Placement::apply_deferred`] on that

@@ -42,7 +42,7 @@
 //! evicts in recency order and predicts nothing) instead of waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::{MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 
 use super::{Accesses, Cand, HeatFn, Place, Placement, Touch};
@@ -201,8 +201,9 @@ pub struct Buffered {
     applying: AtomicBool,
     /// Set when a buffer holds `DUE_*` calls or keys (`OVERDUE_*` with an
     /// applier thread): its thread applies them after its call; cleared by
-    /// the applier with `any`.
-    due: AtomicBool,
+    /// the applier with `any`. (Shared: the residency reads it before
+    /// calling `after_call`, `after_call_flag`.)
+    due: Arc<AtomicBool>,
     /// The applier thread, when there is one (`set_applier`; `woke`: it was
     /// woken for what is buffered, cleared with `any`). `applier_on` is
     /// cleared when it is gone (`set_applier_gone`).
@@ -223,7 +224,7 @@ impl Buffered {
             reg: Registry::new(perthread::SLOT_POLICY, Scratch::default()),
             any: AtomicBool::new(false),
             applying: AtomicBool::new(false),
-            due: AtomicBool::new(false),
+            due: Arc::new(AtomicBool::new(false)),
             applier: OnceLock::new(),
             applier_on: AtomicBool::new(false),
             woke: AtomicBool::new(false),
@@ -570,6 +571,10 @@ impl Placement for Buffered {
             };
             self.apply(&mut r);
         }
+    }
+
+    fn after_call_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.due.clone())
     }
 
     fn set_applier(&self, t: Thread) {

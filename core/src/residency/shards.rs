@@ -84,6 +84,8 @@ pub struct Residency {
     used: AtomicU32,
     /// Devices lost (a bit each).
     lost: AtomicU32,
+    /// The policy's `after_call_flag`.
+    after_call_flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The states of the devices in `m` (a bit each), ascending.
@@ -125,6 +127,7 @@ impl Residency {
         cfg: &Config,
         policy: Box<dyn Placement>,
     ) -> Result<Residency, String> {
+        let after_call_flag = policy.after_call_flag();
         let parts = Parts::new(rt, cfg, policy)?;
         let shards: Vec<Shard> = (0..MAX_DEVICES as u32)
             .map(|s| Shard::new(rt, cfg, &parts, s))
@@ -138,7 +141,22 @@ impl Residency {
             live: parts.live.clone(),
             used: AtomicU32::new(0),
             lost: AtomicU32::new(0),
+            after_call_flag,
         })
+    }
+
+    /// The policy's `after_call` after a call (engine `resident`), not
+    /// called while the policy's flag for it is clear (`after_call_flag`:
+    /// it would do nothing).
+    #[inline]
+    pub fn after_call(&self) {
+        if self
+            .after_call_flag
+            .as_ref()
+            .is_none_or(|f| f.load(Relaxed))
+        {
+            self.policy().after_call();
+        }
     }
 
     #[inline]

@@ -545,3 +545,23 @@ fn a_due_buffer_wakes_the_applier_and_its_call_goes_on() {
     });
     same_decisions(&plain, &b, t + 1, &last, "applier");
 }
+
+/// `after_call_flag` is the due flag `after_call` reads (the residency
+/// skips `after_call` while it is clear): clear while no buffer is due, set
+/// by the call that makes one due (no applier thread: its own thread
+/// applies after the call), clear again once `after_call` applied them.
+/// Fails if the flag handed out is not the one `note_due` sets (the
+/// residency would then skip every `after_call`).
+#[test]
+fn the_after_call_flag_is_set_while_a_buffer_is_due() {
+    let b = Buffered::new(Box::new(Lru::new()));
+    let f = b.after_call_flag().expect("a flag");
+    for t in 1..DUE_CALLS as u64 {
+        b.on_access(t, 0, &[t * MB2], &[Touch::READ]);
+    }
+    assert!(!f.load(Relaxed), "not due yet");
+    b.on_access(DUE_CALLS as u64, 0, &[MB2], &[Touch::READ]);
+    assert!(f.load(Relaxed), "due");
+    b.after_call();
+    assert!(!f.load(Relaxed), "applied");
+}
