@@ -247,8 +247,9 @@ impl<T: Send + 'static, S> Registry<T, S> {
     /// `f` on the calling thread's buffer, created (`make`) and registered
     /// on its first call. None, with `f` not called, when the thread's
     /// buffers are unavailable (the thread is exiting, or its list is
-    /// borrowed by a call further up its stack).
-    #[inline]
+    /// borrowed by a call further up its stack). (The owners call
+    /// `mine_in` with the `Here` their callers looked up; tests use this.)
+    #[cfg(test)]
     pub(crate) fn mine<R>(
         &self,
         make: impl FnOnce() -> T,

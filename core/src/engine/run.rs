@@ -234,6 +234,7 @@ impl Engine {
             ranges,
             overwrite,
             order,
+            here,
         );
         // the time calls spend in u3m before they can run (the stall
         // account): waiting for the residency lock, for fault-ins, for
@@ -259,10 +260,13 @@ impl Engine {
         // a synchronous call has finished with the memory on return; a
         // captured call has not run: replays are made resident on their own
         r.finish_in(&mut tok, (!host).then_some(q.stream), rc == 0);
-        tok.release();
+        // nothing to free: forgotten in place (no drop call); else dropped
+        if tok.holds_nothing() {
+            std::mem::forget(tok);
+        }
         // the policy's buffered accesses, when due, outside the residency
         // locks (policy/pending.rs)
-        r.policy().after_call();
+        r.after_call();
         rc
     }
 

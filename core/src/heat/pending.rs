@@ -167,6 +167,35 @@ pub(super) fn registry() -> Registry {
     Registry::new(perthread::SLOT_HEAT, Scratch::default())
 }
 
+/// `v.extend_from_slice(ranges)`; an operator's one to four ranges are
+/// copied as one block of a size known here (a few moves, not a `memcpy`
+/// call) when `v` has room (always on the call path: the buffer is made
+/// with room for `RAW_RANGES` and applied before it would overflow).
+#[inline(always)]
+fn push_ranges(v: &mut Vec<Range>, ranges: &[Range]) {
+    #[inline(always)]
+    fn block<const N: usize>(v: &mut Vec<Range>, ranges: &[Range]) {
+        let (n, b) = (v.len(), <&[Range; N]>::try_from(ranges).expect("N ranges"));
+        // SAFETY: `v` has room for `N` more (the caller checked): the `N`
+        // elements after its first `n` are written, then counted
+        unsafe {
+            v.as_mut_ptr().add(n).cast::<[Range; N]>().write(*b);
+            v.set_len(n + N);
+        }
+    }
+    if v.capacity() - v.len() < 4 {
+        v.extend_from_slice(ranges);
+        return;
+    }
+    match ranges.len() {
+        1 => block::<1>(v, ranges),
+        2 => block::<2>(v, ranges),
+        3 => block::<3>(v, ranges),
+        4 => block::<4>(v, ranges),
+        _ => v.extend_from_slice(ranges),
+    }
+}
+
 impl HeatTable {
     /// Count one call's accesses like [`HeatTable::touch_ranges`] (the
     /// same records end up with the same values), buffered in the calling
@@ -220,7 +249,7 @@ impl HeatTable {
         if ranges.len() > RAW_RANGES {
             self.resolve_call(&mut p, ranges, a, &mut Memo::default());
         } else {
-            p.raw_ranges.extend_from_slice(ranges);
+            push_ranges(&mut p.raw_ranges, ranges);
             let end = p.raw_ranges.len() as u32;
             p.raw.push((a.seq, a.ns, a.class, a.op_hash, end));
         }

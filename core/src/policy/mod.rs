@@ -98,6 +98,21 @@ pub trait Placement: Send + Sync {
     /// logical time `now`; `touch[k]` says how it touched `keys[k]`.
     fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]);
 
+    /// [`on_access`](Self::on_access) by a thread that looked up its
+    /// `LAST` already (`here`: perthread.rs, this thread's; None: not looked
+    /// up): [`Buffered`] finds its buffer through it with no thread-local
+    /// look-up of its own. The same call as `on_access` (the default).
+    fn on_access_here(
+        &self,
+        _here: Option<crate::perthread::Here>,
+        now: u64,
+        class: u8,
+        keys: &[u64],
+        writes: &[Touch],
+    ) {
+        self.on_access(now, class, keys, writes)
+    }
+
     /// Calls `on_access` would get one by one, in this order (the
     /// per-thread buffers of [`Buffered`] hand them over so): a policy
     /// with a lock may take it once for all of them. The result must be
@@ -235,6 +250,14 @@ pub trait Placement: Send + Sync {
     /// thread ([`Buffered`] applies its buffers when they are due). Cheap
     /// when there is nothing to do: it runs on every call.
     fn after_call(&self) {}
+
+    /// The flag `after_call` reads first when it has nothing to do while
+    /// the flag is clear ([`Buffered`]'s due flag): the caller may then
+    /// skip the call, a dynamic call on every call's path (same result).
+    /// None: `after_call` is called after every call.
+    fn after_call_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
 
     /// The engine's applier thread (engine/applier.rs), woken with
     /// `unpark` when deferred work is due ([`Buffered`]: its buffers);

@@ -42,7 +42,7 @@
 //! evicts in recency order and predicts nothing) instead of waiting.
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::sync::{MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 
 use super::{Accesses, Cand, HeatFn, Place, Placement, Touch};
@@ -97,6 +97,15 @@ impl Calls {
     #[inline]
     fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let (a, b) = (self.nk, self.nk + keys.len());
+        if let ([key], [write]) = (keys, writes) {
+            // one key (the common call: one chunk): no loop
+            self.keys[a] = *key;
+            self.writes[a] = *write;
+            self.nk = a + 1;
+            self.calls[self.n] = (now, class, (a + 1) as u16);
+            self.n += 1;
+            return;
+        }
         // an operator's few keys: element by element (a memcpy call each
         // costs more)
         for ((k, w), (&key, &write)) in self.keys[a..b]
@@ -192,8 +201,9 @@ pub struct Buffered {
     applying: AtomicBool,
     /// Set when a buffer holds `DUE_*` calls or keys (`OVERDUE_*` with an
     /// applier thread): its thread applies them after its call; cleared by
-    /// the applier with `any`.
-    due: AtomicBool,
+    /// the applier with `any`. (Shared: the residency reads it before
+    /// calling `after_call`, `after_call_flag`.)
+    due: Arc<AtomicBool>,
     /// The applier thread, when there is one (`set_applier`; `woke`: it was
     /// woken for what is buffered, cleared with `any`). `applier_on` is
     /// cleared when it is gone (`set_applier_gone`).
@@ -214,7 +224,7 @@ impl Buffered {
             reg: Registry::new(perthread::SLOT_POLICY, Scratch::default()),
             any: AtomicBool::new(false),
             applying: AtomicBool::new(false),
-            due: AtomicBool::new(false),
+            due: Arc::new(AtomicBool::new(false)),
             applier: OnceLock::new(),
             applier_on: AtomicBool::new(false),
             woke: AtomicBool::new(false),
@@ -405,18 +415,46 @@ impl Buffered {
     }
 }
 
+/// [`perthread::Here::now`] out of line: inline, the compiler calls
+/// `__tls_get_addr` on every call of `on_access_here`, `here` given or not,
+/// and then picks (as in engine/run.rs).
+#[cold]
+#[inline(never)]
+fn here_now() -> Option<perthread::Here> {
+    perthread::Here::now()
+}
+
 impl Placement for Buffered {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
 
     fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
+        self.on_access_here(None, now, class, keys, writes)
+    }
+
+    fn on_access_here(
+        &self,
+        here: Option<perthread::Here>,
+        now: u64,
+        class: u8,
+        keys: &[u64],
+        writes: &[Touch],
+    ) {
         if keys.len() > KEYS || keys.len() != writes.len() || self.reg.off.load(Relaxed) {
             return self.direct(now, class, keys, writes);
         }
+        // the caller's `here`, else looked up now (`mine_in` with None
+        // would take the slow path)
+        let here = match here {
+            Some(h) => Some(h),
+            None => here_now(),
+        };
         let done = self
             .reg
-            .mine(Calls::boxed, |b| self.push(b, now, class, keys, writes))
+            .mine_in(here, Calls::boxed, move |b| {
+                self.push(b, now, class, keys, writes)
+            })
             .is_some();
         if !done {
             // thread exiting: no buffer
@@ -533,6 +571,10 @@ impl Placement for Buffered {
             };
             self.apply(&mut r);
         }
+    }
+
+    fn after_call_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.due.clone())
     }
 
     fn set_applier(&self, t: Thread) {

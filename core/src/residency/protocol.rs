@@ -14,20 +14,73 @@ use crate::acl::AclError;
 use crate::config::ReadOnce;
 use crate::engine::runtime::CHUNK;
 use crate::engine::Range;
+use crate::perthread::Here;
 use crate::policy::Touch;
 use crate::shm::layout::stall_bucket;
 
 /// A call in progress: the chunks it pinned and whether it writes each.
+/// A call of one chunk (the common call: `prepare_resident`) holds it
+/// inline (`one`), with no vector taken from the pool and given back; any
+/// other holds its chunks in `list` and `list_writes`.
 #[derive(Default)]
 pub struct Token {
-    pub(super) chunks: Vec<(u64, u32)>,
-    pub(super) writes: Vec<Touch>,
+    /// `one_chunk` and `one_write` hold the call's only chunk.
+    one: bool,
+    one_chunk: [(u64, u32); 1],
+    one_write: [Touch; 1],
+    /// With `one`: the chunk's address as `prepare` found it (0: none) and
+    /// its backing's device, for `finish_in` without a look-up of the
+    /// backing. Used only while the state's kept VA entry (`Vas::kept`) is
+    /// still of that backing: a backing leaves `backings` only after its
+    /// VA entries left `vas` (every change of which forgets the kept
+    /// entry), ids are never reused, and a backing's chunk vector is never
+    /// reallocated (made whole in `Backing::new`), so a kept entry of the
+    /// same id means the same chunk vector, alive.
+    one_at: usize,
+    one_dev: u32,
+    list: Vec<(u64, u32)>,
+    list_writes: Vec<Touch>,
 }
 
 impl Token {
     /// Whether the call touches managed memory at all.
     pub fn is_empty(&self) -> bool {
-        self.chunks.is_empty()
+        !self.one && self.list.is_empty()
+    }
+
+    /// The chunks pinned: (backing id, index).
+    #[inline(always)]
+    pub(super) fn chunks(&self) -> &[(u64, u32)] {
+        if self.one {
+            &self.one_chunk
+        } else {
+            &self.list
+        }
+    }
+
+    /// How the call touches each chunk of `chunks`.
+    #[inline(always)]
+    pub(super) fn writes(&self) -> &[Touch] {
+        if self.one {
+            &self.one_write
+        } else {
+            &self.list_writes
+        }
+    }
+
+    /// Whether it holds a buffer of its own (the pool's: `finish_in` gives
+    /// them back).
+    #[inline(always)]
+    pub(super) fn holds_buffers(&self) -> bool {
+        self.list.capacity() != 0 || self.list_writes.capacity() != 0
+    }
+
+    /// Empties it (buffers kept).
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.one = false;
+        self.list.clear();
+        self.list_writes.clear();
     }
 }
 
@@ -130,7 +183,7 @@ impl Residency {
         order: Order,
     ) -> Result<Token, AclError> {
         let mut tok = Token::default();
-        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, None)
             .0
             .map(|()| tok)
     }
@@ -141,8 +194,11 @@ impl Residency {
     /// moment it had to wait for the residency lock, found a chunk to move
     /// or wait for, or a copy-in in flight to wait for, to its end. None
     /// when it met none of these — the common call, which then reads no
-    /// clock. On an error `tok` is left empty (nothing pinned).
+    /// clock. On an error `tok` is left empty (nothing pinned). `here`: the
+    /// calling thread's `LAST` if looked up already (perthread.rs), for the
+    /// policy's `on_access_here`.
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn prepare_timed(
         &self,
         tok: &mut Token,
@@ -151,12 +207,12 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         let mut t0 = None;
-        let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0);
+        let r = self.prepare_in(tok, dev, class, ranges, overwrite, order, &mut t0, here);
         if r.is_err() {
-            tok.chunks.clear();
-            tok.writes.clear();
+            tok.clear();
         }
         (r, t0.map(|t| crate::shm::mono_ns().saturating_sub(t)))
     }
@@ -165,8 +221,8 @@ impl Residency {
     /// else one finished calls gave back (no allocation per call).
     #[inline(always)]
     fn pooled_token(st: &mut State, tok: &mut Token) {
-        debug_assert!(tok.chunks.is_empty() && tok.writes.is_empty());
-        if tok.chunks.capacity() == 0 && tok.writes.capacity() == 0 {
+        debug_assert!(tok.is_empty());
+        if !tok.holds_buffers() {
             if let Some(t) = st.tokens.pop() {
                 // the token replaced owns no memory: nothing to drop (an
                 // out-of-line drop call otherwise, on every call's path)
@@ -185,6 +241,7 @@ impl Residency {
         overwrite: bool,
         order: Order,
         t0: &mut Option<u64>,
+        here: Option<Here>,
     ) -> Result<(), AclError> {
         if !self.may_be_managed(ranges) {
             // nothing u3m manages (small allocations, host memory): no lock
@@ -204,7 +261,7 @@ impl Residency {
         // out of line, the calls that miss `prepare_one` (a memset or copy
         // outside the kept entry) paid a second call's frame and arguments,
         // +64 Ir per memset_sync call, against 4 Ir fewer per aclop call.
-        if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite) {
+        if self.prepare_one(&mut st, tok, dev, class, ranges, overwrite, here) {
             return Ok(());
         }
         // every (chunk, range) the call covers, then merged per chunk: a
@@ -294,7 +351,7 @@ impl Residency {
         // the common call: every chunk in HBM, nothing in flight for it
         if !self.lost_any.load(Relaxed)
             && self.read_once != ReadOnce::Probe
-            && self.prepare_resident(&mut st, tok, dev, class, &all)
+            && self.prepare_resident(&mut st, tok, dev, class, &all, here)
         {
             st.call_chunks = all;
             return Ok(());
@@ -304,8 +361,8 @@ impl Residency {
         Self::pooled_token(&mut st, tok);
         for &(id, i, whole, write) in &all {
             need.push((id, i, whole));
-            tok.chunks.push((id, i));
-            tok.writes.push(Touch::new(write, whole));
+            tok.list.push((id, i));
+            tok.list_writes.push(Touch::new(write, whole));
         }
         st.call_chunks = all;
         // nothing runs on a lost device (checked only once one is lost)
@@ -341,7 +398,7 @@ impl Residency {
             }
         }
         if absent {
-            if let Err(o) = self.check_fits(&st, dev, &tok.chunks) {
+            if let Err(o) = self.check_fits(&st, dev, &tok.list) {
                 if !self.host_map {
                     self.refuse_oversize(o);
                     return Err(E_ALLOC);
@@ -392,7 +449,7 @@ impl Residency {
             let r = match over {
                 None if absent && self.read_once != ReadOnce::Off => {
                     let map = self.read_once_maps(&st);
-                    match self.map_streams(&mut st, dev, &need, &tok.writes, map) {
+                    match self.map_streams(&mut st, dev, &need, &tok.list_writes, map) {
                         Ok((mapped, reads)) => {
                             stream_reads = reads;
                             let rest: Vec<Need> = need
@@ -509,26 +566,26 @@ impl Residency {
         }
         st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
-        st.touches += tok.chunks.len() as u64;
+        st.touches += tok.list.len() as u64;
         let clock = st.clock;
         st.call_need = need;
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
         let mut hits = 0;
         let hbm_chunks = st.dev(dev).capacity / CHUNK;
-        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
+        for (k, &(id, i)) in tok.list.iter().enumerate() {
             if let Some(b) = st.backings.get_mut(&id) {
                 keys.push(b.key(id, i));
                 if let Some(c) = b.chunks.get_mut(i as usize) {
-                    hits += note_use(c, clock, touches, tok.writes[k].writes(), hbm_chunks);
+                    hits += note_use(c, clock, touches, tok.list_writes[k].writes(), hbm_chunks);
                 }
             }
         }
         if hits != 0 {
             self.c.prefetch_hits.fetch_add(hits, Relaxed);
         }
-        if keys.len() == tok.writes.len() {
-            self.policy.on_access(clock, class, &keys, &tok.writes);
+        if keys.len() == tok.list_writes.len() {
+            self.policy.on_access(clock, class, &keys, &tok.list_writes);
         }
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.dev_mut(dev).order.note_touched(&keys);
@@ -546,6 +603,7 @@ impl Residency {
     /// `prepare_resident` of that one chunk — without the call's chunk
     /// vector or a walk. false (and no change at all) for any other call:
     /// the general path then decides.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn prepare_one(
         &self,
@@ -555,6 +613,7 @@ impl Residency {
         class: u8,
         ranges: &[Range],
         overwrite: bool,
+        here: Option<Here>,
     ) -> bool {
         let Some((start, id, len, false)) = st.vas.kept() else {
             return false;
@@ -593,7 +652,7 @@ impl Residency {
         if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
             return false;
         }
-        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)])
+        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)], here)
     }
 
     /// `prepare` of a call none of whose chunks has anything to move or
@@ -613,6 +672,7 @@ impl Residency {
         dev: u32,
         class: u8,
         all: &[(u64, u32, bool, bool)],
+        here: Option<Here>,
     ) -> bool {
         const FAST_CHUNKS: usize = 8;
         if all.len() > FAST_CHUNKS {
@@ -620,10 +680,14 @@ impl Residency {
         }
         let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
         let mut keys_of = [0u64; FAST_CHUNKS];
+        let mut dev0 = 0;
         for (k, &(id, i, _, _)) in all.iter().enumerate() {
             let Some(b) = st.backings.get_mut(&id) else {
                 return false;
             };
+            if k == 0 {
+                dev0 = b.dev;
+            }
             let own = st.devs[dev_index(b.dev)].stream;
             keys_of[k] = b.key(id, i);
             let Some(c) = b.chunks.get_mut(i as usize) else {
@@ -635,19 +699,27 @@ impl Residency {
             found[k] = c;
         }
         st.stall_from = None;
-        Self::pooled_token(st, tok);
+        // one chunk: held in the token itself; more: in the pool's vectors
+        if let [(id, i, whole, write)] = *all {
+            tok.one = true;
+            tok.one_chunk = [(id, i)];
+            tok.one_write = [Touch::new(write, whole)];
+            tok.one_at = found[0] as usize;
+            tok.one_dev = dev0;
+        } else {
+            Self::pooled_token(st, tok);
+            for &(id, i, whole, write) in all {
+                tok.list.push((id, i));
+                tok.list_writes.push(Touch::new(write, whole));
+            }
+        }
         st.clock = self.clock.fetch_add(1, Relaxed) + 1;
         let touches = st.touches;
         st.touches += all.len() as u64;
         let clock = st.clock;
         let hbm_chunks = st.devs[dev_index(dev)].capacity / CHUNK;
-        let mut keys = std::mem::take(&mut st.call_keys);
-        keys.clear();
         let mut hits = 0;
-        for (k, &(id, i, whole, write)) in all.iter().enumerate() {
-            tok.chunks.push((id, i));
-            tok.writes.push(Touch::new(write, whole));
-            keys.push(keys_of[k]);
+        for (k, &(_, _, _, write)) in all.iter().enumerate() {
             // SAFETY: `found[k]` points into a backing's chunk vector, found
             // above under this same lock; nothing since has touched
             // `st.backings` (only other fields of the state), so it is live
@@ -658,10 +730,12 @@ impl Residency {
         if hits != 0 {
             self.c.prefetch_hits.fetch_add(hits, Relaxed);
         }
-        self.policy.on_access(clock, class, &keys, &tok.writes);
+        // the policy keys, in the chunks' order (as `tok.writes()`)
+        let keys = &keys_of[..all.len()];
+        self.policy
+            .on_access_here(here, clock, class, keys, tok.writes());
         // the kept victim order re-keys them before its next eviction (evict.rs)
-        st.devs[dev_index(dev)].order.note_touched(&keys);
-        st.call_keys = keys;
+        st.devs[dev_index(dev)].order.note_touched(keys);
         true
     }
 
@@ -696,7 +770,7 @@ impl Residency {
     /// [`finish`](Self::finish) of the caller's token, in place; `tok` is
     /// left empty (its buffers back in the pool when it has room).
     pub fn finish_in(&self, tok: &mut Token, stream: Option<u64>, ok: bool) {
-        if tok.chunks.is_empty() {
+        if tok.is_empty() {
             return;
         }
         let Ok(mut st) = self.st.lock() else { return };
@@ -714,54 +788,30 @@ impl Residency {
             _ => (None, false),
         };
         // chunks that name the fence now (one that already did changes no count)
-        let mut named = 0u32;
-        for (k, &(id, i)) in tok.chunks.iter().enumerate() {
-            let mut stale = None;
-            let mut old = None;
-            let mut dev = 0;
-            let mut unfilled = false;
-            if let Some((d, c)) = st
-                .backings
-                .get_mut(&id)
-                .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?)))
-            {
-                dev = d;
-                c.pins = c.pins.saturating_sub(1);
-                if ok && tok.writes[k].writes() {
-                    c.dirty = true;
-                    stale = c.host.take();
+        let named = if tok.one {
+            // one chunk (the common call): no slices, no loop; and where
+            // prepare found it while the kept VA entry is still of its
+            // backing (see `Token::one_at`), no look-up
+            let (id, i) = tok.one_chunk[0];
+            let at = match st.vas.kept() {
+                Some((_, kid, _, false)) if kid == id && tok.one_at != 0 => {
+                    Some((tok.one_dev, tok.one_at as *mut Chunk))
                 }
-                if c.unfilled && (ok || c.pins == 0) {
-                    c.unfilled = false;
-                    if !ok {
-                        unfilled = true;
-                    }
-                }
-                if let (Some(e), Some(s)) = (ev, stream) {
-                    if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
-                        if u.1 != e {
-                            old = Some(u.1);
-                            u.1 = e;
-                            named += 1;
-                        }
-                    } else {
-                        c.uses.push((s, e));
-                        named += 1;
-                    }
-                }
+                _ => None,
+            };
+            #[cfg(test)]
+            if let Some((d, p)) = at {
+                let b = st.backings.get_mut(&id).expect("kept backing");
+                assert!(d == b.dev && std::ptr::eq(p, &b.chunks[i as usize]));
             }
-            if let Some(h) = stale {
-                st.pending_free.push((dev, h));
+            self.finish_chunk(&mut st, (id, i), tok.one_write[0], ok, ev, stream, at)
+        } else {
+            let mut named = 0u32;
+            for (&c, &w) in tok.list.iter().zip(&tok.list_writes) {
+                named += self.finish_chunk(&mut st, c, w, ok, ev, stream, None);
             }
-            if unfilled {
-                // the call failed before writing it: back to its host copy
-                self.unfilled_back(&mut st, id, i);
-            }
-            if let Some(o) = old {
-                // never the fence itself: it holds its opening reference
-                st.unref_event(o);
-            }
-        }
+            named
+        };
         if let (Some(e), true) = (ev, named > 0) {
             *st.event_refs.entry(e).or_insert(0) += named;
         }
@@ -775,13 +825,94 @@ impl Residency {
         }
         // the call is queued: start the copy-ins the next calls will need
         if ok {
-            self.look_ahead_after(&mut st, &tok.chunks);
+            self.look_ahead_after(&mut st, tok.chunks());
         }
-        tok.chunks.clear();
-        tok.writes.clear();
+        if tok.one {
+            tok.one = false;
+            return;
+        }
+        tok.list.clear();
+        tok.list_writes.clear();
         if st.tokens.len() < 64 {
             st.tokens.push(std::mem::take(tok));
         }
+    }
+
+    /// `finish_in` of one chunk of the call, (backing id, index), touched
+    /// as `w` says: its pin goes; on success a write makes it dirty (its
+    /// host copy stale) and the chunk names `ev` on `stream`. Returns 1 when
+    /// it names `ev` now and did not before (a reference to count), else 0.
+    /// `at`: the chunk and its backing's device, known live (see
+    /// `Token::one_at`); None: looked up.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn finish_chunk(
+        &self,
+        st: &mut State,
+        (id, i): (u64, u32),
+        w: Touch,
+        ok: bool,
+        ev: Option<u64>,
+        stream: Option<u64>,
+        at: Option<(u32, *mut Chunk)>,
+    ) -> u32 {
+        let mut named = 0;
+        let mut stale = None;
+        let mut old = None;
+        let mut dev = 0;
+        let mut unfilled = false;
+        let found = match at {
+            // SAFETY: chunk `i` of backing `id`, alive and not moved since
+            // `prepare` found it (`Token::one_at`); the state's lock is
+            // held and no other reference to the chunk exists
+            Some((d, p)) => Some((d, unsafe { &mut *p })),
+            None => st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| Some((b.dev, b.chunks.get_mut(i as usize)?))),
+        };
+        if let Some((d, c)) = found {
+            dev = d;
+            c.pins = c.pins.saturating_sub(1);
+            if ok && w.writes() {
+                c.dirty = true;
+                // (moved out only when there is one: most chunks in HBM
+                // have no host copy)
+                if c.host.is_some() {
+                    stale = c.host.take();
+                }
+            }
+            if c.unfilled && (ok || c.pins == 0) {
+                c.unfilled = false;
+                if !ok {
+                    unfilled = true;
+                }
+            }
+            if let (Some(e), Some(s)) = (ev, stream) {
+                if let Some(u) = c.uses.iter_mut().find(|u| u.0 == s) {
+                    if u.1 != e {
+                        old = Some(u.1);
+                        u.1 = e;
+                        named = 1;
+                    }
+                } else {
+                    c.uses.push((s, e));
+                    named = 1;
+                }
+            }
+        }
+        if let Some(h) = stale {
+            st.pending_free.push((dev, h));
+        }
+        if unfilled {
+            // the call failed before writing it: back to its host copy
+            self.unfilled_back(st, id, i);
+        }
+        if let Some(o) = old {
+            // never the fence itself: it holds its opening reference
+            st.unref_event(o);
+        }
+        named
     }
 
     /// The use fence a call on `stream` names (fence.rs): the stream's open
@@ -1050,7 +1181,7 @@ impl Residency {
             Order::Host,
         )?;
         if let Ok(mut st) = self.st.lock() {
-            for &(id, _) in &tok.chunks {
+            for &(id, _) in tok.chunks() {
                 if let Some(b) = st.backings.get_mut(&id) {
                     b.pinned = true;
                 }

@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::engine::report::Refusal;
 use crate::engine::runtime::Runtime;
 use crate::engine::Range;
+use crate::perthread::Here;
 use crate::policy::{HeatFn, Placement};
 
 use super::Order;
@@ -47,17 +48,14 @@ pub struct Token {
 }
 
 impl Token {
-    /// Lets go of a token: one holding no buffer (what `finish_in` leaves
-    /// when the pool takes its buffers back: every call's case) is
-    /// forgotten inline, there being nothing to free; any other is dropped.
+    /// Whether it holds no buffer (what `finish_in` leaves when the pool
+    /// takes its buffers back, or the call had one chunk: every call's
+    /// case): then it can be forgotten, there being nothing to free. The
+    /// caller tests its own token in place (`release(self)` copied the
+    /// whole token to test the copy, on every call's path).
     #[inline]
-    pub fn release(self) {
-        if self.tok.chunks.capacity() == 0
-            && self.tok.writes.capacity() == 0
-            && self.more.capacity() == 0
-        {
-            std::mem::forget(self);
-        }
+    pub fn holds_nothing(&self) -> bool {
+        !self.tok.holds_buffers() && self.more.capacity() == 0
     }
 
     /// Whether the call touches managed memory at all.
@@ -86,6 +84,8 @@ pub struct Residency {
     used: AtomicU32,
     /// Devices lost (a bit each).
     lost: AtomicU32,
+    /// The policy's `after_call_flag`.
+    after_call_flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The states of the devices in `m` (a bit each), ascending.
@@ -127,6 +127,7 @@ impl Residency {
         cfg: &Config,
         policy: Box<dyn Placement>,
     ) -> Result<Residency, String> {
+        let after_call_flag = policy.after_call_flag();
         let parts = Parts::new(rt, cfg, policy)?;
         let shards: Vec<Shard> = (0..MAX_DEVICES as u32)
             .map(|s| Shard::new(rt, cfg, &parts, s))
@@ -140,7 +141,22 @@ impl Residency {
             live: parts.live.clone(),
             used: AtomicU32::new(0),
             lost: AtomicU32::new(0),
+            after_call_flag,
         })
+    }
+
+    /// The policy's `after_call` after a call (engine `resident`), not
+    /// called while the policy's flag for it is clear (`after_call_flag`:
+    /// it would do nothing).
+    #[inline]
+    pub fn after_call(&self) {
+        if self
+            .after_call_flag
+            .as_ref()
+            .is_none_or(|f| f.load(Relaxed))
+        {
+            self.policy().after_call();
+        }
     }
 
     #[inline]
@@ -217,15 +233,17 @@ impl Residency {
         order: Order,
     ) -> Result<Token, AclError> {
         let mut tok = Token::default();
-        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order)
+        self.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, None)
             .0
             .map(|()| tok)
     }
 
     /// [`prepare`](Self::prepare) into the caller's `tok` (empty on entry;
     /// filled in place: see `Shard::prepare_timed`), and how long the call
-    /// stalled in it (ns). On an error `tok` is left empty.
+    /// stalled in it (ns). On an error `tok` is left empty. `here`: the
+    /// calling thread's `LAST` if looked up already (perthread.rs).
     #[inline]
+    #[allow(clippy::too_many_arguments)]
     pub fn prepare_timed(
         &self,
         tok: &mut Token,
@@ -234,6 +252,7 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         tok.dev = dev;
         if self.used.load(Relaxed) & !bit(dev) == 0 {
@@ -245,13 +264,15 @@ impl Residency {
                 ranges,
                 overwrite,
                 order,
+                here,
             );
         }
-        self.prepare_spanning(tok, dev, class, ranges, overwrite, order)
+        self.prepare_spanning(tok, dev, class, ranges, overwrite, order, here)
     }
 
     /// `prepare` once several devices have managed memory: the devices the
     /// ranges touch (`routes`), each prepared in ascending order.
+    #[allow(clippy::too_many_arguments)]
     fn prepare_spanning(
         &self,
         out: &mut Token,
@@ -260,6 +281,7 @@ impl Residency {
         ranges: &[Range],
         overwrite: bool,
         order: Order,
+        here: Option<Here>,
     ) -> (Result<(), AclError>, Option<u64>) {
         let mut mask = 0u32;
         if let Ok(r) = self.shards[0].routes.read() {
@@ -295,10 +317,10 @@ impl Residency {
             let shard = &self.shards[s as usize];
             let (r, t) = if first {
                 out.dev = s;
-                shard.prepare_timed(&mut out.tok, dev, class, ranges, overwrite, order)
+                shard.prepare_timed(&mut out.tok, dev, class, ranges, overwrite, order, here)
             } else {
                 let mut tok = protocol::Token::default();
-                let r = shard.prepare_timed(&mut tok, dev, class, ranges, overwrite, order);
+                let r = shard.prepare_timed(&mut tok, dev, class, ranges, overwrite, order, here);
                 if r.0.is_ok() {
                     out.more.push((s, tok));
                 }

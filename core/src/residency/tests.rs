@@ -1735,9 +1735,9 @@ fn prepare_names_each_chunk_once_and_skips_unmanaged_ranges() {
             .expect("prepare");
         let mut v: Vec<(u64, u32, bool)> = tok
             .tok
-            .chunks
+            .chunks()
             .iter()
-            .zip(&tok.tok.writes)
+            .zip(tok.tok.writes())
             .map(|(&(id, i), &w)| (id, i, w.writes()))
             .collect();
         app.r.finish(tok, None, true);
@@ -1986,7 +1986,7 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
         .prepare(1, OpClass::Layout as u8, &rs, false, Order::Stream(s))
         .expect("prepare");
     assert_eq!(
-        (tok.tok.chunks.len(), tok.more.len()),
+        (tok.tok.chunks().len(), tok.more.len()),
         (1, 1),
         "one chunk per device"
     );
@@ -3795,4 +3795,51 @@ fn calls_on_resident_chunks_touch_each_chunk_as_its_ranges_say() {
         }
     }
     a.assert_clean();
+}
+
+/// A one-chunk call's token carries the chunk `prepare` found (protocol.rs
+/// `Token::one_at`), which `finish` uses only while the state's kept VA
+/// entry is still of that chunk's backing. An allocation freed while a call
+/// on it is in flight (a program's race) and a new one of the same size
+/// made — whose chunk vector may well take the freed one's memory — the
+/// call's `finish` touches neither: the new allocation's chunk has no use,
+/// no pin and is clean. Fails when `finish` uses the carried chunk without
+/// the kept-entry check (seen failing: glibc gives the new chunk vector the
+/// freed one's block).
+#[test]
+fn a_call_on_memory_freed_meanwhile_finishes_without_touching_the_next_allocation() {
+    let a = App::new(16, &[]);
+    let s = a.f.app_stream();
+    let x = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let rs = [Range {
+        addr: x,
+        len: 64,
+        write: true,
+        whole: false,
+    }];
+    let call = || {
+        a.r.prepare(0, OpClass::Other as u8, &rs, false, Order::Stream(s))
+            .expect("prepare")
+    };
+    // x's entry kept: the call is prepared on the one-chunk path
+    let tok = call();
+    a.r.finish(tok, Some(s), true);
+    let tok = call();
+    assert!(a.r.shard_of(0).st.lock().unwrap().vas.kept().is_some());
+    a.free(x);
+    let y = a.malloc(CHUNK);
+    a.r.finish(tok, Some(s), true);
+    let st = a.r.shard_of(0).st.lock().unwrap();
+    let (id, _) = *st.vas.get(&y).expect("y mapped");
+    let c = st.chunk(id, 0);
+    assert!(
+        c.uses.is_empty() && c.pins == 0 && !c.dirty,
+        "the next allocation's chunk was touched: uses {:?}, pins {}, dirty {}",
+        c.uses,
+        c.pins,
+        c.dirty
+    );
+    drop(st);
+    assert_no_misuse_or_fault(&a.f.seen());
 }

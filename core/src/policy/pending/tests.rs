@@ -105,7 +105,10 @@ fn policies() -> Vec<(Box<dyn Placement>, Box<dyn Placement>)> {
 /// keys than a buffer holds, every decision equals the unbuffered
 /// policy's. Fails if a decision does not apply the buffer first (the
 /// predictive model would lack the calls since the last one), if a full
-/// buffer loses calls, or if calls are applied out of order.
+/// buffer loses calls, or if calls are applied out of order. Every other
+/// call comes through `on_access_here` with the thread's `LAST`, as the
+/// residency's calls do (1 to 5 keys: one-key calls take `Calls::push`'s
+/// own branch).
 #[test]
 fn one_thread_decides_as_unbuffered() {
     for (plain, inner) in policies() {
@@ -125,7 +128,13 @@ fn one_thread_decides_as_unbuffered() {
                     last[(k / MB2) as usize] = t;
                 }
                 plain.on_access(t, class, &keys, &writes);
-                b.on_access(t, class, &keys, &writes);
+                if t % 2 == 0 {
+                    b.on_access(t, class, &keys, &writes);
+                } else {
+                    // as the residency calls it, with the thread's `LAST`
+                    let here = crate::perthread::Here::now();
+                    b.on_access_here(here, t, class, &keys, &writes);
+                }
             }
             match round % 6 {
                 1 => {
@@ -535,4 +544,24 @@ fn a_due_buffer_wakes_the_applier_and_its_call_goes_on() {
         assert_eq!(held(&b), 0, "the applier did not apply");
     });
     same_decisions(&plain, &b, t + 1, &last, "applier");
+}
+
+/// `after_call_flag` is the due flag `after_call` reads (the residency
+/// skips `after_call` while it is clear): clear while no buffer is due, set
+/// by the call that makes one due (no applier thread: its own thread
+/// applies after the call), clear again once `after_call` applied them.
+/// Fails if the flag handed out is not the one `note_due` sets (the
+/// residency would then skip every `after_call`).
+#[test]
+fn the_after_call_flag_is_set_while_a_buffer_is_due() {
+    let b = Buffered::new(Box::new(Lru::new()));
+    let f = b.after_call_flag().expect("a flag");
+    for t in 1..DUE_CALLS as u64 {
+        b.on_access(t, 0, &[t * MB2], &[Touch::READ]);
+    }
+    assert!(!f.load(Relaxed), "not due yet");
+    b.on_access(DUE_CALLS as u64, 0, &[MB2], &[Touch::READ]);
+    assert!(f.load(Relaxed), "due");
+    b.after_call();
+    assert!(!f.load(Relaxed), "applied");
 }
