@@ -103,7 +103,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "shared|per-stream", default_value = "shared", value_parser = ["shared", "per-stream"])]
     pub link_model: String,
     /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card and as the simulator answers) or simulator (when it is recorded, as the simulator answered before its queries followed its simulated clock).
-    #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator"])]
+    #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator", "handover", "handover-free"])]
     pub event_model: String,
     /// Host time per asynchronous call, µs [default: --launch-us]; the simulator's host clock spends none (0).
     #[arg(long, value_name = "US")]
@@ -300,7 +300,12 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             nvme_write_gbps: a.nvme_write_gbps,
             pageable: a.pageable,
             shared_link: a.link_model == "shared",
-            events_at_record: a.event_model == "simulator",
+            events_at_record: a.event_model != "device",
+            handover: match a.event_model.as_str() {
+                "handover" => 1,
+                "handover-free" => 2,
+                _ => 0,
+            },
             call_us: a.call_us.unwrap_or(a.launch_us),
         },
         dram: a.dram.unwrap_or(1 << 40),

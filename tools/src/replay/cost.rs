@@ -29,6 +29,13 @@ pub struct Costs {
     /// lies (in phantom mode at once). False: when the device reaches it in
     /// simulated time, as on a real card.
     pub events_at_record: bool,
+    /// Stream-ordered hand-over of HBM (a what-if, with `events_at_record`:
+    /// the Tier never waits for a victim's queued uses or copy-out): a copy
+    /// into or out of a physical handle starts no earlier than the device
+    /// work that last used it ends. 0: off; 1: u3m's copy streams stay in
+    /// order (a copy waiting for its page holds up the ones behind it);
+    /// 2: each copy waits only for its own page (a stream per copy).
+    pub handover: u8,
     /// Host time per asynchronous call, µs (default: the launch latency; the
     /// simulator's host clock spends none — it moves only on synchronisation).
     pub call_us: f64,
@@ -60,6 +67,7 @@ impl Default for Costs {
             pageable: false,
             shared_link: true,
             events_at_record: false,
+            handover: 0,
             call_us: 5.0,
         }
     }

@@ -646,11 +646,15 @@ impl Driver<'_> {
             self.rt.program_copy(*b, *to_device);
         }
         let work = cost.work(&self.s.costs, &self.rt.host_access(&spans));
+        let gate = self.rt.gate(&spans);
         if sync {
+            self.rt.host_at_least(gate);
             let ns = self.rt.sync_work(&work);
+            self.rt.note_use(&spans, self.rt.host_ns() + ns);
             self.rt.host_spend(ns.max(self.s.costs.launch_ns()));
         } else {
-            let end = self.rt.launch_work(stream, &work);
+            let end = self.rt.launch_work_after(stream, &work, gate);
+            self.rt.note_use(&spans, end);
             self.rt.host_spend(self.s.costs.call_ns());
             if !self.s.acl_replay {
                 self.queue.push_back(end);

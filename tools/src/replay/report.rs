@@ -316,7 +316,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
         "costs": {"link_gbps": c.link_gbps, "hbm_gbps": c.hbm_gbps, "tflops": c.tflops, "launch_us": c.launch_us,
                   "nvme_read_gbps": c.nvme_read_gbps, "nvme_write_gbps": c.nvme_write_gbps, "pageable": c.pageable,
                   "link_model": if c.shared_link { "shared" } else { "per-stream" },
-                  "event_model": if c.events_at_record { "simulator" } else { "device" }, "call_us": c.call_us},
+                  "event_model": match (c.events_at_record, c.handover) { (false, _) => "device", (true, 0) => "simulator", (true, 1) => "handover", _ => "handover-free" }, "call_us": c.call_us},
         "tick_ns": s.tick_ns,
         "watermarks": [s.hbm_low, s.hbm_high],
         "queue": s.queue,

@@ -163,6 +163,14 @@ struct Phys {
     maps: u32,
 }
 
+impl State {
+    /// The handle mapped at the VA holding `addr`.
+    fn handle_at(&self, addr: u64) -> Option<u64> {
+        let (&va, &h) = self.mapped.range(..=addr).next_back()?;
+        (addr < va + self.phys.get(&h)?.bytes).then_some(h)
+    }
+}
+
 struct State {
     host: u64,
     /// While the background round runs: its own clock (the library's
@@ -194,6 +202,11 @@ struct State {
     /// frees an allocation (those unmaps are not evictions).
     maps: Option<Vec<MapRec>>,
     maps_paused: bool,
+    /// Hand-over model: handle -> when the device work that last used it
+    /// (an operator, a copy) ends; freed handles' times per device, the
+    /// earliest taken by the next handle allocated there.
+    ready: HashMap<u64, u64>,
+    freed_ready: Vec<std::collections::BinaryHeap<std::cmp::Reverse<u64>>>,
     c: SimCounters,
 }
 
@@ -299,6 +312,8 @@ impl SimRuntime {
                 arrivals: HashMap::new(),
                 maps: None,
                 maps_paused: false,
+                ready: HashMap::new(),
+                freed_ready: (0..devices.max(1)).map(|_| Default::default()).collect(),
                 c: SimCounters::default(),
             }),
         }
@@ -439,14 +454,60 @@ impl SimRuntime {
         st.devs[dev].link[dir].reserve(start, need)
     }
 
-    /// Queues `w` on `stream` (the current device's); returns its end time.
-    pub fn launch_work(&self, stream: u64, w: &Work) -> u64 {
+    /// Hand-over model: when the HBM handles under `spans` are ready (the
+    /// Tier answers every event as complete, so it may not order a call
+    /// after a copy-in into them: the call waits for it here); 0 otherwise.
+    pub fn gate(&self, spans: &[(u64, u64, u8)]) -> u64 {
+        if self.costs.handover == 0 {
+            return 0;
+        }
+        let st = self.lock();
+        let mut g = 0;
+        for &(addr, len, _) in spans {
+            for (&va, h) in st.mapped.range(..addr.saturating_add(len.max(1))).rev() {
+                if va + st.phys.get(h).map_or(0, |p| p.bytes) <= addr {
+                    break;
+                }
+                g = g.max(st.ready.get(h).copied().unwrap_or(0));
+            }
+        }
+        g
+    }
+
+    /// Queues `w` on `stream` (the current device's), starting no earlier
+    /// than `not_before`; returns its end time.
+    pub fn launch_work_after(&self, stream: u64, w: &Work, not_before: u64) -> u64 {
         let mut st = self.lock();
         let st = &mut *st;
+        let s = &mut st.streams[(stream - 1) as usize];
+        s.clock = s.clock.max(not_before);
         let start = st.streams[(stream - 1) as usize].clock.max(st.host);
         let end = start + self.work_ns(st, start, w);
         st.streams[(stream - 1) as usize].clock = end;
         end
+    }
+
+    /// Hand-over model: the device work on `spans` ends at `end`; the HBM
+    /// handles mapped there are not free before then.
+    pub fn note_use(&self, spans: &[(u64, u64, u8)], end: u64) {
+        if self.costs.handover == 0 {
+            return;
+        }
+        let mut st = self.lock();
+        let st = &mut *st;
+        for &(addr, len, _) in spans {
+            let hs: Vec<u64> = st
+                .mapped
+                .range(..addr.saturating_add(len.max(1)))
+                .rev()
+                .take_while(|(&va, h)| va + st.phys.get(h).map_or(0, |p| p.bytes) > addr)
+                .map(|(_, &h)| h)
+                .collect();
+            for h in hs {
+                let r = st.ready.entry(h).or_insert(0);
+                *r = (*r).max(end);
+            }
+        }
     }
 
     /// Counts a copy of the program's.
@@ -566,6 +627,11 @@ impl Runtime for SimRuntime {
         d.peak = d.peak.max(d.used);
         let h = st.next_handle;
         st.next_handle += 1;
+        if self.costs.handover != 0 {
+            if let Some(std::cmp::Reverse(t)) = st.freed_ready[dev as usize].pop() {
+                st.ready.insert(h, t);
+            }
+        }
         st.phys.insert(
             h,
             Phys {
@@ -590,6 +656,9 @@ impl Runtime for SimRuntime {
         let Some(p) = st.phys.remove(&handle) else {
             return Err(E_PARAM);
         };
+        if let (Some(t), Some(dev)) = (st.ready.remove(&handle), p.dev) {
+            st.freed_ready[dev as usize].push(std::cmp::Reverse(t));
+        }
         match p.dev {
             Some(dev) => st.devs[dev as usize].used -= p.bytes,
             None => st.host_used -= p.bytes,
@@ -707,7 +776,19 @@ impl Runtime for SimRuntime {
             st.c.nvme_ns += r;
         }
         let host = *st.caller();
-        let start = st.streams[(stream - 1) as usize].clock.max(host);
+        // hand-over: the device side's HBM page is free only once the work
+        // that last used it (its former chunk's operators, copy-out) ended
+        let page = match (self.costs.handover, kind) {
+            (0, _) => None,
+            (_, MEMCPY_H2D) => st.handle_at(dst),
+            (_, MEMCPY_D2H) => st.handle_at(src),
+            _ => None,
+        };
+        let gate = page.and_then(|h| st.ready.get(&h).copied()).unwrap_or(0);
+        let start = match self.costs.handover {
+            2 => host.max(gate),
+            _ => st.streams[(stream - 1) as usize].clock.max(host).max(gate),
+        };
         let end = if self.costs.shared_link {
             // as the simulator charges it: the copy's own bytes in its
             // direction, and a device side in host memory (a host handle:
@@ -736,8 +817,12 @@ impl Runtime for SimRuntime {
         } else {
             start + link
         };
+        if let Some(h) = page {
+            let r = st.ready.entry(h).or_insert(0);
+            *r = (*r).max(end);
+        }
         let s = &mut st.streams[(stream - 1) as usize];
-        s.clock = end;
+        s.clock = s.clock.max(end);
         if kind == MEMCPY_D2H && st.staging.contains(&dst) {
             let w = ns_at(bytes, self.costs.nvme_write_gbps);
             s.nvme_write_ns += w;
@@ -996,7 +1081,7 @@ mod tests {
             },
         );
         let p = r.program_stream();
-        assert_eq!(r.launch_work(p, &op), 3 * one + op.launch);
+        assert_eq!(r.launch_work_after(p, &op, 0), 3 * one + op.launch);
         // the per-stream model: every stream has the whole link
         let old = SimRuntime::new(
             Costs {
@@ -1036,6 +1121,7 @@ mod tests {
             let r = SimRuntime::new(
                 Costs {
                     events_at_record: at_record,
+                    handover: 0,
                     ..Costs::default()
                 },
                 1,
@@ -1048,6 +1134,61 @@ mod tests {
             assert_eq!(r.event_done(e), Ok(done));
             r.sync_event(e).unwrap();
             assert_eq!(r.host_ns(), 1000, "a wait still takes simulated time");
+        }
+    }
+
+    #[test]
+    fn the_handover_model_orders_a_page_after_its_last_use() {
+        let copy = ns_at(CHUNK, Costs::default().link_gbps);
+        const USE: u64 = 1_000_000;
+        // (model, a copy into the page ends after the use, the copy behind
+        // it on the same stream waits too)
+        for (handover, gated, fifo) in [(0, false, false), (1, true, true), (2, true, false)] {
+            let r = SimRuntime::new(
+                Costs {
+                    events_at_record: true,
+                    handover,
+                    ..Costs::default()
+                },
+                1,
+                2 * CHUNK,
+            );
+            let (app, h2d) = (r.create_stream().unwrap(), r.create_stream().unwrap());
+            let va = r.reserve(3 * CHUNK).unwrap();
+            let (v, x, y) = (va, va + CHUNK, va + 2 * CHUNK);
+            let p = r.malloc_physical(0, CHUNK).unwrap();
+            let free = r.malloc_physical(0, CHUNK).unwrap();
+            r.map(v, CHUNK, p).unwrap();
+            r.map(y, CHUNK, free).unwrap();
+            // queued work reads V for 1 ms; the host stays at 0
+            let w = Work {
+                base: USE,
+                per_stream: USE,
+                ..Work::default()
+            };
+            let on_v = [(v, CHUNK, 0u8)];
+            let end = r.launch_work_after(app, &w, r.gate(&on_v));
+            r.note_use(&on_v, end);
+            assert_eq!(end, USE);
+            // V leaves at once (the Tier saw its event complete); its page
+            // goes to X
+            r.unmap(v).unwrap();
+            r.free_physical(p).unwrap();
+            let p2 = r.malloc_physical(0, CHUNK).unwrap();
+            r.map(x, CHUNK, p2).unwrap();
+            r.memcpy_async(x, 0, CHUNK, MEMCPY_H2D, h2d).unwrap();
+            r.memcpy_async(y, 0, CHUNK, MEMCPY_H2D, h2d).unwrap();
+            let (gx, gy) = (r.gate(&[(x, CHUNK, 0)]), r.gate(&[(y, CHUNK, 0)]));
+            match (gated, fifo) {
+                (false, _) => assert_eq!((gx, gy), (0, 0), "no gate without the model"),
+                (true, true) => assert_eq!((gx, gy), (USE + copy, USE + 2 * copy)),
+                (true, false) => assert_eq!((gx, gy), (USE + copy, copy)),
+            }
+            // a call on X waits for X's copy-in under the model
+            let on_x = [(x, CHUNK, 0u8)];
+            let end = r.launch_work_after(app, &w, r.gate(&on_x));
+            assert_eq!(end, if gated { USE + copy + USE } else { 2 * USE });
+            r.note_use(&on_x, end);
         }
     }
 
