@@ -102,8 +102,8 @@ pub struct ReplayArgs {
     /// The host link (ACLSIM_LINK_MODEL): shared (one full-duplex link per device, shared in simulated time by every transfer) or per-stream (every stream has the whole link).
     #[arg(long, value_name = "shared|per-stream", default_value = "shared", value_parser = ["shared", "per-stream"])]
     pub link_model: String,
-    /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card and as the simulator answers) or simulator (when it is recorded, as the simulator answered before its queries followed its simulated clock).
-    #[arg(long, value_name = "device|simulator", default_value = "device", value_parser = ["device", "simulator", "handover", "handover-free"])]
+    /// When the Tier sees an event completed: device (when the device reaches it in simulated time, as on a real card and as the simulator answers) or simulator (when it is recorded, as the simulator answered before its queries followed its simulated clock); handover or handover-free: as simulator, with HBM handed over in stream order — a copy into or out of a page waits for the page's last use, a call for the copies into its pages (handover: u3m's copy streams in order; handover-free: a stream per copy; a what-if, docs/replay.md).
+    #[arg(long, value_name = "device|simulator|handover|handover-free", default_value = "device", value_parser = ["device", "simulator", "handover", "handover-free"])]
     pub event_model: String,
     /// Host time per asynchronous call, µs [default: --launch-us]; the simulator's host clock spends none (0).
     #[arg(long, value_name = "US")]
