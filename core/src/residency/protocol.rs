@@ -169,6 +169,10 @@ fn note_use(c: &mut Chunk, clock: u64, touches: u64, write: bool, hbm_chunks: u6
     std::mem::take(&mut c.prefetched) as u64
 }
 
+/// The most chunks `prepare_resident` takes: a call of more goes the
+/// general path.
+const FAST_CHUNKS: usize = 8;
+
 impl Residency {
     /// Before a call touching `ranges`: every chunk they cover is resident
     /// and pinned. `overwrite`: write ranges replace whole chunks' contents
@@ -351,7 +355,7 @@ impl Residency {
         // the common call: every chunk in HBM, nothing in flight for it
         if !self.lost_any.load(Relaxed)
             && self.read_once != ReadOnce::Probe
-            && self.prepare_resident(&mut st, tok, dev, class, &all, here)
+            && self.prepare_resident::<FAST_CHUNKS>(&mut st, tok, dev, class, &all, here)
         {
             st.call_chunks = all;
             return Ok(());
@@ -652,7 +656,7 @@ impl Residency {
         if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
             return false;
         }
-        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)], here)
+        self.prepare_resident::<1>(st, tok, dev, class, &[(id, i as u32, whole, write)], here)
     }
 
     /// `prepare` of a call none of whose chunks has anything to move or
@@ -663,9 +667,11 @@ impl Residency {
     /// and nothing else; None (and no change at all) when a chunk does not
     /// qualify or the call has more than `FAST_CHUNKS` chunks: the general
     /// path then decides. Not for a lost device or the read-once probe
-    /// (the caller checks). true: done, `tok` filled.
+    /// (the caller checks). true: done, `tok` filled. `MAX`: the most
+    /// chunks the caller can pass (`FAST_CHUNKS`, or 1 from `prepare_one`:
+    /// its arrays are then one entry, not eight to zero on every call).
     #[inline(always)]
-    fn prepare_resident(
+    fn prepare_resident<const MAX: usize>(
         &self,
         st: &mut State,
         tok: &mut Token,
@@ -674,12 +680,11 @@ impl Residency {
         all: &[(u64, u32, bool, bool)],
         here: Option<Here>,
     ) -> bool {
-        const FAST_CHUNKS: usize = 8;
-        if all.len() > FAST_CHUNKS {
+        if all.len() > MAX.min(FAST_CHUNKS) {
             return false;
         }
-        let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
-        let mut keys_of = [0u64; FAST_CHUNKS];
+        let mut found = [std::ptr::null_mut::<Chunk>(); MAX];
+        let mut keys_of = [0u64; MAX];
         let mut dev0 = 0;
         for (k, &(id, i, _, _)) in all.iter().enumerate() {
             let Some(b) = st.backings.get_mut(&id) else {
