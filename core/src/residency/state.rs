@@ -382,11 +382,19 @@ impl VictimOrder {
         self.taken >= REBUILD_TAKEN
     }
 
-    /// A call touched `keys` (policy keys).
+    /// A call touched `keys` (policy keys). Inlined: once the list has
+    /// overflowed (the steady state between rebuilds) a call does only the
+    /// test, not a call.
+    #[inline]
     pub fn note_touched(&mut self, keys: &[u64]) {
         if self.overflow {
             return;
         }
+        self.note_touched_list(keys);
+    }
+
+    #[inline(never)]
+    fn note_touched_list(&mut self, keys: &[u64]) {
         if self.touched.len() + keys.len() > TOUCHED_MAX {
             self.overflow = true;
             self.touched.clear();
