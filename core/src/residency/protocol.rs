@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use super::hostmap::Oversize;
 use super::migrate::Arriving;
-use super::state::{dev_index, Chunk, StGuard, State};
+use super::state::{dev_index, key_of, Chunk, KeptAt, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
 use crate::acl::AclError;
 use crate::config::ReadOnce;
@@ -168,6 +168,10 @@ fn note_use(c: &mut Chunk, clock: u64, touches: u64, write: bool, hbm_chunks: u6
     }
     std::mem::take(&mut c.prefetched) as u64
 }
+
+/// The most chunks `prepare_resident` takes: a call of more goes the
+/// general path.
+const FAST_CHUNKS: usize = 8;
 
 impl Residency {
     /// Before a call touching `ranges`: every chunk they cover is resident
@@ -329,7 +333,13 @@ impl Residency {
             ranges_seen += (all.len() > before) as u32;
         }
         if let (true, Some(e)) = (found, last) {
-            st.vas.keep(e);
+            // with what the next call's one-chunk path reads of its backing
+            let at = if e.3 {
+                None
+            } else {
+                st.backings.get_mut(&e.1).map(|b| b.kept_at())
+            };
+            st.vas.keep_at(e, at);
         }
         if all.is_empty() {
             st.call_chunks = all;
@@ -351,7 +361,7 @@ impl Residency {
         // the common call: every chunk in HBM, nothing in flight for it
         if !self.lost_any.load(Relaxed)
             && self.read_once != ReadOnce::Probe
-            && self.prepare_resident(&mut st, tok, dev, class, &all, here)
+            && self.prepare_resident::<FAST_CHUNKS>(&mut st, tok, dev, class, &all, None, here)
         {
             st.call_chunks = all;
             return Ok(());
@@ -615,7 +625,7 @@ impl Residency {
         overwrite: bool,
         here: Option<Here>,
     ) -> bool {
-        let Some((start, id, len, false)) = st.vas.kept() else {
+        let Some(((start, id, len, false), at)) = st.vas.kept_at() else {
             return false;
         };
         // the first range not empty names the chunk: [cs, ce) its bytes in
@@ -652,7 +662,15 @@ impl Residency {
         if self.lost_any.load(Relaxed) || self.read_once == ReadOnce::Probe {
             return false;
         }
-        self.prepare_resident(st, tok, dev, class, &[(id, i as u32, whole, write)], here)
+        self.prepare_resident::<1>(
+            st,
+            tok,
+            dev,
+            class,
+            &[(id, i as u32, whole, write)],
+            Some(at),
+            here,
+        )
     }
 
     /// `prepare` of a call none of whose chunks has anything to move or
@@ -663,36 +681,66 @@ impl Residency {
     /// and nothing else; None (and no change at all) when a chunk does not
     /// qualify or the call has more than `FAST_CHUNKS` chunks: the general
     /// path then decides. Not for a lost device or the read-once probe
-    /// (the caller checks). true: done, `tok` filled.
+    /// (the caller checks). true: done, `tok` filled. `MAX`: the most
+    /// chunks the caller can pass (`FAST_CHUNKS`, or 1 from `prepare_one`:
+    /// its arrays are then one entry, not eight to zero on every call).
     #[inline(always)]
-    fn prepare_resident(
+    fn prepare_resident<const MAX: usize>(
         &self,
         st: &mut State,
         tok: &mut Token,
         dev: u32,
         class: u8,
         all: &[(u64, u32, bool, bool)],
+        at: Option<KeptAt>,
         here: Option<Here>,
     ) -> bool {
-        const FAST_CHUNKS: usize = 8;
-        if all.len() > FAST_CHUNKS {
+        if all.len() > MAX.min(FAST_CHUNKS) {
             return false;
         }
-        let mut found = [std::ptr::null_mut::<Chunk>(); FAST_CHUNKS];
-        let mut keys_of = [0u64; FAST_CHUNKS];
+        let mut found = [std::ptr::null_mut::<Chunk>(); MAX];
+        let mut keys_of = [0u64; MAX];
         let mut dev0 = 0;
         for (k, &(id, i, _, _)) in all.iter().enumerate() {
-            let Some(b) = st.backings.get_mut(&id) else {
-                return false;
+            let (bdev, key, c) = match at {
+                // `prepare_one`: the first (only) chunk's backing is the
+                // kept entry's, read when it was kept (state.rs `KeptAt`)
+                Some(a) if k == 0 => {
+                    if i as usize >= a.n {
+                        return false;
+                    }
+                    #[cfg(test)]
+                    {
+                        let b = st.backings.get(&id).expect("kept backing");
+                        assert!(a.dev == b.dev && a.n == b.chunks.len());
+                        assert!(key_of(a.first_va, id, i) == b.key(id, i));
+                        assert!(std::ptr::eq(
+                            (a.chunks as *const Chunk).wrapping_add(i as usize),
+                            &b.chunks[i as usize]
+                        ));
+                    }
+                    // SAFETY: chunk `i` of the kept entry's backing, alive
+                    // and not moved since it was kept (`KeptAt`); the lock
+                    // is held and no other reference to it exists
+                    let c = unsafe { &mut *(a.chunks as *mut Chunk).add(i as usize) };
+                    (a.dev, key_of(a.first_va, id, i), c)
+                }
+                _ => {
+                    let Some(b) = st.backings.get_mut(&id) else {
+                        return false;
+                    };
+                    let (bdev, key) = (b.dev, b.key(id, i));
+                    let Some(c) = b.chunks.get_mut(i as usize) else {
+                        return false;
+                    };
+                    (bdev, key, c)
+                }
             };
             if k == 0 {
-                dev0 = b.dev;
+                dev0 = bdev;
             }
-            let own = st.devs[dev_index(b.dev)].stream;
-            keys_of[k] = b.key(id, i);
-            let Some(c) = b.chunks.get_mut(i as usize) else {
-                return false;
-            };
+            let own = st.devs[dev_index(bdev)].stream;
+            keys_of[k] = key;
             if !c.in_hbm() || c.out_ev != 0 || (own != 0 && c.uses.iter().any(|u| u.0 == own)) {
                 return false;
             }

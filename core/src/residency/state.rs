@@ -126,11 +126,45 @@ impl Backing {
     /// The policy's name for chunk `i`: the device VA of the backing's
     /// first mapping, else (a VMM handle mapped nowhere) a key above every VA.
     pub fn key(&self, id: u64, i: u32) -> u64 {
-        match self.vas.first() {
-            Some(va) => va + i as u64 * CHUNK,
-            None => (1 << 63) | (id << 24) | i as u64,
+        key_of(self.vas.first().copied(), id, i)
+    }
+
+    /// What `prepare`'s one-chunk path reads of the backing, for the kept
+    /// VA entry (`Vas::keep_at`).
+    pub fn kept_at(&mut self) -> KeptAt {
+        KeptAt {
+            dev: self.dev,
+            chunks: self.chunks.as_mut_ptr() as usize,
+            n: self.chunks.len(),
+            first_va: self.vas.first().copied(),
         }
     }
+}
+
+/// `Backing::key` of a backing whose first mapping is `first_va`.
+#[inline]
+pub fn key_of(first_va: Option<u64>, id: u64, i: u32) -> u64 {
+    match first_va {
+        Some(va) => va + i as u64 * CHUNK,
+        None => (1 << 63) | (id << 24) | i as u64,
+    }
+}
+
+/// The kept VA entry's backing as `prepare` reads it (`Backing::kept_at`):
+/// its device, its chunk vector (address and length) and its first
+/// mapping. Valid exactly as long as the entry stays kept: the backing
+/// leaves `backings` only after its VA entries left `vas`, and its mappings
+/// (`Backing::vas`) change only with `vas` (each change forgets the entry);
+/// its chunk vector is never reallocated (made whole in `Backing::new`) and
+/// its device never changes. A rehash of `backings` moves the `Backing`,
+/// not its vector's buffer.
+#[derive(Clone, Copy)]
+pub(super) struct KeptAt {
+    pub dev: u32,
+    /// the chunk vector's buffer (a pointer as usize: `State` is `Send`)
+    pub chunks: usize,
+    pub n: usize,
+    pub first_va: Option<u64>,
 }
 
 /// A dirty chunk's copy-out in flight on u3m's device-to-host stream. Its
@@ -382,11 +416,19 @@ impl VictimOrder {
         self.taken >= REBUILD_TAKEN
     }
 
-    /// A call touched `keys` (policy keys).
+    /// A call touched `keys` (policy keys). Inlined: once the list has
+    /// overflowed (the steady state between rebuilds) a call does only the
+    /// test, not a call.
+    #[inline]
     pub fn note_touched(&mut self, keys: &[u64]) {
         if self.overflow {
             return;
         }
+        self.note_touched_list(keys);
+    }
+
+    #[inline(never)]
+    fn note_touched_list(&mut self, keys: &[u64]) {
         if self.touched.len() + keys.len() > TOUCHED_MAX {
             self.overflow = true;
             self.touched.clear();
@@ -466,7 +508,8 @@ pub(super) type KeptVa = (u64, u64, u64, bool);
 #[derive(Default)]
 pub(super) struct Vas {
     map: BTreeMap<u64, (u64, u64)>,
-    kept: Option<KeptVa>,
+    /// the kept entry, and its backing when the caller gave it (`keep_at`)
+    kept: Option<(KeptVa, Option<KeptAt>)>,
 }
 
 impl Vas {
@@ -496,14 +539,25 @@ impl Vas {
     /// The entry kept by the last call (None: none, or forgotten since).
     #[inline]
     pub fn kept(&self) -> Option<KeptVa> {
-        self.kept
+        self.kept.map(|k| k.0)
+    }
+
+    /// The kept entry with its backing's `KeptAt` (None: none kept, or
+    /// kept without it).
+    #[inline]
+    pub fn kept_at(&self) -> Option<(KeptVa, KeptAt)> {
+        match self.kept {
+            Some((e, Some(at))) => Some((e, at)),
+            _ => None,
+        }
     }
 
     /// Keeps `e`, an entry of the map as it is now (with its backing's
-    /// `real() != 0`), for the next call.
+    /// `real() != 0`), for the next call; `at`: its backing's `kept_at()`
+    /// now, if known.
     #[inline]
-    pub fn keep(&mut self, e: KeptVa) {
-        self.kept = Some(e);
+    pub fn keep_at(&mut self, e: KeptVa, at: Option<KeptAt>) {
+        self.kept = Some((e, at));
     }
 }
 

@@ -3843,3 +3843,45 @@ fn a_call_on_memory_freed_meanwhile_finishes_without_touching_the_next_allocatio
     drop(st);
     assert_no_misuse_or_fault(&a.f.seen());
 }
+
+/// `prepare`'s one-chunk path reads the kept VA entry's backing as it was
+/// kept (state.rs `KeptAt`: its chunk vector's address, device, first
+/// mapping), not looked up. Handles made meanwhile grow `backings` (its
+/// table rehashed: every `Backing` moved) without forgetting the kept
+/// entry; the calls after them must still find the same chunk (the
+/// `cfg(test)` assertions in `prepare_resident` compare it with a look-up)
+/// and note the use on it.
+#[test]
+fn the_kept_entrys_chunk_survives_a_rehash_of_the_backings() {
+    let a = App::new(64, &[("U3M_OVERSUB", "4")]);
+    let s = a.f.app_stream();
+    let x = a.malloc(CHUNK);
+    let rs = [Range {
+        addr: x,
+        len: 64,
+        write: true,
+        whole: false,
+    }];
+    let call = || {
+        let tok =
+            a.r.prepare(0, OpClass::Other as u8, &rs, false, Order::Stream(s))
+                .expect("prepare");
+        a.r.finish(tok, Some(s), true);
+    };
+    call();
+    call();
+    assert!(a.r.shard_of(0).st.lock().unwrap().vas.kept_at().is_some());
+    let hs: Vec<u64> = (0..40)
+        .map(|_| a.r.malloc_physical(0, CHUNK, false).unwrap().unwrap())
+        .collect();
+    assert!(a.r.shard_of(0).st.lock().unwrap().vas.kept_at().is_some());
+    call();
+    call();
+    let st = a.r.shard_of(0).st.lock().unwrap();
+    let (id, _) = *st.vas.get(&x).expect("x mapped");
+    let c = st.chunk(id, 0);
+    assert!(c.dirty && c.pins == 0 && c.uses.iter().any(|u| u.0 == s));
+    drop(st);
+    drop(hs);
+    assert_no_misuse_or_fault(&a.f.seen());
+}
