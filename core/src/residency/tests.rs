@@ -3812,12 +3812,7 @@ fn a_call_on_memory_freed_meanwhile_finishes_without_touching_the_next_allocatio
     let s = a.f.app_stream();
     let x = a.malloc(CHUNK);
     a.write(x, &pattern(1, CHUNK));
-    let rs = [Range {
-        addr: x,
-        len: 64,
-        write: true,
-        whole: false,
-    }];
+    let rs = small_write(x);
     let call = || {
         a.r.prepare(0, OpClass::Other as u8, &rs, false, Order::Stream(s))
             .expect("prepare")
@@ -3844,6 +3839,16 @@ fn a_call_on_memory_freed_meanwhile_finishes_without_touching_the_next_allocatio
     assert_no_misuse_or_fault(&a.f.seen());
 }
 
+/// A 64-byte partial write at `addr`: one chunk, the one-chunk path's call.
+fn small_write(addr: u64) -> [Range; 1] {
+    [Range {
+        addr,
+        len: 64,
+        write: true,
+        whole: false,
+    }]
+}
+
 /// `prepare`'s one-chunk path reads the kept VA entry's backing as it was
 /// kept (state.rs `KeptAt`: its chunk vector's address, device, first
 /// mapping), not looked up. Handles made meanwhile grow `backings` (its
@@ -3856,12 +3861,7 @@ fn the_kept_entrys_chunk_survives_a_rehash_of_the_backings() {
     let a = App::new(64, &[("U3M_OVERSUB", "4")]);
     let s = a.f.app_stream();
     let x = a.malloc(CHUNK);
-    let rs = [Range {
-        addr: x,
-        len: 64,
-        write: true,
-        whole: false,
-    }];
+    let rs = small_write(x);
     let call = || {
         let tok =
             a.r.prepare(0, OpClass::Other as u8, &rs, false, Order::Stream(s))

@@ -164,10 +164,18 @@ struct Phys {
 }
 
 impl State {
+    /// The handles mapped over [addr, addr + len) (at least the byte at `addr`).
+    fn handles_in(&self, addr: u64, len: u64) -> impl Iterator<Item = u64> + '_ {
+        self.mapped
+            .range(..addr.saturating_add(len.max(1)))
+            .rev()
+            .take_while(move |(&va, h)| va + self.phys.get(h).map_or(0, |p| p.bytes) > addr)
+            .map(|(_, &h)| h)
+    }
+
     /// The handle mapped at the VA holding `addr`.
     fn handle_at(&self, addr: u64) -> Option<u64> {
-        let (&va, &h) = self.mapped.range(..=addr).next_back()?;
-        (addr < va + self.phys.get(&h)?.bytes).then_some(h)
+        self.handles_in(addr, 1).next()
     }
 }
 
@@ -462,16 +470,12 @@ impl SimRuntime {
             return 0;
         }
         let st = self.lock();
-        let mut g = 0;
-        for &(addr, len, _) in spans {
-            for (&va, h) in st.mapped.range(..addr.saturating_add(len.max(1))).rev() {
-                if va + st.phys.get(h).map_or(0, |p| p.bytes) <= addr {
-                    break;
-                }
-                g = g.max(st.ready.get(h).copied().unwrap_or(0));
-            }
-        }
-        g
+        spans
+            .iter()
+            .flat_map(|&(addr, len, _)| st.handles_in(addr, len))
+            .filter_map(|h| st.ready.get(&h).copied())
+            .max()
+            .unwrap_or(0)
     }
 
     /// Queues `w` on `stream` (the current device's), starting no earlier
@@ -479,9 +483,10 @@ impl SimRuntime {
     pub fn launch_work_after(&self, stream: u64, w: &Work, not_before: u64) -> u64 {
         let mut st = self.lock();
         let st = &mut *st;
-        let s = &mut st.streams[(stream - 1) as usize];
-        s.clock = s.clock.max(not_before);
-        let start = st.streams[(stream - 1) as usize].clock.max(st.host);
+        let start = st.streams[(stream - 1) as usize]
+            .clock
+            .max(st.host)
+            .max(not_before);
         let end = start + self.work_ns(st, start, w);
         st.streams[(stream - 1) as usize].clock = end;
         end
@@ -496,13 +501,7 @@ impl SimRuntime {
         let mut st = self.lock();
         let st = &mut *st;
         for &(addr, len, _) in spans {
-            let hs: Vec<u64> = st
-                .mapped
-                .range(..addr.saturating_add(len.max(1)))
-                .rev()
-                .take_while(|(&va, h)| va + st.phys.get(h).map_or(0, |p| p.bytes) > addr)
-                .map(|(_, &h)| h)
-                .collect();
+            let hs: Vec<u64> = st.handles_in(addr, len).collect();
             for h in hs {
                 let r = st.ready.entry(h).or_insert(0);
                 *r = (*r).max(end);
