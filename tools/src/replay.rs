@@ -5,6 +5,7 @@
 mod accuracy;
 mod cost;
 pub(crate) mod drive;
+pub(crate) mod floor;
 mod recording;
 mod report;
 pub(crate) mod simrt;
@@ -111,6 +112,15 @@ pub struct ReplayArgs {
     /// How the program issued the trace: recorded (as the recorded program: stream-0 copies and memsets are synchronous, the host waits for the device's streams first, at most --queue calls ahead) or acl-replay (as tests/apps/acl_replay re-runs it: everything asynchronous on its stream, stream 0 included; a stream waits on an event for earlier conflicting work of another stream; the host waits only at frees, for the streams that used the allocation, when a D2H copy's host buffer is written again, and every 1024 conflict events).
     #[arg(long, value_name = "recorded|acl-replay", default_value = "recorded", value_parser = ["recorded", "acl-replay"])]
     pub issue: String,
+    /// Also print the window floor (docs/replay.md): a lower bound on the simulated time of any schedule of the trace with this HBM and link, for the whole trace and for each `# train step` span.
+    #[arg(long)]
+    pub floor: bool,
+    /// With --floor: the step spans to bound, N or A-B each [default: every step on its own].
+    #[arg(long, value_name = "N|A-B,...", value_delimiter = ',')]
+    pub floor_steps: Vec<String>,
+    /// With --floor: every N-th event is a candidate window boundary [default: the least N that leaves at most 12000 per span].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub floor_stride: Option<u64>,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -133,7 +143,13 @@ pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
             }
         };
         match replay_trace(&trace, &setup, a.hbm, &a.policy) {
-            Ok(r) => reports.push(r),
+            Ok(mut r) => {
+                if a.floor {
+                    crate::progress::stage(format!("{}, window floor", trace.name));
+                    r.floor = Some(floor_report(&trace, path, &setup, &a)?);
+                }
+                reports.push(r)
+            }
             Err(e) => {
                 crate::progress::clear();
                 eprintln!("u3m replay: {e}");
@@ -324,6 +340,61 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         look_ahead: a.look_ahead.clone(),
         acl_replay: a.issue == "acl-replay",
     })
+}
+
+/// `--floor`: the window floor of the whole trace and of its step spans.
+fn floor_report(
+    trace: &Trace,
+    path: &std::path::Path,
+    s: &Setup,
+    a: &ReplayArgs,
+) -> Result<report::FloorReport, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|err| CliError::Io {
+        what: "re-reading the trace for its step comments",
+        err,
+    })?;
+    let steps = floor::steps(&text, trace);
+    let marks = floor::step_marks(&text, trace);
+    let p = floor::Prepared::new(trace, &s.costs);
+    let stride = a.floor_stride.map(|n| n as usize);
+    let whole = p.floor(a.hbm, 0..trace.events.len(), stride, &marks);
+    let mut groups: Vec<(u64, u64)> = Vec::new();
+    if a.floor_steps.is_empty() {
+        groups.extend(steps.iter().map(|(n, _)| (*n, *n)));
+    }
+    for g in &a.floor_steps {
+        let parsed = match g.split_once('-') {
+            Some((x, y)) => x.trim().parse().ok().zip(y.trim().parse().ok()),
+            None => g.trim().parse().ok().map(|n| (n, n)),
+        };
+        match parsed {
+            Some((x, y)) if x <= y => groups.push((x, y)),
+            _ => {
+                return Err(CliError::Usage(format!(
+                    "--floor-steps {g}: want N or A-B with A <= B"
+                )))
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (first, last) in groups {
+        let find = |n: u64| steps.iter().find(|(k, _)| *k == n).map(|(_, r)| r.clone());
+        let (Some(x), Some(y)) = (find(first), find(last)) else {
+            eprintln!(
+                "u3m replay: --floor: {} has no `# train step` span for step {first}-{last}",
+                trace.name
+            );
+            continue;
+        };
+        let span = x.start..y.end;
+        out.push(report::StepFloor {
+            first,
+            last,
+            floor: p.floor(a.hbm, span.clone(), stride, &marks),
+            span,
+        });
+    }
+    Ok(report::FloorReport { whole, steps: out })
 }
 
 /// Reads and validates a whole trace (errors are `file:line: what`).

@@ -29,7 +29,7 @@ use u3m_core::trace::{Body, CopyKind, Event};
 
 /// Most input × output pairs of an operator checked for overlap; a wider
 /// one writes nothing whole (src/hooks/op.rs, the same bound).
-const ALIAS_CHECK_MAX: usize = 4096;
+pub(super) const ALIAS_CHECK_MAX: usize = 4096;
 
 use super::accuracy::{Accuracy, Future};
 use super::cost::{Costs, Work};

@@ -8,6 +8,7 @@ use u3m_core::engine::runtime::CHUNK;
 
 use super::accuracy::Window;
 use super::drive::{RunOut, Setup, Trace};
+use super::floor::{Floor, Window as FloorWindow};
 use crate::human::bytes;
 use crate::table::columns;
 
@@ -110,6 +111,22 @@ pub struct TraceReport {
     pub baseline_ns: u64,
     pub rows: Vec<PolicyRow>,
     pub unavailable: Vec<(String, String)>,
+    /// `--floor`: the window floor.
+    pub floor: Option<FloorReport>,
+}
+
+/// The window floor of a trace (`--floor`): the whole trace and step spans.
+pub struct FloorReport {
+    pub whole: Floor,
+    pub steps: Vec<StepFloor>,
+}
+
+/// The floor of the events of steps `first..=last` (`span`: trace indices).
+pub struct StepFloor {
+    pub first: u64,
+    pub last: u64,
+    pub span: std::ops::Range<usize>,
+    pub floor: Floor,
 }
 
 impl TraceReport {
@@ -128,6 +145,7 @@ impl TraceReport {
             baseline_ns: base.total_ns,
             rows,
             unavailable,
+            floor: None,
         }
     }
 
@@ -233,6 +251,9 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
         if misuse > 0 {
             let _ = writeln!(out, "  warning: the engine misused the runtime {misuse} times (double map, unmap of nothing, ...)");
         }
+        if let Some(f) = &r.floor {
+            floor_text(&mut out, f);
+        }
         if show_events {
             for p in &r.rows {
                 for (t, line) in &p.events {
@@ -249,11 +270,108 @@ stall: total - unlimited-HBM time; x belady: bytes moved / belady's; P/R@W: byte
     out
 }
 
+/// How many link-bound windows a floor line names.
+const NAMED_WINDOWS: usize = 6;
+
+fn floor_line(f: &Floor) -> String {
+    let bound: Vec<&FloorWindow> = f
+        .windows
+        .iter()
+        .filter(|w| w.link_ns > w.compute_ns)
+        .collect();
+    let mut s = format!(
+        "{} (compute {}) over {} windows{}",
+        ms(f.ns),
+        ms(f.compute_ns),
+        f.windows.len(),
+        if f.stride > 1 {
+            format!(" (a boundary every {} events)", f.stride)
+        } else {
+            String::new()
+        }
+    );
+    if bound.is_empty() {
+        s.push_str("; no window is link-bound");
+        return s;
+    }
+    let _ = write!(s, "; the link-bound windows ({}):", bound.len());
+    for w in bound.iter().take(NAMED_WINDOWS) {
+        let _ = write!(
+            s,
+            " [{},{}) {} vs compute {} (in {}, out {});",
+            w.start,
+            w.end,
+            ms(w.link_ns),
+            ms(w.compute_ns),
+            bytes(w.u_bytes),
+            bytes(w.d_bytes)
+        );
+    }
+    if bound.len() > NAMED_WINDOWS {
+        let _ = write!(s, " and {} more", bound.len() - NAMED_WINDOWS);
+    } else {
+        s.pop();
+    }
+    s
+}
+
+fn floor_text(out: &mut String, f: &FloorReport) {
+    let dev = if f.whole.device > 0 {
+        format!(" (device {}, the largest)", f.whole.device)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(out, "  window floor{dev}: {}", floor_line(&f.whole));
+    for st in &f.steps {
+        let which = if st.first == st.last {
+            format!("step {}", st.first)
+        } else {
+            format!("steps {}-{}", st.first, st.last)
+        };
+        let _ = writeln!(
+            out,
+            "  window floor of {which} (events {}..{}): {}",
+            st.span.start,
+            st.span.end,
+            floor_line(&st.floor)
+        );
+    }
+}
+
+fn floor_json(f: &Floor) -> Value {
+    json!({
+        "ns": f.ns,
+        "compute_ns": f.compute_ns,
+        "stride": f.stride,
+        "device": f.device,
+        "windows": f.windows.iter().map(|w| json!({
+            "start": w.start, "end": w.end, "compute_ns": w.compute_ns, "link_ns": w.link_ns,
+            "u_bytes": w.u_bytes, "d_bytes": w.d_bytes,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
     let traces: Vec<Value> = reports
         .iter()
         .map(|r| {
             let bm = r.belady_moved();
+            let floor = r.floor.as_ref().map(|f| {
+                let mut v = floor_json(&f.whole);
+                v["steps"] = f
+                    .steps
+                    .iter()
+                    .map(|st| {
+                        let mut x = floor_json(&st.floor);
+                        x["step"] = json!(st.first);
+                        x["last_step"] = json!(st.last);
+                        x["start"] = json!(st.span.start);
+                        x["end"] = json!(st.span.end);
+                        x
+                    })
+                    .collect();
+                v
+            });
             let rows: Vec<Value> = r
                 .rows
                 .iter()
@@ -294,7 +412,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                     })
                 })
                 .collect();
-            json!({
+            let mut t = json!({
                 "trace": r.trace,
                 "events": r.events,
                 "ticks": r.ticks,
@@ -303,7 +421,11 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                 "baseline_ns": r.baseline_ns,
                 "policies": rows,
                 "unavailable": r.unavailable.iter().map(|(p, why)| json!({"policy": p, "reason": why})).collect::<Vec<_>>(),
-            })
+            });
+            if let Some(f) = floor {
+                t["floor"] = f;
+            }
+            t
         })
         .collect();
     let c = &s.costs;
