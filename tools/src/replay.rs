@@ -355,7 +355,7 @@ fn floor_report(
     })?;
     let steps = floor::steps(&text, trace);
     let marks = floor::step_marks(&text, trace);
-    let p = floor::Prepared::new(trace, &s.costs);
+    let p = floor::Prepared::new(trace, &s.costs, s.acl_replay);
     let stride = a.floor_stride.map(|n| n as usize);
     let whole = p.floor(a.hbm, 0..trace.events.len(), stride, &marks);
     let mut groups: Vec<(u64, u64)> = Vec::new();

@@ -75,6 +75,9 @@ struct Dev {
     stream: Vec<u32>,
     dur: Vec<u64>,
     streams: usize,
+    /// Per position 0..=n: every call before it ends before any call from
+    /// it on starts (with one stream, every position).
+    barrier: Vec<bool>,
     /// Bytes of each elementary interval.
     size: Vec<u64>,
     /// Per interval, its accesses (event, flags) in event order: CSR.
@@ -96,11 +99,13 @@ pub struct Prepared {
 /// the stride is chosen so that at most `MAX_CANDIDATES` boundaries remain.
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn window_floor(trace: &Trace, hbm: u64, costs: &Costs, span: Range<usize>) -> Floor {
-    Prepared::new(trace, costs).floor(hbm, span, None, &[])
+    Prepared::new(trace, costs, false).floor(hbm, span, None, &[])
 }
 
 impl Prepared {
-    pub fn new(trace: &Trace, costs: &Costs) -> Prepared {
+    /// `acl_replay`: the trace is issued as `--issue acl-replay` (no
+    /// synchronous calls: with several streams, no barriers inside).
+    pub fn new(trace: &Trace, costs: &Costs, acl_replay: bool) -> Prepared {
         let mut per_dev: Vec<Vec<usize>> = Vec::new();
         for (i, ev) in trace.events.iter().enumerate() {
             let d = ev.dev as usize;
@@ -113,7 +118,7 @@ impl Prepared {
             .into_iter()
             .enumerate()
             .filter(|(_, g)| !g.is_empty())
-            .map(|(d, g)| Dev::new(trace, costs, d as u32, g))
+            .map(|(d, g)| Dev::new(trace, costs, acl_replay, d as u32, g))
             .collect();
         Prepared {
             devs,
@@ -199,15 +204,28 @@ fn call(
 }
 
 impl Dev {
-    fn new(trace: &Trace, costs: &Costs, dev: u32, global: Vec<usize>) -> Dev {
+    fn new(trace: &Trace, costs: &Costs, acl_replay: bool, dev: u32, global: Vec<usize>) -> Dev {
         let n = global.len();
         let mut sizes = HashMap::new();
         let mut stream_ids: HashMap<u32, u32> = HashMap::new();
         let (mut stream, mut dur) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let mut raw: Vec<(u32, u64, u64, u8)> = Vec::new();
         let mut cuts: Vec<u64> = Vec::new();
+        let mut barrier = vec![false; n + 1];
         for (t, &g) in global.iter().enumerate() {
             let ev = &trace.events[g];
+            // the replay's recorded issue: a stream-0 copy or memset is
+            // synchronous — the host waits for the device's streams first
+            // and issues nothing more until it ends (drive.rs `call`)
+            let sync = match &ev.body {
+                Body::Set { .. } => true,
+                Body::Copy { kind, .. } => *kind != CopyKind::H2H,
+                _ => false,
+            };
+            if sync && ev.stream == 0 && !acl_replay {
+                barrier[t] = true;
+                barrier[t + 1] = true;
+            }
             let k = stream_ids.len() as u32;
             stream.push(*stream_ids.entry(ev.stream).or_insert(k));
             let (d, acc) = call(ev, costs, &mut sizes);
@@ -270,6 +288,13 @@ impl Dev {
             stream,
             dur,
             streams: stream_ids.len().max(1),
+            barrier: if stream_ids.len() <= 1 {
+                vec![true; n + 1]
+            } else {
+                barrier[0] = true;
+                barrier[n] = true;
+                barrier
+            },
             size,
             x_start,
             acc_f,
@@ -302,12 +327,20 @@ impl Dev {
             .unwrap_or_else(|| len.div_ceil(MAX_CANDIDATES))
             .max(1);
         // candidate boundaries (device event indices)
-        let mut cand: Vec<usize> = (lo..hi).step_by(stride).collect();
+        // interior boundaries must be barriers (the windows' spans are then
+        // disjoint); the span's own ends always bound it
+        let mut cand: Vec<usize> = (lo..hi)
+            .step_by(stride)
+            .filter(|&t| self.barrier[t])
+            .collect();
+        cand.push(lo);
         cand.push(hi);
         for &m in marks {
             let t = self.global.partition_point(|&g| g < m);
             if (lo..=hi).contains(&t) {
-                cand.push(t);
+                if self.barrier[t] {
+                    cand.push(t);
+                }
             }
         }
         cand.sort_unstable();
@@ -411,7 +444,14 @@ impl Dev {
                 sd += bd[j];
                 let pb = &pre[j * s..(j + 1) * s];
                 let c = pe.iter().zip(pb).map(|(a, b)| a - b).max().unwrap_or(0);
-                let l = link(su.max(sd));
+                // U needs the window to start at a barrier (every earlier
+                // write done), D to end at one
+                let l = link(match (self.barrier[cand[j]], self.barrier[cand[je]]) {
+                    (true, true) => su.max(sd),
+                    (true, false) => su,
+                    (false, true) => sd,
+                    (false, false) => 0,
+                });
                 let v = best[j] + c.max(l);
                 if first || v >= best[je] {
                     best[je] = v;
@@ -491,4 +531,377 @@ pub fn step_marks(text: &str, trace: &Trace) -> Vec<usize> {
         .filter(|(_, l)| l.starts_with("# train step "))
         .map(|(i, _)| trace.lines.partition_point(|&l| l < i as u64 + 1))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use u3m_core::trace::{Event, Range as R8};
+
+    const MIB: u64 = 1 << 20;
+    const X: u64 = 0x1000_0000;
+    const Y: u64 = 0x2000_0000;
+
+    fn trace(events: Vec<Event>) -> Trace {
+        let lines = (1..=events.len() as u64).collect();
+        let devices = events.iter().map(|e| e.dev as usize + 1).max().unwrap_or(1);
+        Trace {
+            name: "hand".into(),
+            events,
+            lines,
+            devices,
+        }
+    }
+
+    /// floor(bytes / 25 GB/s), the default link.
+    fn link(bytes: u64) -> u64 {
+        (bytes as f64 / 25.0).floor() as u64
+    }
+
+    fn all(t: &Trace, hbm: u64) -> Floor {
+        window_floor(t, hbm, &Costs::default(), 0..t.events.len())
+    }
+
+    /// 8 MiB written by a memset, then read whole by an operator, 4 MiB of
+    /// HBM: the memset's window ends with 8 MiB whose next access is a read
+    /// (at least 4 MiB left over the link), the read's window starts with
+    /// 8 MiB it needs (at least 4 MiB came over the link).
+    #[test]
+    fn a_read_of_twice_hbm_needs_half_of_it_over_the_link() {
+        let c = Costs::default();
+        let t = trace(vec![
+            Event::alloc(X, 8 * MIB),
+            Event::alloc(Y, MIB),
+            Event::set(X, 8 * MIB),
+            Event::op("Sum", &[R8::new(X, 8 * MIB)], &[R8::new(Y, 4096)]),
+        ]);
+        let memset = c.memset_ns(8 * MIB);
+        let op = c.op_ns(0, 8 * MIB + 4096);
+        assert_eq!((memset, op), (15_486, 15_491));
+        assert_eq!(link(4 * MIB), 167_772);
+        let f = all(&t, 4 * MIB);
+        // in and out: both windows are link-bound
+        assert_eq!(f.ns, 2 * 167_772);
+        assert!(f.ns >= memset + op.max(link(4 * MIB)));
+        assert_eq!(f.compute_ns, memset + op);
+        let w = &f.windows;
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!((w[1].start, w[1].end, w[1].u_bytes), (3, 4, 8 * MIB));
+        assert_eq!(
+            (w[0].end, w[0].d_bytes, w[0].link_ns),
+            (3, 8 * MIB, 167_772)
+        );
+        // the read alone (the data is there before the span): U only
+        let c = Costs::default();
+        let r = window_floor(&t, 4 * MIB, &c, 3..4);
+        assert_eq!(r.ns, 167_772);
+        assert_eq!(r.windows[0].u_bytes, 8 * MIB);
+        // HBM for all of it: the sum of the calls
+        let big = all(&t, 9 * MIB);
+        assert_eq!((big.ns, big.compute_ns), (memset + op, memset + op));
+        assert!(big.windows.iter().all(|w| w.link_ns == 0));
+    }
+
+    /// 8 MiB written, a 1 ms operator elsewhere, then the 8 MiB read: the
+    /// D term charges the write's window for what must leave HBM.
+    #[test]
+    fn dirty_bytes_needed_later_must_leave_hbm() {
+        let c = Costs::default();
+        let t = trace(vec![
+            Event::alloc(X, 8 * MIB),
+            Event::alloc(Y, MIB),
+            Event::set(X, 8 * MIB),
+            Event::op("Busy", &[], &[R8::new(Y, 4096)]).with_flops(280_000_000_000),
+            Event::op("Sum", &[R8::new(X, 8 * MIB)], &[R8::new(Y, 4096)]),
+        ]);
+        let busy = c.op_ns(280_000_000_000, 4096);
+        assert_eq!(busy, 1_005_000);
+        let f = all(&t, 4 * MIB);
+        // {memset} {busy} {sum}: out, compute, in
+        assert_eq!(f.ns, 167_772 + busy + 167_772, "{:?}", f.windows);
+        // without the D term the best is 15_486 + busy + 167_772: the D
+        // term is what makes the memset's window cost the link time
+        assert_eq!(f.windows[0].d_bytes, 8 * MIB);
+        assert_eq!(f.windows[0].link_ns, 167_772);
+        // the span up to the read: D alone
+        let up = window_floor(&t, 4 * MIB, &c, 0..4);
+        assert_eq!(up.ns, 167_772 + busy);
+        // overwritten whole before the read: nothing is needed later
+        let mut ev = t.events.clone();
+        ev.insert(4, Event::set(X, 8 * MIB));
+        let f = all(&trace(ev), 4 * MIB);
+        assert_eq!(f.windows[0].d_bytes, 0, "{:?}", f.windows);
+    }
+
+    /// Allocated bytes hold nothing until written, and freed bytes nothing
+    /// again: reading them needs no copy-in, writing them before a free
+    /// no copy-out.
+    #[test]
+    fn unwritten_and_freed_bytes_need_no_link() {
+        let c = Costs::default();
+        let read = Event::op("Sum", &[R8::new(X, 8 * MIB)], &[R8::new(Y, 4096)]);
+        let t = trace(vec![
+            Event::alloc(X, 8 * MIB),
+            Event::alloc(Y, MIB),
+            read.clone(),
+            Event::set(X, 8 * MIB),
+            Event::free(X),
+            Event::alloc(X, 8 * MIB),
+            read,
+        ]);
+        let f = all(&t, 4 * MIB);
+        assert_eq!(f.ns, f.compute_ns, "{:?}", f.windows);
+        let sum = c.op_ns(0, 8 * MIB + 4096);
+        assert_eq!(f.ns, 2 * sum + c.memset_ns(8 * MIB));
+    }
+
+    /// A read-modify-write output (overlapping an input) is read: its old
+    /// value is needed; an output overlapping none is not.
+    #[test]
+    fn outputs_overlapping_an_input_are_read() {
+        let t = trace(vec![
+            Event::alloc(X, 8 * MIB),
+            Event::alloc(Y, MIB),
+            Event::set(X, 8 * MIB),
+            Event::set(Y, MIB),
+            Event::op("Add", &[R8::new(Y, MIB)], &[R8::new(X, 8 * MIB)]),
+        ]);
+        let c = Costs::default();
+        assert_eq!(window_floor(&t, 4 * MIB, &c, 4..5).ns, c.op_ns(0, 9 * MIB));
+        let mut ev = t.events.clone();
+        ev[4] = Event::op(
+            "Add",
+            &[R8::new(Y, MIB), R8::new(X, MIB)],
+            &[R8::new(X, 8 * MIB)],
+        );
+        let f = window_floor(&trace(ev), 4 * MIB, &c, 4..5);
+        assert_eq!(f.windows[0].u_bytes, 9 * MIB);
+        assert_eq!(f.ns, link(5 * MIB));
+    }
+
+    /// Fewer candidate boundaries never raise the floor; the per-device
+    /// floor is the largest device's.
+    #[test]
+    fn strides_and_devices() {
+        let mut ev = vec![Event::alloc(X, 8 * MIB), Event::alloc(Y, MIB)];
+        for i in 0..40u64 {
+            ev.push(Event::set(X + (i % 8) * MIB, MIB));
+            ev.push(
+                Event::op("Sum", &[R8::new(X, 8 * MIB)], &[R8::new(Y, 4096)])
+                    .with_flops(i * 1_000_000_000),
+            );
+        }
+        let t = trace(ev.clone());
+        let c = Costs::default();
+        let p = Prepared::new(&t, &c, false);
+        let one = p.floor(3 * MIB, 0..t.events.len(), Some(1), &[]);
+        assert!(one.ns > one.compute_ns);
+        for k in [2, 3, 7, 100] {
+            let f = p.floor(3 * MIB, 0..t.events.len(), Some(k), &[]);
+            assert!(
+                f.ns <= one.ns && f.ns >= f.compute_ns,
+                "stride {k}: {} > {}",
+                f.ns,
+                one.ns
+            );
+            assert_eq!(f.stride, k);
+        }
+        // the same calls on device 1 with less flops: device 0's floor
+        let mut two = ev.clone();
+        two.extend(ev.iter().map(|e| {
+            let mut e = e.clone().on_dev(1);
+            e.flops = None;
+            e
+        }));
+        let f = all(&trace(two), 3 * MIB);
+        assert_eq!((f.ns, f.device), (one.ns, 0));
+    }
+
+    /// With two streams only synchronous calls (stream-0 memsets and
+    /// copies) cut windows: two 1 ms operators on different streams could
+    /// run at once, so the floor is 1 ms, not 2.
+    #[test]
+    fn several_streams_cut_only_at_synchronous_calls() {
+        let c = Costs::default();
+        let busy = |s: u32| {
+            Event::op("Busy", &[], &[R8::new(Y + s as u64 * 4096, 4096)])
+                .with_flops(280_000_000_000)
+                .on_stream(s)
+        };
+        let t = trace(vec![Event::alloc(Y, MIB), busy(1), busy(2)]);
+        let one = c.op_ns(280_000_000_000, 4096);
+        assert_eq!(all(&t, 4 * MIB).ns, one);
+        // a stream-0 memset between them is a barrier
+        let t = trace(vec![
+            Event::alloc(Y, MIB),
+            busy(1),
+            Event::set(Y + 8192, 4096),
+            busy(2),
+        ]);
+        let f = all(&t, 4 * MIB);
+        assert_eq!(f.ns, 2 * one + c.memset_ns(4096));
+        // acl-replay issues nothing synchronously
+        let p = Prepared::new(&t, &c, true);
+        assert_eq!(p.floor(4 * MIB, 0..4, None, &[]).ns, one);
+    }
+
+    /// The floor straight from its definition, byte by byte, over every
+    /// partition (one stream): U, D and has-data recomputed for each window.
+    fn naive(t: &Trace, hbm: u64, c: &Costs) -> u64 {
+        let n = t.events.len();
+        let mut sizes = HashMap::new();
+        // per event: duration, bytes read, written, cleared
+        let mut calls = Vec::new();
+        for ev in &t.events {
+            let (d, acc) = call(ev, c, &mut sizes);
+            let (mut r, mut w, mut cl) = (Vec::new(), Vec::new(), Vec::new());
+            for (a, b, f) in acc {
+                for x in a..a + b {
+                    if f & R != 0 {
+                        r.push(x);
+                    }
+                    if f & W != 0 {
+                        w.push(x);
+                    }
+                    if f & C != 0 {
+                        cl.push(x);
+                    }
+                }
+            }
+            calls.push((d, r, w, cl));
+        }
+        let has_data = |x: u64, b: usize| {
+            let mut h = false;
+            for (_, _, w, cl) in &calls[..b] {
+                if w.contains(&x) {
+                    h = true;
+                }
+                if cl.contains(&x) {
+                    h = false;
+                }
+            }
+            h
+        };
+        let read_next = |x: u64, e: usize| {
+            for (_, r, w, cl) in &calls[e..] {
+                if r.contains(&x) {
+                    return true;
+                }
+                if w.contains(&x) || cl.contains(&x) {
+                    return false;
+                }
+            }
+            false
+        };
+        let cost = |b: usize, e: usize| {
+            let comp: u64 = calls[b..e].iter().map(|c| c.0).sum();
+            let mut fresh = std::collections::HashSet::new();
+            let mut need = std::collections::HashSet::new();
+            let mut wrote = std::collections::HashSet::new();
+            for (_, r, w, cl) in &calls[b..e] {
+                for &x in r {
+                    if !fresh.contains(&x) && has_data(x, b) {
+                        need.insert(x);
+                    }
+                }
+                for &x in w {
+                    fresh.insert(x);
+                    wrote.insert(x);
+                }
+                for &x in cl {
+                    fresh.insert(x);
+                    wrote.remove(&x);
+                }
+            }
+            let u = need.len() as u64;
+            let d = wrote.iter().filter(|&&x| read_next(x, e)).count() as u64;
+            let over = u.max(d).saturating_sub(hbm);
+            comp.max((over as f64 / c.link_gbps).floor() as u64)
+        };
+        let mut best = vec![0u64; n + 1];
+        for e in 1..=n {
+            best[e] = (0..e).map(|b| best[b] + cost(b, e)).max().unwrap();
+        }
+        best[n]
+    }
+
+    /// Random small traces: the sweep's floor is the definition's.
+    #[test]
+    fn the_sweep_computes_the_definition() {
+        let c = Costs {
+            link_gbps: 0.05,
+            hbm_gbps: 1.0,
+            launch_us: 0.1,
+            ..Costs::default()
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |k: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        };
+        for round in 0..200 {
+            let mut ev = Vec::new();
+            let mut live: Vec<(u64, u64)> = Vec::new();
+            let mut next = 0x1000u64;
+            for _ in 0..(5 + rnd(25)) {
+                let range = |rnd: &mut dyn FnMut(u64) -> u64, live: &[(u64, u64)]| {
+                    let (a, b) = live[rnd(live.len() as u64) as usize];
+                    let off = rnd(b);
+                    R8::new(a + off, 1 + rnd(b - off))
+                };
+                match rnd(if live.is_empty() { 1 } else { 10 }) {
+                    0 => {
+                        let b = 8 + rnd(40);
+                        ev.push(Event::alloc(next, b));
+                        live.push((next, b));
+                        next += 64;
+                    }
+                    1 if live.len() > 1 => {
+                        let (a, _) = live.remove(rnd(live.len() as u64) as usize);
+                        ev.push(Event::free(a));
+                    }
+                    2 => {
+                        let r = range(&mut rnd, &live);
+                        ev.push(Event::set(r.addr, r.bytes));
+                    }
+                    3 => {
+                        let r = range(&mut rnd, &live);
+                        ev.push(Event::copy(CopyKind::H2D, r.addr, 0x7f00_0000, r.bytes));
+                    }
+                    4 => {
+                        let r = range(&mut rnd, &live);
+                        ev.push(Event::copy(CopyKind::D2H, 0x7f00_0000, r.addr, r.bytes));
+                    }
+                    5 => {
+                        let a = range(&mut rnd, &live);
+                        let b = range(&mut rnd, &live);
+                        let k = a.bytes.min(b.bytes);
+                        ev.push(Event::copy(CopyKind::D2D, a.addr, b.addr, k));
+                    }
+                    _ => {
+                        let ins: Vec<R8> = (0..rnd(3)).map(|_| range(&mut rnd, &live)).collect();
+                        let outs: Vec<R8> =
+                            (0..1 + rnd(2)).map(|_| range(&mut rnd, &live)).collect();
+                        ev.push(Event::op("Op", &ins, &outs).with_flops(rnd(3) * 20_000_000));
+                    }
+                }
+            }
+            let t = trace(ev);
+            for hbm in [0, 16, 48] {
+                let f = window_floor(&t, hbm, &c, 0..t.events.len());
+                assert_eq!(
+                    f.ns,
+                    naive(&t, hbm, &c),
+                    "round {round} hbm {hbm}: {:?} {:?}",
+                    f.windows,
+                    t.events
+                );
+                // the partition adds up
+                let sum: u64 = f.windows.iter().map(|w| w.compute_ns.max(w.link_ns)).sum();
+                assert_eq!(sum, f.ns);
+            }
+        }
+    }
 }
