@@ -882,3 +882,125 @@ fn predictive_moves_at_most_1_15_x_belady_on_lora_with_recompute_and_flash() {
         "predictive moves {ratio:.3} x Belady's bytes"
     );
 }
+
+/// `--floor` on a report: the floor object of its single trace.
+fn floor_of(t: &Value) -> &Value {
+    t.get("floor")
+        .unwrap_or_else(|| panic!("--floor --json prints a floor: {t:#}"))
+}
+
+/// The window floor (docs/replay.md) is a lower bound: no policy's replay
+/// of the same trace on the same HBM beats it, and with HBM for the whole
+/// footprint it is the calls' own time (nothing need cross the link).
+fn check_floor_bounds(path: &str, hbm: u64, footprint: u64) {
+    let h = hbm.to_string();
+    let t = replay(&[path, "--hbm", &h, "--floor"]);
+    let f = floor_of(&t);
+    let (ns, compute) = (f["ns"].as_u64().unwrap(), f["compute_ns"].as_u64().unwrap());
+    assert!(compute <= ns, "{path} at {h}: {f:#}");
+    assert!(compute <= t["baseline_ns"].as_u64().unwrap());
+    for p in t["policies"].as_array().unwrap() {
+        let total = p["total_ns"].as_u64().unwrap();
+        assert!(
+            ns <= total,
+            "{path} at {h} bytes: the window floor {ns} ns exceeds {}'s replay {total} ns",
+            p["policy"]
+        );
+    }
+    // the windows partition the trace and add up to the floor
+    let w = f["windows"].as_array().unwrap();
+    let sum: u64 = w
+        .iter()
+        .map(|w| {
+            w["compute_ns"]
+                .as_u64()
+                .unwrap()
+                .max(w["link_ns"].as_u64().unwrap())
+        })
+        .sum();
+    assert_eq!(sum, ns);
+    assert_eq!(w[0]["start"], 0);
+    assert_eq!(w[w.len() - 1]["end"], t["events"]);
+    if hbm >= footprint {
+        assert_eq!(
+            ns, compute,
+            "{path}: HBM for the whole footprint, yet a link term: {f:#}"
+        );
+    }
+}
+
+#[test]
+fn the_window_floor_is_never_beaten_by_a_replay() {
+    for (name, hbms) in [
+        ("scan", &[4u64 << 20, 16 << 20, 64 << 20][..]),
+        ("oversize_op", &[4 << 20, 16 << 20, 64 << 20]),
+        ("loop", &[4 << 20, 16 << 20]),
+        ("hotcold", &[8 << 20, 64 << 20]),
+    ] {
+        let foot = replay(&[&trace(name), "--hbm", "1G", "--policy", "lru"])["footprint_bytes"]
+            .as_u64()
+            .unwrap();
+        for &h in hbms {
+            check_floor_bounds(&trace(name), h, foot);
+        }
+    }
+    // a small AdamW run of `u3m synth`: the floor of each step is reported
+    let path = std::env::temp_dir().join(format!("u3m-floor-test-{}.trace", std::process::id()));
+    let p = path.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
+        .args([
+            "synth",
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "adam",
+            "--scale",
+            "8",
+        ])
+        .args(["--layers", "2", "--steps", "3", "--seq", "256", "-o", p])
+        .output()
+        .expect("run u3m synth");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let foot = replay(&[p, "--hbm", "1G", "--policy", "lru"])["footprint_bytes"]
+        .as_u64()
+        .unwrap();
+    for k in [3, 5, 7, 12] {
+        check_floor_bounds(p, foot * k / 10, foot);
+    }
+    let t = replay(&[
+        p,
+        "--hbm",
+        &(foot * 3 / 10).to_string(),
+        "--floor",
+        "--floor-steps",
+        "1-2,0",
+    ]);
+    let f = floor_of(&t);
+    assert!(
+        f["ns"].as_u64().unwrap() > f["compute_ns"].as_u64().unwrap(),
+        "{f:#}"
+    );
+    let steps = f["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    assert_eq!(
+        (&steps[0]["step"], &steps[0]["last_step"]),
+        (&1.into(), &2.into())
+    );
+    assert_eq!(steps[1]["step"], 0);
+    // a span's floor is at most the whole trace's
+    for s in steps {
+        assert!(s["ns"].as_u64().unwrap() <= f["ns"].as_u64().unwrap());
+        assert!(s["start"].as_u64().unwrap() < s["end"].as_u64().unwrap());
+    }
+    // the text report says it after the table; without --floor, neither does
+    let h = (foot * 3 / 10).to_string();
+    let text =
+        String::from_utf8(u3m(&[p, "--hbm", &h, "--policy", "lru", "--floor"]).stdout).unwrap();
+    assert!(
+        text.contains("  window floor: ") && text.contains("window floor of step 2 "),
+        "{text}"
+    );
+    let plain = replay(&[p, "--hbm", &h, "--policy", "lru"]);
+    assert!(plain.get("floor").is_none());
+    let _ = std::fs::remove_file(&path);
+}
