@@ -56,6 +56,8 @@ pub struct Floor {
     pub stride: usize,
     /// The device whose floor this is (the largest of the trace's devices').
     pub device: u32,
+    /// Its streams: with more than one, only synchronous calls cut windows.
+    pub streams: usize,
 }
 
 /// `F` of the access flags: the call reads the bytes (before any write).
@@ -146,6 +148,7 @@ impl Prepared {
         }
         best.unwrap_or(Floor {
             stride: 1,
+            streams: 1,
             ..Floor::default()
         })
     }
@@ -323,24 +326,20 @@ impl Dev {
             }
         };
         let len = hi - lo;
+        // candidate boundaries (device event indices): interior ones must be
+        // barriers (the windows' spans are then disjoint), every
+        // `stride`-th of them; the span's own ends always bound it
+        let eligible: Vec<usize> = (lo..hi).filter(|&t| self.barrier[t]).collect();
         let stride = stride
-            .unwrap_or_else(|| len.div_ceil(MAX_CANDIDATES))
+            .unwrap_or_else(|| eligible.len().div_ceil(MAX_CANDIDATES))
             .max(1);
-        // candidate boundaries (device event indices)
-        // interior boundaries must be barriers (the windows' spans are then
-        // disjoint); the span's own ends always bound it
-        let mut cand: Vec<usize> = (lo..hi)
-            .step_by(stride)
-            .filter(|&t| self.barrier[t])
-            .collect();
+        let mut cand: Vec<usize> = eligible.into_iter().step_by(stride).collect();
         cand.push(lo);
         cand.push(hi);
         for &m in marks {
             let t = self.global.partition_point(|&g| g < m);
-            if (lo..=hi).contains(&t) {
-                if self.barrier[t] {
-                    cand.push(t);
-                }
+            if (lo..=hi).contains(&t) && self.barrier[t] {
+                cand.push(t);
             }
         }
         cand.sort_unstable();
@@ -487,6 +486,7 @@ impl Dev {
             windows,
             stride,
             device: self.dev,
+            streams: self.streams,
         }
     }
 }
@@ -746,9 +746,21 @@ mod tests {
     }
 
     /// The floor straight from its definition, byte by byte, over every
-    /// partition (one stream): U, D and has-data recomputed for each window.
+    /// partition: U, D and has-data recomputed for each window. With
+    /// several streams, windows end only next to stream-0 memsets and
+    /// copies; U counts only from one, D only up to one.
     fn naive(t: &Trace, hbm: u64, c: &Costs) -> u64 {
         let n = t.events.len();
+        let streams: std::collections::HashSet<u32> = t.events.iter().map(|e| e.stream).collect();
+        let mut barrier = vec![streams.len() <= 1; n + 1];
+        barrier[0] = true;
+        barrier[n] = true;
+        for (i, e) in t.events.iter().enumerate() {
+            if e.stream == 0 && matches!(e.body, Body::Set { .. } | Body::Copy { .. }) {
+                barrier[i] = true;
+                barrier[i + 1] = true;
+            }
+        }
         let mut sizes = HashMap::new();
         // per event: duration, bytes read, written, cleared
         let mut calls = Vec::new();
@@ -794,7 +806,11 @@ mod tests {
             false
         };
         let cost = |b: usize, e: usize| {
-            let comp: u64 = calls[b..e].iter().map(|c| c.0).sum();
+            let mut per: HashMap<u32, u64> = HashMap::new();
+            for (k, c) in calls[b..e].iter().enumerate() {
+                *per.entry(t.events[b + k].stream).or_default() += c.0;
+            }
+            let comp = per.values().copied().max().unwrap_or(0);
             let mut fresh = std::collections::HashSet::new();
             let mut need = std::collections::HashSet::new();
             let mut wrote = std::collections::HashSet::new();
@@ -813,14 +829,22 @@ mod tests {
                     wrote.remove(&x);
                 }
             }
-            let u = need.len() as u64;
-            let d = wrote.iter().filter(|&&x| read_next(x, e)).count() as u64;
+            let u = if barrier[b] { need.len() as u64 } else { 0 };
+            let d = if barrier[e] {
+                wrote.iter().filter(|&&x| read_next(x, e)).count() as u64
+            } else {
+                0
+            };
             let over = u.max(d).saturating_sub(hbm);
             comp.max((over as f64 / c.link_gbps).floor() as u64)
         };
         let mut best = vec![0u64; n + 1];
-        for e in 1..=n {
-            best[e] = (0..e).map(|b| best[b] + cost(b, e)).max().unwrap();
+        for e in (1..=n).filter(|&e| barrier[e]) {
+            best[e] = (0..e)
+                .filter(|&b| barrier[b])
+                .map(|b| best[b] + cost(b, e))
+                .max()
+                .unwrap();
         }
         best[n]
     }
@@ -886,6 +910,12 @@ mod tests {
                             (0..1 + rnd(2)).map(|_| range(&mut rnd, &live)).collect();
                         ev.push(Event::op("Op", &ins, &outs).with_flops(rnd(3) * 20_000_000));
                     }
+                }
+            }
+            // every third trace on up to three streams
+            if round % 3 == 2 {
+                for e in ev.iter_mut() {
+                    e.stream = rnd(3) as u32;
                 }
             }
             let t = trace(ev);

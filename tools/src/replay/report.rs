@@ -284,10 +284,14 @@ fn floor_line(f: &Floor) -> String {
         ms(f.ns),
         ms(f.compute_ns),
         f.windows.len(),
-        if f.stride > 1 {
-            format!(" (a boundary every {} events)", f.stride)
-        } else {
-            String::new()
+        match (f.streams > 1, f.stride > 1) {
+            (false, false) => String::new(),
+            (false, true) => format!(" (a boundary every {} events)", f.stride),
+            (true, false) => format!(" ({} streams: cut only at synchronous calls)", f.streams),
+            (true, true) => format!(
+                " ({} streams: cut only at synchronous calls, one in {})",
+                f.streams, f.stride
+            ),
         }
     );
     if bound.is_empty() {
@@ -344,6 +348,7 @@ fn floor_json(f: &Floor) -> Value {
         "compute_ns": f.compute_ns,
         "stride": f.stride,
         "device": f.device,
+        "streams": f.streams,
         "windows": f.windows.iter().map(|w| json!({
             "start": w.start, "end": w.end, "compute_ns": w.compute_ns, "link_ns": w.link_ns,
             "u_bytes": w.u_bytes, "d_bytes": w.d_bytes,
