@@ -327,14 +327,17 @@ fn floor_text(out: &mut String, f: &FloorReport) {
     };
     let _ = writeln!(out, "  window floor{dev}: {}", floor_line(&f.whole));
     for st in &f.steps {
-        let which = if st.first == st.last {
-            format!("step {}", st.first)
+        let (which, per) = if st.first == st.last {
+            (format!("step {}", st.first), String::new())
         } else {
-            format!("steps {}-{}", st.first, st.last)
+            (
+                format!("steps {}-{}", st.first, st.last),
+                format!("; {} per step", ms(st.floor.ns / (st.last - st.first + 1))),
+            )
         };
         let _ = writeln!(
             out,
-            "  window floor of {which} (events {}..{}): {}",
+            "  window floor of {which} (events {}..{}{per}): {}",
             st.span.start,
             st.span.end,
             floor_line(&st.floor)
