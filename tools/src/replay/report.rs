@@ -252,7 +252,7 @@ pub fn text(s: &Setup, hbm: u64, reports: &[TraceReport], show_events: bool) -> 
             let _ = writeln!(out, "  warning: the engine misused the runtime {misuse} times (double map, unmap of nothing, ...)");
         }
         if let Some(f) = &r.floor {
-            floor_text(&mut out, f);
+            floor_text(&mut out, f, s.costs.shared_link);
         }
         if show_events {
             for p in &r.rows {
@@ -319,7 +319,10 @@ fn floor_line(f: &Floor) -> String {
     s
 }
 
-fn floor_text(out: &mut String, f: &FloorReport) {
+fn floor_text(out: &mut String, f: &FloorReport, shared_link: bool) {
+    if !shared_link {
+        let _ = writeln!(out, "  note: --link-model per-stream gives every stream the whole link; the window floor assumes one shared link and is not a lower bound here");
+    }
     let dev = if f.whole.device > 0 {
         format!(" (device {}, the largest)", f.whole.device)
     } else {
