@@ -60,7 +60,7 @@ pub struct Floor {
     pub streams: usize,
 }
 
-/// `F` of the access flags: the call reads the bytes (before any write).
+/// Access flags. R: the call reads the bytes (before it writes any).
 const R: u8 = 1;
 /// The call overwrites the bytes.
 const W: u8 = 2;
