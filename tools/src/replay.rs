@@ -4,6 +4,7 @@
 
 mod accuracy;
 mod cost;
+mod dead;
 pub(crate) mod drive;
 mod recording;
 mod report;
@@ -111,6 +112,9 @@ pub struct ReplayArgs {
     /// How the program issued the trace: recorded (as the recorded program: stream-0 copies and memsets are synchronous, the host waits for the device's streams first, at most --queue calls ahead) or acl-replay (as tests/apps/acl_replay re-runs it: everything asynchronous on its stream, stream 0 included; a stream waits on an event for earlier conflicting work of another stream; the host waits only at frees, for the streams that used the allocation, when a D2H copy's host buffer is written again, and every 1024 conflict events).
     #[arg(long, value_name = "recorded|acl-replay", default_value = "recorded", value_parser = ["recorded", "acl-replay"])]
     pub issue: String,
+    /// A what-if: the program calls u3m_discard (docs/api.md) on every chunk right after its last read before a whole write, as a framework whose caching allocator frees the block could; that memory then leaves HBM without a copy-out (docs/replay.md).
+    #[arg(long)]
+    pub discard_dead: bool,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -323,6 +327,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         host_map: a.host_map.clone(),
         look_ahead: a.look_ahead.clone(),
         acl_replay: a.issue == "acl-replay",
+        discard_dead: a.discard_dead,
     })
 }
 
