@@ -3,7 +3,8 @@
 every two-step window up to step N: the step after the first, and where the
 run settles.
 usage: bench/steady.py U3M [--event-model device|simulator] [--hbm-ratio R]
-                       [--policy P,...] [--steps N] [--cache DIR] [SYNTH_ARG...]
+                       [--policy P,...] [--steps N] [--cache DIR]
+                       [--replay REPLAY_ARG]... [SYNTH_ARG...]
 SYNTH_ARG default: --model llama2-13b --layers 8 --seq 1024 --batch 2
 --workload lora (the 13B-shaped LoRA of issue 10); HBM = footprint / R
 (default 1.5, rounded up to a MiB). For each policy (default
@@ -16,7 +17,8 @@ and prints, per step, each window k-(k-2) = (k-step run - (k-2)-step run) / 2:
   5-3 and on: the steady state, once the order has settled.
 GiB in = the replay's u3m copy-ins plus the program's own host-to-device
 copies (the same in every run of a trace); ms = simulated time. Replay
-options: --link-model shared --call-us 0 --issue acl-replay. The
+options: --link-model shared --call-us 0 --issue acl-replay, then each
+--replay REPLAY_ARG (e.g. --replay --discard-dead). The
 environment is passed to u3m."""
 import json, os, subprocess, sys
 
@@ -26,7 +28,7 @@ if not args or args[0].startswith("-"):
     sys.exit(__doc__)
 u3m = args.pop(0)
 em, ratio, pols, n, cache = "device", 1.5, "predictive,belady", 5, "/tmp/steady"
-rest = []
+rest, extra = [], []
 while args:
     a = args.pop(0)
     if a == "--event-model":
@@ -39,6 +41,8 @@ while args:
         n = int(args.pop(0))
     elif a == "--cache":
         cache = args.pop(0)
+    elif a == "--replay":
+        extra.append(args.pop(0))
     else:
         rest.append(a)
 if n < 3 or n % 2 == 0:
@@ -58,11 +62,11 @@ for steps in range(1, n + 1, 2):
                        check=True, capture_output=True)
     out = subprocess.run([u3m, "replay", tr, "--hbm", str(hbm), "--policy", pols, "--json",
                           "--link-model", "shared", "--event-model", em, "--call-us", "0",
-                          "--issue", "acl-replay"], capture_output=True, text=True, check=True).stdout
+                          "--issue", "acl-replay"] + extra, capture_output=True, text=True, check=True).stdout
     for p in json.loads(out)["traces"][0]["policies"]:
         rt = p["runtime"]
         runs[(p["policy"], steps)] = (rt["h2d_bytes"] + rt["program_h2d_bytes"], p["total_ns"])
-print("%s, HBM %d MiB (footprint / %.2f), --event-model %s" % (" ".join(shape), hbm // MIB, ratio, em))
+print("%s, HBM %d MiB (footprint / %.2f), --event-model %s %s" % (" ".join(shape), hbm // MIB, ratio, em, " ".join(extra)))
 wins = list(range(3, n + 1, 2))
 print("%-12s" % "policy" + "".join("%20s" % ("%d-%d: GiB in, ms" % (k, k - 2)) for k in wins))
 for pol in pols.split(","):

@@ -5,6 +5,7 @@
 
 #![cfg_attr(test, allow(dead_code))]
 
+mod api;
 mod dl;
 mod elf;
 mod ffi;

@@ -4,6 +4,7 @@
 
 mod accuracy;
 mod cost;
+mod dead;
 pub(crate) mod drive;
 pub(crate) mod floor;
 mod recording;
@@ -121,6 +122,9 @@ pub struct ReplayArgs {
     /// With --floor: every N-th event is a candidate window boundary [default: the least N that leaves at most 12000 per span].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub floor_stride: Option<u64>,
+    /// A what-if: the program calls u3m_discard (docs/api.md) on every chunk right after its last read before a whole write, as a framework whose caching allocator frees the block could; that memory then leaves HBM without a copy-out (docs/replay.md).
+    #[arg(long)]
+    pub discard_dead: bool,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -339,6 +343,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         host_map: a.host_map.clone(),
         look_ahead: a.look_ahead.clone(),
         acl_replay: a.issue == "acl-replay",
+        discard_dead: a.discard_dead,
     })
 }
 

@@ -254,6 +254,54 @@ impl Residency {
         Some(Ok(()))
     }
 
+    /// The program promises not to read `[va, va + bytes)` before writing
+    /// it again (a framework's caching allocator freed the block that held
+    /// it): every chunk wholly inside the range that is in HBM, holds data
+    /// only there (written since its last copy-out) and is in no call in
+    /// progress nor leaving HBM becomes free to evict without a copy-out.
+    /// It keeps its contents until evicted and reads as fresh memory after;
+    /// its queued uses still complete first (eviction waits for them as for
+    /// any chunk). Chunks only partly inside, or with a host copy, are left
+    /// as they are. Some(chunks discarded) for managed memory, None
+    /// otherwise.
+    pub fn discard(&self, va: u64, bytes: u64) -> Option<u64> {
+        let mut st = self.st.lock().ok()?;
+        let (&start, &(id, size)) = st.vas.range(..=va).next_back()?;
+        if va >= start + size {
+            return None;
+        }
+        let end = va.saturating_add(bytes).min(start + size);
+        let dev = st.backings.get(&id)?.dev;
+        // chunks wholly inside [va, end): a backing's last chunk ends at
+        // its size (its padding past the allocation is the program's too)
+        let first = (va - start).div_ceil(CHUNK);
+        let last = if end == start + size {
+            size.div_ceil(CHUNK)
+        } else {
+            (end - start) / CHUNK
+        };
+        let mut keys = Vec::new();
+        for i in first..last {
+            let i = i as u32;
+            let c = st.chunk_mut(id, i);
+            if !c.in_hbm()
+                || c.pins != 0
+                || c.out_ev != 0
+                || c.unfilled
+                || c.host.is_some()
+                || !c.needs_copy_out()
+            {
+                continue;
+            }
+            c.dirty = false;
+            c.discarded = true;
+            keys.push(st.backings[&id].key(id, i));
+        }
+        // the victim order weighs them again (clean now)
+        st.dev_mut(dev).order.note_touched(&keys);
+        Some(keys.len() as u64)
+    }
+
     /// A backing taken out of the state (`b`, no longer in `backings` nor
     /// `vas`: nobody maps, evicts or copies into it any more): waits without
     /// the lock for u3m's copies that may still read or write its chunks or

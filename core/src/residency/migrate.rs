@@ -859,6 +859,7 @@ impl Residency {
         let _ = self.rt.free_physical(c.phys);
         c.phys = 0;
         c.dirty = false;
+        c.discarded = false;
         dev
     }
 

@@ -460,6 +460,11 @@ impl Residency {
         self.owner_at(ptr)?.free(ptr)
     }
 
+    /// See `Residency::discard` (on the allocation's device's state).
+    pub fn discard(&self, va: u64, bytes: u64) -> Option<u64> {
+        self.owner(va)?.discard(va, bytes)
+    }
+
     /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
     pub fn malloc_physical(
         &self,

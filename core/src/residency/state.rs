@@ -59,13 +59,17 @@ pub(super) struct Chunk {
     /// using it succeeds (`finish`) — a call that fails writes nothing,
     /// so the chunk goes back to its host copy (`unfilled_back`).
     pub unfilled: bool,
+    /// Its contents were discarded (`Residency::discard`) since it was last
+    /// written: evicting it needs no copy-out, and with no host copy its
+    /// next use maps fresh memory.
+    pub discarded: bool,
 }
 
 impl Chunk {
-    /// Evicting it needs a copy-out (no current host copy).
+    /// Evicting it needs a copy-out (no current host copy, not discarded).
     #[inline]
     pub fn needs_copy_out(&self) -> bool {
-        self.dirty || self.host.is_none()
+        self.dirty || (self.host.is_none() && !self.discarded)
     }
 
     /// In HBM (mapped at its VAs with device memory).

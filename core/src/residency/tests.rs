@@ -270,6 +270,100 @@ fn a_clean_chunk_is_dropped_without_a_copy_out() {
 }
 
 #[test]
+fn a_discarded_chunk_leaves_hbm_without_a_copy_out() {
+    let a = App::new(2, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(2 * CHUNK);
+    a.write(x, &pattern(1, CHUNK)); // in HBM only: evicting it would copy it out
+    assert_eq!(a.r.discard(x, CHUNK), Some(1));
+    let (c0, d2h) = (a.r.counters(), a.f.seen().d2h);
+    a.write(y, &pattern(2, 2 * CHUNK)); // needs x's HBM
+    let c1 = a.r.counters();
+    assert_eq!(c1.evictions, c0.evictions + 1, "{c1:?}");
+    assert_eq!(
+        c1.clean_drops,
+        c0.clean_drops + 1,
+        "dropped, not copied out"
+    );
+    assert_eq!(
+        (c1.eviction_bytes, c1.to_dram),
+        (c0.eviction_bytes, c0.to_dram)
+    );
+    assert_eq!(a.f.seen().d2h, d2h, "no device-to-host copy");
+    // written again: x holds what the program writes, y kept every byte
+    let p3 = pattern(3, CHUNK);
+    a.write(x, &p3);
+    assert_eq!(a.read(x, CHUNK), p3);
+    assert_eq!(a.read(y, 2 * CHUNK), pattern(2, 2 * CHUNK));
+    a.assert_clean();
+}
+
+#[test]
+fn discard_takes_whole_chunks_in_hbm_that_no_call_is_using() {
+    let a = App::new(4, &[]);
+    let x = a.malloc(3 * CHUNK);
+    a.write(x, &pattern(1, 3 * CHUNK));
+    // the first and last chunks are only partly inside
+    assert_eq!(a.r.discard(x + 4096, 3 * CHUNK - 8192), Some(1));
+    // the same chunk again: nothing left to discard in it
+    assert_eq!(a.r.discard(x + CHUNK, CHUNK), Some(0));
+    // a range running past the allocation stops at its end
+    assert_eq!(a.r.discard(x + 2 * CHUNK, u64::MAX), Some(1));
+    // not u3m's memory, size 0
+    assert_eq!(a.r.discard(0x10, CHUNK), None);
+    assert_eq!(a.r.discard(x, 0), Some(0));
+    // a chunk with a current host copy (clean) keeps it
+    let y = a.malloc(CHUNK);
+    a.write(y, &pattern(2, CHUNK));
+    let z = a.malloc(4 * CHUNK);
+    a.write(z, &pattern(3, 4 * CHUNK)); // everything else leaves HBM
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK)); // y back, clean
+    assert_eq!(a.r.discard(y, CHUNK), Some(0));
+    // the chunk never discarded kept its bytes through all of it
+    assert_eq!(
+        a.read(x, CHUNK),
+        pattern(1, 3 * CHUNK)[..CHUNK as usize].to_vec()
+    );
+    a.assert_clean();
+}
+
+#[test]
+fn a_discarded_chunk_written_again_is_copied_out_again() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    assert_eq!(a.r.discard(x, CHUNK), Some(1));
+    // part of it written after the discard: dirty again
+    let mid = pattern(4, 4096);
+    a.write(x + 8192, &mid);
+    let c0 = a.r.counters();
+    a.write(y, &pattern(2, CHUNK)); // x leaves HBM: copied out
+    let c1 = a.r.counters();
+    assert_eq!(c1.eviction_bytes, c0.eviction_bytes + CHUNK, "{c1:?}");
+    assert_eq!(a.read(x + 8192, 4096), mid);
+    a.assert_clean();
+}
+
+#[test]
+fn a_discarded_chunk_in_use_leaves_hbm_after_its_use() {
+    let a = App::new(1, &[]);
+    let x = a.malloc(CHUNK);
+    let y = a.malloc(CHUNK);
+    a.write(x, &pattern(1, CHUNK));
+    let s = a.f.app_stream();
+    // queued, not run: x is in use until the stream gets to it; the
+    // program discards it right after issuing its last use
+    a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 7));
+    assert_eq!(a.r.discard(x, CHUNK), Some(1));
+    // y needs x's HBM: dropped only once the operator has run (else the
+    // fake runtime records a fault on unmapped memory)
+    a.write(y, &pattern(2, CHUNK));
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    a.assert_clean();
+}
+
+#[test]
 fn a_whole_chunk_overwrite_needs_no_copy_in_but_a_partial_one_does() {
     let a = App::new(1, &[]);
     let x = a.malloc(CHUNK);

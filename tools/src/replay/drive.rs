@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use u3m_core::config::Config;
-use u3m_core::engine::runtime::Runtime;
+use u3m_core::engine::runtime::{Runtime, CHUNK};
 use u3m_core::engine::Range;
 use u3m_core::heat::{Access, AllocKind, HeatTable};
 use u3m_core::opclass;
@@ -65,6 +65,8 @@ pub struct Setup {
     /// Issue the trace as tests/apps/acl_replay does (`AclReplay`), not as
     /// the recorded program did.
     pub acl_replay: bool,
+    /// The discard what-if (`dead::dead_after`).
+    pub discard_dead: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -392,6 +394,10 @@ struct Driver<'a> {
 impl Driver<'_> {
     fn replay(&mut self) -> Result<(), String> {
         let n = self.trace.events.len();
+        let dead = self
+            .s
+            .discard_dead
+            .then(|| super::dead::dead_after(self.trace));
         for (k, ev) in self.trace.events.iter().enumerate() {
             crate::progress::tick(k, n);
             if let Some(o) = self.observed.as_mut() {
@@ -400,6 +406,11 @@ impl Driver<'_> {
             }
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            for &(dev, addr) in dead.as_ref().map_or(&[][..], |d| &d[k][..]) {
+                if let Some(va) = self.translate(dev, addr) {
+                    self.tier.discard(va, CHUNK);
+                }
+            }
             self.sample_thin();
             self.background();
         }

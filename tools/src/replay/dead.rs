@@ -1,0 +1,165 @@
+//! The discard what-if (`u3m replay --discard-dead`): where a program that
+//! knows its buffers' lifetimes — a framework whose caching allocator frees
+//! a block — would call `u3m_discard` (docs/api.md). Read off the whole
+//! trace: after event k, the chunks that k accessed last before a call
+//! writes them whole; their contents are dead in between.
+
+use std::collections::{BTreeMap, HashMap};
+
+use u3m_core::engine::runtime::CHUNK;
+use u3m_core::trace::{Body, CopyKind};
+
+use super::drive::Trace;
+
+/// Per event: the chunks dead after it, as (device, trace address of the
+/// chunk's start; chunks are counted from each allocation's start, as the
+/// Tier counts them).
+pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
+    let mut dead: Vec<Vec<(u32, u64)>> = vec![Vec::new(); trace.events.len()];
+    // per device: allocation start -> bytes
+    let mut allocs: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); trace.devices];
+    // (device, chunk) -> the last event that accessed it
+    let mut last: HashMap<(u32, u64), usize> = HashMap::new();
+    // this event's accesses: (address, bytes, written whole) and, per
+    // chunk, whether the event only wrote it whole
+    let mut acc: Vec<(u64, u64, bool)> = Vec::new();
+    let mut here: BTreeMap<u64, bool> = BTreeMap::new();
+    for (k, ev) in trace.events.iter().enumerate() {
+        let dev = ev.dev;
+        let al = &mut allocs[dev as usize];
+        acc.clear();
+        match &ev.body {
+            Body::Alloc { addr, bytes } => {
+                al.insert(*addr, *bytes);
+                continue;
+            }
+            Body::Free { addr } => {
+                // freed: dead for good, the free itself gives the memory back
+                if let Some(b) = al.remove(addr) {
+                    let mut c = *addr;
+                    while c < addr + b {
+                        last.remove(&(dev, c));
+                        c += CHUNK;
+                    }
+                }
+                continue;
+            }
+            Body::Op {
+                inputs, outputs, ..
+            } => {
+                acc.extend(inputs.iter().map(|r| (r.addr, r.bytes, false)));
+                // an output overlapping an input is read too (as the replay
+                // and the library count it)
+                acc.extend(outputs.iter().map(|o| {
+                    let read = inputs
+                        .iter()
+                        .any(|i| i.addr < o.addr + o.bytes && o.addr < i.addr + i.bytes);
+                    (o.addr, o.bytes, !read)
+                }));
+            }
+            Body::Copy {
+                kind,
+                dst,
+                src,
+                bytes,
+            } => match kind {
+                CopyKind::H2D => acc.push((*dst, *bytes, true)),
+                CopyKind::D2H => acc.push((*src, *bytes, false)),
+                CopyKind::D2D => {
+                    acc.push((*src, *bytes, false));
+                    acc.push((*dst, *bytes, true));
+                }
+                CopyKind::H2H => continue,
+            },
+            Body::Set { addr, bytes } => acc.push((*addr, *bytes, true)),
+        }
+        here.clear();
+        for &(a, b, whole) in &acc {
+            let Some((&s, &len)) = al.range(..=a).next_back() else {
+                continue;
+            };
+            if b == 0 || a >= s + len {
+                continue;
+            }
+            let mut c = s + (a - s) / CHUNK * CHUNK;
+            while c < a + b {
+                // the allocation's last chunk ends with the allocation
+                let end = (c + CHUNK).min(s + len);
+                let e = here.entry(c).or_insert(true);
+                *e = *e && whole && a <= c && a + b >= end;
+                c += CHUNK;
+            }
+        }
+        for (&c, &whole) in &here {
+            if let Some(p) = last.insert((dev, c), k) {
+                if whole {
+                    dead[p].push((dev, c));
+                }
+            }
+        }
+    }
+    dead
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use u3m_core::trace::TraceReader;
+
+    fn trace(text: &str) -> Trace {
+        let path = std::env::temp_dir().join(format!("u3m-dead-{}.trace", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let mut r = TraceReader::open(&path).unwrap();
+        let mut events = Vec::new();
+        while let Some(e) = r.next() {
+            events.push(e.unwrap());
+        }
+        let _ = std::fs::remove_file(&path);
+        let n = events.len();
+        Trace {
+            name: "t".into(),
+            events,
+            lines: (1..=n as u64).collect(),
+            devices: 1,
+        }
+    }
+
+    #[test]
+    fn a_chunk_is_dead_from_its_last_read_to_its_next_whole_write() {
+        // two chunks; the second is written whole by the last memset, the
+        // first only in part (its old bytes are still needed)
+        let t = trace(
+            "# u3m-trace 1\n\
+             A 0x10000000 4194304\n\
+             S 0x10000000 4194304\n\
+             O Relu 1 1 0x10000000:1024 0x10000400:1024\n\
+             O Relu 1 1 0x10200000:1024 0x10200000:1024\n\
+             S 0x10000000 1024\n\
+             S 0x10200000 2097152\n",
+        );
+        let d = dead_after(&t);
+        // event 3 (the in-place op) read the second chunk last before event 5
+        assert_eq!(d[3], vec![(0, 0x10200000)]);
+        // the first chunk is next written only in part: never dead
+        assert!(d.iter().flatten().all(|&(_, c)| c != 0x10000000), "{d:?}");
+        assert_eq!(d.iter().map(Vec::len).sum::<usize>(), 1, "{d:?}");
+    }
+
+    #[test]
+    fn a_free_ends_the_chunk_and_the_last_chunk_ends_with_its_allocation() {
+        // 3 MiB: the second chunk is 1 MiB long; a write of that 1 MiB is whole
+        let t = trace(
+            "# u3m-trace 1\n\
+             A 0x10000000 3145728\n\
+             S 0x10000000 3145728\n\
+             S 0x10200000 1048576\n\
+             F 0x10000000\n\
+             A 0x10000000 3145728\n\
+             S 0x10000000 3145728\n",
+        );
+        let d = dead_after(&t);
+        assert_eq!(d[1], vec![(0, 0x10200000)], "{d:?}");
+        // after the free, the new allocation's first writes kill nothing
+        assert!(d[2].is_empty() && d[4].is_empty(), "{d:?}");
+    }
+}
