@@ -54,3 +54,62 @@ fn without_libu3m_the_hint_is_absent_and_nothing_changes() {
     assert_eq!(r.fact("x_ok").as_deref(), Some("1"));
     assert_eq!(r.fact("y_ok").as_deref(), Some("1"));
 }
+
+/// acl_replay --discard plays a framework that frees its blocks: hints
+/// where the trace shows a chunk dead. The computed result is the
+/// unconstrained run's, and fewer bytes leave HBM by copy-out.
+#[test]
+fn acl_replay_with_discard_hints_computes_the_same_and_copies_out_less() {
+    let dir = common::scratch("discard-replay");
+    let t = dir.join("lora.trace");
+    let t = t.to_str().unwrap();
+    let o = std::process::Command::new(common::target_dir().join("u3m"))
+        .args([
+            "synth",
+            "--model",
+            "llama2-13b",
+            "--workload",
+            "lora",
+            "--layers",
+            "2",
+            "--seq",
+            "512",
+            "--batch",
+            "1",
+            "--scale",
+            "4",
+            "--steps",
+            "2",
+            "-o",
+            t,
+        ])
+        .output()
+        .expect("u3m synth");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let reference = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    // the 226 MiB footprint on 150 MiB of HBM
+    let env = [("ACLSIM_HBM_BYTES", "150M"), ("U3M_OVERSUB", "2")];
+    let (plain, ps) = tier("acl_replay", &[t], &env);
+    let (hinted, hs) = tier("acl_replay", &[t, "--discard"], &env);
+    let (plain, hinted) = (plain.must_succeed(), hinted.must_succeed());
+    assert_eq!(plain.fact("checksum"), reference.fact("checksum"));
+    assert_eq!(hinted.fact("checksum"), reference.fact("checksum"));
+    assert_eq!(hinted.fact("discard").as_deref(), Some("present"));
+    let hints: u64 = hinted.fact("hints").unwrap().parse().unwrap();
+    assert!(hints > 0, "{}", hinted.stdout);
+    assert!(
+        copied_out(&hs) < copied_out(&ps),
+        "copied out with hints {}, without {}",
+        copied_out(&hs),
+        copied_out(&ps)
+    );
+    // without libu3m.so the option finds no API and changes nothing
+    let stock = run(
+        "acl_replay",
+        &[t, "--discard"],
+        &[("ACLSIM_HBM_BYTES", "1G")],
+    );
+    let stock = stock.must_succeed();
+    assert_eq!(stock.fact("discard").as_deref(), Some("absent"));
+    assert_eq!(stock.fact("checksum"), reference.fact("checksum"));
+}

@@ -1,4 +1,4 @@
-/* acl_replay TRACE [--no-verify] [--device N]
+/* acl_replay TRACE [--no-verify] [--device N] [--discard]
  *
  * Executes a u3m access trace (docs: trace-format.md) through the ACL API, so a
  * recorded workload can be re-run on the runtime (and under libu3m.so).
@@ -38,6 +38,13 @@
  * the final read-back; read-backs at F events are inside the window, so use
  * --no-verify for timing runs).
  *
+ * --discard: acl_replay then plays a framework that knows when its blocks die
+ * (docs/api.md): right after issuing the last access to a 2 MiB chunk of an
+ * allocation (counted from its start; the last chunk ends with it) before an
+ * event that writes all of it without reading it, it calls u3m_discard on the
+ * chunk — if libu3m.so provides it (dlsym); without it nothing changes.
+ * `u3m replay --discard-dead` calls the Tier's discard at the same places.
+ *
  * Errors: malformed trace -> "acl_replay: FILE:LINE: what", exit 3, nothing run
  * (the whole trace is validated before aclInit); ACL error -> "acl_replay:
  * trace line L: ACL error C in CALL", exit 2. Asynchronous errors surface at
@@ -45,6 +52,7 @@
 #include "acl/acl.h"
 #include "common/common.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -486,10 +494,12 @@ static size_t g_textlen;
 static char *g_linebuf;
 static size_t g_caplinebuf;
 static int g_line;   /* line being executed (0: outside the trace) */
+static uint64_t g_evno;  /* ordinal of the event walk() hands out (from 0 each pass) */
 
 static void reset_model(void) {
     for (int d = 0; d < g_ndevs; d++) { tp_free_all(g_devs[d].live); g_devs[d].live = NULL; }
     g_nalloc_pass = 0;
+    g_evno = 0;
 }
 
 static void walk(void (*fn)(event *ev)) {
@@ -521,6 +531,7 @@ static void walk(void (*fn)(event *ev)) {
         if (parse_line(g_linebuf, lineno, &ev)) continue;
         g_line = lineno;
         fn(&ev);
+        g_evno++;
     }
     if (!header) trace_die(lineno ? lineno : 1, "missing the header '# u3m-trace 1' (no non-empty line)");
     g_line = 0;
@@ -832,8 +843,101 @@ static void fill_host(unsigned char *p, uint64_t bytes, uint64_t addr) {
     }
 }
 
+/* ------------------------------------------------------ --discard hints */
+
+#define DEAD_CHUNK (2ull << 20)
+typedef struct dead_rec { uint64_t after; int alloc; uint64_t chunk; } dead_rec;
+typedef struct chunk_acc { int alloc; uint64_t chunk; int whole; } chunk_acc;
+static int g_discard;
+static int (*g_u3m_discard)(const void *, size_t);
+static uint64_t **g_last;      /* per allocation id, per chunk: last accessing event + 1 (0: none) */
+static dead_rec *g_dead;       /* sorted by `after` before execution */
+static size_t g_ndead, g_capdead, g_dead_next;
+static chunk_acc *g_cacc;
+static size_t g_ncacc, g_capcacc;
+
+static uint64_t chunks_of(int a) { return (span(g_arec[a].bytes) + DEAD_CHUNK - 1) / DEAD_CHUNK; }
+
+/* one access of this event: each chunk it touches, and whether it writes
+ * all of that chunk (the last chunk ends with the allocation) */
+static void dead_access(const rng *r, int whole) {
+    if (!r->bytes) return;
+    uint64_t size = span(g_arec[r->alloc].bytes);
+    for (uint64_t c = r->off / DEAD_CHUNK; c * DEAD_CHUNK < r->off + r->bytes; c++) {
+        uint64_t lo = c * DEAD_CHUNK, hi = lo + DEAD_CHUNK < size ? lo + DEAD_CHUNK : size;
+        GROW(g_cacc, g_ncacc, g_capcacc);
+        g_cacc[g_ncacc++] = (chunk_acc){ r->alloc, c, whole && r->off <= lo && r->off + r->bytes >= hi };
+    }
+}
+
+static int cacc_cmp(const void *x, const void *y) {
+    const chunk_acc *a = x, *b = y;
+    if (a->alloc != b->alloc) return a->alloc < b->alloc ? -1 : 1;
+    return a->chunk < b->chunk ? -1 : a->chunk > b->chunk;
+}
+
+static int overlaps(const rng *a, const rng *b) {
+    return a->alloc == b->alloc && a->off < b->off + b->bytes && b->off < a->off + a->bytes;
+}
+
+static void dead_event(event *ev) {
+    g_ncacc = 0;
+    switch (ev->kind) {
+    case 'A':
+        g_last[ev->alloc] = calloc(chunks_of(ev->alloc), sizeof(uint64_t));
+        if (!g_last[ev->alloc]) app_die(2, "out of host memory");
+        return;
+    case 'F': return;   /* the free gives the memory back: no hint */
+    case 'O':
+        for (int i = 0; i < ev->n_in; i++) dead_access(&ev->r[i], 0);
+        for (int o = ev->n_in; o < ev->n_in + ev->n_out; o++) {
+            int read = 0;   /* an output overlapping an input is read too */
+            for (int i = 0; i < ev->n_in; i++) read |= overlaps(&ev->r[o], &ev->r[i]);
+            dead_access(&ev->r[o], !read);
+        }
+        break;
+    case 'M':
+        if (ev->mkind == MK_H2D || ev->mkind == MK_D2D) dead_access(&ev->d_dst, 1);
+        if (ev->mkind == MK_D2H || ev->mkind == MK_D2D) dead_access(&ev->d_src, 0);
+        break;
+    case 'S': dead_access(&ev->s, 1); break;
+    }
+    qsort(g_cacc, g_ncacc, sizeof *g_cacc, cacc_cmp);
+    for (size_t i = 0; i < g_ncacc;) {
+        chunk_acc c = g_cacc[i];
+        for (i++; i < g_ncacc && g_cacc[i].alloc == c.alloc && g_cacc[i].chunk == c.chunk; i++)
+            c.whole &= g_cacc[i].whole;
+        uint64_t *last = &g_last[c.alloc][c.chunk];
+        if (*last && c.whole) {
+            GROW(g_dead, g_ndead, g_capdead);
+            g_dead[g_ndead++] = (dead_rec){ *last - 1, c.alloc, c.chunk };
+        }
+        *last = g_evno + 1;
+    }
+}
+
+static int dead_cmp(const void *x, const void *y) {
+    const dead_rec *a = x, *b = y;
+    return a->after < b->after ? -1 : a->after > b->after;
+}
+
+/* the hints due after the event just issued */
+static void discard_after(void) {
+    while (g_dead_next < g_ndead && g_dead[g_dead_next].after == g_evno) {
+        const dead_rec *d = &g_dead[g_dead_next++];
+        uint64_t size = span(g_arec[d->alloc].bytes), lo = d->chunk * DEAD_CHUNK;
+        uint64_t n = size - lo < DEAD_CHUNK ? size - lo : DEAD_CHUNK;
+        if (g_al[d->alloc].live) g_u3m_discard((unsigned char *)g_al[d->alloc].ptr + lo, n);
+    }
+}
+
+static void exec_and_discard(event *ev) {
+    exec_event(ev);
+    if (g_u3m_discard) discard_after();
+}
+
 static void usage(void) {
-    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N]");
+    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N] [--discard]");
 }
 
 int main(int argc, char **argv) {
@@ -841,6 +945,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (!strcmp(argv[i], "--no-verify")) g_verify = 0;
+        else if (!strcmp(argv[i], "--discard")) g_discard = 1;
         else if ((v = app_opt(argc, argv, &i, "--device"))) {
             long long d = app_parse_int(v, "--device");
             if (d > 0x7fffffff) app_die(3, "--device %lld out of range", d);
@@ -872,6 +977,17 @@ int main(int argc, char **argv) {
     for (int d = 0; d < g_ndevs; d++)
         if ((int64_t)g_base_dev + g_devs[d].dev > 0x7fffffff) app_die(3, "device %d+%" PRId64 " out of range",
             g_base_dev, g_devs[d].dev);
+
+    /* --discard: where the hints go (a pass over the validated trace) */
+    if (g_discard && (g_u3m_discard = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "u3m_discard"))) {
+        g_last = calloc((size_t)(g_narec ? g_narec : 1), sizeof *g_last);
+        if (!g_last) app_die(2, "out of host memory");
+        walk(dead_event);
+        qsort(g_dead, g_ndead, sizeof *g_dead, dead_cmp);
+        for (int a = 0; a < g_narec; a++) free(g_last[a]);
+        free(g_last);
+        free(g_cacc);
+    }
 
     /* setup: devices, streams, timing events, host buffers */
     RC(aclInit(NULL), "aclInit");
@@ -908,7 +1024,7 @@ int main(int argc, char **argv) {
     }
 
     /* pass 2: execute */
-    walk(exec_event);
+    walk(exec_and_discard);
 
     for (int s = 0; s < g_nskeys; s++) {
         use_dev(g_st[s].dev_slot);
@@ -952,5 +1068,6 @@ int main(int argc, char **argv) {
     for (int d = 0; d < g_ndevs; d++) RC(aclrtResetDevice(g_base_dev + (int)g_devs[d].dev), "aclrtResetDevice");
     RC(aclFinalize(), "aclFinalize");
     printf("checksum=%016" PRIx64 " ops=%" PRIu64 " sim_ns=%" PRIu64 "\n", g_hash, g_ops, sim_ns);
+    if (g_discard) printf("discard=%s hints=%zu\n", g_u3m_discard ? "present" : "absent", g_dead_next);
     return 0;
 }
