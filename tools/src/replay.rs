@@ -2,6 +2,7 @@
 //! traces, with a cost model instead of a device (docs/replay.md). The same
 //! `Residency` and `Placement` objects libu3m.so runs; only the `Runtime` differs.
 
+mod access;
 mod accuracy;
 mod cost;
 mod dead;

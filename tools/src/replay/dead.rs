@@ -7,8 +7,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use u3m_core::engine::runtime::CHUNK;
-use u3m_core::trace::{Body, CopyKind};
+use u3m_core::trace::Body;
 
+use super::access;
 use super::drive::Trace;
 
 /// Per event: the chunks dead after it, as (device, trace address of the
@@ -27,7 +28,6 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
     for (k, ev) in trace.events.iter().enumerate() {
         let dev = ev.dev;
         let al = &mut allocs[dev as usize];
-        acc.clear();
         match &ev.body {
             Body::Alloc { addr, bytes } => {
                 al.insert(*addr, *bytes);
@@ -44,35 +44,14 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
                 }
                 continue;
             }
-            Body::Op {
-                inputs, outputs, ..
-            } => {
-                acc.extend(inputs.iter().map(|r| (r.addr, r.bytes, false)));
-                // an output overlapping an input is read too (as the replay
-                // and the library count it)
-                acc.extend(outputs.iter().map(|o| {
-                    let read = inputs
-                        .iter()
-                        .any(|i| i.addr < o.addr + o.bytes && o.addr < i.addr + i.bytes);
-                    (o.addr, o.bytes, !read)
-                }));
-            }
-            Body::Copy {
-                kind,
-                dst,
-                src,
-                bytes,
-            } => match kind {
-                CopyKind::H2D => acc.push((*dst, *bytes, true)),
-                CopyKind::D2H => acc.push((*src, *bytes, false)),
-                CopyKind::D2D => {
-                    acc.push((*src, *bytes, false));
-                    acc.push((*dst, *bytes, true));
-                }
-                CopyKind::H2H => continue,
-            },
-            Body::Set { addr, bytes } => acc.push((*addr, *bytes, true)),
+            _ => {}
         }
+        acc.clear();
+        acc.extend(
+            access::ranges(&ev.body)
+                .into_iter()
+                .map(|(a, b, f)| (a, b, f == access::W)),
+        );
         here.clear();
         for &(a, b, whole) in &acc {
             let Some((&s, &len)) = al.range(..=a).next_back() else {

@@ -31,6 +31,7 @@ use u3m_core::trace::{Body, CopyKind, Event};
 /// one writes nothing whole (src/hooks/op.rs, the same bound).
 pub(super) const ALIAS_CHECK_MAX: usize = 4096;
 
+use super::access::W;
 use super::accuracy::{Accuracy, Future};
 use super::cost::{Costs, Work};
 use super::recording::Recording;
@@ -467,33 +468,11 @@ impl Driver<'_> {
                 }
                 Ok(())
             }
-            Body::Op {
-                op_type,
-                inputs,
-                outputs,
-            } => {
-                // an output overlapping no input is written whole: acl_replay
-                // launches every line as a byte-range operator that writes
-                // each output byte (the simulator's kern_hash_run), through
-                // a 1-D UINT8 description of its length, which the library
-                // marks whole (src/hooks/op.rs) — so the replay does too
-                // (past ALIAS_CHECK_MAX input × output pairs, none: the
-                // library's bound)
-                let check = inputs.len() * outputs.len() <= ALIAS_CHECK_MAX;
-                let overlaps = |o: &u3m_core::trace::Range| {
-                    !check
-                        || inputs
-                            .iter()
-                            .any(|i| i.addr < o.addr + o.bytes && o.addr < i.addr + i.bytes)
-                };
-                let ranges: Vec<(u64, u64, bool, bool)> = inputs
-                    .iter()
-                    .map(|r| (r.addr, r.bytes, false, false))
-                    .chain(
-                        outputs
-                            .iter()
-                            .map(|r| (r.addr, r.bytes, true, !overlaps(r))),
-                    )
+            Body::Op { op_type, .. } => {
+                // (write, written whole): `access::ranges`' rule
+                let ranges: Vec<(u64, u64, bool, bool)> = super::access::ranges(&ev.body)
+                    .into_iter()
+                    .map(|(a, b, f)| (a, b, f & W != 0, f == W))
                     .collect();
                 let touched: u64 = ranges.iter().map(|r| r.1).sum();
                 let cost = Cost::Op {

@@ -21,8 +21,9 @@ use std::ops::Range;
 
 use u3m_core::trace::{Body, CopyKind};
 
+use super::access::{self, R, W};
 use super::cost::Costs;
-use super::drive::{Trace, ALIAS_CHECK_MAX};
+use super::drive::Trace;
 
 /// The most candidate boundaries a span gets before the stride grows
 /// (the DP is quadratic in them: 12,000 is about 72 M window pairs).
@@ -60,11 +61,8 @@ pub struct Floor {
     pub streams: usize,
 }
 
-/// Access flags. R: the call reads the bytes (before it writes any).
-const R: u8 = 1;
-/// The call overwrites the bytes.
-const W: u8 = 2;
-/// An `A` or `F`: afterwards the bytes hold no data.
+/// Access flags: `access::R`, `access::W`, and C: an `A` or `F` (afterwards
+/// the bytes hold no data).
 const C: u8 = 4;
 const NONE: u32 = u32::MAX;
 
@@ -170,39 +168,25 @@ fn call(
             let bytes = sizes.remove(addr).unwrap_or(0);
             (0, vec![(*addr, bytes, C)])
         }
-        Body::Op {
-            inputs, outputs, ..
-        } => {
-            // as the replay: an output overlapping no input is written
-            // whole; past ALIAS_CHECK_MAX pairs, none is
-            let check = inputs.len() * outputs.len() <= ALIAS_CHECK_MAX;
-            let mut a: Vec<(u64, u64, u8)> = inputs.iter().map(|r| (r.addr, r.bytes, R)).collect();
-            let mut touched: u64 = inputs.iter().map(|r| r.bytes).sum();
-            for o in outputs {
-                touched += o.bytes;
-                let overlaps = !check
-                    || inputs
-                        .iter()
-                        .any(|i| i.addr < o.addr + o.bytes && o.addr < i.addr + i.bytes);
-                a.push((o.addr, o.bytes, if overlaps { R | W } else { W }));
-            }
-            (costs.op_ns(ev.flops.unwrap_or(0), touched), a)
+        body => {
+            let a = access::ranges(body);
+            let ns = match body {
+                Body::Op { .. } => costs.op_ns(ev.flops.unwrap_or(0), a.iter().map(|r| r.1).sum()),
+                Body::Copy {
+                    kind: CopyKind::H2D | CopyKind::D2H,
+                    bytes,
+                    ..
+                } => costs.link_ns(*bytes),
+                Body::Copy {
+                    kind: CopyKind::D2D,
+                    bytes,
+                    ..
+                } => costs.d2d_ns(*bytes),
+                Body::Set { bytes, .. } => costs.memset_ns(*bytes),
+                _ => 0,
+            };
+            (ns, a)
         }
-        Body::Copy {
-            kind,
-            dst,
-            src,
-            bytes,
-        } => match kind {
-            CopyKind::H2D => (costs.link_ns(*bytes), vec![(*dst, *bytes, W)]),
-            CopyKind::D2H => (costs.link_ns(*bytes), vec![(*src, *bytes, R)]),
-            CopyKind::D2D => (
-                costs.d2d_ns(*bytes),
-                vec![(*src, *bytes, R), (*dst, *bytes, W)],
-            ),
-            CopyKind::H2H => (0, Vec::new()),
-        },
-        Body::Set { addr, bytes } => (costs.memset_ns(*bytes), vec![(*addr, *bytes, W)]),
     }
 }
 
