@@ -45,6 +45,23 @@ fn a_discarded_buffer_leaves_hbm_without_a_copy_out() {
 }
 
 #[test]
+fn in_observe_mode_the_hint_is_taken_and_changes_nothing() {
+    let lib = common::libu3m();
+    let mut args = ARGS.to_vec();
+    args.push("--discard");
+    let env = [
+        ("LD_PRELOAD", lib.to_str().unwrap()),
+        ("U3M_MODE", "observe"),
+        ("ACLSIM_HBM_BYTES", "1G"),
+    ];
+    let r = run("discard_app", &args, &env).must_succeed();
+    assert_eq!(r.fact("api").as_deref(), Some("present"), "{}", r.stdout);
+    assert_eq!(r.fact("discard_rc").as_deref(), Some("0"));
+    assert_eq!(r.fact("x_ok").as_deref(), Some("1"));
+    assert_eq!(r.fact("y_ok").as_deref(), Some("1"));
+}
+
+#[test]
 fn without_libu3m_the_hint_is_absent_and_nothing_changes() {
     let mut args = ARGS.to_vec();
     args.push("--discard");
