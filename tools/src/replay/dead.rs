@@ -21,9 +21,7 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
     let mut allocs: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); trace.devices];
     // (device, chunk) -> the last event that accessed it
     let mut last: HashMap<(u32, u64), usize> = HashMap::new();
-    // this event's accesses: (address, bytes, written whole) and, per
-    // chunk, whether the event only wrote it whole
-    let mut acc: Vec<(u64, u64, bool)> = Vec::new();
+    // per chunk of this event: whether the event only wrote it whole
     let mut here: BTreeMap<u64, bool> = BTreeMap::new();
     for (k, ev) in trace.events.iter().enumerate() {
         let dev = ev.dev;
@@ -46,14 +44,9 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
             }
             _ => {}
         }
-        acc.clear();
-        acc.extend(
-            access::ranges(&ev.body)
-                .into_iter()
-                .map(|(a, b, f)| (a, b, f == access::W)),
-        );
         here.clear();
-        for &(a, b, whole) in &acc {
+        for (a, b, f) in access::ranges(&ev.body) {
+            let whole = f == access::W;
             let Some((&s, &len)) = al.range(..=a).next_back() else {
                 continue;
             };
@@ -83,24 +76,17 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use u3m_core::trace::TraceReader;
 
+    /// The trace in `text`, read as `u3m replay` reads a file (a file of
+    /// its own per call: the tests run in parallel).
     fn trace(text: &str) -> Trace {
-        let path = std::env::temp_dir().join(format!("u3m-dead-{}.trace", std::process::id()));
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("u3m-dead-{}-{n}.trace", std::process::id()));
         std::fs::write(&path, text).unwrap();
-        let mut r = TraceReader::open(&path).unwrap();
-        let mut events = Vec::new();
-        while let Some(e) = r.next() {
-            events.push(e.unwrap());
-        }
+        let t = crate::replay::load(&path).unwrap();
         let _ = std::fs::remove_file(&path);
-        let n = events.len();
-        Trace {
-            name: "t".into(),
-            events,
-            lines: (1..=n as u64).collect(),
-            devices: 1,
-        }
+        t
     }
 
     #[test]
