@@ -4,7 +4,7 @@ every two-step window up to step N: the step after the first, and where the
 run settles.
 usage: bench/steady.py U3M [--event-model device|simulator] [--hbm-ratio R]
                        [--policy P,...] [--steps N] [--cache DIR]
-                       [--replay REPLAY_ARG]... [SYNTH_ARG...]
+                       [--replay REPLAY_ARG]... [--waits] [SYNTH_ARG...]
 SYNTH_ARG default: --model llama2-13b --layers 8 --seq 1024 --batch 2
 --workload lora (the 13B-shaped LoRA of issue 10); HBM = footprint / R
 (default 1.5, rounded up to a MiB). For each policy (default
@@ -18,7 +18,11 @@ and prints, per step, each window k-(k-2) = (k-step run - (k-2)-step run) / 2:
 GiB in = the replay's u3m copy-ins plus the program's own host-to-device
 copies (the same in every run of a trace); ms = simulated time. Replay
 options: --link-model shared --call-us 0 --issue acl-replay, then each
---replay REPLAY_ARG (e.g. --replay --discard-dead). The
+--replay REPLAY_ARG (e.g. --replay --discard-dead). --waits also prints,
+per window and step, what the host waited for (the replay's
+runtime.host_waits, ms: launch queue, the program's streams — its
+synchronisations and victims still in use —, u3m's copy-ins, u3m's
+copy-outs). The
 environment is passed to u3m."""
 import json, os, subprocess, sys
 
@@ -28,6 +32,7 @@ if not args or args[0].startswith("-"):
     sys.exit(__doc__)
 u3m = args.pop(0)
 em, ratio, pols, n, cache = "device", 1.5, "predictive,belady", 5, "/tmp/steady"
+waits = False
 rest, extra = [], []
 while args:
     a = args.pop(0)
@@ -43,6 +48,8 @@ while args:
         cache = args.pop(0)
     elif a == "--replay":
         extra.append(args.pop(0))
+    elif a == "--waits":
+        waits = True
     else:
         rest.append(a)
 if n < 3 or n % 2 == 0:
@@ -65,13 +72,23 @@ for steps in range(1, n + 1, 2):
                           "--issue", "acl-replay"] + extra, capture_output=True, text=True, check=True).stdout
     for p in json.loads(out)["traces"][0]["policies"]:
         rt = p["runtime"]
-        runs[(p["policy"], steps)] = (rt["h2d_bytes"] + rt["program_h2d_bytes"], p["total_ns"])
+        w = rt["host_waits"]
+        runs[(p["policy"], steps)] = (rt["h2d_bytes"] + rt["program_h2d_bytes"], p["total_ns"],
+                                      [w[k]["ns"] for k in ("queue", "program", "copy_in", "copy_out")])
 print("%s, HBM %d MiB (footprint / %.2f), --event-model %s %s" % (" ".join(shape), hbm // MIB, ratio, em, " ".join(extra)))
 wins = list(range(3, n + 1, 2))
 print("%-12s" % "policy" + "".join("%20s" % ("%d-%d: GiB in, ms" % (k, k - 2)) for k in wins))
 for pol in pols.split(","):
     cells = []
     for k in wins:
-        (ha, ta), (hb, tb) = runs[(pol, k - 2)], runs[(pol, k)]
+        (ha, ta, _), (hb, tb, _) = runs[(pol, k - 2)], runs[(pol, k)]
         cells.append("%10.3f %9.1f" % ((hb - ha) / 2 / GIB, (tb - ta) / 2e6))
     print("%-12s" % pol + "".join("%20s" % c for c in cells))
+if waits:
+    print("host waits per step, ms (queue / program / copy-in / copy-out)")
+    for pol in pols.split(","):
+        cells = []
+        for k in wins:
+            wa, wb = runs[(pol, k - 2)][2], runs[(pol, k)][2]
+            cells.append(" / ".join("%.1f" % ((b - a) / 2e6) for a, b in zip(wa, wb)))
+        print("%-12s" % pol + "".join("%30s" % c for c in cells))

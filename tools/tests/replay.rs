@@ -1004,3 +1004,36 @@ fn the_window_floor_is_never_beaten_by_a_replay() {
     assert!(plain.get("floor").is_none());
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn host_waits_say_what_the_host_waited_for() {
+    let waits = |hbm: &str| {
+        let t = replay(&[&trace("loop"), "--hbm", hbm, "--policy", "lru"]);
+        let p = policy(&t, "lru").clone();
+        let w = p["runtime"]["host_waits"].clone();
+        let n = |k: &str, f: &str| w[k][f].as_u64().unwrap_or_else(|| panic!("{k}.{f}: {w:#}"));
+        let all: u64 = ["queue", "program", "copy_in", "copy_out"]
+            .iter()
+            .map(|k| n(k, "ns"))
+            .sum();
+        assert!(
+            all <= p["total_ns"].as_u64().unwrap(),
+            "waits {all} ns > the run: {p:#}"
+        );
+        (
+            n("copy_in", "count"),
+            n("copy_out", "count"),
+            n("copy_in", "ns"),
+        )
+    };
+    // 6 buffers over 4 chunks of HBM: LRU fetches on every access after the
+    // first round, and the first eviction of each never-copied buffer is a
+    // copy-out; the host waits for both
+    let (ins, outs, in_ns) = waits("8M");
+    assert!(
+        ins > 0 && outs > 0 && in_ns > 0,
+        "in {ins} ({in_ns} ns), out {outs}"
+    );
+    // everything fits: nothing moves, nothing is waited for on u3m's streams
+    assert_eq!(waits("64M"), (0, 0, 0));
+}

@@ -9,6 +9,7 @@ use u3m_core::engine::runtime::CHUNK;
 use super::accuracy::Window;
 use super::drive::{RunOut, Setup, Trace};
 use super::floor::{Floor, Window as FloorWindow};
+use super::simrt::{WaitFor, Waits};
 use crate::human::bytes;
 use crate::table::columns;
 
@@ -155,6 +156,10 @@ impl TraceReport {
             .find(|r| r.policy == "belady")
             .map(|r| r.moved())
     }
+}
+
+fn waits_json(w: &Waits) -> Value {
+    json!({"count": w.count, "ns": w.ns})
 }
 
 fn ms(ns: u64) -> String {
@@ -412,6 +417,12 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "program_h2d_bytes": p.sim.program_h2d_bytes, "program_d2h_bytes": p.sim.program_d2h_bytes,
                             "host_mapped_read_bytes": p.sim.host_read_bytes, "host_mapped_write_bytes": p.sim.host_write_bytes,
                             "host_phys_peak_bytes": p.sim.host_phys_peak,
+                            "host_waits": {
+                                "queue": waits_json(&p.sim.waits[WaitFor::Queue as usize]),
+                                "program": waits_json(&p.sim.waits[WaitFor::Program as usize]),
+                                "copy_in": waits_json(&p.sim.waits[WaitFor::CopyIn as usize]),
+                                "copy_out": waits_json(&p.sim.waits[WaitFor::CopyOut as usize]),
+                            },
                         },
                         "samples": p.samples,
                         "prediction": p.windows.iter().map(|w| json!({

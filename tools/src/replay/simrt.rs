@@ -55,6 +55,34 @@ struct Stream {
     clock: u64,
     /// NVMe write time owed once the host reads the staging buffer.
     nvme_write_ns: u64,
+    /// Created by the driver for the program (`program_stream`), not by
+    /// the Tier.
+    program: bool,
+    /// Carried a device-to-host copy (a Tier stream that did is its
+    /// copy-out stream).
+    d2h: bool,
+}
+
+/// What the host waited for (`SimCounters::waits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    /// A free slot in the launch queue (the host ran `--queue` calls ahead).
+    Queue = 0,
+    /// A stream of the program's, or an event recorded on one (the
+    /// program's synchronisations; the Tier's waits for a busy victim).
+    Program = 1,
+    /// The Tier's copy-in stream (copy-ins it waits to land).
+    CopyIn = 2,
+    /// The Tier's copy-out stream (HBM leaving).
+    CopyOut = 3,
+}
+
+/// Host waits of one kind: how many advanced the host's clock, and by how
+/// much in all (simulated ns).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Waits {
+    pub count: u64,
+    pub ns: u64,
 }
 
 /// Bytes and time the runtime saw, for the report.
@@ -84,6 +112,9 @@ pub struct SimCounters {
     /// `M` events; `h2d_bytes`, `d2h_bytes` are the Tier's).
     pub program_h2d_bytes: u64,
     pub program_d2h_bytes: u64,
+    /// The host's waits, by what it waited for (`WaitFor` as index); the
+    /// background round's own waits are not counted (its clock is its own).
+    pub waits: [Waits; 4],
 }
 
 /// One direction of a device's link: the simulated time already taken, as
@@ -201,6 +232,8 @@ struct State {
     host_maps: u64,
     streams: Vec<Stream>,
     events: Vec<u64>,
+    /// The stream each event was last recorded on (0: never).
+    event_stream: Vec<u64>,
     host_mem: HashMap<usize, usize>,
     staging: HashSet<u64>,
     /// VA -> how many times a chunk was mapped there (arrivals in HBM)
@@ -281,6 +314,32 @@ impl State {
         a
     }
 
+    /// The caller's clock moves to at least `t`; a host's wait that moved
+    /// it counts as waiting for `what`.
+    fn wait_until(&mut self, t: u64, what: WaitFor) {
+        let bg = self.bg.is_some();
+        let c = self.caller();
+        if t > *c {
+            let d = t - *c;
+            *c = t;
+            if !bg {
+                let w = &mut self.c.waits[what as usize];
+                w.count += 1;
+                w.ns += d;
+            }
+        }
+    }
+
+    /// What waiting for stream `s` (1-based) is waiting for.
+    fn wait_kind(&self, s: u64) -> WaitFor {
+        match self.streams.get((s as usize).wrapping_sub(1)) {
+            Some(x) if x.program => WaitFor::Program,
+            Some(x) if x.d2h => WaitFor::CopyOut,
+            Some(_) => WaitFor::CopyIn,
+            None => WaitFor::Program,
+        }
+    }
+
     /// The clock of whoever is calling: the host, or the background thread.
     fn caller(&mut self) -> &mut u64 {
         match &mut self.bg {
@@ -315,6 +374,7 @@ impl SimRuntime {
                 host_maps: 0,
                 streams: Vec::new(),
                 events: Vec::new(),
+                event_stream: Vec::new(),
                 host_mem: HashMap::new(),
                 staging: HashSet::new(),
                 arrivals: HashMap::new(),
@@ -406,7 +466,11 @@ impl SimRuntime {
     /// The host waits until `t` (a queue slot frees up).
     pub fn host_at_least(&self, t: u64) {
         let mut st = self.lock();
-        st.host = st.host.max(t);
+        if st.bg.is_none() {
+            st.wait_until(t, WaitFor::Queue);
+        } else {
+            st.host = st.host.max(t);
+        }
     }
 
     /// The host spends `ns` (issuing a call).
@@ -416,7 +480,11 @@ impl SimRuntime {
 
     /// A stream of the program's (not the Tier's).
     pub fn program_stream(&self) -> u64 {
-        self.create_stream().unwrap_or(0)
+        let s = self.create_stream().unwrap_or(0);
+        if let Some(x) = self.lock().streams.get_mut((s as usize).wrapping_sub(1)) {
+            x.program = true;
+        }
+        s
     }
 
     /// Queues `cost` ns of device work on `stream`; returns its end time.
@@ -749,6 +817,8 @@ impl Runtime for SimRuntime {
         st.streams.push(Stream {
             clock: 0,
             nvme_write_ns: 0,
+            program: false,
+            d2h: false,
         });
         Ok(st.streams.len() as u64)
     }
@@ -765,6 +835,9 @@ impl Runtime for SimRuntime {
         let st = &mut *st;
         if stream == 0 || stream as usize > st.streams.len() {
             return Err(E_PARAM);
+        }
+        if kind == MEMCPY_D2H {
+            st.streams[(stream - 1) as usize].d2h = true;
         }
         let link = ns_at(bytes, self.costs.link_gbps);
         if kind == MEMCPY_H2D && st.staging.contains(&src) {
@@ -845,14 +918,15 @@ impl Runtime for SimRuntime {
         };
         // the caller then reads the staging buffer and writes it to the swap file
         let done = s.clock + std::mem::take(&mut s.nvme_write_ns);
-        let c = st.caller();
-        *c = (*c).max(done);
+        let what = st.wait_kind(stream);
+        st.wait_until(done, what);
         Ok(())
     }
 
     fn create_event(&self) -> Result<u64, AclError> {
         let mut st = self.lock();
         st.events.push(0);
+        st.event_stream.push(0);
         Ok(st.events.len() as u64)
     }
 
@@ -861,9 +935,11 @@ impl Runtime for SimRuntime {
         let Some(&Stream { clock, .. }) = st.streams.get((stream as usize).wrapping_sub(1)) else {
             return Err(E_PARAM);
         };
-        match st.events.get_mut((event as usize).wrapping_sub(1)) {
+        let k = (event as usize).wrapping_sub(1);
+        match st.events.get_mut(k) {
             Some(e) => {
                 *e = clock;
+                st.event_stream[k] = stream;
                 Ok(())
             }
             None => Err(E_PARAM),
@@ -885,8 +961,8 @@ impl Runtime for SimRuntime {
         let Some(&t) = st.events.get((event as usize).wrapping_sub(1)) else {
             return Err(E_PARAM);
         };
-        let c = st.caller();
-        *c = (*c).max(t);
+        let what = st.wait_kind(st.event_stream[event as usize - 1]);
+        st.wait_until(t, what);
         Ok(())
     }
 
@@ -999,6 +1075,60 @@ mod tests {
         assert_eq!(r.host_ns(), 1000);
         assert_eq!(r.event_done(e), Ok(true));
         assert_eq!(r.finish(), 1010);
+    }
+
+    #[test]
+    fn host_waits_are_counted_by_what_the_host_waited_for() {
+        let r = SimRuntime::new(Costs::default(), 1, 4 * CHUNK);
+        let (inn, out, prog) = (
+            r.create_stream().unwrap(),
+            r.create_stream().unwrap(),
+            r.program_stream(),
+        );
+        let ns = |w: WaitFor| r.counters().waits[w as usize];
+        // the program's work, waited for through an event on its stream
+        assert_eq!(r.launch(prog, 3_000), 3_000);
+        let e = r.create_event().unwrap();
+        r.record_event(e, prog).unwrap();
+        r.sync_event(e).unwrap();
+        assert_eq!(
+            (ns(WaitFor::Program).count, ns(WaitFor::Program).ns),
+            (1, 3_000)
+        );
+        // a copy-out (25,000 B: 1,000 ns at 25 GB/s), waited for by stream
+        r.memcpy_async(0, 0, 25_000, MEMCPY_D2H, out).unwrap();
+        r.sync_stream(out).unwrap();
+        assert_eq!(
+            (ns(WaitFor::CopyOut).count, ns(WaitFor::CopyOut).ns),
+            (1, 1_000)
+        );
+        // a copy-in, by event; then the same event again: no time passes,
+        // no wait is counted
+        r.memcpy_async(0, 0, 50_000, MEMCPY_H2D, inn).unwrap();
+        let f = r.create_event().unwrap();
+        r.record_event(f, inn).unwrap();
+        r.sync_event(f).unwrap();
+        r.sync_event(f).unwrap();
+        assert_eq!(
+            (ns(WaitFor::CopyIn).count, ns(WaitFor::CopyIn).ns),
+            (1, 2_000)
+        );
+        assert_eq!(
+            ns(WaitFor::CopyOut).count,
+            1,
+            "a copy-in stream is not a copy-out one"
+        );
+        // a full launch queue
+        r.host_at_least(r.host_ns() + 500);
+        assert_eq!((ns(WaitFor::Queue).count, ns(WaitFor::Queue).ns), (1, 500));
+        // the background round waits on its own clock: not the host's wait
+        r.memcpy_async(0, 0, 25_000, MEMCPY_D2H, out).unwrap();
+        r.begin_background();
+        r.sync_stream(out).unwrap();
+        r.end_background();
+        assert_eq!(ns(WaitFor::CopyOut).count, 1);
+        let total: u64 = r.counters().waits.iter().map(|w| w.ns).sum();
+        assert_eq!(total, r.host_ns(), "the host did nothing but wait");
     }
 
     #[test]
