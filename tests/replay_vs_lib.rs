@@ -209,3 +209,47 @@ fn background_rounds_follow_simulated_time_on_a_small_adam_trace() {
     within("H2D bytes", lib[1].1, rep.1, BOUND);
     within("D2H bytes", lib[1].2, rep.2, BOUND);
 }
+
+/// Spinning threads in this process while `f` runs: a loaded host.
+fn under_load<T>(threads: usize, f: impl FnOnce() -> T) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..threads)
+        .map(|_| {
+            let s = stop.clone();
+            std::thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let r = f();
+    stop.store(true, Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    r
+}
+
+#[test]
+fn the_librarys_simulated_figures_do_not_follow_the_hosts_load() {
+    // The 2-layer AdamW run of the test above, with 16 threads spinning on
+    // the host's cores (2 in CI). The idle rounds (a round for a program
+    // that makes no tracked call for 100 ms of wall time) used to fire
+    // while the load kept the program off the CPUs: 901 ms and 17.37 GB
+    // H2D unloaded, 921-1083 ms and 17.87-21.93 GB under this load, at a
+    // different point every run. A program kept off the CPUs is not idle
+    // (publish.rs: no thread of it ready to run).
+    let dir = scratch("replay-vs-lib-load");
+    let (trace, hbm) = small_13b(&dir, "adam");
+    let quiet = library(&trace, &hbm, 1)[0];
+    let loaded = under_load(16, || library(&trace, &hbm, 3));
+    for r in &loaded {
+        assert_eq!(
+            *r, quiet,
+            "under load the library's figures moved (simulated ns, H2D, D2H): {loaded:?} against {quiet:?}"
+        );
+    }
+}

@@ -13,8 +13,13 @@
 //! its rounds the same way and predicts the library). The periods that
 //! passed since the last round make one round (a host that waited through
 //! several gets one, with their DRAM spill and prefetch budgets). A program
-//! that makes no tracked call for 100 ms of wall time (idle) still gets
-//! rounds, as on a card.
+//! that makes no tracked call for 100 ms of wall time and has no thread
+//! ready to run (idle: asleep, or waiting for input) still gets rounds, as
+//! on a card. A program merely not scheduled for 100 ms — a loaded host —
+//! is not idle: a round there would fall at a point of the program that
+//! depends on the load, and the simulated figures with it (12 busy loops on
+//! 2 cores moved a 2-layer AdamW run's 901 ms to 921–1083 ms before this
+//! check; tests/replay_vs_lib.rs).
 //!
 //! Either clock: a round leaves the watermarks alone when the program made
 //! room on demand since the last round (it is filling HBM itself; a
@@ -105,6 +110,40 @@ impl Drop for CallGuard<'_> {
             p.pace();
         }
     }
+}
+
+/// Whether a thread of this process other than the calling one is ready to
+/// run (state R in /proc: running, or runnable and waiting for a CPU). A
+/// program the host's load keeps off the CPUs has one; an idle one (asleep,
+/// blocked on input or a lock) has none. false when /proc cannot be read.
+fn others_runnable() -> bool {
+    // SAFETY: no arguments
+    let me = unsafe { libc::syscall(libc::SYS_gettid) };
+    runnable_in(std::path::Path::new("/proc/self/task"), me as i64)
+}
+
+/// [`others_runnable`] over a task directory (`TID/stat` entries), `me`
+/// left out.
+fn runnable_in(tasks: &std::path::Path, me: i64) -> bool {
+    let Ok(dir) = std::fs::read_dir(tasks) else {
+        return false;
+    };
+    dir.flatten().any(|t| {
+        let name = t.file_name();
+        let tid = name.to_str().and_then(|n| n.parse::<i64>().ok());
+        tid.is_some_and(|tid| tid != me)
+            && std::fs::read(t.path().join("stat")).is_ok_and(|b| stat_runnable(&b))
+    })
+}
+
+/// The state field of a /proc task `stat` line is R: it follows the
+/// command name's closing parenthesis (the name may hold spaces and
+/// parentheses itself: the last one closes it).
+fn stat_runnable(stat: &[u8]) -> bool {
+    let Some(close) = stat.iter().rposition(|&c| c == b')') else {
+        return false;
+    };
+    stat[close + 1..].iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'R')
 }
 
 /// `aclsim_host_ns` when the runtime is the simulator.
@@ -211,7 +250,7 @@ impl Publisher {
             return;
         };
         let now = e.residency.as_ref().map(|t| t.now());
-        *idle = if now.is_some() && *calls == now && self.out_of_calls() {
+        *idle = if now.is_some() && *calls == now && self.out_of_calls() && !others_runnable() {
             idle.saturating_add(1)
         } else {
             0
@@ -451,5 +490,55 @@ mod tests {
         // exited threads' counts are dropped once read at zero
         p.out_of_calls();
         assert_eq!(p.in_call.len(), 0);
+    }
+
+    #[test]
+    fn a_stat_line_is_runnable_by_the_state_after_the_name() {
+        assert!(stat_runnable(b"412 (acl_replay) R 1 412 412 0 -1"));
+        assert!(!stat_runnable(b"412 (acl_replay) S 1 412 412 0 -1"));
+        // a name with spaces and parentheses: the last ')' closes it
+        assert!(stat_runnable(b"7 (a (b) R) R 1"));
+        assert!(!stat_runnable(b"7 (a (b) R) S 1"));
+        assert!(!stat_runnable(b"garbage"));
+    }
+
+    /// The idle rounds' check: a thread that spins is ready to run, one
+    /// that sleeps is not. Fails if the check reads the wrong field, or
+    /// counts the calling thread.
+    #[test]
+    fn a_spinning_thread_is_runnable_and_a_sleeping_one_is_not() {
+        use std::sync::atomic::AtomicBool;
+        // this process's other test threads may run: look for a state we
+        // made, by asking about our own threads only through their effect
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let spin = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let seen = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            others_runnable()
+        });
+        stop.store(true, Ordering::Relaxed);
+        spin.join().unwrap();
+        assert!(seen, "a spinning thread was never seen ready to run");
+        // the negative half on a task directory of our own (this process's
+        // other tests may be running)
+        let dir = std::env::temp_dir().join(format!("u3m-tasks-{}", std::process::id()));
+        let task = |tid: i64, state: &str| {
+            let d = dir.join(tid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("stat"), format!("{tid} (x y) {state} 1 2 3")).unwrap();
+        };
+        task(10, "R"); // the caller: left out
+        task(11, "S");
+        task(12, "D");
+        assert!(!runnable_in(&dir, 10), "only the caller runs");
+        task(13, "R");
+        assert!(runnable_in(&dir, 10), "a second thread runs");
+        assert!(!runnable_in(&dir.join("absent"), 10), "no /proc: false");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
