@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Lower bounds on the bytes any residency schedule must move across the
 host-device link, per direction, on a u3m trace and an HBM size.
-usage: bench/min_bounds.py HBM_BYTES TRACE [TRACE_LONGER]
+usage: bench/min_bounds.py [--json] [--link-gbps G] HBM_BYTES TRACE [TRACE_LONGER]
+       bench/min_bounds.py --selftest
 With two traces of the same shape (k-step and (k+2)-step `u3m synth` runs)
 it also prints the per-step difference, (longer - shorter) / 2: the steady
 state, as bench/steady.py's windows.
@@ -11,10 +12,10 @@ each allocation's start; a call's chunks all in HBM together; an output that
 overlaps no input of its call, an H2D/D2D destination and a memset write the
 chunks they cover whole; a chunk never written holds nothing to copy.
 
-- in, demand: Belady's MIN with dead-on-whole-write (a whole write needs no
+- in_demand: Belady's MIN with dead-on-whole-write (a whole write needs no
   copy-in and ends the old contents' life): the fewest copy-in bytes of any
   schedule that makes every chunk a call touches resident (bench/min_whole.py).
-- in, bypass: the same, but a chunk read while absent may instead be read over
+- in_bypass: the same, but a chunk read while absent may instead be read over
   the link without taking HBM (host mapping): MIN with bypass, the fewest
   host-to-device bytes of any schedule at all (a mapped read costs its bytes
   as a copy-in does).
@@ -22,9 +23,9 @@ chunks they cover whole; a chunk never written holds nothing to copy.
   told is dead (u3m's rule without hints). A chunk's contents from one write
   to its next write (or its free), an epoch, must be copied out once if the
   chunk leaves HBM at any time within it, and cost nothing if it stays.
-  "out, greedy" holds epochs in HBM greedily (where a call finds HBM
+  out_greedy holds epochs in HBM greedily (where a call finds HBM
   over-full, give up the held epoch that ends last): a real offline schedule,
-  so what is reachable. "out, bound" relaxes each held epoch to its longest
+  so what is reachable. out_bound relaxes each held epoch to its longest
   gap between the calls that touch it; those are plain intervals, where the
   same greedy is exact, so no schedule copies out less. `--selftest` checks
   bound <= fewest <= greedy against brute force on random tiny traces.
@@ -161,8 +162,9 @@ def min_in(calls, cap, bypass):
                     continue   # over the link; HBM keeps what it has
                 res.discard(e[1])
             res.add(key)
-        for key in c:
-            written.add(key)
+        for key, (w, _whole) in c.items():
+            if w:
+                written.add(key)
             if key in res:
                 v = ver.get(key, 0) + 1
                 ver[key] = v
@@ -328,6 +330,8 @@ def main():
     if args == ['--selftest']:
         return selftest()
     gbps = 25.0
+    as_json = '--json' in args
+    args = [a for a in args if a != '--json']
     if '--link-gbps' in args:
         i = args.index('--link-gbps')
         gbps = float(args[i + 1])
@@ -336,19 +340,27 @@ def main():
         sys.exit(__doc__)
     cap = parse_size(args[0]) // CH
     rows = []
-    names = ("in, demand", "in, bypass", "out, bound", "out, greedy")
+    names = ("in_demand", "in_bypass", "out_bound", "out_greedy")
+    report = {"hbm_chunks": cap, "chunk_bytes": CH, "traces": []}
     for tr in args[1:]:
         calls = load(tr)
         r = (min_in(calls, cap, False), min_in(calls, cap, True),
              min_out_lb(calls, cap) * CH, min_out(calls, cap) * CH)
         rows.append(r)
-        print(f"{tr}: {len(calls)} calls, HBM {cap} chunks: " +
-              ", ".join(f"{k} {v / 2**30:.3f} GiB" for k, v in zip(names, r)))
+        report["traces"].append(dict(trace=tr, calls=len(calls), **dict(zip(names, r))))
+        if not as_json:
+            print(f"{tr}: {len(calls)} calls, HBM {cap} chunks: " +
+                  ", ".join(f"{k} {v / 2**30:.3f} GiB" for k, v in zip(names, r)))
     if len(rows) == 2:
         d = [(b - a) / 2 for a, b in zip(*rows)]
-        print(f"per step, ms at {gbps:g} GB/s each way: " +
-              ", ".join(f"{k} {v / 2**30:.3f} GiB = {v / (gbps * 1e9) * 1e3:.1f} ms"
-                        for k, v in zip(names, d)))
+        report["per_step"] = dict(zip(names, d))
+        if not as_json:
+            print(f"per step, ms at {gbps:g} GB/s each way: " +
+                  ", ".join(f"{k} {v / 2**30:.3f} GiB = {v / (gbps * 1e9) * 1e3:.1f} ms"
+                            for k, v in zip(names, d)))
+    if as_json:
+        import json
+        print(json.dumps(report))
 
 
 if __name__ == '__main__':
