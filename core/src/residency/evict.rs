@@ -273,6 +273,14 @@ impl Residency {
             dev,
             epoch: o.epoch + 1,
         };
+        // which victims go first depends on which direction of the link
+        // u3m's copies load (balance.rs)
+        let slack = o.balance.out_first(
+            self.out_first,
+            self.c.fault_bytes.load(Relaxed) + self.c.prefetch_bytes.load(Relaxed),
+            self.c.eviction_bytes.load(Relaxed),
+        );
+        self.policy.set_out_slack(slack);
         let kept = self
             .policy
             .order_kept(id, now, &cur, &o.gone, &o.new, k, &mut cands, &mut tail);
