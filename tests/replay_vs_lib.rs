@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{scratch, target_dir, tier};
+use common::{scratch, synth_trace, target_dir, tier};
 use std::path::Path;
 use std::process::Command;
 
@@ -26,38 +26,9 @@ const SPREAD: f64 = 0.005;
 /// (simulated ns, H2D bytes, D2H bytes) of one run.
 type Figures = (f64, f64, f64);
 
-/// A `u3m synth` trace of `shape` (2 steps) and its HBM: footprint / 1.5 in
-/// whole MiB (bench/engine_v2.sh's rule).
+/// A `u3m synth` trace of `shape` (2 steps) and its HBM (`synth_trace`).
 fn synth(dir: &Path, name: &str, shape: &[&str]) -> (String, String) {
-    synth_steps(dir, name, shape, 2)
-}
-
-/// `synth` with `steps` training steps.
-fn synth_steps(dir: &Path, name: &str, shape: &[&str], steps: u32) -> (String, String) {
-    let u3m = target_dir().join("u3m");
-    let trace = dir.join(name);
-    let sizes = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .arg("--sizes")
-        .output()
-        .unwrap();
-    assert!(sizes.status.success());
-    let sizes: serde_json::Value = serde_json::from_slice(&sizes.stdout).unwrap();
-    let footprint = sizes["trace"]["reserved_bytes"].as_u64().unwrap();
-    let hbm = (footprint as f64 / 1.5) as u64 / (1 << 20) * (1 << 20) + (1 << 20);
-    let st = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .args(["--steps", &steps.to_string(), "-o", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    (trace.to_str().unwrap().to_string(), hbm.to_string())
+    synth_trace(dir, name, shape, 2)
 }
 
 /// `n` runs of the library (acl_replay under libu3m.so, phantom, 910B4),
@@ -289,7 +260,7 @@ fn out_first_trades_copy_ins_for_copy_outs_in_the_library_as_in_the_replay() {
         "--workload",
         "lora",
     ];
-    let (trace, hbm) = synth_steps(&dir, "lora4.trace", &shape, 4);
+    let (trace, hbm) = synth_trace(&dir, "lora4.trace", &shape, 4);
     let lib_off = library_with(&trace, &hbm, 1, &[("U3M_OUT_FIRST", "off")])[0];
     let lib_on = library_with(&trace, &hbm, 1, &[("U3M_OUT_FIRST", "on")])[0];
     assert!(
