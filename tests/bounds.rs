@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{scratch, target_dir};
+use common::{scratch, synth_trace, target_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -32,9 +32,8 @@ fn the_copy_out_bound_is_never_above_the_fewest_and_the_greedy_never_below() {
 }
 
 /// A 2-step `u3m synth` trace of the 13B shape at 2 layers, seq 512 × batch
-/// 1, and its HBM: footprint / 1.5 in whole MiB (bench/engine_v2.sh's rule).
+/// 1, and its HBM (footprint / 1.5).
 fn synth(dir: &Path, workload: &str) -> (String, String) {
-    let u3m = target_dir().join("u3m");
     let shape = [
         "--model",
         "llama2-13b",
@@ -47,29 +46,7 @@ fn synth(dir: &Path, workload: &str) -> (String, String) {
         "--workload",
         workload,
     ];
-    let sizes = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .arg("--sizes")
-        .output()
-        .unwrap();
-    assert!(sizes.status.success());
-    let sizes: serde_json::Value = serde_json::from_slice(&sizes.stdout).unwrap();
-    let footprint = sizes["trace"]["reserved_bytes"].as_u64().unwrap();
-    let hbm = (footprint as f64 / 1.5) as u64 / (1 << 20) * (1 << 20) + (1 << 20);
-    let trace = dir.join(format!("{workload}.trace"));
-    let st = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .args(["--steps", "2", "-o", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    (trace.to_str().unwrap().to_string(), hbm.to_string())
+    synth_trace(dir, &format!("{workload}.trace"), &shape, 2)
 }
 
 /// (copy-in, copy-out) bytes u3m moved under each policy, as the replay

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{scratch, target_dir, tier};
+use common::{scratch, synth_trace, target_dir, tier};
 use std::path::Path;
 use std::process::Command;
 
@@ -26,52 +26,31 @@ const SPREAD: f64 = 0.005;
 /// (simulated ns, H2D bytes, D2H bytes) of one run.
 type Figures = (f64, f64, f64);
 
-/// A `u3m synth` trace of `shape` (2 steps) and its HBM: footprint / 1.5 in
-/// whole MiB (bench/engine_v2.sh's rule).
+/// A `u3m synth` trace of `shape` (2 steps) and its HBM (`synth_trace`).
 fn synth(dir: &Path, name: &str, shape: &[&str]) -> (String, String) {
-    let u3m = target_dir().join("u3m");
-    let trace = dir.join(name);
-    let sizes = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .arg("--sizes")
-        .output()
-        .unwrap();
-    assert!(sizes.status.success());
-    let sizes: serde_json::Value = serde_json::from_slice(&sizes.stdout).unwrap();
-    let footprint = sizes["trace"]["reserved_bytes"].as_u64().unwrap();
-    let hbm = (footprint as f64 / 1.5) as u64 / (1 << 20) * (1 << 20) + (1 << 20);
-    let st = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .args(["--steps", "2", "-o", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
-    (trace.to_str().unwrap().to_string(), hbm.to_string())
+    synth_trace(dir, name, shape, 2)
 }
 
 /// `n` runs of the library (acl_replay under libu3m.so, phantom, 910B4),
 /// sorted by simulated time.
 fn library(trace: &str, hbm: &str, n: usize) -> Vec<Figures> {
+    library_with(trace, hbm, n, &[])
+}
+
+/// `library` with more of the library's environment.
+fn library_with(trace: &str, hbm: &str, n: usize, env: &[(&str, &str)]) -> Vec<Figures> {
     let mut lib: Vec<Figures> = (0..n)
         .map(|_| {
-            let (r, _) = tier(
-                "acl_replay",
-                &["--no-verify", trace],
-                &[
-                    ("ACLSIM_PRESET", "910b4"),
-                    ("ACLSIM_PHANTOM", "1"),
-                    ("ACLSIM_HBM_BYTES", hbm),
-                    ("U3M_POLICY", "predictive"),
-                    ("U3M_OVERSUB", "64"),
-                    ("U3M_DRAM_BYTES", "64G"),
-                ],
-            );
+            let mut e = vec![
+                ("ACLSIM_PRESET", "910b4"),
+                ("ACLSIM_PHANTOM", "1"),
+                ("ACLSIM_HBM_BYTES", hbm),
+                ("U3M_POLICY", "predictive"),
+                ("U3M_OVERSUB", "64"),
+                ("U3M_DRAM_BYTES", "64G"),
+            ];
+            e.extend_from_slice(env);
+            let (r, _) = tier("acl_replay", &["--no-verify", trace], &e);
             let r = r.must_succeed();
             (
                 r.stat_u64(&["sim_ns"]) as f64,
@@ -88,8 +67,14 @@ fn library(trace: &str, hbm: &str, n: usize) -> Vec<Figures> {
 /// is complete once the host's simulated clock has passed it; the trace is
 /// issued as acl_replay issues it (its waits at frees and between streams).
 fn replay(trace: &str, hbm: &str) -> Figures {
+    replay_with(trace, hbm, &[])
+}
+
+/// `replay` with more replay options.
+fn replay_with(trace: &str, hbm: &str, args: &[&str]) -> Figures {
     let out = Command::new(target_dir().join("u3m"))
         .args(["replay", trace, "--hbm", hbm])
+        .args(args)
         .args([
             "--policy",
             "predictive",
@@ -252,4 +237,44 @@ fn the_librarys_simulated_figures_do_not_follow_the_hosts_load() {
             "under load the library's figures moved (simulated ns, H2D, D2H): {loaded:?} against {quiet:?}"
         );
     }
+}
+
+/// U3M_OUT_FIRST=on (a dirty chunk whose predicted next use writes it whole
+/// goes before clean chunks): on a LoRA shape whose copy-ins load the link
+/// more than its copy-outs, the library copies in less and out more than
+/// with it off, sooner, and the replay says the same to within BOUND; on
+/// full-parameter AdamW, whose copy-outs lead, `auto` stays off (the
+/// replay's bytes exactly those of `off`).
+#[test]
+fn out_first_trades_copy_ins_for_copy_outs_in_the_library_as_in_the_replay() {
+    let dir = scratch("replay-vs-lib-out-first");
+    let shape = [
+        "--model",
+        "llama2-13b",
+        "--layers",
+        "2",
+        "--seq",
+        "1024",
+        "--batch",
+        "2",
+        "--workload",
+        "lora",
+    ];
+    let (trace, hbm) = synth_trace(&dir, "lora4.trace", &shape, 4);
+    let lib_off = library_with(&trace, &hbm, 1, &[("U3M_OUT_FIRST", "off")])[0];
+    let lib_on = library_with(&trace, &hbm, 1, &[("U3M_OUT_FIRST", "on")])[0];
+    assert!(
+        lib_on.1 < 0.9 * lib_off.1 && lib_on.2 > 1.1 * lib_off.2 && lib_on.0 < lib_off.0,
+        "out-first on {lib_on:?}, off {lib_off:?}: (simulated ns, H2D, D2H)"
+    );
+    let rep_on = replay_with(&trace, &hbm, &["--out-first", "on"]);
+    within("simulated time, out-first on", lib_on.0, rep_on.0, BOUND);
+    within("H2D bytes, out-first on", lib_on.1, rep_on.1, BOUND);
+    within("D2H bytes, out-first on", lib_on.2, rep_on.2, BOUND);
+    let (adam, hbm) = small_13b(&dir, "adam");
+    assert_eq!(
+        replay_with(&adam, &hbm, &["--out-first", "auto"]),
+        replay_with(&adam, &hbm, &["--out-first", "off"]),
+        "auto on AdamW"
+    );
 }

@@ -172,6 +172,8 @@ pub const VARS: &[VarSpec] = &[
         doc: "tier mode: auto: a call whose memory exceeds HBM runs with part of it in pinned host memory mapped at its device addresses (read over the link); probe: auto, and chunks a call only reads that form a read-once stream (read repeatedly, never written, not expected back before HBM turns over) are host-mapped instead of copied in while HBM is full, whenever the device times a window of calls with mapping faster than one with copies (docs/tiering.md, the read-once probe); stream: auto, always mapping read-once streams; off: a call larger than HBM fails with 207001" },
     VarSpec { name: "U3M_LOOK_AHEAD", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: after each call, copy-ins of the chunks the policy predicts within an adaptive window start on u3m's stream (evicting only clean victims predicted later; it backs off to probing while under 75 % of its prefetches are used); off: chunks come back on demand and by the background prefetch only (the default: the look-ahead has not shortened a measured step yet, BENCHMARKS.md)" },
+    VarSpec { name: "U3M_OUT_FIRST", kind: Kind::Choice(&["off", "auto", "on"]), default: "off", empty: None, zero: None,
+        doc: "tier mode: on: a dirty chunk whose predicted next use writes it whole (its copy-out is all evicting it costs) goes before clean chunks (whose copy-ins would come back), spending the device-to-host direction of the link to spare the host-to-device one: shorter steps where copy-ins load the link, more bytes moved in all; auto: on once u3m's copy-ins have outrun its copy-outs by 1 GiB, off again for good if the copy-outs then come to more than twice the copy-ins over 8 GiB; off: it weighs as a clean chunk does (the default: fewest bytes; docs/tiering.md)" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
         doc: "placement policy: predictive (furthest predicted next use first, prefetch of the predicted next) | seed-heat (coldest by the seed's heat first) | lru" },
     VarSpec { name: "U3M_CALIB_S", kind: Kind::Number { min: 0.001, max: 604_800.0 }, default: "600", empty: None, zero: None,
@@ -247,6 +249,17 @@ pub enum ReadOnce {
     Always,
 }
 
+/// U3M_OUT_FIRST (residency/balance.rs): whether a dirty chunk whose next
+/// use writes it whole goes before clean chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutFirst {
+    /// Once u3m's copy-ins have outrun its copy-outs.
+    Auto,
+    On,
+    /// Never (the default).
+    Off,
+}
+
 /// The parsed configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -282,6 +295,8 @@ pub struct Config {
     pub read_once: ReadOnce,
     /// U3M_LOOK_AHEAD=on: the look-ahead prefetch (residency/ahead.rs).
     pub look_ahead: bool,
+    /// U3M_OUT_FIRST (residency/balance.rs).
+    pub out_first: OutFirst,
     /// (name, value) of every known U3M_* variable that was set, for the
     /// stats segment's configuration text.
     pub set: Vec<(String, String)>,
@@ -596,6 +611,11 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
             _ => ReadOnce::Off,
         },
         look_ahead: word("U3M_LOOK_AHEAD") == "on",
+        out_first: match word("U3M_OUT_FIRST") {
+            "on" => OutFirst::On,
+            "auto" => OutFirst::Auto,
+            _ => OutFirst::Off,
+        },
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),
         warmup_s: num("U3M_WARMUP_S"),

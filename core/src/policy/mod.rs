@@ -181,6 +181,14 @@ pub trait Placement: Send + Sync {
     /// heat table is in place); policies that do not use heat ignore it.
     fn set_heat_fn(&self, _f: HeatFn) {}
 
+    /// The device-to-host direction of the link has lately carried less of
+    /// u3m's copies than the host-to-device one (the engine says so before
+    /// it orders victims). A copy-out then costs less than the copy-in a
+    /// clean victim's return takes, so a dirty chunk whose next use writes
+    /// it whole (its copy-out is all evicting it costs) may go before the
+    /// clean chunks that would come back.
+    fn set_out_slack(&self, _slack: bool) {}
+
     /// `order` for a caller that takes victims from the front only: leaves
     /// in `cands` the first `min(k, len)` candidates of `order`'s result,
     /// exactly as `order` places them (a policy may leave more, or all:
@@ -357,8 +365,10 @@ pub struct KeptCursor {
     /// Candidates not yet given out (at most the build's `k`).
     pub left: usize,
     /// Per stream of the policy: the last position given out (0: none).
-    pub pos: [(u64, u64); 7],
+    pub pos: [(u64, u64); 8],
     pub started: u8,
+    /// The build's `Placement::set_out_slack`, for the whole order.
+    pub out_slack: bool,
 }
 
 /// The unsorted rest of a ranked order ([`Placement::order_ranked`]):

@@ -515,6 +515,12 @@ impl Placement for Buffered {
         }
     }
 
+    fn set_out_slack(&self, slack: bool) {
+        if let Some(p) = self.ready() {
+            p.set_out_slack(slack)
+        }
+    }
+
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
         match self.ready() {
             Some(p) => p.order_top(now, cands, k),

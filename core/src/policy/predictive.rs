@@ -102,6 +102,8 @@ struct Inner {
     /// The maintained victim orders (`Placement::order_kept`), one per
     /// engine order and device.
     kept: Vec<Kept>,
+    /// The latest `Placement::set_out_slack`.
+    out_slack: bool,
     /// Chunks freed so far (`on_free`): a maintained order reads every
     /// candidate again after one (its model left for `freed`).
     frees: u64,
@@ -421,6 +423,7 @@ impl Predictive {
                 events: Vec::new(),
                 cal: BTreeSet::new(),
                 kept: Vec::new(),
+                out_slack: false,
                 frees: 0,
             }),
             modelled: AtomicUsize::new(0),
@@ -841,6 +844,7 @@ impl Placement for Predictive {
         let step = g.step();
         let fb = g.cls.map(|c| c.fallback);
         let (switches, frees, typical) = (g.mode.switches(), g.frees, g.typical);
+        let out_slack = g.out_slack;
         let Inner {
             chunks, cls, kept, ..
         } = g;
@@ -907,13 +911,20 @@ impl Placement for Predictive {
             now,
             typical,
             left: k.min(kp.ents.len()),
-            pos: [(0, 0); 7],
+            pos: [(0, 0); 8],
             started: 0,
+            out_slack,
         };
         cands.clear();
         kp.next(&mut cur, KEPT_FIRST, cands);
         tail.start_kept(cur);
         true
+    }
+
+    fn set_out_slack(&self, slack: bool) {
+        if let Ok(mut g) = self.inner.lock() {
+            g.out_slack = slack;
+        }
     }
 
     fn order_kept_next(&self, cur: &mut super::KeptCursor, n: usize, out: &mut Vec<Cand>) {
@@ -962,6 +973,10 @@ const S_UNK: usize = 4;
 /// `At`, a whole write, clean: free to evict (`Expect::Whole`), by the
 /// predicted tick, read from the top (position 6).
 const S_FREE: usize = 5;
+/// `At`, a whole write, dirty: weighed as clean, or free to evict while
+/// the link's device-to-host direction has slack (`set_out_slack`), by the
+/// predicted tick either way, read from the top (position 7).
+const S_AT_DW: usize = 6;
 
 /// An entry of a stream: (the stream's key — predicted tick or last
 /// use —, chunk key, the engine's `last`, dirty).
@@ -989,7 +1004,7 @@ struct Kept {
     epoch: u64,
     live: bool,
     ents: KeyMap<KPlace>,
-    sets: [BTreeSet<KEnt>; 6],
+    sets: [BTreeSet<KEnt>; 7],
     /// (end of the reading's span, key)
     cal: BTreeSet<(u64, u64)>,
     due: Vec<u64>,
@@ -1026,8 +1041,8 @@ fn kept_read(
         FormKind::Recency => (S_REC, last, until),
         FormKind::At if m.form.whole && !c.dirty => (S_FREE, m.form.at, until),
         // a dirty one whose next access writes it whole costs its copy-out
-        // only, as a clean one costs its copy-in: weighed as clean
-        FormKind::At if m.form.whole => (S_AT_CLEAN, m.form.at, until),
+        // only, as a clean one costs its copy-in (`weigh`)
+        FormKind::At if m.form.whole => (S_AT_DW, m.form.at, until),
         FormKind::At if c.dirty => (S_AT_DIRTY, m.form.at, until),
         FormKind::At => (S_AT_CLEAN, m.form.at, until),
         FormKind::Late => (S_LATE, 0, until),
@@ -1091,17 +1106,17 @@ impl Kept {
 
     /// The weight `order_weight` gives an entry of stream `s` at `now`.
     #[inline]
-    fn weight(s: usize, e: &KEnt, now: u64, typical: f64) -> u64 {
+    fn weight(s: usize, e: &KEnt, now: u64, typical: f64, slack: bool) -> u64 {
         let (x, dirty) = match s {
-            // (every entry of S_AT_CLEAN weighs as clean)
             S_AT_CLEAN => (Expect::At(e.0), false),
+            S_AT_DW => (Expect::Whole(e.0), true),
             S_AT_DIRTY => (Expect::At(e.0), true),
             S_LATE => (Expect::At(now + 1), e.3),
             S_REC => (Expect::Recency(e.0), e.3),
             S_FREE => (Expect::Whole(e.0), false),
             _ => (Expect::Unknown(e.0), e.3),
         };
-        Inner::weigh(now, x, dirty, typical)
+        Inner::weigh(now, x, dirty, typical, slack)
     }
 
     /// Appends the next at least `n` candidates (whole groups of equal
@@ -1110,7 +1125,6 @@ impl Kept {
     /// sorted by [`rank_cmp`]'s ties (clean first, then `last`, then key).
     fn next(&mut self, cur: &mut super::KeptCursor, n: usize, out: &mut Vec<Cand>) {
         use std::ops::Bound::{Excluded, Unbounded};
-        let (now, typ) = (cur.now, cur.typical);
         let started = |i: usize| cur.started & (1 << i) != 0;
         // after the last given out (ascending), before it (descending)
         let after = |i: usize| {
@@ -1127,8 +1141,10 @@ impl Kept {
                 Unbounded
             }
         };
-        let [a0, a1, a2, a3, a4, a5] = &self.sets;
+        let (now, typ, slack) = (cur.now, cur.typical, cur.out_slack);
+        let [a0, a1, a2, a3, a4, a5, a6] = &self.sets;
         let mut it6 = a5.range((Unbounded, before(6))).rev();
+        let mut it7 = a6.range((Unbounded, before(7))).rev();
         let mut it0 = a0.range((Unbounded, before(0))).rev();
         let mut it1 = a1.range((Unbounded, before(1))).rev();
         let mut it2 = a2.range((after(2), Unbounded));
@@ -1136,7 +1152,7 @@ impl Kept {
         // the two ends of the seen-once stream never cross: their bounds
         // are distinct entries, the bottom's below the top's
         let mut it4 = a4.range((after(4), before(5)));
-        let mut h: [Option<KEnt>; 7] = [
+        let mut h: [Option<KEnt>; 8] = [
             it0.next().copied(),
             it1.next().copied(),
             it2.next().copied(),
@@ -1144,27 +1160,29 @@ impl Kept {
             it4.next().copied(),
             None,
             it6.next().copied(),
+            it7.next().copied(),
         ];
         h[5] = it4.next_back().copied();
         let stream = |i: usize| match i {
             5 => S_UNK,
             6 => S_FREE,
+            7 => S_AT_DW,
             i => i,
         };
-        let mut w = [0u64; 7];
-        for i in 0..7 {
+        let mut w = [0u64; 8];
+        for i in 0..8 {
             if let Some(e) = &h[i] {
-                w[i] = Self::weight(stream(i), e, now, typ);
+                w[i] = Self::weight(stream(i), e, now, typ, slack);
             }
         }
         let grp = &mut self.grp;
         let mut got = 0;
         while got < n && cur.left > 0 {
-            let Some(top) = (0..7).filter(|&i| h[i].is_some()).map(|i| w[i]).max() else {
+            let Some(top) = (0..8).filter(|&i| h[i].is_some()).map(|i| w[i]).max() else {
                 break;
             };
             grp.clear();
-            for i in 0..7 {
+            for i in 0..8 {
                 while let Some(e) = h[i].filter(|_| w[i] == top) {
                     grp.push(Cand {
                         key: e.1,
@@ -1180,11 +1198,12 @@ impl Kept {
                         3 => it3.next(),
                         4 => it4.next(),
                         5 => it4.next_back(),
-                        _ => it6.next(),
+                        6 => it6.next(),
+                        _ => it7.next(),
                     }
                     .copied();
                     if let Some(e) = &h[i] {
-                        w[i] = Self::weight(stream(i), e, now, typ);
+                        w[i] = Self::weight(stream(i), e, now, typ, slack);
                     }
                 }
             }
@@ -1265,10 +1284,11 @@ impl Inner {
             chunks,
             cls,
             typical,
+            out_slack,
             ..
         } = self;
         let Some(m) = chunks.get_mut(&c.key) else {
-            return Self::weigh(now, Expect::Unknown(c.last), c.dirty, *typical);
+            return Self::weigh(now, Expect::Unknown(c.last), c.dirty, *typical, *out_slack);
         };
         let fb = cls[m.class as usize].fallback;
         if !m.form.holds(now, step, fb) {
@@ -1282,7 +1302,7 @@ impl Inner {
             FormKind::At => Expect::At(m.form.at),
             FormKind::Late => Expect::At(now + 1),
         };
-        Self::weigh(now, e, c.dirty, *typical)
+        Self::weigh(now, e, c.dirty, *typical, *out_slack)
     }
 
     /// The cost-weighted distance `order` sorts a candidate by (`order_top`;
@@ -1296,16 +1316,23 @@ impl Inner {
             self.expect(now, c.key, c.last, None),
             c.dirty,
             self.typical,
+            self.out_slack,
         )
     }
 
     /// The weight of a candidate (`dirty`) the policy expects as `e`.
     #[inline]
-    fn weigh(now: u64, e: Expect, dirty: bool, typical: f64) -> u64 {
+    fn weigh(now: u64, e: Expect, dirty: bool, typical: f64, slack: bool) -> u64 {
         let (at, modelled, dirty) = match e {
             // nothing to copy in or out: before every chunk that costs a
-            // copy, the one used latest first (its HBM is free longest)
-            Expect::Whole(p) if !dirty => return FREE.saturating_add(p.saturating_sub(now)),
+            // copy, the one used latest first (its HBM is free longest);
+            // and a dirty one while copy-outs cost less than copy-ins (the
+            // device-to-host direction has slack): its copy-out takes what
+            // would idle, where a clean victim's copy-in would come back on
+            // the busier direction
+            Expect::Whole(p) if !dirty || slack => {
+                return FREE.saturating_add(p.saturating_sub(now))
+            }
             // its copy-out is all evicting it costs, as a clean chunk's
             // copy-in: weighed as clean
             Expect::Whole(p) => (p, true, false),
@@ -2260,7 +2287,8 @@ mod when_tests {
     /// A chunk predicted to be written whole next needs none of its
     /// contents: clean, it leaves before every chunk whose eviction costs a
     /// copy; dirty, its copy-out is all it costs, as a clean chunk's fetch
-    /// (weighed as clean). Nothing is fetched ahead of such an access.
+    /// (weighed as clean, or first while copy-outs are the cheaper
+    /// direction). Nothing is fetched ahead of such an access.
     #[test]
     fn a_chunk_written_whole_next_costs_no_fetch() {
         let p = Predictive::new();
@@ -2293,6 +2321,14 @@ mod when_tests {
             order(&[cand(a, false), cand(b, true), cand(c, true)]),
             [a, b, c]
         );
+        // while copy-outs are cheaper than copy-ins (U3M_OUT_FIRST), the
+        // dirty one goes first too: its copy-out is all it costs
+        p.set_out_slack(true);
+        assert_eq!(
+            order(&[cand(a, false), cand(b, true), cand(c, true)]),
+            [b, a, c]
+        );
+        p.set_out_slack(false);
         assert_eq!(p.next_use(now, b), Some(u64::MAX));
         assert_eq!(p.next_use(now, a), Some(5900));
         assert_eq!(p.place(5790, b), None);
@@ -2605,6 +2641,9 @@ mod when_tests {
                              prev: &mut BTreeMap<u64, Cand>,
                              epoch: &mut u64,
                              rnd: &mut dyn FnMut(u64) -> u64| {
+                // either side of U3M_OUT_FIRST: dirty chunks written whole
+                // next weigh as clean or go first (their own stream)
+                p.set_out_slack(rnd(2) == 0);
                 let all: Vec<Cand> = cands.values().copied().collect();
                 let gone: Vec<u64> = prev
                     .keys()

@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::state::State;
 use super::state::{BUSY_EVENTS, ORDER_TOP};
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
+use crate::config::OutFirst;
 
 /// Asynchronous copy-outs in flight per device before a fault-in waits for
 /// the oldest: enough to keep the device-to-host link busy while copy-ins
@@ -273,6 +274,17 @@ impl Residency {
             dev,
             epoch: o.epoch + 1,
         };
+        // which victims go first depends on which direction of the link
+        // u3m's copies load (balance.rs; off, the default: the policy is
+        // never told, and weighs such chunks as clean)
+        if self.out_first != OutFirst::Off {
+            let slack = o.balance.out_first(
+                self.out_first,
+                self.c.fault_bytes.load(Relaxed) + self.c.prefetch_bytes.load(Relaxed),
+                self.c.eviction_bytes.load(Relaxed),
+            );
+            self.policy.set_out_slack(slack);
+        }
         let kept = self
             .policy
             .order_kept(id, now, &cur, &o.gone, &o.new, k, &mut cands, &mut tail);

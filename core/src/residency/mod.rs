@@ -41,6 +41,7 @@
 //! half: not done).
 
 mod ahead;
+mod balance;
 mod counters;
 mod evict;
 mod fence;
@@ -59,7 +60,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::acl::AclError;
-use crate::config::Config;
+use crate::config::{Config, OutFirst};
 use crate::engine::report::Refusal;
 use crate::engine::runtime::Runtime;
 use crate::policy::Placement;
@@ -161,6 +162,8 @@ pub struct Shard {
     read_once: crate::config::ReadOnce,
     /// The look-ahead prefetch is off (`set_look_ahead`).
     ahead_off: AtomicBool,
+    /// U3M_OUT_FIRST (balance.rs).
+    out_first: OutFirst,
     /// Lowest start and highest end of every VA range ever entered in
     /// `State::vas` (never shrinks): a call whose ranges all lie outside
     /// touches nothing u3m manages, and `prepare` skips the lock
@@ -278,6 +281,7 @@ impl Shard {
             oversize: Mutex::new(None),
             read_once: cfg.read_once,
             ahead_off: AtomicBool::new(!cfg.look_ahead),
+            out_first: cfg.out_first,
             va_lo: AtomicU64::new(u64::MAX),
             va_hi: AtomicU64::new(0),
             clock: parts.clock.clone(),

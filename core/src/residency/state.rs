@@ -336,6 +336,8 @@ pub(super) struct VictimOrder {
     pub cur: Vec<Cand>,
     pub gone: Vec<u64>,
     pub new: Vec<Cand>,
+    /// Whether dirty chunks written whole next go first (U3M_OUT_FIRST).
+    pub balance: super::balance::Balance,
 }
 
 /// A run of the kept order's entries, from `next` to `end`, in which every
@@ -389,6 +391,7 @@ impl VictimOrder {
             cur: Vec::new(),
             gone: Vec::new(),
             new: Vec::new(),
+            balance: super::balance::Balance::new(),
         }
     }
 

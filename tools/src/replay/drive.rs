@@ -63,6 +63,8 @@ pub struct Setup {
     pub host_map: String,
     /// U3M_LOOK_AHEAD: on or off (belady always runs without it).
     pub look_ahead: String,
+    /// U3M_OUT_FIRST: auto, on or off.
+    pub out_first: String,
     /// Issue the trace as tests/apps/acl_replay does (`AclReplay`), not as
     /// the recorded program did.
     pub acl_replay: bool,
@@ -226,6 +228,7 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_WARMUP_S".into(), s.warmup_s.to_string()),
         ("U3M_HOST_MAP".into(), s.host_map.clone()),
         ("U3M_LOOK_AHEAD".into(), s.look_ahead.clone()),
+        ("U3M_OUT_FIRST".into(), s.out_first.clone()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));

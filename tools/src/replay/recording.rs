@@ -82,6 +82,10 @@ impl Placement for Recording {
         self.inner.set_heat_fn(f)
     }
 
+    fn set_out_slack(&self, slack: bool) {
+        self.inner.set_out_slack(slack)
+    }
+
     fn order_top(&self, now: u64, cands: &mut Vec<Cand>, k: usize) {
         self.inner.order_top(now, cands, k)
     }
