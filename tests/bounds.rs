@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{scratch, synth_trace, target_dir};
-use std::path::{Path, PathBuf};
+use common::{output_ok, scratch, small_13b_trace, target_dir};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn script() -> PathBuf {
@@ -31,38 +31,15 @@ fn the_copy_out_bound_is_never_above_the_fewest_and_the_greedy_never_below() {
     );
 }
 
-/// A 2-step `u3m synth` trace of the 13B shape at 2 layers, seq 512 × batch
-/// 1, and its HBM (footprint / 1.5).
-fn synth(dir: &Path, workload: &str) -> (String, String) {
-    let shape = [
-        "--model",
-        "llama2-13b",
-        "--layers",
-        "2",
-        "--seq",
-        "512",
-        "--batch",
-        "1",
-        "--workload",
-        workload,
-    ];
-    synth_trace(dir, &format!("{workload}.trace"), &shape, 2)
-}
-
 /// (copy-in, copy-out) bytes u3m moved under each policy, as the replay
 /// runs the library's pipeline on the simulator's cost model.
 fn replay(trace: &str, hbm: &str) -> Vec<(String, u64, u64)> {
-    let out = Command::new(target_dir().join("u3m"))
-        .args(["replay", trace, "--hbm", hbm, "--json"])
-        .args(["--policy", "predictive,lru,belady"])
-        .args(["--link-model", "shared", "--call-us", "0"])
-        .args(["--issue", "acl-replay"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new(target_dir().join("u3m"))
+            .args(["replay", trace, "--hbm", hbm, "--json"])
+            .args(["--policy", "predictive,lru,belady"])
+            .args(["--link-model", "shared", "--call-us", "0"])
+            .args(["--issue", "acl-replay"]),
     );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     j["traces"][0]["policies"]
@@ -81,15 +58,10 @@ fn replay(trace: &str, hbm: &str) -> Vec<(String, u64, u64)> {
 }
 
 fn bounds(trace: &str, hbm: &str) -> serde_json::Value {
-    let out = Command::new("python3")
-        .arg(script())
-        .args(["--json", hbm, trace])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        Command::new("python3")
+            .arg(script())
+            .args(["--json", hbm, trace]),
     );
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     j["traces"][0].clone()
@@ -99,7 +71,7 @@ fn bounds(trace: &str, hbm: &str) -> serde_json::Value {
 fn no_schedule_the_replay_runs_moves_fewer_bytes_than_the_bounds() {
     let dir = scratch("bounds");
     for workload in ["lora", "adam"] {
-        let (trace, hbm) = synth(&dir, workload);
+        let (trace, hbm) = small_13b_trace(&dir, workload);
         let b = bounds(&trace, &hbm);
         let g = |k: &str| b[k].as_u64().unwrap();
         let (in_demand, in_bypass, out_bound, out_greedy) = (

@@ -6,8 +6,7 @@
 
 mod common;
 
-use common::{scratch, synth_trace, target_dir, tier};
-use std::path::Path;
+use common::{scratch, small_13b_trace, synth_trace, target_dir, tier};
 use std::process::Command;
 
 /// Bound on |replay / library - 1| for time, H2D and D2H bytes of the whole
@@ -25,11 +24,6 @@ const SPREAD: f64 = 0.005;
 
 /// (simulated ns, H2D bytes, D2H bytes) of one run.
 type Figures = (f64, f64, f64);
-
-/// A `u3m synth` trace of `shape` (2 steps) and its HBM (`synth_trace`).
-fn synth(dir: &Path, name: &str, shape: &[&str]) -> (String, String) {
-    synth_trace(dir, name, shape, 2)
-}
 
 /// `n` runs of the library (acl_replay under libu3m.so, phantom, 910B4),
 /// sorted by simulated time.
@@ -132,30 +126,10 @@ fn within(what: &str, l: f64, r: f64, bound: f64) {
     );
 }
 
-/// A 13B-shaped trace of 2 layers, seq 512 × batch 1, of `workload`.
-fn small_13b(dir: &std::path::Path, workload: &str) -> (String, String) {
-    synth(
-        dir,
-        &format!("{workload}.trace"),
-        &[
-            "--model",
-            "llama2-13b",
-            "--layers",
-            "2",
-            "--seq",
-            "512",
-            "--batch",
-            "1",
-            "--workload",
-            workload,
-        ],
-    )
-}
-
 #[test]
 fn replay_predicts_the_library_on_a_small_lora_trace() {
     let dir = scratch("replay-vs-lib");
-    let (trace, hbm) = small_13b(&dir, "lora");
+    let (trace, hbm) = small_13b_trace(&dir, "lora");
     // the library: median of 3 runs by simulated time, which agree
     let lib = library(&trace, &hbm, 3);
     deterministic(&lib);
@@ -179,7 +153,7 @@ fn background_rounds_follow_simulated_time_on_a_small_adam_trace() {
     // and the link's order followed the simulator's threads in real time):
     // now the same every run, and the replay's within BOUND of it.
     let dir = scratch("replay-vs-lib-adam");
-    let (trace, hbm) = small_13b(&dir, "adam");
+    let (trace, hbm) = small_13b_trace(&dir, "adam");
     let lib = library(&trace, &hbm, 3);
     let (lo, hi) = lib
         .iter()
@@ -228,7 +202,7 @@ fn the_librarys_simulated_figures_do_not_follow_the_hosts_load() {
     // different point every run. A program kept off the CPUs is not idle
     // (publish.rs: no thread of it ready to run).
     let dir = scratch("replay-vs-lib-load");
-    let (trace, hbm) = small_13b(&dir, "adam");
+    let (trace, hbm) = small_13b_trace(&dir, "adam");
     let quiet = library(&trace, &hbm, 1)[0];
     let loaded = under_load(16, || library(&trace, &hbm, 3));
     for r in &loaded {
@@ -271,7 +245,7 @@ fn out_first_trades_copy_ins_for_copy_outs_in_the_library_as_in_the_replay() {
     within("simulated time, out-first on", lib_on.0, rep_on.0, BOUND);
     within("H2D bytes, out-first on", lib_on.1, rep_on.1, BOUND);
     within("D2H bytes, out-first on", lib_on.2, rep_on.2, BOUND);
-    let (adam, hbm) = small_13b(&dir, "adam");
+    let (adam, hbm) = small_13b_trace(&dir, "adam");
     assert_eq!(
         replay_with(&adam, &hbm, &["--out-first", "auto"]),
         replay_with(&adam, &hbm, &["--out-first", "off"]),

@@ -141,32 +141,51 @@ pub fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json
     (r, s)
 }
 
+/// Runs `cmd` and returns its output; panics with its stderr if it failed.
+pub fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// A `u3m synth` trace of `shape` with `steps` training steps, written to
 /// `dir/name`, and its HBM: footprint / 1.5 in whole MiB, plus one
 /// (bench/engine_v2.sh's rule). Both as strings for command lines.
 pub fn synth_trace(dir: &Path, name: &str, shape: &[&str], steps: u32) -> (String, String) {
     let u3m = target_dir().join("u3m");
     let trace = dir.join(name);
-    let sizes = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .arg("--sizes")
-        .output()
-        .unwrap();
-    assert!(sizes.status.success());
+    let sizes = output_ok(Command::new(&u3m).arg("synth").args(shape).arg("--sizes"));
     let sizes: serde_json::Value = serde_json::from_slice(&sizes.stdout).unwrap();
     let footprint = sizes["trace"]["reserved_bytes"].as_u64().unwrap();
     let hbm = (footprint as f64 / 1.5) as u64 / (1 << 20) * (1 << 20) + (1 << 20);
-    let st = Command::new(&u3m)
-        .arg("synth")
-        .args(shape)
-        .args(["--steps", &steps.to_string(), "-o", trace.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        st.status.success(),
-        "{}",
-        String::from_utf8_lossy(&st.stderr)
-    );
+    output_ok(Command::new(&u3m).arg("synth").args(shape).args([
+        "--steps",
+        &steps.to_string(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]));
     (trace.to_str().unwrap().to_string(), hbm.to_string())
+}
+
+/// A 2-step 13B-shaped trace of 2 layers, seq 512 × batch 1, of `workload`
+/// (`dir/WORKLOAD.trace`), and its HBM (`synth_trace`).
+pub fn small_13b_trace(dir: &Path, workload: &str) -> (String, String) {
+    let shape = [
+        "--model",
+        "llama2-13b",
+        "--layers",
+        "2",
+        "--seq",
+        "512",
+        "--batch",
+        "1",
+        "--workload",
+        workload,
+    ];
+    synth_trace(dir, &format!("{workload}.trace"), &shape, 2)
 }
