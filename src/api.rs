@@ -26,16 +26,22 @@ pub extern "C" fn u3m_discard(ptr: *const c_void, size: usize) -> i32 {
     if size == 0 {
         return 0;
     }
+    discard_hint(ptr as u64, size as u64);
+    0
+}
+
+/// A discard hint for `[va, va + size)` (u3m_discard's, and torch_npu's
+/// freed blocks through `torch_hints`): never fails, never unwinds.
+pub(crate) fn discard_hint(va: u64, size: u64) {
     // a hint from inside a hooked call (a callback) is ignored
-    let Some(_g) = Guard::enter() else { return 0 };
+    let Some(_g) = Guard::enter() else { return };
     let Some(e) = crate::init::engine() else {
-        return 0;
+        return;
     };
     // never unwinds into the caller
     let _ = catch_unwind(AssertUnwindSafe(|| {
         if let Some(r) = e.residency() {
-            r.discard(ptr as u64, size as u64);
+            r.discard(va, size);
         }
     }));
-    0
 }

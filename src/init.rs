@@ -61,6 +61,13 @@ pub fn warn(msg: &str) {
     }
 }
 
+/// A line at U3M_LOG=info or debug.
+pub fn info(msg: &str) {
+    if LOG.load(Ordering::Relaxed) >= LogLevel::Info as u8 {
+        log_line(&[msg]);
+    }
+}
+
 /// A warning printed at most once per call site.
 #[macro_export]
 macro_rules! warn_once_at {

@@ -14,5 +14,7 @@ pub mod hooks;
 pub mod init;
 mod real;
 mod runtime;
+mod torch_hints;
+mod torch_layout;
 
 pub use u3m_core::VERSION;

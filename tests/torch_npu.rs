@@ -12,6 +12,8 @@
 //! See docs/torch-npu.md.
 
 mod common;
+#[path = "../src/torch_layout.rs"]
+mod torch_layout;
 #[path = "common/writes.rs"]
 mod writes;
 
@@ -992,6 +994,103 @@ fn llm_bf16_autocast_training_matches_cpu() {
     }
 }
 
+/// The torch_npu layout libu3m.so's discard hints call through
+/// (src/torch_layout.rs) is the wheel's: a probe compiled with the torch
+/// and torch_npu wheels' own headers (tests/torch/hint_probe.cpp) reports
+/// the vtable slot of `attachAllocatorTraceTracker`, `TraceEntry`'s
+/// offsets, `FREE_COMPLETED` and the size of the tracker; run in torch_npu
+/// on the simulator, the allocator's dynamic type, the exported allocator
+/// symbol and the version. Needs g++ with C++20 (the wheels' headers ask
+/// for it).
+#[test]
+fn torch_hint_layout_is_the_wheels() {
+    if skipped("torch_hint_layout_is_the_wheels") {
+        return;
+    }
+    let py = python();
+    let out = Command::new(&py)
+        .args([
+            "-c",
+            "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))",
+        ])
+        .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+        .output()
+        .expect("run the venv's python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sp = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let probe = common::scratch("torch-hint-probe").join("hint_probe.so");
+    let inc = |p: &str| format!("-I{}", sp.join(p).display());
+    let lib = |p: &str| sp.join(p).display().to_string();
+    let cc = Command::new("g++")
+        .args([
+            "-std=c++20",
+            "-O1",
+            "-shared",
+            "-fPIC",
+            "-D_GLIBCXX_USE_CXX11_ABI=1",
+        ])
+        .args([
+            inc("torch/include"),
+            inc("torch/include/torch/csrc/api/include"),
+            inc("torch_npu/include"),
+            inc("torch_npu/include/third_party/acl/inc"),
+        ])
+        .arg(repo().join("tests/torch/hint_probe.cpp"))
+        .arg("-o")
+        .arg(&probe)
+        .args([
+            format!("-L{}", lib("torch_npu/lib")),
+            "-ltorch_npu".into(),
+            format!("-L{}", lib("torch/lib")),
+            "-lc10".into(),
+            format!("-Wl,-rpath,{}:{}", lib("torch_npu/lib"), lib("torch/lib")),
+        ])
+        .output()
+        .expect("g++ (C++20) compiles the layout probe against the wheels' headers");
+    assert!(
+        cc.status.success(),
+        "g++ failed on tests/torch/hint_probe.cpp:\n{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let probe_s = probe.display().to_string();
+    let r = run_script(
+        "hint_probe.py",
+        &[probe_s.as_str(), torch_layout::ALLOCATOR_SYMBOL],
+        &[],
+    );
+    r.must_succeed("hint_probe.py");
+    let got: std::collections::HashMap<&str, &str> =
+        r.stdout.lines().filter_map(|l| l.split_once('=')).collect();
+    let num = |k: &str| -> i64 {
+        got.get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing:\n{}", r.stdout))
+    };
+    let version = got.get("version").copied().unwrap_or("");
+    let row = torch_layout::KNOWN
+        .iter()
+        .find(|l| l.version == version)
+        .unwrap_or_else(|| panic!("torch_npu {version} has no row in src/torch_layout.rs"));
+    assert_eq!(got.get("class").copied(), Some(row.class), "{}", r.stdout);
+    assert_eq!(num("attach_slot"), row.attach_slot as i64, "{}", r.stdout);
+    assert_eq!(num("action"), row.action as i64);
+    assert_eq!(num("addr"), row.addr as i64);
+    assert_eq!(num("size"), row.size as i64);
+    assert_eq!(num("free_completed"), row.free_completed as i64);
+    assert_eq!(num("std_function"), torch_layout::STD_FUNCTION_BYTES as i64);
+    assert_eq!(num("pointer"), 8);
+    assert_eq!(
+        num("exported"),
+        1,
+        "{} not exported",
+        torch_layout::ALLOCATOR_SYMBOL
+    );
+}
+
 // LLM workloads under libu3m.so in tier mode, with HBM below the footprint.
 
 /// Both models on the NPU: generation from the initial weights, 5 AdamW
@@ -1031,8 +1130,9 @@ fn llm_results(r: &LlmOut) -> Vec<&str> {
 /// HBM = footprint / `ratio`: the stock runtime fails with torch_npu's
 /// out-of-memory error for both models; under libu3m.so (tier mode) the
 /// workload completes with bit-identical losses, gradients and tokens,
-/// evicting to DRAM, never above HBM and without an MMU fault.
-fn llm_tier_case(ratio: f64, task_queue: bool) {
+/// evicting to DRAM, never above HBM and without an MMU fault. Returns the
+/// tier run's U3M_SUMMARY `tier` counters.
+fn llm_tier_case(ratio: f64, task_queue: bool, env: &[(&str, &str)]) -> serde_json::Value {
     let plain = llm_plain();
     let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
     assert!(
@@ -1063,8 +1163,27 @@ fn llm_tier_case(ratio: f64, task_queue: bool) {
         "{}",
         stock.run.stats
     );
+    llm_tier_run(ratio, hbm, task_queue, env)
+}
 
-    let dir = common::scratch(&format!("torch-llm-tier-{ratio}-{task_queue}"));
+/// One run of the LLM workload under libu3m.so in tier mode with `hbm`
+/// bytes of HBM (extra `env`), checked as `llm_tier_case` says; its
+/// `tier` counters.
+fn llm_tier_run(
+    ratio: f64,
+    hbm: u64,
+    task_queue: bool,
+    extra: &[(&str, &str)],
+) -> serde_json::Value {
+    let plain = llm_plain();
+    let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
+    let hbm_s = hbm.to_string();
+    let tag = extra
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = common::scratch(&format!("torch-llm-tier-{ratio}-{task_queue}-{tag}"));
     let summary = dir.join("summary.json");
     let _ = std::fs::remove_file(&summary);
     let (sum_s, dir_s) = (summary.display().to_string(), dir.display().to_string());
@@ -1080,35 +1199,68 @@ fn llm_tier_case(ratio: f64, task_queue: bool) {
         // torch_npu launches on the Python thread (a documented torch_npu switch)
         env.push(("TASK_QUEUE_ENABLE", "0"));
     }
+    env.extend_from_slice(extra);
     let u3m = common::libu3m();
     let l = run_llm(LLM_TIER_ARGS, &env, &[u3m.as_path()]);
     l.run.must_succeed(&format!(
-        "{ratio}x: the LLM workload under libu3m.so (tier mode)"
+        "{ratio}x {tag}: the LLM workload under libu3m.so (tier mode)"
     ));
     assert_eq!(
         llm_results(&l),
         llm_results(plain),
-        "{ratio}x: tier mode changed the results"
+        "{ratio}x {tag}: tier mode changed the results"
     );
     assert_eq!(
         l.run.stat(&["mmu_faults"]),
         0,
-        "{ratio}x: device MMU faults"
+        "{ratio}x {tag}: device MMU faults"
     );
     let peak = l.run.stat(&["devices", "0", "peak_bytes"]);
     assert!(
         peak <= hbm,
-        "{ratio}x: physical peak {peak} above HBM {hbm}"
+        "{ratio}x {tag}: physical peak {peak} above HBM {hbm}"
     );
     let s: serde_json::Value = std::fs::read_to_string(&summary)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_else(|| panic!("{ratio}x: no U3M_SUMMARY at {sum_s}"));
-    let ev = s["tier"]["evictions"].as_u64().unwrap_or(0);
-    assert!(ev > 0, "{ratio}x: no evictions: {s}");
+        .unwrap_or_else(|| panic!("{ratio}x {tag}: no U3M_SUMMARY at {sum_s}"));
+    let t = s["tier"].clone();
+    let ev = t["evictions"].as_u64().unwrap_or(0);
+    assert!(ev > 0, "{ratio}x {tag}: no evictions: {s}");
     eprintln!(
-        "{ratio}x: footprint {footprint} B, HBM {hbm} B, physical peak {peak} B; {ev} evictions ({} B), {} faults-in",
-        s["tier"]["eviction_bytes"], s["tier"]["faults_in"]
+        "{ratio}x {tag}: footprint {footprint} B, HBM {hbm} B, physical peak {peak} B; {ev} evictions ({} B, {} clean drops), {} faults-in ({} B), {} discards",
+        t["eviction_bytes"], t["clean_drops"], t["faults_in"], t["fault_bytes"], t["discards"]
+    );
+    t
+}
+
+fn counter(t: &serde_json::Value, k: &str) -> u64 {
+    t[k].as_u64()
+        .unwrap_or_else(|| panic!("tier counter {k} missing: {t}"))
+}
+
+/// torch_npu's freed blocks are discard hints by default (U3M_TORCH_HINTS=
+/// auto, src/torch_hints.rs): the same results with fewer bytes copied out
+/// than with the hints off, in both allocator modes.
+fn assert_hints_save_copy_outs(ratio: f64, env: &[(&str, &str)]) {
+    let on = llm_tier_case(ratio, false, env);
+    let plain = llm_plain();
+    let hbm = (plain.run.stat(&["devices", "0", "peak_bytes"]) as f64 / ratio) as u64;
+    let off = llm_tier_run(
+        ratio,
+        hbm,
+        false,
+        &[env, &[("U3M_TORCH_HINTS", "off")]].concat(),
+    );
+    assert_eq!(counter(&off, "discards"), 0, "hints off: {off}");
+    assert!(counter(&on, "discards") > 0, "no hints taken: {on}");
+    let (b_on, b_off) = (
+        counter(&on, "eviction_bytes"),
+        counter(&off, "eviction_bytes"),
+    );
+    assert!(
+        b_on < b_off && counter(&on, "clean_drops") > counter(&off, "clean_drops"),
+        "{ratio}x: with hints {b_on} B copied out, without {b_off} B:\non {on}\noff {off}"
     );
 }
 
@@ -1117,7 +1269,20 @@ fn llm_tier_mode_at_one_and_a_half_times_hbm() {
     if skipped("llm_tier_mode_at_one_and_a_half_times_hbm") {
         return;
     }
-    llm_tier_case(1.5, false);
+    assert_hints_save_copy_outs(1.5, &[]);
+}
+
+/// The same with expandable segments (u3m's own physical handles under
+/// torch_npu's reserved ranges).
+#[test]
+fn llm_tier_mode_with_expandable_segments() {
+    if skipped("llm_tier_mode_with_expandable_segments") {
+        return;
+    }
+    assert_hints_save_copy_outs(
+        1.5,
+        &[("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True")],
+    );
 }
 
 #[test]
@@ -1125,7 +1290,8 @@ fn llm_tier_mode_at_twice_hbm() {
     if skipped("llm_tier_mode_at_twice_hbm") {
         return;
     }
-    llm_tier_case(2.0, false);
+    let t = llm_tier_case(2.0, false, &[]);
+    assert!(counter(&t, "discards") > 0, "no hints taken: {t}");
 }
 
 /// The same with torch_npu's default task queue (launches on the queue
@@ -1138,5 +1304,6 @@ fn llm_tier_mode_with_the_task_queue() {
     if skipped("llm_tier_mode_with_the_task_queue") {
         return;
     }
-    llm_tier_case(1.5, true);
+    let t = llm_tier_case(1.5, true, &[]);
+    assert!(counter(&t, "discards") > 0, "no hints taken: {t}");
 }

@@ -105,9 +105,18 @@ fn malloc_call(
     }
 }
 
+/// A device allocation's result: after the first that succeeds, torch_npu's
+/// freed blocks may become discard hints (torch_hints.rs).
+pub(super) fn allocated(r: aclError) -> aclError {
+    if r == ACL_SUCCESS {
+        crate::torch_hints::after_alloc();
+    }
+    r
+}
+
 pub unsafe fn malloc(cx: &Cx, real: Real<aclrtMalloc>, a: aclrtMalloc) -> aclError {
     let call = malloc_call(AllocApi::Malloc, a.dev_ptr, a.size, a.policy);
-    cx.run(&call, || real.call(a))
+    allocated(cx.run(&call, || real.call(a)))
 }
 
 pub unsafe fn malloc_align32(
@@ -116,7 +125,7 @@ pub unsafe fn malloc_align32(
     a: aclrtMallocAlign32,
 ) -> aclError {
     let call = malloc_call(AllocApi::MallocAlign32, a.dev_ptr, a.size, a.policy);
-    cx.run(&call, || real.call(a))
+    allocated(cx.run(&call, || real.call(a)))
 }
 
 pub unsafe fn malloc_cached(
@@ -125,7 +134,7 @@ pub unsafe fn malloc_cached(
     a: aclrtMallocCached,
 ) -> aclError {
     let call = malloc_call(AllocApi::MallocCached, a.dev_ptr, a.size, a.policy);
-    cx.run(&call, || real.call(a))
+    allocated(cx.run(&call, || real.call(a)))
 }
 
 pub unsafe fn malloc_with_cfg(
@@ -134,7 +143,7 @@ pub unsafe fn malloc_with_cfg(
     a: aclrtMallocWithCfg,
 ) -> aclError {
     let call = malloc_call(AllocApi::MallocWithCfg, a.dev_ptr, a.size, a.policy);
-    cx.run(&call, || real.call(a))
+    allocated(cx.run(&call, || real.call(a)))
 }
 
 pub unsafe fn free(cx: &Cx, real: Real<aclrtFree>, a: aclrtFree) -> aclError {

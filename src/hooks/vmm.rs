@@ -54,7 +54,7 @@ pub unsafe fn malloc_physical(
         plain: prop.is_some() && a.flags == 0,
         out: Out::new(a.handle),
     };
-    cx.run(&call, || real.call(a))
+    super::alloc::allocated(cx.run(&call, || real.call(a)))
 }
 
 pub unsafe fn free_physical(

@@ -52,6 +52,9 @@ counters! {
     eviction_bytes,
     /// Evictions that needed no copy (a clean host copy existed).
     clean_drops,
+    /// Chunks a discard hint (u3m_discard, torch_npu's freed blocks) made
+    /// free to leave HBM without a copy-out.
+    discards,
     /// Copy-outs to DRAM.
     to_dram,
     /// Copy-outs (and spills) to NVMe.

@@ -297,6 +297,7 @@ impl Residency {
             c.discarded = true;
             keys.push(st.backings[&id].key(id, i));
         }
+        self.c.discards.fetch_add(keys.len() as u64, Relaxed);
         // the victim order weighs them again (clean now)
         st.dev_mut(dev).order.note_touched(&keys);
         Some(keys.len() as u64)
