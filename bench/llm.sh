@@ -9,6 +9,8 @@
 #   bench/llm.sh --model ARGS     other llm.py size arguments, e.g. "--hidden 64"
 #   bench/llm.sh --out DIR        raw results there (default /tmp/u3m-llm.XXXXXX)
 #   bench/llm.sh --no-build       skip cargo build --release --workspace
+#   bench/llm.sh --u3m-env K=V    set K=V in the u3m runs (repeatable), e.g.
+#                                 U3M_TORCH_HINTS=off (torch_npu's freed blocks are no hints)
 #
 # Needs the torch venv (ci/install-torch.sh). Runs with TASK_QUEUE_ENABLE=0,
 # and each u3m point (and the unconstrained run) once more with torch_npu's
@@ -19,12 +21,14 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=""
 BUILD=1
 MODEL="--hidden 256 --layers 4 --vocab 2048 --seq 64"
+U3M_ENV=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
         --model) MODEL=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
-        -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --u3m-env) U3M_ENV="$U3M_ENV $2"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "llm.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
     esac
 done
@@ -34,10 +38,10 @@ PY=$(bash "$ROOT/ci/install-torch.sh")
 mkdir -p "$OUT"
 echo "llm.sh: raw results in $OUT" >&2
 
-exec python3 - "$ROOT" "$OUT" "$PY" "$MODEL" <<'PY'
+exec python3 - "$ROOT" "$OUT" "$PY" "$MODEL" "$U3M_ENV" <<'PY'
 import json, os, platform, re, shlex, statistics, subprocess, sys, time
 
-ROOT, OUT, PY, MODEL = sys.argv[1:5]
+ROOT, OUT, PY, MODEL, U3M_ENV = sys.argv[1:6]
 T = os.path.join(ROOT, "target", "release")
 LINK = 25e9          # bytes/s, the simulator's host<->device link (ACLSIM_LINK_GBPS default)
 ARGS = ["--models", "llama", "--devices", "npu", "--runs", "f32", "--caches", "dynamic", "--steps", "6",
@@ -62,6 +66,7 @@ def run(name, hbm=None, u3m=False, task_queue=False, expect_oom=False):
         os.makedirs(shm, exist_ok=True)
         env.update(U3M_MODE="tier", U3M_OVERSUB="3", U3M_SHM_DIR=shm,
                    U3M_SUMMARY=os.path.join(OUT, name + ".summary.json"))
+        env.update(kv.split("=", 1) for kv in U3M_ENV.split())
     env["LD_PRELOAD"] = " ".join(pre)
     cmd = [PY, os.path.join(ROOT, "tests/torch/llm.py")] + ARGS + (["--expect-oom"] if expect_oom else [])
     with open(os.path.join(OUT, name + ".cmd"), "w") as f:
