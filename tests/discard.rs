@@ -130,3 +130,105 @@ fn acl_replay_with_discard_hints_computes_the_same_and_copies_out_less() {
     assert_eq!(stock.fact("discard").as_deref(), Some("absent"));
     assert_eq!(stock.fact("checksum"), reference.fact("checksum"));
 }
+
+/// acl_replay --frees plays torch_npu under libu3m.so: the caching
+/// allocator's frees (`u3m synth --frees`) are the hints. The computed
+/// result is the unconstrained run's, fewer bytes leave HBM by copy-out,
+/// and a `# free` comment that names no live memory is an error naming
+/// the line, never a hint somewhere else.
+#[test]
+fn acl_replay_with_the_allocators_frees_computes_the_same_and_copies_out_less() {
+    let dir = common::scratch("discard-frees");
+    let synth = |out: &std::path::Path, frees: bool| {
+        let mut args = vec![
+            "synth",
+            "--model",
+            "llama2-13b",
+            "--workload",
+            "lora",
+            "--layers",
+            "2",
+            "--seq",
+            "512",
+            "--batch",
+            "1",
+            "--scale",
+            "4",
+            "--steps",
+            "2",
+        ];
+        if frees {
+            args.push("--frees");
+        }
+        let o = std::process::Command::new(common::target_dir().join("u3m"))
+            .args(&args)
+            .arg("-o")
+            .arg(out)
+            .output()
+            .expect("u3m synth");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let (plain_t, frees_t) = (dir.join("lora.trace"), dir.join("lora-frees.trace"));
+    synth(&plain_t, false);
+    synth(&frees_t, true);
+    let (plain_t, frees_t) = (plain_t.to_str().unwrap(), frees_t.to_str().unwrap());
+    // the same events: only comments differ
+    let events = |p: &str| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(events(plain_t), events(frees_t));
+    let frees_in_trace = std::fs::read_to_string(frees_t)
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("# free "))
+        .count();
+    assert!(frees_in_trace > 100, "{frees_in_trace} frees");
+    // what the program reads back (the losses' D2H copies; --no-verify: the
+    // final read-back of whole segments would also hash freed, dead bytes).
+    // An S event fills with its line number, so the reference replays the
+    // same file.
+    let reference = run(
+        "acl_replay",
+        &[frees_t, "--no-verify"],
+        &[("ACLSIM_HBM_BYTES", "1G")],
+    )
+    .must_succeed();
+    let env = [("ACLSIM_HBM_BYTES", "150M"), ("U3M_OVERSUB", "2")];
+    let (plain, ps) = tier("acl_replay", &[frees_t, "--no-verify"], &env);
+    let (hinted, hs) = tier("acl_replay", &[frees_t, "--no-verify", "--frees"], &env);
+    let (plain, hinted) = (plain.must_succeed(), hinted.must_succeed());
+    assert_eq!(plain.fact("checksum"), reference.fact("checksum"));
+    assert_eq!(hinted.fact("checksum"), reference.fact("checksum"));
+    assert_eq!(hinted.fact("frees").as_deref(), Some("present"));
+    let hints: usize = hinted.fact("hints").unwrap().parse().unwrap();
+    assert_eq!(hints, frees_in_trace, "{}", hinted.stdout);
+    assert!(hs["tier"]["discards"].as_u64().unwrap_or(0) > 0, "{hs}");
+    assert!(
+        copied_out(&hs) < copied_out(&ps),
+        "copied out with the frees as hints {}, without {}",
+        copied_out(&hs),
+        copied_out(&ps)
+    );
+    // a free of memory the trace never allocated: refused before anything runs
+    let bad = dir.join("bad.trace");
+    std::fs::write(
+        &bad,
+        "# u3m-trace 1\nA 0x100000 4194304\n# free 0x900000 4096\n",
+    )
+    .unwrap();
+    let bad = bad.to_str().unwrap();
+    let r = run("acl_replay", &[bad, "--frees"], &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(":3:") && r.stderr.contains("# free"),
+        "{}",
+        r.stderr
+    );
+    // without --frees it is a comment
+    run("acl_replay", &[bad], &[]).must_succeed();
+}

@@ -1,4 +1,4 @@
-/* acl_replay TRACE [--no-verify] [--device N] [--discard]
+/* acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees]
  *
  * Executes a u3m access trace (docs: trace-format.md) through the ACL API, so a
  * recorded workload can be re-run on the runtime (and under libu3m.so).
@@ -45,6 +45,12 @@
  * chunk — if libu3m.so provides it (dlsym); without it nothing changes.
  * `u3m replay --discard-dead` calls the Tier's discard at the same places.
  *
+ * --frees: acl_replay plays torch_npu under libu3m.so, whose caching allocator
+ * reports each freed block to u3m (docs/torch-npu.md): at each
+ * `# free ADDR BYTES` comment (`u3m synth --frees`) it calls u3m_discard on
+ * those bytes, if libu3m.so provides it. Without the flag such comments are
+ * comments; with it, one naming bytes outside a live allocation is an error.
+ *
  * Errors: malformed trace -> "acl_replay: FILE:LINE: what", exit 3, nothing run
  * (the whole trace is validated before aclInit); ACL error -> "acl_replay:
  * trace line L: ACL error C in CALL", exit 2. Asynchronous errors surface at
@@ -57,6 +63,8 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <string.h>
+
+static int g_frees;   /* --frees: '# free' comments are hints */
 
 #define PROG "acl_replay"
 #define READBACK_CHUNK (64ull << 20)
@@ -335,7 +343,21 @@ static int parse_line(char *line, int lineno, event *ev) {
         while (*p && *p != ' ' && *p != '\t') p++;
         if (*p) *p++ = 0;
     }
-    if (nt == 0 || g_tok[0][0] == '#') return 1;
+    if (nt == 0) return 1;
+    if (g_tok[0][0] == '#') {
+        if (!g_frees || nt < 2 || strcmp(g_tok[0], "#") || strcmp(g_tok[1], "free")) return 1;
+        /* --frees: a block the caching allocator freed (device 0, as synth writes) */
+        uint64_t fa = 0, fb = 0;
+        if (nt != 4) trace_die(lineno, "'# free' comment: expected '# free <0xaddr> <bytes>'");
+        need_hex(lineno, g_tok[2], "address", &fa);
+        need_dec(lineno, g_tok[3], "size", &fb);
+        memset(ev, 0, sizeof(*ev));
+        ev->kind = 'H';
+        ev->dev_slot = dev_slot_of(0, lineno);
+        ev->stream_slot = stream_slot_of(ev->dev_slot, 0, lineno);
+        ev->s = resolve(lineno, ev->dev_slot, fa, fb, "# free");
+        return 0;
+    }
 
     memset(ev, 0, sizeof(*ev));
     const char *k = g_tok[0];
@@ -931,13 +953,23 @@ static void discard_after(void) {
     }
 }
 
+static size_t g_free_hints;
+
 static void exec_and_discard(event *ev) {
+    if (ev->kind == 'H') {   /* --frees: a freed block, never an ACL call */
+        if (g_u3m_discard && g_al[ev->s.alloc].live) {
+            g_u3m_discard((unsigned char *)g_al[ev->s.alloc].ptr + ev->s.off, ev->s.bytes);
+            g_free_hints++;
+        }
+        if (g_discard && g_u3m_discard) discard_after();
+        return;
+    }
     exec_event(ev);
-    if (g_u3m_discard) discard_after();
+    if (g_discard && g_u3m_discard) discard_after();
 }
 
 static void usage(void) {
-    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N] [--discard]");
+    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees]");
 }
 
 int main(int argc, char **argv) {
@@ -946,6 +978,7 @@ int main(int argc, char **argv) {
         const char *v;
         if (!strcmp(argv[i], "--no-verify")) g_verify = 0;
         else if (!strcmp(argv[i], "--discard")) g_discard = 1;
+        else if (!strcmp(argv[i], "--frees")) g_frees = 1;
         else if ((v = app_opt(argc, argv, &i, "--device"))) {
             long long d = app_parse_int(v, "--device");
             if (d > 0x7fffffff) app_die(3, "--device %lld out of range", d);
@@ -979,7 +1012,8 @@ int main(int argc, char **argv) {
             g_base_dev, g_devs[d].dev);
 
     /* --discard: where the hints go (a pass over the validated trace) */
-    if (g_discard && (g_u3m_discard = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "u3m_discard"))) {
+    if ((g_discard || g_frees) && (g_u3m_discard = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "u3m_discard")) &&
+        g_discard) {
         g_last = calloc((size_t)(g_narec ? g_narec : 1), sizeof *g_last);
         if (!g_last) app_die(2, "out of host memory");
         walk(dead_event);
@@ -1069,5 +1103,6 @@ int main(int argc, char **argv) {
     RC(aclFinalize(), "aclFinalize");
     printf("checksum=%016" PRIx64 " ops=%" PRIu64 " sim_ns=%" PRIu64 "\n", g_hash, g_ops, sim_ns);
     if (g_discard) printf("discard=%s hints=%zu\n", g_u3m_discard ? "present" : "absent", g_dead_next);
+    if (g_frees) printf("frees=%s hints=%zu\n", g_u3m_discard ? "present" : "absent", g_free_hints);
     return 0;
 }

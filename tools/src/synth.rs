@@ -150,6 +150,9 @@ pub struct SynthArgs {
     /// Seeds the input data (the host buffers token ids are copied from); the memory pattern does not depend on it.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub seed: u64,
+    /// Mark each block the caching allocator frees with a '# free ADDR BYTES' comment (the FREE_COMPLETED torch_npu reports to u3m's tracker: docs/torch-npu.md); `acl_replay --frees` turns them into u3m_discard hints.
+    #[arg(long)]
+    pub frees: bool,
     /// Trace file to write; `-` for stdout.
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -217,6 +220,7 @@ pub fn options(a: &SynthArgs) -> Result<Opts, CliError> {
         recompute: a.recompute,
         fused_optimizer: a.fused_optimizer,
         seed: a.seed,
+        frees: a.frees,
     };
     o.validate().map_err(usage)?;
     if o.fused_optimizer && o.train == Train::None {
@@ -305,12 +309,16 @@ fn describe(o: &Opts) -> Vec<String> {
         "tensors live inside caching-allocator segments (A events); '# tensor NAME ADDR BYTES TAG' names the persistent ones"
             .into(),
     );
+    if o.frees {
+        v.push("'# free ADDR BYTES': the caching allocator freed the block at ADDR (BYTES requested), as torch_npu reports it to u3m".into());
+    }
     v
 }
 
 /// Writes the workload's events to `out` (None: count only).
 pub fn generate(o: &Opts, out: Option<Box<dyn Write + '_>>) -> io::Result<Report> {
     let mut g = Emit::new(out)?;
+    g.frees = o.frees;
     for line in describe(o) {
         g.comment(&line);
     }

@@ -55,6 +55,8 @@ pub struct Emit<'w> {
     pub ops: u64,
     pub by_class: [u64; OpClass::COUNT],
     pub copy_bytes: u64,
+    /// Write a '# free ADDR BYTES' comment at each free (synth --frees).
+    pub frees: bool,
 }
 
 impl<'w> Emit<'w> {
@@ -72,6 +74,7 @@ impl<'w> Emit<'w> {
             ops: 0,
             by_class: [0; OpClass::COUNT],
             copy_bytes: 0,
+            frees: false,
         })
     }
 
@@ -116,6 +119,9 @@ impl<'w> Emit<'w> {
     }
 
     pub fn free(&mut self, t: Tensor) {
+        if self.frees {
+            self.comment(&format!("free {:#x} {}", t.addr, t.bytes));
+        }
         self.mem.free(t);
     }
 

@@ -136,6 +136,8 @@ pub struct Opts {
     /// NpuFusedAdamW, which combines the parameter set into contiguous buffers).
     pub fused_optimizer: bool,
     pub seed: u64,
+    /// '# free ADDR BYTES' comments where the caching allocator frees a block.
+    pub frees: bool,
 }
 
 impl Opts {
