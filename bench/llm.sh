@@ -10,7 +10,7 @@
 #   bench/llm.sh --out DIR        raw results there (default /tmp/u3m-llm.XXXXXX)
 #   bench/llm.sh --no-build       skip cargo build --release --workspace
 #   bench/llm.sh --u3m-env K=V    set K=V in the u3m runs (repeatable), e.g.
-#                                 U3M_TORCH_HINTS=off (torch_npu's freed blocks are no hints)
+#                                 U3M_TORCH_HINTS=on (torch_npu's freed blocks as discard hints)
 #
 # Needs the torch venv (ci/install-torch.sh). Runs with TASK_QUEUE_ENABLE=0,
 # and each u3m point (and the unconstrained run) once more with torch_npu's

@@ -113,7 +113,7 @@ fn attempt() {
     };
     match outcome {
         Outcome::Attached(v) => crate::init::info(&format!(
-            "torch_npu {v}: freed caching-allocator blocks are discard hints (U3M_TORCH_HINTS=off turns them off)"
+            "torch_npu {v}: freed caching-allocator blocks are discard hints (U3M_TORCH_HINTS=on)"
         )),
         Outcome::Unknown(why) => crate::init::info(&format!(
             "torch_npu's caching allocator gives no hints: {why} (docs/torch-npu.md)"
