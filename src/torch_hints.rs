@@ -106,9 +106,15 @@ fn attempt() {
     {
         return;
     }
-    let outcome = std::panic::catch_unwind(try_attach).unwrap_or(Outcome::Skip("a panic"));
+    let mut outcome = std::panic::catch_unwind(try_attach).unwrap_or(Outcome::Skip("a panic"));
     let next = match outcome {
         Outcome::Early if EARLY.fetch_add(1, Ordering::Relaxed) + 1 < EARLY_MAX => UNTRIED,
+        Outcome::Early => {
+            outcome = Outcome::Unknown(format!(
+                "its allocator was not made after {EARLY_MAX} allocations"
+            ));
+            DONE
+        }
         _ => DONE,
     };
     match outcome {
