@@ -33,6 +33,17 @@ fn library(trace: &str, hbm: &str, n: usize) -> Vec<Figures> {
 
 /// `library` with more of the library's environment.
 fn library_with(trace: &str, hbm: &str, n: usize, env: &[(&str, &str)]) -> Vec<Figures> {
+    library_args(trace, hbm, n, env, &[])
+}
+
+/// `library_with` and more acl_replay options.
+fn library_args(
+    trace: &str,
+    hbm: &str,
+    n: usize,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Vec<Figures> {
     let mut lib: Vec<Figures> = (0..n)
         .map(|_| {
             let mut e = vec![
@@ -44,7 +55,7 @@ fn library_with(trace: &str, hbm: &str, n: usize, env: &[(&str, &str)]) -> Vec<F
                 ("U3M_DRAM_BYTES", "64G"),
             ];
             e.extend_from_slice(env);
-            let (r, _) = tier("acl_replay", &["--no-verify", trace], &e);
+            let (r, _) = tier("acl_replay", &[&["--no-verify", trace], args].concat(), &e);
             let r = r.must_succeed();
             (
                 r.stat_u64(&["sim_ns"]) as f64,
@@ -251,4 +262,37 @@ fn out_first_trades_copy_ins_for_copy_outs_in_the_library_as_in_the_replay() {
         replay_with(&adam, &hbm, &["--out-first", "off"]),
         "auto on AdamW"
     );
+}
+
+/// The caching allocator's frees as hints (`acl_replay --frees`, what a
+/// torch_npu program gives under U3M_TORCH_HINTS=on): fewer bytes copied
+/// out than without them, and `u3m replay --discard-frees` says the same to
+/// within BOUND.
+#[test]
+fn the_allocators_frees_as_hints_in_the_library_as_in_the_replay() {
+    let dir = scratch("replay-vs-lib-frees");
+    let shape = [
+        "--model",
+        "llama2-13b",
+        "--layers",
+        "2",
+        "--seq",
+        "512",
+        "--batch",
+        "1",
+        "--workload",
+        "lora",
+        "--frees",
+    ];
+    let (trace, hbm) = synth_trace(&dir, "lora-frees.trace", &shape, 2);
+    let plain = library(&trace, &hbm, 1)[0];
+    let lib = library_args(&trace, &hbm, 1, &[], &["--frees"])[0];
+    assert!(
+        lib.2 < plain.2,
+        "with the frees as hints {lib:?}, without {plain:?}: (simulated ns, H2D, D2H)"
+    );
+    let rep = replay_with(&trace, &hbm, &["--discard-frees"]);
+    within("simulated time, frees as hints", lib.0, rep.0, BOUND);
+    within("H2D bytes, frees as hints", lib.1, rep.1, BOUND);
+    within("D2H bytes, frees as hints", lib.2, rep.2, BOUND);
 }

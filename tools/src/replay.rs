@@ -129,6 +129,9 @@ pub struct ReplayArgs {
     /// A what-if: the program calls u3m_discard (docs/api.md) on every chunk right after its last read before a whole write, as a framework whose caching allocator frees the block could; that memory then leaves HBM without a copy-out (docs/replay.md).
     #[arg(long)]
     pub discard_dead: bool,
+    /// The program's caching allocator frees blocks as torch_npu reports them to libu3m.so under U3M_TORCH_HINTS=on: a u3m_discard on each block at its '# free ADDR BYTES' comment (`u3m synth --frees`), as `acl_replay --frees` plays it (docs/replay.md).
+    #[arg(long)]
+    pub discard_frees: bool,
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -349,6 +352,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         out_first: a.out_first.clone(),
         acl_replay: a.issue == "acl-replay",
         discard_dead: a.discard_dead,
+        discard_frees: a.discard_frees,
     })
 }
 

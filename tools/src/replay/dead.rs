@@ -73,6 +73,45 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
     dead
 }
 
+/// Per event: the blocks the program's caching allocator freed right after
+/// it, (trace address, bytes) on device 0 — the `# free ADDR BYTES`
+/// comments of `u3m synth --frees` (`u3m replay --discard-frees`; what
+/// torch_npu reports to libu3m.so under U3M_TORCH_HINTS=on, and `acl_replay
+/// --frees` plays). A comment that is not `# free <0xaddr> <bytes>` is
+/// an error naming its line.
+pub fn frees_after(trace: &Trace) -> Result<Vec<Vec<(u64, u64)>>, String> {
+    let text = std::fs::read_to_string(&trace.name).map_err(|e| format!("{}: {e}", trace.name))?;
+    let mut frees: Vec<Vec<(u64, u64)>> = vec![Vec::new(); trace.events.len()];
+    for (n, line) in text.lines().enumerate() {
+        let Some(rest) = line.strip_prefix("# free ") else {
+            continue;
+        };
+        let lineno = n as u64 + 1;
+        let bad = || {
+            format!(
+                "{}:{lineno}: expected '# free <0xaddr> <bytes>'",
+                trace.name
+            )
+        };
+        let mut f = rest.split_whitespace();
+        let (Some(a), Some(b), None) = (f.next(), f.next(), f.next()) else {
+            return Err(bad());
+        };
+        let a = a
+            .strip_prefix("0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+            .ok_or_else(bad)?;
+        let b: u64 = b.parse().map_err(|_| bad())?;
+        // after the last event on an earlier line
+        let k = trace.lines.partition_point(|&l| l < lineno);
+        if k == 0 {
+            return Err(format!("{}:{lineno}: a free before any event", trace.name));
+        }
+        frees[k - 1].push((a, b));
+    }
+    Ok(frees)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +126,52 @@ mod tests {
         let t = crate::replay::load(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         t
+    }
+
+    /// `frees_after` on `text` (it reads the file again: kept meanwhile).
+    fn frees(text: &str) -> Result<Vec<Vec<(u64, u64)>>, String> {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("u3m-frees-{}-{n}.trace", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let t = crate::replay::load(&path).unwrap();
+        let f = frees_after(&t);
+        let _ = std::fs::remove_file(&path);
+        f
+    }
+
+    #[test]
+    fn a_free_comment_follows_the_event_before_it() {
+        let f = frees(
+            "# u3m-trace 1\n\
+             # a comment that is no free\n\
+             A 0x10000000 4194304\n\
+             O Relu 1 1 0x10000000:1024 0x10000400:1024\n\
+             # free 0x10000000 1024\n\
+             # free 0x10000400 1024\n\
+             S 0x10200000 2097152\n\
+             # free 0x10200000 2097152\n",
+        )
+        .unwrap();
+        assert_eq!(
+            f,
+            vec![
+                vec![],
+                vec![(0x10000000, 1024), (0x10000400, 1024)],
+                vec![(0x10200000, 2097152)]
+            ]
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_early_free_names_its_line() {
+        let e = frees("# u3m-trace 1\nA 0x10000000 4194304\n# free 10000000 1024\n").unwrap_err();
+        assert!(e.ends_with(":3: expected '# free <0xaddr> <bytes>'"), "{e}");
+        let e =
+            frees("# u3m-trace 1\nA 0x10000000 4194304\n# free 0x10000000 1024 9\n").unwrap_err();
+        assert!(e.contains(":3:"), "{e}");
+        let e = frees("# u3m-trace 1\n# free 0x10000000 1024\nA 0x10000000 4194304\n").unwrap_err();
+        assert!(e.ends_with(":2: a free before any event"), "{e}");
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct Setup {
     pub acl_replay: bool,
     /// The discard what-if (`dead::dead_after`).
     pub discard_dead: bool,
+    /// The caching allocator's frees as hints (`dead::frees_after`).
+    pub discard_frees: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -402,6 +404,10 @@ impl Driver<'_> {
             .s
             .discard_dead
             .then(|| super::dead::dead_after(self.trace));
+        let frees = match self.s.discard_frees {
+            true => Some(super::dead::frees_after(self.trace)?),
+            false => None,
+        };
         for (k, ev) in self.trace.events.iter().enumerate() {
             crate::progress::tick(k, n);
             if let Some(o) = self.observed.as_mut() {
@@ -413,6 +419,11 @@ impl Driver<'_> {
             for &(dev, addr) in dead.as_ref().map_or(&[][..], |d| &d[k][..]) {
                 if let Some(va) = self.translate(dev, addr) {
                     self.tier.discard(va, CHUNK);
+                }
+            }
+            for &(addr, bytes) in frees.as_ref().map_or(&[][..], |f| &f[k][..]) {
+                if let Some(va) = self.translate(0, addr) {
+                    self.tier.discard(va, bytes);
                 }
             }
             self.sample_thin();
