@@ -11,33 +11,10 @@ const ARGS: [&str; 2] = ["--bytes", "32M"];
 /// one's fill evicts the first.
 const HBM: (&str, &str) = ("ACLSIM_HBM_BYTES", "48M");
 
-/// A 2-step, 2-layer 13B-shaped LoRA trace at scale 4 (226 MiB footprint)
-/// at `out`, with `extra` synth options.
-fn lora_trace(out: &std::path::Path, extra: &[&str]) {
-    let o = std::process::Command::new(common::target_dir().join("u3m"))
-        .args([
-            "synth",
-            "--model",
-            "llama2-13b",
-            "--workload",
-            "lora",
-            "--layers",
-            "2",
-            "--seq",
-            "512",
-            "--batch",
-            "1",
-            "--scale",
-            "4",
-            "--steps",
-            "2",
-        ])
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .output()
-        .expect("u3m synth");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+/// A 2-step, 2-layer 13B-shaped LoRA trace at scale 4 (226 MiB footprint),
+/// with `extra` synth options: its path.
+fn lora_trace(dir: &std::path::Path, extra: &[&str]) -> String {
+    common::small_13b_trace_with(dir, "lora", &[&["--scale", "4"], extra].concat()).0
 }
 
 fn copied_out(s: &serde_json::Value) -> u64 {
@@ -107,9 +84,8 @@ fn without_libu3m_the_hint_is_absent_and_nothing_changes() {
 #[test]
 fn acl_replay_with_discard_hints_computes_the_same_and_copies_out_less() {
     let dir = common::scratch("discard-replay");
-    let t = dir.join("lora.trace");
-    lora_trace(&t, &[]);
-    let t = t.to_str().unwrap();
+    let t = lora_trace(&dir, &[]);
+    let t = t.as_str();
     let reference = run("acl_replay", &[t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
     // the 226 MiB footprint on 150 MiB of HBM
     let env = [("ACLSIM_HBM_BYTES", "150M"), ("U3M_OVERSUB", "2")];
@@ -146,10 +122,8 @@ fn acl_replay_with_discard_hints_computes_the_same_and_copies_out_less() {
 #[test]
 fn acl_replay_with_the_allocators_frees_computes_the_same_and_copies_out_less() {
     let dir = common::scratch("discard-frees");
-    let (plain_t, frees_t) = (dir.join("lora.trace"), dir.join("lora-frees.trace"));
-    lora_trace(&plain_t, &[]);
-    lora_trace(&frees_t, &["--frees"]);
-    let (plain_t, frees_t) = (plain_t.to_str().unwrap(), frees_t.to_str().unwrap());
+    let (plain_t, frees_t) = (lora_trace(&dir, &[]), lora_trace(&dir, &["--frees"]));
+    let (plain_t, frees_t) = (plain_t.as_str(), frees_t.as_str());
     // the same events: only comments differ
     let events = |p: &str| -> Vec<String> {
         std::fs::read_to_string(p)

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{scratch, small_13b_trace, synth_trace, target_dir, tier};
+use common::{scratch, small_13b_trace, small_13b_trace_with, synth_trace, target_dir, tier};
 use std::process::Command;
 
 /// Bound on |replay / library - 1| for time, H2D and D2H bytes of the whole
@@ -271,20 +271,7 @@ fn out_first_trades_copy_ins_for_copy_outs_in_the_library_as_in_the_replay() {
 #[test]
 fn the_allocators_frees_as_hints_in_the_library_as_in_the_replay() {
     let dir = scratch("replay-vs-lib-frees");
-    let shape = [
-        "--model",
-        "llama2-13b",
-        "--layers",
-        "2",
-        "--seq",
-        "512",
-        "--batch",
-        "1",
-        "--workload",
-        "lora",
-        "--frees",
-    ];
-    let (trace, hbm) = synth_trace(&dir, "lora-frees.trace", &shape, 2);
+    let (trace, hbm) = small_13b_trace_with(&dir, "lora", &["--frees"]);
     let plain = library(&trace, &hbm, 1)[0];
     let lib = library_args(&trace, &hbm, 1, &[], &["--frees"])[0];
     assert!(

@@ -175,7 +175,13 @@ pub fn synth_trace(dir: &Path, name: &str, shape: &[&str], steps: u32) -> (Strin
 /// A 2-step 13B-shaped trace of 2 layers, seq 512 × batch 1, of `workload`
 /// (`dir/WORKLOAD.trace`), and its HBM (`synth_trace`).
 pub fn small_13b_trace(dir: &Path, workload: &str) -> (String, String) {
-    let shape = [
+    small_13b_trace_with(dir, workload, &[])
+}
+
+/// `small_13b_trace` with more synth options (`extra`), written to
+/// `dir/WORKLOAD-EXTRA.trace`.
+pub fn small_13b_trace_with(dir: &Path, workload: &str, extra: &[&str]) -> (String, String) {
+    let mut shape = vec![
         "--model",
         "llama2-13b",
         "--layers",
@@ -187,5 +193,7 @@ pub fn small_13b_trace(dir: &Path, workload: &str) -> (String, String) {
         "--workload",
         workload,
     ];
-    synth_trace(dir, &format!("{workload}.trace"), &shape, 2)
+    shape.extend_from_slice(extra);
+    let name = [&[workload], extra].concat().join("").replace('-', "");
+    synth_trace(dir, &format!("{name}.trace"), &shape, 2)
 }
