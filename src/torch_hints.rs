@@ -17,7 +17,7 @@
 //! in tier mode (torch_npu has created its per-device allocators by then);
 //! it never waits, since the caller may hold the allocator's lock.
 
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
 use crate::torch_layout::{ALLOCATOR_SYMBOL, KNOWN, STD_FUNCTION_BYTES};
@@ -151,9 +151,6 @@ fn try_attach() -> Outcome {
     if cfg.mode != u3m_core::config::Mode::Tier || !cfg.torch_hints {
         return Outcome::Skip("");
     }
-    let Ok(name) = CString::new(ALLOCATOR_SYMBOL) else {
-        return Outcome::Skip("");
-    };
     // torch_npu's extension loads libtorch_npu.so with RTLD_LOCAL: not in
     // RTLD_DEFAULT's scope, but found by its soname if loaded
     // SAFETY: RTLD_NOLOAD never loads anything; the handle is closed below
@@ -168,7 +165,7 @@ fn try_attach() -> Outcome {
         // not a torch_npu process
         return Outcome::Skip("");
     }
-    let sym = crate::dl::real_dlsym(h, name.as_ptr());
+    let sym = crate::dl::real_dlsym(h, ALLOCATOR_SYMBOL.as_ptr());
     // SAFETY: `h` came from dlopen above.
     unsafe { libc::dlclose(h) };
     if sym.is_null() {
@@ -296,8 +293,7 @@ mod tests {
     fn the_tracker_ignores_all_but_freed_blocks_and_bad_rows() {
         // an ALLOC entry and an unknown layout index do nothing (no engine
         // here: a FREE_COMPLETED entry would be a hint without effect)
-        let mut e = [0u8; 64];
-        e[0] = 0;
+        let e = [0u8; 64];
         unsafe {
             invoke(&[0, 0], e.as_ptr());
             invoke(&[KNOWN.len(), 0], e.as_ptr());

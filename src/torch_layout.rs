@@ -25,7 +25,7 @@ pub struct Layout {
 
 /// `c10_npu::NPUCachingAllocator::allocator`, a `std::atomic<NPUAllocator*>`
 /// libtorch_npu.so exports.
-pub const ALLOCATOR_SYMBOL: &str = "_ZN7c10_npu19NPUCachingAllocator9allocatorE";
+pub const ALLOCATOR_SYMBOL: &std::ffi::CStr = c"_ZN7c10_npu19NPUCachingAllocator9allocatorE";
 
 /// `sizeof(std::function<void(const TraceEntry&)>)` in libstdc++: the
 /// stored functor (16 bytes), the manager and the invoker.

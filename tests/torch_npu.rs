@@ -1008,58 +1008,52 @@ fn torch_hint_layout_is_the_wheels() {
         return;
     }
     let py = python();
-    let out = Command::new(&py)
-        .args([
-            "-c",
-            "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))",
-        ])
-        .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-        .output()
-        .expect("run the venv's python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::output_ok(
+        Command::new(&py)
+            .args([
+                "-c",
+                "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))",
+            ])
+            .env("TORCH_DEVICE_BACKEND_AUTOLOAD", "0"),
     );
     let sp = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let probe = common::scratch("torch-hint-probe").join("hint_probe.so");
     let inc = |p: &str| format!("-I{}", sp.join(p).display());
     let lib = |p: &str| sp.join(p).display().to_string();
-    let cc = Command::new("g++")
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-shared",
-            "-fPIC",
-            "-D_GLIBCXX_USE_CXX11_ABI=1",
-        ])
-        .args([
-            inc("torch/include"),
-            inc("torch/include/torch/csrc/api/include"),
-            inc("torch_npu/include"),
-            inc("torch_npu/include/third_party/acl/inc"),
-        ])
-        .arg(repo().join("tests/torch/hint_probe.cpp"))
-        .arg("-o")
-        .arg(&probe)
-        .args([
-            format!("-L{}", lib("torch_npu/lib")),
-            "-ltorch_npu".into(),
-            format!("-L{}", lib("torch/lib")),
-            "-lc10".into(),
-            format!("-Wl,-rpath,{}:{}", lib("torch_npu/lib"), lib("torch/lib")),
-        ])
-        .output()
-        .expect("g++ (C++20) compiles the layout probe against the wheels' headers");
-    assert!(
-        cc.status.success(),
-        "g++ failed on tests/torch/hint_probe.cpp:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
+    // g++ with C++20, as the wheels' headers ask
+    common::output_ok(
+        Command::new("g++")
+            .args([
+                "-std=c++20",
+                "-O1",
+                "-shared",
+                "-fPIC",
+                "-D_GLIBCXX_USE_CXX11_ABI=1",
+            ])
+            .args([
+                inc("torch/include"),
+                inc("torch/include/torch/csrc/api/include"),
+                inc("torch_npu/include"),
+                inc("torch_npu/include/third_party/acl/inc"),
+            ])
+            .arg(repo().join("tests/torch/hint_probe.cpp"))
+            .arg("-o")
+            .arg(&probe)
+            .args([
+                format!("-L{}", lib("torch_npu/lib")),
+                "-ltorch_npu".into(),
+                format!("-L{}", lib("torch/lib")),
+                "-lc10".into(),
+                format!("-Wl,-rpath,{}:{}", lib("torch_npu/lib"), lib("torch/lib")),
+            ]),
     );
     let probe_s = probe.display().to_string();
     let r = run_script(
         "hint_probe.py",
-        &[probe_s.as_str(), torch_layout::ALLOCATOR_SYMBOL],
+        &[
+            probe_s.as_str(),
+            torch_layout::ALLOCATOR_SYMBOL.to_str().unwrap(),
+        ],
         &[],
     );
     r.must_succeed("hint_probe.py");
@@ -1086,7 +1080,7 @@ fn torch_hint_layout_is_the_wheels() {
     assert_eq!(
         num("exported"),
         1,
-        "{} not exported",
+        "{:?} not exported",
         torch_layout::ALLOCATOR_SYMBOL
     );
 }
@@ -1133,14 +1127,7 @@ fn llm_results(r: &LlmOut) -> Vec<&str> {
 /// evicting to DRAM, never above HBM and without an MMU fault. Returns the
 /// tier run's U3M_SUMMARY `tier` counters.
 fn llm_tier_case(ratio: f64, task_queue: bool, env: &[(&str, &str)]) -> serde_json::Value {
-    let plain = llm_plain();
-    let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
-    assert!(
-        footprint >= 20 << 20,
-        "footprint {footprint}: {}",
-        plain.run.stats
-    );
-    let hbm = (footprint as f64 / ratio) as u64;
+    let hbm = llm_hbm(ratio);
     let hbm_s = hbm.to_string();
     let stock = run_llm(
         &[LLM_TIER_ARGS, &["--expect-oom"]].concat(),
@@ -1163,20 +1150,29 @@ fn llm_tier_case(ratio: f64, task_queue: bool, env: &[(&str, &str)]) -> serde_js
         "{}",
         stock.run.stats
     );
-    llm_tier_run(ratio, hbm, task_queue, env)
+    llm_tier_run(ratio, task_queue, env)
 }
 
-/// One run of the LLM workload under libu3m.so in tier mode with `hbm`
-/// bytes of HBM (extra `env`), checked as `llm_tier_case` says; its
-/// `tier` counters.
-fn llm_tier_run(
-    ratio: f64,
-    hbm: u64,
-    task_queue: bool,
-    extra: &[(&str, &str)],
-) -> serde_json::Value {
+/// HBM = the LLM workload's footprint (the simulator's physical peak) /
+/// `ratio`.
+fn llm_hbm(ratio: f64) -> u64 {
     let plain = llm_plain();
     let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
+    assert!(
+        footprint >= 20 << 20,
+        "footprint {footprint}: {}",
+        plain.run.stats
+    );
+    (footprint as f64 / ratio) as u64
+}
+
+/// One run of the LLM workload under libu3m.so in tier mode with HBM at
+/// footprint / `ratio` (extra `env`), checked as `llm_tier_case` says; its
+/// `tier` counters.
+fn llm_tier_run(ratio: f64, task_queue: bool, extra: &[(&str, &str)]) -> serde_json::Value {
+    let plain = llm_plain();
+    let footprint = plain.run.stat(&["devices", "0", "peak_bytes"]);
+    let hbm = llm_hbm(ratio);
     let hbm_s = hbm.to_string();
     let tag = extra
         .iter()
@@ -1244,9 +1240,7 @@ fn counter(t: &serde_json::Value, k: &str) -> u64 {
 /// without (the default), in both allocator modes.
 fn assert_hints_save_copy_outs(ratio: f64, env: &[(&str, &str)]) {
     let on = llm_tier_case(ratio, false, &[env, &[("U3M_TORCH_HINTS", "on")]].concat());
-    let plain = llm_plain();
-    let hbm = (plain.run.stat(&["devices", "0", "peak_bytes"]) as f64 / ratio) as u64;
-    let off = llm_tier_run(ratio, hbm, false, env);
+    let off = llm_tier_run(ratio, false, env);
     assert_eq!(counter(&off, "discards"), 0, "hints off: {off}");
     assert!(counter(&on, "discards") > 0, "no hints taken: {on}");
     let (b_on, b_off) = (

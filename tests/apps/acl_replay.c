@@ -354,7 +354,6 @@ static int parse_line(char *line, int lineno, event *ev) {
         memset(ev, 0, sizeof(*ev));
         ev->kind = 'H';
         ev->dev_slot = dev_slot_of(0, lineno);
-        ev->stream_slot = stream_slot_of(ev->dev_slot, 0, lineno);
         ev->s = resolve(lineno, ev->dev_slot, fa, fb, "# free");
         return 0;
     }
@@ -961,8 +960,7 @@ static void exec_and_discard(event *ev) {
             g_u3m_discard((unsigned char *)g_al[ev->s.alloc].ptr + ev->s.off, ev->s.bytes);
             g_free_hints++;
         }
-        if (g_discard && g_u3m_discard) discard_after();
-        return;
+        return;   /* no --discard hint falls after it: it accesses nothing */
     }
     exec_event(ev);
     if (g_discard && g_u3m_discard) discard_after();
@@ -1012,8 +1010,8 @@ int main(int argc, char **argv) {
             g_base_dev, g_devs[d].dev);
 
     /* --discard: where the hints go (a pass over the validated trace) */
-    if ((g_discard || g_frees) && (g_u3m_discard = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "u3m_discard")) &&
-        g_discard) {
+    if (g_discard || g_frees) g_u3m_discard = (int (*)(const void *, size_t))dlsym(RTLD_DEFAULT, "u3m_discard");
+    if (g_discard && g_u3m_discard) {
         g_last = calloc((size_t)(g_narec ? g_narec : 1), sizeof *g_last);
         if (!g_last) app_die(2, "out of host memory");
         walk(dead_event);

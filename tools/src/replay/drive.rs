@@ -404,10 +404,9 @@ impl Driver<'_> {
             .s
             .discard_dead
             .then(|| super::dead::dead_after(self.trace));
-        let frees = match self.s.discard_frees {
-            true => Some(super::dead::frees_after(self.trace)?),
-            false => None,
-        };
+        let frees = (self.s.discard_frees)
+            .then(|| super::dead::frees_after(self.trace))
+            .transpose()?;
         for (k, ev) in self.trace.events.iter().enumerate() {
             crate::progress::tick(k, n);
             if let Some(o) = self.observed.as_mut() {
