@@ -352,8 +352,8 @@ unsafe fn launch(
         return run(cx, op_type, &[], attr, stream, real);
     };
     let descs = (
-        // (two real getter calls per output: only once an eviction has
-        // given some chunk a copy-in to skip)
+        // (two real getter calls per output: only once the residency says
+        // whole writes matter, to a copy-in or to what the policy learns)
         if out_descs.is_null() || !cx.eng.whole_writes_matter() {
             None
         } else {

@@ -1239,7 +1239,8 @@ impl Engine {
 
     /// Whether a launch's outputs are worth marking written whole
     /// (`Residency::whole_writes_matter`): never in observe mode, nor in
-    /// tier mode before the first eviction.
+    /// tier mode while managed memory is under half of every device's HBM
+    /// and nothing was evicted.
     #[inline]
     pub fn whole_writes_matter(&self) -> bool {
         self.residency

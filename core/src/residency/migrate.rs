@@ -914,6 +914,7 @@ impl Residency {
             st.unref_event(ev);
         }
         self.c.evictions.fetch_add(1, Relaxed);
+        self.crowd();
         if wasted {
             self.c.prefetch_wasted.fetch_add(1, Relaxed);
             self.ahead_wasted(st, dev);

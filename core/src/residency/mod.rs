@@ -180,6 +180,9 @@ pub struct Shard {
     /// by its state for the other devices' malloc (the host tiers hold the
     /// excess of all devices).
     excess: Arc<[AtomicU64; MAX_DEVICES]>,
+    /// Set for good once some device's managed memory reached half its HBM
+    /// or a chunk was evicted (`whole_writes_matter`).
+    crowded: Arc<AtomicBool>,
 }
 
 /// What every device's `Shard` shares.
@@ -193,6 +196,7 @@ pub(super) struct Parts {
     clock: Arc<AtomicU64>,
     routes: Arc<RwLock<BTreeMap<u64, (u64, u32)>>>,
     excess: Arc<[AtomicU64; MAX_DEVICES]>,
+    crowded: Arc<AtomicBool>,
     dram_limit: u64,
     nvme_limit: u64,
 }
@@ -244,6 +248,7 @@ impl Parts {
             clock: Arc::new(AtomicU64::new(0)),
             routes: Arc::new(RwLock::new(BTreeMap::new())),
             excess: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            crowded: Arc::new(AtomicBool::new(false)),
             dram_limit,
             nvme_limit,
         })
@@ -287,6 +292,7 @@ impl Shard {
             clock: parts.clock.clone(),
             routes: parts.routes.clone(),
             excess: parts.excess.clone(),
+            crowded: parts.crowded.clone(),
         }
     }
 
@@ -309,6 +315,9 @@ impl Shard {
     /// managed virtual bytes or capacity changed.
     fn publish(&self, st: &State) {
         let d = st.dev(self.shard);
+        if d.capacity != 0 && d.managed_virtual >= d.capacity / 2 {
+            self.crowd();
+        }
         self.excess[state::dev_index(self.shard)].store(
             if d.capacity == 0 {
                 0
@@ -317,6 +326,14 @@ impl Shard {
             },
             Relaxed,
         );
+    }
+
+    /// Marks the process as one whose calls' whole writes matter from now
+    /// on (`Residency::whole_writes_matter`); a store only the first time.
+    fn crowd(&self) {
+        if !self.crowded.load(Relaxed) {
+            self.crowded.store(true, Relaxed);
+        }
     }
 
     /// Before capture begins on `stream`: the fence its earlier calls named

@@ -586,14 +586,19 @@ impl Residency {
         self.lost.load(Relaxed) != 0
     }
 
-    /// Whether knowing a call's whole writes can save a copy-in: only a
-    /// chunk with contents out of HBM has one to skip, and only an eviction
-    /// (or a lost device) puts contents there. Until then the hooks need
-    /// not work out which outputs are written whole (`Range::whole` false
-    /// is always safe: at worst a copy-in is made).
+    /// Whether the hooks should work out which outputs a call writes whole
+    /// (for aclop launches that costs two getter calls per output). It
+    /// saves a copy-in only for a chunk with contents out of HBM, which
+    /// only an eviction (or a lost device) makes; but the policy also
+    /// learns from it (the predictor models which uses write a chunk
+    /// whole), and what it learns in the first step decides the second's
+    /// victims. So: from the moment some device's managed memory reaches
+    /// half its HBM, or a chunk is evicted (set for good), or a device is
+    /// lost. A program that stays well inside HBM never pays for it, and
+    /// `Range::whole` false is always safe (at worst a copy-in is made).
     #[inline]
     pub fn whole_writes_matter(&self) -> bool {
-        self.shards[0].c.evictions.load(Relaxed) != 0 || self.any_lost()
+        self.shards[0].crowded.load(Relaxed) || self.any_lost()
     }
 
     /// Card failure: `dev` disappeared (`Shard::device_lost`).

@@ -363,6 +363,26 @@ fn a_discarded_chunk_in_use_leaves_hbm_after_its_use() {
     a.assert_clean();
 }
 
+/// The hooks work out an operator's whole writes (for aclop, two getter
+/// calls per output) from the moment managed memory reaches half of HBM,
+/// before any eviction: what the policy learns of the first step decides
+/// the second's victims. A program well inside HBM never pays for it.
+#[test]
+fn whole_writes_matter_from_half_of_hbm_allocated_on() {
+    let a = App::new(8, &[]);
+    assert!(!a.r.whole_writes_matter(), "nothing allocated");
+    let x = a.malloc(3 * CHUNK);
+    a.write(x, &pattern(1, 3 * CHUNK));
+    assert!(!a.r.whole_writes_matter(), "3 of 8 chunks");
+    let y = a.malloc(CHUNK);
+    assert!(a.r.whole_writes_matter(), "4 of 8 chunks");
+    assert_eq!(a.r.counters().evictions, 0);
+    a.free(y);
+    a.free(x);
+    assert!(a.r.whole_writes_matter(), "for good");
+    a.assert_clean();
+}
+
 #[test]
 fn a_whole_chunk_overwrite_needs_no_copy_in_but_a_partial_one_does() {
     let a = App::new(1, &[]);

@@ -267,7 +267,15 @@ pub fn run(
     } else {
         None
     };
-    let r = run_in(trace, s, rt, swap.as_ref(), policy, future);
+    let r = run_in(
+        trace,
+        s,
+        rt,
+        swap.as_ref(),
+        policy,
+        future,
+        hbm == UNLIMITED,
+    );
     if let Some(d) = swap {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -281,6 +289,7 @@ fn run_in(
     swap: Option<&PathBuf>,
     policy: Box<dyn Placement>,
     future: Option<&Future>,
+    baseline: bool,
 ) -> Result<RunOut, String> {
     let cfg = config(s, swap)?;
     if s.observe {
@@ -325,6 +334,7 @@ fn run_in(
         tags: BTreeMap::new(),
         observed: s.observe.then(Observed::default),
         ar: AclReplay::default(),
+        every_whole: baseline,
     };
     let r = d.replay();
     d.sample();
@@ -395,6 +405,9 @@ struct Driver<'a> {
     tags: BTreeMap<u64, (u64, String)>,
     observed: Option<Observed>,
     ar: AclReplay,
+    /// Every operator's whole writes told, gate or not (the unlimited-HBM
+    /// baseline: Belady's future is the trace's truth).
+    every_whole: bool,
 }
 
 impl Driver<'_> {
@@ -482,10 +495,13 @@ impl Driver<'_> {
                 Ok(())
             }
             Body::Op { op_type, .. } => {
-                // (write, written whole): `access::ranges`' rule
+                // (write, written whole): `access::ranges`' rule; libu3m.so's
+                // aclop hook works out whole writes only once the Tier says
+                // they matter, and the policy learns what it is told
+                let whole = self.every_whole || self.tier.whole_writes_matter();
                 let ranges: Vec<(u64, u64, bool, bool)> = super::access::ranges(&ev.body)
                     .into_iter()
-                    .map(|(a, b, f)| (a, b, f & W != 0, f == W))
+                    .map(|(a, b, f)| (a, b, f & W != 0, f == W && whole))
                     .collect();
                 let touched: u64 = ranges.iter().map(|r| r.1).sum();
                 let cost = Cost::Op {
