@@ -90,6 +90,7 @@ fn fill(dir: &Path) -> StatsSegment {
     d1.migration_bytes_in[TIER_DRAM].store(2 * GIB, Relaxed);
     d1.evictions.store(1024, Relaxed);
     d1.eviction_bytes.store(2 * GIB, Relaxed);
+    d1.discards.store(512, Relaxed);
     d1.collectives.store(5, Relaxed);
     d1.collective_bytes.store(40 * MIB, Relaxed);
     for _ in 0..40 {
@@ -188,7 +189,7 @@ fn normalise(s: &str, pid: u32) -> String {
 
 const TABLE: &str = "\
 node node-a
-pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 2.0 · up T · running
+pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 2.1 · up T · running
   config  U3M_MODE=observe U3M_MIN_BYTES=2097152
   device 0  monitor: warning, hbm 85.9%, OOM in 5s at 100.0 MiB/s
     tier  used     capacity  use    peak     moved in  moved out
@@ -209,7 +210,7 @@ pid PID · rank 1/2 (local 1) · u3m 0.1.0 · layout 2.0 · up T · running
     launches   ops 0, kernels 0, graphs 0
     copies     h2h 0 (0 B), h2d 0 (0 B), d2h 0 (0 B), d2d 0 (0 B)
     memsets    0 (0 B); collectives 5 (40.0 MiB)
-    residency  faults-in 0 (0 B), evictions 1024 (2.0 GiB), pinned 0 B
+    residency  faults-in 0 (0 B), evictions 1024 (2.0 GiB), pinned 0 B, discarded 512 (1.0 GiB)
   calls   aclopExecuteV2 120 · aclrtMalloc 40 · aclrtFree 28
   hot ranges (top 2 of 2, published T ago)
     address         len       dev  accesses  heat   classes
@@ -282,7 +283,7 @@ const JSON: &str = r#"{
     {
       "pid": 0,
       "writer_version": "0.1.0",
-      "layout": "2.0",
+      "layout": "2.1",
       "labels": { "node": "node-a", "rank": "1", "local_rank": "1", "world_size": "2", "local_world_size": "2",
                   "run_id": "job-7", "pod": "train-1", "namespace": "ml" },
       "state": "running",
@@ -317,6 +318,7 @@ const JSON: &str = r#"{
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
           "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0, "stream_maps": 0, "stream_reads": 0 },
+          "discards": 0,
           "monitor": { "level": "warning", "hbm_use": 0.859375, "basis": "hbm", "seconds_to_oom": 5.76, "growth_bytes_per_s": 104857600 }
         },
         {
@@ -346,6 +348,7 @@ const JSON: &str = r#"{
           "stall": { "count": 0, "ns": 0 },
           "refused_oversize": 0,
           "hostmap": { "bytes": 0, "maps": 0, "map_bytes": 0, "unmaps": 0, "stream_maps": 0, "stream_reads": 0 },
+          "discards": 512,
           "monitor": { "level": "ok", "hbm_use": 0.0, "basis": "hbm", "seconds_to_oom": null, "growth_bytes_per_s": 0 }
         }
       ],

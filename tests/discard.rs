@@ -184,3 +184,62 @@ fn acl_replay_with_the_allocators_frees_computes_the_same_and_copies_out_less() 
     // without --frees it is a comment
     run("acl_replay", &[bad], &[]).must_succeed();
 }
+
+/// `u3m stat` shows the hints as they arrive: the stats segment's
+/// `discards` (docs/stats.md), read while discard_app holds after its work.
+/// X's 32 MiB are in HBM and dirty when the hint comes: 16 chunks.
+#[test]
+fn u3m_stat_shows_the_discards_while_the_program_runs() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = common::scratch("discard-stat");
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let _ = std::fs::remove_file(e.unwrap().path());
+    }
+    let mut c = Command::new(common::app("discard_app"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
+            c.env_remove(k);
+        }
+    }
+    let lib = common::libu3m();
+    let mut child = c
+        .args(["--bytes", "32M", "--discard", "--hold-ms", "60000"])
+        .envs([
+            ("LD_PRELOAD", lib.to_str().unwrap()),
+            ("U3M_MODE", "tier"),
+            ("U3M_SHM_DIR", dir.to_str().unwrap()),
+            HBM,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // the hold begins after y_ok
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|l| !l.starts_with("y_ok="))
+        .collect();
+    assert!(lines.contains(&"discard_rc=0".to_string()), "{lines:?}");
+    let stat = || {
+        let out = common::output_ok(Command::new(common::target_dir().join("u3m")).args([
+            "stat",
+            "--json",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["processes"][0]["devices"][0]["discards"].as_u64()
+    };
+    // published by the next background round
+    let t0 = std::time::Instant::now();
+    let mut seen = stat();
+    while seen != Some(16) && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        seen = stat();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(seen, Some(16), "u3m stat's discards on device 0");
+}

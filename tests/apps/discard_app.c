@@ -5,10 +5,12 @@
  * X's contents are dead (u3m_discard), fills Y — over HBM, X leaves it —,
  * writes X anew, and reads both back.
  * Prints: api=present|absent, discard_rc= (with --discard and the API),
- * x_ok=, y_ok= (each read back as last written). */
+ * x_ok=, y_ok= (each read back as last written). --hold-ms N: then waits N
+ * ms before freeing (a sidecar reads its stats meanwhile). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include "acl/acl.h"
 #include "common/common.h"
 
@@ -22,11 +24,13 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     uint64_t n = 32 << 20;
     int discard = 0;
+    long hold_ms = 0;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if ((v = app_opt(argc, argv, &i, "--bytes"))) n = app_parse_size(v, "--bytes");
+        else if ((v = app_opt(argc, argv, &i, "--hold-ms"))) hold_ms = (long)app_parse_size(v, "--hold-ms");
         else if (!strcmp(argv[i], "--discard")) discard = 1;
-        else app_die(3, "usage: discard_app [--bytes N] [--discard]");
+        else app_die(3, "usage: discard_app [--bytes N] [--discard] [--hold-ms N]");
     }
     discard_fn f = (discard_fn)dlsym(RTLD_DEFAULT, "u3m_discard");
     printf("api=%s\n", f ? "present" : "absent");
@@ -52,6 +56,10 @@ int main(int argc, char **argv) {
     fill(pat, n, 2);
     ACL_CHECK(aclrtMemcpy(back, n, y, n, ACL_MEMCPY_DEVICE_TO_HOST));
     printf("y_ok=%d\n", memcmp(back, pat, n) == 0);
+    if (hold_ms > 0) {
+        struct timespec ts = {hold_ms / 1000, (hold_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     ACL_CHECK(aclrtFree(x));
     ACL_CHECK(aclrtFree(y));
     ACL_CHECK(aclrtResetDevice(0));

@@ -446,6 +446,12 @@ fn device(x: &mut Exposition, dl: &str, d: &DeviceSnapshot) {
         g("hostmap.stream_reads"),
     );
     x.counter(
+        "u3m_discards",
+        "chunks a discard hint marked as holding no data (they leave HBM without a copy-out)",
+        dl,
+        g("discards"),
+    );
+    x.counter(
         "u3m_calls_refused_oversize",
         "calls refused before launch: their memory cannot all be accessible at once",
         dl,

@@ -175,16 +175,26 @@ fn counters(d: &DeviceSnapshot) -> Vec<Vec<String>> {
         vec![
             "residency".into(),
             format!(
-                "faults-in {} ({}), evictions {} ({}), pinned {}{}",
+                "faults-in {} ({}), evictions {} ({}), pinned {}{}{}",
                 d.get("faults_in.count"),
                 bytes(d.get("faults_in.bytes")),
                 d.get("evictions.count"),
                 bytes(d.get("evictions.bytes")),
                 bytes(d.get("pinned_bytes")),
+                discards_text(d),
                 hostmap_text(d)
             ),
         ],
     ]
+}
+
+/// Chunks the program's discard hints freed from a copy-out (`u3m_discard`,
+/// U3M_TORCH_HINTS), when there were any.
+fn discards_text(d: &DeviceSnapshot) -> String {
+    match d.get("discards") {
+        0 => String::new(),
+        n => format!(", discarded {n} ({})", bytes(n * (2 << 20))),
+    }
 }
 
 /// The host-mapped state and calls refused as larger than HBM, when there

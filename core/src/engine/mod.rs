@@ -1407,6 +1407,7 @@ impl Engine {
                 g.host_unmaps.store(c.host_unmaps, Relaxed);
                 g.stream_maps.store(c.stream_maps, Relaxed);
                 g.stream_reads.store(c.stream_reads, Relaxed);
+                g.discards.store(c.discards, Relaxed);
                 for (b, v) in g.stall_buckets.iter().zip(c.stall_buckets) {
                     b.store(v, Relaxed);
                 }

@@ -19,7 +19,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"U3MSTATS");
 /// 2: a hook's calls are `Calls` plus every thread row's (`ThreadCalls`).
 pub const LAYOUT_MAJOR: u32 = 2;
 /// Additive changes (reserved space put to use) bump this.
-pub const LAYOUT_MINOR: u32 = 0;
+/// 1: `DeviceGauges::discards` (offset 664).
+pub const LAYOUT_MINOR: u32 = 1;
 
 pub const MAX_DEVICES: usize = 16;
 pub const MAX_HOOKS: usize = 256;
@@ -270,7 +271,11 @@ pub struct DeviceGauges {
     /// place instead of by a copy-in (docs/tiering.md).
     pub stream_maps: AtomicU64,
     pub stream_reads: AtomicU64,
-    pub _reserved: [u64; 45],
+    /// 664 (2.1): chunks a discard hint (`u3m_discard`, torch_npu's freed
+    /// blocks under U3M_TORCH_HINTS=on) marked as holding no data, so that
+    /// they leave HBM without a copy-out.
+    pub discards: AtomicU64,
+    pub _reserved: [u64; 44],
 }
 
 /// Call counts per hook id, of threads without a row of their own
@@ -581,6 +586,7 @@ pub static DEVICE_FIELDS: &[DeviceField] = fields![
     "hostmap.unmaps", Count, "host-mapped chunks brought back into HBM", |g| g.host_unmaps;
     "hostmap.stream_maps", Count, "read-once chunks host-mapped instead of copied in (U3M_HOST_MAP=probe or stream)", |g| g.stream_maps;
     "hostmap.stream_reads", Count, "reads of read-once chunks served in place instead of by a copy-in", |g| g.stream_reads;
+    "discards", Count, "chunks a discard hint marked as holding no data (they leave HBM without a copy-out)", |g| g.discards;
 ];
 
 /// Index of a field in `DEVICE_FIELDS` (panics on an unknown key: keys are
@@ -659,7 +665,8 @@ mod tests {
             assert_eq!(off(p, addr_of!((*p).host_unmaps)), 640);
             assert_eq!(off(p, addr_of!((*p).stream_maps)), 648);
             assert_eq!(off(p, addr_of!((*p).stream_reads)), 656);
-            assert_eq!(off(p, addr_of!((*p)._reserved)), 664);
+            assert_eq!(off(p, addr_of!((*p).discards)), 664);
+            assert_eq!(off(p, addr_of!((*p)._reserved)), 672);
         }
     }
 
@@ -670,7 +677,7 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate device field key");
-        assert_eq!(field_index("hostmap.stream_reads"), DEVICE_FIELDS.len() - 1);
+        assert_eq!(field_index("discards"), DEVICE_FIELDS.len() - 1);
     }
 
     #[test]
