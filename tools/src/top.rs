@@ -200,6 +200,7 @@ fn tier_rate_line(v: &View) -> String {
                 rate(r.tier.evictions_per_s)
             );
             line += &hostmap_part(&v.snap);
+            line += &discards_part(&v.snap);
             line
         }
     }
@@ -219,6 +220,15 @@ fn hostmap_part(s: &Snapshot) -> String {
         t += &format!(" · read-once {maps} mapped, {reads} reads in place");
     }
     t
+}
+
+/// The program's discard hints (`u3m_discard`, U3M_TORCH_HINTS), once any
+/// came: " · discarded 16 (32.0 MiB)".
+fn discards_part(s: &Snapshot) -> String {
+    match s.devices.iter().map(|d| d.get("discards")).sum::<u64>() {
+        0 => String::new(),
+        n => format!(" · discarded {n} ({})", crate::human::bytes(n * (2 << 20))),
+    }
 }
 
 fn hot_line(s: &Snapshot, h: &u3m_core::shm::HotEntry) -> String {
@@ -628,5 +638,13 @@ mod tests {
             hostmap_part(&s),
             " · host-mapped 4.0 MiB · read-once 12 mapped, 340 reads in place"
         );
+    }
+
+    #[test]
+    fn discards_are_shown_once_a_hint_came() {
+        let mut s = snap(1, 0, 0, 0);
+        assert_eq!(discards_part(&s), "");
+        s.devices[0].values[u3m_core::shm::layout::field_index("discards")] = 16;
+        assert_eq!(discards_part(&s), " · discarded 16 (32.0 MiB)");
     }
 }
