@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::hermetic;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -29,15 +30,6 @@ fn shm_dir(name: &str) -> PathBuf {
         let _ = std::fs::remove_file(e.unwrap().path());
     }
     d
-}
-
-fn hermetic(c: &mut Command) -> &mut Command {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
-    c
 }
 
 /// A child killed if the test fails before it ends (a failed test must not

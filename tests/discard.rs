@@ -196,14 +196,8 @@ fn u3m_stat_shows_the_discards_while_the_program_runs() {
     for e in std::fs::read_dir(&dir).unwrap() {
         let _ = std::fs::remove_file(e.unwrap().path());
     }
-    let mut c = Command::new(common::app("discard_app"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
     let lib = common::libu3m();
-    let mut child = c
+    let mut child = common::hermetic(&mut Command::new(common::app("discard_app")))
         .args(["--bytes", "32M", "--discard", "--hold-ms", "60000"])
         .envs([
             ("LD_PRELOAD", lib.to_str().unwrap()),

@@ -80,6 +80,17 @@ pub fn run(program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     run_path(&app(program), args, env)
 }
 
+/// Removes the caller's ACLSIM_*, U3M_* and LD_PRELOAD from `c`'s
+/// environment, so a test runs the same whatever the shell set.
+pub fn hermetic(c: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
 pub fn run_path(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let dir = scratch("run");
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -87,12 +98,7 @@ pub fn run_path(path: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let stats = dir.join(format!("stats-{n}.json"));
     let _ = std::fs::remove_file(&stats);
     let mut cmd = Command::new(path);
-    cmd.args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    hermetic(cmd.args(args));
     cmd.env("ACLSIM_STATS", &stats);
     for (k, v) in env {
         cmd.env(k, v);

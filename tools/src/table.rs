@@ -193,8 +193,17 @@ fn counters(d: &DeviceSnapshot) -> Vec<Vec<String>> {
 fn discards_text(d: &DeviceSnapshot) -> String {
     match d.get("discards") {
         0 => String::new(),
-        n => format!(", discarded {n} ({})", bytes(n * (2 << 20))),
+        n => format!(", {}", discarded(n)),
     }
+}
+
+/// "discarded 16 (32.0 MiB)": `n` chunks a discard hint freed from a
+/// copy-out (`u3m stat`, `u3m top`).
+pub fn discarded(n: u64) -> String {
+    format!(
+        "discarded {n} ({})",
+        bytes(n.saturating_mul(u3m_core::engine::runtime::CHUNK))
+    )
 }
 
 /// The host-mapped state and calls refused as larger than HBM, when there

@@ -227,7 +227,7 @@ fn hostmap_part(s: &Snapshot) -> String {
 fn discards_part(s: &Snapshot) -> String {
     match s.devices.iter().map(|d| d.get("discards")).sum::<u64>() {
         0 => String::new(),
-        n => format!(" · discarded {n} ({})", crate::human::bytes(n * (2 << 20))),
+        n => format!(" · {}", crate::table::discarded(n)),
     }
 }
 
