@@ -35,11 +35,7 @@ fn ab(name: &str, args: &[&str]) -> Output {
         .arg("-e")
         .arg(format!("U3M_SHM_DIR={}", shm.display()))
         .args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
+    common::hermetic(&mut c);
     let out = c.output().unwrap();
     assert_eq!(
         std::fs::read_dir(&shm).unwrap().count(),

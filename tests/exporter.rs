@@ -186,11 +186,7 @@ fn launch_ranks(dir: &Path, steps: &str) -> Vec<Reap> {
         .map(|rank| {
             let mut c = Command::new(app("mlp_train"));
             c.args(["--footprint", "120M", "--steps", steps]);
-            for (k, _) in std::env::vars() {
-                if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-                    c.env_remove(k);
-                }
-            }
+            common::hermetic(&mut c);
             c.env("LD_PRELOAD", libu3m())
                 .env("U3M_SHM_DIR", dir)
                 .env("U3M_MODE", "tier")

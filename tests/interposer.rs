@@ -406,11 +406,7 @@ fn max_rss_kib(prog: &str, args: &[&str], env: &[(&str, &str)]) -> i64 {
     cmd.args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    common::hermetic(&mut cmd);
     cmd.env("ACLSIM_PHANTOM", "1");
     for (k, v) in env {
         cmd.env(k, v);

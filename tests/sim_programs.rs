@@ -336,11 +336,7 @@ fn run_with_peak_rss(
 ) -> (i32, String, String, u64, Duration) {
     let mut cmd = Command::new(common::app(prog));
     cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    common::hermetic(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -83,12 +83,7 @@ fn snapshot(args: &[&str]) -> BTreeMap<String, u64> {
 }
 
 fn clean_env(c: &mut Command) -> &mut Command {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
-    c
+    common::hermetic(c)
 }
 
 #[test]

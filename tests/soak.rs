@@ -106,11 +106,7 @@ fn tier_mode_under_eviction_pressure_and_injected_faults_loses_nothing() {
         "--seed",
         &seed.to_string(),
     ]);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    common::hermetic(&mut cmd);
     cmd.env("LD_PRELOAD", common::libu3m())
         .env("U3M_MODE", "tier")
         .env("U3M_SHM_DIR", &dir)

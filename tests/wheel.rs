@@ -28,11 +28,7 @@ fn ok(o: Output, what: &str) -> String {
 
 /// `cmd` with the test's U3M_*/ACLSIM_*/LD_PRELOAD removed and PATH = the venv's bin first.
 fn clean<'a>(cmd: &'a mut Command, venv: &Path) -> &'a mut Command {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("ACLSIM_") || k.starts_with("U3M_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    common::hermetic(cmd);
     let path = std::env::var("PATH").unwrap_or_default();
     cmd.env("PATH", format!("{}:{path}", venv.join("bin").display()))
 }

@@ -434,6 +434,7 @@ pub fn load(path: &PathBuf) -> Result<Trace, String> {
         events,
         lines,
         devices,
+        frees: Default::default(),
     })
 }
 
@@ -553,6 +554,7 @@ mod tests {
             lines: (1..=events.len() as u64).collect(),
             events,
             devices: 1,
+            frees: Default::default(),
         };
         let s = setup_for("8M");
         let lru = || Box::new(u3m_core::policy::Lru::new());
@@ -565,5 +567,43 @@ mod tests {
         other[1].2 = u3m_core::policy::Touch::new(false, false);
         assert!(!same_accesses(&other, &base.log), "a read for a write");
         assert!(!same_accesses(&base.log[1..], &base.log), "an access fewer");
+    }
+
+    /// `--discard-frees` reads the trace's `# free` comments once: the
+    /// baseline and every policy share them (the file may be gone by the
+    /// second run), and the hints reach the Tier (fewer copy-outs).
+    #[test]
+    fn the_free_hints_are_read_once_for_every_run() {
+        let path =
+            std::env::temp_dir().join(format!("u3m-frees-once-{}.trace", std::process::id()));
+        // X written whole, then freed by the program (a hint, not an F);
+        // Y takes the HBM and X's chunk is written whole again
+        std::fs::write(
+            &path,
+            "# u3m-trace 1\n\
+             A 0x10000000 2097152\n\
+             A 0x20000000 2097152\n\
+             S 0x10000000 2097152\n\
+             # free 0x10000000 2097152\n\
+             S 0x20000000 2097152\n\
+             S 0x10000000 2097152\n",
+        )
+        .unwrap();
+        let trace = load(&path).unwrap();
+        let mut s = setup_for("2M");
+        s.discard_frees = true;
+        let lru = || Box::new(u3m_core::policy::Lru::new());
+        let first = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let again = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        assert_eq!(first.tier.eviction_bytes, again.tier.eviction_bytes);
+        s.discard_frees = false;
+        let unhinted = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        assert!(
+            first.tier.eviction_bytes < unhinted.tier.eviction_bytes,
+            "{} vs {}",
+            first.tier.eviction_bytes,
+            unhinted.tier.eviction_bytes
+        );
     }
 }

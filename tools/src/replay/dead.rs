@@ -73,19 +73,25 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
     dead
 }
 
+/// Per event, the blocks freed right after it: (trace address, bytes).
+pub type Frees = Vec<Vec<(u64, u64)>>;
+
 /// Per event: the blocks the program's caching allocator freed right after
 /// it, (trace address, bytes) on device 0 — the `# free ADDR BYTES`
 /// comments of `u3m synth --frees` (`u3m replay --discard-frees`; what
 /// torch_npu reports to libu3m.so under U3M_TORCH_HINTS=on, and `acl_replay
 /// --frees` plays). A comment that is not `# free <0xaddr> <bytes>` is
 /// an error naming its line.
-pub fn frees_after(trace: &Trace) -> Result<Vec<Vec<(u64, u64)>>, String> {
+pub fn frees_after(trace: &Trace) -> Result<Frees, String> {
     let text = std::fs::read_to_string(&trace.name).map_err(|e| format!("{}: {e}", trace.name))?;
-    let mut frees: Vec<Vec<(u64, u64)>> = vec![Vec::new(); trace.events.len()];
+    let mut frees: Frees = vec![Vec::new(); trace.events.len()];
     for (n, line) in text.lines().enumerate() {
-        let Some(rest) = line.strip_prefix("# free ") else {
+        // tokens as acl_replay splits them (spaces and tabs, leading ones
+        // too), so both play the same comments
+        let mut t = line.split([' ', '\t']).filter(|t| !t.is_empty());
+        if (t.next(), t.next()) != (Some("#"), Some("free")) {
             continue;
-        };
+        }
         let lineno = n as u64 + 1;
         let bad = || {
             format!(
@@ -93,8 +99,7 @@ pub fn frees_after(trace: &Trace) -> Result<Vec<Vec<(u64, u64)>>, String> {
                 trace.name
             )
         };
-        let mut f = rest.split_whitespace();
-        let (Some(a), Some(b), None) = (f.next(), f.next(), f.next()) else {
+        let (Some(a), Some(b), None) = (t.next(), t.next(), t.next()) else {
             return Err(bad());
         };
         let a = a
@@ -161,6 +166,21 @@ mod tests {
                 vec![(0x10200000, 2097152)]
             ]
         );
+    }
+
+    #[test]
+    fn a_free_comment_is_split_on_spaces_and_tabs_as_acl_replay_splits_it() {
+        let f = frees(
+            "# u3m-trace 1\n\
+             A 0x10000000 4194304\n\
+             \t#\tfree  0x10000000\t1024\n\
+             #free 0x10000400 1024\n",
+        )
+        .unwrap();
+        // the second is another comment: its first token is `#free`
+        assert_eq!(f, vec![vec![(0x10000000, 1024)]]);
+        let e = frees("# u3m-trace 1\nA 0x10000000 4194304\n  # free\n").unwrap_err();
+        assert!(e.ends_with(":3: expected '# free <0xaddr> <bytes>'"), "{e}");
     }
 
     #[test]

@@ -112,6 +112,9 @@ pub struct Trace {
     pub events: Vec<Event>,
     pub lines: Vec<u64>,
     pub devices: usize,
+    /// Its `# free` comments (`dead::frees_after`), read from the file by
+    /// the first run that asks: the baseline and each policy share them.
+    pub frees: std::sync::OnceLock<Result<super::dead::Frees, String>>,
 }
 
 /// What one run measured.
@@ -418,7 +421,13 @@ impl Driver<'_> {
             .discard_dead
             .then(|| super::dead::dead_after(self.trace));
         let frees = (self.s.discard_frees)
-            .then(|| super::dead::frees_after(self.trace))
+            .then(|| {
+                self.trace
+                    .frees
+                    .get_or_init(|| super::dead::frees_after(self.trace))
+                    .as_ref()
+                    .map_err(String::clone)
+            })
             .transpose()?;
         for (k, ev) in self.trace.events.iter().enumerate() {
             crate::progress::tick(k, n);

@@ -534,6 +534,7 @@ mod tests {
             events,
             lines,
             devices,
+            frees: Default::default(),
         }
     }
 
