@@ -231,7 +231,13 @@ impl ChunkModel {
         }
         // the ring ends inside the last step: covered only if it holds the
         // chunk's first access (all it did is known); the same answer until
-        // `now - step` reaches the ring's oldest access (`t`)
+        // `now - step` reaches the ring's oldest access (`t`).
+        // Known: `best` is the second-oldest access here, not the oldest
+        // (`t`), so in a run's second step an activation is predicted at
+        // its backward read rather than its forward write. Repeating the
+        // oldest, as the doc above says, measured worse on issue 10's
+        // shapes (BENCHMARKS.md, twentieth sitting): kept until eviction
+        // weighs the dead dirty chunks it exposes differently.
         let until = t.saturating_add(step);
         if self.n as usize == self.have() + 1 {
             let whole = best.is_some() && self.whole_at(self.have() - 1);
