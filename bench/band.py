@@ -4,7 +4,7 @@ usage: bench/band.py U3M [--shapes lora,adam,b13] [--spread S] [--points K]
                      [--cache DIR] [REPLAY_ARG...]
 For each shape, `u3m replay` (the library's engine on the simulator's cost
 model: --policy predictive --link-model shared --call-us 0 --issue acl-replay
---event-model device, then each REPLAY_ARG) of its 1-, 3- and 5-step traces
+--event-model device unless a REPLAY_ARG names one, then each REPLAY_ARG) of its 1-, 3- and 5-step traces
 at K HBM sizes spread evenly over the issue's size x (1 - S) .. (1 + S)
 (default K = 7, S = 0.015; sizes rounded down to 2 MiB), and per size the
 simulated ms per step of steps 2-3 ((3-step - 1-step) / 2, the issue's
@@ -54,6 +54,8 @@ def main():
             extra.append(a)
     if points < 1 or not 0 <= spread < 1:
         sys.exit("band.py: --points must be >= 1 and --spread in [0, 1)")
+    # the device model unless a REPLAY_ARG names another (u3m replay takes one)
+    model = [] if "--event-model" in extra else ["--event-model", "device"]
     os.makedirs(cache, exist_ok=True)
     for name in shapes:
         synth, h0 = SHAPES[name]
@@ -70,7 +72,7 @@ def main():
             hbm = int(h0 * f) // (2 * MIB) * (2 * MIB)
             runs = {s: subprocess.Popen([u3m, "replay", "%s_s%d" % (base, s), "--hbm", str(hbm), "--policy",
                                          "predictive", "--json", "--link-model", "shared", "--call-us", "0",
-                                         "--issue", "acl-replay", "--event-model", "device"] + extra,
+                                         "--issue", "acl-replay"] + model + extra,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                     for s in (1, 3, 5)}
             ms = {}
