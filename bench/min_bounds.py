@@ -117,13 +117,15 @@ def min_in(calls, cap, bypass):
     link) when it is needed no sooner than every chunk HBM could give up."""
     acc = accesses(calls)
 
-    def nxt(key, t):
+    def nxt(key, t, held=True):
         lst = acc[key]
         k = bisect.bisect_right(lst, (t, True))
         if k >= len(lst):
             return INF
         tt, need = lst[k]
-        return tt if need else INF - 1   # a whole write: dead until then
+        # a whole write, or for a chunk HBM holds, one never written
+        # (nothing to copy back in): dead until then
+        return tt if need and (key in written or not held) else INF - 1
 
     res, written, heap, ver, fetched = set(), set(), [], {}, 0
 
@@ -158,7 +160,7 @@ def min_in(calls, cap, bypass):
                 e = victim(c)
                 if e is None:
                     sys.exit(f"call {t} touches more chunks than HBM holds ({cap})")
-                if bypass and nxt(key, t) >= -e[0]:
+                if bypass and nxt(key, t, held=False) >= -e[0]:
                     continue   # over the link; HBM keeps what it has
                 res.discard(e[1])
             res.add(key)

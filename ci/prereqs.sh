@@ -1,6 +1,6 @@
 # Sourced by the ci/ scripts: makes sure a fresh machine has what the build and
 # the tests need (a C compiler, python3 with pip for the ABI test's header
-# download, tmux for the test that reads `u3m top`'s screen). The Rust
+# download and scipy, tmux for the test that reads `u3m top`'s screen). The Rust
 # toolchain comes with the machine.
 ensure_prereqs() {
     local missing=()
@@ -20,6 +20,14 @@ ensure_prereqs() {
             echo "missing: ${missing[*]} (install them, or run as root on Debian/Ubuntu)" >&2
             return 1
         fi
+    fi
+    # bench/joint_bound.py's LP (tests/bounds.rs): scipy's HiGHS, from PyPI
+    if ! python3 -c 'import scipy.optimize' >/dev/null 2>&1; then
+        echo "installing: scipy (python3 -m pip)" >&2
+        python3 -m pip install --quiet scipy >&2 || {
+            echo "could not install scipy: python3 -m pip install scipy" >&2
+            return 1
+        }
     fi
     if ! command -v cargo >/dev/null 2>&1; then
         echo "cargo not found: install a Rust toolchain (https://rustup.rs)" >&2

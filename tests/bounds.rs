@@ -4,7 +4,8 @@
 //! moves fewer bytes in either direction than the bounds say any schedule
 //! must. BENCHMARKS.md uses these bounds to say how far each step's bytes
 //! are from the least any schedule moves; a bound above a real schedule
-//! would make that claim wrong.
+//! would make that claim wrong. The same for bench/joint_bound.py's least
+//! busier direction (an LP over both directions at once).
 
 mod common;
 
@@ -92,6 +93,66 @@ fn no_schedule_the_replay_runs_moves_fewer_bytes_than_the_bounds() {
             assert!(
                 h2d >= in_bypass && d2h >= out_bound,
                 "{workload}, {policy}: in {h2d} / out {d2h} bytes, below the bounds {b}"
+            );
+        }
+    }
+}
+
+fn joint_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/joint_bound.py")
+}
+
+/// bench/joint_bound.py's LP: its copy-in optimum is Belady's MIN (an
+/// interval LP is integral), its copy-out optimum lies between
+/// min_bounds.py's bound and the brute-force fewest, on random tiny traces.
+#[test]
+fn the_joint_bounds_lp_agrees_with_min_and_brute_force_on_tiny_traces() {
+    let out = Command::new("python3")
+        .arg(joint_script())
+        .arg("--selftest")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("(equal on 400)"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// No schedule the replay runs has a busier direction below the least any
+/// schedule can have (BENCHMARKS.md compares the engine with it), nor moves
+/// fewer bytes one way than the LP's optimum for that direction alone.
+#[test]
+fn no_schedule_the_replay_runs_beats_the_joint_bound() {
+    let dir = scratch("joint-bound");
+    for workload in ["lora", "adam"] {
+        let (trace, hbm) = small_13b_trace(&dir, workload);
+        let out = output_ok(
+            Command::new("python3")
+                .arg(joint_script())
+                .args(["--json", &hbm, &trace]),
+        );
+        let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let g = |k: &str, d: &str| b[k][d].as_f64().unwrap();
+        let least_in = g("least_in", "in");
+        let least_out = g("least_out", "out");
+        let busier = g("least_max", "in").max(g("least_max", "out"));
+        assert!(
+            busier >= least_in.max(least_out) - 1e6 && least_in > 0.0 && least_out > 0.0,
+            "{workload}: {b}"
+        );
+        // the LP's copy-in optimum is min_bounds.py's MIN
+        let m = bounds(&trace, &hbm);
+        assert!(
+            (least_in - m["in_demand"].as_f64().unwrap()).abs() < 1.0,
+            "{workload}: {b} against {m}"
+        );
+        for (policy, h2d, d2h) in replay(&trace, &hbm) {
+            let (h2d, d2h) = (h2d as f64, d2h as f64);
+            assert!(
+                h2d >= least_in && d2h >= least_out - 1e6 && h2d.max(d2h) >= busier - 1e6,
+                "{workload}, {policy}: in {h2d} / out {d2h} bytes, below the joint bound {b}"
             );
         }
     }

@@ -109,6 +109,9 @@ fn strict_loop_lru_faults_on_every_access_belady_keeps_three() {
     // host copy); afterwards they are clean and dropped without a copy
     assert_eq!(lru["writeback_bytes"]["total"], 6 * MIB2);
     assert_eq!(lru["clean_drops"], 56 - 6);
+    // the same bytes by the tag of the allocation they belong to
+    assert_eq!(lru["copies_by_tag"]["loop"]["in"], 54 * MIB2);
+    assert_eq!(lru["copies_by_tag"]["loop"]["out"], 6 * MIB2);
     // MIN by hand (M = miss), rounds 1..10:
     //   MMMMMM ...MM. ..MM.. .MM... MM...M M...MM ...MM. ..MM.. .MM... MM...M
     // 27 misses, 6 of them cold: 21 copy-ins.
@@ -146,6 +149,11 @@ fn scan_larger_than_hbm() {
     assert_eq!(fault_in(lru), 24 * MIB2);
     // each chunk is dirty once (written by the first pass) and copied out once
     assert_eq!(lru["writeback_bytes"]["total"], 12 * MIB2);
+    // all of it the scan's: the unmanaged buffer never moves
+    let tags = lru["copies_by_tag"].as_object().unwrap();
+    assert_eq!(tags.len(), 1, "{tags:?}");
+    assert_eq!(lru["copies_by_tag"]["scan"]["in"], 24 * MIB2);
+    assert_eq!(lru["copies_by_tag"]["scan"]["out"], 12 * MIB2);
     // MIN by hand (M = miss), write pass then two read passes:
     //   MMMMMMMMMMMM ..MMMMMMMMM. .MMMMMMMMM..
     // 30 misses of which 12 are the fresh write pass: 18 copy-ins

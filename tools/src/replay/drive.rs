@@ -133,6 +133,8 @@ pub struct RunOut {
     /// Chunk arrivals in HBM (first touches included) per allocation tag
     /// (`tag=` of the `A` event; "-" without one).
     pub arrivals_by_tag: BTreeMap<String, u64>,
+    /// Bytes the Tier copied in and out per allocation tag (`SimRt::copies`).
+    pub copies_by_tag: BTreeMap<String, [u64; 2]>,
     /// The timeline, when `Setup::observe` asked for it.
     pub observed: Option<Observed>,
 }
@@ -345,15 +347,22 @@ fn run_in(
     let tags = std::mem::take(&mut d.tags);
     let mut observed = d.observed.take();
     drop(d);
-    let mut arrivals_by_tag = BTreeMap::new();
-    for (va, n) in rt.arrivals() {
-        let tag = tags
-            .range(..=va)
+    let tag_of = |va: u64| {
+        tags.range(..=va)
             .next_back()
             .filter(|(&s, (len, _))| va < s + len)
-            .map(|(_, (_, t))| t.as_str())
-            .unwrap_or("-");
-        *arrivals_by_tag.entry(tag.to_string()).or_insert(0) += n as u64;
+            .map_or("-", |(_, (_, t))| t.as_str())
+            .to_string()
+    };
+    let mut arrivals_by_tag = BTreeMap::new();
+    for (va, n) in rt.arrivals() {
+        *arrivals_by_tag.entry(tag_of(va)).or_insert(0) += n as u64;
+    }
+    let mut copies_by_tag: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+    for (va, [i, o]) in rt.copies() {
+        let e = copies_by_tag.entry(tag_of(va)).or_default();
+        e[0] += i;
+        e[1] += o;
     }
     let total_ns = rt.finish();
     if let Some(o) = observed.as_mut() {
@@ -374,6 +383,7 @@ fn run_in(
             .max()
             .unwrap_or(0),
         arrivals_by_tag,
+        copies_by_tag,
         observed,
     };
     drop(tier);

@@ -47,6 +47,7 @@ pub struct PolicyRow {
     pub windows: Vec<Window>,
     pub events: Vec<(f64, String)>,
     pub arrivals_by_tag: std::collections::BTreeMap<String, u64>,
+    pub copies_by_tag: std::collections::BTreeMap<String, [u64; 2]>,
 }
 
 impl PolicyRow {
@@ -85,6 +86,7 @@ impl PolicyRow {
                 .unwrap_or_default(),
             events: o.events.clone(),
             arrivals_by_tag: o.arrivals_by_tag.clone(),
+            copies_by_tag: o.copies_by_tag.clone(),
         }
     }
 
@@ -430,6 +432,9 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "precision": w.precision(), "recall": w.recall(),
                         })).collect::<Vec<_>>(),
                         "arrivals_by_tag": p.arrivals_by_tag,
+                        "copies_by_tag": p.copies_by_tag.iter()
+                            .map(|(t, [i, o])| (t.clone(), json!({"in": i, "out": o})))
+                            .collect::<serde_json::Map<_, _>>(),
                         "events": p.events.iter().map(|(t, l)| json!({"secs": t, "event": l})).collect::<Vec<_>>(),
                     })
                 })

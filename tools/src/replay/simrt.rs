@@ -238,6 +238,8 @@ struct State {
     staging: HashSet<u64>,
     /// VA -> how many times a chunk was mapped there (arrivals in HBM)
     arrivals: HashMap<u64, u32>,
+    /// device VA -> bytes the Tier copied into it and out of it
+    copies: HashMap<u64, [u64; 2]>,
     /// Every map and unmap with the caller's clock, when asked for
     /// (`log_maps`: u3m snapshot and u3m report); paused while the driver
     /// frees an allocation (those unmaps are not evictions).
@@ -378,6 +380,7 @@ impl SimRuntime {
                 host_mem: HashMap::new(),
                 staging: HashSet::new(),
                 arrivals: HashMap::new(),
+                copies: HashMap::new(),
                 maps: None,
                 maps_paused: false,
                 ready: HashMap::new(),
@@ -629,6 +632,13 @@ impl SimRuntime {
     /// How many times each VA had a chunk mapped at it.
     pub fn arrivals(&self) -> HashMap<u64, u32> {
         self.lock().arrivals.clone()
+    }
+
+    /// Device VA -> [bytes copied in, bytes copied out] by the Tier. A copy
+    /// counts at the device VA it names: the chunk's own for a `malloc`
+    /// allocation; a VMM handle's chunk is copied out at a VA of u3m's own.
+    pub fn copies(&self) -> HashMap<u64, [u64; 2]> {
+        self.lock().copies.clone()
     }
 
     /// Start logging maps and unmaps (`take_maps`).
@@ -902,8 +912,14 @@ impl Runtime for SimRuntime {
             st.c.nvme_ns += w;
         }
         match kind {
-            MEMCPY_H2D => st.c.h2d_bytes += bytes,
-            MEMCPY_D2H => st.c.d2h_bytes += bytes,
+            MEMCPY_H2D => {
+                st.c.h2d_bytes += bytes;
+                st.copies.entry(dst).or_default()[0] += bytes;
+            }
+            MEMCPY_D2H => {
+                st.c.d2h_bytes += bytes;
+                st.copies.entry(src).or_default()[1] += bytes;
+            }
             _ => {}
         }
         st.c.link_ns += link;
