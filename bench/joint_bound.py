@@ -230,17 +230,7 @@ def selftest(n=400):
     rnd = random.Random(7)
     same = 0
     for case in range(n):
-        cap, nkeys, calls = rnd.randint(1, 3), rnd.randint(2, 5), []
-        gen = {k: 0 for k in range(nkeys)}
-        for _ in range(rnd.randint(1, 10)):
-            if rnd.random() < 0.1:
-                k = rnd.randrange(nkeys)
-                calls.append(('free', [(k, gen[k], 0)]))
-                gen[k] += 1
-                continue
-            keys = rnd.sample(range(nkeys), rnd.randint(1, min(cap, nkeys)))
-            calls.append(('call', {(k, gen[k], 0): (w, w and rnd.random() < 0.5)
-                                   for k in keys for w in [rnd.random() < 0.5]}))
+        cap, calls = mb.random_trace(rnd, 10, True)
         lin = solve(calls, cap, objective="in")[0] / CH
         belady = mb.min_in(calls, cap, False) / CH
         if lin > belady + 1e-6 or abs(lin - round(lin)) > 1e-6:

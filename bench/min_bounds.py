@@ -13,8 +13,11 @@ overlaps no input of its call, an H2D/D2D destination and a memset write the
 chunks they cover whole; a chunk never written holds nothing to copy.
 
 - in_demand: Belady's MIN with dead-on-whole-write (a whole write needs no
-  copy-in and ends the old contents' life): the fewest copy-in bytes of any
-  schedule that makes every chunk a call touches resident (bench/min_whole.py).
+  copy-in and ends the old contents' life; a chunk never written has
+  nothing to copy back): the fewest copy-in bytes of any schedule that
+  makes every chunk a call touches resident (bench/min_whole.py;
+  bench/joint_bound.py's copy-in LP gives the same, and bounds both
+  directions at once).
 - in_bypass: the same, but a chunk read while absent may instead be read over
   the link without taking HBM (host mapping): MIN with bypass, the fewest
   host-to-device bytes of any schedule at all (a mapped read costs its bytes
@@ -304,22 +307,35 @@ def min_out_brute(calls, cap):
     return len(eps)
 
 
+def random_trace(rnd, max_calls, wholes):
+    """(HBM chunks, calls) of a random tiny trace: 1-3 chunks of HBM, 2-5
+    keys, up to `max_calls` calls (a tenth of them frees); each chunk a
+    call touches written with probability 1/2, and with `wholes` half of
+    those writes whole."""
+    cap, nkeys, calls = rnd.randint(1, 3), rnd.randint(2, 5), []
+    gen = {k: 0 for k in range(nkeys)}
+    for _ in range(rnd.randint(1, max_calls)):
+        if rnd.random() < 0.1:
+            k = rnd.randrange(nkeys)
+            calls.append(('free', [(k, gen[k], 0)]))
+            gen[k] += 1
+            continue
+        keys = rnd.sample(range(nkeys), rnd.randint(1, min(cap, nkeys)))
+        c = {}
+        for k in keys:
+            w = rnd.random() < 0.5
+            c[(k, gen[k], 0)] = (w, wholes and w and rnd.random() < 0.5)
+        calls.append(('call', c))
+    return cap, calls
+
+
 def selftest(n=3000):
     """The bound and the greedy schedule against brute force on random tiny traces."""
     import random
     rnd = random.Random(1)
     exact = 0
     for case in range(n):
-        cap, nkeys, calls = rnd.randint(1, 3), rnd.randint(2, 5), []
-        gen = {k: 0 for k in range(nkeys)}
-        for _ in range(rnd.randint(1, 9)):
-            if rnd.random() < 0.1:
-                k = rnd.randrange(nkeys)
-                calls.append(('free', [(k, gen[k], 0)]))
-                gen[k] += 1
-                continue
-            keys = rnd.sample(range(nkeys), rnd.randint(1, min(cap, nkeys)))
-            calls.append(('call', {(k, gen[k], 0): (rnd.random() < 0.5, False) for k in keys}))
+        cap, calls = random_trace(rnd, 9, False)
         lo, best, hi = min_out_lb(calls, cap), min_out_brute(calls, cap), min_out(calls, cap)
         if not lo <= best <= hi:
             sys.exit(f"selftest case {case}: bound {lo}, brute force {best}, greedy {hi}: {calls} cap {cap}")

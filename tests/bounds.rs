@@ -17,19 +17,24 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/min_bounds.py")
 }
 
-#[test]
-fn the_copy_out_bound_is_never_above_the_fewest_and_the_greedy_never_below() {
+/// Runs `script --selftest`, which must succeed and print `says`.
+fn selftest(script: PathBuf, says: &str) {
     let out = Command::new("python3")
-        .arg(script())
+        .arg(script)
         .arg("--selftest")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success() && text.contains("bound <= fewest <= greedy"),
+        out.status.success() && text.contains(says),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_copy_out_bound_is_never_above_the_fewest_and_the_greedy_never_below() {
+    selftest(script(), "bound <= fewest <= greedy");
 }
 
 /// (copy-in, copy-out) bytes u3m moved under each policy, as the replay
@@ -107,17 +112,7 @@ fn joint_script() -> PathBuf {
 /// min_bounds.py's bound and the brute-force fewest, on random tiny traces.
 #[test]
 fn the_joint_bounds_lp_agrees_with_min_and_brute_force_on_tiny_traces() {
-    let out = Command::new("python3")
-        .arg(joint_script())
-        .arg("--selftest")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("(equal on 400)"),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    selftest(joint_script(), "(equal on 400)");
 }
 
 /// No schedule the replay runs has a busier direction below the least any
