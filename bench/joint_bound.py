@@ -110,15 +110,16 @@ def gaps(calls):
     return out, touched
 
 
-def solve(calls, cap, w0=0, objective="max", tags=None):
+def solve(calls, cap, w0=0, objective="max", tags=None, model=None):
     """(bytes in, bytes out) of the LP optimum: objective "max" the least
     max(in, out), "in" / "out" the least of one direction alone. With `tags`
     (allocation generation -> tag) also {tag: [bytes in, bytes out]}, each
-    group's bytes shared among its members' tags."""
+    group's bytes shared among its members' tags. `model`: `gaps(calls)`,
+    when the caller solves the same trace more than once."""
     import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
-    groups, touched = gaps(calls)
+    groups, touched = model or gaps(calls)
     n = len(calls)
     # variables: x (gaps), y (epochs), P (running sum of x spent out at each call), z
     xs, ys, yg, share = [], [], [], []
@@ -155,10 +156,10 @@ def solve(calls, cap, w0=0, objective="max", tags=None):
     # in / out rows and the epochs' y_e >= x_g - (x out before the window)
     ur, uc, uv, b_ub = [], [], [], []
     row = 0
-    cin_row, cout_row = [], []
+    in_cols, out_cols = [], []
     for j, (m, (s, e, cin, ep, ret), base) in enumerate(xs):
         if cin and ret is not None and ret >= w0:
-            cin_row.append(ix + j)
+            in_cols.append(ix + j)
     pre = {}
     for j, (m, (s, e, cin, ep, ret), base) in enumerate(xs):
         if ep >= 0 and s < w0:
@@ -173,10 +174,10 @@ def solve(calls, cap, w0=0, objective="max", tags=None):
                 ur.append(row), uc.append(p), uv.append(-1.0)
             b_ub.append(0.0)
             row += 1
-    cout_row = [iy + k for k in range(ny)]
+    out_cols = [iy + k for k in range(ny)]
     c = np.zeros(nv)
     if objective == "max":
-        for cols in (cin_row, cout_row):
+        for cols in (in_cols, out_cols):
             for col in cols:
                 ur.append(row), uc.append(col), uv.append(1.0)
             ur.append(row), uc.append(iz), uv.append(-1.0)
@@ -184,9 +185,9 @@ def solve(calls, cap, w0=0, objective="max", tags=None):
             row += 1
         c[iz] = 1.0
     elif objective == "in":
-        c[cin_row] = 1.0
+        c[in_cols] = 1.0
     else:
-        c[cout_row] = 1.0
+        c[out_cols] = 1.0
     A_ub = coo_matrix((uv, (ur, uc)), shape=(row, nv)).tocsr() if row else None
     bounds = [(0, m) for m, _g, _b in xs] + [(0, m) for m in ys] + \
         [(max(0.0, d), None) for d in demand] + [(0, None)]
@@ -198,14 +199,14 @@ def solve(calls, cap, w0=0, objective="max", tags=None):
         # of the schedules with that busier direction, the fewest bytes in all
         # (the optimum of max(in, out) alone leaves the other direction loose)
         c = np.zeros(nv)
-        c[cin_row] = 1.0
-        c[cout_row] = 1.0
+        c[in_cols] = 1.0
+        c[out_cols] = 1.0
         bounds[iz] = (0, r.x[iz] * (1 + 1e-9) + 1e-6)
         r = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=A_eq, b_eq=b_eq, bounds=bounds, method="highs")
         if r.status != 0:
             sys.exit(f"LP not solved: {r.message}")
     x = r.x
-    bi, bo = sum(x[k] for k in cin_row) * CH, sum(x[k] for k in cout_row) * CH
+    bi, bo = sum(x[k] for k in in_cols) * CH, sum(x[k] for k in out_cols) * CH
     if tags is None:
         return bi, bo
     by = {}
@@ -214,9 +215,9 @@ def solve(calls, cap, w0=0, objective="max", tags=None):
         gens = groups[gi][3]
         for gen in gens:
             by.setdefault(tags.get(gen, "?"), [0.0, 0.0])[d] += v * CH / len(gens)
-    for k in cin_row:
+    for k in in_cols:
         add(share[k - ix], 0, x[k])
-    for k in cout_row:
+    for k in out_cols:
         add(yg[k - iy], 1, x[k])
     return bi, bo, by
 
@@ -273,8 +274,9 @@ def main():
     report = {"trace": args[1], "calls": len(calls), "window_from_call": w0, "hbm_chunks": cap}
     if not as_json:
         print(f"{args[1]}: {len(calls)} calls, window from call {w0}, HBM {cap} chunks")
+    model = gaps(calls)
     for obj in ("in", "out", "max"):
-        r = solve(calls, cap, w0, obj, alloc_tags(args[1]) if by_tag and obj == "max" else None)
+        r = solve(calls, cap, w0, obj, alloc_tags(args[1]) if by_tag and obj == "max" else None, model)
         bi, bo = r[0], r[1]
         report["least_" + obj] = {"in": bi, "out": bo}
         if len(r) > 2:
