@@ -441,6 +441,21 @@ impl Residency {
     /// asynchronously (freed by a later `harvest`), at once only when no
     /// event can tell when it lands.
     pub(super) fn evict(&self, st: &mut State, id: u64, i: u32) -> Result<(), Fail> {
+        // Neither path orders itself after the program's work: a dropped
+        // chunk's HBM goes to the next chunk at once, and the copy-out runs
+        // on u3m's stream reading the chunk now. So a chunk still in use is
+        // refused (Busy, its use named to wait for) rather than copied out
+        // before an operator's writes land or handed over under a running
+        // read. Every caller asks first; this keeps a new one honest.
+        if let Some(&(_, ev)) = st
+            .chunk(id, i)
+            .uses
+            .iter()
+            .find(|&&(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
+        {
+            st.wait_for = Some(ev);
+            return Err(Fail::Busy);
+        }
         if !st.chunk(id, i).needs_copy_out() {
             self.c.clean_drops.fetch_add(1, Relaxed);
             self.release_chunk(st, id, i);

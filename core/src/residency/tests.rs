@@ -802,6 +802,44 @@ fn start_eviction(a: &App, va: u64) -> (u64, u32) {
 }
 
 #[test]
+fn a_chunk_still_in_use_is_never_evicted_directly() {
+    let a = App::new(2, &[]);
+    let (x, y) = (a.malloc(CHUNK), a.malloc(CHUNK));
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    // y clean: evicted once and read back (its host copy is current)
+    start_eviction(&a, y);
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    let s = a.f.app_stream();
+    // queued, not run (lazy stream): x is written and y read when it runs
+    a.op(s, &[(y, CHUNK)], &[(x, CHUNK)], add(y, x, CHUNK, 5));
+    let d2h = a.f.seen().d2h;
+    for va in [x, y] {
+        let sh = a.r.shard_of(0);
+        let mut st = sh.st.lock().unwrap();
+        let (id, i) = st.resolve(va).expect("managed");
+        assert!(
+            matches!(sh.evict(&mut st, id, i), Err(Fail::Busy)),
+            "{va:#x} is in use"
+        );
+        assert!(st.wait_for.take().is_some(), "the use to wait for is named");
+        assert!(st.chunk(id, i).in_hbm() && st.chunk(id, i).out_ev == 0);
+    }
+    assert_eq!(a.f.seen().d2h, d2h, "no copy-out issued");
+    // once the operator ran, both go (x with a copy-out, y dropped)
+    a.f.drain();
+    start_eviction(&a, x);
+    start_eviction(&a, y);
+    let want: Vec<u8> = pattern(2, CHUNK)
+        .iter()
+        .map(|b| b.wrapping_add(5))
+        .collect();
+    assert_eq!(a.read(x, CHUNK), want);
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    a.assert_clean();
+}
+
+#[test]
 fn a_dirty_chunks_hbm_is_freed_only_after_its_copy_out_lands() {
     let a = App::new(2, &[]);
     let x = a.malloc(CHUNK);
