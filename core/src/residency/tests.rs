@@ -807,14 +807,19 @@ fn a_chunk_still_in_use_is_never_evicted_directly() {
     let (x, y) = (a.malloc(CHUNK), a.malloc(CHUNK));
     a.write(x, &pattern(1, CHUNK));
     a.write(y, &pattern(2, CHUNK));
-    // y clean: evicted once and read back (its host copy is current)
+    // y clean: copied out (landed) and read back, its host copy current
     start_eviction(&a, y);
+    a.f.drain();
+    {
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
+        a.r.shard_of(0).harvest(&mut st, 0, usize::MAX);
+    }
     assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
     let s = a.f.app_stream();
     // queued, not run (lazy stream): x is written and y read when it runs
     a.op(s, &[(y, CHUNK)], &[(x, CHUNK)], add(y, x, CHUNK, 5));
     let d2h = a.f.seen().d2h;
-    for va in [x, y] {
+    for va in [y, x] {
         let sh = a.r.shard_of(0);
         let mut st = sh.st.lock().unwrap();
         let (id, i) = st.resolve(va).expect("managed");
@@ -828,8 +833,15 @@ fn a_chunk_still_in_use_is_never_evicted_directly() {
     assert_eq!(a.f.seen().d2h, d2h, "no copy-out issued");
     // once the operator ran, both go (x with a copy-out, y dropped)
     a.f.drain();
+    let c = a.r.counters();
     start_eviction(&a, x);
     start_eviction(&a, y);
+    assert_eq!(
+        a.r.counters().clean_drops,
+        c.clean_drops + 1,
+        "y was the clean one"
+    );
+    assert_eq!(a.f.seen().d2h, d2h + 1, "x's copy-out");
     let want: Vec<u8> = pattern(2, CHUNK)
         .iter()
         .map(|b| b.wrapping_add(5))
