@@ -27,6 +27,10 @@ pub struct ChunkModel {
     pub n: u32,
     /// Ring of intervals (ticks, saturating), newest at `head - 1`.
     iv: [u32; RING],
+    /// The sum of the intervals held (`have()` of them): the ring's oldest
+    /// access is `last - span`. `shift_span_of` answers from it without a
+    /// walk for a chunk used more than `RING` times per step.
+    span: u64,
     head: u8,
     /// Accesses per cycle; 0: no prediction yet.
     pub m: u8,
@@ -117,6 +121,7 @@ impl ChunkModel {
             last: now,
             n: 1,
             iv: [0; RING],
+            span: 0,
             head: 0,
             m: 0,
             strict: false,
@@ -137,7 +142,10 @@ impl ChunkModel {
     /// The k-th newest interval (k = 0: the latest).
     #[inline]
     fn iv(&self, k: usize) -> u32 {
-        self.iv[(self.head as usize + RING - 1 - k) % RING]
+        // head < RING and k < RING: one conditional subtraction, not a
+        // division by 48, on the walks of `update` and `shift_span_of`
+        let i = self.head as usize + RING - 1 - k;
+        self.iv[if i >= RING { i - RING } else { i }]
     }
 
     /// Intervals held.
@@ -207,49 +215,68 @@ impl ChunkModel {
             return (None, step, false);
         }
         let from = now - step;
-        let mut t = self.last;
-        let mut best: Option<u64> = None;
-        if t <= from {
+        if self.last <= from {
             // nothing in the last step: nothing expected within the next
             return (Some(u64::MAX), u64::MAX, false);
         }
-        for k in 0..self.have() {
-            best = Some(t);
-            let iv = self.iv(k) as u64;
-            t = t.saturating_sub(iv);
-            if t <= from {
-                // `t` stays at or before `now - step`; the answer holds
-                // until that reaches the access before it (`best`)
-                let until = best.map_or(u64::MAX, |b| b.saturating_add(step));
-                if k == 0 && iv > step + step / 2 {
-                    // touched once in the last step, after being idle for
-                    // over a step and a half: the step does not describe it
-                    return (None, until, false);
-                }
-                return (best.map(|b| b + step), until, self.whole_at(k));
+        let have = self.have();
+        // the ring's ticks, newest first: last, last - iv(0), ...; the
+        // oldest is `last - span` (intervals are at least 1 and sum to at
+        // most `last`, so no subtraction below saturates)
+        let oldest = self.last.saturating_sub(self.span);
+        if oldest > from || have == 0 {
+            // the ring ends inside the last step: covered only if it holds
+            // the chunk's first access (all it did is known); the same
+            // answer until `now - step` reaches the ring's oldest access.
+            // Known: `best` is the second-oldest access here, not the
+            // oldest, so in a run's second step an activation is predicted
+            // at its backward read rather than its forward write. Repeating
+            // the oldest, as the doc above says, measured worse on issue
+            // 10's shapes (BENCHMARKS.md, twentieth sitting): kept until
+            // eviction weighs the dead dirty chunks it exposes differently.
+            let until = oldest.saturating_add(step);
+            let best = (have > 0).then(|| oldest + self.iv(have - 1) as u64);
+            return if self.n as usize == have + 1 {
+                let whole = best.is_some() && self.whole_at(have - 1);
+                (best.map(|b| b + step), until, whole)
+            } else {
+                (None, until, false)
+            };
+        }
+        // k: the newest access after `from` whose predecessor is not (the
+        // k-th newest, 0: the latest); found from whichever end of the
+        // ring is nearer, by the ticks' share of the span (both walks find
+        // the same k: the ticks strictly increase)
+        let (mut k, mut best);
+        if (self.last - from) <= self.span / 2 {
+            (k, best) = (0, self.last);
+            let mut t = self.last - self.iv(0) as u64;
+            while t > from {
+                k += 1;
+                best = t;
+                t -= self.iv(k) as u64;
+            }
+        } else {
+            (k, best) = (have - 1, oldest + self.iv(have - 1) as u64);
+            while best <= from {
+                k -= 1;
+                best += self.iv(k) as u64;
             }
         }
-        // the ring ends inside the last step: covered only if it holds the
-        // chunk's first access (all it did is known); the same answer until
-        // `now - step` reaches the ring's oldest access (`t`).
-        // Known: `best` is the second-oldest access here, not the oldest
-        // (`t`), so in a run's second step an activation is predicted at
-        // its backward read rather than its forward write. Repeating the
-        // oldest, as the doc above says, measured worse on issue 10's
-        // shapes (BENCHMARKS.md, twentieth sitting): kept until eviction
-        // weighs the dead dirty chunks it exposes differently.
-        let until = t.saturating_add(step);
-        if self.n as usize == self.have() + 1 {
-            let whole = best.is_some() && self.whole_at(self.have() - 1);
-            (best.map(|b| b + step), until, whole)
-        } else {
-            (None, until, false)
+        // `best` stays the first access after `now - step` until that
+        // reaches it
+        let until = best.saturating_add(step);
+        if k == 0 && self.iv(0) as u64 > step + step / 2 {
+            // touched once in the last step, after being idle for over a
+            // step and a half: the step does not describe it
+            return (None, until, false);
         }
+        (Some(best + step), until, self.whole_at(k))
     }
 
     /// The verified cycle length, ticks.
     pub fn strict_cycle(&self) -> Option<u64> {
-        (self.strict && self.m > 0).then(|| self.mean.round() as u64)
+        (self.strict && self.m > 0).then(|| round_f32(self.mean))
     }
 
     /// The predicted next access and its tolerance, when there is a model.
@@ -274,7 +301,12 @@ impl ChunkModel {
         let scored = self
             .prediction()
             .map(|(p, tol)| (self.class, now.abs_diff(p) <= tol as u64));
+        if self.have() == RING {
+            // the oldest interval leaves the ring
+            self.span -= self.iv[self.head as usize] as u64;
+        }
         self.iv[self.head as usize] = d;
+        self.span += d as u64;
         self.wholes = self.wholes << 1 | whole as u64;
         self.head = ((self.head as usize + 1) % RING) as u8;
         self.last = now;
@@ -342,11 +374,28 @@ impl ChunkModel {
         let back: u64 = (0..m - 1).map(|k| self.iv(k) as u64).sum();
         let base = self.last.saturating_sub(back) as f64;
         let next = base + (self.mean + self.trend).max(1.0) as f64;
-        self.next = (next.round() as u64).max(self.last + 1);
+        self.next = round_f64(next).max(self.last + 1);
         let tol = (self.mean / 16.0).max(2.0 * self.dev).max(2.0);
         self.tol = tol.min(u32::MAX as f32) as u32;
         scored
     }
+}
+
+/// `x.round() as u64` without libm's `roundf` call (the access path
+/// rounds a cycle a few times per chunk access): the truncation, plus one
+/// when the fraction is at least a half — exact, as `x - trunc(x)` is;
+/// negative and NaN give 0, past `u64::MAX` gives `u64::MAX`, as the cast.
+#[inline]
+fn round_f32(x: f32) -> u64 {
+    let t = x as u64;
+    t.saturating_add((x - t as f32 >= 0.5) as u64)
+}
+
+/// `round_f32` for an `f64`.
+#[inline]
+fn round_f64(x: f64) -> u64 {
+    let t = x as u64;
+    t.saturating_add((x - t as f64 >= 0.5) as u64)
 }
 
 /// Multiplicative hashing for chunk keys: keys are 2 MiB-aligned VAs whose
@@ -385,6 +434,168 @@ pub type KeyMap<V> = std::collections::HashMap<u64, V, KeyHash>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl ChunkModel {
+        /// The walk `shift_span_of` replaced (newest first, every time),
+        /// kept to check it against.
+        fn shift_span_ref(&self, now: u64, step: u64) -> (Option<u64>, u64, bool) {
+            if step == 0 {
+                return (None, u64::MAX, false);
+            }
+            if now < step {
+                return (None, step, false);
+            }
+            let from = now - step;
+            let mut t = self.last;
+            let mut best: Option<u64> = None;
+            if t <= from {
+                // nothing in the last step: nothing expected within the next
+                return (Some(u64::MAX), u64::MAX, false);
+            }
+            for k in 0..self.have() {
+                best = Some(t);
+                let iv = self.iv(k) as u64;
+                t = t.saturating_sub(iv);
+                if t <= from {
+                    // `t` stays at or before `now - step`; the answer holds
+                    // until that reaches the access before it (`best`)
+                    let until = best.map_or(u64::MAX, |b| b.saturating_add(step));
+                    if k == 0 && iv > step + step / 2 {
+                        // touched once in the last step, after being idle for
+                        // over a step and a half: the step does not describe it
+                        return (None, until, false);
+                    }
+                    return (best.map(|b| b + step), until, self.whole_at(k));
+                }
+            }
+            // the ring ends inside the last step: covered only if it holds the
+            // chunk's first access (all it did is known); the same answer until
+            // `now - step` reaches the ring's oldest access (`t`).
+            // Known: `best` is the second-oldest access here, not the oldest
+            // (`t`), so in a run's second step an activation is predicted at
+            // its backward read rather than its forward write. Repeating the
+            // oldest, as the doc above says, measured worse on issue 10's
+            // shapes (BENCHMARKS.md, twentieth sitting): kept until eviction
+            // weighs the dead dirty chunks it exposes differently.
+            let until = t.saturating_add(step);
+            if self.n as usize == self.have() + 1 {
+                let whole = best.is_some() && self.whole_at(self.have() - 1);
+                (best.map(|b| b + step), until, whole)
+            } else {
+                (None, until, false)
+            }
+        }
+    }
+
+    /// The rounding without libm gives `round() as u64` for every float:
+    /// halves, values around 2^23 / 2^52 and 2^64, negatives, NaN and
+    /// infinities, and random bit patterns.
+    #[test]
+    fn rounding_is_rounds() {
+        let mut f32s: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.49999997,
+            -0.5,
+            -3.7,
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            8388607.5,
+            8388608.0,
+            16777217.0,
+            1.8446744e19,
+            3.0e38,
+            f32::MIN_POSITIVE,
+            f32::EPSILON,
+        ];
+        let mut f64s: Vec<f64> = vec![
+            0.0,
+            -0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.49999999999999994,
+            -0.5,
+            f64::NAN,
+            f64::INFINITY,
+            4503599627370495.5,
+            4503599627370496.0,
+            9007199254740993.0,
+            1.8446744073709552e19,
+            1e300,
+            f64::MIN_POSITIVE,
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            f32s.push(f32::from_bits(x as u32));
+            f64s.push(f64::from_bits(x));
+            // and ordinary cycle lengths, with fractions
+            f32s.push((x % 10_000_000) as f32 / 8.0);
+            f64s.push((x % (1 << 50)) as f64 / 16.0);
+        }
+        for v in f32s {
+            assert_eq!(round_f32(v), v.round() as u64, "{v:e}");
+        }
+        for v in f64s {
+            assert_eq!(round_f64(v), v.round() as u64, "{v:e}");
+        }
+    }
+
+    /// `shift_span_of` (the ring's span, a walk from the nearer end) gives
+    /// the newest-first walk's answer for every model and clock: random
+    /// access gaps from 1 tick to past `u32::MAX` (clamped in the ring),
+    /// rings not yet full and wrapped many times, steps shorter and longer
+    /// than the ring's span, clocks before, at and after the last access.
+    #[test]
+    fn shift_span_answers_as_the_walk_did() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        let mut checked = 0u64;
+        for _ in 0..400 {
+            let scale = [3, 40, 2_000, 300_000][rnd(4) as usize];
+            let mut t = rnd(1 << 40);
+            let mut c = ChunkModel::new(t, 0, rnd(2) == 0);
+            for _ in 0..rnd(200) {
+                t += 1 + match rnd(50) {
+                    0 => u32::MAX as u64 + rnd(1 << 33),
+                    1..=4 => rnd(scale * 40),
+                    _ => rnd(scale),
+                };
+                c.update(t, 0, 0.9, rnd(3) == 0);
+                for _ in 0..4 {
+                    let step = match rnd(6) {
+                        0 => 0,
+                        1 => 1 + rnd(4),
+                        _ => 1 + rnd(scale * 60),
+                    };
+                    let now = match rnd(4) {
+                        0 => rnd(step + 2),
+                        1 => t,
+                        _ => t + rnd(step.saturating_mul(3).max(2)),
+                    };
+                    assert_eq!(
+                        c.shift_span_of(now, step),
+                        c.shift_span_ref(now, step),
+                        "now {now} step {step} model {c:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 100_000, "{checked}");
+    }
 
     fn feed(ticks: &[u64]) -> ChunkModel {
         let mut c = ChunkModel::new(ticks[0], 0, false);
