@@ -4049,3 +4049,39 @@ fn the_kept_entrys_chunk_survives_a_rehash_of_the_backings() {
     drop(hs);
     assert_no_misuse_or_fault(&a.f.seen());
 }
+
+/// The scan's memo (`state::Resolver`) resolves every key as
+/// `State::resolve` does: keys in runs of one allocation (memo hits), keys
+/// jumping between allocations, into freed ones and gaps, and the chunk
+/// index from the allocation's first VA.
+#[test]
+fn the_scans_memo_resolves_as_the_state() {
+    let a = App::new(64, &[]);
+    let vas: Vec<u64> = (0..12)
+        .map(|k| a.malloc((1 + k % 5) * CHUNK + k * 4096))
+        .collect();
+    for &va in vas.iter().step_by(3) {
+        a.free(va);
+    }
+    let st = a.r.shard_of(0).st.lock().unwrap();
+    let (lo, hi) = (
+        vas.iter().min().unwrap() - 4 * CHUNK,
+        vas.iter().max().unwrap() + 8 * CHUNK,
+    );
+    let mut rnd = crate::test_rng(0x9e37_79b9_7f4a_7c15);
+    let mut memo = super::state::Resolver::default();
+    let mut found = 0;
+    for n in 0..20_000 {
+        // a run through one allocation, else anywhere in the range
+        let key = if n % 3 == 0 {
+            lo + rnd(hi - lo)
+        } else {
+            let va = vas[rnd(vas.len() as u64) as usize];
+            va + rnd(6) * CHUNK + rnd(CHUNK)
+        };
+        let want = st.resolve(key);
+        assert_eq!(memo.resolve(&st, key), want, "key {key:#x}");
+        found += want.is_some() as u32;
+    }
+    assert!(found > 5_000, "{found} of 20000 keys resolved");
+}
