@@ -19,7 +19,9 @@
 #   (rag is not in the default set: ~1 min a pair; --only step,call,start,rag)
 #
 #   bench/engine_v2.sh [--only step,call,start] [--layers N] [--workload lora|adam]
-#                      [--steps A,B] [--reps R] [--out DIR] [--no-build] [--bin DIR]
+#                      [--steps A,B] [--reps R] [--hbm MIB] [--out DIR] [--no-build] [--bin DIR]
+# --hbm MIB: the step section's HBM (default: the footprint / 1.5); with
+#   --layers 40, the Llama-2-13B LoRA step on a 32 GiB card is --hbm 32768
 # --reps R: libu3m.so runs per step count (default 3; the median step is
 #   shown with min-max: eviction timing follows the host's real time)
 # --bin DIR: measure the build in DIR (an earlier run's OUT/bin: before/after)
@@ -27,7 +29,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-OUT="" ONLY="step,call,start" LAYERS=8 WORKLOAD=lora STEPS="1,3" BUILD=1 FROM="" REPS=3
+OUT="" ONLY="step,call,start" LAYERS=8 WORKLOAD=lora STEPS="1,3" BUILD=1 FROM="" REPS=3 HBM=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
@@ -36,12 +38,17 @@ while [ $# -gt 0 ]; do
         --workload) WORKLOAD=$2; shift 2 ;;
         --steps) STEPS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
+        --hbm) HBM=$2; shift 2 ;;
         --no-build) BUILD=0; shift ;;
         --bin) FROM=$(cd "$2" && pwd); BUILD=0; shift 2 ;;
         -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "engine_v2.sh: unknown argument '$1' (--help)" >&2; exit 3 ;;
     esac
 done
+if [ -n "$HBM" ] && ! [[ "$HBM" =~ ^[1-9][0-9]*$ ]]; then
+    echo "engine_v2.sh: --hbm takes a size in MiB (a positive integer), not '$HBM'" >&2
+    exit 3
+fi
 [ "$BUILD" = 1 ] && (cd "$ROOT" && cargo build --release --workspace >&2)
 [ -n "$OUT" ] || OUT=$(mktemp -d /tmp/u3m-engine-v2.XXXXXX)
 mkdir -p "$OUT/bin"
@@ -59,10 +66,10 @@ else
 fi
 echo "engine_v2.sh: raw results in $OUT" >&2
 
-exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" "$REPS" <<'PY'
+exec python3 - "$ROOT" "$OUT" "$ONLY" "$LAYERS" "$WORKLOAD" "$STEPS" "$REPS" "$HBM" <<'PY'
 import json, os, statistics, subprocess, sys, threading, time
 
-ROOT, OUT, ONLY, LAYERS, WORKLOAD, STEPS, REPS = sys.argv[1:8]
+ROOT, OUT, ONLY, LAYERS, WORKLOAD, STEPS, REPS, HBM = sys.argv[1:9]
 REPS = int(REPS)
 ONLY = set(ONLY.split(","))
 S1, S2 = (int(x) for x in STEPS.split(","))
@@ -174,7 +181,7 @@ def sec_step():
     shape = ["--model", "llama2-13b", "--layers", LAYERS, "--seq", "1024", "--batch", "2", "--workload", WORKLOAD]
     sz = json.loads(subprocess.run([U3M, "synth"] + shape + ["--sizes"], capture_output=True, text=True, check=True).stdout)
     F = sz["trace"]["reserved_bytes"]
-    H = (int(F / 1.5) + MIB - 1) // MIB * MIB
+    H = int(HBM) * MIB if HBM else (int(F / 1.5) + MIB - 1) // MIB * MIB
     # read-only memory: the frozen base weights of a LoRA step; everything else
     # may be written. The floor places the excess on read-only memory first.
     ro = sz["bytes"]["weights"] if WORKLOAD == "lora" else 0
@@ -207,8 +214,8 @@ def sec_step():
     floor_duplex = max(unc, max(excess, dirty_out) / LINK * 1e3)
     print("## step: 13B-shaped %s, %s layers, seq 1024 x batch 2, phantom acl_replay, 910b4, per step from %d- and %d-step runs"
           % (WORKLOAD, LAYERS, S1, S2))
-    print("footprint F %s, HBM %s (F/1.5), excess %s, read-only %s -> bytes that must cross %s / step"
-          % (fmt_b(F), fmt_b(H), fmt_b(excess), fmt_b(ro), fmt_b(must_cross)))
+    print("footprint F %s, HBM %s (%s), excess %s, read-only %s -> bytes that must cross %s / step"
+          % (fmt_b(F), fmt_b(H), "--hbm" if HBM else "F/1.5", fmt_b(excess), fmt_b(ro), fmt_b(must_cross)))
     print("step unconstrained (simulated)  %.1f ms" % unc)
     print("link floor (simulated)          %.1f ms" % floor)
     print("full-duplex floor (simulated)   %.1f ms" % floor_duplex)
