@@ -12,7 +12,7 @@ use super::{dev_index, Engine, PinReason};
 use crate::acl::AclError;
 use crate::config::LogLevel;
 use crate::engine::runtime::CHUNK;
-use crate::residency::{malloc_policy_known, malloc_room};
+use crate::residency::{malloc_policy_known, malloc_room, Room};
 use crate::shm::mono_ns;
 
 /// What the engine does with a call it may own.
@@ -323,7 +323,12 @@ impl Engine {
         }
         let mut rc = real();
         let mut tries = 0;
-        while rc == E_ALLOC && tries < 4 && self.make_room(dev, size + CHUNK) {
+        while rc == E_ALLOC && tries < 4 {
+            // the room stays held for this retry (other threads' fault-ins
+            // evict rather than take it) and is given back after it
+            let Some(_room) = self.make_room(dev, size + CHUNK) else {
+                break;
+            };
             rc = real();
             tries += 1;
         }
@@ -365,17 +370,17 @@ impl Engine {
     }
 
     /// After an unmanaged allocation failed with 207001: evict managed
-    /// chunks so that a retry can succeed. false: nothing could move.
+    /// chunks so that a retry can succeed, the room held for the caller
+    /// while the `Room` lives. None: nothing could move.
     /// When every candidate is still in use (calls queued on their streams
     /// name them), waits for the first such use, unlocked, and tries again:
     /// a use fence is recorded only when an eviction asks, so the first ask
     /// rarely finds it complete.
-    fn make_room(&self, dev: i32, bytes: u64) -> bool {
-        let Some(r) = &self.residency else {
-            return false;
-        };
+    fn make_room(&self, dev: i32, bytes: u64) -> Option<Room> {
+        let r = self.residency.as_ref()?;
         let d = dev.max(0) as u32;
-        r.make_room(d, bytes) || (r.wait_busy() && r.make_room(d, bytes))
+        r.make_room(d, bytes)
+            .or_else(|| r.wait_busy().then(|| r.make_room(d, bytes)).flatten())
     }
 
     /// aclrtMallocPhysical: u3m's own handle (2 MiB chunks that move

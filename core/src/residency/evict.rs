@@ -12,6 +12,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::fence::Fenced;
 use super::state::{Resolver, State};
 use super::state::{BUSY_EVENTS, ORDER_TOP};
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
@@ -991,31 +992,55 @@ impl Residency {
     }
 
     /// An allocation u3m does not manage failed for lack of HBM: evict
-    /// managed chunks of `dev` to make room for `bytes`. true if any moved.
-    pub fn make_room(&self, dev: u32, bytes: u64) -> bool {
+    /// managed chunks of `dev` to make room for `bytes`, held for the
+    /// caller's retry (`Room`). None if nothing moved.
+    pub fn make_room(&self, dev: u32, bytes: u64) -> Option<Room> {
         let Ok(mut st) = self.st.lock() else {
-            return false;
+            return None;
         };
+        // held from here: the copy-outs that land while this waits without
+        // the lock, and the room between the return and the caller's
+        // retry, are not taken by other threads' fault-ins (they evict
+        // instead)
+        let room = Room::hold(self.fences, bytes);
         let mut freed = self.evict_bytes(&mut st, dev, bytes);
         // the caller retries its allocation at once: the copy-outs land
         // first, waited for without the lock (u3m's device-to-host stream
         // holds only copies) and completed with it retaken (`harvest`)
         let (mut st, waited) = self.wait_unlocked(st, dev, false);
         if waited {
-            // other threads ran meanwhile and may have taken the HBM that
-            // landed (their fault-ins harvest too): what is missing now is
-            // evicted again and settled with the lock held, so the room is
-            // there when the caller retries (mt_stress under the stream
-            // rule: 8 threads, unmanaged allocations refused 4 times over
-            // without this)
-            let free = self.rt.mem_info().map(|(f, _)| f).unwrap_or(0);
-            let more = self.evict_bytes(&mut st, dev, bytes.saturating_sub(free));
+            // what the device still lacks (the eviction gave less than
+            // asked, or a hold of another caller) is evicted again and
+            // settled with the lock held, so the room is there when the
+            // caller retries
+            let more = self.evict_bytes(&mut st, dev, self.fences.kept_short());
             if more > 0 {
                 freed += more;
                 self.settle_outgoing(&mut st, dev);
             }
         }
-        freed > 0
+        (freed > 0).then_some(room)
+    }
+}
+
+/// HBM that `make_room` freed, kept for its caller (`Fenced::keep_free`) until
+/// dropped: after the caller's retry of its allocation.
+#[must_use = "the room is given back when dropped: keep it across the retry"]
+pub struct Room {
+    fences: &'static Fenced,
+    bytes: u64,
+}
+
+impl Room {
+    fn hold(fences: &'static Fenced, bytes: u64) -> Room {
+        fences.keep_free(bytes);
+        Room { fences, bytes }
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.fences.unkeep(self.bytes);
     }
 }
 

@@ -155,6 +155,10 @@ pub(super) struct Fenced {
     /// peer copy, an eviction for it): each use switches to the stream's
     /// device and back (`own_device`).
     own: [AtomicU64; OWN_STREAMS],
+    /// HBM kept for a caller outside u3m (`keep_free`): bytes the device's free
+    /// memory must keep for it, which this wrapper's `mem_info` does not
+    /// report free and its `malloc_physical` does not take.
+    kept: AtomicU64,
 }
 
 impl Fenced {
@@ -166,7 +170,36 @@ impl Fenced {
             closed_any: AtomicBool::new(false),
             slots: std::array::from_fn(|_| Slot::default()),
             own: std::array::from_fn(|_| AtomicU64::new(0)),
+            kept: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps `bytes` of the device's free HBM for a caller outside u3m: an
+    /// allocation the runtime refused, retried once `make_room` evicted
+    /// for it. Until `unkeep`, u3m's own allocations (fault-ins, prefetch,
+    /// the look-ahead, the program's physical handles) leave them free and
+    /// evict instead: other threads ran while `make_room` waited without
+    /// the lock, and between its return and the retry (the 207001 that
+    /// `tests/hostmap_stream.rs`'s mt_stress saw once in six CI runs).
+    pub fn keep_free(&self, bytes: u64) {
+        self.kept.fetch_add(bytes, AcqRel);
+    }
+
+    /// Gives back what `keep_free` kept.
+    pub fn unkeep(&self, bytes: u64) {
+        let _ = self
+            .kept
+            .fetch_update(AcqRel, Acquire, |h| Some(h.saturating_sub(bytes)));
+    }
+
+    /// How many bytes the device's free HBM lacks of what is kept.
+    pub fn kept_short(&self) -> u64 {
+        let kept = self.kept.load(Acquire);
+        if kept == 0 {
+            return 0;
+        }
+        let free = self.rt.mem_info().map(|(f, _)| f).unwrap_or(0);
+        kept.saturating_sub(free)
     }
 
     /// A new stream of u3m's own on `dev`, created in `dev`'s default
@@ -477,6 +510,14 @@ impl Runtime for Fenced {
         self.rt.set_context(ctx)
     }
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
+        let kept = self.kept.load(Acquire);
+        if kept > 0 {
+            // what a full device answers: the callers evict and try again
+            let (free, _) = self.rt.mem_info()?;
+            if free < kept.saturating_add(bytes) {
+                return Err(AclError::RT_MEMORY_ALLOCATION);
+            }
+        }
         self.rt.malloc_physical(dev, bytes)
     }
     fn free_physical(&self, handle: u64) -> Result<(), AclError> {
@@ -552,7 +593,8 @@ impl Runtime for Fenced {
         self.rt.free_host(ptr)
     }
     fn mem_info(&self) -> Result<(u64, u64), AclError> {
-        self.rt.mem_info()
+        let (free, total) = self.rt.mem_info()?;
+        Ok((free.saturating_sub(self.kept.load(Acquire)), total))
     }
 }
 

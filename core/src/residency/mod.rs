@@ -73,6 +73,7 @@ pub(crate) mod fake;
 mod tests;
 
 pub use counters::Counters;
+pub use evict::Room;
 pub use hostmap::Oversize;
 pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use lost::Allocations;

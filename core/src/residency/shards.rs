@@ -26,7 +26,9 @@ use std::sync::atomic::{
 
 use super::lifecycle::ShardHold;
 use super::state::{dev_index, id_of};
-use super::{protocol, Allocations, Counters, Oversize, Parts, Shard, E_DEVICE_LOST, MAX_DEVICES};
+use super::{
+    protocol, Allocations, Counters, Oversize, Parts, Room, Shard, E_DEVICE_LOST, MAX_DEVICES,
+};
 use crate::acl::AclError;
 use crate::config::Config;
 use crate::engine::report::Refusal;
@@ -641,8 +643,9 @@ impl Residency {
         self.shard(dev).enforce_watermarks(dev, low, high)
     }
 
-    /// Evict managed chunks of `dev` to make room for `bytes`.
-    pub fn make_room(&self, dev: u32, bytes: u64) -> bool {
+    /// Evict managed chunks of `dev` to make room for `bytes`, held for
+    /// the caller until the `Room` is dropped (`Shard::make_room`).
+    pub fn make_room(&self, dev: u32, bytes: u64) -> Option<Room> {
         self.shard(dev).make_room(dev, bytes)
     }
 

@@ -1700,9 +1700,15 @@ fn room_for_unmanaged_memory_waits_for_a_queued_fence() {
     a.write(x, &pattern(1, CHUNK));
     let s = a.f.app_stream();
     a.op(s, &[(x, CHUNK)], &[(x, CHUNK)], add(x, x, CHUNK, 2));
-    assert!(!a.r.make_room(0, CHUNK), "x's call is still queued");
+    assert!(
+        a.r.make_room(0, CHUNK).is_none(),
+        "x's call is still queued"
+    );
     assert!(a.r.wait_busy(), "the eviction named the fence to wait for");
-    assert!(a.r.make_room(0, CHUNK), "x's call has run: x can leave");
+    assert!(
+        a.r.make_room(0, CHUNK).is_some(),
+        "x's call has run: x can leave"
+    );
     assert!(!a.r.wait_busy(), "nothing left to wait for");
     let want: Vec<u8> = pattern(1, CHUNK)
         .iter()
@@ -2008,7 +2014,7 @@ fn device_1_never_waits_for_device_0s_residency_work() {
         sync_call(r, f, dev, va, len, data).expect("call")
     };
     call(0, x, CHUNK, Some(&pattern(1, CHUNK)));
-    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x evicted");
     assert_eq!(r.usage(0).0, 0);
     f.hold_copy_ins(0);
     let dev0 = std::thread::spawn(move || {
@@ -2128,7 +2134,7 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
         r.finish(tok, None, true);
     }
     f.set_device(0).unwrap();
-    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x evicted");
     assert_eq!(r.usage(0).0, 0);
     f.set_device(1).unwrap();
     let s = f.app_stream();
@@ -2157,9 +2163,9 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
     assert_eq!(r.usage(0).0, CHUNK, "x is back in device 0's HBM");
     // pinned: neither device can evict them during the call
     f.set_device(0).unwrap();
-    assert!(!r.make_room(0, 2 * CHUNK));
+    assert!(r.make_room(0, 2 * CHUNK).is_none());
     f.set_device(1).unwrap();
-    assert!(!r.make_room(1, 2 * CHUNK));
+    assert!(r.make_room(1, 2 * CHUNK).is_none());
     f.app_launch(
         s,
         "peer copy x to y",
@@ -2175,9 +2181,9 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
     assert_eq!(f.app_read(y, CHUNK).unwrap(), pattern(1, CHUNK));
     // the pins are gone: each device evicts its chunk
     f.set_device(0).unwrap();
-    assert!(r.make_room(0, 2 * CHUNK));
+    assert!(r.make_room(0, 2 * CHUNK).is_some());
     f.set_device(1).unwrap();
-    assert!(r.make_room(1, 2 * CHUNK));
+    assert!(r.make_room(1, 2 * CHUNK).is_some());
     assert_eq!((r.usage(0).0, r.usage(1).0), (0, 0));
     let s = f.seen();
     assert_no_misuse_or_fault(&s);
@@ -2331,7 +2337,7 @@ fn a_host_wait_for_a_copy_in_holds_no_residency_lock() {
     let (free, total) = f.mem_info().unwrap();
     let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
     call(x, Some(&pattern(1, CHUNK)));
-    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x evicted");
     assert_eq!(r.usage(0).0, 0);
     f.drain();
     let waits_before = f.seen().locked_waits;
@@ -2923,7 +2929,7 @@ fn an_idle_victim_needed_soon_behind_twenty_busy_ones_is_kept() {
         }
         if clean_front {
             // the busy ones (furthest) leave with their data, come back clean
-            assert!(a.r.make_room(0, nbusy as u64 * CHUNK));
+            assert!(a.r.make_room(0, nbusy as u64 * CHUNK).is_some());
             for (k, &va) in busy.iter().enumerate() {
                 assert_eq!(a.read(va, 256), pattern(k as u64, 256));
             }
@@ -3028,7 +3034,7 @@ fn an_nvme_copy_in_waits_for_no_staging_buffer_with_the_lock_held() {
     for (k, &va) in vas.iter().enumerate() {
         call(va, Some(&pattern(40 + k as u64, CHUNK)));
     }
-    assert!(r.make_room(0, 2 * CHUNK), "all evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "all evicted");
     f.drain();
     let nv: Vec<(u64, u64)> = vas
         .iter()
@@ -3110,7 +3116,7 @@ fn an_nvme_copy_out_is_waited_for_without_the_lock() {
     let (a, b) = (m(), m());
     call(a, Some(&pattern(1, CHUNK)));
     call(b, Some(&pattern(2, CHUNK)));
-    assert!(r.make_room(0, 2 * CHUNK));
+    assert!(r.make_room(0, 2 * CHUNK).is_some());
     f.drain();
     // x and y fill HBM, dirty, with no host copy
     let (x, y, z) = (m(), m(), m());
@@ -3186,7 +3192,7 @@ fn dram_full_waits_for_the_duplicates_it_drops_without_the_lock() {
     // a and b to DRAM: it is full (two chunks)
     call(a, Some(&pattern(1, CHUNK)));
     call(b, Some(&pattern(2, CHUNK)));
-    assert!(r.make_room(0, 3 * CHUNK));
+    assert!(r.make_room(0, 3 * CHUNK).is_some());
     f.drain();
     assert_eq!(r.usage(0).1, 4 * MIB);
     // c: dirty, no host copy, least recently used
@@ -3275,7 +3281,7 @@ fn reclaim_gives_back_another_devices_deferred_slots() {
     for (va, seed) in [(x, 1), (y, 2), (z, 3)] {
         sync_call(&r, f, 1, va, CHUNK, Some(&pattern(seed, CHUNK))).unwrap();
     }
-    assert!(r.make_room(1, 2 * CHUNK));
+    assert!(r.make_room(1, 2 * CHUNK).is_some());
     assert_eq!(r.usage(1).0, 0, "all of device 1's chunks in DRAM");
     // device 0's thread from here on
     f.set_device(0).unwrap();
@@ -3692,7 +3698,7 @@ fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
     let x = r.malloc(0, 2 * CHUNK, free, total).unwrap().unwrap();
     let px = pattern(1, 2 * CHUNK);
     sync_call(r, f, 0, x, 2 * CHUNK, Some(&px)).unwrap();
-    assert!(r.make_room(0, 2 * CHUNK), "x evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x evicted");
     f.drain();
     assert_eq!(r.usage(0).0, 0);
     let before = f.seen().locked_waits;
@@ -3744,7 +3750,7 @@ fn make_room_waits_for_its_copy_outs_without_the_lock() {
     f.drain();
     let (hbm_free, _) = f.mem_info().unwrap();
     let waits_before = f.seen().locked_waits;
-    assert!(r.make_room(0, 2 * CHUNK), "x and y evicted");
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x and y evicted");
     assert_eq!(r.usage(0).0, 0, "the room is free when make_room returns");
     assert_eq!(
         f.mem_info().unwrap().0,
@@ -3762,6 +3768,59 @@ fn make_room_waits_for_its_copy_outs_without_the_lock() {
             sync_call(&r, f, 0, va, CHUNK, None).expect("read"),
             pattern(k as u64 + 1, CHUNK)
         );
+        assert_eq!(r.free(va), Some(Ok(())));
+    }
+    assert_no_misuse_or_fault(&f.seen());
+}
+
+/// The room `make_room` freed is the caller's until its retry: a fault-in
+/// of another thread meanwhile evicts rather than take it (the 207001 an
+/// unmanaged allocation of `tests/hostmap_stream.rs`'s mt_stress got once
+/// in six CI runs, its room taken between `make_room` and the retry).
+/// Fails if the fault-in takes the held chunk, if the hold outlives the
+/// `Room`, or if a byte is lost.
+#[test]
+fn the_room_made_is_held_for_the_caller_until_dropped() {
+    let f = Fake::leak(1, 2 * CHUNK);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    for (k, va) in [x, y].into_iter().enumerate() {
+        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k as u64 + 1, CHUNK))).expect("write");
+    }
+    f.drain();
+    let base = f.mem_info().unwrap().0;
+    let room = r.make_room(0, CHUNK).expect("one evicted");
+    assert_eq!(f.mem_info().unwrap().0, base + CHUNK, "the room is free");
+    // the other thread's call: both chunks, the evicted one faulted back
+    // in by evicting the other
+    for (k, va) in [x, y].into_iter().enumerate() {
+        assert_eq!(
+            sync_call(&r, f, 0, va, CHUNK, None).expect("read"),
+            pattern(k as u64 + 1, CHUNK)
+        );
+        assert_eq!(
+            f.mem_info().unwrap().0,
+            base + CHUNK,
+            "a fault-in took the room held for the caller"
+        );
+    }
+    assert_eq!(r.usage(0).0, CHUNK, "one resident beside the room");
+    drop(room);
+    // given back: the next fault-in takes the free chunk, evicting nothing
+    for (k, va) in [x, y].into_iter().enumerate() {
+        assert_eq!(
+            sync_call(&r, f, 0, va, CHUNK, None).expect("read"),
+            pattern(k as u64 + 1, CHUNK)
+        );
+    }
+    assert_eq!(
+        r.usage(0).0,
+        2 * CHUNK,
+        "both resident once the room is given back"
+    );
+    for va in [x, y] {
         assert_eq!(r.free(va), Some(Ok(())));
     }
     assert_no_misuse_or_fault(&f.seen());

@@ -580,9 +580,10 @@ impl Driver<'_> {
             None => {
                 // as the library: an unmanaged allocation that does not fit
                 // makes room by evicting managed chunks
-                if free < bytes {
-                    self.tier.make_room(dev, bytes - free);
-                }
+                // held across the allocation, as the library does
+                let _room = (free < bytes)
+                    .then(|| self.tier.make_room(dev, bytes - free))
+                    .flatten();
                 self.rt.unmanaged(dev, bytes, true);
                 None
             }
