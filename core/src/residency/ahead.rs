@@ -36,7 +36,7 @@
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::evict::COPY_OUT_DEPTH;
+use super::evict::{Protect, COPY_OUT_DEPTH};
 use super::state::{Host, State};
 use super::Shard as Residency;
 use crate::engine::runtime::CHUNK;
@@ -237,6 +237,8 @@ impl Residency {
         let mut blocked: Option<(u64, NoRoom)> = None;
         let inflight_full = st.dev(dev).ahead.inflight.len() >= MAX_INFLIGHT;
         let mut stream = 0;
+        // the call's chunks, summarised at the first copy-in asked for
+        let mut prot = None;
         while let Some(&(t, key)) = st.dev(dev).ahead.pending.first() {
             if t <= now {
                 // due: the call itself brings it in if it is absent
@@ -270,7 +272,8 @@ impl Residency {
                     Err(_) => break,
                 }
             }
-            let phys = match self.ahead_phys(st, dev, t, protect) {
+            let p = prot.get_or_insert_with(|| Protect::new(protect));
+            let phys = match self.ahead_phys(st, dev, t, p) {
                 Ok(p) => p,
                 Err(why) => {
                     blocked = Some((t, why));
@@ -365,7 +368,7 @@ impl Residency {
         st: &mut State,
         dev: u32,
         t: u64,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
     ) -> Result<u64, NoRoom> {
         for _ in 0..4 {
             self.harvest(st, dev, 1);

@@ -10,6 +10,7 @@
 //! chunks, no weights); the policy re-reads those and gives the order from
 //! its per-class streams, as far as evictions read it.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::fence::Fenced;
@@ -132,7 +133,8 @@ use crate::engine::runtime::CHUNK;
 use crate::policy::Cand;
 
 /// The chunks an eviction must not take (the calling operator's own),
-/// asked of every candidate a scan meets. A scan of a large operator's
+/// asked of every candidate a scan meets; built once per call (or per
+/// loop of evictions), not per eviction. A scan of a large operator's
 /// hundreds of chunks per candidate was most of an eviction's host time
 /// (the 8-layer LoRA trace: ~110,000 instructions per eviction). A call's
 /// chunk list is sorted (prepare merges it in (backing, index) order) and
@@ -142,7 +144,8 @@ use crate::policy::Cand;
 /// binary search. A list spanning more than `RUNS` backings is searched
 /// whole; an unsorted one is scanned.
 pub(super) struct Protect<'a> {
-    list: &'a [(u64, u32)],
+    /// Borrowed, or the call's own (kept across a call's retries).
+    list: Cow<'a, [(u64, u32)]>,
     sorted: bool,
     /// Per backing of a sorted list: (id, first index, last index, every
     /// index between listed); `nruns > RUNS`: too many to list.
@@ -154,7 +157,8 @@ pub(super) struct Protect<'a> {
 const RUNS: usize = 8;
 
 impl<'a> Protect<'a> {
-    pub(super) fn new(list: &'a [(u64, u32)]) -> Protect<'a> {
+    pub(super) fn new(list: impl Into<Cow<'a, [(u64, u32)]>>) -> Protect<'a> {
+        let list = list.into();
         let sorted = list.len() > 8 && list.is_sorted();
         let mut p = Protect {
             list,
@@ -165,6 +169,7 @@ impl<'a> Protect<'a> {
         if !sorted {
             return p;
         }
+        let list = &*p.list;
         let mut from = 0;
         while from < list.len() {
             let id = list[from].0;
@@ -237,7 +242,7 @@ impl Residency {
         &self,
         st: &mut State,
         dev: u32,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
         ahead: usize,
     ) -> Result<u64, Fail> {
         let r = self.alloc_phys_evicting(st, dev, protect, ahead);
@@ -258,7 +263,7 @@ impl Residency {
         &self,
         st: &mut State,
         dev: u32,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
         ahead: usize,
     ) -> Result<(u64, u32), Fail> {
         let mut evicted = 0u32;
@@ -300,9 +305,8 @@ impl Residency {
         &self,
         st: &mut State,
         dev: u32,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
     ) -> Result<bool, Fail> {
-        let protect = &Protect::new(protect);
         let mut fresh = false;
         let mut deep = false;
         loop {
@@ -833,9 +837,8 @@ impl Residency {
         dev: u32,
         t: u64,
         beyond: u64,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
     ) -> Option<bool> {
-        let protect = Protect::new(protect);
         self.current_order(st, dev);
         let now = st.clock;
         let built_at = st.dev(dev).order.built_at;
@@ -982,8 +985,9 @@ impl Residency {
     /// their way out (or nothing more can go): the bytes evicted.
     fn evict_bytes(&self, st: &mut State, dev: u32, bytes: u64) -> u64 {
         let mut freed = 0;
+        let none = Protect::new(&[]);
         while freed < bytes {
-            match self.evict_one(st, dev, &[]) {
+            match self.evict_one(st, dev, &none) {
                 Ok(true) => freed += CHUNK,
                 _ => break,
             }

@@ -5,6 +5,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::evict::Protect;
 use super::probe::{Arm, Step, WINDOW};
 use super::protocol::Need;
 use super::state::{Host, Moved, State};
@@ -560,7 +561,7 @@ impl Residency {
         id: u64,
         i: u32,
         whole: bool,
-        protect: &[(u64, u32)],
+        protect: &Protect<'_>,
     ) -> Result<(), Fail> {
         {
             // a call in flight may be reading it where it is mapped now

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::evict::Protect;
 use super::migrate::Arriving;
 use super::state::{handle_of, id_of, Backing, Host, Kind, StGuard, State};
 use super::{Fail, Order, Shard as Residency, E_ALLOC, E_DEVICE_LOST};
@@ -853,6 +854,7 @@ impl Residency {
                     Order::Host,
                     &mut held,
                     Some(&mut arriving),
+                    &mut None,
                 );
                 if r != Err(Fail::Busy) || tries >= EXPORT_TRIES {
                     break r;
@@ -898,6 +900,7 @@ impl Residency {
         // without the lock
         let (size, n) = (b.size, b.chunks.len() as u32);
         let protect: Vec<(u64, u32)> = (0..n).map(|i| (id, i)).collect();
+        let protect = Protect::new(&protect);
         let mut tries = 0;
         let real = loop {
             match self.rt.malloc_physical(dev, size) {

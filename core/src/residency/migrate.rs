@@ -18,6 +18,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::evict::Protect;
 use super::protocol::{Need, Order};
 use super::state::{Host, Kind, Outgoing, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, MAX_DEVICES};
@@ -190,6 +191,10 @@ impl Residency {
     /// gets the chunks and the event (one reference), which the caller
     /// waits for without the lock (`protocol::wait_copy_ins`). Without
     /// `arriving` the host waits here, with the lock held.
+    ///
+    /// `protect`: the call's chunks as its evictions see them (built here
+    /// at the first absent chunk; a caller that retries with the same
+    /// `need` passes the same one, None otherwise).
     pub(super) fn fault_in(
         &self,
         st: &mut State,
@@ -198,9 +203,10 @@ impl Residency {
         order: Order,
         reserved: &mut Vec<(u64, u32)>,
         arriving: Option<&mut Arriving>,
+        protect: &mut Option<Protect<'static>>,
     ) -> Result<(), Fail> {
         let mut filled: Vec<(u64, u32)> = Vec::new();
-        let r = self.fault_in_chunks(st, need, dev, &mut filled, reserved);
+        let r = self.fault_in_chunks(st, need, dev, &mut filled, reserved, protect);
         if filled.is_empty() || matches!(r, Err(Fail::Acl(_))) {
             return r; // a failure: prepare synchronises u3m's stream
         }
@@ -268,10 +274,10 @@ impl Residency {
         dev: u32,
         filled: &mut Vec<(u64, u32)>,
         reserved: &mut Vec<(u64, u32)>,
+        protect: &mut Option<Protect<'static>>,
     ) -> Result<(), Fail> {
-        // built at the first absent chunk: a call that finds everything
-        // resident allocates nothing
-        let mut protect: Vec<(u64, u32)> = Vec::new();
+        // whether an absent (or host-mapped) chunk was met yet
+        let mut met = false;
         // absent chunks after the current one (copy-outs for them may start)
         let mut ahead = 0usize;
         for (k, &(id, i, whole)) in need.iter().enumerate() {
@@ -299,10 +305,9 @@ impl Residency {
                     // host-mapped: back into HBM (hostmap.rs); the HBM it
                     // takes must never come from this call's own chunks
                     let bdev = b.dev;
-                    if protect.is_empty() {
-                        protect.extend(need.iter().map(|n| (n.0, n.1)));
-                    }
-                    self.unmap_from_host(st, bdev, id, i, whole, &protect)?;
+                    met = true;
+                    let p = protect.get_or_insert_with(|| protect_of(need));
+                    self.unmap_from_host(st, bdev, id, i, whole, p)?;
                 } else if c.out_ev != 0 {
                     if matches!(b.kind, Kind::Malloc) {
                         // its copy-out is in flight: it stays (pipe)
@@ -319,8 +324,8 @@ impl Residency {
                 }
                 continue;
             }
-            if protect.is_empty() {
-                protect.extend(need.iter().map(|n| (n.0, n.1)));
+            if !met {
+                met = true;
                 ahead = need[k + 1..]
                     .iter()
                     .filter(|n| {
@@ -337,7 +342,8 @@ impl Residency {
             if st.stall_from.is_none() {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
-            let phys = self.alloc_phys(st, bdev, &protect, ahead)?;
+            let p = protect.get_or_insert_with(|| protect_of(need));
+            let phys = self.alloc_phys(st, bdev, p, ahead)?;
             let vas = st.backings[&id].vas.clone();
             if let Err(e) = self.map_chunk(&vas, i, phys) {
                 let _ = self.rt.free_physical(phys);
@@ -1226,4 +1232,11 @@ impl Residency {
         }
         moved
     }
+}
+
+/// The chunks of a call's `need` list, which its evictions must not take
+/// (`fault_in_chunks`: built at its first absent chunk, so a call that
+/// finds everything resident allocates nothing).
+fn protect_of(need: &[Need]) -> Protect<'static> {
+    Protect::new(need.iter().map(|n| (n.0, n.1)).collect::<Vec<_>>())
 }

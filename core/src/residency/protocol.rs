@@ -441,6 +441,9 @@ impl Residency {
         }
         // a host-ordered call's own copy-ins, waited for without the lock
         let mut arriving = Arriving::default();
+        // the chunks its evictions must not take, summarised once for all
+        // its tries (`fault_in`)
+        let mut protect = None;
         let host = order == Order::Host;
         loop {
             if fast {
@@ -468,14 +471,14 @@ impl Residency {
                                 .filter(|n| mapped.binary_search(&(n.0, n.1)).is_err())
                                 .collect();
                             let a = host.then_some(&mut arriving);
-                            self.fault_in(&mut st, &rest, dev, order, &mut reserved, a)
+                            self.fault_in(&mut st, &rest, dev, order, &mut reserved, a, &mut None)
                         }
                         Err(e) => Err(e),
                     }
                 }
                 None => {
                     let a = host.then_some(&mut arriving);
-                    self.fault_in(&mut st, &need, dev, order, &mut reserved, a)
+                    self.fault_in(&mut st, &need, dev, order, &mut reserved, a, &mut protect)
                 }
                 Some(o) => match self.map_to_host(&mut st, dev, &need, o.need - o.room) {
                     Ok(mapped) => {
@@ -485,7 +488,7 @@ impl Residency {
                             .filter(|n| !mapped.contains(&(n.0, n.1)))
                             .collect();
                         let a = host.then_some(&mut arriving);
-                        self.fault_in(&mut st, &rest, dev, order, &mut reserved, a)
+                        self.fault_in(&mut st, &rest, dev, order, &mut reserved, a, &mut None)
                     }
                     Err(Fail::Acl(e)) => {
                         self.refuse_oversize(Oversize {
