@@ -156,10 +156,21 @@ impl HeatTable {
     }
 }
 
-/// Highest-heat first; ties by address for a stable order.
+/// The `n` hottest of `v`, hottest first (equal heat: by address). Only
+/// the first `n` are sorted: the rest is partitioned off around the n-th
+/// in linear time. The publisher asks for 64 of every chunk ever accessed
+/// once per round; sorting all of them was 14 % of the instructions of a
+/// 3-step 32 GiB Llama-2-13B run under libu3m.so (2.09 G of 14.67 G).
 fn top_n<T: Copy + HasAddr>(mut v: Vec<(f64, T)>, n: usize) -> Vec<T> {
-    v.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.addr().cmp(&b.1.addr())));
-    v.truncate(n);
+    let hotter = |a: &(f64, T), b: &(f64, T)| b.0.total_cmp(&a.0).then(a.1.addr().cmp(&b.1.addr()));
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < v.len() {
+        v.select_nth_unstable_by(n - 1, hotter);
+        v.truncate(n);
+    }
+    v.sort_by(hotter);
     v.into_iter().map(|(_, x)| x).collect()
 }
 
@@ -174,5 +185,72 @@ impl HasAddr for ChunkInfo {
 impl HasAddr for RangeInfo {
     fn addr(&self) -> (u64, u64) {
         (self.start, self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An address and the heat it was given (compared whole: two items
+    /// equal in both are indistinguishable to a reader).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Item(u64, u64, u64);
+    impl HasAddr for Item {
+        fn addr(&self) -> (u64, u64) {
+            (self.0, self.1)
+        }
+    }
+
+    /// The partial selection gives what sorting everything and keeping the
+    /// first n gave (the code before it), for every n and with ties in heat
+    /// and address, zeros, infinities and NaNs. Fails if the selection
+    /// keeps a wrong element, or leaves the kept ones out of order.
+    #[test]
+    fn top_n_is_the_first_n_of_a_full_sort() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let heats = [
+            0.0,
+            -0.0,
+            1.0,
+            2.5,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for round in 0..300 {
+            let len = (rnd() % 200) as usize;
+            let v: Vec<(f64, Item)> = (0..len)
+                .map(|_| {
+                    let h = if round % 2 == 0 {
+                        heats[(rnd() % heats.len() as u64) as usize]
+                    } else {
+                        (rnd() % 1000) as f64 / 7.0
+                    };
+                    (h, Item(rnd() % 64, rnd() % 4, h.to_bits()))
+                })
+                .collect();
+            let mut full = v.clone();
+            full.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.addr().cmp(&b.1.addr())));
+            for n in [
+                0,
+                1,
+                2,
+                len / 2,
+                len.saturating_sub(1),
+                len,
+                len + 5,
+                usize::MAX,
+            ] {
+                let want: Vec<Item> = full.iter().take(n).map(|e| e.1).collect();
+                assert_eq!(top_n(v.clone(), n), want, "round {round}, len {len}, n {n}");
+            }
+        }
     }
 }
