@@ -342,25 +342,35 @@ impl Engine {
     /// An allocation u3m does not manage, refused for lack of HBM: managed
     /// chunks are evicted for it (`make_room`, the room kept for it until
     /// the retry, so u3m's own fault-ins evict rather than take it) and it
-    /// is tried again — at least `ROOM_TRIES` times, and on while each
-    /// round makes room, for up to `U3M_ALLOC_WAIT_MS`: other threads'
-    /// allocations u3m does not manage are not held back by the kept room
-    /// and may take it first (mt_stress, 8 threads on 48 MiB: four rounds
-    /// were all lost once in 60 runs under load). Stops at once when
-    /// nothing managed can move: the refusal is then the runtime's.
+    /// is tried again — at least `ROOM_TRIES` times, and on for up to
+    /// `U3M_ALLOC_WAIT_MS`: other threads' allocations u3m does not manage
+    /// are not held back by the kept room and may take it first, and at
+    /// times every resident chunk is in a call in flight, so nothing can
+    /// move until one ends (mt_stress, 8 threads on 48 MiB: four rounds
+    /// were all lost once in 60 runs under load, and with rounds on while
+    /// room could be made, once in 120 to a moment when none could). With
+    /// no managed chunk resident nothing will ever move: the runtime's
+    /// refusal is returned at once.
     fn retry_with_room(&self, dev: i32, size: u64, real: Real<'_>) -> i32 {
-        let wait = self.cfg.alloc_wait_ms;
-        let t0 = std::time::Instant::now();
+        let Some(r) = &self.residency else {
+            return E_ALLOC;
+        };
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(self.cfg.alloc_wait_ms);
         let mut tries = 0;
         loop {
-            let Some(_room) = self.make_room(dev, size + CHUNK) else {
-                return E_ALLOC;
-            };
+            let room = self.make_room(dev, size + CHUNK);
+            if room.is_none() {
+                if r.usage(dev_index(dev)).0 == 0 || std::time::Instant::now() >= deadline {
+                    return E_ALLOC;
+                }
+                // the calls in flight end, or other threads free
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             let rc = real();
+            drop(room);
             tries += 1;
-            if rc != E_ALLOC
-                || (tries >= ROOM_TRIES && t0.elapsed() >= std::time::Duration::from_millis(wait))
-            {
+            if rc != E_ALLOC || (tries >= ROOM_TRIES && std::time::Instant::now() >= deadline) {
                 return rc;
             }
         }
