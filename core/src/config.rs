@@ -165,7 +165,7 @@ pub const VARS: &[VarSpec] = &[
     VarSpec { name: "U3M_SSD_RATE", kind: Kind::Size { min: MIB, max: TIB }, default: "1G", empty: None, zero: None,
         doc: "tier mode: emergency spill rate limit from DRAM to NVMe, bytes/s" },
     VarSpec { name: "U3M_ALLOC_WAIT_MS", kind: Kind::Millis { min: 0, max: MAX_ALLOC_WAIT_MS }, default: "1000", empty: None, zero: None,
-        doc: "tier mode: how long a new allocation waits for room when every tier is full, and how long an allocation u3m does not manage goes on having room made for it while other threads take it first" },
+        doc: "tier mode: how long a new allocation waits for room when every tier is full, and how long an allocation u3m does not manage, refused for lack of HBM, goes on having managed chunks evicted for it" },
     VarSpec { name: "U3M_OVERSUB", kind: Kind::Number { min: 1.0, max: 64.0 }, default: "1.5", empty: None, zero: None,
         doc: "tier mode: virtual HBM capacity as a multiple of physical (allocations beyond it fail with 207001)" },
     VarSpec { name: "U3M_HOST_MAP", kind: Kind::Choice(&["auto", "probe", "stream", "off"]), default: "auto", empty: None, zero: None,
