@@ -98,14 +98,11 @@ fn managed_allocations_are_served_and_observed() {
     assert_eq!(f.held().0, 0);
 }
 
-#[test]
-fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
-    let (e, f, _d) = engine("retry", 2);
-    let va = malloc(&e, 2 * CHUNK);
-    assert_eq!(write(&e, f, va, &vec![1u8; 2 * CHUNK as usize]), 0);
-    // a small allocation the runtime makes: refused while managed chunks
-    // fill HBM, granted once the engine has evicted
-    let calls = Cell::new(0);
+/// A 4 KiB allocation u3m does not manage, run by the engine, the runtime
+/// granting it when `grant(try, free HBM)` says so (tries count from 1):
+/// what the program gets back, and the tries made.
+fn unmanaged_malloc(e: &Engine, f: &Fake, grant: impl Fn(u32, u64) -> bool) -> (i32, u32) {
+    let tries = Cell::new(0);
     let mut p = 0u64;
     let call = Call::Malloc {
         api: AllocApi::Malloc,
@@ -114,16 +111,27 @@ fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
         out: unsafe { Out::new(&mut p) },
     };
     let rc = e.run(0, &call, &mut || {
-        calls.set(calls.get() + 1);
+        tries.set(tries.get() + 1);
         let (free, _) = f.mem_info().unwrap();
-        if free < CHUNK {
-            AclError::RT_MEMORY_ALLOCATION.raw()
-        } else {
+        if grant(tries.get(), free) {
             0
+        } else {
+            AclError::RT_MEMORY_ALLOCATION.raw()
         }
     });
+    (rc, tries.get())
+}
+
+#[test]
+fn an_unmanaged_allocation_refused_for_room_is_retried_after_eviction() {
+    let (e, f, _d) = engine("retry", 2);
+    let va = malloc(&e, 2 * CHUNK);
+    assert_eq!(write(&e, f, va, &vec![1u8; 2 * CHUNK as usize]), 0);
+    // a small allocation the runtime makes: refused while managed chunks
+    // fill HBM, granted once the engine has evicted
+    let (rc, tries) = unmanaged_malloc(&e, f, |_, free| free >= CHUNK);
     assert_eq!(rc, 0);
-    assert_eq!(calls.get(), 2, "tried, room made, tried again");
+    assert_eq!(tries, 2, "tried, room made, tried again");
     assert!(e.residency().unwrap().counters().evictions >= 1);
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
 }
@@ -141,34 +149,14 @@ fn an_unmanaged_allocation_goes_on_having_room_made_while_chunks_can_move() {
     // every round evicts the allocation's size and a chunk: 2 chunks
     let va = malloc(&e, 16 * CHUNK);
     assert_eq!(write(&e, f, va, &vec![3u8; 16 * CHUNK as usize]), 0);
-    let calls = Cell::new(0);
-    let mut p = 0u64;
-    let call = Call::Malloc {
-        api: AllocApi::Malloc,
-        policy: 0,
-        size: 4096,
-        out: unsafe { Out::new(&mut p) },
-    };
-    let rc = e.run(0, &call, &mut || {
-        calls.set(calls.get() + 1);
-        let (free, _) = f.mem_info().unwrap();
-        if calls.get() <= 6 || free < CHUNK {
-            AclError::RT_MEMORY_ALLOCATION.raw()
-        } else {
-            0
-        }
-    });
+    let (rc, tries) = unmanaged_malloc(&e, f, |k, free| k > 6 && free >= CHUNK);
     assert_eq!(rc, 0, "granted on the seventh try");
-    assert_eq!(calls.get(), 7);
+    assert_eq!(tries, 7);
     // nothing left to move: refused without waiting the minute
     let t0 = std::time::Instant::now();
-    calls.set(0);
-    let rc = e.run(0, &call, &mut || {
-        calls.set(calls.get() + 1);
-        AclError::RT_MEMORY_ALLOCATION.raw()
-    });
+    let (rc, tries) = unmanaged_malloc(&e, f, |_, _| false);
     assert_eq!(rc, AclError::RT_MEMORY_ALLOCATION.raw());
-    assert!(calls.get() <= 8, "{} tries", calls.get());
+    assert!(tries <= 8, "{tries} tries");
     assert!(t0.elapsed() < std::time::Duration::from_secs(10));
     assert_eq!(e.residency().unwrap().usage(0).0, 0, "everything moved out");
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());

@@ -3730,16 +3730,11 @@ fn a_failed_calls_copy_ins_are_waited_for_without_the_lock() {
     assert_eq!(r.usage(0).0, 0);
 }
 
-/// Issue 10 part 2: `make_room` (an allocation u3m does not manage was
-/// refused for lack of HBM) waits for the copy-outs that free the room
-/// without the device's lock — on da4269a `settle_outgoing` synchronised
-/// u3m's device-to-host stream with it held — and the room is free when it
-/// returns (the caller retries its allocation at once). The data evicted
-/// comes back intact.
-#[test]
-fn make_room_waits_for_its_copy_outs_without_the_lock() {
+/// HBM of two chunks, both filled by two one-chunk allocations written
+/// with `pattern(1)` and `pattern(2)`; the fake not eager (a copy-out lands
+/// only when someone waits for it).
+fn two_written_chunks() -> (&'static Fake, Residency, [u64; 2]) {
     let f = Fake::leak(1, 2 * CHUNK);
-    // not eager: a copy-out lands only when someone waits for it
     let r = Residency::new(f, &config(&[])).expect("residency");
     let (free, total) = f.mem_info().unwrap();
     let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
@@ -3748,6 +3743,18 @@ fn make_room_waits_for_its_copy_outs_without_the_lock() {
         sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k as u64 + 1, CHUNK))).expect("write");
     }
     f.drain();
+    (f, r, [x, y])
+}
+
+/// Issue 10 part 2: `make_room` (an allocation u3m does not manage was
+/// refused for lack of HBM) waits for the copy-outs that free the room
+/// without the device's lock — on da4269a `settle_outgoing` synchronised
+/// u3m's device-to-host stream with it held — and the room is free when it
+/// returns (the caller retries its allocation at once). The data evicted
+/// comes back intact.
+#[test]
+fn make_room_waits_for_its_copy_outs_without_the_lock() {
+    let (f, r, [x, y]) = two_written_chunks();
     let (hbm_free, _) = f.mem_info().unwrap();
     let waits_before = f.seen().locked_waits;
     assert!(r.make_room(0, 2 * CHUNK).is_some(), "x and y evicted");
@@ -3781,15 +3788,7 @@ fn make_room_waits_for_its_copy_outs_without_the_lock() {
 /// `Room`, or if a byte is lost.
 #[test]
 fn the_room_made_is_held_for_the_caller_until_dropped() {
-    let f = Fake::leak(1, 2 * CHUNK);
-    let r = Residency::new(f, &config(&[])).expect("residency");
-    let (free, total) = f.mem_info().unwrap();
-    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-    let y = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-    for (k, va) in [x, y].into_iter().enumerate() {
-        sync_call(&r, f, 0, va, CHUNK, Some(&pattern(k as u64 + 1, CHUNK))).expect("write");
-    }
-    f.drain();
+    let (f, r, [x, y]) = two_written_chunks();
     let base = f.mem_info().unwrap().0;
     let room = r.make_room(0, CHUNK).expect("one evicted");
     assert_eq!(f.mem_info().unwrap().0, base + CHUNK, "the room is free");
