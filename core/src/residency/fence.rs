@@ -192,6 +192,12 @@ impl Fenced {
             .fetch_update(AcqRel, Acquire, |h| Some(h.saturating_sub(bytes)));
     }
 
+    /// In a forked child: the rooms kept by the parent's threads, which
+    /// the child does not have (no `Room` of the child gives them back).
+    pub fn forget_kept(&self) {
+        self.kept.store(0, Release);
+    }
+
     /// How many bytes the device's free HBM lacks of what is kept.
     pub fn kept_short(&self) -> u64 {
         let kept = self.kept.load(Acquire);

@@ -485,6 +485,7 @@ impl Residency {
                 .lock()
                 .map_err(|_| "the residency state is unusable".to_string())?,
         };
+        self.fences.forget_kept();
         // the parent's moves: their copies and old memory are the parent's
         for d in 0..st.devs.len() {
             self.forget_moves(&mut st, d as u32);

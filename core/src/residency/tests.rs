@@ -2537,6 +2537,28 @@ fn a_forked_child_forgets_the_parents_last_copy_in() {
     assert_no_misuse_or_fault(&s);
 }
 
+/// A forked child forgets the rooms its parent's threads kept for their
+/// allocations' retries (no `Room` of the child gives them back). The
+/// child never evicts a chunk resident at the fork (its page is the
+/// parent's too), so its fault-ins have the free HBM only: with the
+/// parent's kept bytes hiding it, the child's read fails with 207001.
+#[test]
+fn a_forked_child_forgets_the_rooms_its_parent_kept() {
+    let (f, r, [x, y]) = two_written_chunks();
+    // the parent's thread between its make_room and its retry
+    std::mem::forget(r.make_room(0, CHUNK).expect("one evicted"));
+    f.forget_streams();
+    r.after_fork_child(None).expect("child");
+    for (k, va) in [x, y].into_iter().enumerate() {
+        assert_eq!(
+            sync_call(&r, f, 0, va, CHUNK, None).expect("read"),
+            pattern(k as u64 + 1, CHUNK)
+        );
+    }
+    assert_eq!(r.usage(0).0, 2 * CHUNK, "both resident: nothing kept");
+    assert_no_misuse_or_fault(&f.seen());
+}
+
 /// One device of `chunks` chunks whose queued work runs at once, u3m in
 /// front of it with the default configuration, and its (free, total).
 fn eager_residency(chunks: u64) -> (&'static Fake, Residency, u64, u64) {
