@@ -1002,7 +1002,7 @@ impl Residency {
         let Ok(mut st) = self.st.lock() else {
             return None;
         };
-        // held from here: the copy-outs that land while this waits without
+        // kept from here: the copy-outs that land while this waits without
         // the lock, and the room between the return and the caller's
         // retry, are not taken by other threads' fault-ins (they evict
         // instead)
@@ -1014,7 +1014,7 @@ impl Residency {
         let (mut st, waited) = self.wait_unlocked(st, dev, false);
         if waited {
             // what the device still lacks (the eviction gave less than
-            // asked, or a hold of another caller) is evicted again and
+            // asked, or a room kept for another caller) is evicted again and
             // settled with the lock held, so the room is there when the
             // caller retries
             let more = self.evict_bytes(&mut st, dev, self.fences.kept_short());

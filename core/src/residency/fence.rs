@@ -16,7 +16,9 @@
 //! `sync_event` and `stream_wait` on an open fence record it first, so the
 //! modules that evict, free and move chunks go on reading `uses` as events.
 //! An unrecorded event must never be queried as is: a runtime may report it
-//! complete.
+//! complete. Being the one wrapper every allocation of the manager goes
+//! through, it also keeps HBM for an allocation u3m does not manage while
+//! that allocation is retried (`keep_free`, `evict::Room`).
 //!
 //! The default stream (0) is not fenced: `finish` records an event per
 //! call there, as before, because "stream 0" names a different stream in
