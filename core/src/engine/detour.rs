@@ -403,7 +403,7 @@ impl Engine {
     }
 
     /// After an unmanaged allocation failed with 207001: evict managed
-    /// chunks so that a retry can succeed, the room held for the caller
+    /// chunks so that a retry can succeed, the room kept for the caller
     /// while the `Room` lives. None: nothing could move.
     /// When every candidate is still in use (calls queued on their streams
     /// name them), waits for the first such use, unlocked, and tries again:

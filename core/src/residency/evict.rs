@@ -996,7 +996,7 @@ impl Residency {
     }
 
     /// An allocation u3m does not manage failed for lack of HBM: evict
-    /// managed chunks of `dev` to make room for `bytes`, held for the
+    /// managed chunks of `dev` to make room for `bytes`, kept for the
     /// caller's retry (`Room`). None if nothing moved.
     pub fn make_room(&self, dev: u32, bytes: u64) -> Option<Room> {
         let Ok(mut st) = self.st.lock() else {
@@ -1006,7 +1006,7 @@ impl Residency {
         // the lock, and the room between the return and the caller's
         // retry, are not taken by other threads' fault-ins (they evict
         // instead)
-        let room = Room::hold(self.fences, bytes);
+        let room = Room::keep(self.fences, bytes);
         let mut freed = self.evict_bytes(&mut st, dev, bytes);
         // the caller retries its allocation at once: the copy-outs land
         // first, waited for without the lock (u3m's device-to-host stream
@@ -1036,7 +1036,7 @@ pub struct Room {
 }
 
 impl Room {
-    fn hold(fences: &'static Fenced, bytes: u64) -> Room {
+    fn keep(fences: &'static Fenced, bytes: u64) -> Room {
         fences.keep_free(bytes);
         Room { fences, bytes }
     }

@@ -643,7 +643,7 @@ impl Residency {
         self.shard(dev).enforce_watermarks(dev, low, high)
     }
 
-    /// Evict managed chunks of `dev` to make room for `bytes`, held for
+    /// Evict managed chunks of `dev` to make room for `bytes`, kept for
     /// the caller until the `Room` is dropped (`Shard::make_room`).
     pub fn make_room(&self, dev: u32, bytes: u64) -> Option<Room> {
         self.shard(dev).make_room(dev, bytes)

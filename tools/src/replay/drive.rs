@@ -579,8 +579,8 @@ impl Driver<'_> {
             }
             None => {
                 // as the library: an unmanaged allocation that does not fit
-                // makes room by evicting managed chunks
-                // held across the allocation, as the library does
+                // makes room by evicting managed chunks, kept for it across
+                // the allocation
                 let _room = (free < bytes)
                     .then(|| self.tier.make_room(dev, bytes - free))
                     .flatten();
