@@ -44,9 +44,20 @@ def parse_size(s):
     return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
 
 
-def load(path):
-    """Calls in order: ('free', [chunk keys]) or ('call', {key: (write, whole)})."""
+def load(path, times=None):
+    """Calls in order: ('free', [chunk keys]) or ('call', {key: (write, whole)}).
+    With a list `times`, also appends each call's device time in µs under
+    the replay's cost model (tools/src/replay/cost.rs, 910b4 preset: an
+    operator max(flops / 280 TFLOPS, bytes touched / 800 GB/s) + 5 µs of
+    launch, a memset bytes / HBM + launch, a D2D copy bytes / HBM); the
+    program's own host copies and frees count 0, which can only lower a
+    bound built on these times."""
     allocs, starts, gen, calls = {}, [], 0, []
+    hbm, launch = 800e3, 5.0  # bytes per µs, µs
+
+    def took(us):
+        if times is not None:
+            times.append(us)
 
     def add(c, a, n, write, whole):
         if n == 0:
@@ -76,6 +87,7 @@ def load(path):
             n, g = allocs.pop(a)
             starts.remove(a)
             calls.append(('free', [(a, g, i) for i in range((n + CH - 1) // CH)]))
+            took(0.0)
         elif k == 'O':
             ni, no = int(f[2]), int(f[3])
             rs = [tuple(int(x, 16) if x.startswith('0x') else int(x) for x in r.split(':'))
@@ -88,6 +100,9 @@ def load(path):
                 ov = any(i[0] < a + n and a < i[0] + i[1] for i in ins)
                 add(c, a, n, True, not ov)
             calls.append(('call', c))
+            flops = [int(x[6:]) for x in f[4 + ni + no:] if x.startswith('flops=')]
+            touched = sum(n for _a, n in rs)
+            took(max((flops[0] if flops else 0) / 280e6, touched / hbm) + launch)
         elif k == 'M':
             kind, d, s, n = f[1], int(f[2], 16), int(f[3], 16), int(f[4])
             c = {}
@@ -97,10 +112,12 @@ def load(path):
                 add(c, d, n, True, True)
             if c:
                 calls.append(('call', c))
+                took(n / hbm if kind == 'D2D' else 0.0)
         elif k == 'S':
             c = {}
             add(c, int(f[1], 16), int(f[2]), True, True)
             calls.append(('call', c))
+            took(int(f[2]) / hbm + launch)
     return calls
 
 

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{output_ok, scratch, small_13b_trace, target_dir};
+use common::{output_ok, scratch, small_13b_trace, synth_trace, target_dir};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -151,4 +151,87 @@ fn no_schedule_the_replay_runs_beats_the_joint_bound() {
             );
         }
     }
+}
+
+fn pipeline_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/pipeline_bound.py")
+}
+
+/// bench/pipeline_bound.py's LP: its optimum on cycles whose answer is
+/// known (two calls that each fill HBM wait for each other's copies), and
+/// never above a schedule that exists (on-demand, serial copies) on random
+/// tiny cycles.
+#[test]
+fn the_pipeline_bound_meets_known_optima_and_no_schedule_beats_it_on_tiny_cycles() {
+    selftest(
+        pipeline_script(),
+        "bound <= an on-demand schedule's steady step",
+    );
+}
+
+/// No policy `u3m replay` runs has a steady step ((5-step run − 3-step run)
+/// / 2, BENCHMARKS.md's window) shorter than the pipeline bound of the same
+/// shape; the bound says more than the device time alone.
+#[test]
+fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
+    let dir = scratch("pipeline-bound");
+    for workload in ["lora", "adam"] {
+        let shape = [
+            "--model",
+            "llama2-13b",
+            "--layers",
+            "2",
+            "--seq",
+            "512",
+            "--batch",
+            "1",
+            "--workload",
+            workload,
+        ];
+        let (t3, hbm) = synth_trace(&dir, &format!("{workload}3.trace"), &shape, 3);
+        let (t5, _) = synth_trace(&dir, &format!("{workload}5.trace"), &shape, 5);
+        let out = output_ok(
+            Command::new("python3")
+                .arg(pipeline_script())
+                .args(["--json", "--step", "3", &hbm, &t5]),
+        );
+        let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let bound = b["bound_ms"].as_f64().unwrap();
+        assert!(
+            b["stall_ms"].as_f64().unwrap() > 0.05 * b["compute_ms"].as_f64().unwrap(),
+            "{workload}: {b}"
+        );
+        let (r3, r5) = (total_ns(&t3, &hbm), total_ns(&t5, &hbm));
+        assert_eq!(r3.len(), 3);
+        for ((policy, a), (_, z)) in r3.iter().zip(&r5) {
+            let step = (z - a) as f64 / 2.0 / 1e6;
+            assert!(
+                step >= bound,
+                "{workload}, {policy}: a steady step of {step:.3} ms, below the pipeline bound {b}"
+            );
+        }
+    }
+}
+
+/// Simulated time of each policy's whole replay of `trace`.
+fn total_ns(trace: &str, hbm: &str) -> Vec<(String, u64)> {
+    let out = output_ok(
+        Command::new(target_dir().join("u3m"))
+            .args(["replay", trace, "--hbm", hbm, "--json"])
+            .args(["--policy", "predictive,lru,belady"])
+            .args(["--link-model", "shared", "--call-us", "0"])
+            .args(["--issue", "acl-replay"]),
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    j["traces"][0]["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["policy"].as_str().unwrap().to_string(),
+                p["total_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }

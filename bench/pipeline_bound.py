@@ -1,0 +1,385 @@
+#!/usr/bin/env python3
+"""A lower bound on the steady step time of any residency schedule that is not
+told which data is dead, with the pipeline's physics: copies take link time,
+a copied-in page is held from its copy's start, an evicted dirty page until
+its copy-out ends, and an operator's pages until the operator ends. An LP
+over one step taken as a cycle, solved with HiGHS (pip install scipy).
+usage: bench/pipeline_bound.py [--json] [--link-gbps G] [--step K] HBM_BYTES TRACE
+       bench/pipeline_bound.py --selftest
+
+bench/joint_bound.py bounds the bytes; a step takes at least those bytes at
+the link rate. That bound lets a chunk come back at the instant the call
+that needs it starts, so HBM never holds a copy in transit, and the LP it
+solves fills HBM to the last page at most calls. Here the calls run in
+stream order with the replay's device times d_k (`min_bounds.load`'s
+times), and a stall s_k >= 0 may precede call k; the step is sum(d + s).
+Chunk model as joint_bound's (a chunk out between two calls that touch it
+is out for the whole gap; an epoch is copied out once if the chunk leaves
+HBM within it), over step K's calls as a cycle: an allocation the step
+makes and frees is as in joint_bound; one that outlives the step wraps from
+its last access to its first. A chunk the step never writes costs no
+copy-out (its host copy stays valid). At the instant before call k ends:
+
+  touched_k + (chunks whose gaps span k, less those out)
+            + B_k (bytes already copied in for later calls)
+            + D_k (evicted right after a write, copy-out not yet done) <= HBM
+
+where, per direction at the link rate b (each way):
+  B_k >= R_{k+1} - b s_{k+1}                (R: copy-ins call k+1 waits for)
+  B_k >= R_{k+1} + B_{k+1} - b (d + s)_{k+1}
+  D_k >= D_{k-1} + O_{k-1} - b (d + s)_k    (O: copy-outs released as k-1 ends)
+  Q_k >= Q_{k-1} + E_{k-1} - b (d + s)_k    (E: every copy-out of an epoch
+                                             its write at k-1 starts)
+Each holds for every physical schedule (a copy-out cannot start before the
+write it saves ends; a copy-in done before call k ends holds its page; a
+page evicted right after its write is held until the copy-out ends; a
+copy-out later in the epoch may have been done while the page was resident,
+so it is charged link time, not HBM). The step is periodic (every step of a
+`u3m synth` trace is the same calls on the same addresses), and the LP is
+convex and shift-invariant, so the average of any long schedule's steps is
+at least the optimum. What it leaves out only lowers it: a copy-in may start
+before its chunk leaves, copies and operators share nothing but the link,
+the program's own host copies take no time.
+
+`--step K` (default 3): the cycle is step K's calls (from its `# train step
+K:` marker to the next); the trace must have step K + 1."""
+import json, os, sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import min_bounds as mb  # noqa: E402
+import joint_bound as jb  # noqa: E402
+
+CH = mb.CH
+
+
+def cycle(calls, a, b):
+    """The step [a, b) of `calls` as a cycle: (n calls, touched per call,
+    groups [(count, gaps)]) where a gap is (first call out, last call out
+    (may be < first: it wraps), returns at (call or None), copy-in on
+    return?, epoch (hashable, or None: nothing to copy out), first gap of
+    its epoch?, the epoch's write (call))."""
+    n = b - a
+    acc, freed, written_before = {}, {}, set()
+    for t in range(a):
+        kind, c = calls[t]
+        if kind == 'call':
+            for key, (w, _whole) in c.items():
+                if w:
+                    written_before.add(key)
+    touched = [0] * n
+    for t in range(a, b):
+        kind, c = calls[t]
+        if kind == 'free':
+            for key in c:
+                freed[key] = t - a
+        else:
+            touched[t - a] = len(c)
+            for key, (w, whole) in c.items():
+                acc.setdefault(key, []).append((t - a, not whole, w))
+    groups = {}
+    for key, lst in acc.items():
+        transient = key in freed
+        if transient and key in written_before:
+            sys.exit(f"chunk {key} outlives neither the step nor lives only in it: "
+                     "the cycle needs steps that free what they allocate")
+        sig = (transient, tuple(lst), freed.get(key), key in written_before)
+        groups.setdefault(sig, []).append(key[1])
+    out = []
+    for (transient, lst, fr, before), gens in groups.items():
+        m = len(gens)
+        gs = []
+        if transient:
+            ep, written = None, False
+            for i, (t, _need, w) in enumerate(lst):
+                if w:
+                    ep, written = ('e', i), True
+                first = w
+                if i + 1 < len(lst):
+                    t2, need2, _ = lst[i + 1]
+                    s, e, ret, cin = t + 1, t2 - 1, t2, need2 and written
+                else:
+                    s, e, ret, cin = t + 1, fr - 1, None, False
+                if e >= s:
+                    gs.append((s, e, ret, cin, ep, first, ep and lst[ep[1]][0]))
+        else:
+            writes = [i for i, (_t, _n, w) in enumerate(lst) if w]
+            k = len(lst)
+            for i, (t, _need, w) in enumerate(lst):
+                t2, need2, _ = lst[(i + 1) % k]
+                span = (t2 - t - 1) % n if k > 1 else n - 1
+                if span == 0:
+                    continue
+                cin = need2 and (before or bool(writes))
+                if writes:
+                    last = max((j for j in writes if j <= i), default=writes[-1])
+                    ep = ('e', last)
+                    wt = lst[last][0]
+                else:
+                    ep, wt = None, None
+                gs.append(((t + 1) % n, (t + span) % n, t2, cin, ep, w, wt))
+        out.append((m, gs, gens))
+    return n, touched, out
+
+
+def solve(n, touched, groups, times, cap, beta, tags=None):
+    """(least step µs, stalls µs, GiB in, GiB out, {tag: [GiB in, GiB out]})
+    of the LP; `beta` is the link in chunks per µs each way, `cap` HBM in
+    chunks, `tags` allocation generation -> tag (a group's bytes shared
+    among its members' tags)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+    if max(touched) > cap:
+        sys.exit("a call touches more chunks than HBM holds")
+    d = np.asarray(times, dtype=float)
+    gaps = []  # (m, s, e, ret, cin, epoch key, first, write call)
+    owner = []
+    for gi, (m, gs, _gens) in enumerate(groups):
+        for (s, e, ret, cin, ep, first, wt) in gs:
+            gaps.append((m, s, e, ret, cin, None if ep is None else (gi, ep), first, wt))
+            owner.append(gi)
+    ng = len(gaps)
+    epochs = {}
+    for j, g in enumerate(gaps):
+        if g[5] is not None:
+            epochs.setdefault(g[5], []).append(j)
+    # variables: x[ng], w[ng], P[n], sigma[n], B[n], D[n], Q[n]
+    ix, iw, ip, isg, ib, idd, iq = 0, ng, 2 * ng, 2 * ng + n, 2 * ng + 2 * n, 2 * ng + 3 * n, 2 * ng + 4 * n
+    nv = 2 * ng + 5 * n
+    er, ec, ev = [], [], []
+    # P_0 = sum of x covering call 0; P_k - P_{k-1} = starting at k - ending at k - 1
+    span = np.zeros(n + 1)
+    for j, (m, s, e, *_r) in enumerate(gaps):
+        if s <= e:
+            span[s] += m
+            span[e + 1] -= m
+            if s == 0:
+                er.append(0), ec.append(ix + j), ev.append(-1.0)
+        else:  # wraps: s..n-1 and 0..e
+            span[s] += m
+            span[0] += m
+            span[e + 1] -= m
+            er.append(0), ec.append(ix + j), ev.append(-1.0)
+        if 0 < s:
+            er.append(s), ec.append(ix + j), ev.append(-1.0)
+        if e + 1 < n:
+            er.append(e + 1), ec.append(ix + j), ev.append(1.0)
+    for k in range(n):
+        er.append(k), ec.append(ip + k), ev.append(1.0)
+        if k:
+            er.append(k), ec.append(ip + k - 1), ev.append(-1.0)
+    A_eq = coo_matrix((ev, (er, ec)), shape=(n, nv)).tocsr()
+    spanm = np.cumsum(span)[:n]
+    ur, uc, uv, ub = [], [], [], []
+    row = [0]
+
+    def le(terms, rhs):  # sum(v * var) <= rhs
+        for col, v in terms:
+            ur.append(row[0]), uc.append(col), uv.append(v)
+        ub.append(rhs)
+        row[0] += 1
+    # HBM at the instant before call k ends
+    for k in range(n):
+        le([(ip + k, -1.0), (ib + k, 1.0), (idd + k, 1.0)], cap - touched[k] - spanm[k])
+    # an epoch is copied out by the time any of its gaps is out
+    for ep, js in epochs.items():
+        wt = gaps[js[0]][7]
+        order = sorted(js, key=lambda j: (gaps[j][1] - wt - 1) % n)
+        for i, j in enumerate(order):
+            le([(ix + j, 1.0)] + [(iw + q, -1.0) for q in order[:i + 1]], 0.0)
+    R = [[] for _ in range(n)]
+    O1 = [[] for _ in range(n)]
+    E = [[] for _ in range(n)]
+    for j, (m, s, e, ret, cin, ep, first, wt) in enumerate(gaps):
+        if cin and ret is not None:
+            R[ret].append(ix + j)
+        if ep is not None:
+            E[wt].append(iw + j)
+            if first:
+                O1[(s - 1) % n].append(iw + j)
+    for k in range(n):
+        k1, km = (k + 1) % n, (k - 1) % n
+        # B_k >= R_{k+1} - b s_{k+1};  B_k >= R_{k+1} + B_{k+1} - b (d + s)_{k+1}
+        le([(c, 1.0) for c in R[k1]] + [(ib + k, -1.0), (isg + k1, -beta)], 0.0)
+        le([(c, 1.0) for c in R[k1]] + [(ib + k1, 1.0), (ib + k, -1.0), (isg + k1, -beta)],
+           beta * d[k1])
+        le([(c, 1.0) for c in O1[km]] + [(idd + km, 1.0), (idd + k, -1.0), (isg + k, -beta)],
+           beta * d[k])
+        le([(c, 1.0) for c in E[km]] + [(iq + km, 1.0), (iq + k, -1.0), (isg + k, -beta)],
+           beta * d[k])
+    A_ub = coo_matrix((uv, (ur, uc)), shape=(row[0], nv)).tocsr()
+    c = np.zeros(nv)
+    c[isg:isg + n] = 1.0
+    bounds = [(0, g[0]) for g in gaps] * 2 + [(None, None)] * n + [(0, None)] * (4 * n)
+    r = linprog(c, A_ub=A_ub, b_ub=ub, A_eq=A_eq, b_eq=np.zeros(n), bounds=bounds,
+                method="highs")
+    if r.status != 0:
+        sys.exit(f"LP not solved: {r.message}")
+    # of the schedules that fast, the fewest bytes (the optimum is not
+    # unique: what it moves is otherwise one arbitrary vertex's)
+    bounds[isg:isg + n] = [(0, None)] * n
+    least = float(sum(r.x[isg:isg + n]))
+    c2 = np.zeros(nv)
+    c2[iw:iw + ng] = 1.0
+    for k in range(n):
+        for cc in R[k]:
+            c2[cc] += 1.0
+    extra = coo_matrix(([1.0] * n, ([0] * n, list(range(isg, isg + n)))), shape=(1, nv))
+    from scipy.sparse import vstack
+    r2 = linprog(c2, A_ub=vstack([A_ub, extra]).tocsr(), b_ub=ub + [least * (1 + 1e-7) + 1e-6],
+                 A_eq=A_eq, b_eq=np.zeros(n), bounds=bounds, method="highs")
+    if r2.status == 0:
+        r = r2
+    x = r.x
+    bin_ = sum(x[cc] for k in range(n) for cc in R[k])
+    bout = sum(x[iw:iw + ng])
+    stall = float(sum(x[isg:isg + n]))
+    by = {}
+    for k in range(n):
+        for cc in R[k]:
+            share(by, groups[owner[cc - ix]][2], tags, 0, x[cc])
+    for j in range(ng):
+        share(by, groups[owner[j]][2], tags, 1, x[iw + j])
+    return float(d.sum()) + stall, stall, bin_ * CH / 2**30, bout * CH / 2**30, by
+
+
+def share(by, gens, tags, direction, chunks):
+    for gen in gens:
+        t = (tags or {}).get(gen, "?")
+        by.setdefault(t, [0.0, 0.0])[direction] += chunks * CH / 2**30 / len(gens)
+
+
+def bound(path, hbm, step=3, gbps=25.0):
+    times = []
+    calls = mb.load(path, times)
+    a, b = jb.window_start(path, step), jb.window_start(path, step + 1)
+    n, touched, groups = cycle(calls, a, b)
+    beta = gbps * 1e3 / CH  # chunks per µs
+    return solve(n, touched, groups, times[a:b], hbm // CH, beta, jb.alloc_tags(path)), n
+
+
+def selftest():
+    """Cases with known optima, and the bound against schedules that exist."""
+    beta = 0.5  # chunks per µs
+    key = lambda i: (i, 1, 0)  # noqa: E731
+
+    def run(cyc, cap, times, setup=()):
+        calls = [('call', {key(i): (True, True)}) for i in setup] + cyc
+        n, touched, groups = cycle(calls, len(setup), len(calls))
+        return solve(n, touched, groups, times, cap, beta)
+
+    # two calls, each the whole of HBM (4 chunks), read only: nothing can be
+    # brought in while the other runs, so each waits 4 / b = 8 µs
+    A = {key(i): (False, False) for i in range(4)}
+    B = {key(i): (False, False) for i in range(4, 8)}
+    t, s, _i, _o, _b = run([('call', A), ('call', B)], 4, [100.0, 100.0], range(8))
+    assert abs(t - 216.0) < 1e-6, t
+    # with HBM for both, no stall; with one chunk spare, the 4 chunks of the
+    # next call come in during this one only as far as the spare page goes
+    t, s, _i, _o, _b = run([('call', A), ('call', B)], 8, [100.0, 100.0], range(8))
+    assert abs(t - 200.0) < 1e-6, t
+    t5, _s, _i, _o, _b = run([('call', A), ('call', B)], 5, [100.0, 100.0], range(8))
+    assert 200.0 < t5 < 216.0, t5
+    # written every step: each eviction is also a copy-out, held until it ends
+    Aw = {key(i): (True, False) for i in range(4)}
+    Bw = {key(i): (True, False) for i in range(4, 8)}
+    tw, _s, gi, go, _b = run([('call', Aw), ('call', Bw)], 4, [100.0, 100.0], range(8))
+    assert tw >= 216.0 - 1e-6 and go > 0, (tw, go)
+    # link-bound: short calls, the bytes at the link rate dominate
+    tl, _s, gi, _o, _b = run([('call', A), ('call', B)], 4, [1.0, 1.0], range(8))
+    assert tl >= 8 * 2 / 1 - 1e-6, tl
+    # the bound never exceeds a schedule that exists: on-demand, serial copies
+    import random
+    rnd = random.Random(11)
+    for case in range(200):
+        nkeys = rnd.randint(2, 6)
+        cap = rnd.randint(2, 4)
+        cyc = []
+        for _ in range(rnd.randint(2, 7)):
+            ks = rnd.sample(range(nkeys), rnd.randint(1, min(cap, nkeys)))
+            ws = {k: rnd.random() < 0.4 for k in ks}
+            cyc.append(('call', {key(k): (ws[k], ws[k] and rnd.random() < 0.5) for k in ks}))
+        times = [float(rnd.randint(1, 20)) for _ in cyc]
+        setup = [k for k in range(nkeys) if rnd.random() < 0.7]
+        t, _s, _i, _o, _b = run(cyc, cap, times, setup)
+        sim = on_demand(cyc, cap, times, {key(k) for k in setup}, beta)
+        if t > sim + 1e-6:
+            sys.exit(f"selftest case {case}: bound {t} above the on-demand schedule's {sim}")
+    print("selftest: known optima, and 200 random cycles: bound <= an on-demand schedule's steady step")
+
+
+def on_demand(cyc, cap, times, has, beta, cycles=40):
+    """Steady step of a physical schedule: calls in order; a call's absent
+    chunks are brought in before it starts, evicting the resident chunk used
+    furthest ahead (copying it out first if its contents changed since its
+    last copy-out); copies run one at a time, nothing overlaps a call."""
+    n = len(cyc)
+    uses = {}
+    for t, (_k, c) in enumerate(cyc):
+        for key in c:
+            uses.setdefault(key, []).append(t)
+    res, clean, has = set(), set(has), set(has)  # `clean`: host copy is current
+    clock, ends = 0.0, []
+    for r in range(cycles):
+        for t, (_k, c) in enumerate(cyc):
+            def nxt(key):
+                return min(((u - t - 1) % n for u in uses[key]))
+            for key, (w, whole) in c.items():
+                if key in res:
+                    continue
+                while len(res) >= cap:
+                    v = max((k for k in res if k not in c), key=nxt)
+                    if v not in clean:
+                        clock += 1 / beta
+                        clean.add(v)
+                    res.discard(v)
+                if key in has and not (w and whole):
+                    clock += 1 / beta
+                res.add(key)
+            for key, (w, _whole) in c.items():
+                if w:
+                    clean.discard(key)
+                    has.add(key)
+            clock += times[t]
+        ends.append(clock)
+    return (ends[-1] - ends[cycles // 2]) / (cycles - 1 - cycles // 2)
+
+
+def main():
+    args = sys.argv[1:]
+    if args == ['--selftest']:
+        return selftest()
+    gbps, step, as_json = 25.0, 3, False
+    while args and args[0].startswith('--'):
+        a = args.pop(0)
+        if a == '--link-gbps':
+            gbps = float(args.pop(0))
+        elif a == '--step':
+            step = int(args.pop(0))
+        elif a == '--json':
+            as_json = True
+        else:
+            sys.exit(__doc__)
+    if len(args) != 2:
+        sys.exit(__doc__)
+    hbm = mb.parse_size(args[0])
+    (t, stall, gi, go, by), n = bound(args[1], hbm, step, gbps)
+    rep = {"trace": args[1], "hbm_bytes": hbm, "step": step, "calls": n,
+           "bound_ms": t / 1e3, "compute_ms": (t - stall) / 1e3, "stall_ms": stall / 1e3,
+           "in_gib": gi, "out_gib": go,
+           "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(by.items())}}
+    if as_json:
+        print(json.dumps(rep))
+    else:
+        print(f"{args[1]}: step {step}, {n} calls, HBM {hbm // CH} chunks: at least "
+              f"{t / 1e3:.1f} ms per step ({(t - stall) / 1e3:.1f} device + {stall / 1e3:.1f} "
+              f"waiting); the optimum moves {gi:.3f} GiB in, {go:.3f} GiB out")
+        for tag, (ti, to) in sorted(by.items()):
+            if ti > 5e-4 or to > 5e-4:
+                print(f"  {tag:>10}: in {ti:8.3f} GiB, out {to:8.3f} GiB")
+
+
+if __name__ == '__main__':
+    main()
