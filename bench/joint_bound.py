@@ -41,7 +41,11 @@ CH = mb.CH
 
 def window_start(path, step):
     """Index in `mb.load(path)`'s calls of the `# train step STEP:` marker."""
-    mark = "# train step %d:" % step
+    return call_index(path, "# train step %d:" % step)
+
+
+def call_index(path, mark):
+    """Index in `mb.load(path)`'s calls of the first line starting `mark`."""
     lines = []
     with open(path) as f:
         for line in f:

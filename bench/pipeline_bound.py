@@ -34,7 +34,9 @@ Each holds for every physical schedule (a copy-out cannot start before the
 write it saves ends; a copy-in done before call k ends holds its page; a
 page evicted right after its write is held until the copy-out ends; a
 copy-out later in the epoch may have been done while the page was resident,
-so it is charged link time, not HBM). The step is periodic (every step of a
+so it is charged link time, not HBM — at any time after its write, even
+after the page is given up: a relaxation; the most waiting to go out in a
+phase, printed, says how far the optimum leans on it). The step is periodic (every step of a
 `u3m synth` trace is the same calls on the same addresses), and the LP is
 convex and shift-invariant, so the average of any long schedule's steps is
 at least the optimum. What it leaves out only lowers it: a copy-in may start
@@ -125,10 +127,13 @@ def cycle(calls, a, b):
 
 
 def solve(n, touched, groups, times, cap, beta, tags=None):
-    """(least step µs, stalls µs, GiB in, GiB out, {tag: [GiB in, GiB out]})
-    of the LP; `beta` is the link in chunks per µs each way, `cap` HBM in
-    chunks, `tags` allocation generation -> tag (a group's bytes shared
-    among its members' tags)."""
+    """The LP's optimum: {"step_us", "stall_us", "in_gib", "out_gib",
+    "by_tag": {tag: [GiB in, GiB out]}, "calls": per call (µs it takes with
+    its stall, chunks copied in for it, chunks of copy-outs its write
+    releases, out backlog and copied-in-ahead chunks as it ends)}; `beta`
+    is the link in chunks per µs each way, `cap` HBM in chunks, `tags`
+    allocation generation -> tag (a group's bytes shared among its
+    members' tags)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     if max(touched) > cap:
@@ -242,7 +247,10 @@ def solve(n, touched, groups, times, cap, beta, tags=None):
             share(by, groups[owner[cc - ix]][2], tags, 0, x[cc])
     for j in range(ng):
         share(by, groups[owner[j]][2], tags, 1, x[iw + j])
-    return float(d.sum()) + stall, stall, bin_ * CH / 2**30, bout * CH / 2**30, by
+    calls = [(d[k] + x[isg + k], sum(x[cc] for cc in R[k]), sum(x[cc] for cc in E[k]),
+              x[iq + k], x[ib + k]) for k in range(n)]
+    return {"step_us": float(d.sum()) + stall, "stall_us": stall, "in_gib": bin_ * CH / 2**30,
+            "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls}
 
 
 def share(by, gens, tags, direction, chunks):
@@ -252,12 +260,23 @@ def share(by, gens, tags, direction, chunks):
 
 
 def bound(path, hbm, step=3, gbps=25.0):
+    """`solve`'s optimum for step `step` of the trace at `path`, with
+    "phases": [(name, first call, end)] from synth's `# train step K: NAME`
+    markers (calls counted from the step's start)."""
     times = []
     calls = mb.load(path, times)
     a, b = jb.window_start(path, step), jb.window_start(path, step + 1)
     n, touched, groups = cycle(calls, a, b)
     beta = gbps * 1e3 / CH  # chunks per µs
-    return solve(n, touched, groups, times[a:b], hbm // CH, beta, jb.alloc_tags(path)), n
+    r = solve(n, touched, groups, times[a:b], hbm // CH, beta, jb.alloc_tags(path))
+    names = [ln.split(":", 1)[1].strip() for ln in open(path)
+             if ln.startswith(f"# train step {step}:")]
+    starts = []
+    for name in names:
+        starts.append(jb.call_index(path, f"# train step {step}: {name}") - a)
+    r["phases"] = [(nm, s0, s1) for nm, s0, s1 in zip(names, starts, starts[1:] + [n])]
+    r["calls_in_step"] = n
+    return r
 
 
 def selftest():
@@ -268,7 +287,8 @@ def selftest():
     def run(cyc, cap, times, setup=()):
         calls = [('call', {key(i): (True, True)}) for i in setup] + cyc
         n, touched, groups = cycle(calls, len(setup), len(calls))
-        return solve(n, touched, groups, times, cap, beta)
+        r = solve(n, touched, groups, times, cap, beta)
+        return r["step_us"], r["stall_us"], r["in_gib"], r["out_gib"], r["by_tag"]
 
     # two calls, each the whole of HBM (4 chunks), read only: nothing can be
     # brought in while the other runs, so each waits 4 / b = 8 µs
@@ -365,21 +385,37 @@ def main():
     if len(args) != 2:
         sys.exit(__doc__)
     hbm = mb.parse_size(args[0])
-    (t, stall, gi, go, by), n = bound(args[1], hbm, step, gbps)
+    r = bound(args[1], hbm, step, gbps)
+    t, stall, n = r["step_us"], r["stall_us"], r["calls_in_step"]
+    G = CH / 2**30
+    phases = []
+    for name, s0, s1 in r["phases"]:
+        cs = r["calls"][s0:s1]
+        span = sum(c[0] for c in cs)
+        phases.append({"phase": name, "calls": [s0, s1], "ms": span / 1e3,
+                       "in_gib": sum(c[1] for c in cs) * G, "out_released_gib": sum(c[2] for c in cs) * G,
+                       "in_link_busy": sum(c[1] for c in cs) / (gbps * 1e3 / CH) / span if span else 0.0,
+                       "out_backlog_max_mib": max((c[3] for c in cs), default=0) * CH / 2**20,
+                       "in_ahead_max_mib": max((c[4] for c in cs), default=0) * CH / 2**20})
     rep = {"trace": args[1], "hbm_bytes": hbm, "step": step, "calls": n,
            "bound_ms": t / 1e3, "compute_ms": (t - stall) / 1e3, "stall_ms": stall / 1e3,
-           "in_gib": gi, "out_gib": go,
-           "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(by.items())}}
+           "in_gib": r["in_gib"], "out_gib": r["out_gib"],
+           "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(r["by_tag"].items())},
+           "phases": phases}
     if as_json:
         print(json.dumps(rep))
-    else:
-        print(f"{args[1]}: step {step}, {n} calls, HBM {hbm // CH} chunks: at least "
-              f"{t / 1e3:.1f} ms per step ({(t - stall) / 1e3:.1f} device + {stall / 1e3:.1f} "
-              f"waiting); the optimum moves {gi:.3f} GiB in, {go:.3f} GiB out")
-        for tag, (ti, to) in sorted(by.items()):
-            if ti > 5e-4 or to > 5e-4:
-                print(f"  {tag:>10}: in {ti:8.3f} GiB, out {to:8.3f} GiB")
-
+        return
+    print(f"{args[1]}: step {step}, {n} calls, HBM {hbm // CH} chunks: at least "
+          f"{t / 1e3:.1f} ms per step ({(t - stall) / 1e3:.1f} device + {stall / 1e3:.1f} "
+          f"waiting); the optimum moves {r['in_gib']:.3f} GiB in, {r['out_gib']:.3f} GiB out")
+    for tag, (ti, to) in sorted(r["by_tag"].items()):
+        if ti > 5e-4 or to > 5e-4:
+            print(f"  {tag:>10}: in {ti:8.3f} GiB, out {to:8.3f} GiB")
+    for p in phases:
+        print(f"  {p['phase']:>10}: {p['ms']:7.1f} ms, in {p['in_gib']:7.3f} GiB (the link "
+              f"{p['in_link_busy'] * 100:3.0f} % busy), copy-outs released {p['out_released_gib']:7.3f} GiB; "
+              f"at most {p['out_backlog_max_mib']:.0f} MiB waiting to go out, "
+              f"{p['in_ahead_max_mib']:.0f} MiB in ahead")
 
 if __name__ == '__main__':
     main()
