@@ -4,7 +4,8 @@ told which data is dead, with the pipeline's physics: copies take link time,
 a copied-in page is held from its copy's start, an evicted dirty page until
 its copy-out ends, and an operator's pages until the operator ends. An LP
 over one step taken as a cycle, solved with HiGHS (pip install scipy).
-usage: bench/pipeline_bound.py [--json] [--link-gbps G] [--step K] HBM_BYTES TRACE
+usage: bench/pipeline_bound.py [--json] [--link-gbps G] [--step K]
+                               [--copy-out-at-eviction] HBM_BYTES TRACE
        bench/pipeline_bound.py --selftest
 
 bench/joint_bound.py bounds the bytes; a step takes at least those bytes at
@@ -44,7 +45,11 @@ before its chunk leaves, copies and operators share nothing but the link,
 the program's own host copies take no time.
 
 `--step K` (default 3): the cycle is step K's calls (from its `# train step
-K:` marker to the next); the trace must have step K + 1."""
+K:` marker to the next); the trace must have step K + 1.
+`--copy-out-at-eviction`: the bound for schedules whose copy-outs start when
+the chunk is evicted, as u3m's do (no write-back ahead of the eviction):
+every copy-out is released at its gap's start and holds its page until it
+ends (the D term for every gap)."""
 import json, os, sys
 
 import numpy as np
@@ -126,14 +131,16 @@ def cycle(calls, a, b):
     return n, touched, out
 
 
-def solve(n, touched, groups, times, cap, beta, tags=None):
+def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     """The LP's optimum: {"step_us", "stall_us", "in_gib", "out_gib",
     "by_tag": {tag: [GiB in, GiB out]}, "calls": per call (µs it takes with
     its stall, chunks copied in for it, chunks of copy-outs its write
     releases, out backlog and copied-in-ahead chunks as it ends)}; `beta`
     is the link in chunks per µs each way, `cap` HBM in chunks, `tags`
     allocation generation -> tag (a group's bytes shared among its
-    members' tags)."""
+    members' tags). `at_eviction`: every copy-out starts when its chunk is
+    evicted and holds the page until it ends (no write-back ahead of the
+    eviction, as u3m's engine copies out)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     if max(touched) > cap:
@@ -201,8 +208,8 @@ def solve(n, touched, groups, times, cap, beta, tags=None):
         if cin and ret is not None:
             R[ret].append(ix + j)
         if ep is not None:
-            E[wt].append(iw + j)
-            if first:
+            E[(s - 1) % n if at_eviction else wt].append(iw + j)
+            if first or at_eviction:
                 O1[(s - 1) % n].append(iw + j)
     for k in range(n):
         k1, km = (k + 1) % n, (k - 1) % n
@@ -259,7 +266,7 @@ def share(by, gens, tags, direction, chunks):
         by.setdefault(t, [0.0, 0.0])[direction] += chunks * CH / 2**30 / len(gens)
 
 
-def bound(path, hbm, step=3, gbps=25.0):
+def bound(path, hbm, step=3, gbps=25.0, at_eviction=False):
     """`solve`'s optimum for step `step` of the trace at `path`, with
     "phases": [(name, first call, end)] from synth's `# train step K: NAME`
     markers (calls counted from the step's start)."""
@@ -268,7 +275,7 @@ def bound(path, hbm, step=3, gbps=25.0):
     a, b = jb.window_start(path, step), jb.window_start(path, step + 1)
     n, touched, groups = cycle(calls, a, b)
     beta = gbps * 1e3 / CH  # chunks per µs
-    r = solve(n, touched, groups, times[a:b], hbm // CH, beta, jb.alloc_tags(path))
+    r = solve(n, touched, groups, times[a:b], hbm // CH, beta, jb.alloc_tags(path), at_eviction)
     names = [ln.split(":", 1)[1].strip() for ln in open(path)
              if ln.startswith(f"# train step {step}:")]
     starts = []
@@ -327,7 +334,13 @@ def selftest():
         sim = on_demand(cyc, cap, times, {key(k) for k in setup}, beta)
         if t > sim + 1e-6:
             sys.exit(f"selftest case {case}: bound {t} above the on-demand schedule's {sim}")
-    print("selftest: known optima, and 200 random cycles: bound <= an on-demand schedule's steady step")
+        r2 = solve(*cycle([('call', {key(i): (True, True)}) for i in setup] + cyc, len(setup),
+                          len(setup) + len(cyc)), times, cap, beta, at_eviction=True)
+        if r2["step_us"] < t - 1e-6 or r2["step_us"] > sim + 1e-6:
+            sys.exit(f"selftest case {case}: copy-outs at eviction {r2['step_us']}, "
+                     f"outside [{t}, {sim}]")
+    print("selftest: known optima, and 200 random cycles: bound <= bound with copy-outs at eviction "
+          "<= an on-demand schedule's steady step")
 
 
 def on_demand(cyc, cap, times, has, beta, cycles=40):
@@ -371,7 +384,7 @@ def main():
     args = sys.argv[1:]
     if args == ['--selftest']:
         return selftest()
-    gbps, step, as_json = 25.0, 3, False
+    gbps, step, as_json, at_eviction = 25.0, 3, False, False
     while args and args[0].startswith('--'):
         a = args.pop(0)
         if a == '--link-gbps':
@@ -380,12 +393,14 @@ def main():
             step = int(args.pop(0))
         elif a == '--json':
             as_json = True
+        elif a == '--copy-out-at-eviction':
+            at_eviction = True
         else:
             sys.exit(__doc__)
     if len(args) != 2:
         sys.exit(__doc__)
     hbm = mb.parse_size(args[0])
-    r = bound(args[1], hbm, step, gbps)
+    r = bound(args[1], hbm, step, gbps, at_eviction)
     t, stall, n = r["step_us"], r["stall_us"], r["calls_in_step"]
     G = CH / 2**30
     phases = []
@@ -398,6 +413,7 @@ def main():
                        "out_backlog_max_mib": max((c[3] for c in cs), default=0) * CH / 2**20,
                        "in_ahead_max_mib": max((c[4] for c in cs), default=0) * CH / 2**20})
     rep = {"trace": args[1], "hbm_bytes": hbm, "step": step, "calls": n,
+           "copy_out_at_eviction": at_eviction,
            "bound_ms": t / 1e3, "compute_ms": (t - stall) / 1e3, "stall_ms": stall / 1e3,
            "in_gib": r["in_gib"], "out_gib": r["out_gib"],
            "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(r["by_tag"].items())},
