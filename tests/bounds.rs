@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{output_ok, scratch, small_13b_trace, synth_trace, target_dir};
+use common::{output_ok, scratch, small_13b_trace, small_13b_trace_steps, target_dir};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -37,9 +37,10 @@ fn the_copy_out_bound_is_never_above_the_fewest_and_the_greedy_never_below() {
     selftest(script(), "bound <= fewest <= greedy");
 }
 
-/// (copy-in, copy-out) bytes u3m moved under each policy, as the replay
-/// runs the library's pipeline on the simulator's cost model.
-fn replay(trace: &str, hbm: &str) -> Vec<(String, u64, u64)> {
+/// (policy, copy-in bytes, copy-out bytes, simulated ns of the whole run)
+/// of each policy, as the replay runs the library's pipeline on the
+/// simulator's cost model.
+fn replay(trace: &str, hbm: &str) -> Vec<(String, u64, u64, u64)> {
     let out = output_ok(
         Command::new(target_dir().join("u3m"))
             .args(["replay", trace, "--hbm", hbm, "--json"])
@@ -58,6 +59,7 @@ fn replay(trace: &str, hbm: &str) -> Vec<(String, u64, u64)> {
                 p["policy"].as_str().unwrap().to_string(),
                 rt["h2d_bytes"].as_u64().unwrap(),
                 rt["d2h_bytes"].as_u64().unwrap(),
+                p["total_ns"].as_u64().unwrap(),
             )
         })
         .collect()
@@ -94,7 +96,7 @@ fn no_schedule_the_replay_runs_moves_fewer_bytes_than_the_bounds() {
         );
         let runs = replay(&trace, &hbm);
         assert_eq!(runs.len(), 3);
-        for (policy, h2d, d2h) in runs {
+        for (policy, h2d, d2h, _) in runs {
             assert!(
                 h2d >= in_bypass && d2h >= out_bound,
                 "{workload}, {policy}: in {h2d} / out {d2h} bytes, below the bounds {b}"
@@ -143,7 +145,7 @@ fn no_schedule_the_replay_runs_beats_the_joint_bound() {
             (least_in - m["in_demand"].as_f64().unwrap()).abs() < 1.0,
             "{workload}: {b} against {m}"
         );
-        for (policy, h2d, d2h) in replay(&trace, &hbm) {
+        for (policy, h2d, d2h, _) in replay(&trace, &hbm) {
             let (h2d, d2h) = (h2d as f64, d2h as f64);
             assert!(
                 h2d >= least_in && d2h >= least_out - 1e6 && h2d.max(d2h) >= busier - 1e6,
@@ -177,20 +179,8 @@ fn the_pipeline_bound_meets_known_optima_and_no_schedule_beats_it_on_tiny_cycles
 fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
     let dir = scratch("pipeline-bound");
     for workload in ["lora", "adam"] {
-        let shape = [
-            "--model",
-            "llama2-13b",
-            "--layers",
-            "2",
-            "--seq",
-            "512",
-            "--batch",
-            "1",
-            "--workload",
-            workload,
-        ];
-        let (t3, hbm) = synth_trace(&dir, &format!("{workload}3.trace"), &shape, 3);
-        let (t5, _) = synth_trace(&dir, &format!("{workload}5.trace"), &shape, 5);
+        let (t3, hbm) = small_13b_trace_steps(&dir, workload, &[], 3);
+        let (t5, _) = small_13b_trace_steps(&dir, workload, &[], 5);
         let bound = |extra: &[&str]| {
             let out = output_ok(
                 Command::new("python3")
@@ -208,9 +198,9 @@ fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
                 && ms(&at_eviction) >= ms(&b),
             "{workload}: {b} {at_eviction}"
         );
-        let (r3, r5) = (total_ns(&t3, &hbm), total_ns(&t5, &hbm));
+        let (r3, r5) = (replay(&t3, &hbm), replay(&t5, &hbm));
         assert_eq!(r3.len(), 3);
-        for ((policy, a), (_, z)) in r3.iter().zip(&r5) {
+        for ((policy, .., a), (.., z)) in r3.iter().zip(&r5) {
             let step = (z - a) as f64 / 2.0 / 1e6;
             assert!(
                 step >= ms(&at_eviction),
@@ -219,27 +209,4 @@ fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
             );
         }
     }
-}
-
-/// Simulated time of each policy's whole replay of `trace`.
-fn total_ns(trace: &str, hbm: &str) -> Vec<(String, u64)> {
-    let out = output_ok(
-        Command::new(target_dir().join("u3m"))
-            .args(["replay", trace, "--hbm", hbm, "--json"])
-            .args(["--policy", "predictive,lru,belady"])
-            .args(["--link-model", "shared", "--call-us", "0"])
-            .args(["--issue", "acl-replay"]),
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    j["traces"][0]["policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["policy"].as_str().unwrap().to_string(),
-                p["total_ns"].as_u64().unwrap(),
-            )
-        })
-        .collect()
 }

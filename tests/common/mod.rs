@@ -187,6 +187,17 @@ pub fn small_13b_trace(dir: &Path, workload: &str) -> (String, String) {
 /// `small_13b_trace` with more synth options (`extra`), written to
 /// `dir/WORKLOAD-EXTRA.trace`.
 pub fn small_13b_trace_with(dir: &Path, workload: &str, extra: &[&str]) -> (String, String) {
+    small_13b_trace_steps(dir, workload, extra, 2)
+}
+
+/// `small_13b_trace_with` of `steps` steps, written to
+/// `dir/WORKLOAD-EXTRA.trace` (2 steps) or `dir/WORKLOAD-EXTRA-STEPS.trace`.
+pub fn small_13b_trace_steps(
+    dir: &Path,
+    workload: &str,
+    extra: &[&str],
+    steps: u32,
+) -> (String, String) {
     let mut shape = vec![
         "--model",
         "llama2-13b",
@@ -200,6 +211,9 @@ pub fn small_13b_trace_with(dir: &Path, workload: &str, extra: &[&str]) -> (Stri
         workload,
     ];
     shape.extend_from_slice(extra);
-    let name = [&[workload], extra].concat().join("").replace('-', "");
-    synth_trace(dir, &format!("{name}.trace"), &shape, 2)
+    let mut name = [&[workload], extra].concat().join("").replace('-', "");
+    if steps != 2 {
+        name = format!("{name}-{steps}");
+    }
+    synth_trace(dir, &format!("{name}.trace"), &shape, steps)
 }
