@@ -348,9 +348,10 @@ impl Engine {
     /// times every resident chunk is in a call in flight, so nothing can
     /// move until one ends (mt_stress, 8 threads on 48 MiB: four rounds
     /// were all lost once in 60 runs under load, and with rounds on while
-    /// room could be made, once in 120 to a moment when none could). With
-    /// no managed chunk resident nothing will ever move: the runtime's
-    /// refusal is returned at once.
+    /// room could be made, once in 120 to a moment when none could). When
+    /// no resident chunk may ever move (none resident, or only exported
+    /// ones and, in a forked child, those resident at the fork), the
+    /// runtime's refusal is returned at once.
     fn retry_with_room(&self, dev: i32, size: u64, real: Real<'_>) -> i32 {
         let Some(r) = &self.residency else {
             return E_ALLOC;
@@ -361,7 +362,7 @@ impl Engine {
         loop {
             let room = self.make_room(dev, size + CHUNK);
             if room.is_none() {
-                if r.usage(dev_index(dev)).0 == 0 || std::time::Instant::now() >= deadline {
+                if !r.may_move(dev.max(0) as u32) || std::time::Instant::now() >= deadline {
                     return E_ALLOC;
                 }
                 // the calls in flight end, or other threads free

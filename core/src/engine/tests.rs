@@ -162,6 +162,59 @@ fn an_unmanaged_allocation_goes_on_having_room_made_while_chunks_can_move() {
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
 }
 
+/// Exported memory never moves: an unmanaged allocation refused while only
+/// exported chunks are resident gets the refusal at once, not after
+/// `U3M_ALLOC_WAIT_MS` (it waited the whole minute while anything managed
+/// was resident).
+#[test]
+fn an_unmanaged_allocation_does_not_wait_for_exported_memory_to_move() {
+    let (e, f, _d) = engine_with("retry-pinned", 4, &[("U3M_ALLOC_WAIT_MS", "60000")]);
+    let mut h = 0u64;
+    let call = Call::MallocPhysical {
+        device: 0,
+        size: 2 * CHUNK,
+        shareable: false,
+        plain: true,
+        out: unsafe { Out::new(&mut h) },
+    };
+    assert_eq!(e.run(0, &call, &mut || panic!("u3m's own handle")), 0);
+    let va = f.reserve(2 * CHUNK).unwrap();
+    let map = Call::Map {
+        va,
+        size: 2 * CHUNK,
+        offset: 0,
+        handle: h,
+        flags: 0,
+    };
+    assert_eq!(e.run(0, &map, &mut || panic!("mapped by the manager")), 0);
+    assert_eq!(write(&e, f, va, &vec![5u8; 2 * CHUNK as usize]), 0);
+    let pass = Cell::new(h);
+    let exp = Call::ExportHandle {
+        handle: h,
+        pass: &pass,
+    };
+    assert_eq!(e.run(0, &exp, &mut || 0), 0);
+    assert!(
+        e.residency().unwrap().usage(0).0 >= 2 * CHUNK,
+        "exported and resident"
+    );
+    let t0 = std::time::Instant::now();
+    let (rc, tries) = unmanaged_malloc(&e, f, |_, _| false);
+    assert_eq!(rc, AclError::RT_MEMORY_ALLOCATION.raw());
+    assert!(tries <= 8, "{tries} tries");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "waited {:?} for memory that never moves",
+        t0.elapsed()
+    );
+    // and while a movable chunk is resident too, it still makes room
+    let other = malloc(&e, CHUNK);
+    assert_eq!(write(&e, f, other, &[7u8; 64]), 0);
+    let (rc, tries) = unmanaged_malloc(&e, f, |k, free| k > 1 && free >= CHUNK);
+    assert_eq!((rc, tries), (0, 2), "room made by moving the managed chunk");
+    assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
+}
+
 #[test]
 fn a_synchronous_read_from_a_lost_device_is_served_from_dram() {
     let (e, f, _d) = engine("lost", 1);

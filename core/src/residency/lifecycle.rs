@@ -38,7 +38,7 @@ const MAP_TRIES: u32 = 3;
 
 /// Pins of a chunk resident at fork, in the child: never evicted there
 /// (uses add and remove their own pins around it).
-const FORK_PINNED: u32 = 1 << 30;
+pub(super) const FORK_PINNED: u32 = 1 << 30;
 
 /// The residency lock held across fork() (`hold_for_fork`).
 pub struct ShardHold(

@@ -357,6 +357,24 @@ impl Shard {
         )
     }
 
+    /// Whether some managed chunk resident on `dev` may yet leave HBM: one
+    /// in a call in flight will, once the call ends; exported memory and,
+    /// in a forked child, what was resident at the fork never will. Scans
+    /// the device's backings: for the rare caller that found no room.
+    pub fn may_move(&self, dev: u32) -> bool {
+        let Ok(st) = self.st.lock() else {
+            return false;
+        };
+        st.backings.values().any(|b| {
+            b.dev == dev
+                && !b.pinned
+                && b.real() == 0
+                && b.chunks
+                    .iter()
+                    .any(|c| c.phys != 0 && c.pins < lifecycle::FORK_PINNED)
+        })
+    }
+
     /// Bytes of managed memory of `dev` host-mapped now.
     pub fn host_mapped(&self, dev: u32) -> u64 {
         self.st

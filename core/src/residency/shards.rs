@@ -737,6 +737,12 @@ impl Residency {
         self.shard(dev as u32).usage(dev)
     }
 
+    /// Whether some managed chunk resident on `dev` may yet leave HBM
+    /// (`Residency::may_move`).
+    pub fn may_move(&self, dev: u32) -> bool {
+        self.shard(dev).may_move(dev)
+    }
+
     /// Bytes of managed memory of `dev` host-mapped now.
     pub fn host_mapped(&self, dev: u32) -> u64 {
         self.shard(dev).host_mapped(dev)

@@ -2559,6 +2559,27 @@ fn a_forked_child_forgets_the_rooms_its_parent_kept() {
     assert_no_misuse_or_fault(&f.seen());
 }
 
+/// In a forked child the chunks resident at the fork never move (their
+/// pages are the parent's too), so nothing resident may move until the
+/// child makes its own; a chunk in a call in flight may.
+#[test]
+fn what_was_resident_at_the_fork_never_counts_as_movable() {
+    let (f, r, [x, _y]) = two_written_chunks();
+    assert!(r.may_move(0), "the parent's chunks move");
+    f.forget_streams();
+    r.after_fork_child(None).expect("child");
+    assert_eq!(r.usage(0).0, 2 * CHUNK);
+    assert!(!r.may_move(0), "the parent's pages, pinned in the child");
+    // evicted in the child? never: a read of x is served where it is
+    assert_eq!(
+        sync_call(&r, f, 0, x, CHUNK, None).expect("read"),
+        pattern(1, CHUNK)
+    );
+    assert!(!r.may_move(0));
+    assert!(!r.may_move(1), "another device has nothing");
+    assert_no_misuse_or_fault(&f.seen());
+}
+
 /// One device of `chunks` chunks whose queued work runs at once, u3m in
 /// front of it with the default configuration, and its (free, total).
 fn eager_residency(chunks: u64) -> (&'static Fake, Residency, u64, u64) {
