@@ -920,8 +920,7 @@ impl Residency {
     /// capacity, stopping at the first chunk the policy expects within
     /// `KEEP_HORIZON` calls. Returns the chunks evicted.
     /// HBM use counts everything on the device (managed chunks and memory
-    /// u3m does not manage), as the runtime reports it; the calling thread's
-    /// device must be `dev`.
+    /// u3m does not manage), as the runtime reports it for `dev`.
     pub fn enforce_watermarks(&self, dev: u32, low: f64, high: f64) -> u32 {
         let Ok((free, total)) = self.rt.mem_info() else {
             return 0;

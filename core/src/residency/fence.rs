@@ -161,11 +161,16 @@ pub(super) struct Fenced {
     /// memory must keep for it, which this wrapper's `mem_info` does not
     /// report free and its `malloc_physical` does not take.
     kept: AtomicU64,
+    /// The device whose state this wrapper serves: its `mem_info` is that
+    /// device's, whichever device the calling thread is on (a peer copy
+    /// faults in another device's chunks).
+    dev: u32,
 }
 
 impl Fenced {
-    pub fn new(rt: &'static dyn Runtime) -> Fenced {
+    pub fn new(rt: &'static dyn Runtime, dev: u32) -> Fenced {
         Fenced {
+            dev,
             rt,
             list: Mutex::new(List::default()),
             any: AtomicBool::new(false),
@@ -206,8 +211,22 @@ impl Fenced {
         if kept == 0 {
             return 0;
         }
-        let free = self.rt.mem_info().map(|(f, _)| f).unwrap_or(0);
+        let free = self.dev_mem_info().map(|(f, _)| f).unwrap_or(0);
         kept.saturating_sub(free)
+    }
+
+    /// The free and total HBM of this wrapper's device. The runtime answers
+    /// for the calling thread's device: another device's is asked from its
+    /// default context (and the caller's context restored). A runtime that
+    /// cannot say which device is current is asked as it is.
+    fn dev_mem_info(&self) -> Result<(u64, u64), AclError> {
+        match self.rt.current_device() {
+            Some(d) if d != self.dev => {
+                on_default_context(self.rt, self.dev, || self.rt.mem_info())
+                    .unwrap_or(Err(AclError::RT_PARAM_INVALID))
+            }
+            _ => self.rt.mem_info(),
+        }
     }
 
     /// A new stream of u3m's own on `dev`, created in `dev`'s default
@@ -521,7 +540,7 @@ impl Runtime for Fenced {
         let kept = self.kept.load(Acquire);
         if kept > 0 {
             // what a full device answers: the callers evict and try again
-            let (free, _) = self.rt.mem_info()?;
+            let (free, _) = self.dev_mem_info()?;
             if free < kept.saturating_add(bytes) {
                 return Err(AclError::RT_MEMORY_ALLOCATION);
             }
@@ -601,7 +620,7 @@ impl Runtime for Fenced {
         self.rt.free_host(ptr)
     }
     fn mem_info(&self) -> Result<(u64, u64), AclError> {
-        let (free, total) = self.rt.mem_info()?;
+        let (free, total) = self.dev_mem_info()?;
         Ok((free.saturating_sub(self.kept.load(Acquire)), total))
     }
 }
@@ -706,7 +725,7 @@ mod tests {
     #[test]
     fn a_fence_a_call_names_is_recorded_after_its_launch() {
         let rt: &'static Launches = Box::leak(Box::default());
-        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt)));
+        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt, 0)));
         let shard = Mutex::new(());
         let stop = AtomicBool::new(false);
         let latest = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
@@ -811,7 +830,7 @@ mod tests {
     #[test]
     fn streams_sharing_a_home_slot_are_each_joined_in_their_slot() {
         let rt: &'static Launches = Box::leak(Box::default());
-        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt)));
+        let f: &'static Fenced = Box::leak(Box::new(Fenced::new(rt, 0)));
         // half the slots' worth of streams with one home, the rest with the
         // home after it (so those find it taken too)
         let h0 = home_slot(1);

@@ -32,8 +32,8 @@ pub struct Oversize {
 
 impl Residency {
     /// Whether the chunks a call touches on `dev` can be resident together.
-    /// Asks the runtime (the calling thread's device is `dev`); on an error
-    /// the fault-in decides as before.
+    /// Asks the runtime (`dev`'s HBM, whichever device the thread is on);
+    /// on an error the fault-in decides as before.
     pub(super) fn check_fits(
         &self,
         st: &State,

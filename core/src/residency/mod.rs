@@ -262,7 +262,7 @@ impl Shard {
         // one small object per manager (a process has one; tests and the
         // replayer a few), leaked so the manager's modules keep a
         // `&'static dyn Runtime`
-        let fences: &'static fence::Fenced = Box::leak(Box::new(fence::Fenced::new(rt)));
+        let fences: &'static fence::Fenced = Box::leak(Box::new(fence::Fenced::new(rt, shard)));
         // backing ids of this state are `shard` modulo MAX_DEVICES (never 0)
         let first_id = MAX_DEVICES as u64 + shard as u64;
         Shard {

@@ -2189,6 +2189,58 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
     assert_no_misuse_or_fault(&s);
 }
 
+/// A chunk of device 0 faulted in by a call of a device-1 thread (a peer
+/// copy) finds room on device 0, whatever device 1 has free: HBM is asked
+/// of the chunk's device. When it was asked of the calling thread's, a
+/// full device 1 made device 0's empty HBM look full, and the fault-in
+/// found nothing of device 0's to evict and failed.
+#[test]
+fn a_chunk_of_another_device_is_faulted_in_against_its_own_devices_room() {
+    let f = Fake::leak(2, 2 * CHUNK);
+    f.set_per_thread_device();
+    f.set_eager(true);
+    let r = Residency::new(f, &config(&[])).expect("residency");
+    let (free, total) = f.mem_info().unwrap();
+    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let ys = [
+        r.malloc(1, CHUNK, free, total).unwrap().unwrap(),
+        r.malloc(1, CHUNK, free, total).unwrap().unwrap(),
+    ];
+    for (dev, va, seed) in [(0, x, 1u64), (1, ys[0], 2), (1, ys[1], 3)] {
+        f.set_device(dev).unwrap();
+        let rs = [Range {
+            addr: va,
+            len: CHUNK,
+            write: true,
+            whole: false,
+        }];
+        let tok = r
+            .prepare(dev, OpClass::Layout as u8, &rs, true, Order::Host)
+            .unwrap();
+        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
+        r.finish(tok, None, true);
+    }
+    f.set_device(0).unwrap();
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x to DRAM");
+    assert_eq!(r.usage(0).0, 0);
+    // device 1 full, device 0 empty: a device-1 thread reads x
+    f.set_device(1).unwrap();
+    assert_eq!(f.mem_info().unwrap().0, 0, "device 1 is full");
+    let rs = [Range {
+        addr: x,
+        len: CHUNK,
+        write: false,
+        whole: false,
+    }];
+    let tok = r
+        .prepare(1, OpClass::Layout as u8, &rs, true, Order::Host)
+        .expect("x faulted in on device 0");
+    assert_eq!(f.app_read(x, CHUNK).unwrap(), pattern(1, CHUNK));
+    r.finish(tok, None, true);
+    assert_eq!((r.usage(0).0, r.usage(1).0), (CHUNK, 2 * CHUNK));
+    assert_no_misuse_or_fault(&f.seen());
+}
+
 /// mt_stress on two devices (the fake runtime): two threads per device,
 /// each allocating, writing, overwriting, reading back and freeing its own
 /// buffers under constant eviction pressure (4 chunks of HBM per device,
