@@ -2106,20 +2106,18 @@ fn device_1_never_waits_for_device_0s_residency_work() {
     assert_no_misuse_or_fault(&s);
 }
 
-/// A call on device 1 whose ranges span both devices' managed memory (a
-/// peer copy) makes device 0's chunk resident — it was in DRAM — on device
-/// 0's state, pins both devices' chunks for the call, and gives every pin
-/// back: each device's chunk can be evicted afterwards.
-#[test]
-fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
+/// Two devices of two chunks each (per-thread current device, queued work
+/// run at once), u3m in front, and one written chunk on each device of
+/// `devs` in turn, chunk k holding `pattern(k + 1)`.
+fn written_on_devices(devs: &[u32]) -> (&'static Fake, Residency, Vec<u64>) {
     let f = Fake::leak(2, 2 * CHUNK);
     f.set_per_thread_device();
     f.set_eager(true);
     let r = Residency::new(f, &config(&[])).expect("residency");
     let (free, total) = f.mem_info().unwrap();
-    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-    let y = r.malloc(1, CHUNK, free, total).unwrap().unwrap();
-    for (dev, va, seed) in [(0, x, 1u64), (1, y, 2)] {
+    let mut vas = Vec::new();
+    for (k, &dev) in devs.iter().enumerate() {
+        let va = r.malloc(dev, CHUNK, free, total).unwrap().unwrap();
         f.set_device(dev).unwrap();
         let rs = [Range {
             addr: va,
@@ -2130,9 +2128,21 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
         let tok = r
             .prepare(dev, OpClass::Layout as u8, &rs, true, Order::Host)
             .unwrap();
-        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
+        f.app_write(va, &pattern(k as u64 + 1, CHUNK)).unwrap();
         r.finish(tok, None, true);
+        vas.push(va);
     }
+    (f, r, vas)
+}
+
+/// A call on device 1 whose ranges span both devices' managed memory (a
+/// peer copy) makes device 0's chunk resident — it was in DRAM — on device
+/// 0's state, pins both devices' chunks for the call, and gives every pin
+/// back: each device's chunk can be evicted afterwards.
+#[test]
+fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
+    let (f, r, vas) = written_on_devices(&[0, 1]);
+    let [x, y] = [vas[0], vas[1]];
     f.set_device(0).unwrap();
     assert!(r.make_room(0, 2 * CHUNK).is_some(), "x evicted");
     assert_eq!(r.usage(0).0, 0);
@@ -2196,30 +2206,8 @@ fn a_call_spanning_two_devices_prepares_each_devices_chunks() {
 /// found nothing of device 0's to evict and failed.
 #[test]
 fn a_chunk_of_another_device_is_faulted_in_against_its_own_devices_room() {
-    let f = Fake::leak(2, 2 * CHUNK);
-    f.set_per_thread_device();
-    f.set_eager(true);
-    let r = Residency::new(f, &config(&[])).expect("residency");
-    let (free, total) = f.mem_info().unwrap();
-    let x = r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-    let ys = [
-        r.malloc(1, CHUNK, free, total).unwrap().unwrap(),
-        r.malloc(1, CHUNK, free, total).unwrap().unwrap(),
-    ];
-    for (dev, va, seed) in [(0, x, 1u64), (1, ys[0], 2), (1, ys[1], 3)] {
-        f.set_device(dev).unwrap();
-        let rs = [Range {
-            addr: va,
-            len: CHUNK,
-            write: true,
-            whole: false,
-        }];
-        let tok = r
-            .prepare(dev, OpClass::Layout as u8, &rs, true, Order::Host)
-            .unwrap();
-        f.app_write(va, &pattern(seed, CHUNK)).unwrap();
-        r.finish(tok, None, true);
-    }
+    let (f, r, vas) = written_on_devices(&[0, 1, 1]);
+    let x = vas[0];
     f.set_device(0).unwrap();
     assert!(r.make_room(0, 2 * CHUNK).is_some(), "x to DRAM");
     assert_eq!(r.usage(0).0, 0);
