@@ -692,6 +692,10 @@ impl Runtime for SimRuntime {
         Ok(())
     }
 
+    fn current_device(&self) -> Option<u32> {
+        Some(self.lock().cur_dev)
+    }
+
     fn malloc_physical(&self, dev: u32, bytes: u64) -> Result<u64, AclError> {
         let mut st = self.lock();
         let Some(d) = st.devs.get_mut(dev as usize) else {
