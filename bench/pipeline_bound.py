@@ -270,6 +270,9 @@ def bound(path, hbm, step=3, gbps=25.0, at_eviction=False):
     """`solve`'s optimum for step `step` of the trace at `path`, with
     "phases": [(name, first call, end)] from synth's `# train step K: NAME`
     markers (calls counted from the step's start)."""
+    if not repeats(path, step):
+        sys.exit(f"{path}: step {step}'s events differ from step {step + 1}'s; the bound "
+                 "takes a step as a cycle, so it needs one that repeats (a later step)")
     times = []
     calls = mb.load(path, times)
     a, b = jb.window_start(path, step), jb.window_start(path, step + 1)
@@ -284,6 +287,29 @@ def bound(path, hbm, step=3, gbps=25.0, at_eviction=False):
     r["phases"] = [(nm, s0, s1) for nm, s0, s1 in zip(names, starts, starts[1:] + [n])]
     r["calls_in_step"] = n
     return r
+
+
+def repeats(path, step):
+    """Whether step `step`'s events recur as step `step + 1`'s first ones,
+    host addresses and timestamps aside."""
+    secs, cur = {}, None
+    for line in open(path):
+        if line.startswith("# train step "):
+            cur = int(line.split()[3].rstrip(":"))
+            secs.setdefault(cur, [])
+            continue
+        f = line.split()
+        if cur is None or not f or f[0].startswith("#"):
+            continue
+        f = [x for x in f if not x.startswith("t=")]
+        if f[0] == "M" and len(f) > 4:
+            if f[1] in ("H2D", "H2H"):
+                f[3] = "host"
+            if f[1] in ("D2H", "H2H"):
+                f[2] = "host"
+        secs[cur].append(" ".join(f))
+    this, nxt = secs.get(step, []), secs.get(step + 1, [])
+    return bool(this) and nxt[:len(this)] == this
 
 
 def selftest():

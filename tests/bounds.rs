@@ -192,6 +192,17 @@ fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
             serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
         };
         let (b, at_eviction) = (bound(&[]), bound(&["--copy-out-at-eviction"]));
+        // step 0 allocates what later steps reuse: not a cycle, refused
+        let first = Command::new("python3")
+            .arg(pipeline_script())
+            .args(["--step", "0", &hbm, &t5])
+            .output()
+            .unwrap();
+        assert!(
+            !first.status.success()
+                && String::from_utf8_lossy(&first.stderr).contains("differ from step 1's"),
+            "{workload}: step 0 taken as a cycle: {first:?}"
+        );
         let ms = |v: &serde_json::Value| v["bound_ms"].as_f64().unwrap();
         assert!(
             b["stall_ms"].as_f64().unwrap() > 0.05 * b["compute_ms"].as_f64().unwrap()
