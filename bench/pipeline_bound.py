@@ -45,7 +45,9 @@ before its chunk leaves, copies and operators share nothing but the link,
 the program's own host copies take no time.
 
 `--step K` (default 3): the cycle is step K's calls (from its `# train step
-K:` marker to the next); the trace must have step K + 1.
+K:` marker to the next); step K + 1 must begin with the same events (host
+addresses aside), or the bound is refused: step 0 allocates what later
+steps reuse.
 `--copy-out-at-eviction`: the bound for schedules whose copy-outs start when
 the chunk is evicted, as u3m's do (no write-back ahead of the eviction):
 every copy-out is released at its gap's start and holds its page until it
