@@ -162,13 +162,9 @@ fn an_unmanaged_allocation_goes_on_having_room_made_while_chunks_can_move() {
     assert!(f.seen().faults.is_empty() && f.seen().misuse.is_empty());
 }
 
-/// Exported memory never moves: an unmanaged allocation refused while only
-/// exported chunks are resident gets the refusal at once, not after
-/// `U3M_ALLOC_WAIT_MS` (it waited the whole minute while anything managed
-/// was resident).
-#[test]
-fn an_unmanaged_allocation_does_not_wait_for_exported_memory_to_move() {
-    let (e, f, _d) = engine_with("retry-pinned", 4, &[("U3M_ALLOC_WAIT_MS", "60000")]);
+/// A two-chunk physical handle of u3m's (a plain aclrtMallocPhysical in
+/// tier mode) mapped at a VA the fake reserved: (handle, va).
+fn mapped_handle(e: &Engine, f: &Fake) -> (u64, u64) {
     let mut h = 0u64;
     let call = Call::MallocPhysical {
         device: 0,
@@ -187,6 +183,17 @@ fn an_unmanaged_allocation_does_not_wait_for_exported_memory_to_move() {
         flags: 0,
     };
     assert_eq!(e.run(0, &map, &mut || panic!("mapped by the manager")), 0);
+    (h, va)
+}
+
+/// Exported memory never moves: an unmanaged allocation refused while only
+/// exported chunks are resident gets the refusal at once, not after
+/// `U3M_ALLOC_WAIT_MS` (it waited the whole minute while anything managed
+/// was resident).
+#[test]
+fn an_unmanaged_allocation_does_not_wait_for_exported_memory_to_move() {
+    let (e, f, _d) = engine_with("retry-pinned", 4, &[("U3M_ALLOC_WAIT_MS", "60000")]);
+    let (h, va) = mapped_handle(&e, f);
     assert_eq!(write(&e, f, va, &vec![5u8; 2 * CHUNK as usize]), 0);
     let pass = Cell::new(h);
     let exp = Call::ExportHandle {
@@ -291,24 +298,7 @@ fn a_residency_failure_is_returned_in_the_calls_own_codes() {
 #[test]
 fn a_vmm_handle_of_u3ms_is_mapped_by_the_manager() {
     let (e, f, _d) = engine("vmm", 4);
-    let mut h = 0u64;
-    let call = Call::MallocPhysical {
-        device: 0,
-        size: 2 * CHUNK,
-        shareable: false,
-        plain: true,
-        out: unsafe { Out::new(&mut h) },
-    };
-    assert_eq!(e.run(0, &call, &mut || panic!("u3m's own handle")), 0);
-    let va = f.reserve(2 * CHUNK).unwrap();
-    let map = Call::Map {
-        va,
-        size: 2 * CHUNK,
-        offset: 0,
-        handle: h,
-        flags: 0,
-    };
-    assert_eq!(e.run(0, &map, &mut || panic!("mapped by the manager")), 0);
+    let (h, va) = mapped_handle(&e, f);
     assert_eq!(write(&e, f, va + CHUNK, &[5u8; 100]), 0);
     // a handle exported: the real call receives the real handle
     let pass = Cell::new(h);
