@@ -216,17 +216,12 @@ impl Fenced {
     }
 
     /// The free and total HBM of this wrapper's device. The runtime answers
-    /// for the calling thread's device: another device's is asked from its
-    /// default context (and the caller's context restored). A runtime that
-    /// cannot say which device is current is asked as it is.
+    /// for the calling thread's device: another device's is asked from it
+    /// (`on_device`, which switches back; a runtime that cannot say which
+    /// device is current is asked as it is).
     fn dev_mem_info(&self) -> Result<(u64, u64), AclError> {
-        match self.rt.current_device() {
-            Some(d) if d != self.dev => {
-                on_default_context(self.rt, self.dev, || self.rt.mem_info())
-                    .unwrap_or(Err(AclError::RT_PARAM_INVALID))
-            }
-            _ => self.rt.mem_info(),
-        }
+        on_device(self.rt, self.dev, || self.rt.mem_info())
+            .unwrap_or(Err(AclError::RT_PARAM_INVALID))
     }
 
     /// A new stream of u3m's own on `dev`, created in `dev`'s default

@@ -738,7 +738,7 @@ impl Residency {
     }
 
     /// Whether some managed chunk resident on `dev` may yet leave HBM
-    /// (`Residency::may_move`).
+    /// (`Shard::may_move`).
     pub fn may_move(&self, dev: u32) -> bool {
         self.shard(dev).may_move(dev)
     }
