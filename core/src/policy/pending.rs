@@ -177,6 +177,8 @@ struct Scratch {
     spare: Vec<Box<Calls>>,
     /// (now, list in `taken`, call in the list): the merge order.
     order: Vec<(u64, u32, u32)>,
+    /// The merge's next call in each list of `taken` (`merge_order`).
+    heads: Vec<usize>,
 }
 
 /// The registry of the buffers (`perthread`: a thread's buffer is found
@@ -274,6 +276,7 @@ impl Buffered {
                     taken,
                     spare,
                     order,
+                    heads,
                 },
         } = r;
         // Every buffer locked at once, then the dirty ones taken: a cut
@@ -319,14 +322,7 @@ impl Buffered {
             0 => {}
             1 => self.inner.on_access_batch(&*taken[0]),
             _ => {
-                order.clear();
-                for (l, c) in taken.iter().enumerate() {
-                    for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
-                        order.push((now, l as u32, i as u32));
-                    }
-                }
-                // unique (list, call): the same order however sorted
-                order.sort_unstable();
+                merge_order(taken, order, heads);
                 self.inner.on_access_batch(&Merged {
                     taken: taken.as_slice(),
                     order: order.as_slice(),
@@ -413,6 +409,73 @@ impl Buffered {
         self.apply(&mut r);
         self.inner.on_access(now, class, keys, writes);
     }
+}
+
+/// The calls of `taken` in `(now, list, call)` order, into `order`: what
+/// sorting every call's `(now, list, call)` gives (the keys are unique),
+/// merged instead of sorted. Each thread's calls are in the order of its
+/// clock readings, so each list is sorted already and the calls of the
+/// others go between them in runs (a thread makes many calls in a row):
+/// the list that holds the least next call gives every call up to the
+/// next call of another list in one run. A list found out of order (a
+/// caller's own clock: tests, a replay) is sorted as a whole instead.
+/// `heads`: scratch, the next call of each list. (Each run costs a scan
+/// of the lists: past `MERGE_LISTS` of them, sorted.)
+fn merge_order(taken: &[Box<Calls>], order: &mut Vec<(u64, u32, u32)>, heads: &mut Vec<usize>) {
+    if taken.len() > MERGE_LISTS {
+        return sort_order(taken, order);
+    }
+    order.clear();
+    heads.clear();
+    heads.resize(taken.len(), 0);
+    let next = |l: usize, h: usize| taken[l].calls[h].0;
+    loop {
+        // the least next call (`best`) and the least of the other lists'
+        // (`second`), both as (now, list): ties go to the lower list
+        let (mut best, mut second): (Option<(u64, usize)>, Option<(u64, usize)>) = (None, None);
+        for (l, &h) in heads.iter().enumerate() {
+            if h == taken[l].n {
+                continue;
+            }
+            let k = (next(l, h), l);
+            if best.is_none_or(|b| k < b) {
+                second = best;
+                best = Some(k);
+            } else if second.is_none_or(|s| k < s) {
+                second = Some(k);
+            }
+        }
+        let Some((_, l)) = best else { break };
+        let c = &taken[l];
+        let mut h = heads[l];
+        while h < c.n {
+            let now = c.calls[h].0;
+            if second.is_some_and(|s| (now, l) > s) {
+                break;
+            }
+            if h > 0 && now < c.calls[h - 1].0 {
+                return sort_order(taken, order);
+            }
+            order.push((now, l as u32, h as u32));
+            h += 1;
+        }
+        heads[l] = h;
+    }
+}
+
+const MERGE_LISTS: usize = 16;
+
+/// `merge_order` by sorting every call's `(now, list, call)`.
+#[cold]
+fn sort_order(taken: &[Box<Calls>], order: &mut Vec<(u64, u32, u32)>) {
+    order.clear();
+    for (l, c) in taken.iter().enumerate() {
+        for (i, &(now, _, _)) in c.calls[..c.n].iter().enumerate() {
+            order.push((now, l as u32, i as u32));
+        }
+    }
+    // unique (list, call): the same order however sorted
+    order.sort_unstable();
 }
 
 /// [`perthread::Here::now`] out of line: inline, the compiler calls

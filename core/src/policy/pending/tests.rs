@@ -565,3 +565,39 @@ fn the_after_call_flag_is_set_while_a_buffer_is_due() {
     b.after_call();
     assert!(!f.load(Relaxed), "applied");
 }
+
+/// `merge_order` gives what sorting gives: lists in clock order with
+/// runs long and short, ties between lists, empty lists, and lists out of
+/// order (sorted instead), for up to more lists than it merges.
+#[test]
+fn the_merge_order_is_the_sorted_order() {
+    let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
+    let (mut order, mut heads, mut sorted) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..400 {
+        let lists = 1 + rnd(MERGE_LISTS as u64 + 3) as usize;
+        let mut taken: Vec<Box<Calls>> = Vec::new();
+        let mut clock = 0;
+        for _ in 0..lists {
+            let mut c = Calls::boxed();
+            let n = rnd(40) as usize;
+            for _ in 0..n {
+                // ticks shared between lists (ties), runs of many calls, and
+                // now and then one out of order
+                clock += rnd(3);
+                let now = if round % 5 == 0 && rnd(20) == 0 {
+                    rnd(clock + 1)
+                } else {
+                    clock
+                };
+                c.push(now, 0, &[1], &[Touch::READ]);
+            }
+            if rnd(2) == 0 {
+                clock = clock.saturating_sub(rnd(30));
+            }
+            taken.push(c);
+        }
+        merge_order(&taken, &mut order, &mut heads);
+        sort_order(&taken, &mut sorted);
+        assert_eq!(order, sorted, "round {round}");
+    }
+}
