@@ -331,8 +331,10 @@ impl Inner {
             return;
         };
         let (period, steps) = (self.period, &self.steps);
+        let sc = c.strict_cycle();
         schedule_of(
             c,
+            sc,
             &mut self.cal,
             &self.cls,
             || step_of(period, steps),
@@ -466,18 +468,21 @@ fn step_of(period: (u64, u64), steps: &[(u64, u64); 8]) -> u64 {
 
 /// `expect`'s prediction for chunk `c`, just accessed at `now`, when it is
 /// a firm one (see `Inner::schedule`); `step`: the workload's step, asked
-/// only when needed.
+/// only when needed; `sc`: `c.strict_cycle()` (the access path has it
+/// already: one rounding of the cycle per access, not two).
 fn firm_next_of(
     c: &ChunkModel,
+    sc: Option<u64>,
     cls: &[ClassCal; CLASSES],
     step: impl FnOnce() -> u64,
     now: u64,
 ) -> Option<u64> {
+    debug_assert_eq!(sc, c.strict_cycle());
     if c.n < 3 || cls[c.class as usize].fallback {
         return None;
     }
     let step = step();
-    if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
+    if step > 0 && sc.is_none_or(|cy| cy < step / 2) {
         match c.shift_span_of(now, step) {
             // a whole write next: nothing to copy in ahead of it
             (Some(x), _, false) if x != u64::MAX => return (x > now).then_some(x),
@@ -496,13 +501,14 @@ fn firm_next_of(
 /// look-up of its key.
 fn schedule_of(
     c: &mut ChunkModel,
+    sc: Option<u64>,
     cal: &mut BTreeSet<(u64, u64)>,
     cls: &[ClassCal; CLASSES],
     step: impl FnOnce() -> u64,
     now: u64,
     k: u64,
 ) {
-    let at = firm_next_of(c, cls, step, now)
+    let at = firm_next_of(c, sc, cls, step, now)
         .filter(|&t| t > now.saturating_add(NEAR))
         .unwrap_or(0);
     let old = std::mem::replace(&mut c.sched, at);
@@ -583,7 +589,7 @@ impl Inner {
                     }
                     // filed now, as `schedule` would (after the step noted)
                     let (period, steps) = (g.period, &g.steps);
-                    schedule_of(c, &mut g.cal, &g.cls, || step_of(period, steps), now, k);
+                    schedule_of(c, sc, &mut g.cal, &g.cls, || step_of(period, steps), now, k);
                 }
                 None => {
                     // memory allocated again where a chunk was freed

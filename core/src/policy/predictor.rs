@@ -308,7 +308,12 @@ impl ChunkModel {
         self.iv[self.head as usize] = d;
         self.span += d as u64;
         self.wholes = self.wholes << 1 | whole as u64;
-        self.head = ((self.head as usize + 1) % RING) as u8;
+        // (head < RING: a wrap, not a division by 48)
+        self.head = if self.head as usize + 1 == RING {
+            0
+        } else {
+            self.head + 1
+        };
         self.last = now;
         self.n = self.n.saturating_add(1);
         self.class = class;
