@@ -739,16 +739,31 @@ impl Residency {
         {
             return Ok(None);
         }
+        // A first busy one the policy expects written whole before any read
+        // (dead data: an activation or a freed block the allocator hands
+        // out again; `next_use` says u64::MAX) has no distance to weigh the
+        // earliest against: by the share rule the fault-in always waited
+        // for it, i.e. for the newest work, draining the device's queue
+        // while the host issued nothing. The earliest's wait is the
+        // shortest; a fetch it may cost is one chunk's link time (the
+        // Llama-2-13B LoRA step on a 32 GiB card 1415.5 -> 1227.0 ms, the
+        // 8-layer LoRA at 1.5 x HBM with the allocator's frees as hints
+        // 272.3 -> 230.9, simulated; BENCHMARKS.md, twenty-sixth sitting).
+        let dead = |st: &State, (bi, bc): (u64, u32)| {
+            self.policy.next_use(now, st.backings[&bi].key(bi, bc)) == Some(u64::MAX)
+        };
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
                 if st.chunk(fi, fc).last > last
-                    && match (front_cost(st, (fi, fc)), front_cost(st, e)) {
-                        (Some(f), Some(c)) => {
-                            c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128
-                        }
-                        (None, _) => true,
-                        _ => false,
-                    } =>
+                    && (dead(st, (fi, fc))
+                        || match (front_cost(st, (fi, fc)), front_cost(st, e)) {
+                            (Some(f), Some(c)) => {
+                                c as u128 * DIRTY_SHARE.1 as u128
+                                    >= f as u128 * DIRTY_SHARE.0 as u128
+                            }
+                            (None, _) => true,
+                            _ => false,
+                        }) =>
             {
                 Some(e)
             }

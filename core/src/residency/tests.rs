@@ -2782,10 +2782,12 @@ fn copy_in_in_flight(a: &App) {
 /// behind the backward, was waited for while the backward's activations
 /// went idle) — so with a gap of 2 as of 40 (a fence round apart: once the
 /// only case). The front leaves when x is needed much sooner than f (under
-/// half its weighted distance to its next use, `DIRTY_SHARE`).
+/// half its weighted distance to its next use, `DIRTY_SHARE`) — unless f
+/// is dead (written whole before any read: `next_use` u64::MAX), which has
+/// no distance to weigh x against: then x leaves however soon it is needed.
 #[test]
 fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
-    let run = |gap: usize, x_next: u64| {
+    let run_dead = |gap: usize, x_next: u64, f_next: u64| {
         let (policy, at) = Script::new();
         let a = App::with_policy(4, Box::new(policy));
         a.r.set_look_ahead(false);
@@ -2797,7 +2799,7 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
         );
         at.lock()
             .unwrap()
-            .extend([(f, 1000), (x, x_next), (y, 100), (z, 101)]);
+            .extend([(f, f_next), (x, x_next), (y, 100), (z, 101)]);
         for (k, &va) in [f, x, y, z].iter().enumerate() {
             a.write(va, &pattern(k as u64, 256)); // HBM full: 4 chunks
         }
@@ -2823,12 +2825,18 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
         a.assert_clean();
         got
     };
+    let run = |gap: usize, x_next: u64| run_dead(gap, x_next, 1000);
     assert_eq!(run(40, 900), (true, false), "a fence round apart: x leaves");
     assert_eq!(run(2, 900), (true, false), "close: x leaves too");
     assert_eq!(
         run(40, 200),
         (false, true),
         "x needed soon: the front leaves"
+    );
+    assert_eq!(
+        run_dead(40, 200, u64::MAX),
+        (true, false),
+        "x needed soon, the front dead: x leaves, the front's work stays queued"
     );
 }
 
