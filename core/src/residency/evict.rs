@@ -749,21 +749,21 @@ impl Residency {
         // Llama-2-13B LoRA step on a 32 GiB card 1415.5 -> 1227.0 ms, the
         // 8-layer LoRA at 1.5 x HBM with the allocator's frees as hints
         // 272.3 -> 230.9, simulated; BENCHMARKS.md, twenty-sixth sitting).
-        let dead = |st: &State, (bi, bc): (u64, u32)| {
-            self.policy.next_use(now, st.backings[&bi].key(bi, bc)) == Some(u64::MAX)
+        // (the first's next use is asked once: u64::MAX is dead, None
+        // gives no measure, either way the earliest goes)
+        let earliest_goes = |st: &State, (fi, fc): (u64, u32), e: (u64, u32)| -> bool {
+            let fkey = st.backings[&fi].key(fi, fc);
+            match self.policy.next_use(now, fkey) {
+                Some(u64::MAX) | None => true,
+                Some(v) => front_cost(st, e).is_some_and(|c| {
+                    let f = ahead_cost(now, v, st.chunk(fi, fc).needs_copy_out());
+                    c as u128 * DIRTY_SHARE.1 as u128 >= f as u128 * DIRTY_SHARE.0 as u128
+                }),
+            }
         };
         let target = match (first_busy, earliest) {
             (Some((fi, fc)), Some((last, e)))
-                if st.chunk(fi, fc).last > last
-                    && (dead(st, (fi, fc))
-                        || match (front_cost(st, (fi, fc)), front_cost(st, e)) {
-                            (Some(f), Some(c)) => {
-                                c as u128 * DIRTY_SHARE.1 as u128
-                                    >= f as u128 * DIRTY_SHARE.0 as u128
-                            }
-                            (None, _) => true,
-                            _ => false,
-                        }) =>
+                if st.chunk(fi, fc).last > last && earliest_goes(st, (fi, fc), e) =>
             {
                 Some(e)
             }
