@@ -596,14 +596,33 @@ impl Residency {
                 if let Some(f) = usable(st, b.first) {
                     (k, seen, first_busy, pending, npend) = (b.end, b.seen, Some(f), b.events, b.n);
                     pending[..npend].iter().for_each(|&ev| pmask.add(ev));
-                    earliest = Some((st.chunk(f.0, f.1).last, f));
+                    // the run's earliest, not its first: the scan no longer
+                    // meets the run's older work (the 8-layer LoRA at 1.5 x
+                    // HBM under a scratch victim order, every chunk busy as
+                    // the backward began: a 45 ms wait for work 26 calls
+                    // old, with work 256 calls old still queued in the run;
+                    // the 32 GiB LoRA step 1227.0 -> 1195.6 ms, simulated).
+                    // Taken only while still in use: a wait for a done
+                    // event would find the run again, and loop.
+                    let e = usable(st, b.earliest)
+                        .filter(|&(ei, ec)| {
+                            st.chunk(ei, ec)
+                                .uses
+                                .iter()
+                                .any(|u| !self.rt.event_done(u.1).unwrap_or(true))
+                        })
+                        .unwrap_or(f);
+                    earliest = [f, e]
+                        .into_iter()
+                        .map(|c| (st.chunk(c.0, c.1).last, c))
+                        .min_by_key(|x| x.0);
                 }
             }
         }
         // the run from `next` is still all busy (each on a recorded event,
         // none protected): where it ends is worth keeping
         let mut run = true;
-        let (mut run_end, mut run_seen) = (k, seen);
+        let (mut run_end, mut run_seen, mut run_earliest) = (k, seen, earliest);
         // usable entries counted against `SCAN_FAR`: busy ones waiting on
         // an event already met in this scan count once (a call's chunks, a
         // fence round's: one wait frees them all), so the scan reaches past
@@ -671,7 +690,7 @@ impl Residency {
                     earliest = Some((last, (id, i)));
                 }
                 if run {
-                    (run_end, run_seen) = (k, seen);
+                    (run_end, run_seen, run_earliest) = (k, seen, earliest);
                 }
                 continue;
             }
@@ -727,12 +746,26 @@ impl Residency {
                     }
                 }
             }
-            self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
+            self.keep_busy_run(
+                st,
+                dev,
+                (run_end, run_seen),
+                first_busy,
+                run_earliest.map(|e| e.1),
+                &pending[..npend],
+            );
             self.evict(st, id, i)?;
             st.dev_mut(dev).order.taken += 1;
             return Ok(Some(true));
         }
-        self.keep_busy_run(st, dev, run_end, run_seen, first_busy, &pending[..npend]);
+        self.keep_busy_run(
+            st,
+            dev,
+            (run_end, run_seen),
+            first_busy,
+            run_earliest.map(|e| e.1),
+            &pending[..npend],
+        );
         // every entry busy (or protected) to the order's end, and more
         // candidates behind it: build it deeper before waiting
         if deepen && ended && first_busy.is_some() && !st.dev(dev).order.complete && k < ORDER_DEEP
@@ -812,9 +845,9 @@ impl Residency {
         &self,
         st: &mut State,
         dev: u32,
-        end: usize,
-        seen: usize,
+        (end, seen): (usize, usize),
         first: Option<(u64, u32)>,
+        earliest: Option<(u64, u32)>,
         events: &[u64],
     ) {
         let o = &st.dev(dev).order;
@@ -822,10 +855,12 @@ impl Residency {
             Some((id, i)) if end > o.next && !events.is_empty() => {
                 let mut ev = [0u64; BUSY_EVENTS];
                 ev[..events.len()].copy_from_slice(events);
+                let (ei, ec) = earliest.unwrap_or((id, i));
                 Some(super::state::BusyFront {
                     end,
                     seen,
                     first: st.backings[&id].key(id, i),
+                    earliest: st.backings[&ei].key(ei, ec),
                     events: ev,
                     n: events.len(),
                 })

@@ -344,8 +344,9 @@ pub(super) struct VictimOrder {
 /// candidate was in use by queued work when last scanned, each waiting for
 /// one of `events` (all pending then): while every one of those events is
 /// still pending, no entry of the run can be taken, and the next scan
-/// starts at `end` (with `seen` usable entries counted and `first` the
-/// first busy one's key), instead of asking every entry again.
+/// starts at `end` (with `seen` usable entries counted, `first` the
+/// first busy one's key and `earliest` the key of the one last used
+/// earliest), instead of asking every entry again.
 /// Distinct pending events a demand eviction's scan remembers (`BusyFront`).
 pub(super) const BUSY_EVENTS: usize = 32;
 
@@ -354,6 +355,7 @@ pub(super) struct BusyFront {
     pub end: usize,
     pub seen: usize,
     pub first: u64,
+    pub earliest: u64,
     pub events: [u64; BUSY_EVENTS],
     pub n: usize,
 }

@@ -2840,6 +2840,55 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
     );
 }
 
+/// The same wait when the scan resumes a busy run an earlier scan kept
+/// (`BusyFront`: the next scan of the order starts behind the run). The
+/// run's first chunk f is the policy's front, last used by the newest
+/// work; x, behind it in the run, by the oldest. The first fault-in takes
+/// the idle v behind the run and keeps the run; the second finds every
+/// candidate behind it busy too, and waits for x's work (x leaves, f's
+/// work stays queued), as a scan from the front would. When the resumed
+/// run stood for its first chunk alone, the wait was for f, the newest
+/// work, draining the device's queue (the 8-layer LoRA at 1.5 x HBM as
+/// its backward began: every chunk busy, a 45 ms wait for work 26 calls
+/// old with work 256 calls old still queued in the run).
+#[test]
+fn a_resumed_busy_run_waits_for_the_work_used_earliest_in_it() {
+    let (mut policy, at) = Script::new();
+    policy.ttl = 1000; // the order is kept between the two fault-ins
+    let a = App::with_policy(5, Box::new(policy));
+    a.r.set_look_ahead(false);
+    let [f, x, v, y, z] = [(); 5].map(|_| a.malloc(CHUNK));
+    at.lock()
+        .unwrap()
+        .extend([(f, 1000), (x, 900), (v, 800), (y, 100), (z, 101)]);
+    for (k, &va) in [f, x, v, y, z].iter().enumerate() {
+        a.write(va, &pattern(k as u64, 256)); // HBM full: 5 chunks
+    }
+    let s = a.f.app_stream();
+    let nop = || Box::new(|_m: &mut Mem<'_>| {}) as Kernel;
+    a.op(s, &[(x, CHUNK), (y, CHUNK), (z, CHUNK)], &[], nop());
+    a.r.before_capture(s); // its own fence: it completes on its own
+    for _ in 0..40 {
+        a.op(s, &[(f, CHUNK)], &[], nop());
+    }
+    let w1 = a.malloc(CHUNK);
+    at.lock().unwrap().insert(w1, 150);
+    a.write(w1, &pattern(98, 256)); // the first fault-in: v leaves
+    assert!(!resident(&a, v) && resident(&a, f) && resident(&a, x));
+    let w2 = a.malloc(CHUNK);
+    at.lock().unwrap().insert(w2, 151);
+    a.write(w2, &pattern(99, 256)); // the second: every candidate busy
+    assert!(resident(&a, f), "f's work, the newest, stays queued");
+    assert!(!resident(&a, x), "x's work, the oldest, is waited for");
+    a.f.drain();
+    for (k, &va) in [f, x, v, y, z].iter().enumerate() {
+        assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
+    }
+    assert_eq!(a.read(w1, 256), pattern(98, 256));
+    assert_eq!(a.read(w2, 256), pattern(99, 256));
+    a.assert_clean();
+}
+
 /// Demand eviction behind a busy group larger than the kept order
 /// (`ORDER_TOP`, 1024) and than `SCAN_FAR` (1024): one operator reads 1,040
 /// chunks (one event), the policy's furthest; behind them in the order, x
