@@ -630,13 +630,13 @@ impl Residency {
         let mut far = npend;
         // the scan reached the end of the order (not SCAN_FAR, not a take)
         let mut ended = false;
-        loop {
+        let taken = loop {
             if far >= SCAN_FAR {
-                break;
+                break None;
             }
             if !st.dev_mut(dev).order.has(k, &*self.policy) {
                 ended = true;
-                break;
+                break None;
             }
             let key = st.dev(dev).order.cands[k].key;
             let Some((id, i)) = usable(st, key) else {
@@ -710,7 +710,7 @@ impl Residency {
                         Some(v)
                             if ahead_cost(now, v, true) as u128 * DIRTY_SHARE.1 as u128
                                 >= front as u128 * DIRTY_SHARE.0 as u128 => {}
-                        _ => break,
+                        _ => break None,
                     }
                 }
             }
@@ -724,7 +724,7 @@ impl Residency {
                 // (`SCAN_WAIT` deep behind busy ones, any idle one goes)
                 let front =
                     *front.get_or_insert_with(|| front_cost(st, first_busy.unwrap_or((id, i))));
-                let Some(front) = front else { break };
+                let Some(front) = front else { break None };
                 let next = self.policy.next_use(now, key);
                 match next {
                     Some(v)
@@ -742,22 +742,12 @@ impl Residency {
                         // bound, 1.029 with it, 1.136 waiting for the busy
                         // one as before)
                         idle_left = next.is_some_and(|v| v > window);
-                        break;
+                        break None;
                     }
                 }
             }
-            self.keep_busy_run(
-                st,
-                dev,
-                (run_end, run_seen),
-                first_busy,
-                run_earliest.map(|e| e.1),
-                &pending[..npend],
-            );
-            self.evict(st, id, i)?;
-            st.dev_mut(dev).order.taken += 1;
-            return Ok(Some(true));
-        }
+            break Some((id, i));
+        };
         self.keep_busy_run(
             st,
             dev,
@@ -766,6 +756,11 @@ impl Residency {
             run_earliest.map(|e| e.1),
             &pending[..npend],
         );
+        if let Some((id, i)) = taken {
+            self.evict(st, id, i)?;
+            st.dev_mut(dev).order.taken += 1;
+            return Ok(Some(true));
+        }
         // every entry busy (or protected) to the order's end, and more
         // candidates behind it: build it deeper before waiting
         if deepen && ended && first_busy.is_some() && !st.dev(dev).order.complete && k < ORDER_DEEP
