@@ -2848,9 +2848,10 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
 /// candidate behind it busy too, and waits for x's work (x leaves, f's
 /// work stays queued), as a scan from the front would. When the resumed
 /// run stood for its first chunk alone, the wait was for f, the newest
-/// work, draining the device's queue (the 8-layer LoRA at 1.5 x HBM as
-/// its backward began: every chunk busy, a 45 ms wait for work 26 calls
-/// old with work 256 calls old still queued in the run).
+/// work, draining the device's queue (the 8-layer LoRA at 1.5 x HBM under
+/// a scratch victim order, as its backward began: every chunk busy, a 45
+/// ms wait for work 26 calls old with work 256 calls old still queued in
+/// the run).
 #[test]
 fn a_resumed_busy_run_waits_for_the_work_used_earliest_in_it() {
     let (mut policy, at) = Script::new();
