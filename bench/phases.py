@@ -5,11 +5,15 @@ in `u3m replay`: the trace cut at each `# train step N: PHASE` comment that
 phase's figures are the differences between consecutive cuts (a cut run
 ends when its work drains, so copies issued late in a phase may count in the
 next).
-usage: bench/phases.py U3M TRACE HBM_BYTES [--step N] [--policy P] [REPLAY_ARG...]
+usage: bench/phases.py U3M TRACE HBM_BYTES [--step N] [--policy P] [--tags]
+                       [REPLAY_ARG...]
 N: the 0-based step (default 3: the steady state of a 5-step trace, as
-bench/steady.py's 5-3 window). Replay options: --link-model shared
---call-us 0 --issue acl-replay, then REPLAY_ARG. The environment is passed
-to u3m."""
+bench/steady.py's 5-3 window). --tags: also, per phase, the bytes in / out
+of each allocation tag the trace names (weight, act, workspace, ...; GiB,
+tags under 4 MiB left out) and the host's waits by what it waited for
+(count / ms: the program's work, u3m's copy-ins, its copy-outs, the launch
+queue). Replay options: --link-model shared --call-us 0 --issue
+acl-replay, then REPLAY_ARG. The environment is passed to u3m."""
 import json, os, subprocess, sys, tempfile
 
 args = sys.argv[1:]
@@ -17,13 +21,15 @@ if len(args) < 3 or args[0].startswith("-"):
     sys.exit(__doc__)
 u3m, trace, hbm = args[:3]
 args = args[3:]
-step, policy, extra = 3, "predictive", []
+step, policy, extra, tags = 3, "predictive", [], False
 while args:
     a = args.pop(0)
     if a == "--step":
         step = int(args.pop(0))
     elif a == "--policy":
         policy = args.pop(0)
+    elif a == "--tags":
+        tags = True
     else:
         extra.append(a)
 lines = open(trace).read().split("\n")
@@ -45,11 +51,26 @@ with tempfile.TemporaryDirectory() as tmp:
         p = json.loads(out)["traces"][0]["policies"][0]
         rt = p["runtime"]
         res.append((lines[i][len("# train step "):] if i < len(lines) else "end", p["total_ns"],
-                    rt["h2d_bytes"], rt["d2h_bytes"]))
+                    rt["h2d_bytes"], rt["d2h_bytes"], p.get("copies_by_tag", {}), rt.get("host_waits", {})))
 GIB = float(1 << 30)
 print("%s, step %d, HBM %s, %s %s" % (trace, step, hbm, policy, " ".join(extra)))
 for a, b in zip(res, res[1:]):
     print("%-16s %8.1f ms   in %6.3f GiB   out %6.3f GiB"
           % (a[0], (b[1] - a[1]) / 1e6, (b[2] - a[2]) / GIB, (b[3] - a[3]) / GIB))
+    if tags:
+        by = []
+        for t in sorted(b[4]):
+            was = a[4].get(t, {"in": 0, "out": 0})
+            din, dout = b[4][t]["in"] - was["in"], b[4][t]["out"] - was["out"]
+            if din + dout >= 4 << 20:
+                by.append("%s %.3f / %.3f" % (t, din / GIB, dout / GIB))
+        print("    by tag (in / out GiB): %s" % ("; ".join(by) or "none"))
+        waits = []
+        for k in ("program", "copy_in", "copy_out", "queue"):
+            if k in b[5]:
+                was = a[5].get(k, {"count": 0, "ns": 0})
+                waits.append("%s %d / %.1f ms" % (k, b[5][k]["count"] - was["count"],
+                                                   (b[5][k]["ns"] - was["ns"]) / 1e6))
+        print("    host waits (count / ms): %s" % "; ".join(waits))
 print("%-16s %8.1f ms   in %6.3f GiB   out %6.3f GiB"
       % ("step", (res[-1][1] - res[0][1]) / 1e6, (res[-1][2] - res[0][2]) / GIB, (res[-1][3] - res[0][3]) / GIB))
