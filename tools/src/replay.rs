@@ -132,6 +132,18 @@ pub struct ReplayArgs {
     /// The program's caching allocator frees blocks as torch_npu reports them to libu3m.so under U3M_TORCH_HINTS=on: a u3m_discard on each block at its '# free ADDR BYTES' comment (`u3m synth --frees`), as `acl_replay --frees` plays it (docs/replay.md).
     #[arg(long)]
     pub discard_frees: bool,
+    /// List in the JSON (`long_waits`, per policy) every host wait of at least MS simulated milliseconds: the trace line whose call waited, when, how long, and for what (the program's work, u3m's copy-ins or copy-outs, the launch queue) — where a step's time goes (docs/replay.md).
+    #[arg(long, value_name = "MS", value_parser = wait_ms)]
+    pub wait_log: Option<f64>,
+}
+
+fn wait_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a duration in milliseconds (0 or more, e.g. 5 or 0.5)"
+        )),
+    }
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -353,6 +365,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         acl_replay: a.issue == "acl-replay",
         discard_dead: a.discard_dead,
         discard_frees: a.discard_frees,
+        wait_log_ns: a.wait_log.map(|ms| (ms * 1e6) as u64),
     })
 }
 

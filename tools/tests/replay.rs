@@ -1045,3 +1045,65 @@ fn host_waits_say_what_the_host_waited_for() {
     // everything fits: nothing moves, nothing is waited for on u3m's streams
     assert_eq!(waits("64M"), (0, 0, 0));
 }
+
+/// `--wait-log MS` lists the host's waits of at least MS simulated ms. At
+/// 0 it lists every wait: per kind the list's count and time are
+/// `host_waits`', each wait names a trace line that holds an event, and
+/// they come in time order. Above every wait it lists none, and listing
+/// changes nothing the replay does (the same total time).
+#[test]
+fn the_wait_log_lists_the_waits_the_counters_count() {
+    let dir = std::env::temp_dir().join(format!("u3m-replay-test-{}-waitlog", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = dir.join("lora.trace");
+    let t = t.to_str().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
+        .args(["synth", "--model", "llama2-7b", "--workload", "lora"])
+        .args(["--scale", "4", "--steps", "2", "-o", t])
+        .output()
+        .expect("run u3m synth");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let foot = replay(&[t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
+        .as_u64()
+        .unwrap();
+    let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
+    let args = [
+        t,
+        "--hbm",
+        &hbm,
+        "--policy",
+        "predictive",
+        "--issue",
+        "acl-replay",
+        "--call-us",
+        "0",
+    ];
+    let all = replay(&[&args[..], &["--wait-log", "0"]].concat());
+    let none = replay(&[&args[..], &["--wait-log", "1e9"]].concat());
+    let text = std::fs::read_to_string(t).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let lines: Vec<&str> = text.lines().collect();
+    let p = policy(&all, "predictive");
+    let waits = p["long_waits"].as_array().unwrap();
+    assert!(waits.len() > 10, "{} waits listed", waits.len());
+    let mut at = 0;
+    for w in waits {
+        let line = w["line"].as_u64().unwrap() as usize;
+        let l = lines.get(line.wrapping_sub(1)).copied().unwrap_or("#");
+        assert!(!l.is_empty() && !l.starts_with('#'), "line {line}: {l:?}");
+        let a = w["at_ns"].as_u64().unwrap();
+        assert!(a >= at, "{w} before {at}");
+        at = a;
+    }
+    for kind in ["queue", "program", "copy_in", "copy_out"] {
+        let of: Vec<&Value> = waits.iter().filter(|w| w["for"] == kind).collect();
+        let ns: u64 = of.iter().map(|w| w["ns"].as_u64().unwrap()).sum();
+        let c = &p["runtime"]["host_waits"][kind];
+        assert_eq!(of.len() as u64, c["count"].as_u64().unwrap(), "{kind}");
+        assert_eq!(ns, c["ns"].as_u64().unwrap(), "{kind}");
+    }
+    let q = policy(&none, "predictive");
+    assert_eq!(q["long_waits"].as_array().unwrap().len(), 0);
+    assert_eq!(q["total_ns"], p["total_ns"]);
+    assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
+}

@@ -72,6 +72,8 @@ pub struct Setup {
     pub discard_dead: bool,
     /// The caching allocator's frees as hints (`dead::frees_after`).
     pub discard_frees: bool,
+    /// `--wait-log`: list the host's waits of at least this many ns.
+    pub wait_log_ns: Option<u64>,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -135,6 +137,8 @@ pub struct RunOut {
     pub arrivals_by_tag: BTreeMap<String, u64>,
     /// Bytes the Tier copied in and out per allocation tag (`SimRt::copies`).
     pub copies_by_tag: BTreeMap<String, [u64; 2]>,
+    /// The host's waits `Setup::wait_log_ns` asked for.
+    pub long_waits: Vec<super::simrt::LongWait>,
     /// The timeline, when `Setup::observe` asked for it.
     pub observed: Option<Observed>,
 }
@@ -260,6 +264,9 @@ pub fn run(
     // the Tier keeps a &'static runtime (libu3m.so's lives for the process);
     // one small leak per run
     let rt: &'static SimRuntime = Box::leak(Box::new(SimRuntime::new(s.costs, trace.devices, hbm)));
+    if let Some(min) = s.wait_log_ns {
+        rt.set_wait_log(min);
+    }
     let swap = if s.nvme > 0 && hbm != UNLIMITED {
         let d = std::env::temp_dir().join(format!(
             "u3m-replay.{}.{}",
@@ -384,6 +391,7 @@ fn run_in(
             .unwrap_or(0),
         arrivals_by_tag,
         copies_by_tag,
+        long_waits: rt.long_waits(),
         observed,
     };
     drop(tier);
@@ -441,6 +449,9 @@ impl Driver<'_> {
             .transpose()?;
         for (k, ev) in self.trace.events.iter().enumerate() {
             crate::progress::tick(k, n);
+            if self.s.wait_log_ns.is_some() {
+                self.rt.set_line(self.trace.lines[k]);
+            }
             if let Some(o) = self.observed.as_mut() {
                 o.event_ns.push(self.rt.host_ns());
                 o.map_mark.push(self.rt.maps_logged());

@@ -48,6 +48,7 @@ pub struct PolicyRow {
     pub events: Vec<(f64, String)>,
     pub arrivals_by_tag: std::collections::BTreeMap<String, u64>,
     pub copies_by_tag: std::collections::BTreeMap<String, [u64; 2]>,
+    pub long_waits: Vec<super::simrt::LongWait>,
 }
 
 impl PolicyRow {
@@ -87,6 +88,7 @@ impl PolicyRow {
             events: o.events.clone(),
             arrivals_by_tag: o.arrivals_by_tag.clone(),
             copies_by_tag: o.copies_by_tag.clone(),
+            long_waits: o.long_waits.clone(),
         }
     }
 
@@ -436,6 +438,9 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             .map(|(t, [i, o])| (t.clone(), json!({"in": i, "out": o})))
                             .collect::<serde_json::Map<_, _>>(),
                         "events": p.events.iter().map(|(t, l)| json!({"secs": t, "event": l})).collect::<Vec<_>>(),
+                        "long_waits": p.long_waits.iter().map(|w| json!({
+                            "line": w.line, "at_ns": w.at, "ns": w.ns, "for": w.what.name(),
+                        })).collect::<Vec<_>>(),
                     })
                 })
                 .collect();

@@ -77,6 +77,28 @@ pub enum WaitFor {
     CopyOut = 3,
 }
 
+/// One host wait `--wait-log` lists: the trace line whose call waited,
+/// when the wait began and how long it took (simulated ns), and for what.
+#[derive(Clone, Copy, Debug)]
+pub struct LongWait {
+    pub line: u64,
+    pub at: u64,
+    pub ns: u64,
+    pub what: WaitFor,
+}
+
+impl WaitFor {
+    /// The name `host_waits` and `long_waits` use in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitFor::Queue => "queue",
+            WaitFor::Program => "program",
+            WaitFor::CopyIn => "copy_in",
+            WaitFor::CopyOut => "copy_out",
+        }
+    }
+}
+
 /// Host waits of one kind: how many advanced the host's clock, and by how
 /// much in all (simulated ns).
 #[derive(Clone, Copy, Debug, Default)]
@@ -251,6 +273,11 @@ struct State {
     ready: HashMap<u64, u64>,
     freed_ready: Vec<std::collections::BinaryHeap<std::cmp::Reverse<u64>>>,
     c: SimCounters,
+    /// `--wait-log`: waits at least this long (ns) are listed (None: off),
+    /// the trace line being replayed, and the list.
+    wait_log: Option<u64>,
+    line: u64,
+    long_waits: Vec<LongWait>,
 }
 
 /// One map (a chunk arrives in HBM) or unmap (it leaves) of the Tier's.
@@ -328,6 +355,14 @@ impl State {
                 let w = &mut self.c.waits[what as usize];
                 w.count += 1;
                 w.ns += d;
+                if self.wait_log.is_some_and(|min| d >= min) {
+                    self.long_waits.push(LongWait {
+                        line: self.line,
+                        at: t - d,
+                        ns: d,
+                        what,
+                    });
+                }
             }
         }
     }
@@ -386,6 +421,9 @@ impl SimRuntime {
                 ready: HashMap::new(),
                 freed_ready: (0..devices.max(1)).map(|_| Default::default()).collect(),
                 c: SimCounters::default(),
+                wait_log: None,
+                line: 0,
+                long_waits: Vec::new(),
             }),
         }
     }
@@ -627,6 +665,21 @@ impl SimRuntime {
 
     pub fn counters(&self) -> SimCounters {
         self.lock().c
+    }
+
+    /// Lists every host wait of at least `min_ns` from now on (`--wait-log`).
+    pub fn set_wait_log(&self, min_ns: u64) {
+        self.lock().wait_log = Some(min_ns);
+    }
+
+    /// The trace line whose call the host is replaying (for `--wait-log`).
+    pub fn set_line(&self, line: u64) {
+        self.lock().line = line;
+    }
+
+    /// The waits `set_wait_log` listed, in the order they happened.
+    pub fn long_waits(&self) -> Vec<LongWait> {
+        self.lock().long_waits.clone()
     }
 
     /// How many times each VA had a chunk mapped at it.
