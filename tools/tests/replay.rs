@@ -835,19 +835,19 @@ fn adam_13b_copy_ins_idle_only_while_forward_and_backward_compute() {
     );
 }
 
-/// Predictive's bytes ÷ Belady's on a `u3m synth` trace made with `args`
-/// (into a file of its own), replayed at 2/3 of its footprint.
-fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
+/// A `u3m synth` trace made with `args` into a file of its own (`name`):
+/// its path, for the caller to remove.
+fn synth_trace(name: &str, args: &[&str]) -> String {
     let trace = std::env::temp_dir().join(format!(
         "u3m-replay-test-{}-{}.trace",
         std::process::id(),
         name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")
     ));
-    let t = trace.to_str().unwrap();
+    let t = trace.to_str().unwrap().to_string();
     let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
         .arg("synth")
         .args(args)
-        .args(["-o", t])
+        .args(["-o", &t])
         .output()
         .expect("run u3m synth");
     assert!(
@@ -855,8 +855,15 @@ fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
         "u3m synth: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let ratio = trace_vs_belady(name, t, &[], min_foot);
-    let _ = std::fs::remove_file(&trace);
+    t
+}
+
+/// Predictive's bytes ÷ Belady's on a `u3m synth` trace made with `args`
+/// (into a file of its own), replayed at 2/3 of its footprint.
+fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
+    let t = synth_trace(name, args);
+    let ratio = trace_vs_belady(name, &t, &[], min_foot);
+    let _ = std::fs::remove_file(&t);
     ratio
 }
 
@@ -1053,16 +1060,19 @@ fn host_waits_say_what_the_host_waited_for() {
 /// changes nothing the replay does (the same total time).
 #[test]
 fn the_wait_log_lists_the_waits_the_counters_count() {
-    let dir = std::env::temp_dir().join(format!("u3m-replay-test-{}-waitlog", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let t = dir.join("lora.trace");
-    let t = t.to_str().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_u3m"))
-        .args(["synth", "--model", "llama2-7b", "--workload", "lora"])
-        .args(["--scale", "4", "--steps", "2", "-o", t])
-        .output()
-        .expect("run u3m synth");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = &synth_trace(
+        "waitlog",
+        &[
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "lora",
+            "--scale",
+            "4",
+            "--steps",
+            "2",
+        ],
+    );
     let foot = replay(&[t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
         .as_u64()
         .unwrap();
@@ -1081,7 +1091,7 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
     let all = replay(&[&args[..], &["--wait-log", "0"]].concat());
     let none = replay(&[&args[..], &["--wait-log", "1e9"]].concat());
     let text = std::fs::read_to_string(t).unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(t);
     let lines: Vec<&str> = text.lines().collect();
     let p = policy(&all, "predictive");
     let waits = p["long_waits"].as_array().unwrap();

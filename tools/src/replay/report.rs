@@ -421,12 +421,10 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "program_h2d_bytes": p.sim.program_h2d_bytes, "program_d2h_bytes": p.sim.program_d2h_bytes,
                             "host_mapped_read_bytes": p.sim.host_read_bytes, "host_mapped_write_bytes": p.sim.host_write_bytes,
                             "host_phys_peak_bytes": p.sim.host_phys_peak,
-                            "host_waits": {
-                                "queue": waits_json(&p.sim.waits[WaitFor::Queue as usize]),
-                                "program": waits_json(&p.sim.waits[WaitFor::Program as usize]),
-                                "copy_in": waits_json(&p.sim.waits[WaitFor::CopyIn as usize]),
-                                "copy_out": waits_json(&p.sim.waits[WaitFor::CopyOut as usize]),
-                            },
+                            "host_waits": ([WaitFor::Queue, WaitFor::Program, WaitFor::CopyIn, WaitFor::CopyOut]
+                                .iter()
+                                .map(|&w| (w.name().to_string(), waits_json(&p.sim.waits[w as usize])))
+                                .collect::<serde_json::Map<_, _>>()),
                         },
                         "samples": p.samples,
                         "prediction": p.windows.iter().map(|w| json!({
