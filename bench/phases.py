@@ -6,13 +6,16 @@ phase's figures are the differences between consecutive cuts (a cut run
 ends when its work drains, so copies issued late in a phase may count in the
 next).
 usage: bench/phases.py U3M TRACE HBM_BYTES [--step N] [--policy P] [--tags]
-                       [REPLAY_ARG...]
+                       [--held] [REPLAY_ARG...]
 N: the 0-based step (default 3: the steady state of a 5-step trace, as
 bench/steady.py's 5-3 window). --tags: also, per phase, the bytes in / out
 of each allocation tag the trace names (weight, act, workspace, ...; GiB,
 tags under 4 MiB left out) and the host's waits by what it waited for
 (count / ms: the program's work, u3m's copy-ins, its copy-outs, the launch
-queue). Replay options: --link-model shared --call-us 0 --issue
+queue). --held: also what u3m holds in HBM as each phase of step N begins
+(`u3m replay --held`, one run of the whole trace: per tag, GiB live — read
+again before written whole — and dead, each with its dirty part; set it
+beside `bench/pipeline_bound.py --held`). Replay options: --link-model shared --call-us 0 --issue
 acl-replay, then REPLAY_ARG. The environment is passed to u3m."""
 import json, os, subprocess, sys, tempfile
 
@@ -21,7 +24,7 @@ if len(args) < 3 or args[0].startswith("-"):
     sys.exit(__doc__)
 u3m, trace, hbm = args[:3]
 args = args[3:]
-step, policy, extra, tags = 3, "predictive", [], False
+step, policy, extra, tags, held = 3, "predictive", [], False, False
 while args:
     a = args.pop(0)
     if a == "--step":
@@ -30,6 +33,8 @@ while args:
         policy = args.pop(0)
     elif a == "--tags":
         tags = True
+    elif a == "--held":
+        held = True
     else:
         extra.append(a)
 lines = open(trace).read().split("\n")
@@ -74,3 +79,20 @@ for a, b in zip(res, res[1:]):
         print("    host waits (count / ms): %s" % "; ".join(waits))
 print("%-16s %8.1f ms   in %6.3f GiB   out %6.3f GiB"
       % ("step", (res[-1][1] - res[0][1]) / 1e6, (res[-1][2] - res[0][2]) / GIB, (res[-1][3] - res[0][3]) / GIB))
+if held:
+    # one run of the whole trace: what u3m holds as each phase begins (the
+    # trace's future decides live or dead, so the trace is not cut)
+    out = subprocess.run([u3m, "replay", trace, "--hbm", hbm, "--policy", policy, "--json", "--held",
+                          "--link-model", "shared", "--call-us", "0", "--issue", "acl-replay"] + extra,
+                         capture_output=True, text=True, check=True).stdout
+    p = json.loads(out)["traces"][0]["policies"][0]
+    for h in p["held"]:
+        if not h["label"].startswith("train step %d:" % step):
+            continue
+        print("held as %s begins (line %d): %.3f GiB; by tag, GiB live (dirty) / dead (dirty)"
+              % (h["label"][len("train step "):], h["line"], h["resident_bytes"] / GIB))
+        for t, b in sorted(h["by_tag"].items()):
+            live, dead = b["live_clean"] + b["live_dirty"], b["dead_clean"] + b["dead_dirty"]
+            if live + dead >= 4 << 20:
+                print("  %10s %7.3f (%.3f) / %7.3f (%.3f)"
+                      % (t, live / GIB, b["live_dirty"] / GIB, dead / GIB, b["dead_dirty"] / GIB))

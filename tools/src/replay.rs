@@ -8,6 +8,7 @@ mod cost;
 mod dead;
 pub(crate) mod drive;
 pub(crate) mod floor;
+mod held;
 mod recording;
 mod report;
 pub(crate) mod simrt;
@@ -135,6 +136,9 @@ pub struct ReplayArgs {
     /// List in the JSON (`long_waits`, per policy) every host wait of at least MS simulated milliseconds: the trace line whose call waited, when, how long, and for what (the program's work, u3m's copy-ins or copy-outs, the launch queue) — where a step's time goes (docs/replay.md).
     #[arg(long, value_name = "MS", value_parser = wait_ms)]
     pub wait_log: Option<f64>,
+    /// List in the JSON (`held`, per policy) what u3m holds in HBM at each `# train step N: PHASE` comment (`u3m synth` writes them), as the host issues the phase's first call: bytes per allocation tag, live (the trace reads the chunk again before writing it whole) or dead, clean or dirty (docs/replay.md).
+    #[arg(long)]
+    pub held: bool,
 }
 
 fn wait_ms(s: &str) -> Result<f64, String> {
@@ -366,6 +370,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         discard_dead: a.discard_dead,
         discard_frees: a.discard_frees,
         wait_log_ns: a.wait_log.map(|ms| (ms * 1e6) as u64),
+        held: a.held,
     })
 }
 

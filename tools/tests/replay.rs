@@ -1117,3 +1117,91 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
     assert_eq!(q["total_ns"], p["total_ns"]);
     assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
 }
+
+/// `--held` lists what u3m holds in HBM at each `# train step` comment, by
+/// tag, split by the trace's future: a LoRA step's frozen weights are live
+/// at every phase, its activations mostly dead as the forward begins (it
+/// writes them whole before reading them) and live as the backward begins; the
+/// list changes nothing about the run.
+#[test]
+fn held_lists_what_hbm_holds_as_each_phase_begins() {
+    let t = &synth_trace(
+        "held",
+        &[
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "lora",
+            "--scale",
+            "4",
+            "--steps",
+            "2",
+        ],
+    );
+    let foot = replay(&[t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
+        .as_u64()
+        .unwrap();
+    let hbm = foot * 2 / 3 / MIB2 * MIB2;
+    let hs = hbm.to_string();
+    let args = [
+        t,
+        "--hbm",
+        &hs,
+        "--policy",
+        "predictive",
+        "--issue",
+        "acl-replay",
+        "--call-us",
+        "0",
+    ];
+    let with = replay(&[&args[..], &["--held"]].concat());
+    let without = replay(&args);
+    let text = std::fs::read_to_string(t).unwrap();
+    let _ = std::fs::remove_file(t);
+    let marks: Vec<(u64, &str)> = text
+        .lines()
+        .enumerate()
+        .filter_map(|(n, l)| Some((n as u64 + 1, l.strip_prefix("# train step ")?)))
+        .collect();
+    let p = policy(&with, "predictive");
+    let held = p["held"].as_array().unwrap();
+    assert_eq!(held.len(), marks.len(), "{held:?}");
+    let gib = |v: &Value| v.as_u64().unwrap() as f64 / (1u64 << 30) as f64;
+    for (h, (line, label)) in held.iter().zip(&marks) {
+        assert_eq!(h["line"].as_u64(), Some(*line));
+        assert_eq!(h["label"].as_str(), Some(&*format!("train step {label}")));
+        let tags = h["by_tag"].as_object().unwrap();
+        let sum: u64 = tags
+            .values()
+            .flat_map(|b| b.as_object().unwrap().values())
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, h["resident_bytes"].as_u64().unwrap(), "{h}");
+        assert!(sum <= hbm, "{h}");
+        if label.starts_with("0: forward") {
+            continue; // nothing allocated by u3m's count yet, or just so
+        }
+        assert!(sum >= hbm / 2, "HBM is full by then: {h}");
+        if label.ends_with(": optimizer") {
+            continue; // (in the last step nothing is read after it: all dead)
+        }
+        let w = &tags["weight"];
+        assert!(gib(&w["live_clean"]) + gib(&w["live_dirty"]) > 0.1, "{h}");
+        assert_eq!(w["dead_clean"].as_u64(), Some(0), "frozen weights: {h}");
+        assert_eq!(w["dead_dirty"].as_u64(), Some(0), "frozen weights: {h}");
+        let a = &tags["act"];
+        let live = a["live_clean"].as_u64().unwrap() + a["live_dirty"].as_u64().unwrap();
+        let dead = a["dead_clean"].as_u64().unwrap() + a["dead_dirty"].as_u64().unwrap();
+        if label.ends_with(": forward") {
+            // (live: chunks the forward writes only in part, their other
+            // tensors' bytes still needed)
+            assert!(dead > 9 * live, "activations as the forward begins: {h}");
+        } else if label.ends_with(": backward") {
+            assert!(live > 0, "activations as the backward begins: {h}");
+        }
+    }
+    let q = policy(&without, "predictive");
+    assert_eq!(q["held"].as_array().unwrap().len(), 0);
+    assert_eq!(q["total_ns"], p["total_ns"]);
+    assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
+}

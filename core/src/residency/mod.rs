@@ -62,7 +62,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::acl::AclError;
 use crate::config::{Config, OutFirst};
 use crate::engine::report::Refusal;
-use crate::engine::runtime::Runtime;
+use crate::engine::runtime::{Runtime, CHUNK};
 use crate::policy::Placement;
 use crate::store::dram::{DramStore, HostAllocator};
 use crate::store::nvme::NvmeStore;
@@ -355,6 +355,27 @@ impl Shard {
             st.dram.used(),
             nv,
         )
+    }
+
+    /// Appends to `out` every managed chunk of `dev` in HBM now, as (the
+    /// device VA of its backing's first mapping + its offset, whether
+    /// evicting it needs a copy-out). For tools (`u3m replay --held`):
+    /// it scans every backing of the device with the lock held.
+    pub fn resident_chunks(&self, dev: u32, out: &mut Vec<(u64, bool)>) {
+        let Ok(st) = self.st.lock() else {
+            return;
+        };
+        for b in st.backings.values() {
+            let Some(&va) = b.vas.first() else { continue };
+            if b.dev != dev {
+                continue;
+            }
+            for (i, c) in b.chunks.iter().enumerate() {
+                if c.in_hbm() {
+                    out.push((va + i as u64 * CHUNK, c.needs_copy_out()));
+                }
+            }
+        }
     }
 
     /// Whether some managed chunk resident on `dev` may yet leave HBM: one

@@ -737,6 +737,11 @@ impl Residency {
         self.shard(dev as u32).usage(dev)
     }
 
+    /// Every managed chunk of `dev` in HBM now (`Shard::resident_chunks`).
+    pub fn resident_chunks(&self, dev: u32, out: &mut Vec<(u64, bool)>) {
+        self.shard(dev).resident_chunks(dev, out)
+    }
+
     /// Whether some managed chunk resident on `dev` may yet leave HBM
     /// (`Shard::may_move`).
     pub fn may_move(&self, dev: u32) -> bool {

@@ -17,10 +17,43 @@ use super::drive::Trace;
 /// Tier counts them).
 pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
     let mut dead: Vec<Vec<(u32, u64)>> = vec![Vec::new(); trace.events.len()];
-    // per device: allocation start -> bytes
-    let mut allocs: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); trace.devices];
     // (device, chunk) -> the last event that accessed it
     let mut last: HashMap<(u32, u64), usize> = HashMap::new();
+    for_each_touch(trace, |k, dev, c, t| match t {
+        // freed: dead for good, the free itself gives the memory back
+        ChunkTouch::Freed => {
+            last.remove(&(dev, c));
+        }
+        t => {
+            if let Some(p) = last.insert((dev, c), k) {
+                if t == ChunkTouch::Whole {
+                    dead[p].push((dev, c));
+                }
+            }
+        }
+    });
+    dead
+}
+
+/// What an event does to one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkTouch {
+    /// Reads it, or writes only part of it: its contents are needed.
+    Reads,
+    /// Only writes it whole: its old contents are not.
+    Whole,
+    /// Frees its allocation.
+    Freed,
+}
+
+/// Calls `f(event, device, chunk, touch)` for every chunk each event
+/// touches (once per event) or frees, in trace order; chunks are named by
+/// the trace address of their start, counted from each allocation's start
+/// (an allocation's last chunk ends with it, so a write of its tail is
+/// whole).
+pub fn for_each_touch(trace: &Trace, mut f: impl FnMut(usize, u32, u64, ChunkTouch)) {
+    // per device: allocation start -> bytes
+    let mut allocs: Vec<BTreeMap<u64, u64>> = vec![BTreeMap::new(); trace.devices];
     // per chunk of this event: whether the event only wrote it whole
     let mut here: BTreeMap<u64, bool> = BTreeMap::new();
     for (k, ev) in trace.events.iter().enumerate() {
@@ -32,11 +65,10 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
                 continue;
             }
             Body::Free { addr } => {
-                // freed: dead for good, the free itself gives the memory back
                 if let Some(b) = al.remove(addr) {
                     let mut c = *addr;
                     while c < addr + b {
-                        last.remove(&(dev, c));
+                        f(k, dev, c, ChunkTouch::Freed);
                         c += CHUNK;
                     }
                 }
@@ -45,8 +77,8 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
             _ => {}
         }
         here.clear();
-        for (a, b, f) in access::ranges(&ev.body) {
-            let whole = f == access::W;
+        for (a, b, fl) in access::ranges(&ev.body) {
+            let whole = fl == access::W;
             let Some((&s, &len)) = al.range(..=a).next_back() else {
                 continue;
             };
@@ -63,14 +95,14 @@ pub fn dead_after(trace: &Trace) -> Vec<Vec<(u32, u64)>> {
             }
         }
         for (&c, &whole) in &here {
-            if let Some(p) = last.insert((dev, c), k) {
-                if whole {
-                    dead[p].push((dev, c));
-                }
-            }
+            let t = if whole {
+                ChunkTouch::Whole
+            } else {
+                ChunkTouch::Reads
+            };
+            f(k, dev, c, t);
         }
     }
-    dead
 }
 
 /// Per event, the blocks freed right after it: (trace address, bytes).

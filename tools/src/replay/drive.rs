@@ -74,6 +74,8 @@ pub struct Setup {
     pub discard_frees: bool,
     /// `--wait-log`: list the host's waits of at least this many ns.
     pub wait_log_ns: Option<u64>,
+    /// `--held`: what HBM holds at each `# train step` comment.
+    pub held: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -139,6 +141,8 @@ pub struct RunOut {
     pub copies_by_tag: BTreeMap<String, [u64; 2]>,
     /// The host's waits `Setup::wait_log_ns` asked for.
     pub long_waits: Vec<super::simrt::LongWait>,
+    /// What HBM held at each `# train step` comment (`Setup::held`).
+    pub held: Vec<super::held::Held>,
     /// The timeline, when `Setup::observe` asked for it.
     pub observed: Option<Observed>,
 }
@@ -347,9 +351,11 @@ fn run_in(
         observed: s.observe.then(Observed::default),
         ar: AclReplay::default(),
         every_whole: baseline,
+        held: Vec::new(),
     };
     let r = d.replay();
     d.sample();
+    let held = std::mem::take(&mut d.held);
     let (spilled, events, accuracy) = (d.spilled, std::mem::take(&mut d.events), d.accuracy.take());
     let tags = std::mem::take(&mut d.tags);
     let mut observed = d.observed.take();
@@ -392,6 +398,7 @@ fn run_in(
         arrivals_by_tag,
         copies_by_tag,
         long_waits: rt.long_waits(),
+        held,
         observed,
     };
     drop(tier);
@@ -429,6 +436,8 @@ struct Driver<'a> {
     /// Every operator's whole writes told, gate or not (the unlimited-HBM
     /// baseline: Belady's future is the trace's truth).
     every_whole: bool,
+    /// `Setup::held`'s snapshots so far.
+    held: Vec<super::held::Held>,
 }
 
 impl Driver<'_> {
@@ -447,7 +456,21 @@ impl Driver<'_> {
                     .map_err(String::clone)
             })
             .transpose()?;
+        let (next_use, marks) = if self.s.held {
+            (
+                Some(super::held::NextUse::new(self.trace)),
+                super::held::marks(self.trace)?,
+            )
+        } else {
+            (None, Vec::new())
+        };
+        let mut marks = marks.into_iter().peekable();
         for (k, ev) in self.trace.events.iter().enumerate() {
+            while let Some((_, line, label)) = marks.next_if(|m| m.0 == k) {
+                if let Some(n) = next_use.as_ref() {
+                    self.snapshot(n, k, line, label);
+                }
+            }
             crate::progress::tick(k, n);
             if self.s.wait_log_ns.is_some() {
                 self.rt.set_line(self.trace.lines[k]);
@@ -475,6 +498,45 @@ impl Driver<'_> {
     }
 
     /// The Tier's VA for a trace range (None: unmanaged memory).
+    /// `--held` at event `k` (before it): every chunk u3m holds in HBM, by
+    /// tag, live or dead from `k` on, clean or dirty.
+    fn snapshot(&mut self, next: &super::held::NextUse, k: usize, line: u64, label: String) {
+        let mut h = super::held::Held {
+            line,
+            label,
+            host_ns: self.rt.host_ns(),
+            ..Default::default()
+        };
+        let mut chunks = Vec::new();
+        for dev in 0..self.trace.devices as u32 {
+            chunks.clear();
+            self.tier.resident_chunks(dev, &mut chunks);
+            // managed VA -> (its trace address, bytes)
+            let by_va: BTreeMap<u64, (u64, u64)> = self.allocs[dev as usize]
+                .iter()
+                .filter_map(|(&addr, a)| a.va.map(|va| (va, (addr, a.bytes.max(1)))))
+                .collect();
+            for &(va, dirty) in &chunks {
+                let tag = self
+                    .tags
+                    .range(..=va)
+                    .next_back()
+                    .filter(|(&s, (len, _))| va < s + len)
+                    .map_or("-", |(_, (_, t))| t.as_str());
+                // a chunk of no allocation the trace still has counts live
+                let live = by_va
+                    .range(..=va)
+                    .next_back()
+                    .filter(|(&v, &(_, len))| va < v + len)
+                    .map_or(true, |(&v, &(addr, _))| {
+                        next.live_from(dev, addr + (va - v), k)
+                    });
+                h.add(tag, live, dirty, CHUNK);
+            }
+        }
+        self.held.push(h);
+    }
+
     fn translate(&self, dev: u32, addr: u64) -> Option<u64> {
         let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
         a.va.filter(|_| addr - start < a.bytes.max(1))

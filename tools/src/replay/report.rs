@@ -49,6 +49,7 @@ pub struct PolicyRow {
     pub arrivals_by_tag: std::collections::BTreeMap<String, u64>,
     pub copies_by_tag: std::collections::BTreeMap<String, [u64; 2]>,
     pub long_waits: Vec<super::simrt::LongWait>,
+    pub held: Vec<super::held::Held>,
 }
 
 impl PolicyRow {
@@ -89,6 +90,7 @@ impl PolicyRow {
             arrivals_by_tag: o.arrivals_by_tag.clone(),
             copies_by_tag: o.copies_by_tag.clone(),
             long_waits: o.long_waits.clone(),
+            held: o.held.clone(),
         }
     }
 
@@ -438,6 +440,13 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "events": p.events.iter().map(|(t, l)| json!({"secs": t, "event": l})).collect::<Vec<_>>(),
                         "long_waits": p.long_waits.iter().map(|w| json!({
                             "line": w.line, "at_ns": w.at, "ns": w.ns, "for": w.what.name(),
+                        })).collect::<Vec<_>>(),
+                        "held": p.held.iter().map(|h| json!({
+                            "line": h.line, "label": h.label, "host_ns": h.host_ns,
+                            "resident_bytes": h.resident(),
+                            "by_tag": h.by_tag.iter().map(|(t, b)| (t.clone(), json!({
+                                "live_clean": b[0], "live_dirty": b[1], "dead_clean": b[2], "dead_dirty": b[3],
+                            }))).collect::<serde_json::Map<_, _>>(),
                         })).collect::<Vec<_>>(),
                     })
                 })
