@@ -858,6 +858,44 @@ fn synth_trace(name: &str, args: &[&str]) -> String {
     t
 }
 
+/// `u3m replay` arguments: `trace` at `hbm` under predictive, issued as
+/// acl_replay issues it, with no host time per call.
+fn predictive_acl_replay<'a>(trace: &'a str, hbm: &'a str) -> [&'a str; 9] {
+    [
+        trace,
+        "--hbm",
+        hbm,
+        "--policy",
+        "predictive",
+        "--issue",
+        "acl-replay",
+        "--call-us",
+        "0",
+    ]
+}
+
+/// A two-step `u3m synth` LoRA trace small enough for a test (into a file of
+/// its own, named by `name`; the caller removes it) and its footprint.
+fn small_lora(name: &str) -> (String, u64) {
+    let t = synth_trace(
+        name,
+        &[
+            "--model",
+            "llama2-7b",
+            "--workload",
+            "lora",
+            "--scale",
+            "4",
+            "--steps",
+            "2",
+        ],
+    );
+    let foot = replay(&[&t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
+        .as_u64()
+        .unwrap();
+    (t, foot)
+}
+
 /// Predictive's bytes ÷ Belady's on a `u3m synth` trace made with `args`
 /// (into a file of its own), replayed at 2/3 of its footprint.
 fn synth_vs_belady(name: &str, args: &[&str], min_foot: u64) -> Option<f64> {
@@ -1060,34 +1098,9 @@ fn host_waits_say_what_the_host_waited_for() {
 /// changes nothing the replay does (the same total time).
 #[test]
 fn the_wait_log_lists_the_waits_the_counters_count() {
-    let t = &synth_trace(
-        "waitlog",
-        &[
-            "--model",
-            "llama2-7b",
-            "--workload",
-            "lora",
-            "--scale",
-            "4",
-            "--steps",
-            "2",
-        ],
-    );
-    let foot = replay(&[t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
-        .as_u64()
-        .unwrap();
+    let (t, foot) = &small_lora("waitlog");
     let hbm = (foot * 2 / 3 / MIB2 * MIB2).to_string();
-    let args = [
-        t,
-        "--hbm",
-        &hbm,
-        "--policy",
-        "predictive",
-        "--issue",
-        "acl-replay",
-        "--call-us",
-        "0",
-    ];
+    let args = predictive_acl_replay(t, &hbm);
     let all = replay(&[&args[..], &["--wait-log", "0"]].concat());
     let none = replay(&[&args[..], &["--wait-log", "1e9"]].concat());
     let text = std::fs::read_to_string(t).unwrap();
@@ -1125,35 +1138,10 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
 /// list changes nothing about the run.
 #[test]
 fn held_lists_what_hbm_holds_as_each_phase_begins() {
-    let t = &synth_trace(
-        "held",
-        &[
-            "--model",
-            "llama2-7b",
-            "--workload",
-            "lora",
-            "--scale",
-            "4",
-            "--steps",
-            "2",
-        ],
-    );
-    let foot = replay(&[t, "--hbm", "1T", "--policy", "lru"])["footprint_bytes"]
-        .as_u64()
-        .unwrap();
+    let (t, foot) = &small_lora("held");
     let hbm = foot * 2 / 3 / MIB2 * MIB2;
     let hs = hbm.to_string();
-    let args = [
-        t,
-        "--hbm",
-        &hs,
-        "--policy",
-        "predictive",
-        "--issue",
-        "acl-replay",
-        "--call-us",
-        "0",
-    ];
+    let args = predictive_acl_replay(t, &hs);
     let with = replay(&[&args[..], &["--held"]].concat());
     let without = replay(&args);
     let text = std::fs::read_to_string(t).unwrap();

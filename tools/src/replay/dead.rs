@@ -150,30 +150,32 @@ pub fn frees_after(trace: &Trace) -> Result<Frees, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// The trace in `text`, read as `u3m replay` reads a file (a file of
-    /// its own per call: the tests run in parallel).
-    fn trace(text: &str) -> Trace {
+    /// The trace in `text`, read as `u3m replay` reads a file, and the file
+    /// (one of its own per call: the tests run in parallel), kept for what
+    /// reads it again; the caller removes it.
+    pub fn trace_kept(text: &str) -> Trace {
         static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("u3m-dead-{}-{n}.trace", std::process::id()));
+        let path = std::env::temp_dir().join(format!("u3m-trace-{}-{n}.trace", std::process::id()));
         std::fs::write(&path, text).unwrap();
-        let t = crate::replay::load(&path).unwrap();
-        let _ = std::fs::remove_file(&path);
+        crate::replay::load(&path).unwrap()
+    }
+
+    /// The trace in `text` (its file removed).
+    fn trace(text: &str) -> Trace {
+        let t = trace_kept(text);
+        let _ = std::fs::remove_file(&t.name);
         t
     }
 
-    /// `frees_after` on `text` (it reads the file again: kept meanwhile).
+    /// `frees_after` on `text`.
     fn frees(text: &str) -> Result<Vec<Vec<(u64, u64)>>, String> {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("u3m-frees-{}-{n}.trace", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        let t = crate::replay::load(&path).unwrap();
+        let t = trace_kept(text);
         let f = frees_after(&t);
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&t.name);
         f
     }
 

@@ -87,17 +87,8 @@ impl Held {
 
 #[cfg(test)]
 mod tests {
+    use super::super::dead::tests::trace_kept as trace;
     use super::*;
-
-    fn trace(text: &str) -> Trace {
-        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("u3m-held-{}-{n}.trace", std::process::id()));
-        std::fs::write(&path, text).unwrap();
-        let t = crate::replay::load(&path).unwrap();
-        // (kept: `marks` reads the file again)
-        t
-    }
 
     #[test]
     fn a_chunk_is_live_until_its_last_read_and_dead_before_a_whole_write_or_free() {
