@@ -66,10 +66,10 @@ CH = mb.CH
 
 def cycle(calls, a, b):
     """The step [a, b) of `calls` as a cycle: (n calls, touched per call,
-    groups [(count, gaps)]) where a gap is (first call out, last call out
-    (may be < first: it wraps), returns at (call or None), copy-in on
-    return?, epoch (hashable, or None: nothing to copy out), first gap of
-    its epoch?, the epoch's write (call))."""
+    groups [(count, gaps, generations, calls touching it)]) where a gap is
+    (first call out, last call out (may be < first: it wraps), returns at
+    (call or None), copy-in on return?, epoch (hashable, or None: nothing to
+    copy out), first gap of its epoch?, the epoch's write (call))."""
     n = b - a
     acc, freed, written_before = {}, {}, set()
     for t in range(a):
@@ -129,7 +129,7 @@ def cycle(calls, a, b):
                 else:
                     ep, wt = None, None
                 gs.append(((t + 1) % n, (t + span) % n, t2, cin, ep, w, wt))
-        out.append((m, gs, gens))
+        out.append((m, gs, gens, tuple(t for t, _need, _w in lst)))
     return n, touched, out
 
 
@@ -150,7 +150,7 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     d = np.asarray(times, dtype=float)
     gaps = []  # (m, s, e, ret, cin, epoch key, first, write call)
     owner = []
-    for gi, (m, gs, _gens) in enumerate(groups):
+    for gi, (m, gs, *_r) in enumerate(groups):
         for (s, e, ret, cin, ep, first, wt) in gs:
             gaps.append((m, s, e, ret, cin, None if ep is None else (gi, ep), first, wt))
             owner.append(gi)
