@@ -5,7 +5,7 @@ a copied-in page is held from its copy's start, an evicted dirty page until
 its copy-out ends, and an operator's pages until the operator ends. An LP
 over one step taken as a cycle, solved with HiGHS (pip install scipy).
 usage: bench/pipeline_bound.py [--json] [--link-gbps G] [--step K]
-                               [--copy-out-at-eviction] HBM_BYTES TRACE
+                               [--copy-out-at-eviction] [--held] HBM_BYTES TRACE
        bench/pipeline_bound.py --selftest
 
 bench/joint_bound.py bounds the bytes; a step takes at least those bytes at
@@ -51,7 +51,20 @@ steps reuse.
 `--copy-out-at-eviction`: the bound for schedules whose copy-outs start when
 the chunk is evicted, as u3m's do (no write-back ahead of the eviction):
 every copy-out is released at its gap's start and holds its page until it
-ends (the D term for every gap)."""
+ends (the D term for every gap).
+`--held`: what the optimum holds in HBM as each phase's first call runs,
+as its HBM constraint counts it: per allocation tag, the chunks idle in a
+gap spanning that call, split into live (the next access reads them: a
+copy-in if they are out) and dead (a whole write, or a free, comes next, or
+they were never written: nothing to copy in), each as GiB idle, out and
+held (idle less out); the chunks the call touches (all in HBM); and the
+totals with B (copied in ahead) and D (evicted, copy-out pending), which
+the constraint also counts, and what is left free. The figures are the
+LP's fractional optimum, one vertex of possibly many: the LP keeps, of the
+fastest schedules, one moving the fewest bytes, so the held figures are
+that vertex's, not the only way to reach the bound (B and D, bounded only
+from below, may sit above what the vertex needs where HBM has room).
+`--json` adds them as a `held` list, one entry per phase."""
 import json, os, sys
 
 import numpy as np
@@ -142,7 +155,7 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     allocation generation -> tag (a group's bytes shared among its
     members' tags). `at_eviction`: every copy-out starts when its chunk is
     evicted and holds the page until it ends (no write-back ahead of the
-    eviction, as u3m's engine copies out)."""
+    eviction, as u3m's engine copies out). "lp": what `held_at` reads."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     if max(touched) > cap:
@@ -258,8 +271,51 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
         share(by, groups[owner[j]][2], tags, 1, x[iw + j])
     calls = [(d[k] + x[isg + k], sum(x[cc] for cc in R[k]), sum(x[cc] for cc in E[k]),
               x[iq + k], x[ib + k]) for k in range(n)]
+    # what `held_at` reads back: the optimum's chunks out per gap, P, B, D
+    lp = {"gaps": gaps, "owner": owner, "out": x[ix:ix + ng], "P": x[ip:ip + n],
+          "B": x[ib:ib + n], "D": x[idd:idd + n], "groups": groups, "tags": tags,
+          "cap": cap, "touched": touched}
     return {"step_us": float(d.sum()) + stall, "stall_us": stall, "in_gib": bin_ * CH / 2**30,
-            "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls}
+            "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls, "lp": lp}
+
+
+def spans(s, e, k):
+    """Whether the gap s..e (wrapping when s > e) covers call k."""
+    return s <= k <= e if s <= e else (k >= s or k <= e)
+
+
+def held_at(r, k):
+    """What `solve`'s optimum `r` holds in HBM as call k runs, in GiB, as
+    its HBM constraint counts it: per tag, chunks idle in a gap covering k
+    ("live": the return reads them, "dead": a whole write or a free comes
+    next, or they hold nothing yet) as idle, out and held (idle less out),
+    and those k touches; and
+    the totals, with B_k (in ahead) and D_k (copy-outs pending)."""
+    lp, G = r["lp"], CH / 2**30
+    by = {"live": {}, "dead": {}}  # state -> tag -> [idle, out] GiB
+    for j, (m, s, e, _ret, cin, *_r) in enumerate(lp["gaps"]):
+        if spans(s, e, k):
+            gens = lp["groups"][lp["owner"][j]][2]
+            st = by["live" if cin else "dead"]
+            share(st, gens, lp["tags"], 0, m)
+            share(st, gens, lp["tags"], 1, lp["out"][j])
+    touched = {}
+    for m, _gs, gens, at in lp["groups"]:
+        if k in at:
+            share(touched, gens, lp["tags"], 0, m)
+    tags = {}
+    for t in sorted(set(by["live"]) | set(by["dead"]) | set(touched)):
+        tags[t] = {st: figures(*by[st].get(t, (0.0, 0.0))) for st in ("live", "dead")}
+        tags[t]["touched_gib"] = touched.get(t, (0.0, 0.0))[0]
+    return {"by_tag": tags,
+            "touched_gib": sum(v["touched_gib"] for v in tags.values()),
+            "held_gib": sum(v[st]["held_gib"] for v in tags.values() for st in ("live", "dead")),
+            "in_ahead_gib": float(lp["B"][k] * G), "copy_outs_pending_gib": float(lp["D"][k] * G),
+            "hbm_gib": lp["cap"] * G}
+
+
+def figures(idle, out):
+    return {"idle_gib": float(idle), "out_gib": float(out), "held_gib": float(idle - out)}
 
 
 def share(by, gens, tags, direction, chunks):
@@ -412,7 +468,7 @@ def main():
     args = sys.argv[1:]
     if args == ['--selftest']:
         return selftest()
-    gbps, step, as_json, at_eviction = 25.0, 3, False, False
+    gbps, step, as_json, at_eviction, held = 25.0, 3, False, False, False
     while args and args[0].startswith('--'):
         a = args.pop(0)
         if a == '--link-gbps':
@@ -423,6 +479,8 @@ def main():
             as_json = True
         elif a == '--copy-out-at-eviction':
             at_eviction = True
+        elif a == '--held':
+            held = True
         else:
             sys.exit(__doc__)
     if len(args) != 2:
@@ -446,6 +504,8 @@ def main():
            "in_gib": r["in_gib"], "out_gib": r["out_gib"],
            "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(r["by_tag"].items())},
            "phases": phases}
+    if held:
+        rep["held"] = [dict(phase=name, call=s0, **held_at(r, s0)) for name, s0, _s1 in r["phases"]]
     if as_json:
         print(json.dumps(rep))
         return
@@ -460,6 +520,31 @@ def main():
               f"{p['in_link_busy'] * 100:3.0f} % busy), copy-outs released {p['out_released_gib']:7.3f} GiB; "
               f"at most {p['out_backlog_max_mib']:.0f} MiB waiting to go out, "
               f"{p['in_ahead_max_mib']:.0f} MiB in ahead")
+    for h in rep.get("held", []):
+        print_held(h)
+
+
+def print_held(h):
+    """`--held`'s lines for one phase start."""
+    used = h["touched_gib"] + h["held_gib"] + h["in_ahead_gib"] + h["copy_outs_pending_gib"]
+    print(f"  held as {h['phase']} begins (call {h['call']}): HBM {h['hbm_gib']:.3f} GiB = "
+          f"touched {z(h['touched_gib'])} + held {z(h['held_gib'])} + in ahead "
+          f"{z(h['in_ahead_gib'])} + copy-outs pending {z(h['copy_outs_pending_gib'])} "
+          f"(+ free {z(h['hbm_gib'] - used)})")
+    print(f"{'tag':>14}{'state':>8}{'idle GiB':>14}{'out GiB':>11}{'held GiB':>11}")
+    for tag, v in h["by_tag"].items():
+        for state in ("dead", "live"):
+            f = v[state]
+            if f["idle_gib"] >= 5e-4:
+                print(f"{tag:>14}{state:>8}{z(f['idle_gib']):>14}{z(f['out_gib']):>11}"
+                      f"{z(f['held_gib']):>11}")
+        if v["touched_gib"] >= 5e-4:
+            print(f"{tag:>14}{'touched':>8}{'':25}{z(v['touched_gib']):>11}")
+
+
+def z(gib):
+    """GiB to 3 places; the solver's -1e-12 prints 0.000, not -0.000."""
+    return f"{round(gib, 3) + 0.0:.3f}"
 
 if __name__ == '__main__':
     main()
