@@ -401,6 +401,7 @@ def selftest():
     # link-bound: short calls, the bytes at the link rate dominate
     tl, _s, gi, _o, _b = run([('call', A), ('call', B)], 4, [1.0, 1.0], range(8))
     assert tl >= 8 * 2 / 1 - 1e-6, tl
+    held_known()
     # the bound never exceeds a schedule that exists: on-demand, serial copies
     import random
     rnd = random.Random(11)
@@ -414,17 +415,85 @@ def selftest():
             cyc.append(('call', {key(k): (ws[k], ws[k] and rnd.random() < 0.5) for k in ks}))
         times = [float(rnd.randint(1, 20)) for _ in cyc]
         setup = [k for k in range(nkeys) if rnd.random() < 0.7]
-        t, _s, _i, _o, _b = run(cyc, cap, times, setup)
+        whole = [('call', {key(i): (True, True)}) for i in setup] + cyc
+        r1 = solve(*cycle(whole, len(setup), len(whole)), times, cap, beta)
+        t = r1["step_us"]
         sim = on_demand(cyc, cap, times, {key(k) for k in setup}, beta)
         if t > sim + 1e-6:
             sys.exit(f"selftest case {case}: bound {t} above the on-demand schedule's {sim}")
-        r2 = solve(*cycle([('call', {key(i): (True, True)}) for i in setup] + cyc, len(setup),
-                          len(setup) + len(cyc)), times, cap, beta, at_eviction=True)
+        r2 = solve(*cycle(whole, len(setup), len(whole)), times, cap, beta, at_eviction=True)
         if r2["step_us"] < t - 1e-6 or r2["step_us"] > sim + 1e-6:
             sys.exit(f"selftest case {case}: copy-outs at eviction {r2['step_us']}, "
                      f"outside [{t}, {sim}]")
+        for r in (r1, r2):
+            for k in range(len(cyc)):
+                held_fits(r, k, f"selftest case {case}, call {k}")
     print("selftest: known optima, and 200 random cycles: bound <= bound with copy-outs at eviction "
-          "<= an on-demand schedule's steady step")
+          "<= an on-demand schedule's steady step; --held's figures add up to the LP's "
+          "and fit in HBM at every call")
+
+
+def held_fits(r, k, where):
+    """`held_at(r, k)` against the LP's own counts: out <= idle per tag, the
+    outs sum to P_k, the touched to touched_k, and all of it fits in HBM."""
+    h, lp, G = held_at(r, k), r["lp"], CH / 2**30
+    eps = 1e-6 * G  # a millionth of a chunk: the solver's tolerance
+    fig = [f for v in h["by_tag"].values() for f in (v["live"], v["dead"])]
+    used = h["touched_gib"] + h["held_gib"] + h["in_ahead_gib"] + h["copy_outs_pending_gib"]
+    bad = [f for f in fig if not -eps <= f["out_gib"] <= f["idle_gib"] + eps]
+    if bad or used > h["hbm_gib"] + eps:
+        sys.exit(f"{where}: out outside [0, idle] ({bad}) or {used} GiB above HBM")
+    if abs(sum(f["out_gib"] for f in fig) - lp["P"][k] * G) > eps or \
+            abs(h["touched_gib"] - lp["touched"][k] * G) > eps:
+        sys.exit(f"{where}: held's out or touched differ from the LP's P_k, touched_k: {h}")
+
+
+def held_known():
+    """--held on cycles whose optimum is unique (each call 100 µs, the link
+    a chunk per 2 µs), in chunks: (tag, state): (idle, out), (tag,
+    "touched"): chunks, "B" and "D" as the call runs.
+    1. HBM 3: call 0 reads two chunks (w), call 1 reads one (x) and wholly
+    writes one (y). As call 0 runs only one of x, y fits: the fastest keeps
+    x (else call 1 waits for it) and has y out (its copy-out costs no wait);
+    as call 1 runs one w is out, and call 0 waits 2 µs for it: HBM is full,
+    so nothing comes in ahead.
+    2. HBM 2: call 0 reads p and q, call 1 r, call 2 s. As call 0 runs r and
+    s are out (HBM full), so call 1 waits for r; s comes in ahead during
+    call 1 and p, q during call 2 as far as HBM goes (each call's spare
+    page), so p and q are out as calls 1 and 2 run, and call 0 waits for
+    one of them."""
+    key = lambda i, g: (i, g, 0)  # noqa: E731
+    rd, ww = (False, False), (True, True)
+    cases = [
+        ([{(0, 1): rd, (1, 1): rd}, {(2, 2): rd, (3, 3): ww}], 3, {1: "w", 2: "x", 3: "y"}, 202.0,
+         {0: {("w", "touched"): 2, ("x", "live"): (1, 0), ("y", "dead"): (1, 1), "B": 0, "D": 0},
+          1: {("x", "touched"): 1, ("y", "touched"): 1, ("w", "live"): (2, 1), "B": 0, "D": 0}}),
+        ([{(0, 1): rd, (1, 1): rd}, {(2, 2): rd}, {(3, 3): rd}], 2, {1: "p", 2: "r", 3: "s"}, 304.0,
+         {0: {("p", "touched"): 2, ("r", "live"): (1, 1), ("s", "live"): (1, 1), "B": 0, "D": 0},
+          1: {("r", "touched"): 1, ("p", "live"): (2, 2), ("s", "live"): (1, 1), "B": 1, "D": 0},
+          2: {("s", "touched"): 1, ("p", "live"): (2, 2), ("r", "live"): (1, 1), "B": 1, "D": 0}}),
+    ]
+    G = CH / 2**30
+    for ci, (cs, cap, tags, step, want) in enumerate(cases, 1):
+        cyc = [('call', {key(*kg): a for kg, a in c.items()}) for c in cs]
+        setup = [('call', {key(*kg): ww}) for c in cs for kg, a in c.items() if a == rd]
+        for at_eviction in (False, True):
+            r = solve(*cycle(setup + cyc, len(setup), len(setup) + len(cyc)), [100.0] * len(cyc),
+                      cap, 0.5, tags, at_eviction)
+            assert abs(r["step_us"] - step) < 1e-4, (ci, r["step_us"])  # fewest bytes' slack
+            for k, exp in want.items():
+                h = held_at(r, k)
+                got = {"B": h["in_ahead_gib"] / G, "D": h["copy_outs_pending_gib"] / G}
+                for tag, v in h["by_tag"].items():
+                    for st in ("live", "dead"):
+                        if v[st]["idle_gib"] > 0:
+                            got[tag, st] = (v[st]["idle_gib"] / G, v[st]["out_gib"] / G)
+                    if v["touched_gib"] > 0:
+                        got[tag, "touched"] = v["touched_gib"] / G
+                if got.keys() != exp.keys() or not all(
+                        np.allclose(got[q], exp[q], atol=1e-4) for q in exp):
+                    sys.exit(f"selftest --held case {ci}, call {k}, copy-outs at eviction "
+                             f"{at_eviction}: {got}, want {exp}")
 
 
 def on_demand(cyc, cap, times, has, beta, cycles=40):
