@@ -5,7 +5,7 @@ a copied-in page is held from its copy's start, an evicted dirty page until
 its copy-out ends, and an operator's pages until the operator ends. An LP
 over one step taken as a cycle, solved with HiGHS (pip install scipy).
 usage: bench/pipeline_bound.py [--json] [--link-gbps G] [--step K]
-                               [--copy-out-at-eviction] HBM_BYTES TRACE
+                               [--copy-out-at-eviction] [--held] HBM_BYTES TRACE
        bench/pipeline_bound.py --selftest
 
 bench/joint_bound.py bounds the bytes; a step takes at least those bytes at
@@ -51,7 +51,20 @@ steps reuse.
 `--copy-out-at-eviction`: the bound for schedules whose copy-outs start when
 the chunk is evicted, as u3m's do (no write-back ahead of the eviction):
 every copy-out is released at its gap's start and holds its page until it
-ends (the D term for every gap)."""
+ends (the D term for every gap).
+`--held`: what the optimum holds in HBM as each phase's first call runs,
+as its HBM constraint counts it: per allocation tag, the chunks idle in a
+gap spanning that call, split into live (the next access reads them: a
+copy-in if they are out) and dead (a whole write, or a free, comes next, or
+they were never written: nothing to copy in), each as GiB idle, out and
+held (idle less out); the chunks the call touches (all in HBM); and the
+totals with B (copied in ahead) and D (evicted, copy-out pending), which
+the constraint also counts, and what is left free. The figures are the
+LP's fractional optimum, one vertex of possibly many: the LP keeps, of the
+fastest schedules, one moving the fewest bytes, so the held figures are
+that vertex's, not the only way to reach the bound (B and D, bounded only
+from below, may sit above what the vertex needs where HBM has room).
+`--json` adds them as a `held` list, one entry per phase."""
 import json, os, sys
 
 import numpy as np
@@ -66,10 +79,10 @@ CH = mb.CH
 
 def cycle(calls, a, b):
     """The step [a, b) of `calls` as a cycle: (n calls, touched per call,
-    groups [(count, gaps)]) where a gap is (first call out, last call out
-    (may be < first: it wraps), returns at (call or None), copy-in on
-    return?, epoch (hashable, or None: nothing to copy out), first gap of
-    its epoch?, the epoch's write (call))."""
+    groups [(count, gaps, generations, calls touching it)]) where a gap is
+    (first call out, last call out (may be < first: it wraps), returns at
+    (call or None), copy-in on return?, epoch (hashable, or None: nothing to
+    copy out), first gap of its epoch?, the epoch's write (call))."""
     n = b - a
     acc, freed, written_before = {}, {}, set()
     for t in range(a):
@@ -129,7 +142,7 @@ def cycle(calls, a, b):
                 else:
                     ep, wt = None, None
                 gs.append(((t + 1) % n, (t + span) % n, t2, cin, ep, w, wt))
-        out.append((m, gs, gens))
+        out.append((m, gs, gens, tuple(t for t, _need, _w in lst)))
     return n, touched, out
 
 
@@ -142,7 +155,7 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     allocation generation -> tag (a group's bytes shared among its
     members' tags). `at_eviction`: every copy-out starts when its chunk is
     evicted and holds the page until it ends (no write-back ahead of the
-    eviction, as u3m's engine copies out)."""
+    eviction, as u3m's engine copies out). "lp": what `held_at` reads."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     if max(touched) > cap:
@@ -150,7 +163,7 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     d = np.asarray(times, dtype=float)
     gaps = []  # (m, s, e, ret, cin, epoch key, first, write call)
     owner = []
-    for gi, (m, gs, _gens) in enumerate(groups):
+    for gi, (m, gs, *_r) in enumerate(groups):
         for (s, e, ret, cin, ep, first, wt) in gs:
             gaps.append((m, s, e, ret, cin, None if ep is None else (gi, ep), first, wt))
             owner.append(gi)
@@ -258,8 +271,51 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
         share(by, groups[owner[j]][2], tags, 1, x[iw + j])
     calls = [(d[k] + x[isg + k], sum(x[cc] for cc in R[k]), sum(x[cc] for cc in E[k]),
               x[iq + k], x[ib + k]) for k in range(n)]
+    # what `held_at` reads back: the optimum's chunks out per gap, P, B, D
+    lp = {"gaps": gaps, "owner": owner, "out": x[ix:ix + ng], "P": x[ip:ip + n],
+          "B": x[ib:ib + n], "D": x[idd:idd + n], "groups": groups, "tags": tags,
+          "cap": cap, "touched": touched}
     return {"step_us": float(d.sum()) + stall, "stall_us": stall, "in_gib": bin_ * CH / 2**30,
-            "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls}
+            "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls, "lp": lp}
+
+
+def spans(s, e, k):
+    """Whether the gap s..e (wrapping when s > e) covers call k."""
+    return s <= k <= e if s <= e else (k >= s or k <= e)
+
+
+def held_at(r, k):
+    """What `solve`'s optimum `r` holds in HBM as call k runs, in GiB, as
+    its HBM constraint counts it: per tag, chunks idle in a gap covering k
+    ("live": the return reads them, "dead": a whole write or a free comes
+    next, or they hold nothing yet) as idle, out and held (idle less out),
+    and those k touches; and
+    the totals, with B_k (in ahead) and D_k (copy-outs pending)."""
+    lp, G = r["lp"], CH / 2**30
+    by = {"live": {}, "dead": {}}  # state -> tag -> [idle, out] GiB
+    for j, (m, s, e, _ret, cin, *_r) in enumerate(lp["gaps"]):
+        if spans(s, e, k):
+            gens = lp["groups"][lp["owner"][j]][2]
+            st = by["live" if cin else "dead"]
+            share(st, gens, lp["tags"], 0, m)
+            share(st, gens, lp["tags"], 1, lp["out"][j])
+    touched = {}
+    for m, _gs, gens, at in lp["groups"]:
+        if k in at:
+            share(touched, gens, lp["tags"], 0, m)
+    tags = {}
+    for t in sorted(set(by["live"]) | set(by["dead"]) | set(touched)):
+        tags[t] = {st: figures(*by[st].get(t, (0.0, 0.0))) for st in ("live", "dead")}
+        tags[t]["touched_gib"] = touched.get(t, (0.0, 0.0))[0]
+    return {"by_tag": tags,
+            "touched_gib": sum(v["touched_gib"] for v in tags.values()),
+            "held_gib": sum(v[st]["held_gib"] for v in tags.values() for st in ("live", "dead")),
+            "in_ahead_gib": float(lp["B"][k] * G), "copy_outs_pending_gib": float(lp["D"][k] * G),
+            "hbm_gib": lp["cap"] * G}
+
+
+def figures(idle, out):
+    return {"idle_gib": float(idle), "out_gib": float(out), "held_gib": float(idle - out)}
 
 
 def share(by, gens, tags, direction, chunks):
@@ -345,6 +401,7 @@ def selftest():
     # link-bound: short calls, the bytes at the link rate dominate
     tl, _s, gi, _o, _b = run([('call', A), ('call', B)], 4, [1.0, 1.0], range(8))
     assert tl >= 8 * 2 / 1 - 1e-6, tl
+    held_known()
     # the bound never exceeds a schedule that exists: on-demand, serial copies
     import random
     rnd = random.Random(11)
@@ -358,17 +415,85 @@ def selftest():
             cyc.append(('call', {key(k): (ws[k], ws[k] and rnd.random() < 0.5) for k in ks}))
         times = [float(rnd.randint(1, 20)) for _ in cyc]
         setup = [k for k in range(nkeys) if rnd.random() < 0.7]
-        t, _s, _i, _o, _b = run(cyc, cap, times, setup)
+        whole = [('call', {key(i): (True, True)}) for i in setup] + cyc
+        r1 = solve(*cycle(whole, len(setup), len(whole)), times, cap, beta)
+        t = r1["step_us"]
         sim = on_demand(cyc, cap, times, {key(k) for k in setup}, beta)
         if t > sim + 1e-6:
             sys.exit(f"selftest case {case}: bound {t} above the on-demand schedule's {sim}")
-        r2 = solve(*cycle([('call', {key(i): (True, True)}) for i in setup] + cyc, len(setup),
-                          len(setup) + len(cyc)), times, cap, beta, at_eviction=True)
+        r2 = solve(*cycle(whole, len(setup), len(whole)), times, cap, beta, at_eviction=True)
         if r2["step_us"] < t - 1e-6 or r2["step_us"] > sim + 1e-6:
             sys.exit(f"selftest case {case}: copy-outs at eviction {r2['step_us']}, "
                      f"outside [{t}, {sim}]")
+        for r in (r1, r2):
+            for k in range(len(cyc)):
+                held_fits(r, k, f"selftest case {case}, call {k}")
     print("selftest: known optima, and 200 random cycles: bound <= bound with copy-outs at eviction "
-          "<= an on-demand schedule's steady step")
+          "<= an on-demand schedule's steady step; --held's figures add up to the LP's "
+          "and fit in HBM at every call")
+
+
+def held_fits(r, k, where):
+    """`held_at(r, k)` against the LP's own counts: out <= idle per tag, the
+    outs sum to P_k, the touched to touched_k, and all of it fits in HBM."""
+    h, lp, G = held_at(r, k), r["lp"], CH / 2**30
+    eps = 1e-6 * G  # a millionth of a chunk: the solver's tolerance
+    fig = [f for v in h["by_tag"].values() for f in (v["live"], v["dead"])]
+    used = h["touched_gib"] + h["held_gib"] + h["in_ahead_gib"] + h["copy_outs_pending_gib"]
+    bad = [f for f in fig if not -eps <= f["out_gib"] <= f["idle_gib"] + eps]
+    if bad or used > h["hbm_gib"] + eps:
+        sys.exit(f"{where}: out outside [0, idle] ({bad}) or {used} GiB above HBM")
+    if abs(sum(f["out_gib"] for f in fig) - lp["P"][k] * G) > eps or \
+            abs(h["touched_gib"] - lp["touched"][k] * G) > eps:
+        sys.exit(f"{where}: held's out or touched differ from the LP's P_k, touched_k: {h}")
+
+
+def held_known():
+    """--held on cycles whose optimum is unique (each call 100 µs, the link
+    a chunk per 2 µs), in chunks: (tag, state): (idle, out), (tag,
+    "touched"): chunks, "B" and "D" as the call runs.
+    1. HBM 3: call 0 reads two chunks (w), call 1 reads one (x) and wholly
+    writes one (y). As call 0 runs only one of x, y fits: the fastest keeps
+    x (else call 1 waits for it) and has y out (its copy-out costs no wait);
+    as call 1 runs one w is out, and call 0 waits 2 µs for it: HBM is full,
+    so nothing comes in ahead.
+    2. HBM 2: call 0 reads p and q, call 1 r, call 2 s. As call 0 runs r and
+    s are out (HBM full), so call 1 waits for r; s comes in ahead during
+    call 1 and p, q during call 2 as far as HBM goes (each call's spare
+    page), so p and q are out as calls 1 and 2 run, and call 0 waits for
+    one of them."""
+    key = lambda i, g: (i, g, 0)  # noqa: E731
+    rd, ww = (False, False), (True, True)
+    cases = [
+        ([{(0, 1): rd, (1, 1): rd}, {(2, 2): rd, (3, 3): ww}], 3, {1: "w", 2: "x", 3: "y"}, 202.0,
+         {0: {("w", "touched"): 2, ("x", "live"): (1, 0), ("y", "dead"): (1, 1), "B": 0, "D": 0},
+          1: {("x", "touched"): 1, ("y", "touched"): 1, ("w", "live"): (2, 1), "B": 0, "D": 0}}),
+        ([{(0, 1): rd, (1, 1): rd}, {(2, 2): rd}, {(3, 3): rd}], 2, {1: "p", 2: "r", 3: "s"}, 304.0,
+         {0: {("p", "touched"): 2, ("r", "live"): (1, 1), ("s", "live"): (1, 1), "B": 0, "D": 0},
+          1: {("r", "touched"): 1, ("p", "live"): (2, 2), ("s", "live"): (1, 1), "B": 1, "D": 0},
+          2: {("s", "touched"): 1, ("p", "live"): (2, 2), ("r", "live"): (1, 1), "B": 1, "D": 0}}),
+    ]
+    G = CH / 2**30
+    for ci, (cs, cap, tags, step, want) in enumerate(cases, 1):
+        cyc = [('call', {key(*kg): a for kg, a in c.items()}) for c in cs]
+        setup = [('call', {key(*kg): ww}) for c in cs for kg, a in c.items() if a == rd]
+        for at_eviction in (False, True):
+            r = solve(*cycle(setup + cyc, len(setup), len(setup) + len(cyc)), [100.0] * len(cyc),
+                      cap, 0.5, tags, at_eviction)
+            assert abs(r["step_us"] - step) < 1e-4, (ci, r["step_us"])  # fewest bytes' slack
+            for k, exp in want.items():
+                h = held_at(r, k)
+                got = {"B": h["in_ahead_gib"] / G, "D": h["copy_outs_pending_gib"] / G}
+                for tag, v in h["by_tag"].items():
+                    for st in ("live", "dead"):
+                        if v[st]["idle_gib"] > 0:
+                            got[tag, st] = (v[st]["idle_gib"] / G, v[st]["out_gib"] / G)
+                    if v["touched_gib"] > 0:
+                        got[tag, "touched"] = v["touched_gib"] / G
+                if got.keys() != exp.keys() or not all(
+                        np.allclose(got[q], exp[q], atol=1e-4) for q in exp):
+                    sys.exit(f"selftest --held case {ci}, call {k}, copy-outs at eviction "
+                             f"{at_eviction}: {got}, want {exp}")
 
 
 def on_demand(cyc, cap, times, has, beta, cycles=40):
@@ -412,7 +537,7 @@ def main():
     args = sys.argv[1:]
     if args == ['--selftest']:
         return selftest()
-    gbps, step, as_json, at_eviction = 25.0, 3, False, False
+    gbps, step, as_json, at_eviction, held = 25.0, 3, False, False, False
     while args and args[0].startswith('--'):
         a = args.pop(0)
         if a == '--link-gbps':
@@ -423,6 +548,8 @@ def main():
             as_json = True
         elif a == '--copy-out-at-eviction':
             at_eviction = True
+        elif a == '--held':
+            held = True
         else:
             sys.exit(__doc__)
     if len(args) != 2:
@@ -446,6 +573,8 @@ def main():
            "in_gib": r["in_gib"], "out_gib": r["out_gib"],
            "by_tag": {k: {"in_gib": v[0], "out_gib": v[1]} for k, v in sorted(r["by_tag"].items())},
            "phases": phases}
+    if held:
+        rep["held"] = [dict(phase=name, call=s0, **held_at(r, s0)) for name, s0, _s1 in r["phases"]]
     if as_json:
         print(json.dumps(rep))
         return
@@ -460,6 +589,31 @@ def main():
               f"{p['in_link_busy'] * 100:3.0f} % busy), copy-outs released {p['out_released_gib']:7.3f} GiB; "
               f"at most {p['out_backlog_max_mib']:.0f} MiB waiting to go out, "
               f"{p['in_ahead_max_mib']:.0f} MiB in ahead")
+    for h in rep.get("held", []):
+        print_held(h)
+
+
+def print_held(h):
+    """`--held`'s lines for one phase start."""
+    used = h["touched_gib"] + h["held_gib"] + h["in_ahead_gib"] + h["copy_outs_pending_gib"]
+    print(f"  held as {h['phase']} begins (call {h['call']}): HBM {h['hbm_gib']:.3f} GiB = "
+          f"touched {z(h['touched_gib'])} + held {z(h['held_gib'])} + in ahead "
+          f"{z(h['in_ahead_gib'])} + copy-outs pending {z(h['copy_outs_pending_gib'])} "
+          f"(+ free {z(h['hbm_gib'] - used)})")
+    print(f"{'tag':>14}{'state':>8}{'idle GiB':>14}{'out GiB':>11}{'held GiB':>11}")
+    for tag, v in h["by_tag"].items():
+        for state in ("dead", "live"):
+            f = v[state]
+            if f["idle_gib"] >= 5e-4:
+                print(f"{tag:>14}{state:>8}{z(f['idle_gib']):>14}{z(f['out_gib']):>11}"
+                      f"{z(f['held_gib']):>11}")
+        if v["touched_gib"] >= 5e-4:
+            print(f"{tag:>14}{'touched':>8}{'':25}{z(v['touched_gib']):>11}")
+
+
+def z(gib):
+    """GiB to 3 places; the solver's -1e-12 prints 0.000, not -0.000."""
+    return f"{round(gib, 3) + 0.0:.3f}"
 
 if __name__ == '__main__':
     main()
