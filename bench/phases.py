@@ -14,8 +14,9 @@ tags under 4 MiB left out) and the host's waits by what it waited for
 (count / ms: the program's work, u3m's copy-ins, its copy-outs, the launch
 queue). --held: also what u3m holds in HBM as each phase of step N begins
 (`u3m replay --held`, one run of the whole trace: per tag, GiB live — read
-again before written whole — and dead, each with its dirty part; set it
-beside `bench/pipeline_bound.py --held`). Replay options: --link-model shared --call-us 0 --issue
+again before written whole — and dead, each with its dirty part, and the
+live the policy takes for dead and the dead it foresees: predicts a whole
+write next; set it beside `bench/pipeline_bound.py --held`). Replay options: --link-model shared --call-us 0 --issue
 acl-replay, then REPLAY_ARG. The environment is passed to u3m."""
 import json, os, subprocess, sys, tempfile
 
@@ -89,10 +90,11 @@ if held:
     for h in p["held"]:
         if not h["label"].startswith("train step %d:" % step):
             continue
-        print("held as %s begins (line %d): %.3f GiB; by tag, GiB live (dirty) / dead (dirty)"
-              % (h["label"][len("train step "):], h["line"], h["resident_bytes"] / GIB))
+        print("held as %s begins (line %d): %.3f GiB; by tag, GiB live (dirty; taken for dead)"
+              " / dead (dirty; foreseen)" % (h["label"][len("train step "):], h["line"], h["resident_bytes"] / GIB))
         for t, b in sorted(h["by_tag"].items()):
             live, dead = b["live_clean"] + b["live_dirty"], b["dead_clean"] + b["dead_dirty"]
             if live + dead >= 4 << 20:
-                print("  %10s %7.3f (%.3f) / %7.3f (%.3f)"
-                      % (t, live / GIB, b["live_dirty"] / GIB, dead / GIB, b["dead_dirty"] / GIB))
+                print("  %10s %7.3f (%.3f; %.3f) / %7.3f (%.3f; %.3f)"
+                      % (t, live / GIB, b["live_dirty"] / GIB, b["live_taken_for_dead"] / GIB,
+                         dead / GIB, b["dead_dirty"] / GIB, b["dead_foreseen"] / GIB))

@@ -1159,10 +1159,20 @@ fn held_lists_what_hbm_holds_as_each_phase_begins() {
         assert_eq!(h["line"].as_u64(), Some(*line));
         assert_eq!(h["label"].as_str(), Some(&*format!("train step {label}")));
         let tags = h["by_tag"].as_object().unwrap();
+        let n = |b: &Value, k: &str| b[k].as_u64().unwrap();
         let sum: u64 = tags
             .values()
-            .flat_map(|b| b.as_object().unwrap().values())
-            .map(|v| v.as_u64().unwrap())
+            .map(|b| {
+                let (live, dead) = (
+                    n(b, "live_clean") + n(b, "live_dirty"),
+                    n(b, "dead_clean") + n(b, "dead_dirty"),
+                );
+                assert!(
+                    n(b, "dead_foreseen") <= dead && n(b, "live_taken_for_dead") <= live,
+                    "{h}"
+                );
+                live + dead
+            })
             .sum();
         assert_eq!(sum, h["resident_bytes"].as_u64().unwrap(), "{h}");
         assert!(sum <= hbm, "{h}");

@@ -508,6 +508,7 @@ impl Driver<'_> {
             ..Default::default()
         };
         let mut chunks = Vec::new();
+        let now = self.tier.now();
         for dev in 0..self.trace.devices as u32 {
             chunks.clear();
             self.tier.resident_chunks(dev, &mut chunks);
@@ -531,7 +532,10 @@ impl Driver<'_> {
                     .map_or(true, |(&v, &(addr, _))| {
                         next.live_from(dev, addr + (va - v), k)
                     });
-                h.add(tag, live, dirty, CHUNK);
+                // (a chunk's policy key is its VA at its backing's first
+                // mapping, which a trace allocation's is)
+                let foreseen = self.tier.policy().next_use(now, va) == Some(u64::MAX);
+                h.add(tag, live, dirty, foreseen, CHUNK);
             }
         }
         self.held.push(h);

@@ -2,8 +2,9 @@
 //! step begins — at every `# train step N: PHASE` comment (`u3m synth`
 //! writes them), as the host issues the phase's first call — per
 //! allocation tag, split by whether the trace reads the chunk's contents
-//! again (live) or next writes it whole or frees it (dead), and by whether
-//! evicting it needs a copy-out (dirty). Set beside `bench/pipeline_bound.py
+//! again (live) or next writes it whole or frees it (dead), by whether
+//! evicting it needs a copy-out (dirty), and by whether the policy foresees
+//! it: predicts a whole write next (what its victim order weighs as dead). Set beside `bench/pipeline_bound.py
 //! --held`, the same split for the bound's optimum, it shows what the
 //! engine keeps that the optimum gives up, and the reverse.
 
@@ -69,19 +70,28 @@ pub struct Held {
     /// Simulated host time then.
     pub host_ns: u64,
     /// Bytes per allocation tag ("-": untagged): live clean, live dirty,
-    /// dead clean, dead dirty.
-    pub by_tag: BTreeMap<String, [u64; 4]>,
+    /// dead clean, dead dirty; then of the dead, those the policy foresees
+    /// as dead (its next use of the chunk is a whole write), and of the
+    /// live, those it takes for dead.
+    pub by_tag: BTreeMap<String, [u64; 6]>,
 }
 
 impl Held {
     pub fn resident(&self) -> u64 {
-        self.by_tag.values().flatten().sum()
+        self.by_tag
+            .values()
+            .map(|b| b[..4].iter().sum::<u64>())
+            .sum()
     }
 
-    /// Counts one chunk of `bytes`.
-    pub fn add(&mut self, tag: &str, live: bool, dirty: bool, bytes: u64) {
-        let i = (!live as usize) * 2 + dirty as usize;
-        self.by_tag.entry(tag.to_string()).or_default()[i] += bytes;
+    /// Counts one chunk of `bytes`; `foreseen`: the policy predicts a whole
+    /// write next.
+    pub fn add(&mut self, tag: &str, live: bool, dirty: bool, foreseen: bool, bytes: u64) {
+        let b = self.by_tag.entry(tag.to_string()).or_default();
+        b[(!live as usize) * 2 + dirty as usize] += bytes;
+        if foreseen {
+            b[4 + live as usize] += bytes;
+        }
     }
 }
 
@@ -129,12 +139,12 @@ mod tests {
     #[test]
     fn held_sums_by_tag_and_state() {
         let mut h = Held::default();
-        h.add("act", false, true, 2);
-        h.add("act", false, true, 2);
-        h.add("act", true, false, 2);
-        h.add("weight", true, false, 2);
-        assert_eq!(h.by_tag["act"], [2, 0, 0, 4]);
-        assert_eq!(h.by_tag["weight"], [2, 0, 0, 0]);
+        h.add("act", false, true, true, 2);
+        h.add("act", false, true, false, 2);
+        h.add("act", true, false, true, 2);
+        h.add("weight", true, false, false, 2);
+        assert_eq!(h.by_tag["act"], [2, 0, 0, 4, 2, 2]);
+        assert_eq!(h.by_tag["weight"], [2, 0, 0, 0, 0, 0]);
         assert_eq!(h.resident(), 8);
     }
 }

@@ -446,6 +446,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "resident_bytes": h.resident(),
                             "by_tag": h.by_tag.iter().map(|(t, b)| (t.clone(), json!({
                                 "live_clean": b[0], "live_dirty": b[1], "dead_clean": b[2], "dead_dirty": b[3],
+                                "dead_foreseen": b[4], "live_taken_for_dead": b[5],
                             }))).collect::<serde_json::Map<_, _>>(),
                         })).collect::<Vec<_>>(),
                     })
