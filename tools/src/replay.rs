@@ -76,7 +76,7 @@ pub struct ReplayArgs {
     /// Watermarks as fractions of HBM: LOW,HIGH.
     #[arg(long, value_name = "LOW,HIGH", value_delimiter = ',', num_args = 1, default_values_t = vec![0.75, 0.90])]
     pub watermarks: Vec<f64>,
-    /// Calls the host may run ahead of the device (the launch queue).
+    /// Calls the host may run ahead of the device (the launch queue; --issue recorded only: acl_replay, and so --issue acl-replay, has none).
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub queue: usize,
     /// Host-device link, GB/s (ACLSIM_LINK_GBPS).
