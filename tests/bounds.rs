@@ -221,3 +221,82 @@ fn no_steady_step_the_replay_runs_beats_the_pipeline_bound() {
         }
     }
 }
+
+/// bench/held_gap.py sets what u3m holds in HBM as each phase begins beside
+/// what the pipeline bound's optimum holds: each side fits in HBM, the
+/// engine's side is `u3m replay --held`'s, and a LoRA step's frozen weights
+/// are live data on both sides, never dead.
+#[test]
+fn held_gap_sets_the_engine_beside_the_optimum() {
+    let dir = scratch("held-gap");
+    let (t5, hbm) = small_13b_trace_steps(&dir, "lora", &[], 5);
+    let u3m = target_dir().join("u3m");
+    let out = output_ok(
+        Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/held_gap.py"))
+            .arg("--json")
+            .arg(&u3m)
+            .args([&t5, &hbm, "--event-model", "device"]),
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = j["rows"].as_array().unwrap();
+    let gib = hbm.parse::<f64>().unwrap() / (1u64 << 30) as f64;
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    let held = output_ok(
+        Command::new(&u3m)
+            .args(["replay", &t5, "--hbm", &hbm, "--json", "--held"])
+            .args([
+                "--policy",
+                "predictive",
+                "--link-model",
+                "shared",
+                "--call-us",
+                "0",
+            ])
+            .args(["--issue", "acl-replay", "--event-model", "device"]),
+    );
+    let held: serde_json::Value = serde_json::from_slice(&held.stdout).unwrap();
+    let held = &held["traces"][0]["policies"][0]["held"];
+    let mut phases = 0;
+    for phase in ["forward", "backward", "optimizer"] {
+        let rs: Vec<&serde_json::Value> = rows.iter().filter(|r| r["phase"] == phase).collect();
+        assert!(!rs.is_empty(), "{phase}: {j}");
+        phases += 1;
+        let sum = |k: &[&str]| -> f64 {
+            rs.iter()
+                .map(|r| k.iter().map(|k| f(r, k)).sum::<f64>())
+                .sum()
+        };
+        let engine = sum(&["engine_live_gib", "engine_dead_gib"]);
+        assert!(
+            engine <= gib + 1e-9,
+            "{phase}: engine {engine} GiB in {gib}"
+        );
+        assert!(
+            sum(&["optimum_live_gib", "optimum_dead_gib"]) <= gib + 1e-6,
+            "{phase}: {j}"
+        );
+        let h = held
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["label"] == format!("train step 3: {phase}").as_str())
+            .unwrap();
+        let resident = h["resident_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
+        assert!(
+            (engine - resident).abs() < 1e-9,
+            "{phase}: {engine} against {resident}"
+        );
+        let w = rs.iter().find(|r| r["tag"] == "weight").unwrap();
+        assert!(
+            f(w, "engine_live_gib") > 0.0 && f(w, "optimum_live_gib") > 0.0,
+            "{w}"
+        );
+        assert_eq!(
+            (f(w, "engine_dead_gib"), f(w, "optimum_dead_gib")),
+            (0.0, 0.0),
+            "{w}"
+        );
+    }
+    assert_eq!(phases, 3);
+}
