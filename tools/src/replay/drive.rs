@@ -497,7 +497,6 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// The Tier's VA for a trace range (None: unmanaged memory).
     /// `--held` at event `k` (before it): every chunk u3m holds in HBM, by
     /// tag, live or dead from `k` on, clean or dirty.
     fn snapshot(&mut self, next: &super::held::NextUse, k: usize, line: u64, label: String) {
@@ -541,6 +540,7 @@ impl Driver<'_> {
         self.held.push(h);
     }
 
+    /// The Tier's VA for a trace range (None: unmanaged memory).
     fn translate(&self, dev: u32, addr: u64) -> Option<u64> {
         let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
         a.va.filter(|_| addr - start < a.bytes.max(1))
