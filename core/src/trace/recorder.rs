@@ -815,8 +815,10 @@ fn writer_main(sh: &Shared, mut out: TraceWriter<BufWriter<File>>) {
                 sh.repaired.store(repair.repaired(), Release);
             }
         }
+        // (not while paused: the queue still holds events recorded before
+        // those drops, and the comment goes after them)
         let dropped = sh.dropped.load(Acquire);
-        if dropped > dropped_noted {
+        if !paused && dropped > dropped_noted {
             write(
                 &mut out,
                 &Output::Comment(format!("dropped {} events", dropped - dropped_noted)),
