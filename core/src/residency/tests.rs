@@ -2753,21 +2753,6 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
     }
 }
 
-/// Four chunks of `a` (an HBM of four: full), chunk k written with
-/// `pattern(k, 256)` and scripted next used at `next[k]`.
-fn four_written(
-    a: &App,
-    at: &Mutex<std::collections::HashMap<u64, u64>>,
-    next: [u64; 4],
-) -> [u64; 4] {
-    let v = [(); 4].map(|_| a.malloc(CHUNK));
-    at.lock().unwrap().extend(v.iter().copied().zip(next));
-    for (k, &va) in v.iter().enumerate() {
-        a.write(va, &pattern(k as u64, 256));
-    }
-    v
-}
-
 /// The kept order places a chunk as of the build that weighed it: a chunk
 /// the policy has since come to predict dead (written whole before any
 /// read) can sit behind an idle live one. A demand eviction reads on past
@@ -2782,7 +2767,18 @@ fn a_dead_victim_a_few_places_behind_the_first_idle_one_goes_first() {
         policy.ttl = 1000; // kept between evictions, as predictive's
         let a = App::with_policy(4, Box::new(policy));
         a.r.set_look_ahead(false);
-        let [e, x, d, y] = four_written(&a, at, [2000, 1000, 900, 100]);
+        let (e, x, d, y) = (
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+        );
+        at.lock()
+            .unwrap()
+            .extend([(e, 2000), (x, 1000), (d, 900), (y, 100)]);
+        for (k, &va) in [e, x, d, y].iter().enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full
+        }
         // the first fault-in builds the order (e, x, d, y) and takes e
         let w = a.malloc(CHUNK);
         at.lock().unwrap().insert(w, 150);
@@ -2849,7 +2845,18 @@ fn a_fault_in_with_every_victim_busy_waits_for_the_one_used_earliest() {
         let (policy, at) = Script::new();
         let a = App::with_policy(4, Box::new(policy));
         a.r.set_look_ahead(false);
-        let [f, x, y, z] = four_written(&a, at, [f_next, x_next, 100, 101]);
+        let (f, x, y, z) = (
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+            a.malloc(CHUNK),
+        );
+        at.lock()
+            .unwrap()
+            .extend([(f, f_next), (x, x_next), (y, 100), (z, 101)]);
+        for (k, &va) in [f, x, y, z].iter().enumerate() {
+            a.write(va, &pattern(k as u64, 256)); // HBM full: 4 chunks
+        }
         let s = a.f.app_stream();
         let nop = || Box::new(|_m: &mut Mem<'_>| {}) as Kernel;
         a.op(s, &[(x, CHUNK), (y, CHUNK), (z, CHUNK)], &[], nop());
