@@ -26,22 +26,6 @@ pub(super) const COPY_OUT_DEPTH: usize = 16;
 /// Usable candidates of the victim order a demand eviction examines for
 /// one whose uses are complete (any such one is taken).
 const SCAN_NEAR: usize = 64;
-/// Idle candidates among the `SCAN_NEAR` nearest a demand eviction reads for
-/// one the policy predicts dead (written whole before any read) before it
-/// takes the first idle one: the first and the next. The kept order is
-/// re-keyed only every few calls and weighs a dead dirty chunk as a clean
-/// one at the same distance, so the first idle candidate is often a weight
-/// read again soon while dead data waits just behind it; that data leaves
-/// with its copy-out alone, the weight would come back (the 13B LoRA's
-/// forward at 1.5 x HBM fetched 1.885 GiB of weights per step, 1.400 with
-/// this). 13B LoRA at 1.5 x HBM 211.9 -> 207.7 ms
-/// per steady step (band mean 215.7 -> 214.1), the Llama-2-13B LoRA step on
-/// a 32 GiB card 1195.6 -> 1195.5 (band 1208.7 -> 1202.0), AdamW as before
-/// (`bench/band.py`, simulated). Reading further gave no more time and more
-/// bytes: 4 / 8 / 16 took `policies.sh`'s lora trace to 1.148 / 1.154 /
-/// 1.159 x Belady's bytes (1.130 at 2; BENCHMARKS.md, twenty-eighth
-/// sitting).
-const DEAD_NEAR: usize = 2;
 /// When those are all busy (in use by queued work), further candidates
 /// examined: an idle one is taken if the policy predicts its next use after
 /// the look-ahead window and about as far as the first busy one's
@@ -595,10 +579,6 @@ impl Residency {
                 .map(|v| ahead_cost(now, v, b.needs_copy_out()))
         };
         let mut seen = 0;
-        // the first idle candidate, while the scan reads on for a dead one
-        // (`DEAD_NEAR`), and how many idle ones it has read
-        let mut live_idle: Option<(u64, u32)> = None;
-        let mut idle_read = 0usize;
         // u3m's copy-ins on `dev` all complete (`link_idle`), asked once
         let mut link_idle: Option<bool> = None;
         // the scan stopped at an idle candidate, needed after the look-ahead
@@ -651,7 +631,7 @@ impl Residency {
         // the scan reached the end of the order (not SCAN_FAR, not a take)
         let mut ended = false;
         let taken = loop {
-            if far >= SCAN_FAR || (live_idle.is_some() && seen >= SCAN_NEAR) {
+            if far >= SCAN_FAR {
                 break None;
             }
             if !st.dev_mut(dev).order.has(k, &*self.policy) {
@@ -766,23 +746,8 @@ impl Residency {
                     }
                 }
             }
-            if seen <= SCAN_NEAR {
-                // a dead one goes first; the first live one if none is
-                // found among the next idle ones (`DEAD_NEAR`)
-                if self.policy.next_use(now, key) == Some(u64::MAX) {
-                    break Some((id, i));
-                }
-                live_idle.get_or_insert((id, i));
-                idle_read += 1;
-                if idle_read < DEAD_NEAR {
-                    run = false;
-                    continue;
-                }
-                break None;
-            }
             break Some((id, i));
         };
-        let taken = taken.or(live_idle);
         self.keep_busy_run(
             st,
             dev,

@@ -2753,60 +2753,6 @@ fn a_busy_front_gives_way_to_an_idle_victim_near_it_not_to_one_needed_soon() {
     }
 }
 
-/// The kept order places a chunk as of the build that weighed it: a chunk
-/// the policy has since come to predict dead (written whole before any
-/// read) can sit behind an idle live one. A demand eviction reads on past
-/// the first idle candidate, among the next idle ones (`DEAD_NEAR`), for a
-/// dead one and takes it: its copy-out is all it costs, where the live one
-/// would come back. With none there, the first idle one goes as before.
-/// Returns (x resident, d resident).
-#[test]
-fn a_dead_victim_a_few_places_behind_the_first_idle_one_goes_first() {
-    let run = |d_dead: bool| {
-        let (mut policy, at) = Script::new();
-        policy.ttl = 1000; // kept between evictions, as predictive's
-        let a = App::with_policy(4, Box::new(policy));
-        a.r.set_look_ahead(false);
-        let (e, x, d, y) = (
-            a.malloc(CHUNK),
-            a.malloc(CHUNK),
-            a.malloc(CHUNK),
-            a.malloc(CHUNK),
-        );
-        at.lock()
-            .unwrap()
-            .extend([(e, 2000), (x, 1000), (d, 900), (y, 100)]);
-        for (k, &va) in [e, x, d, y].iter().enumerate() {
-            a.write(va, &pattern(k as u64, 256)); // HBM full
-        }
-        // the first fault-in builds the order (e, x, d, y) and takes e
-        let w = a.malloc(CHUNK);
-        at.lock().unwrap().insert(w, 150);
-        a.write(w, &pattern(10, 256));
-        assert!(!resident(&a, e), "the front leaves first");
-        if d_dead {
-            at.lock().unwrap().insert(d, u64::MAX);
-        }
-        let w2 = a.malloc(CHUNK);
-        at.lock().unwrap().insert(w2, 151);
-        a.write(w2, &pattern(11, 256));
-        let got = (resident(&a, x), resident(&a, d));
-        for (k, &va) in [e, x, d, y].iter().enumerate() {
-            assert_eq!(a.read(va, 256), pattern(k as u64, 256), "chunk {k}");
-        }
-        assert_eq!(a.read(w, 256), pattern(10, 256));
-        assert_eq!(a.read(w2, 256), pattern(11, 256));
-        a.assert_clean();
-        got
-    };
-    assert_eq!(run(true), (true, false), "d, dead now, leaves; x stays");
-    assert_eq!(
-        run(false),
-        (false, true),
-        "nothing dead: the first idle one, x, leaves"
-    );
-}
-
 /// Makes device 0's latest copy-in read as in flight (`Dev::last_in`): an
 /// event recorded behind work the lazy fake runs only when waited for.
 fn copy_in_in_flight(a: &App) {
