@@ -360,13 +360,7 @@ fn run_in(
     let tags = std::mem::take(&mut d.tags);
     let mut observed = d.observed.take();
     drop(d);
-    let tag_of = |va: u64| {
-        tags.range(..=va)
-            .next_back()
-            .filter(|(&s, (len, _))| va < s + len)
-            .map_or("-", |(_, (_, t))| t.as_str())
-            .to_string()
-    };
+    let tag_of = |va: u64| tag_at(&tags, va).to_string();
     let mut arrivals_by_tag = BTreeMap::new();
     for (va, n) in rt.arrivals() {
         *arrivals_by_tag.entry(tag_of(va)).or_insert(0) += n as u64;
@@ -403,6 +397,14 @@ fn run_in(
     };
     drop(tier);
     r.map(|()| out)
+}
+
+/// The tag of the managed VA range holding `va` ("-": none or untagged).
+fn tag_at(tags: &BTreeMap<u64, (u64, String)>, va: u64) -> &str {
+    tags.range(..=va)
+        .next_back()
+        .filter(|(&s, (len, _))| va < s + len)
+        .map_or("-", |(_, (_, t))| t.as_str())
 }
 
 struct Driver<'a> {
@@ -517,12 +519,7 @@ impl Driver<'_> {
                 .filter_map(|(&addr, a)| a.va.map(|va| (va, (addr, a.bytes.max(1)))))
                 .collect();
             for &(va, dirty) in &chunks {
-                let tag = self
-                    .tags
-                    .range(..=va)
-                    .next_back()
-                    .filter(|(&s, (len, _))| va < s + len)
-                    .map_or("-", |(_, (_, t))| t.as_str());
+                let tag = tag_at(&self.tags, va);
                 // a chunk of no allocation the trace still has counts live
                 let live = by_va
                     .range(..=va)
