@@ -6,7 +6,7 @@ phase's figures are the differences between consecutive cuts (a cut run
 ends when its work drains, so copies issued late in a phase may count in the
 next).
 usage: bench/phases.py U3M TRACE HBM_BYTES [--step N] [--policy P] [--tags]
-                       [--held] [REPLAY_ARG...]
+                       [--held] [--audit] [REPLAY_ARG...]
 N: the 0-based step (default 3: the steady state of a 5-step trace, as
 bench/steady.py's 5-3 window). --tags: also, per phase, the bytes in / out
 of each allocation tag the trace names (weight, act, workspace, ...; GiB,
@@ -16,7 +16,12 @@ queue). --held: also what u3m holds in HBM as each phase of step N begins
 (`u3m replay --held`, one run of the whole trace: per tag, GiB live — read
 again before written whole — and dead, each with its dirty part, and the
 live the policy takes for dead and the dead it foresees: predicts a whole
-write next; set it beside `bench/pipeline_bound.py --held`). Replay options: --link-model shared --call-us 0 --issue
+write next; set it beside `bench/pipeline_bound.py --held`). --audit: also,
+per phase of step N and tag, what u3m evicted and what of it came back in
+before the phase ended (`u3m replay --audit`, one run of the whole trace:
+GiB evicted, copied out, back in the phase, and of that what the policy
+foresaw — predicted the use before the phase's end — or took for dead).
+Replay options: --link-model shared --call-us 0 --issue
 acl-replay, then REPLAY_ARG. The environment is passed to u3m."""
 import json, os, subprocess, sys, tempfile
 
@@ -25,7 +30,7 @@ if len(args) < 3 or args[0].startswith("-"):
     sys.exit(__doc__)
 u3m, trace, hbm = args[:3]
 args = args[3:]
-step, policy, extra, tags, held = 3, "predictive", [], False, False
+step, policy, extra, tags, held, audit = 3, "predictive", [], False, False, False
 while args:
     a = args.pop(0)
     if a == "--step":
@@ -36,6 +41,8 @@ while args:
         tags = True
     elif a == "--held":
         held = True
+    elif a == "--audit":
+        audit = True
     else:
         extra.append(a)
 lines = open(trace).read().split("\n")
@@ -98,3 +105,21 @@ if held:
                 print("  %10s %7.3f (%.3f; %.3f) / %7.3f (%.3f; %.3f)"
                       % (t, live / GIB, b["live_dirty"] / GIB, b["live_taken_for_dead"] / GIB,
                          dead / GIB, b["dead_dirty"] / GIB, b["dead_foreseen"] / GIB))
+if audit:
+    # one run of the whole trace: an eviction's copy-in may come phases later
+    out = subprocess.run([u3m, "replay", trace, "--hbm", hbm, "--policy", policy, "--json", "--audit",
+                          "--link-model", "shared", "--call-us", "0", "--issue", "acl-replay"] + extra,
+                         capture_output=True, text=True, check=True).stdout
+    p = json.loads(out)["traces"][0]["policies"][0]
+    for a in p["audit"]:
+        if not a["label"].startswith("train step %d:" % step):
+            continue
+        print("moved in %s (ticks %d-%d); by tag, GiB evicted (copied out) / back in the phase"
+              " (foreseen; taken for dead) / copied in (ahead)"
+              % (a["label"][len("train step "):], a["from_tick"], a["to_tick"]))
+        for t, m in sorted(a["by_tag"].items()):
+            if m["out"] + m["in_demand"] + m["in_prefetch"] >= 4 << 20:
+                print("  %10s %7.3f (%.3f) / %7.3f (%.3f; %.3f) / %7.3f (%.3f)"
+                      % (t, m["out"] / GIB, m["out_dirty"] / GIB, m["back_in_phase"] / GIB,
+                         m["back_in_phase_foreseen"] / GIB, m["back_in_phase_taken_for_dead"] / GIB,
+                         (m["in_demand"] + m["in_prefetch"]) / GIB, m["in_prefetch"] / GIB))

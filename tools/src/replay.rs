@@ -4,6 +4,7 @@
 
 mod access;
 mod accuracy;
+mod audit;
 mod cost;
 mod dead;
 pub(crate) mod drive;
@@ -139,6 +140,9 @@ pub struct ReplayArgs {
     /// List in the JSON (`held`, per policy) what u3m holds in HBM at each `# train step N: PHASE` comment (`u3m synth` writes them), as the host issues the phase's first call: bytes per allocation tag, live (the trace reads the chunk again before writing it whole) or dead, clean or dirty (docs/replay.md).
     #[arg(long)]
     pub held: bool,
+    /// List in the JSON (`audit`, per policy) what u3m moved in each phase between `# train step` comments, per allocation tag: bytes copied in (on demand, ahead), evicted, copied out, and of the evicted what came back in later and within the phase — with whether the policy, when it evicted the chunk, predicted that use or took the chunk for dead (docs/replay.md).
+    #[arg(long)]
+    pub audit: bool,
 }
 
 fn wait_ms(s: &str) -> Result<f64, String> {
@@ -371,6 +375,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         discard_frees: a.discard_frees,
         wait_log_ns: a.wait_log.map(|ms| (ms * 1e6) as u64),
         held: a.held,
+        audit: a.audit,
     })
 }
 

@@ -1131,6 +1131,82 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
     assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
 }
 
+/// `--audit` lists, per phase between `# train step` comments and per
+/// allocation tag, what u3m moved, and of its evictions what came back in:
+/// its sums are the run's counters (every eviction, copy-out and copy-in is
+/// in it once), every copy-in undoes an eviction listed before it, and the
+/// list changes nothing about the run.
+#[test]
+fn audit_lists_each_phases_moves_and_the_evictions_undone() {
+    let (t, foot) = &small_lora("audit");
+    let hbm = foot * 2 / 3 / MIB2 * MIB2;
+    let hs = hbm.to_string();
+    let args = predictive_acl_replay(t, &hs);
+    let with = replay(&[&args[..], &["--audit"]].concat());
+    let without = replay(&args);
+    let text = std::fs::read_to_string(t).unwrap();
+    let _ = std::fs::remove_file(t);
+    let marks: Vec<(u64, String)> = text
+        .lines()
+        .enumerate()
+        .filter_map(|(n, l)| Some((n as u64 + 1, l.strip_prefix("# train step ")?.to_string())))
+        .collect();
+    let p = policy(&with, "predictive");
+    let audit = p["audit"].as_array().unwrap();
+    assert_eq!(audit.len(), marks.len() + 1, "start, then one per comment");
+    assert_eq!(audit[0]["label"].as_str(), Some("start"));
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap();
+    let mut sum = std::collections::BTreeMap::<&str, u64>::new();
+    let mut to = 0;
+    for (k, a) in audit.iter().enumerate() {
+        if k > 0 {
+            let (line, label) = &marks[k - 1];
+            assert_eq!(a["line"].as_u64(), Some(*line));
+            assert_eq!(a["label"].as_str(), Some(&*format!("train step {label}")));
+        }
+        assert_eq!(n(a, "from_tick"), to, "phases follow each other");
+        to = n(a, "to_tick");
+        assert!(to >= n(a, "from_tick"));
+        for m in a["by_tag"].as_object().unwrap().values() {
+            assert!(
+                n(m, "out_dirty") <= n(m, "out") && n(m, "back") <= n(m, "out"),
+                "{a}"
+            );
+            assert!(
+                n(m, "back_in_phase_foreseen") + n(m, "back_in_phase_taken_for_dead")
+                    <= n(m, "back_in_phase")
+                    && n(m, "back_in_phase") <= n(m, "back"),
+                "{a}"
+            );
+            for key in [
+                "in_demand",
+                "in_prefetch",
+                "out",
+                "out_dirty",
+                "back",
+                "back_in_phase",
+            ] {
+                *sum.entry(key).or_default() += n(m, key);
+            }
+        }
+    }
+    let chunk = 2u64 << 20;
+    assert_eq!(sum["out"], n(p, "evictions") * chunk);
+    assert_eq!(sum["out"] - sum["out_dirty"], n(p, "clean_drops") * chunk);
+    assert_eq!(sum["out_dirty"], n(&p["writeback_bytes"], "total"));
+    assert_eq!(sum["in_demand"], n(&p["fault_in_bytes"], "total"));
+    assert_eq!(sum["in_prefetch"], n(p, "prefetch_bytes"));
+    // a chunk comes back only from where an eviction put it
+    assert!(sum["in_demand"] > 0, "HBM at 2/3 of the footprint: {p}");
+    assert_eq!(sum["back"], sum["in_demand"] + sum["in_prefetch"]);
+    assert!(sum["back_in_phase"] < sum["back"]);
+    let q = policy(&without, "predictive");
+    assert_eq!(q["audit"].as_array().unwrap().len(), 0);
+    assert_eq!(q["total_ns"], p["total_ns"]);
+    assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
+    assert_eq!(q["moved_bytes"], p["moved_bytes"]);
+}
+
 /// `--held` lists what u3m holds in HBM at each `# train step` comment, by
 /// tag, split by the trace's future: a LoRA step's frozen weights are live
 /// at every phase, its activations mostly dead as the forward begins (it

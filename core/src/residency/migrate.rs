@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::evict::Protect;
 use super::protocol::{Need, Order};
-use super::state::{Host, Kind, Outgoing, StGuard, State};
+use super::state::{Host, Kind, MoveKind, Outgoing, StGuard, State};
 use super::{Fail, Shard as Residency, E_ALLOC, MAX_DEVICES};
 
 /// Staging buffers a device has in use at most (NVMe copy-ins and
@@ -398,6 +398,7 @@ impl Residency {
                     let c = st.chunk_mut(id, i);
                     c.dirty = false;
                     filled.push((id, i));
+                    st.note_move(id, i, MoveKind::In { demand: true });
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 Some(Host::Nvme(_)) => {
@@ -432,6 +433,7 @@ impl Residency {
                     }
                     st.chunk_mut(id, i).dirty = false;
                     filled.push((id, i));
+                    st.note_move(id, i, MoveKind::In { demand: true });
                     self.c.from_nvme.fetch_add(1, Relaxed);
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
@@ -462,12 +464,23 @@ impl Residency {
             st.wait_for = Some(ev);
             return Err(Fail::Busy);
         }
+        // (the policy's prediction now, for a tool's move log)
+        let next = st
+            .moves
+            .is_some()
+            .then(|| self.policy.next_use(st.clock, st.backings[&id].key(id, i)));
         if !st.chunk(id, i).needs_copy_out() {
+            if let Some(next) = next {
+                st.note_move(id, i, MoveKind::Out { dirty: false, next });
+            }
             self.c.clean_drops.fetch_add(1, Relaxed);
             self.release_chunk(st, id, i);
             return Ok(());
         }
         let out = self.start_copy_out(st, id, i)?;
+        if let Some(next) = next {
+            st.note_move(id, i, MoveKind::Out { dirty: true, next });
+        }
         let dev = st.backings[&id].dev;
         let Some(ev) = self.use_event(st, out.stream) else {
             // no event to know when it lands: wait for it now

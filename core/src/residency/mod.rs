@@ -80,6 +80,7 @@ pub use lost::Allocations;
 pub use protocol::Order;
 pub use shards::{ForkHold, Residency, Token};
 use state::State;
+pub use state::{Move, MoveKind};
 
 pub const MAX_DEVICES: usize = 16;
 /// How far ahead (tracked calls) the background prefetch looks: it brings
@@ -374,6 +375,25 @@ impl Shard {
                 if c.in_hbm() {
                     out.push((va + i as u64 * CHUNK, c.needs_copy_out()));
                 }
+            }
+        }
+    }
+
+    /// Starts (`on`) or stops keeping a log of every chunk copied in or
+    /// evicted (`State::moves`; stopping drops what is logged). For tools
+    /// (`u3m replay --audit`): while on, each eviction also asks the policy
+    /// for the chunk's next use.
+    pub fn set_move_log(&self, on: bool) {
+        if let Ok(mut st) = self.st.lock() {
+            st.moves = on.then(|| st.moves.take().unwrap_or_default());
+        }
+    }
+
+    /// Appends the moves logged since the last call to `out`.
+    pub fn take_moves(&self, out: &mut Vec<Move>) {
+        if let Ok(mut st) = self.st.lock() {
+            if let Some(m) = st.moves.as_mut() {
+                out.append(m);
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::state::{Host, State};
+use super::state::{Host, MoveKind, State};
 use super::Shard as Residency;
 use crate::acl::MemcpyKind;
 use crate::engine::runtime::CHUNK;
@@ -143,6 +143,7 @@ impl Residency {
         // resident without a call: the kept victim order re-keys it (evict.rs)
         let key = st.backings[&id].key(id, i);
         st.dev_mut(dev).order.note_touched(&[key]);
+        st.note_move(id, i, MoveKind::In { demand: false });
         true
     }
 }

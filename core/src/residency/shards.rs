@@ -742,6 +742,22 @@ impl Residency {
         self.shard(dev).resident_chunks(dev, out)
     }
 
+    /// Keeps (or stops keeping) a log of the chunks copied in and evicted,
+    /// every device (`Shard::set_move_log`; tools only).
+    pub fn set_move_log(&self, on: bool) {
+        for s in self.shards.iter() {
+            s.set_move_log(on);
+        }
+    }
+
+    /// The moves logged since the last call, every device, each device's
+    /// in order (`Shard::take_moves`).
+    pub fn take_moves(&self, out: &mut Vec<super::Move>) {
+        for s in self.shards.iter() {
+            s.take_moves(out);
+        }
+    }
+
     /// Whether some managed chunk resident on `dev` may yet leave HBM
     /// (`Shard::may_move`).
     pub fn may_move(&self, dev: u32) -> bool {

@@ -501,6 +501,30 @@ pub(super) struct State {
     pub closed_fences: Vec<u64>,
     /// The read-once probe (U3M_HOST_MAP=probe: `probe`, `hostmap`).
     pub probe: super::probe::Marks,
+    /// Every chunk copied in or evicted, while a tool asks for them
+    /// (`Residency::set_move_log`; `u3m replay --audit`); None otherwise.
+    pub moves: Option<Vec<Move>>,
+}
+
+/// One chunk moving between HBM and the host (`State::moves`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// The logical clock (`State::clock`) when it moved.
+    pub tick: u64,
+    /// The chunk's key: its backing's first VA + offset.
+    pub key: u64,
+    pub kind: MoveKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoveKind {
+    /// Copied into HBM from the host: for a call that needs it (`demand`),
+    /// or ahead of use by a prefetch.
+    In { demand: bool },
+    /// Evicted: copied out (`dirty`) or dropped, with the policy's
+    /// prediction of its next use then (`Placement::next_use`: u64::MAX
+    /// dead — written whole before any read —, None undated).
+    Out { dirty: bool, next: Option<u64> },
 }
 
 /// An entry of `Vas` kept across calls: (VA start, backing id, bytes, the
@@ -613,6 +637,20 @@ impl State {
             touches: 0,
             closed_fences: Vec::new(),
             probe: Default::default(),
+            moves: None,
+        }
+    }
+
+    /// Notes chunk (id, i) moving as `kind` while a move log is kept.
+    #[inline]
+    pub fn note_move(&mut self, id: u64, i: u32, kind: MoveKind) {
+        if let Some(m) = self.moves.as_mut() {
+            let key = self.backings.get(&id).map_or(0, |b| b.key(id, i));
+            m.push(Move {
+                tick: self.clock,
+                key,
+                kind,
+            });
         }
     }
 

@@ -1644,6 +1644,69 @@ fn look_ahead_turns_cyclic_fault_ins_into_prefetches() {
     );
 }
 
+/// The move log (`set_move_log`, for `u3m replay --audit`) holds every
+/// eviction and copy-in once, in clock order: its counts are the counters',
+/// each copy-in follows an eviction of the same chunk, a cyclic workload's
+/// evictions carry the policy's dated prediction, and turning it off stops it.
+#[test]
+fn the_move_log_lists_every_eviction_and_copy_in_once() {
+    use super::{Move, MoveKind};
+    let a = App::new(8, &[("U3M_POLICY", "predictive")]);
+    a.r.set_look_ahead(true);
+    a.r.set_move_log(true);
+    let vas: Vec<u64> = (0..12).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, 256));
+    }
+    for _ in 0..8 {
+        for (k, &va) in vas.iter().enumerate() {
+            assert_eq!(a.read(va, 256), pattern(k as u64, 256));
+        }
+    }
+    let mut log: Vec<Move> = Vec::new();
+    a.r.take_moves(&mut log);
+    let c = a.r.counters();
+    let count = |f: &dyn Fn(&MoveKind) -> bool| log.iter().filter(|m| f(&m.kind)).count() as u64;
+    assert_eq!(count(&|k| matches!(k, MoveKind::Out { .. })), c.evictions);
+    assert_eq!(
+        count(&|k| matches!(k, MoveKind::Out { dirty: false, .. })),
+        c.clean_drops
+    );
+    assert_eq!(
+        count(&|k| matches!(k, MoveKind::In { demand: true })) * CHUNK,
+        c.fault_bytes
+    );
+    assert_eq!(
+        count(&|k| matches!(k, MoveKind::In { demand: false })) * CHUNK,
+        c.prefetch_bytes
+    );
+    assert!(c.prefetch_bytes > 0 && c.fault_bytes > 0, "{c:?}");
+    assert!(log.windows(2).all(|w| w[0].tick <= w[1].tick));
+    let mut out = std::collections::HashSet::new();
+    for m in &log {
+        assert!(vas.iter().any(|&v| v == m.key), "{m:?}");
+        match m.kind {
+            MoveKind::Out { next, .. } => {
+                assert!(out.insert(m.key), "evicted twice without a copy-in: {m:?}");
+                if m.tick > 12 * 3 {
+                    // the cycle learnt: the policy dates the next use
+                    assert!(next.is_some_and(|t| t > m.tick && t != u64::MAX), "{m:?}");
+                }
+            }
+            MoveKind::In { .. } => assert!(out.remove(&m.key), "copied in unevicted: {m:?}"),
+        }
+    }
+    a.r.take_moves(&mut log);
+    let n = log.len();
+    a.r.set_move_log(false);
+    for &va in &vas {
+        a.read(va, 256);
+    }
+    a.r.take_moves(&mut log);
+    assert_eq!(log.len(), n, "off: nothing logged");
+    a.assert_clean();
+}
+
 /// Predictions that do not come true: the look-ahead notices that its
 /// prefetches leave HBM unused and drops to a probe every PROBE_EVERY calls
 /// instead of spending the link on them at every call.

@@ -76,6 +76,9 @@ pub struct Setup {
     pub wait_log_ns: Option<u64>,
     /// `--held`: what HBM holds at each `# train step` comment.
     pub held: bool,
+    /// `--audit`: what u3m moved in each phase, and which evictions it
+    /// paid for again (`audit::phases`).
+    pub audit: bool,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -143,6 +146,8 @@ pub struct RunOut {
     pub long_waits: Vec<super::simrt::LongWait>,
     /// What HBM held at each `# train step` comment (`Setup::held`).
     pub held: Vec<super::held::Held>,
+    /// What u3m moved in each phase (`Setup::audit`).
+    pub audit: Vec<super::audit::Phase>,
     /// The timeline, when `Setup::observe` asked for it.
     pub observed: Option<Observed>,
 }
@@ -352,10 +357,25 @@ fn run_in(
         ar: AclReplay::default(),
         every_whole: baseline,
         held: Vec::new(),
+        audit_bounds: Vec::new(),
+        audit_moves: Vec::new(),
     };
     let r = d.replay();
     d.sample();
     let held = std::mem::take(&mut d.held);
+    let audit = if s.audit {
+        let mut last = Vec::new();
+        tier.take_moves(&mut last);
+        if let Some(m) = d.audit_moves.last_mut() {
+            m.append(&mut last);
+        }
+        let tags = &d.tags;
+        super::audit::phases(&d.audit_bounds, &d.audit_moves, tier.now(), |k| {
+            tag_at(tags, k).to_string()
+        })
+    } else {
+        Vec::new()
+    };
     let (spilled, events, accuracy) = (d.spilled, std::mem::take(&mut d.events), d.accuracy.take());
     let tags = std::mem::take(&mut d.tags);
     let mut observed = d.observed.take();
@@ -393,6 +413,7 @@ fn run_in(
         copies_by_tag,
         long_waits: rt.long_waits(),
         held,
+        audit,
         observed,
     };
     drop(tier);
@@ -440,6 +461,10 @@ struct Driver<'a> {
     every_whole: bool,
     /// `Setup::held`'s snapshots so far.
     held: Vec<super::held::Held>,
+    /// `Setup::audit`: each phase's (line, label, clock at its start), and
+    /// the moves logged while it ran.
+    audit_bounds: Vec<(u64, String, u64)>,
+    audit_moves: Vec<Vec<u3m_core::residency::Move>>,
 }
 
 impl Driver<'_> {
@@ -458,17 +483,29 @@ impl Driver<'_> {
                     .map_err(String::clone)
             })
             .transpose()?;
-        let (next_use, marks) = if self.s.held {
-            (
-                Some(super::held::NextUse::new(self.trace)),
-                super::held::marks(self.trace)?,
-            )
+        let next_use = self.s.held.then(|| super::held::NextUse::new(self.trace));
+        let marks = if self.s.held || self.s.audit {
+            super::held::marks(self.trace)?
         } else {
-            (None, Vec::new())
+            Vec::new()
         };
+        if self.s.audit {
+            self.tier.set_move_log(true);
+            self.audit_bounds
+                .push((0, "start".to_string(), self.tier.now()));
+            self.audit_moves.push(Vec::new());
+        }
         let mut marks = marks.into_iter().peekable();
         for (k, ev) in self.trace.events.iter().enumerate() {
             while let Some((_, line, label)) = marks.next_if(|m| m.0 == k) {
+                if self.s.audit {
+                    if let Some(m) = self.audit_moves.last_mut() {
+                        self.tier.take_moves(m);
+                    }
+                    let now = self.tier.now();
+                    self.audit_bounds.push((line, label.clone(), now));
+                    self.audit_moves.push(Vec::new());
+                }
                 if let Some(n) = next_use.as_ref() {
                     self.snapshot(n, k, line, label);
                 }

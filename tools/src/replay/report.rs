@@ -50,6 +50,7 @@ pub struct PolicyRow {
     pub copies_by_tag: std::collections::BTreeMap<String, [u64; 2]>,
     pub long_waits: Vec<super::simrt::LongWait>,
     pub held: Vec<super::held::Held>,
+    pub audit: Vec<super::audit::Phase>,
 }
 
 impl PolicyRow {
@@ -91,6 +92,7 @@ impl PolicyRow {
             copies_by_tag: o.copies_by_tag.clone(),
             long_waits: o.long_waits.clone(),
             held: o.held.clone(),
+            audit: o.audit.clone(),
         }
     }
 
@@ -447,6 +449,16 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                             "by_tag": h.by_tag.iter().map(|(t, b)| (t.clone(), json!({
                                 "live_clean": b[0], "live_dirty": b[1], "dead_clean": b[2], "dead_dirty": b[3],
                                 "dead_foreseen": b[4], "live_taken_for_dead": b[5],
+                            }))).collect::<serde_json::Map<_, _>>(),
+                        })).collect::<Vec<_>>(),
+                        "audit": p.audit.iter().map(|a| json!({
+                            "line": a.line, "label": a.label, "from_tick": a.from, "to_tick": a.to,
+                            "by_tag": a.by_tag.iter().map(|(t, m)| (t.clone(), json!({
+                                "in_demand": m.in_demand, "in_prefetch": m.in_prefetch,
+                                "out": m.out, "out_dirty": m.out_dirty,
+                                "back": m.back, "back_in_phase": m.back_in_phase,
+                                "back_in_phase_foreseen": m.back_in_phase_foreseen,
+                                "back_in_phase_taken_for_dead": m.back_in_phase_taken_for_dead,
                             }))).collect::<serde_json::Map<_, _>>(),
                         })).collect::<Vec<_>>(),
                     })
