@@ -87,16 +87,19 @@ for a, b in zip(res, res[1:]):
         print("    host waits (count / ms): %s" % "; ".join(waits))
 print("%-16s %8.1f ms   in %6.3f GiB   out %6.3f GiB"
       % ("step", (res[-1][1] - res[0][1]) / 1e6, (res[-1][2] - res[0][2]) / GIB, (res[-1][3] - res[0][3]) / GIB))
-if held:
-    # one run of the whole trace: what u3m holds as each phase begins (the
-    # trace's future decides live or dead, so the trace is not cut)
-    out = subprocess.run([u3m, "replay", trace, "--hbm", hbm, "--policy", policy, "--json", "--held",
+def whole(flag, key):
+    """One run of the whole trace with `flag`: its `key` list, the entries
+    of step N's phases (--held: the trace's future decides live or dead;
+    --audit: an eviction's copy-in may come phases later; so neither cuts
+    the trace)."""
+    out = subprocess.run([u3m, "replay", trace, "--hbm", hbm, "--policy", policy, "--json", flag,
                           "--link-model", "shared", "--call-us", "0", "--issue", "acl-replay"] + extra,
                          capture_output=True, text=True, check=True).stdout
     p = json.loads(out)["traces"][0]["policies"][0]
-    for h in p["held"]:
-        if not h["label"].startswith("train step %d:" % step):
-            continue
+    return [e for e in p[key] if e["label"].startswith("train step %d:" % step)]
+
+if held:
+    for h in whole("--held", "held"):
         print("held as %s begins (line %d): %.3f GiB; by tag, GiB live (dirty; taken for dead)"
               " / dead (dirty; foreseen)" % (h["label"][len("train step "):], h["line"], h["resident_bytes"] / GIB))
         for t, b in sorted(h["by_tag"].items()):
@@ -106,14 +109,7 @@ if held:
                       % (t, live / GIB, b["live_dirty"] / GIB, b["live_taken_for_dead"] / GIB,
                          dead / GIB, b["dead_dirty"] / GIB, b["dead_foreseen"] / GIB))
 if audit:
-    # one run of the whole trace: an eviction's copy-in may come phases later
-    out = subprocess.run([u3m, "replay", trace, "--hbm", hbm, "--policy", policy, "--json", "--audit",
-                          "--link-model", "shared", "--call-us", "0", "--issue", "acl-replay"] + extra,
-                         capture_output=True, text=True, check=True).stdout
-    p = json.loads(out)["traces"][0]["policies"][0]
-    for a in p["audit"]:
-        if not a["label"].startswith("train step %d:" % step):
-            continue
+    for a in whole("--audit", "audit"):
         print("moved in %s (ticks %d-%d); by tag, GiB evicted (copied out) / back in the phase"
               " (foreseen; taken for dead) / copied in (ahead)"
               % (a["label"][len("train step "):], a["from_tick"], a["to_tick"]))
