@@ -1131,6 +1131,26 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
     assert_eq!(q["runtime"]["host_waits"], p["runtime"]["host_waits"]);
 }
 
+/// The small LoRA trace at 2/3 of its footprint replayed by predictive with
+/// `flag` and without it: (with, without, HBM bytes, the trace's `# train
+/// step` comments as (line, text after "# train step ")).
+fn small_lora_with(name: &str, flag: &str) -> (Value, Value, u64, Vec<(u64, String)>) {
+    let (t, foot) = &small_lora(name);
+    let hbm = foot * 2 / 3 / MIB2 * MIB2;
+    let hs = hbm.to_string();
+    let args = predictive_acl_replay(t, &hs);
+    let with = replay(&[&args[..], &[flag]].concat());
+    let without = replay(&args);
+    let text = std::fs::read_to_string(t).unwrap();
+    let _ = std::fs::remove_file(t);
+    let marks = text
+        .lines()
+        .enumerate()
+        .filter_map(|(n, l)| Some((n as u64 + 1, l.strip_prefix("# train step ")?.to_string())))
+        .collect();
+    (with, without, hbm, marks)
+}
+
 /// `--audit` lists, per phase between `# train step` comments and per
 /// allocation tag, what u3m moved, and of its evictions what came back in:
 /// its sums are the run's counters (every eviction, copy-out and copy-in is
@@ -1138,19 +1158,7 @@ fn the_wait_log_lists_the_waits_the_counters_count() {
 /// list changes nothing about the run.
 #[test]
 fn audit_lists_each_phases_moves_and_the_evictions_undone() {
-    let (t, foot) = &small_lora("audit");
-    let hbm = foot * 2 / 3 / MIB2 * MIB2;
-    let hs = hbm.to_string();
-    let args = predictive_acl_replay(t, &hs);
-    let with = replay(&[&args[..], &["--audit"]].concat());
-    let without = replay(&args);
-    let text = std::fs::read_to_string(t).unwrap();
-    let _ = std::fs::remove_file(t);
-    let marks: Vec<(u64, String)> = text
-        .lines()
-        .enumerate()
-        .filter_map(|(n, l)| Some((n as u64 + 1, l.strip_prefix("# train step ")?.to_string())))
-        .collect();
+    let (with, without, _, marks) = small_lora_with("audit", "--audit");
     let p = policy(&with, "predictive");
     let audit = p["audit"].as_array().unwrap();
     assert_eq!(audit.len(), marks.len() + 1, "start, then one per comment");
@@ -1214,19 +1222,7 @@ fn audit_lists_each_phases_moves_and_the_evictions_undone() {
 /// list changes nothing about the run.
 #[test]
 fn held_lists_what_hbm_holds_as_each_phase_begins() {
-    let (t, foot) = &small_lora("held");
-    let hbm = foot * 2 / 3 / MIB2 * MIB2;
-    let hs = hbm.to_string();
-    let args = predictive_acl_replay(t, &hs);
-    let with = replay(&[&args[..], &["--held"]].concat());
-    let without = replay(&args);
-    let text = std::fs::read_to_string(t).unwrap();
-    let _ = std::fs::remove_file(t);
-    let marks: Vec<(u64, &str)> = text
-        .lines()
-        .enumerate()
-        .filter_map(|(n, l)| Some((n as u64 + 1, l.strip_prefix("# train step ")?)))
-        .collect();
+    let (with, without, hbm, marks) = small_lora_with("held", "--held");
     let p = policy(&with, "predictive");
     let held = p["held"].as_array().unwrap();
     assert_eq!(held.len(), marks.len(), "{held:?}");
