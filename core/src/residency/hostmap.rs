@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use super::evict::Protect;
 use super::probe::{Arm, Step, WINDOW};
 use super::protocol::Need;
-use super::state::{Host, Moved, State};
+use super::state::{Host, MoveKind, Moved, State};
 use super::{Fail, Shard as Residency, E_ALLOC};
 use crate::acl::{AclError, MemcpyKind};
 use crate::config::ReadOnce;
@@ -595,6 +595,7 @@ impl Residency {
             return Err(Fail::Acl(e));
         }
         self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
+        st.note_move(id, i, MoveKind::In { demand: true });
         let c = st.chunk_mut(id, i);
         c.phys = phys;
         c.on_host = false;

@@ -518,8 +518,9 @@ pub struct Move {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoveKind {
-    /// Copied into HBM from the host: for a call that needs it (`demand`),
-    /// or ahead of use by a prefetch.
+    /// Copied into HBM from the host: for a call that needs it (`demand`:
+    /// from DRAM or NVMe after an eviction, or a host-mapped chunk moved
+    /// back), or ahead of use by a prefetch.
     In { demand: bool },
     /// Evicted: copied out (`dirty`) or dropped, with the policy's
     /// prediction of its next use then (`Placement::next_use`: u64::MAX
