@@ -46,31 +46,28 @@ pub struct Moved {
     pub back_in_phase_taken_for_dead: u64,
 }
 
-/// Builds the phases from the moves logged between marks: `moves[p]` were
-/// logged while phase `p` ran (`bounds[p]` = (line, label, clock at its
-/// start); `end`: the clock at the run's end). `tag_of` names a chunk key's
-/// allocation tag.
-pub fn phases(
-    bounds: &[(u64, String, u64)],
-    moves: &[Vec<Move>],
-    end: u64,
-    tag_of: impl Fn(u64) -> String,
-) -> Vec<Phase> {
-    let mut out: Vec<Phase> = bounds
+/// A phase as the replay logs it: (line, label, the clock at its start),
+/// and the moves logged while it ran.
+pub type Logged = (u64, String, u64, Vec<Move>);
+
+/// Builds the phases from the moves logged between marks (`end`: the clock
+/// at the run's end). `tag_of` names a chunk key's allocation tag.
+pub fn phases(logged: &[Logged], end: u64, tag_of: impl Fn(u64) -> String) -> Vec<Phase> {
+    let mut out: Vec<Phase> = logged
         .iter()
         .enumerate()
-        .map(|(p, (line, label, from))| Phase {
+        .map(|(p, (line, label, from, _))| Phase {
             line: *line,
             label: label.clone(),
             from: *from,
-            to: bounds.get(p + 1).map_or(end, |b| b.2),
+            to: logged.get(p + 1).map_or(end, |b| b.2),
             by_tag: BTreeMap::new(),
         })
         .collect();
     // per chunk key, its latest eviction not yet followed by a copy-in:
     // (phase, tag, the policy's prediction then)
     let mut left: HashMap<u64, (usize, String, Option<u64>)> = HashMap::new();
-    for (p, ms) in moves.iter().enumerate().take(out.len()) {
+    for (p, (.., ms)) in logged.iter().enumerate() {
         for m in ms {
             let tag = tag_of(m.key);
             match m.kind {
@@ -124,31 +121,41 @@ mod tests {
     fn evictions_are_matched_to_the_copy_in_that_undid_them() {
         let out = |dirty, next| MoveKind::Out { dirty, next };
         let fetch = MoveKind::In { demand: true };
-        let bounds = [
-            (0, "start".to_string(), 0),
-            (7, "train step 0: forward".to_string(), 10),
-        ];
         let (a, b, c, d, e) = (CHUNK, 2 * CHUNK, 3 * CHUNK, 4 * CHUNK, 1 << 40);
-        let moves = vec![
-            vec![
-                mv(1, a, out(true, Some(5))),         // back at 4: foreseen (5 < 10)
-                mv(2, b, out(false, Some(u64::MAX))), // back at 3: taken for dead
-                mv(2, c, out(false, Some(50))),       // back at 4, predicted after the phase
-                mv(3, b, fetch),
-                mv(4, a, fetch),
-                mv(4, c, fetch),
-                mv(5, d, out(true, None)),     // back in the next phase
-                mv(6, a, out(true, Some(20))), // never back
-            ],
-            vec![mv(12, d, MoveKind::In { demand: false }), mv(13, e, fetch)],
+        let logged = [
+            (
+                0,
+                "start".to_string(),
+                0,
+                vec![
+                    mv(1, a, out(true, Some(5))),         // back at 4: foreseen (5 < 10)
+                    mv(2, b, out(false, Some(u64::MAX))), // back at 3: taken for dead
+                    mv(2, c, out(false, Some(50))),       // back at 4, predicted after the phase
+                    mv(3, b, fetch),
+                    mv(4, a, fetch),
+                    mv(4, c, fetch),
+                    mv(5, d, out(true, None)),     // back in the next phase
+                    mv(6, a, out(true, Some(20))), // never back
+                ],
+            ),
+            (
+                7,
+                "train step 0: forward".to_string(),
+                10,
+                vec![mv(12, d, MoveKind::In { demand: false }), mv(13, e, fetch)],
+            ),
         ];
-        let ph = phases(&bounds, &moves, 30, |k| {
-            if k == e {
-                "x".into()
-            } else {
-                "w".into()
-            }
-        });
+        let ph = phases(
+            &logged,
+            30,
+            |k| {
+                if k == e {
+                    "x".into()
+                } else {
+                    "w".into()
+                }
+            },
+        );
         assert_eq!(
             (ph[0].from, ph[0].to, ph[1].from, ph[1].to),
             (0, 10, 10, 30)

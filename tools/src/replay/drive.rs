@@ -357,22 +357,17 @@ fn run_in(
         ar: AclReplay::default(),
         every_whole: baseline,
         held: Vec::new(),
-        audit_bounds: Vec::new(),
-        audit_moves: Vec::new(),
+        audit: Vec::new(),
     };
     let r = d.replay();
     d.sample();
     let held = std::mem::take(&mut d.held);
     let audit = if s.audit {
-        let mut last = Vec::new();
-        tier.take_moves(&mut last);
-        if let Some(m) = d.audit_moves.last_mut() {
-            m.append(&mut last);
+        if let Some(p) = d.audit.last_mut() {
+            tier.take_moves(&mut p.3);
         }
         let tags = &d.tags;
-        super::audit::phases(&d.audit_bounds, &d.audit_moves, tier.now(), |k| {
-            tag_at(tags, k).to_string()
-        })
+        super::audit::phases(&d.audit, tier.now(), |k| tag_at(tags, k).to_string())
     } else {
         Vec::new()
     };
@@ -461,10 +456,8 @@ struct Driver<'a> {
     every_whole: bool,
     /// `Setup::held`'s snapshots so far.
     held: Vec<super::held::Held>,
-    /// `Setup::audit`: each phase's (line, label, clock at its start), and
-    /// the moves logged while it ran.
-    audit_bounds: Vec<(u64, String, u64)>,
-    audit_moves: Vec<Vec<u3m_core::residency::Move>>,
+    /// `Setup::audit`: the phases so far, the last one running.
+    audit: Vec<super::audit::Logged>,
 }
 
 impl Driver<'_> {
@@ -491,20 +484,13 @@ impl Driver<'_> {
         };
         if self.s.audit {
             self.tier.set_move_log(true);
-            self.audit_bounds
-                .push((0, "start".to_string(), self.tier.now()));
-            self.audit_moves.push(Vec::new());
+            self.audit_phase(0, "start".to_string());
         }
         let mut marks = marks.into_iter().peekable();
         for (k, ev) in self.trace.events.iter().enumerate() {
             while let Some((_, line, label)) = marks.next_if(|m| m.0 == k) {
                 if self.s.audit {
-                    if let Some(m) = self.audit_moves.last_mut() {
-                        self.tier.take_moves(m);
-                    }
-                    let now = self.tier.now();
-                    self.audit_bounds.push((line, label.clone(), now));
-                    self.audit_moves.push(Vec::new());
+                    self.audit_phase(line, label.clone());
                 }
                 if let Some(n) = next_use.as_ref() {
                     self.snapshot(n, k, line, label);
@@ -534,6 +520,15 @@ impl Driver<'_> {
             self.background();
         }
         Ok(())
+    }
+
+    /// `--audit`: the moves logged so far go to the running phase, and the
+    /// phase at `line` begins.
+    fn audit_phase(&mut self, line: u64, label: String) {
+        if let Some(p) = self.audit.last_mut() {
+            self.tier.take_moves(&mut p.3);
+        }
+        self.audit.push((line, label, self.tier.now(), Vec::new()));
     }
 
     /// `--held` at event `k` (before it): every chunk u3m holds in HBM, by
