@@ -194,6 +194,24 @@ impl ChunkModel {
         self.m > 0 && self.whole_at(self.m as usize - 1)
     }
 
+    /// Whether the step shift's prediction, repeating the k-th newest
+    /// access, is a whole write: that access was one, and the latest was
+    /// not. A chunk written whole and not read since, predicted written
+    /// whole again, would hold data no one reads — work a program does not
+    /// do: the step before, this address held other data (full-parameter
+    /// AdamW's second step: its gradients lie where the first step's
+    /// attention scratch did, and the optimizer reads them at once; taken
+    /// for dead, 0.523 GiB were evicted and copied back in within that
+    /// optimizer, and steps 2-3 took 756.6 ms against 750.9 with this
+    /// rule, simulated; BENCHMARKS.md, thirtieth sitting). The access is
+    /// then a dated use. The chunk's own cycle (`next_whole`) is this data's
+    /// history and is not corrected (corrected too, the 8-layer LoRA's
+    /// steady step over the HBM band took 218.5 ms against 215.7).
+    #[inline]
+    fn shift_whole(&self, k: usize) -> bool {
+        self.whole_at(k) && !self.whole_at(0)
+    }
+
     /// `shift_next` and the first tick after `now` at which its answer may
     /// change (u64::MAX: never while the model is not updated). The answer
     /// depends on the clock only through which of the ring's access ticks
@@ -205,8 +223,8 @@ impl ChunkModel {
         (r, until)
     }
 
-    /// `shift_span`, and whether the access it repeats (so the one it
-    /// predicts) wrote the chunk whole.
+    /// `shift_span`, and whether the access it predicts writes the chunk
+    /// whole (`shift_whole`).
     pub fn shift_span_of(&self, now: u64, step: u64) -> (Option<u64>, u64, bool) {
         if step == 0 {
             return (None, u64::MAX, false);
@@ -237,7 +255,7 @@ impl ChunkModel {
             let until = oldest.saturating_add(step);
             let best = (have > 0).then(|| oldest + self.iv(have - 1) as u64);
             return if self.n as usize == have + 1 {
-                let whole = best.is_some() && self.whole_at(have - 1);
+                let whole = best.is_some() && self.shift_whole(have - 1);
                 (best.map(|b| b + step), until, whole)
             } else {
                 (None, until, false)
@@ -271,7 +289,7 @@ impl ChunkModel {
             // step and a half: the step does not describe it
             return (None, until, false);
         }
-        (Some(best + step), until, self.whole_at(k))
+        (Some(best + step), until, self.shift_whole(k))
     }
 
     /// The verified cycle length, ticks.
@@ -470,7 +488,7 @@ mod tests {
                         // over a step and a half: the step does not describe it
                         return (None, until, false);
                     }
-                    return (best.map(|b| b + step), until, self.whole_at(k));
+                    return (best.map(|b| b + step), until, self.shift_whole(k));
                 }
             }
             // the ring ends inside the last step: covered only if it holds the
@@ -484,7 +502,7 @@ mod tests {
             // weighs the dead dirty chunks it exposes differently.
             let until = t.saturating_add(step);
             if self.n as usize == self.have() + 1 {
-                let whole = best.is_some() && self.whole_at(self.have() - 1);
+                let whole = best.is_some() && self.shift_whole(self.have() - 1);
                 (best.map(|b| b + step), until, whole)
             } else {
                 (None, until, false)
@@ -664,6 +682,34 @@ mod tests {
         c.update(6010, 0, 0.9, true);
         c.update(6010, 0, 0.9, false);
         assert!(!c.whole_at(0) && c.whole_at(3));
+    }
+
+    /// The step shift does not take data written whole and unread since
+    /// for dead: the step before, the address held other data. Step 0's
+    /// scratch (written whole at 1,960, read at 1,970), step 1's gradient
+    /// written whole at 2,900 and read by the optimizer at 2,955.
+    #[test]
+    fn a_whole_write_is_not_predicted_onto_data_unread_since_its_write() {
+        let mut c = ChunkModel::new(1100, 0, true);
+        c.update(1150, 0, 0.9, false);
+        c.update(1960, 0, 0.9, true);
+        c.update(1970, 0, 0.9, false);
+        c.update(2900, 0, 0.9, true);
+        // a step ago (from 1,950) the address was written whole at 1,960;
+        // the gradient is not read yet: a use at 2,960, not a whole write
+        assert_eq!(c.shift_span_of(2950, 1000), (Some(2960), 2960, false));
+        assert_eq!(c.shift_span_ref(2950, 1000), (Some(2960), 2960, false));
+        // once read, the shift's whole write stands
+        c.update(2955, 0, 0.9, false);
+        assert_eq!(c.shift_span_of(2956, 1000), (Some(2960), 2960, true));
+        // the same for a ring that holds the chunk's first access (the
+        // run's second step): written whole twice, unread between
+        let mut c = ChunkModel::new(1960, 0, true);
+        c.update(1970, 0, 0.9, true);
+        c.update(2900, 0, 0.9, true);
+        assert_eq!(c.shift_span_of(2950, 1000).2, false);
+        c.update(2955, 0, 0.9, false);
+        assert!(c.shift_span_of(2956, 1000).2);
     }
 
     #[test]
