@@ -202,8 +202,8 @@ impl ChunkModel {
     /// AdamW's second step: its gradients lie where the first step's
     /// attention scratch did, and the optimizer reads them at once; taken
     /// for dead, 0.523 GiB were evicted and copied back in within that
-    /// optimizer, and steps 2-3 took 756.6 ms against 750.9 with this
-    /// rule, simulated; BENCHMARKS.md, thirtieth sitting). The access is
+    /// optimizer; steps 2-3 took 756.6 ms without this rule, 750.9 with
+    /// it, simulated; BENCHMARKS.md, thirtieth sitting). The access is
     /// then a dated use. The chunk's own cycle (`next_whole`) is this data's
     /// history and is not corrected (corrected too, the 8-layer LoRA's
     /// steady step over the HBM band took 218.5 ms against 215.7).
