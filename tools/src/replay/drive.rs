@@ -363,9 +363,7 @@ fn run_in(
     d.sample();
     let held = std::mem::take(&mut d.held);
     let audit = if s.audit {
-        if let Some(p) = d.audit.last_mut() {
-            tier.take_moves(&mut p.3);
-        }
+        d.close_audit_phase();
         let tags = &d.tags;
         super::audit::phases(&d.audit, tier.now(), |k| tag_at(tags, k).to_string())
     } else {
@@ -525,10 +523,15 @@ impl Driver<'_> {
     /// `--audit`: the moves logged so far go to the running phase, and the
     /// phase at `line` begins.
     fn audit_phase(&mut self, line: u64, label: String) {
+        self.close_audit_phase();
+        self.audit.push((line, label, self.tier.now(), Vec::new()));
+    }
+
+    /// `--audit`: the moves logged so far go to the running phase.
+    fn close_audit_phase(&mut self) {
         if let Some(p) = self.audit.last_mut() {
             self.tier.take_moves(&mut p.3);
         }
-        self.audit.push((line, label, self.tier.now(), Vec::new()));
     }
 
     /// `--held` at event `k` (before it): every chunk u3m holds in HBM, by
