@@ -292,6 +292,7 @@ impl Residency {
             for &(id, i) in &filled {
                 let c = st.chunk_mut(id, i);
                 c.pins = c.pins.saturating_sub(1);
+                st.mark(id, i);
             }
             match self.use_event(st, stream) {
                 Some(ev) => {
@@ -414,6 +415,7 @@ impl Residency {
         }
         // until the batch's use event is recorded (`look_ahead`)
         st.chunk_mut(id, i).pins += 1;
+        st.mark(id, i);
         true
     }
 }

@@ -491,6 +491,7 @@ impl Residency {
             }
             self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
         }
+        st.mark(id, i);
         let c = st.chunk_mut(id, i);
         // the host copy stays, current while no call writes the chunk (a
         // write drops it: `finish`): brought back into HBM unwritten — a
@@ -535,6 +536,7 @@ impl Residency {
             return Err(e);
         }
         self.c.host_map_bytes.fetch_add(CHUNK, Relaxed);
+        st.mark(id, i);
         let c = st.chunk_mut(id, i);
         c.phys = h;
         c.on_host = true;
@@ -596,6 +598,7 @@ impl Residency {
         }
         self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
         st.note_move(id, i, MoveKind::In { demand: true });
+        st.mark(id, i);
         let c = st.chunk_mut(id, i);
         c.phys = phys;
         c.on_host = false;

@@ -196,6 +196,7 @@ impl Residency {
                 let mut b = Backing::new(dev, Kind::Malloc, vlen, vec![va]);
                 b.charged = charge;
                 st.backings.insert(id, b);
+                st.structure += 1;
                 st.vas.insert(va, (id, vlen));
                 self.route(va, vlen);
                 self.note_va(va, vlen);
@@ -243,6 +244,7 @@ impl Residency {
         st.vas.remove(&ptr);
         self.unroute(ptr);
         let b = st.backings.remove(&id)?;
+        st.structure += 1;
         // out of every map: no call, eviction or prefetch finds it any more,
         // so u3m's copies that may still touch it are waited for unlocked
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
@@ -521,6 +523,7 @@ impl Residency {
             }
         }
         let mut in_nvme = 0u64;
+        st.structure += 1;
         for b in st.backings.values_mut() {
             for c in b.chunks.iter_mut() {
                 c.uses.clear();
@@ -614,6 +617,7 @@ impl Residency {
                 }
                 if to_device {
                     st.chunk_mut(id, i).dirty = true;
+                    st.mark(id, i);
                 }
             } else {
                 let slot = match &st.chunk(id, i).host {
@@ -637,6 +641,7 @@ impl Residency {
                         std::ptr::write_bytes(slot.ptr, 0, CHUNK as usize);
                         std::ptr::copy_nonoverlapping(h, slot.ptr.add(within as usize), n as usize);
                         st.chunk_mut(id, i).host = Some(Host::Dram(slot));
+                        st.mark(id, i);
                     }
                 }
             }
@@ -708,6 +713,7 @@ impl Residency {
         st.next_id += super::MAX_DEVICES as u64;
         st.backings
             .insert(id, Backing::new(dev, Kind::Vmm, size, Vec::new()));
+        st.structure += 1;
         st.dev_mut(dev).managed_virtual += size;
         self.publish(&st);
         self.live.fetch_add(1, Relaxed);
@@ -723,6 +729,7 @@ impl Residency {
             return Some(Err(AclError::RT_MEMORY_FREE)); // still mapped
         }
         let b = st.backings.remove(&id)?;
+        st.structure += 1;
         // out of the state: its copies are waited for unlocked (as free)
         let (mut st, settled) = self.wait_copies_of(st, id, &b);
         self.release_backing(&mut st, id, b, false, settled);
@@ -752,6 +759,7 @@ impl Residency {
             let rc = self.map_retrying(va, size, b.real());
             if rc.is_ok() {
                 st.backings.get_mut(&id)?.vas.push(va);
+                st.structure += 1;
                 st.vas.insert(va, (id, size));
                 self.route(va, size);
                 self.note_va(va, size);
@@ -774,6 +782,7 @@ impl Residency {
             }
         }
         st.backings.get_mut(&id)?.vas.push(va);
+        st.structure += 1;
         st.vas.insert(va, (id, size));
         self.route(va, size);
         self.note_va(va, size);
@@ -802,6 +811,7 @@ impl Residency {
         st.vas.remove(&va);
         self.unroute(va);
         st.backings.get_mut(&id)?.vas.retain(|&v| v != va);
+        st.structure += 1;
         Some(Ok(()))
     }
 
@@ -892,6 +902,7 @@ impl Residency {
             if let Err(e) = r {
                 return Some(Err(e.acl()));
             }
+            st.structure += 1;
             let b = st.backings.get_mut(&id)?;
             b.pinned = true;
             return Some(Ok(b.chunks[0].phys));
@@ -1356,6 +1367,7 @@ impl Residency {
             .collect();
         for id in ids {
             if let Some(mut b) = st.backings.remove(&id) {
+                st.structure += 1;
                 for va in &b.vas {
                     st.vas.remove(va);
                     self.unroute(*va);

@@ -30,6 +30,7 @@ impl Residency {
             return None;
         }
         st.dev_mut(dev).lost = true;
+        st.structure += 1;
         self.lost_any.store(true, Relaxed);
         st.dev_mut(dev).resident = 0;
         // moves' old memory went with the device

@@ -351,6 +351,7 @@ impl Residency {
             }
             st.dev_mut(bdev).resident += CHUNK;
             let target = vas.first().map(|va| va + i as u64 * CHUNK);
+            st.mark(id, i);
             let c = st.chunk_mut(id, i);
             c.phys = phys;
             c.prefetched = false;
@@ -490,6 +491,7 @@ impl Residency {
             return Ok(());
         };
         st.chunk_mut(id, i).out_ev = ev;
+        st.mark(id, i);
         st.dev_mut(dev).outgoing.push_back(Outgoing {
             id,
             i,
@@ -537,6 +539,7 @@ impl Residency {
             {
                 c.out_ev = 0;
             }
+            st.mark(o.id, o.i);
             let landed = if current && !failed {
                 self.land(st, dev, o.slot, o.staging)
             } else {
@@ -601,6 +604,7 @@ impl Residency {
             {
                 c.out_ev = 0;
             }
+            st.mark(o.id, o.i);
             st.free_host(o.slot);
             self.give_staging(st, dev, o.staging);
             st.unref_event(o.ev);
@@ -679,6 +683,7 @@ impl Residency {
             {
                 c.pins = c.pins.saturating_sub(1);
             }
+            st.mark(id, i);
         }
     }
 
@@ -695,6 +700,7 @@ impl Residency {
     #[inline]
     pub(super) fn rescue(&self, st: &mut State, id: u64, i: u32) {
         st.chunk_mut(id, i).out_ev = 0;
+        st.mark(id, i);
         self.c.rescued.fetch_add(1, Relaxed);
     }
 
@@ -818,6 +824,7 @@ impl Residency {
         }
         let landed = self.land(st, dev, slot, staging);
         self.drop_copy_va(st, dev, scratch);
+        st.mark(id, i);
         st.chunk_mut(id, i).host = Some(landed.ok_or(E_ALLOC)?);
         Ok(())
     }
@@ -889,6 +896,7 @@ impl Residency {
         for &va in &vas {
             let _ = self.rt.unmap(va + i as u64 * CHUNK);
         }
+        st.mark(id, i);
         let c = st.chunk_mut(id, i);
         let _ = self.rt.free_physical(c.phys);
         c.phys = 0;
@@ -968,6 +976,7 @@ impl Residency {
     /// without the lock and tries again (where `reclaim_wait` synchronised
     /// u3m's stream with the lock held).
     fn host_slot(&self, st: &mut State, id: u64, i: u32) -> Result<Host, Fail> {
+        st.mark(id, i);
         if let Some(h) = st.chunk_mut(id, i).host.take() {
             return Ok(h);
         }
@@ -1065,6 +1074,8 @@ impl Residency {
         if dropped.is_empty() {
             return 0;
         }
+        // resident chunks dirty again, anywhere: the victim orders walk
+        st.structure += 1;
         // a queued copy-in may still read these slots: given back behind a
         // fence on u3m's stream (now if it is idle; never waits)
         st.pending_free.extend(dropped);
@@ -1218,6 +1229,7 @@ impl Residency {
                     match st.nvme.as_mut().map(|n| n.write(&ns, src)) {
                         Some(Ok(())) => {
                             st.chunk_mut(id, i).host = Some(Host::Nvme(ns));
+                            st.mark(id, i);
                             true
                         }
                         _ => {
@@ -1240,6 +1252,7 @@ impl Residency {
                 // disk full or I/O error: the data stays in DRAM
                 self.c.spill_errors.fetch_add(1, Relaxed);
                 st.chunk_mut(id, i).host = Some(Host::Dram(ds));
+                st.mark(id, i);
                 break;
             }
         }

@@ -1083,6 +1083,7 @@ impl Residency {
                         c.pins += 1;
                         held.push((id, i));
                     }
+                    st.mark(id, i);
                 }
             }
             drop(st);
@@ -1232,6 +1233,7 @@ impl Residency {
             Order::Host,
         )?;
         if let Ok(mut st) = self.st.lock() {
+            st.structure += 1;
             for &(id, _) in tok.chunks() {
                 if let Some(b) = st.backings.get_mut(&id) {
                     b.pinned = true;

@@ -99,6 +99,11 @@ pub(super) struct Backing {
     /// VAs the backing is mapped at (Malloc: exactly its own).
     pub vas: Vec<u64>,
     pub pinned: bool,
+    /// Its chunk 0's place in the last walk of its device's candidates
+    /// (`evict::walk_victims`; `u32::MAX` before one): chunk i's is
+    /// `place + i` while `State::structure` stays as that walk found it.
+    /// (A cell: the walk reads the backings shared.)
+    pub place: std::cell::Cell<u32>,
     /// A real physical handle of the backing's whole size that replaced its
     /// chunks (a multi-chunk VMM handle exported for IPC): mapped whole,
     /// never moves; 0 otherwise. Read with `real()`; changed only by
@@ -117,6 +122,7 @@ impl Backing {
             chunks: (0..size / CHUNK).map(|_| Chunk::default()).collect(),
             vas,
             pinned: false,
+            place: std::cell::Cell::new(u32::MAX),
             real: 0,
         }
     }
@@ -336,6 +342,21 @@ pub(super) struct VictimOrder {
     pub cur: Vec<Cand>,
     pub gone: Vec<u64>,
     pub new: Vec<Cand>,
+    /// Keys of chunks whose standing as a candidate (in HBM, unpinned, no
+    /// copy-out in flight; last use; dirty) may have changed since the last
+    /// build, and of every chunk pinned or leaving HBM then (they change
+    /// again when unpinned or gone, unmarked): a build re-reads only these
+    /// (`evict::track_victims`) instead of walking every chunk, while
+    /// `State::structure` is what the last walk found (`walked`) and they
+    /// did not overflow (`marks_over`; at most `TOUCHED_MAX`).
+    pub marks: Vec<u64>,
+    pub marks_over: bool,
+    /// (`track_victims`' buffer, reused)
+    pub read: Vec<super::evict::Marked>,
+    /// Builds from the marks, and from a walk of every chunk.
+    pub tracked: u64,
+    pub walks: u64,
+    pub walked: u64,
     /// Whether dirty chunks written whole next go first (U3M_OUT_FIRST).
     pub balance: super::balance::Balance,
 }
@@ -393,6 +414,12 @@ impl VictimOrder {
             cur: Vec::new(),
             gone: Vec::new(),
             new: Vec::new(),
+            marks: Vec::new(),
+            marks_over: false,
+            read: Vec::new(),
+            tracked: 0,
+            walks: 0,
+            walked: u64::MAX,
             balance: super::balance::Balance::new(),
         }
     }
@@ -428,9 +455,10 @@ impl VictimOrder {
     /// A call touched `keys` (policy keys). Inlined: once the list has
     /// overflowed (the steady state between rebuilds) a call does only the
     /// test, not a call.
+    /// They are marked too (`marks`).
     #[inline]
     pub fn note_touched(&mut self, keys: &[u64]) {
-        if self.overflow {
+        if self.overflow && self.marks_over {
             return;
         }
         self.note_touched_list(keys);
@@ -438,12 +466,30 @@ impl VictimOrder {
 
     #[inline(never)]
     fn note_touched_list(&mut self, keys: &[u64]) {
+        self.mark_all(keys);
+        if self.overflow {
+            return;
+        }
         if self.touched.len() + keys.len() > TOUCHED_MAX {
             self.overflow = true;
             self.touched.clear();
             return;
         }
         self.touched.extend_from_slice(keys);
+    }
+
+    /// Chunks `keys` may have changed as candidates (`marks`).
+    #[inline]
+    pub fn mark_all(&mut self, keys: &[u64]) {
+        if self.marks_over {
+            return;
+        }
+        if self.marks.len() + keys.len() > TOUCHED_MAX {
+            self.marks_over = true;
+            self.marks.clear();
+            return;
+        }
+        self.marks.extend_from_slice(keys);
     }
 }
 
@@ -504,6 +550,11 @@ pub(super) struct State {
     /// Every chunk copied in or evicted, while a tool asks for them
     /// (`Residency::set_move_log`; `u3m replay --audit`); None otherwise.
     pub moves: Option<Vec<Move>>,
+    /// Changes when a backing comes or goes, is mapped or unmapped at a VA,
+    /// pinned, or given a real handle, and when many chunks change at once
+    /// (a fork, a lost device): the victim orders' next builds then walk
+    /// every chunk (`VictimOrder::walked`).
+    pub structure: u64,
 }
 
 /// One chunk moving between HBM and the host (`State::moves`).
@@ -599,6 +650,7 @@ impl State {
     /// Backing `id`'s real handle is now `real` (0: none).
     pub fn set_real(&mut self, id: u64, real: u64) {
         self.vas.kept = None;
+        self.structure += 1;
         if let Some(b) = self.backings.get_mut(&id) {
             b.real = real;
         }
@@ -608,6 +660,7 @@ impl State {
     /// `backings` already): `b.real()` is 0 after.
     pub fn take_real(&mut self, b: &mut Backing) -> u64 {
         self.vas.kept = None;
+        self.structure += 1;
         std::mem::take(&mut b.real)
     }
 
@@ -639,6 +692,7 @@ impl State {
             closed_fences: Vec::new(),
             probe: Default::default(),
             moves: None,
+            structure: 0,
         }
     }
 
@@ -669,6 +723,16 @@ impl State {
     #[inline]
     pub fn chunk(&self, id: u64, i: u32) -> &Chunk {
         &self.backings[&id].chunks[i as usize]
+    }
+
+    /// Chunk `i` of backing `id` may have changed as a victim candidate
+    /// (`VictimOrder::marks`).
+    #[inline]
+    pub fn mark(&mut self, id: u64, i: u32) {
+        if let Some(b) = self.backings.get(&id) {
+            let key = b.key(id, i);
+            self.devs[dev_index(b.dev)].order.mark_all(&[key]);
+        }
     }
 
     #[inline]

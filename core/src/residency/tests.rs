@@ -4347,3 +4347,69 @@ fn the_scans_memo_resolves_as_the_state() {
     }
     assert!(found > 5_000, "{found} of 20000 keys resolved");
 }
+
+/// A victim order's build reads only the chunks marked since the last one
+/// (`evict::track_victims`), and gives what a walk of every chunk gives:
+/// in test builds every such build is checked against the walk
+/// (`evict::check_tracked`), here under evictions, copy-outs in flight,
+/// frees and allocations on a small device, with two streams' calls.
+#[test]
+fn victim_orders_are_built_from_the_chunks_marked_as_a_walk_would() {
+    let a = App::new(6, &[]);
+    let streams = [a.f.app_stream(), a.f.app_stream()];
+    let mut rng = pattern(7, 4096).into_iter().cycle();
+    let mut next = move |n: u64| -> u64 {
+        let v = (rng.next().unwrap() as u64) << 8 | rng.next().unwrap() as u64;
+        v % n
+    };
+    let mut live: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+    for step in 0..400u64 {
+        match next(16) {
+            0 | 1 if live.len() < 8 => {
+                let bytes = (2 + next(5)) * MIB;
+                let va = a.malloc(bytes);
+                let p = pattern(step, bytes);
+                a.write(va, &p);
+                live.push((va, bytes, p));
+            }
+            2 if live.len() > 4 => {
+                let (va, _, _) = live.swap_remove(next(live.len() as u64) as usize);
+                a.f.drain();
+                a.free(va);
+            }
+            3 => a.f.drain(),
+            _ if !live.is_empty() => {
+                // dst = src + 1 over the shorter of two allocations, on
+                // either stream (after the other's work: one order)
+                let k = next(live.len() as u64) as usize;
+                let j = next(live.len() as u64) as usize;
+                let len = live[k].1.min(live[j].1) / [1, 2][next(2) as usize];
+                let (src, dst) = (live[k].0, live[j].0);
+                a.f.drain();
+                let s = streams[next(2) as usize];
+                a.op(s, &[(src, len)], &[(dst, len)], add(src, dst, len, 1));
+                let v: Vec<u8> = live[k].2[..len as usize]
+                    .iter()
+                    .map(|b| b.wrapping_add(1))
+                    .collect();
+                live[j].2[..len as usize].copy_from_slice(&v);
+            }
+            _ => {}
+        }
+    }
+    a.f.drain();
+    for (va, bytes, p) in &live {
+        assert_eq!(&a.read(*va, *bytes), p);
+    }
+    let st = a.r.shard_of(0).st.lock().unwrap();
+    let o = &st.dev(0).order;
+    let c = a.r.counters();
+    assert!(c.evictions > 100, "{c:?}");
+    // most builds read the marks; a free or an allocation makes one walk
+    assert!(
+        o.tracked > 2 * o.walks && o.walks > 0,
+        "{} builds from marks, {} walks",
+        o.tracked,
+        o.walks
+    );
+}
