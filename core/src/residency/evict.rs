@@ -324,9 +324,16 @@ impl Residency {
                     (fresh, deep) = (true, true);
                 }
                 // used up: one rebuild (chunks resident since it was built),
-                // whole if a fresh one's first ORDER_TOP had none to give
-                _ if fresh && st.dev(dev).order.complete => return Ok(false),
+                // whole if a fresh one's first ORDER_TOP had none to give;
+                // nothing to give is said only by a walk of every chunk (a
+                // mark missed must never refuse an allocation)
+                _ if fresh && st.dev(dev).order.complete && !st.dev(dev).order.from_marks => {
+                    return Ok(false)
+                }
                 _ => {
+                    if fresh {
+                        st.dev_mut(dev).order.marks_over = true;
+                    }
                     self.rebuild_order(st, dev, if fresh { usize::MAX } else { ORDER_TOP });
                     fresh = true;
                 }
@@ -379,12 +386,13 @@ impl Residency {
             walk_victims(st, dev, &mut d, Some(&mut marks));
         }
         #[cfg(debug_assertions)]
-        if tracked {
+        if tracked && st.dev(dev).order.checked {
             check_tracked(st, dev, &seq, &cur, &gone, &new);
         }
         let structure = st.structure;
         let o = &mut st.dev_mut(dev).order;
         (o.marks, o.read) = (marks, read);
+        o.from_marks = tracked;
         if tracked {
             o.tracked += 1;
         } else {

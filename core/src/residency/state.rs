@@ -353,6 +353,11 @@ pub(super) struct VictimOrder {
     pub marks_over: bool,
     /// (`track_victims`' buffer, reused)
     pub read: Vec<super::evict::Marked>,
+    /// The last build read the marks only (`track_victims`).
+    pub from_marks: bool,
+    /// Test builds check such a build against a walk (off: a test that
+    /// loses marks on purpose).
+    pub checked: bool,
     /// Builds from the marks, and from a walk of every chunk.
     pub tracked: u64,
     pub walks: u64,
@@ -417,6 +422,8 @@ impl VictimOrder {
             marks: Vec::new(),
             marks_over: false,
             read: Vec::new(),
+            from_marks: false,
+            checked: true,
             tracked: 0,
             walks: 0,
             walked: u64::MAX,

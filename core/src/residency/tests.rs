@@ -4413,3 +4413,59 @@ fn victim_orders_are_built_from_the_chunks_marked_as_a_walk_would() {
         o.walks
     );
 }
+
+/// A victim order built from marks that missed every candidate (its last
+/// build's list lost) never refuses a fault-in: "nothing can move" is said
+/// only after a walk of every chunk (`evict::evict_one`).
+#[test]
+fn a_victim_order_that_lost_its_candidates_still_finds_them() {
+    let a = App::new(4, &[]);
+    let s = a.f.app_stream();
+    let vas: Vec<u64> = (0..6).map(|_| a.malloc(CHUNK)).collect();
+    for (k, &va) in vas.iter().enumerate() {
+        a.write(va, &pattern(k as u64, CHUNK));
+    }
+    for k in 0..6u64 {
+        let (src, dst) = (vas[k as usize], vas[(k as usize + 1) % 6]);
+        a.op(s, &[(src, 64)], &[(dst, 64)], add(src, dst, 64, 1));
+    }
+    a.f.drain();
+    {
+        let mut st = a.r.shard_of(0).st.lock().unwrap();
+        let o = &mut st.dev_mut(0).order;
+        assert!(o.walks > 0 && !o.marks_over, "built from a walk first");
+        (o.checked, o.marks_over) = (false, false);
+        o.prev.clear();
+        o.prev_seq.clear();
+        o.marks.clear();
+        // the order is used up and stale: the next eviction builds it
+        o.next = o.cands.len();
+        o.tail = Default::default();
+    }
+    // two chunks out of HBM, in one call: its first fault-in builds the
+    // order from no marks and no previous candidates
+    let (walks, out) = {
+        let st = a.r.shard_of(0).st.lock().unwrap();
+        let out: Vec<u64> = vas
+            .iter()
+            .copied()
+            .filter(|&va| {
+                let (id, i) = st.resolve(va).unwrap();
+                st.chunk(id, i).phys == 0
+            })
+            .collect();
+        (st.dev(0).order.walks, out)
+    };
+    assert!(out.len() >= 2, "{} chunks out", out.len());
+    a.op(
+        s,
+        &[(out[0], 64)],
+        &[(out[1], 64)],
+        add(out[0], out[1], 64, 1),
+    );
+    a.f.drain();
+    let st = a.r.shard_of(0).st.lock().unwrap();
+    assert!(st.dev(0).order.walks > walks, "walked again");
+    drop(st);
+    a.assert_clean();
+}
