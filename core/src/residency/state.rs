@@ -357,6 +357,7 @@ pub(super) struct VictimOrder {
     pub from_marks: bool,
     /// Test builds check such a build against a walk (off: a test that
     /// loses marks on purpose).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     pub checked: bool,
     /// Builds from the marks, and from a walk of every chunk.
     pub tracked: u64,
