@@ -331,7 +331,7 @@ impl Residency {
                     return Ok(false)
                 }
                 _ => {
-                    if fresh {
+                    if fresh && st.dev(dev).order.from_marks {
                         st.dev_mut(dev).order.marks_over = true;
                     }
                     self.rebuild_order(st, dev, if fresh { usize::MAX } else { ORDER_TOP });
