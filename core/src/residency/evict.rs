@@ -1138,24 +1138,22 @@ fn walk_victims(st: &State, dev: u32, d: &mut Delta, mut marks: Option<&mut Vec<
         if b.dev != dev {
             continue;
         }
-        if let Some(m) = marks.as_deref_mut() {
+        if marks.is_some() {
             b.place.set(at);
-            for (i, c) in b.chunks.iter().enumerate() {
-                if c.pins != 0 || c.out_ev != 0 {
+        }
+        for (i, c) in b.chunks.iter().enumerate() {
+            let busy = c.pins != 0 || c.out_ev != 0;
+            if busy {
+                if let Some(m) = marks.as_deref_mut() {
                     m.push(b.key(id, i as u32));
                 }
-            }
-        }
-        if !b.pinned {
-            for (i, c) in b.chunks.iter().enumerate() {
-                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 {
-                    let x = Cand {
-                        key: b.key(id, i as u32),
-                        last: c.last,
-                        dirty: c.needs_copy_out(),
-                    };
-                    d.push(at.wrapping_add(i as u32), x);
-                }
+            } else if !b.pinned && c.in_hbm() {
+                let x = Cand {
+                    key: b.key(id, i as u32),
+                    last: c.last,
+                    dirty: c.needs_copy_out(),
+                };
+                d.push(at.wrapping_add(i as u32), x);
             }
         }
         at = at.wrapping_add(b.chunks.len() as u32);

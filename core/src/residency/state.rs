@@ -474,31 +474,30 @@ impl VictimOrder {
 
     #[inline(never)]
     fn note_touched_list(&mut self, keys: &[u64]) {
-        self.mark_all(keys);
-        if self.overflow {
-            return;
-        }
-        if self.touched.len() + keys.len() > TOUCHED_MAX {
-            self.overflow = true;
-            self.touched.clear();
-            return;
-        }
-        self.touched.extend_from_slice(keys);
+        push_capped(&mut self.marks, &mut self.marks_over, keys);
+        push_capped(&mut self.touched, &mut self.overflow, keys);
     }
 
     /// Chunks `keys` may have changed as candidates (`marks`).
     #[inline]
     pub fn mark_all(&mut self, keys: &[u64]) {
-        if self.marks_over {
-            return;
-        }
-        if self.marks.len() + keys.len() > TOUCHED_MAX {
-            self.marks_over = true;
-            self.marks.clear();
-            return;
-        }
-        self.marks.extend_from_slice(keys);
+        push_capped(&mut self.marks, &mut self.marks_over, keys);
     }
+}
+
+/// Appends `keys` to `list` until it would pass `TOUCHED_MAX`; then empties
+/// it and sets `over` (the list no longer tells all) until its reader clears it.
+#[inline]
+fn push_capped(list: &mut Vec<u64>, over: &mut bool, keys: &[u64]) {
+    if *over {
+        return;
+    }
+    if list.len() + keys.len() > TOUCHED_MAX {
+        *over = true;
+        list.clear();
+        return;
+    }
+    list.extend_from_slice(keys);
 }
 
 /// A device index clamped into the table.
