@@ -88,6 +88,8 @@ pub struct Seen {
     /// and over is what a program spinning on it does (the simulator lets
     /// the host's time pass then).
     pub pending_answers: BTreeMap<u64, u64>,
+    /// Queries answered "complete", per stream the event was recorded on.
+    pub done_answers: BTreeMap<u64, u64>,
 }
 
 struct State {
@@ -964,7 +966,9 @@ impl Runtime for Fake {
             Some(None) => Ok(true),
             Some(&Some((s, pos))) => {
                 let done = st.streams[&s].run >= pos;
-                if !done {
+                if done {
+                    *st.seen.done_answers.entry(s).or_insert(0) += 1;
+                } else {
                     *st.seen.pending_answers.entry(event).or_insert(0) += 1;
                 }
                 Ok(done)
