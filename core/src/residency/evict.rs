@@ -647,13 +647,10 @@ impl Residency {
         // `link_idle` was asked: they are in flight)
         let mut idle_left = false;
         let mut k = st.dev(dev).order.next;
+        let own = st.dev(dev).stream;
         // the busy run the last scan of this order found, if it still is
         if let Some(b) = st.dev(dev).order.busy {
-            if b.end > k
-                && b.events[..b.n]
-                    .iter()
-                    .all(|&ev| !self.rt.event_done(ev).unwrap_or(true))
-            {
+            if b.end > k && self.all_pending(st, dev, &b.events[..b.n]) {
                 if let Some(f) = usable(st, b.first) {
                     (k, seen, first_busy, pending, npend) = (b.end, b.seen, Some(f), b.events, b.n);
                     pending[..npend].iter().for_each(|&ev| pmask.add(ev));
@@ -689,6 +686,11 @@ impl Residency {
         // fence round's: one wait frees them all), so the scan reaches past
         // a large busy group; a resumed busy run counts one per event
         let mut far = npend;
+        // the earliest copy-in on the device's own stream found pending in
+        // this scan (its place in `State::in_order`): every later one is
+        // pending too, unasked (the 8-layer LoRA's scans met ~40 pending
+        // copy-ins each, nearly all the queries they made)
+        let mut in_pending = u64::MAX;
         // uses the scan found complete, forgotten after it (`forget_done`)
         let mut done = [(0u64, 0u32, 0u64); DONE_USES];
         let mut ndone = 0usize;
@@ -720,10 +722,12 @@ impl Residency {
             }
             let mut idle = true;
             let mut shared = false;
-            for &(_, ev) in &st.chunk(id, i).uses {
+            for &(s, ev) in &st.chunk(id, i).uses {
                 let known = pmask.has(ev) && pending[..npend].contains(&ev);
+                let own_in = s == own && s != 0;
                 if known
                     || spill[..nspill.min(SPILL)].contains(&ev)
+                    || (own_in && in_pending != u64::MAX && st.copy_in_after(dev, ev, in_pending))
                     || !match self.rt.event_done(ev) {
                         Ok(true) => {
                             if ndone < DONE_USES {
@@ -732,7 +736,12 @@ impl Residency {
                             }
                             true
                         }
-                        Ok(false) => false,
+                        Ok(false) => {
+                            if let Some(p) = own_in.then(|| st.copy_in_place(dev, ev)).flatten() {
+                                in_pending = in_pending.min(p);
+                            }
+                            false
+                        }
                         Err(_) => true,
                     }
                 {
@@ -892,12 +901,22 @@ impl Residency {
         // holding the lock: a stream may be blocked on work the host has yet
         // to issue (an HCCL peer), and issuing it needs this lock. The caller
         // drops the lock and waits (Busy).
-        let uses = &st.chunk(id, i).uses;
-        st.wait_for = uses
+        let pending = st
+            .chunk(id, i)
+            .uses
             .iter()
             .find(|u| !self.rt.event_done(u.1).unwrap_or(true))
-            .or(uses.first())
             .map(|u| u.1);
+        if pending.is_none() && !protect.contains(&(id, i)) {
+            // idle after all: its work completed since the scan asked, or
+            // the scan took it for busy by its stream's order
+            // (`in_pending`). It goes now; a wait for nothing would only
+            // find it again.
+            self.evict(st, id, i)?;
+            st.dev_mut(dev).order.taken += 1;
+            return Ok(Some(true));
+        }
+        st.wait_for = pending.or_else(|| st.chunk(id, i).uses.first().map(|u| u.1));
         Err(Fail::Busy)
     }
 
@@ -911,6 +930,28 @@ impl Residency {
     /// Keeps the busy run `evict_in_order` found at the front of `dev`'s
     /// order (up to `end`, with `seen` usable entries, all busy on
     /// `events`), for the next scan of the same order to start after it.
+    /// Whether every event of `events` (uses of `dev`'s chunks) is still
+    /// pending. Copy-ins on the device's own stream complete in the order
+    /// they were recorded: only the earliest of them is asked.
+    fn all_pending(&self, st: &State, dev: u32, events: &[u64]) -> bool {
+        let mut earliest: Option<(u64, u64)> = None;
+        for &ev in events {
+            match st.copy_in_place(dev, ev) {
+                Some(p) => {
+                    if earliest.is_none_or(|(e, _)| p < e) {
+                        earliest = Some((p, ev));
+                    }
+                }
+                None => {
+                    if self.rt.event_done(ev).unwrap_or(true) {
+                        return false;
+                    }
+                }
+            }
+        }
+        earliest.is_none_or(|(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
+    }
+
     fn keep_busy_run(
         &self,
         st: &mut State,

@@ -539,6 +539,7 @@ impl Residency {
             }
         }
         st.event_refs.clear();
+        st.in_order.clear();
         st.free_events.clear();
         st.closed_fences.clear();
         self.fences.forget();
@@ -1446,6 +1447,7 @@ impl Residency {
             st.devs[d] = super::state::Dev::new();
         }
         st.event_refs.clear();
+        st.in_order.clear();
         st.free_events.clear();
         st.closed_fences.clear();
         self.fences.forget();

@@ -1020,6 +1020,12 @@ impl Residency {
             return None;
         }
         st.event_refs.insert(ev, 1);
+        if stream != 0 && st.devs.iter().any(|d| d.stream == stream) {
+            // (records on the stream are made under this state's lock: this
+            // is their order)
+            st.in_last += 1;
+            st.in_order.insert(ev, (stream, st.in_last));
+        }
         Some(ev)
     }
 

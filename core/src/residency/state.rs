@@ -521,6 +521,14 @@ pub(super) struct State {
     pub nvme: Option<Shared<NvmeStore>>,
     /// event -> number of chunk uses referring to it; free events
     pub event_refs: IdMap<u32>,
+    /// Events u3m recorded on a device's own copy-in stream (`Dev::stream`)
+    /// -> (that stream, its place in the stream's record order): the
+    /// stream runs them in that order, so a copy-in found pending means
+    /// every later one is (`evict_in_order`). Entries go with the last
+    /// reference (`unref_event`).
+    pub in_order: IdMap<(u64, u64)>,
+    /// The last place given in `in_order`.
+    pub in_last: u64,
     pub free_events: Vec<u64>,
     /// Logical clock: one tick per call that touched managed memory.
     pub clock: u64,
@@ -684,6 +692,8 @@ impl State {
             dram,
             nvme,
             event_refs: IdMap::default(),
+            in_order: IdMap::default(),
+            in_last: 0,
             free_events: Vec::new(),
             clock: 0,
             recently_freed: VecDeque::new(),
@@ -804,9 +814,33 @@ impl State {
             *r -= 1;
             if *r == 0 {
                 self.event_refs.remove(&ev);
+                if !self.in_order.is_empty() {
+                    self.in_order.remove(&ev);
+                }
                 self.free_events.push(ev);
             }
         }
+    }
+
+    /// Whether `ev`, a use of a chunk on `dev`, is a copy-in on the device's
+    /// own stream recorded after `than` (a place in `in_order`): pending
+    /// whenever that one is.
+    #[inline]
+    pub fn copy_in_after(&self, dev: u32, ev: u64, than: u64) -> bool {
+        let own = self.dev(dev).stream;
+        self.in_order
+            .get(&ev)
+            .is_some_and(|&(s, place)| s == own && place > than)
+    }
+
+    /// The place of `ev` in `dev`'s copy-in order, if it is one.
+    #[inline]
+    pub fn copy_in_place(&self, dev: u32, ev: u64) -> Option<u64> {
+        let own = self.dev(dev).stream;
+        self.in_order
+            .get(&ev)
+            .filter(|&&(s, _)| s == own)
+            .map(|&(_, place)| place)
     }
 
     /// Chunk (backing id, index) of a policy key (`Backing::key`'s inverse).
