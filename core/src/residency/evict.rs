@@ -499,8 +499,11 @@ impl Residency {
         let next = o.next;
         // the unsorted rest is ordered again with the others
         tail.drain_into_from(&*self.policy, &mut kept);
-        let cand = |key: u64| -> Option<Cand> {
-            let (id, i) = st.resolve(key)?;
+        // (a call's chunks sit together in `touched`, sorted, and often in
+        // the order: most keys resolve in the memo's range)
+        let mut memo = Resolver::default();
+        let mut cand = |key: u64| -> Option<Cand> {
+            let (id, i) = memo.resolve(st, key)?;
             let b = &st.backings[&id];
             let c = &b.chunks[i as usize];
             (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(
