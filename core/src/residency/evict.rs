@@ -930,9 +930,6 @@ impl Residency {
         ev == 0 || self.rt.event_done(ev).unwrap_or(true)
     }
 
-    /// Keeps the busy run `evict_in_order` found at the front of `dev`'s
-    /// order (up to `end`, with `seen` usable entries, all busy on
-    /// `events`), for the next scan of the same order to start after it.
     /// Whether every event of `events` (uses of `dev`'s chunks) is still
     /// pending. Copy-ins on the device's own stream complete in the order
     /// they were recorded: only the earliest of them is asked.
@@ -955,6 +952,9 @@ impl Residency {
         earliest.is_none_or(|(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
     }
 
+    /// Keeps the busy run `evict_in_order` found at the front of `dev`'s
+    /// order (up to `end`, with `seen` usable entries, all busy on
+    /// `events`), for the next scan of the same order to start after it.
     fn keep_busy_run(
         &self,
         st: &mut State,
