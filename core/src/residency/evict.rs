@@ -124,17 +124,7 @@ const DONE_USES: usize = 64;
 /// call on a card).
 fn forget_done(st: &mut State, done: &[(u64, u32, u64)]) {
     for &(id, i, ev) in done {
-        let Some(c) = st
-            .backings
-            .get_mut(&id)
-            .and_then(|b| b.chunks.get_mut(i as usize))
-        else {
-            continue;
-        };
-        if let Some(k) = c.uses.iter().position(|u| u.1 == ev) {
-            c.uses.remove(k);
-            st.unref_event(ev);
-        }
+        st.forget_use(id, i, ev);
     }
 }
 
@@ -730,7 +720,9 @@ impl Residency {
                 let own_in = s == own && s != 0;
                 if known
                     || spill[..nspill.min(SPILL)].contains(&ev)
-                    || (own_in && in_pending != u64::MAX && st.copy_in_after(dev, ev, in_pending))
+                    || (own_in
+                        && in_pending != u64::MAX
+                        && st.copy_in_place(dev, ev).is_some_and(|p| p > in_pending))
                     || !match self.rt.event_done(ev) {
                         Ok(true) => {
                             if ndone < DONE_USES {

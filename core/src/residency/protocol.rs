@@ -1154,14 +1154,7 @@ impl Residency {
         // a completed copy-in orders nothing any more: forget it, so later
         // calls on the chunk do not query the runtime for it again
         for (id, i, ev) in done {
-            if let Some(c) = st
-                .backings
-                .get_mut(&id)
-                .and_then(|b| b.chunks.get_mut(i as usize))
-            {
-                c.uses.retain(|u| u.1 != ev);
-            }
-            st.unref_event(ev);
+            st.forget_use(id, i, ev);
         }
     }
 

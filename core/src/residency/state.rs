@@ -822,18 +822,8 @@ impl State {
         }
     }
 
-    /// Whether `ev`, a use of a chunk on `dev`, is a copy-in on the device's
-    /// own stream recorded after `than` (a place in `in_order`): pending
-    /// whenever that one is.
-    #[inline]
-    pub fn copy_in_after(&self, dev: u32, ev: u64, than: u64) -> bool {
-        let own = self.dev(dev).stream;
-        self.in_order
-            .get(&ev)
-            .is_some_and(|&(s, place)| s == own && place > than)
-    }
-
-    /// The place of `ev` in `dev`'s copy-in order, if it is one.
+    /// The place of `ev` in `dev`'s copy-in order, if it is one: a copy-in
+    /// recorded after a pending one is pending too.
     #[inline]
     pub fn copy_in_place(&self, dev: u32, ev: u64) -> Option<u64> {
         let own = self.dev(dev).stream;
@@ -841,6 +831,23 @@ impl State {
             .get(&ev)
             .filter(|&&(s, _)| s == own)
             .map(|&(_, place)| place)
+    }
+
+    /// Drops the use `ev` of chunk (id, i), found complete, with its
+    /// reference: it orders nothing any more, and kept, every later look
+    /// at the chunk would ask the runtime about it again.
+    pub fn forget_use(&mut self, id: u64, i: u32, ev: u64) {
+        let Some(c) = self
+            .backings
+            .get_mut(&id)
+            .and_then(|b| b.chunks.get_mut(i as usize))
+        else {
+            return;
+        };
+        if let Some(k) = c.uses.iter().position(|u| u.1 == ev) {
+            c.uses.remove(k);
+            self.unref_event(ev);
+        }
     }
 
     /// Chunk (backing id, index) of a policy key (`Backing::key`'s inverse).
