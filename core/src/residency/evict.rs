@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::fence::Fenced;
-use super::state::{Resolver, State};
+use super::state::{Chunk, Resolver, State};
 use super::state::{BUSY_EVENTS, ORDER_TOP};
 use super::{Fail, Shard as Residency, E_ALLOC, KEEP_HORIZON};
 use crate::config::OutFirst;
@@ -122,6 +122,23 @@ const DONE_USES: usize = 64;
 /// chunk asks the runtime again — on the 8-layer LoRA at 1.5 x HBM, 69
 /// queries per eviction, nearly all about work long done (each a driver
 /// call on a card).
+/// Chunk `key` of `dev` if it is still a candidate whose place in an order
+/// built at `built_at` is current, with the chunk (`evict_in_order`).
+#[inline]
+fn usable_in<'s>(
+    memo: &mut Resolver,
+    st: &'s State,
+    key: u64,
+    dev: u32,
+    built_at: u64,
+) -> Option<((u64, u32), &'s Chunk)> {
+    let (id, i) = memo.resolve(st, key)?;
+    let b = &st.backings[&id];
+    let c = &b.chunks[i as usize];
+    (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0 && c.last <= built_at)
+        .then_some(((id, i), c))
+}
+
 fn forget_done(st: &mut State, done: &[(u64, u32, u64)]) {
     for &(id, i, ev) in done {
         st.forget_use(id, i, ev);
@@ -570,16 +587,7 @@ impl Residency {
         // (nothing below changes `vas` or `backings` before the scan ends)
         let mut memo = Resolver::default();
         let mut usable = |st: &State, key: u64| -> Option<(u64, u32)> {
-            let (id, i) = memo.resolve(st, key)?;
-            let b = &st.backings[&id];
-            let c = &b.chunks[i as usize];
-            (b.dev == dev
-                && !b.pinned
-                && c.in_hbm()
-                && c.pins == 0
-                && c.out_ev == 0
-                && c.last <= built_at)
-                .then_some((id, i))
+            usable_in(&mut memo, st, key, dev, built_at).map(|(c, _)| c)
         };
         // Prefer a chunk whose uses are complete among the first
         // `SCAN_NEAR` usable (any of them); past those, up to `SCAN_FAR`,
@@ -698,7 +706,9 @@ impl Residency {
                 break None;
             }
             let key = st.dev(dev).order.cands[k].key;
-            let Some((id, i)) = usable(st, key) else {
+            // (the chunk read once: each `st.chunk` is a map lookup, and a
+            // scan passes ~100 busy candidates per eviction on the LoRA)
+            let Some(((id, i), c)) = usable_in(&mut memo, st, key, dev, built_at) else {
                 if k == st.dev(dev).order.next {
                     st.dev_mut(dev).order.next += 1; // gone for good
                 }
@@ -715,7 +725,7 @@ impl Residency {
             }
             let mut idle = true;
             let mut shared = false;
-            for &(s, ev) in &st.chunk(id, i).uses {
+            for &(s, ev) in &c.uses {
                 let known = pmask.has(ev) && pending[..npend].contains(&ev);
                 let own_in = s == own && s != 0;
                 if known
@@ -763,7 +773,7 @@ impl Residency {
             }
             if !idle {
                 first_busy.get_or_insert((id, i));
-                let last = st.chunk(id, i).last;
+                let last = c.last;
                 if earliest.is_none_or(|(e, _)| last < e) {
                     earliest = Some((last, (id, i)));
                 }
@@ -772,7 +782,7 @@ impl Residency {
                 }
                 continue;
             }
-            let dirty = st.chunk(id, i).needs_copy_out();
+            let dirty = c.needs_copy_out();
             if dirty
                 && seen > DIRTY_NEAR
                 && seen <= SCAN_NEAR
