@@ -910,6 +910,7 @@ impl Placement for Predictive {
                 kp.insert(c, r);
             }
         }
+        kp.flush();
         (kp.live, kp.epoch) = (true, id.epoch);
         (kp.step, kp.fb, kp.switches, kp.frees) = (step, fb, switches, frees);
         let mut cur = super::KeptCursor {
@@ -984,9 +985,124 @@ const S_FREE: usize = 5;
 /// predicted tick either way, read from the top (position 7).
 const S_AT_DW: usize = 6;
 
-/// An entry of a stream: (the stream's key — predicted tick or last
-/// use —, chunk key, the engine's `last`, dirty).
-type KEnt = (u64, u64, u64, bool);
+/// An entry of a stream: the stream's key (predicted tick or last use),
+/// chunk key, the engine's `last`, dirty; ordered as the tuple of the four.
+#[derive(Clone, Copy, Debug)]
+struct KEnt {
+    ord: u64,
+    key: u64,
+    last: u64,
+    dirty: bool,
+    /// Removed: it stays in its place until the next merge or compaction.
+    dead: bool,
+}
+
+impl KEnt {
+    fn new(ord: u64, key: u64, last: u64, dirty: bool) -> KEnt {
+        KEnt {
+            ord,
+            key,
+            last,
+            dirty,
+            dead: false,
+        }
+    }
+
+    #[inline]
+    fn tup(&self) -> (u64, u64, u64, bool) {
+        (self.ord, self.key, self.last, self.dirty)
+    }
+}
+
+fn live(e: &&KEnt) -> bool {
+    !e.dead
+}
+
+/// One stream of a maintained order: its entries in the order a
+/// `BTreeSet` of their tuples gives, for a fraction of the instructions.
+/// A build re-reads thousands of candidates, most of which land far
+/// inside their stream (many share a tick), so a tree paid ~1,000
+/// instructions per re-read; here a removal marks its entry dead (a
+/// binary search), insertions wait in `add`, and `flush` sorts them and
+/// merges them in once per build (linear in the stream's part above the
+/// lowest insertion).
+#[derive(Default)]
+struct Stream {
+    /// Sorted by `tup`, dead entries included (at most one entry a tuple).
+    v: Vec<KEnt>,
+    dead: usize,
+    /// Inserted since the last `flush`, unsorted.
+    add: Vec<KEnt>,
+    tmp: Vec<KEnt>,
+}
+
+impl Stream {
+    fn clear(&mut self) {
+        self.v.clear();
+        self.add.clear();
+        self.dead = 0;
+    }
+
+    fn insert(&mut self, e: KEnt) {
+        self.add.push(e);
+    }
+
+    /// Removes the entry of tuple `t` (inserted and not yet removed).
+    fn remove(&mut self, t: (u64, u64, u64, bool)) {
+        if let Ok(i) = self.v.binary_search_by(|x| x.tup().cmp(&t)) {
+            let x = &mut self.v[i];
+            if !x.dead {
+                x.dead = true;
+                self.dead += 1;
+                return;
+            }
+        }
+        // inserted since the last flush (rare: read again within a build)
+        if let Some(i) = self.add.iter().position(|x| x.tup() == t) {
+            self.add.swap_remove(i);
+        }
+    }
+
+    /// Merges the insertions in; compacts when half the entries are dead.
+    fn flush(&mut self) {
+        if !self.add.is_empty() {
+            self.add.sort_unstable_by_key(KEnt::tup);
+            let low = self.add[0].tup();
+            let p = self.v.partition_point(|x| x.tup() < low);
+            let (v, add, tmp) = (&mut self.v, &self.add, &mut self.tmp);
+            tmp.clear();
+            let mut j = 0;
+            for x in &v[p..] {
+                if x.dead {
+                    self.dead -= 1;
+                    continue;
+                }
+                while j < add.len() && add[j].tup() < x.tup() {
+                    tmp.push(add[j]);
+                    j += 1;
+                }
+                tmp.push(*x);
+            }
+            tmp.extend_from_slice(&add[j..]);
+            v.truncate(p);
+            v.extend_from_slice(tmp);
+            self.add.clear();
+        }
+        if self.dead * 2 > self.v.len() {
+            self.v.retain(|x| !x.dead);
+            self.dead = 0;
+        }
+    }
+
+    /// The flushed entries with (ord, key) above `after` and below
+    /// `before` (each: no bound if `None`), dead ones included.
+    fn span(&self, after: Option<(u64, u64)>, before: Option<(u64, u64)>) -> &[KEnt] {
+        let v = &self.v;
+        let a = after.map_or(0, |p| v.partition_point(|x| (x.ord, x.key) <= p));
+        let b = before.map_or(v.len(), |p| v.partition_point(|x| (x.ord, x.key) < p));
+        &v[a..b.max(a)]
+    }
+}
 
 /// Where a candidate stands in a maintained order.
 struct KPlace {
@@ -1010,7 +1126,7 @@ struct Kept {
     epoch: u64,
     live: bool,
     ents: KeyMap<KPlace>,
-    sets: [BTreeSet<KEnt>; 7],
+    sets: [Stream; 7],
     /// (end of the reading's span, key)
     cal: BTreeSet<(u64, u64)>,
     due: Vec<u64>,
@@ -1084,9 +1200,16 @@ impl Kept {
         self.cal.clear();
     }
 
+    /// Ends a build's changes: the streams are read (`next`) flushed.
+    fn flush(&mut self) {
+        for s in &mut self.sets {
+            s.flush();
+        }
+    }
+
     fn remove(&mut self, key: u64) {
         if let Some(e) = self.ents.remove(&key) {
-            self.sets[e.s as usize].remove(&(e.ord, key, e.last, e.dirty));
+            self.sets[e.s as usize].remove((e.ord, key, e.last, e.dirty));
             if e.until != u64::MAX {
                 self.cal.remove(&(e.until, key));
             }
@@ -1094,7 +1217,7 @@ impl Kept {
     }
 
     fn insert(&mut self, c: &Cand, (s, ord, until): (usize, u64, u64)) {
-        self.sets[s].insert((ord, c.key, c.last, c.dirty));
+        self.sets[s].insert(KEnt::new(ord, c.key, c.last, c.dirty));
         if until != u64::MAX {
             self.cal.insert((until, c.key));
         }
@@ -1114,13 +1237,13 @@ impl Kept {
     #[inline]
     fn weight(s: usize, e: &KEnt, now: u64, typical: f64, slack: bool) -> u64 {
         let (x, dirty) = match s {
-            S_AT_CLEAN => (Expect::At(e.0), false),
-            S_AT_DW => (Expect::Whole(e.0), true),
-            S_AT_DIRTY => (Expect::At(e.0), true),
-            S_LATE => (Expect::At(now + 1), e.3),
-            S_REC => (Expect::Recency(e.0), e.3),
-            S_FREE => (Expect::Whole(e.0), false),
-            _ => (Expect::Unknown(e.0), e.3),
+            S_AT_CLEAN => (Expect::At(e.ord), false),
+            S_AT_DW => (Expect::Whole(e.ord), true),
+            S_AT_DIRTY => (Expect::At(e.ord), true),
+            S_LATE => (Expect::At(now + 1), e.dirty),
+            S_REC => (Expect::Recency(e.ord), e.dirty),
+            S_FREE => (Expect::Whole(e.ord), false),
+            _ => (Expect::Unknown(e.ord), e.dirty),
         };
         Inner::weigh(now, x, dirty, typical, slack)
     }
@@ -1130,34 +1253,19 @@ impl Kept {
     /// the heaviest of the streams' fronts, each group of equal weight
     /// sorted by [`rank_cmp`]'s ties (clean first, then `last`, then key).
     fn next(&mut self, cur: &mut super::KeptCursor, n: usize, out: &mut Vec<Cand>) {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let started = |i: usize| cur.started & (1 << i) != 0;
         // after the last given out (ascending), before it (descending)
-        let after = |i: usize| {
-            if started(i) {
-                Excluded((cur.pos[i].0, cur.pos[i].1, u64::MAX, true))
-            } else {
-                Unbounded
-            }
-        };
-        let before = |i: usize| {
-            if started(i) {
-                Excluded((cur.pos[i].0, cur.pos[i].1, 0, false))
-            } else {
-                Unbounded
-            }
-        };
+        let at = |i: usize| (cur.started & (1 << i) != 0).then_some(cur.pos[i]);
         let (now, typ, slack) = (cur.now, cur.typical, cur.out_slack);
         let [a0, a1, a2, a3, a4, a5, a6] = &self.sets;
-        let mut it6 = a5.range((Unbounded, before(6))).rev();
-        let mut it7 = a6.range((Unbounded, before(7))).rev();
-        let mut it0 = a0.range((Unbounded, before(0))).rev();
-        let mut it1 = a1.range((Unbounded, before(1))).rev();
-        let mut it2 = a2.range((after(2), Unbounded));
-        let mut it3 = a3.range((after(3), Unbounded));
+        let mut it6 = a5.span(None, at(6)).iter().rev().filter(live);
+        let mut it7 = a6.span(None, at(7)).iter().rev().filter(live);
+        let mut it0 = a0.span(None, at(0)).iter().rev().filter(live);
+        let mut it1 = a1.span(None, at(1)).iter().rev().filter(live);
+        let mut it2 = a2.span(at(2), None).iter().filter(live);
+        let mut it3 = a3.span(at(3), None).iter().filter(live);
         // the two ends of the seen-once stream never cross: their bounds
         // are distinct entries, the bottom's below the top's
-        let mut it4 = a4.range((after(4), before(5)));
+        let mut it4 = a4.span(at(4), at(5)).iter().filter(live);
         let mut h: [Option<KEnt>; 8] = [
             it0.next().copied(),
             it1.next().copied(),
@@ -1191,11 +1299,11 @@ impl Kept {
             for i in 0..8 {
                 while let Some(e) = h[i].filter(|_| w[i] == top) {
                     grp.push(Cand {
-                        key: e.1,
-                        last: e.2,
-                        dirty: e.3,
+                        key: e.key,
+                        last: e.last,
+                        dirty: e.dirty,
                     });
-                    cur.pos[i] = (e.0, e.1);
+                    cur.pos[i] = (e.ord, e.key);
                     cur.started |= 1 << i;
                     h[i] = match i {
                         0 => it0.next(),
@@ -2611,6 +2719,92 @@ mod when_tests {
             kinds.iter().all(|&n| n > 500),
             "every kind of form: {kinds:?}"
         );
+    }
+
+    /// A stream reads exactly as the `BTreeSet` of its tuples it stands
+    /// for: seeded random insertions and removals (many ties on the stream
+    /// key, a tuple removed and inserted again, removals before and after
+    /// a flush), then reads from random cursor positions ascending,
+    /// descending and from both ends, as `Kept::next` reads them.
+    #[test]
+    fn a_stream_reads_as_a_btreeset() {
+        use std::collections::BTreeMap;
+        use std::ops::Bound::{Excluded, Unbounded};
+        type T = (u64, u64, u64, bool);
+        let items = |it: &mut dyn Iterator<Item = &KEnt>| -> Vec<T> { it.map(KEnt::tup).collect() };
+        let (mut reads, mut merged) = (0u64, 0u64);
+        for seed in 1..=8u64 {
+            let mut rnd = crate::test_rng(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(seed) | 1);
+            let (mut st, mut model) = (Stream::default(), BTreeSet::<T>::new());
+            // the engine's chunks: at most one entry each
+            let mut at: BTreeMap<u64, T> = BTreeMap::new();
+            let spread = [4u64, 64, 1 << 20][seed as usize % 3];
+            for round in 0..300 {
+                for _ in 0..rnd(40) {
+                    let key = rnd(200);
+                    if let Some(t) = at.remove(&key) {
+                        st.remove(t);
+                        assert!(model.remove(&t));
+                    }
+                    if rnd(5) > 0 {
+                        // a new last use or tick: mostly late, now and then anywhere
+                        let ord = if rnd(3) > 0 {
+                            round * 8 + rnd(8)
+                        } else {
+                            rnd(round * 8 + 8)
+                        };
+                        let t = (ord % spread, key, rnd(3), rnd(2) == 0);
+                        st.insert(KEnt::new(t.0, t.1, t.2, t.3));
+                        model.insert(t);
+                        at.insert(key, t);
+                    }
+                }
+                merged += st.add.len() as u64;
+                st.flush();
+                let all: Vec<T> = model.iter().copied().collect();
+                assert_eq!(
+                    items(&mut st.span(None, None).iter().filter(live)),
+                    all,
+                    "seed {seed} round {round}"
+                );
+                assert!(st.dead * 2 <= st.v.len());
+                // a cursor position: one given out, or any
+                let pos = |rnd: &mut dyn FnMut(u64) -> u64| match all.len() {
+                    n if n > 0 && rnd(4) > 0 => {
+                        let t = all[rnd(n as u64) as usize];
+                        Some((t.0, t.1))
+                    }
+                    _ => (rnd(2) == 0).then(|| (rnd(round * 8 + 9) % spread, rnd(201))),
+                };
+                for _ in 0..4 {
+                    let (a, b) = (pos(&mut rnd), pos(&mut rnd));
+                    let lo = a.map_or(Unbounded, |p| Excluded((p.0, p.1, u64::MAX, true)));
+                    let hi = b.map_or(Unbounded, |p| Excluded((p.0, p.1, 0, false)));
+                    let up: Vec<T> = model.range((lo, Unbounded)).copied().collect();
+                    assert_eq!(items(&mut st.span(a, None).iter().filter(live)), up);
+                    let down: Vec<T> = model.range((Unbounded, hi)).rev().copied().collect();
+                    assert_eq!(items(&mut st.span(None, b).iter().rev().filter(live)), down);
+                    if a.is_some_and(|a| b.is_some_and(|b| a >= b)) {
+                        continue; // (a BTreeSet range would panic)
+                    }
+                    // both ends, in a random interleaving
+                    let (mut m, mut s) = (model.range((lo, hi)), st.span(a, b).iter().filter(live));
+                    loop {
+                        let (x, y) = if rnd(2) == 0 {
+                            (m.next(), s.next())
+                        } else {
+                            (m.next_back(), s.next_back())
+                        };
+                        assert_eq!(x.copied(), y.map(KEnt::tup), "seed {seed} round {round}");
+                        reads += 1;
+                        if x.is_none() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(reads > 100_000 && merged > 10_000, "{reads} {merged}");
     }
 
     /// The maintained order (`order_kept`, read on with `order_kept_next`
