@@ -5,7 +5,8 @@
 //! was learned. Evicts the chunk predicted to be needed furthest in the
 //! future; `place` asks for the chunks predicted within the prefetch horizon.
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -884,7 +885,7 @@ impl Placement for Predictive {
             // readings whose span ended are read again
             let mut due = std::mem::take(&mut kp.due);
             due.clear();
-            due.extend(kp.cal.range(..(now.saturating_add(1), 0)).map(|e| e.1));
+            kp.due(now, &mut due);
             for &key in &due {
                 if let Some(e) = kp.ents.get(&key) {
                     let c = Cand {
@@ -955,6 +956,10 @@ const FREE: u64 = 1 << 62;
 /// 25 requests at 2 x the KV) the scans of 75 % of the builds read at most
 /// 16, of 91 % at most 32 (each costs a few hundred instructions).
 const KEPT_FIRST: usize = 16;
+
+/// A maintained order's `cal` is rebuilt from its live readings when it
+/// holds this many entries per candidate.
+const CAL_SLACK: usize = 4;
 
 /// Maintained orders a policy keeps at most (one per engine order and
 /// device); the oldest goes first.
@@ -1066,7 +1071,10 @@ impl Stream {
     /// Merges the insertions in; compacts when half the entries are dead.
     fn flush(&mut self) {
         if !self.add.is_empty() {
-            self.add.sort_unstable_by_key(KEnt::tup);
+            // (ord, key) orders them: a key is in a stream once, dead aside.
+            // A build's insertions come in a few sorted runs, which the
+            // stable sort merges (a third of the unstable sort's cost).
+            self.add.sort_by_key(|x| (x.ord, x.key));
             let low = self.add[0].tup();
             let p = self.v.partition_point(|x| x.tup() < low);
             let (v, add, tmp) = (&mut self.v, &self.add, &mut self.tmp);
@@ -1077,7 +1085,7 @@ impl Stream {
                     self.dead -= 1;
                     continue;
                 }
-                while j < add.len() && add[j].tup() < x.tup() {
+                while j < add.len() && (add[j].ord, add[j].key) < (x.ord, x.key) {
                     tmp.push(add[j]);
                     j += 1;
                 }
@@ -1127,8 +1135,11 @@ struct Kept {
     live: bool,
     ents: KeyMap<KPlace>,
     sets: [Stream; 7],
-    /// (end of the reading's span, key)
-    cal: BTreeSet<(u64, u64)>,
+    /// (end of the reading's span, key), a min-heap: an entry stays after
+    /// its key is read again or leaves (stale: `until` no longer matches),
+    /// is skipped when it comes due and goes when the heap is rebuilt
+    /// (`CAL_SLACK`). A tree cost ~1,000 instructions per re-read here.
+    cal: BinaryHeap<Reverse<(u64, u64)>>,
     due: Vec<u64>,
     grp: Vec<Cand>,
     step: u64,
@@ -1180,7 +1191,7 @@ impl Kept {
             live: false,
             ents: KeyMap::default(),
             sets: Default::default(),
-            cal: BTreeSet::new(),
+            cal: BinaryHeap::new(),
             due: Vec::new(),
             grp: Vec::new(),
             step: 0,
@@ -1210,8 +1221,20 @@ impl Kept {
     fn remove(&mut self, key: u64) {
         if let Some(e) = self.ents.remove(&key) {
             self.sets[e.s as usize].remove((e.ord, key, e.last, e.dirty));
-            if e.until != u64::MAX {
-                self.cal.remove(&(e.until, key));
+        }
+    }
+
+    /// The keys whose reading's span ended by `now` into `due`, in the
+    /// order of (end, key), each once.
+    fn due(&mut self, now: u64, due: &mut Vec<u64>) {
+        while let Some(&Reverse((until, key))) = self.cal.peek() {
+            if until > now {
+                break;
+            }
+            self.cal.pop();
+            // (an entry pushed twice for one reading comes out twice in a row)
+            if due.last() != Some(&key) && self.ents.get(&key).is_some_and(|e| e.until == until) {
+                due.push(key);
             }
         }
     }
@@ -1219,7 +1242,19 @@ impl Kept {
     fn insert(&mut self, c: &Cand, (s, ord, until): (usize, u64, u64)) {
         self.sets[s].insert(KEnt::new(ord, c.key, c.last, c.dirty));
         if until != u64::MAX {
-            self.cal.insert((until, c.key));
+            if self.cal.len() >= CAL_SLACK * (self.ents.len() + 64) {
+                // mostly stale: the live readings only
+                let mut v = std::mem::take(&mut self.cal).into_vec();
+                v.clear();
+                v.extend(
+                    self.ents
+                        .iter()
+                        .filter(|e| e.1.until != u64::MAX)
+                        .map(|(&k, e)| Reverse((e.until, k))),
+                );
+                self.cal = BinaryHeap::from(v);
+            }
+            self.cal.push(Reverse((until, c.key)));
         }
         self.ents.insert(
             c.key,
@@ -2805,6 +2840,74 @@ mod when_tests {
             }
         }
         assert!(reads > 100_000 && merged > 10_000, "{reads} {merged}");
+    }
+
+    /// A maintained order's calendar gives the keys whose reading's span
+    /// ended as the `BTreeSet` of (end, key) it stands for: seeded random
+    /// readings (ends often repeated or already passed), removals and
+    /// re-reads of the keys due, few keys so that stale entries pile up
+    /// and the heap is rebuilt many times.
+    #[test]
+    fn a_kept_calendar_reads_as_a_btreeset() {
+        use std::collections::BTreeMap;
+        let mut rebuilt = 0u64;
+        for seed in 1..=6u64 {
+            let mut rnd = crate::test_rng(0x2545_f491_4f6c_dd1du64.wrapping_mul(seed) | 1);
+            let mut kp = Kept::new(0, 0);
+            let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+            let read = |kp: &mut Kept,
+                        model: &mut BTreeMap<u64, u64>,
+                        rnd: &mut dyn FnMut(u64) -> u64,
+                        key: u64,
+                        now: u64| {
+                kp.remove(key);
+                model.remove(&key);
+                let until = match rnd(5) {
+                    0 => u64::MAX,
+                    1 => now.saturating_sub(rnd(3)),
+                    2 => now + 1000 + rnd(1 << 20),
+                    _ => now + rnd(30),
+                };
+                let c = Cand {
+                    key,
+                    last: now,
+                    dirty: false,
+                };
+                let s = rnd(7) as usize;
+                kp.insert(&c, (s, rnd(1000), until));
+                if until != u64::MAX {
+                    model.insert(key, until);
+                }
+            };
+            let mut due = Vec::new();
+            for now in 1..4000u64 {
+                let before = kp.cal.len();
+                for _ in 0..rnd(12) {
+                    let key = rnd(24);
+                    if rnd(5) == 0 {
+                        kp.remove(key);
+                        model.remove(&key);
+                    } else {
+                        read(&mut kp, &mut model, &mut rnd, key, now);
+                    }
+                }
+                rebuilt += (kp.cal.len() < before) as u64;
+                due.clear();
+                kp.due(now, &mut due);
+                let want: BTreeSet<(u64, u64)> = model
+                    .iter()
+                    .filter(|e| *e.1 <= now)
+                    .map(|(&k, &u)| (u, k))
+                    .collect();
+                let want: Vec<u64> = want.iter().map(|e| e.1).collect();
+                assert_eq!(due, want, "seed {seed} now {now}");
+                for &key in &due {
+                    read(&mut kp, &mut model, &mut rnd, key, now);
+                }
+                kp.flush();
+            }
+        }
+        assert!(rebuilt > 50, "{rebuilt}");
     }
 
     /// The maintained order (`order_kept`, read on with `order_kept_next`
