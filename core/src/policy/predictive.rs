@@ -1013,10 +1013,22 @@ impl KEnt {
         }
     }
 
-    #[inline]
+    #[cfg(test)]
     fn tup(&self) -> (u64, u64, u64, bool) {
         (self.ord, self.key, self.last, self.dirty)
     }
+
+    /// (ord, key): orders a stream as `tup` does, a key being in a stream
+    /// once (dead entries aside, which are never compared).
+    #[inline]
+    fn pk(&self) -> u128 {
+        pk(self.ord, self.key)
+    }
+}
+
+#[inline]
+fn pk(ord: u64, key: u64) -> u128 {
+    (ord as u128) << 64 | key as u128
 }
 
 fn live(e: &&KEnt) -> bool {
@@ -1033,7 +1045,7 @@ fn live(e: &&KEnt) -> bool {
 /// lowest insertion).
 #[derive(Default)]
 struct Stream {
-    /// Sorted by `tup`, dead entries included (at most one entry a tuple).
+    /// Sorted by `pk`, dead entries included (the live ones' `pk` unique).
     v: Vec<KEnt>,
     dead: usize,
     /// Inserted since the last `flush`, unsorted.
@@ -1052,18 +1064,21 @@ impl Stream {
         self.add.push(e);
     }
 
-    /// Removes the entry of tuple `t` (inserted and not yet removed).
-    fn remove(&mut self, t: (u64, u64, u64, bool)) {
-        if let Ok(i) = self.v.binary_search_by(|x| x.tup().cmp(&t)) {
-            let x = &mut self.v[i];
+    /// Removes the live entry of (`ord`, `key`).
+    fn remove(&mut self, ord: u64, key: u64) {
+        let k = pk(ord, key);
+        let mut i = self.v.partition_point(|x| x.pk() < k);
+        // past the dead entries of the same place
+        while let Some(x) = self.v.get_mut(i).filter(|x| x.pk() == k) {
             if !x.dead {
                 x.dead = true;
                 self.dead += 1;
                 return;
             }
+            i += 1;
         }
         // inserted since the last flush (rare: read again within a build)
-        if let Some(i) = self.add.iter().position(|x| x.tup() == t) {
+        if let Some(i) = self.add.iter().position(|x| x.pk() == k) {
             self.add.swap_remove(i);
         }
     }
@@ -1071,12 +1086,11 @@ impl Stream {
     /// Merges the insertions in; compacts when half the entries are dead.
     fn flush(&mut self) {
         if !self.add.is_empty() {
-            // (ord, key) orders them: a key is in a stream once, dead aside.
-            // A build's insertions come in a few sorted runs, which the
-            // stable sort merges (a third of the unstable sort's cost).
-            self.add.sort_by_key(|x| (x.ord, x.key));
-            let low = self.add[0].tup();
-            let p = self.v.partition_point(|x| x.tup() < low);
+            // a build's insertions come in sorted runs (a tensor's chunks
+            // at one tick), which the stable sort takes as they are
+            self.add.sort_by_key(KEnt::pk);
+            let low = self.add[0].pk();
+            let p = self.v.partition_point(|x| x.pk() < low);
             let (v, add, tmp) = (&mut self.v, &self.add, &mut self.tmp);
             tmp.clear();
             let mut j = 0;
@@ -1085,7 +1099,7 @@ impl Stream {
                     self.dead -= 1;
                     continue;
                 }
-                while j < add.len() && (add[j].ord, add[j].key) < (x.ord, x.key) {
+                while j < add.len() && add[j].pk() < x.pk() {
                     tmp.push(add[j]);
                     j += 1;
                 }
@@ -1106,8 +1120,8 @@ impl Stream {
     /// `before` (each: no bound if `None`), dead ones included.
     fn span(&self, after: Option<(u64, u64)>, before: Option<(u64, u64)>) -> &[KEnt] {
         let v = &self.v;
-        let a = after.map_or(0, |p| v.partition_point(|x| (x.ord, x.key) <= p));
-        let b = before.map_or(v.len(), |p| v.partition_point(|x| (x.ord, x.key) < p));
+        let a = after.map_or(0, |p| v.partition_point(|x| x.pk() <= pk(p.0, p.1)));
+        let b = before.map_or(v.len(), |p| v.partition_point(|x| x.pk() < pk(p.0, p.1)));
         &v[a..b.max(a)]
     }
 }
@@ -1220,7 +1234,7 @@ impl Kept {
 
     fn remove(&mut self, key: u64) {
         if let Some(e) = self.ents.remove(&key) {
-            self.sets[e.s as usize].remove((e.ord, key, e.last, e.dirty));
+            self.sets[e.s as usize].remove(e.ord, key);
         }
     }
 
@@ -2778,7 +2792,7 @@ mod when_tests {
                 for _ in 0..rnd(40) {
                     let key = rnd(200);
                     if let Some(t) = at.remove(&key) {
-                        st.remove(t);
+                        st.remove(t.0, t.1);
                         assert!(model.remove(&t));
                     }
                     if rnd(5) > 0 {
