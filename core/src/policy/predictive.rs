@@ -1439,12 +1439,9 @@ impl Kept {
                     }
                 }
             }
-            grp.sort_unstable_by(|a, b| {
-                a.dirty
-                    .cmp(&b.dirty)
-                    .then(a.last.cmp(&b.last))
-                    .then(a.key.cmp(&b.key))
-            });
+            // (stable: a group comes in a few runs, mostly descending ones
+            // from the streams read from the top, which it takes as they are)
+            grp.sort_by_key(|c| (c.dirty, c.last, c.key));
             let t = grp.len().min(cur.left);
             out.extend_from_slice(&grp[..t]);
             cur.left -= t;
