@@ -878,9 +878,8 @@ impl Placement for Predictive {
                 kp.remove(key);
             }
             for c in new {
-                kp.remove(c.key);
                 let r = kept_read(chunks, cls, now, step, c);
-                kp.insert(c, r);
+                kp.put(c, r);
             }
             // readings whose span ended are read again
             let mut due = std::mem::take(&mut kp.due);
@@ -893,9 +892,8 @@ impl Placement for Predictive {
                         last: e.last,
                         dirty: e.dirty,
                     };
-                    kp.remove(key);
                     let r = kept_read(chunks, cls, now, step, &c);
-                    kp.insert(&c, r);
+                    kp.put(&c, r);
                 }
             }
             kp.due = due;
@@ -908,7 +906,7 @@ impl Placement for Predictive {
             kp.clear();
             for c in all {
                 let r = kept_read(chunks, cls, now, step, c);
-                kp.insert(c, r);
+                kp.put(c, r);
             }
         }
         kp.flush();
@@ -1322,11 +1320,23 @@ impl Kept {
         }
     }
 
-    fn insert(&mut self, c: &Cand, (s, ord, until): (usize, u64, u64)) {
+    /// Places candidate `c` by its reading, in place of any it had (one
+    /// look-up of `ents` for the two).
+    fn put(&mut self, c: &Cand, (s, ord, until): (usize, u64, u64)) {
+        let e = KPlace {
+            s: s as u8,
+            ord,
+            last: c.last,
+            dirty: c.dirty,
+            until,
+        };
+        if let Some(old) = self.ents.insert(c.key, e) {
+            self.sets[old.s as usize].remove(old.ord, c.key);
+        }
         self.sets[s].insert(KEnt::new(ord, c.key, c.last, c.dirty));
         if until != u64::MAX {
             if self.cal.len() >= CAL_SLACK * (self.ents.len() + 64) {
-                // mostly stale: the live readings only
+                // mostly stale: the live readings only (this one among them)
                 let mut v = std::mem::take(&mut self.cal).into_vec();
                 v.clear();
                 v.extend(
@@ -1336,19 +1346,10 @@ impl Kept {
                         .map(|(&k, e)| Reverse((e.until, k))),
                 );
                 self.cal = BinaryHeap::from(v);
+            } else {
+                self.cal.push(Reverse((until, c.key)));
             }
-            self.cal.push(Reverse((until, c.key)));
         }
-        self.ents.insert(
-            c.key,
-            KPlace {
-                s: s as u8,
-                ord,
-                last: c.last,
-                dirty: c.dirty,
-                until,
-            },
-        );
     }
 
     /// The weight `order_weight` gives an entry of stream `s` at `now`.
@@ -2993,7 +2994,6 @@ mod when_tests {
                         rnd: &mut dyn FnMut(u64) -> u64,
                         key: u64,
                         now: u64| {
-                kp.remove(key);
                 model.remove(&key);
                 let until = match rnd(5) {
                     0 => u64::MAX,
@@ -3007,7 +3007,7 @@ mod when_tests {
                     dirty: false,
                 };
                 let s = rnd(7) as usize;
-                kp.insert(&c, (s, rnd(1000), until));
+                kp.put(&c, (s, rnd(1000), until));
                 if until != u64::MAX {
                     model.insert(key, until);
                 }
