@@ -989,8 +989,9 @@ const S_FREE: usize = 5;
 const S_AT_DW: usize = 6;
 
 /// An entry of a stream: the stream's key (predicted tick or last use),
-/// chunk key, the engine's `last`, dirty; ordered as the tuple of the four.
-#[derive(Clone, Copy, Debug)]
+/// chunk key, the engine's `last`, dirty; ordered as the tuple of the four
+/// (by `pk`: a key is in a stream once).
+#[derive(Clone, Copy)]
 struct KEnt {
     ord: u64,
     key: u64,
@@ -1017,7 +1018,7 @@ impl KEnt {
     }
 
     /// (ord, key): orders a stream as `tup` does, a key being in a stream
-    /// once (dead entries aside, which are never compared).
+    /// once (dead entries aside, which are skipped).
     #[inline]
     fn pk(&self) -> u128 {
         pk(self.ord, self.key)
@@ -1045,7 +1046,8 @@ fn sort_pk(a: &mut Vec<KEnt>, tmp: &mut Vec<KEnt>) {
         xo |= e.ord ^ o;
         xk |= e.key ^ k;
     }
-    // (key or ord, lowest bit that differs, digits), the key's first
+    // (key or ord, its lowest bit that differs, digits): least
+    // significant first, the key's digits then the tick's
     let digits = |x: u64| match x {
         0 => 0,
         x => (64 - x.leading_zeros() - x.trailing_zeros()).div_ceil(8),
@@ -1096,12 +1098,12 @@ fn live(e: &&KEnt) -> bool {
 
 /// One stream of a maintained order: its entries in the order a
 /// `BTreeSet` of their tuples gives, for a fraction of the instructions.
-/// A build re-reads thousands of candidates, most of which land far
-/// inside their stream (many share a tick), so a tree paid ~1,000
-/// instructions per re-read; here a removal marks its entry dead (a
-/// binary search), insertions wait in `add`, and `flush` sorts them and
-/// merges them in once per build (linear in the stream's part above the
-/// lowest insertion).
+/// A build removes and inserts thousands of candidates (AdamW 8 layers:
+/// ~2,500 of each, most of them chunks gone from HBM and back) anywhere in
+/// their stream, at ~500 instructions each in a tree; here a removal marks
+/// its entry dead (a binary search), insertions wait in `add`, and `flush`
+/// sorts them and merges them in once per build (linear in the stream's
+/// part above the lowest insertion).
 #[derive(Default)]
 struct Stream {
     /// Sorted by `pk`, dead entries included (the live ones' `pk` unique).
@@ -1219,7 +1221,7 @@ struct Kept {
     /// (end of the reading's span, key), a min-heap: an entry stays after
     /// its key is read again or leaves (stale: `until` no longer matches),
     /// is skipped when it comes due and goes when the heap is rebuilt
-    /// (`CAL_SLACK`). A tree cost ~1,000 instructions per re-read here.
+    /// (`CAL_SLACK`); a tree cost ~500 instructions an insertion or removal.
     cal: BinaryHeap<Reverse<(u64, u64)>>,
     due: Vec<u64>,
     grp: Vec<Cand>,
