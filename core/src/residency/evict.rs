@@ -122,6 +122,12 @@ const DONE_USES: usize = 64;
 /// chunk asks the runtime again — on the 8-layer LoRA at 1.5 x HBM, 69
 /// queries per eviction, nearly all about work long done (each a driver
 /// call on a card).
+fn forget_done(st: &mut State, done: &[(u64, u32, u64)]) {
+    for &(id, i, ev) in done {
+        st.forget_use(id, i, ev);
+    }
+}
+
 /// Chunk `key` of `dev` if it is still a candidate whose place in an order
 /// built at `built_at` is current, with the chunk (`evict_in_order`).
 #[inline]
@@ -137,12 +143,6 @@ fn usable_in<'s>(
     let c = &b.chunks[i as usize];
     (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0 && c.last <= built_at)
         .then_some(((id, i), c))
-}
-
-fn forget_done(st: &mut State, done: &[(u64, u32, u64)]) {
-    for &(id, i, ev) in done {
-        st.forget_use(id, i, ev);
-    }
 }
 
 /// Pending events past `BUSY_EVENTS` a demand eviction's scan remembers
@@ -587,7 +587,7 @@ impl Residency {
         // (nothing below changes `vas` or `backings` before the scan ends)
         let mut memo = Resolver::default();
         let mut usable = |st: &State, key: u64| -> Option<(u64, u32)> {
-            usable_in(&mut memo, st, key, dev, built_at).map(|(c, _)| c)
+            usable_in(&mut memo, st, key, dev, built_at).map(|(p, _)| p)
         };
         // Prefer a chunk whose uses are complete among the first
         // `SCAN_NEAR` usable (any of them); past those, up to `SCAN_FAR`,
