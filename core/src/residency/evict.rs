@@ -141,8 +141,7 @@ fn usable_in<'s>(
     let (id, i) = memo.resolve(st, key)?;
     let b = &st.backings[&id];
     let c = &b.chunks[i as usize];
-    (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0 && c.last <= built_at)
-        .then_some(((id, i), c))
+    (b.dev == dev && !b.pinned && c.may_leave() && c.last <= built_at).then_some(((id, i), c))
 }
 
 /// Pending events past `BUSY_EVENTS` a demand eviction's scan remembers
@@ -510,16 +509,13 @@ impl Residency {
         // the order: most keys resolve in the memo's range)
         let mut memo = Resolver::default();
         let mut cand = |key: u64| -> Option<Cand> {
-            let (id, i) = memo.resolve(st, key)?;
-            let b = &st.backings[&id];
-            let c = &b.chunks[i as usize];
-            (b.dev == dev && !b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(
-                Cand {
-                    key,
-                    last: c.last,
-                    dirty: c.needs_copy_out(),
-                },
-            )
+            // (re-keyed at the current time: whenever last used)
+            let (_, c) = usable_in(&mut memo, st, key, dev, u64::MAX)?;
+            Some(Cand {
+                key,
+                last: c.last,
+                dirty: c.needs_copy_out(),
+            })
         };
         touched.sort_unstable();
         touched.dedup();
@@ -1069,8 +1065,7 @@ impl Residency {
                 continue;
             }
             for (i, c) in b.chunks.iter().enumerate() {
-                if c.in_hbm() && c.pins == 0 && c.out_ev == 0 && !protect.contains(&(id, i as u32))
-                {
+                if c.may_leave() && !protect.contains(&(id, i as u32)) {
                     cands.push(Cand {
                         key: b.key(id, i as u32),
                         last: c.last,
@@ -1285,7 +1280,7 @@ fn track_victims(
             return false;
         }
         let c = &b.chunks[i as usize];
-        let x = (!b.pinned && c.in_hbm() && c.pins == 0 && c.out_ev == 0).then_some(Cand {
+        let x = (!b.pinned && c.may_leave()).then_some(Cand {
             key,
             last: c.last,
             dirty: c.needs_copy_out(),

@@ -77,6 +77,13 @@ impl Chunk {
     pub fn in_hbm(&self) -> bool {
         self.phys != 0 && !self.on_host
     }
+
+    /// In HBM and free to leave it: no call holds it, no copy-out is
+    /// taking it (a victim candidate, its backing not pinned).
+    #[inline]
+    pub fn may_leave(&self) -> bool {
+        self.in_hbm() && self.pins == 0 && self.out_ev == 0
+    }
 }
 
 pub(super) enum Kind {
