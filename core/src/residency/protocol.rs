@@ -647,6 +647,11 @@ impl Residency {
         }
         let cs = start + i * CHUNK;
         let ce = cs.saturating_add(CHUNK).min(start.saturating_add(len));
+        // (past the entry's end: every range fails the test below)
+        if ce <= cs {
+            return false;
+        }
+        let span = ce - cs;
         // overwritten whole if every range is (`writes_whole`: in [cs, ce),
         // it must be the whole chunk); written if any range writes
         let (mut whole, mut write) = (true, false);
@@ -654,10 +659,16 @@ impl Residency {
             if r.len == 0 {
                 continue;
             }
-            let end = r.addr.saturating_add(r.len);
-            if r.addr < cs || end > ce || end <= r.addr {
+            // in [cs, ce): one compare for the start (below `cs` wraps to
+            // past `span`), then the length against what is left, so the
+            // end cannot overflow (a range the old saturating test took only
+            // when `ce` itself saturated now goes the general path, which
+            // decides the same)
+            let off = r.addr.wrapping_sub(cs);
+            if off >= span || r.len > span - off {
                 return false;
             }
+            let end = r.addr + r.len;
             whole = whole && writes_whole(r, overwrite, r.addr, end, cs);
             write |= r.write;
         }
