@@ -369,7 +369,10 @@ unsafe fn launch(
         let k = ki + fill(get, outs, nout, true, descs, out.add(ki));
         // SAFETY: `fill` wrote the first `k` entries
         let ranges = std::slice::from_raw_parts_mut(out, k);
-        unwhole_aliases(ranges, ki);
+        // (without the description getters no output is marked whole)
+        if descs.0.is_some() {
+            unwhole_aliases(ranges, ki);
+        }
         return run(cx, op_type, ranges, attr, stream, real);
     }
     // every buffer, however many (the per-thread buffer grows and is reused)
@@ -380,7 +383,9 @@ unsafe fn launch(
         let k = ki + fill(get, outs, nout, true, descs, out.add(ki));
         // SAFETY: `fill` wrote the first `k` entries of the spare capacity
         ranges.set_len(k);
-        unwhole_aliases(ranges, ki);
+        if descs.0.is_some() {
+            unwhole_aliases(ranges, ki);
+        }
         run(cx, op_type, ranges, attr, stream, real)
     })
 }
