@@ -513,15 +513,17 @@ impl Placement for Buffered {
             Some(h) => Some(h),
             None => here_now(),
         };
-        let done = self
-            .reg
-            .mine_in(here, Calls::boxed, move |b| {
-                self.push(b, now, class, keys, writes)
-            })
-            .is_some();
-        if !done {
+        // the thread's buffer found with a closure small enough to inline
+        // into the look-up's fast path, the push after it (as the heat
+        // table's `record_ranges_in`): the push's arguments are not
+        // gathered for the look-up's slow path on every call
+        match self.reg.mine_in(here, Calls::boxed, |b| b as *const Buf) {
+            // SAFETY: this thread's buffer, which the thread's list holds
+            // while the thread lives and the registry (`self.reg`) while
+            // `self` does (perthread.rs): used on this thread, in this call
+            Some(b) => self.push(unsafe { &*b }, now, class, keys, writes),
             // thread exiting: no buffer
-            self.direct(now, class, keys, writes);
+            None => self.direct(now, class, keys, writes),
         }
     }
 
