@@ -184,7 +184,9 @@ unsafe fn fill(
     descs: (Option<DescGetters>, *const *const c_void),
     out: *mut Range,
 ) -> usize {
-    let mut k = 0;
+    // the next entry to write (a cursor, not a count beside it: one value
+    // fewer to keep across the getter calls)
+    let mut o = out;
     for i in 0..n {
         // SAFETY: the program passed `n` data buffers at `list` (the
         // operator's prototype); the runtime reads the same array
@@ -198,25 +200,26 @@ unsafe fn fill(
             _ => 0,
         };
         if whole > 0 {
-            out.add(k).write(Range {
+            o.write(Range {
                 addr,
                 len: whole,
                 write,
                 whole: true,
             });
-            k += 1;
+            o = o.add(1);
         }
         if whole < len || len == 0 {
-            out.add(k).write(Range {
+            o.write(Range {
                 addr: addr + whole,
                 len: len - whole,
                 write,
                 whole: false,
             });
-            k += 1;
+            o = o.add(1);
         }
     }
-    k
+    // SAFETY: `o` moved forward from `out` within the `2n` entries
+    o.offset_from(out) as usize
 }
 
 /// Operators with at most this many data buffers decode them into an array
