@@ -1092,6 +1092,7 @@ const RADIX_MIN: usize = 64;
 /// Radix passes above which `sort_pk` sorts by comparison.
 const RADIX_PASSES: u32 = 5;
 
+#[cfg(test)]
 fn live(e: &&KEnt) -> bool {
     !e.dead
 }
@@ -1378,47 +1379,89 @@ impl Kept {
         let at = |i: usize| (cur.started & (1 << i) != 0).then_some(cur.pos[i]);
         let (now, typ, slack) = (cur.now, cur.typical, cur.out_slack);
         let [a0, a1, a2, a3, a4, a5, a6] = &self.sets;
-        let mut it6 = a5.span(None, at(6)).iter().rev().filter(live);
-        let mut it7 = a6.span(None, at(7)).iter().rev().filter(live);
-        let mut it0 = a0.span(None, at(0)).iter().rev().filter(live);
-        let mut it1 = a1.span(None, at(1)).iter().rev().filter(live);
-        let mut it2 = a2.span(at(2), None).iter().filter(live);
-        let mut it3 = a3.span(at(3), None).iter().filter(live);
-        // the two ends of the seen-once stream never cross: their bounds
-        // are distinct entries, the bottom's below the top's
-        let mut it4 = a4.span(at(4), at(5)).iter().filter(live);
-        let mut h: [Option<KEnt>; 8] = [
-            it0.next().copied(),
-            it1.next().copied(),
-            it2.next().copied(),
-            it3.next().copied(),
-            it4.next().copied(),
-            None,
-            it6.next().copied(),
-            it7.next().copied(),
+        // per position, the part of its stream still to read: from the top
+        // (descending) but positions 2, 3 and 4; the two ends of the
+        // seen-once stream (4 from the bottom, 5 from the top) share one
+        // part and never cross: their bounds are distinct entries, the
+        // bottom's below the top's
+        let v: [&[KEnt]; 8] = [
+            a0.span(None, at(0)),
+            a1.span(None, at(1)),
+            a2.span(at(2), None),
+            a3.span(at(3), None),
+            a4.span(at(4), at(5)),
+            &[],
+            a5.span(None, at(6)),
+            a6.span(None, at(7)),
         ];
-        h[5] = it4.next_back().copied();
+        let mut r: [(usize, usize); 8] = v.map(|s| (0, s.len()));
+        const UP: u32 = 0b0001_1100;
         let stream = |i: usize| match i {
             5 => S_UNK,
             6 => S_FREE,
             7 => S_AT_DW,
             i => i,
         };
-        let mut w = [0u64; 8];
+        // each position's front (where `has` has its bit) and its weight
+        let (mut h, mut w, mut has) = ([KEnt::new(0, 0, 0, false); 8], [0u64; 8], 0u32);
+        // (indexed, not 8 iterator types matched on: a candidate took ~330
+        // instructions so)
+        macro_rules! pull {
+            ($i:expr) => {{
+                let i: usize = $i;
+                let j = if i == 5 { 4 } else { i };
+                let (s, (lo, hi)) = (v[j], &mut r[j]);
+                has &= !(1 << i);
+                while *lo < *hi {
+                    let e = if UP & (1 << i) != 0 {
+                        *lo += 1;
+                        s[*lo - 1]
+                    } else {
+                        *hi -= 1;
+                        s[*hi]
+                    };
+                    if !e.dead {
+                        (h[i], w[i]) = (e, Self::weight(stream(i), &e, now, typ, slack));
+                        has |= 1 << i;
+                        break;
+                    }
+                }
+            }};
+        }
         for i in 0..8 {
-            if let Some(e) = &h[i] {
-                w[i] = Self::weight(stream(i), e, now, typ, slack);
-            }
+            pull!(i);
         }
         let grp = &mut self.grp;
         let mut got = 0;
-        while got < n && cur.left > 0 {
-            let Some(top) = (0..8).filter(|&i| h[i].is_some()).map(|i| w[i]).max() else {
-                break;
-            };
-            grp.clear();
+        while got < n && cur.left > 0 && has != 0 {
+            // the heaviest front, the first of equals
+            let (mut f, mut top) = (8, 0);
             for i in 0..8 {
-                while let Some(e) = h[i].filter(|_| w[i] == top) {
+                if has & (1 << i) != 0 && (f == 8 || w[i] > top) {
+                    (f, top) = (i, w[i]);
+                }
+            }
+            let e = h[f];
+            let c = Cand {
+                key: e.key,
+                last: e.last,
+                dirty: e.dirty,
+            };
+            cur.pos[f] = (e.ord, e.key);
+            cur.started |= 1 << f;
+            pull!(f);
+            // almost always a group of one (RAG: all but 0.1 %)
+            if !(f..8).any(|i| has & (1 << i) != 0 && w[i] == top) {
+                out.push(c);
+                cur.left -= 1;
+                got += 1;
+                continue;
+            }
+            grp.clear();
+            grp.push(c);
+            for i in f..8 {
+                while has & (1 << i) != 0 && w[i] == top {
+                    let e = h[i];
                     grp.push(Cand {
                         key: e.key,
                         last: e.last,
@@ -1426,20 +1469,7 @@ impl Kept {
                     });
                     cur.pos[i] = (e.ord, e.key);
                     cur.started |= 1 << i;
-                    h[i] = match i {
-                        0 => it0.next(),
-                        1 => it1.next(),
-                        2 => it2.next(),
-                        3 => it3.next(),
-                        4 => it4.next(),
-                        5 => it4.next_back(),
-                        6 => it6.next(),
-                        _ => it7.next(),
-                    }
-                    .copied();
-                    if let Some(e) = &h[i] {
-                        w[i] = Self::weight(stream(i), e, now, typ, slack);
-                    }
+                    pull!(i);
                 }
             }
             // (stable: a group comes in a few runs, mostly descending ones
