@@ -1139,6 +1139,14 @@ impl Stream {
             if !x.dead {
                 x.dead = true;
                 self.dead += 1;
+                // dead at the top go at once: a victim is taken from the top
+                // of the streams read from there, whose dead entries every
+                // later read skips again until the stream is compacted
+                if i + 1 == self.v.len() {
+                    while self.v.pop_if(|x| x.dead).is_some() {
+                        self.dead -= 1;
+                    }
+                }
                 return;
             }
             i += 1;
@@ -1468,10 +1476,15 @@ impl Kept {
         let grp = &mut self.grp;
         let mut got = 0;
         while got < n && cur.left > 0 && has != 0 {
-            // the heaviest front, the first of equals
-            let (mut f, mut top) = (8, 0);
-            for i in 0..8 {
-                if has & (1 << i) != 0 && (f == 8 || w[i] > top) {
+            // the heaviest front, the first of equals (over the fronts
+            // there are: a few of the eight)
+            let mut f = has.trailing_zeros() as usize;
+            let mut top = w[f];
+            let mut m = has & (has - 1);
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if w[i] > top {
                     (f, top) = (i, w[i]);
                 }
             }
@@ -1485,7 +1498,14 @@ impl Kept {
             cur.started |= 1 << f;
             pull!(f);
             // almost always a group of one (RAG: all but 0.1 %)
-            if !(f..8).any(|i| has & (1 << i) != 0 && w[i] == top) {
+            let mut m = has >> f << f;
+            let mut one = true;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                one &= w[i] != top;
+            }
+            if one {
                 out.push(c);
                 cur.left -= 1;
                 got += 1;
