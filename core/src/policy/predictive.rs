@@ -2927,7 +2927,9 @@ mod when_tests {
     /// for: seeded random insertions and removals (many ties on the stream
     /// key, a tuple removed and inserted again, removals before and after
     /// a flush), then reads from random cursor positions ascending,
-    /// descending and from both ends, as `Kept::next` reads them.
+    /// descending and from both ends, as `Kept::next` reads them. Builds
+    /// of both kinds: many insertions (merged, radix-sorted) and a few
+    /// (put in place); removals at the top (dead entries there dropped).
     #[test]
     fn a_stream_reads_as_a_btreeset() {
         use std::collections::BTreeMap;
@@ -2935,6 +2937,7 @@ mod when_tests {
         type T = (u64, u64, u64, bool);
         let items = |it: &mut dyn Iterator<Item = &KEnt>| -> Vec<T> { it.map(KEnt::tup).collect() };
         let (mut reads, mut merged) = (0u64, 0u64);
+        let (mut in_place, mut at_top) = (0u64, 0u64);
         for seed in 1..=8u64 {
             let mut rnd = crate::test_rng(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(seed) | 1);
             let (mut st, mut model) = (Stream::default(), BTreeSet::<T>::new());
@@ -2942,15 +2945,17 @@ mod when_tests {
             let mut at: BTreeMap<u64, T> = BTreeMap::new();
             let spread = [4u64, 64, 1 << 20][seed as usize % 3];
             for round in 0..300 {
-                // now and then a build re-reading many (a radix sort)
-                let ops = if round % 16 == 5 {
-                    100 + rnd(400)
-                } else {
-                    rnd(40)
+                // now and then a build re-reading many (a radix sort), or
+                // a few (in place)
+                let ops = match round % 16 {
+                    5 => 100 + rnd(400),
+                    2 | 9 | 13 => 1 + rnd(4),
+                    _ => rnd(40),
                 };
                 for _ in 0..ops {
                     let key = rnd(200) << (seed % 4 * 7);
                     if let Some(t) = at.remove(&key) {
+                        at_top += st.v.last().is_some_and(|x| (x.ord, x.key) == (t.0, t.1)) as u64;
                         st.remove(t.0, t.1);
                         assert!(model.remove(&t));
                     }
@@ -2968,7 +2973,12 @@ mod when_tests {
                     }
                 }
                 merged += st.add.len() as u64;
+                if let Some(low) = st.add.iter().map(KEnt::pk).min() {
+                    let p = st.v.partition_point(|x| x.pk() < low);
+                    in_place += (st.add.len() * SMALL_MERGE <= st.v.len() - p) as u64;
+                }
                 st.flush();
+                assert!(st.v.last().is_none_or(|x| !x.dead));
                 let all: Vec<T> = model.iter().copied().collect();
                 assert_eq!(
                     items(&mut st.span(None, None).iter().filter(live)),
@@ -3012,7 +3022,9 @@ mod when_tests {
                 }
             }
         }
+        eprintln!("reads {reads} merged {merged} in place {in_place} at the top {at_top}");
         assert!(reads > 100_000 && merged > 10_000, "{reads} {merged}");
+        assert!(in_place > 300 && at_top > 300, "{in_place} {at_top}");
     }
 
     /// `sort_pk` sorts as the comparison sort, entries whole, over sizes
