@@ -138,8 +138,7 @@ fn usable_in<'s>(
     dev: u32,
     built_at: u64,
 ) -> Option<((u64, u32), &'s Chunk)> {
-    let (id, i) = memo.resolve(st, key)?;
-    let b = &st.backings[&id];
+    let (id, i, b) = memo.resolve_in(st, key)?;
     let c = &b.chunks[i as usize];
     (b.dev == dev && !b.pinned && c.may_leave() && c.last <= built_at).then_some(((id, i), c))
 }
@@ -1272,10 +1271,9 @@ fn track_victims(
     at.clear();
     let mut memo = Resolver::default();
     for &key in marks.iter() {
-        let Some((id, i)) = memo.resolve(st, key) else {
+        let Some((_, i, b)) = memo.resolve_in(st, key) else {
             return false;
         };
-        let b = &st.backings[&id];
         if b.dev != dev || b.place.get() == u32::MAX {
             return false;
         }

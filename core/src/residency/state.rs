@@ -868,13 +868,14 @@ impl State {
                 .filter(|b| (i as usize) < b.chunks.len() && b.vas.is_empty())
                 .map(|_| (id, i));
         }
-        let (start, _, id) = self.resolve_va(key)?;
+        let (start, _, id, _) = self.resolve_va(key)?;
         Some((id, ((key - start) / CHUNK) as u32))
     }
 
     /// `resolve` of a VA key: the VA entry (start, length, backing id)
-    /// holding it, when that is its backing's first mapping.
-    fn resolve_va(&self, key: u64) -> Option<(u64, u64, u64)> {
+    /// holding it, when that is its backing's first mapping; and the
+    /// backing.
+    fn resolve_va(&self, key: u64) -> Option<(u64, u64, u64, &Backing)> {
         let (&start, &(id, len)) = self.vas.range(..=key).next_back()?;
         if key >= start + len {
             return None;
@@ -884,7 +885,7 @@ impl State {
         if b.vas.first() != Some(&start) {
             return None;
         }
-        Some((start, len, id))
+        Some((start, len, id, b))
     }
 }
 
@@ -910,9 +911,24 @@ impl Resolver {
         if key & (1 << 63) != 0 {
             return st.resolve(key);
         }
-        let (start, len, id) = st.resolve_va(key)?;
+        let (start, len, id, _) = st.resolve_va(key)?;
         (self.start, self.end, self.id) = (start, start + len, id);
         Some((id, ((key - start) / CHUNK) as u32))
+    }
+
+    /// `resolve` with the chunk's backing: on a VA look-up, the backing it
+    /// read (a scan's candidates, scattered over allocations on RAG, miss
+    /// the memo nearly all, and the caller's look-up of the backing was a
+    /// second hash probe).
+    #[inline]
+    pub fn resolve_in<'s>(&mut self, st: &'s State, key: u64) -> Option<(u64, u32, &'s Backing)> {
+        if key >= self.start && key < self.end || key & (1 << 63) != 0 {
+            let (id, i) = self.resolve(st, key)?;
+            return Some((id, i, st.backings.get(&id)?));
+        }
+        let (start, len, id, b) = st.resolve_va(key)?;
+        (self.start, self.end, self.id) = (start, start + len, id);
+        Some((id, ((key - start) / CHUNK) as u32, b))
     }
 }
 
