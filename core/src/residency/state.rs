@@ -903,28 +903,19 @@ pub(super) struct Resolver {
 }
 
 impl Resolver {
-    #[inline]
-    pub fn resolve(&mut self, st: &State, key: u64) -> Option<(u64, u32)> {
-        if key >= self.start && key < self.end {
-            return Some((self.id, ((key - self.start) / CHUNK) as u32));
-        }
-        if key & (1 << 63) != 0 {
-            return st.resolve(key);
-        }
-        let (start, len, id, _) = st.resolve_va(key)?;
-        (self.start, self.end, self.id) = (start, start + len, id);
-        Some((id, ((key - start) / CHUNK) as u32))
-    }
-
-    /// `resolve` with the chunk's backing: on a VA look-up, the backing it
-    /// read (a scan's candidates, scattered over allocations on RAG, miss
-    /// the memo nearly all, and the caller's look-up of the backing was a
-    /// second hash probe).
+    /// `State::resolve` of `key`, with the chunk's backing: on a VA
+    /// look-up the backing it read (a scan's candidates, scattered over
+    /// allocations on RAG, miss the memo nearly all, and the caller's
+    /// look-up of the backing was a second hash probe).
     #[inline]
     pub fn resolve_in<'s>(&mut self, st: &'s State, key: u64) -> Option<(u64, u32, &'s Backing)> {
-        if key >= self.start && key < self.end || key & (1 << 63) != 0 {
-            let (id, i) = self.resolve(st, key)?;
-            return Some((id, i, st.backings.get(&id)?));
+        if key >= self.start && key < self.end {
+            let i = ((key - self.start) / CHUNK) as u32;
+            return Some((self.id, i, &st.backings[&self.id]));
+        }
+        if key & (1 << 63) != 0 {
+            let (id, i) = st.resolve(key)?;
+            return Some((id, i, &st.backings[&id]));
         }
         let (start, len, id, b) = st.resolve_va(key)?;
         (self.start, self.end, self.id) = (start, start + len, id);
