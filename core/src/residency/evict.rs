@@ -401,30 +401,30 @@ impl Residency {
         let (mut seq, mut cur) = (std::mem::take(&mut o.cur_seq), std::mem::take(&mut o.cur));
         let (mut gone, mut new) = (std::mem::take(&mut o.gone), std::mem::take(&mut o.new));
         let (mut marks, mut read) = (std::mem::take(&mut o.marks), std::mem::take(&mut o.read));
+        let (mut ps, mut p) = (std::mem::take(&mut o.prev_seq), std::mem::take(&mut o.prev));
+        let mut edits = std::mem::take(&mut o.edits);
+        #[cfg(debug_assertions)]
+        let was = (ps.clone(), p.clone());
         // the chunks marked since the last build only, when they tell all
         // (else every chunk: `walk_victims`; in tests both, compared)
         let tracked = track_victims(
-            st, dev, &mut marks, &mut read, &mut seq, &mut cur, &mut gone, &mut new,
+            st, dev, &mut marks, &mut read, &mut edits, &mut ps, &mut p, &mut gone, &mut new,
         );
         if !tracked {
             marks.clear();
-            let o = &st.dev(dev).order;
-            let mut d = Delta::new(
-                (&o.prev_seq, &o.prev),
-                &mut seq,
-                &mut cur,
-                &mut gone,
-                &mut new,
-            );
+            let mut d = Delta::new((&ps, &p), &mut seq, &mut cur, &mut gone, &mut new);
             walk_victims(st, dev, &mut d, Some(&mut marks));
+            // this build's candidates are the next one's previous ones
+            std::mem::swap(&mut ps, &mut seq);
+            std::mem::swap(&mut p, &mut cur);
         }
         #[cfg(debug_assertions)]
         if tracked && st.dev(dev).order.checked {
-            check_tracked(st, dev, &seq, &cur, &gone, &new);
+            check_tracked(st, dev, (&was.0, &was.1), &ps, &p, &gone, &new);
         }
         let structure = st.structure;
         let o = &mut st.dev_mut(dev).order;
-        (o.marks, o.read) = (marks, read);
+        (o.marks, o.read, o.edits) = (marks, read, edits);
         o.from_marks = tracked;
         if tracked {
             o.tracked += 1;
@@ -432,7 +432,7 @@ impl Residency {
             (o.marks_over, o.walked) = (false, structure);
             o.walks += 1;
         }
-        let (n, now) = (cur.len(), st.clock);
+        let (n, now) = (p.len(), st.clock);
         let o = &mut st.dev_mut(dev).order;
         (o.gone, o.new) = (gone, new);
         if o.owner == 0 {
@@ -456,13 +456,13 @@ impl Residency {
         }
         let kept = self
             .policy
-            .order_kept(id, now, &cur, &o.gone, &o.new, k, &mut cands, &mut tail);
+            .order_kept(id, now, &p, &o.gone, &o.new, k, &mut cands, &mut tail);
         let all = if kept {
             o.epoch += 1;
             cands.len() + tail.len() == n
         } else {
             cands.clear();
-            cands.extend_from_slice(&cur);
+            cands.extend_from_slice(&p);
             if self.policy.order_ranked(now, &mut cands, k, &mut tail) {
                 cands.len() + tail.len() == n
             } else {
@@ -470,9 +470,7 @@ impl Residency {
                 cands.len() == n
             }
         };
-        // this build's candidates are the next one's previous ones
-        std::mem::swap(&mut o.prev_seq, &mut seq);
-        std::mem::swap(&mut o.prev, &mut cur);
+        (o.prev_seq, o.prev) = (ps, p);
         (o.cur_seq, o.cur) = (seq, cur);
         let clock = st.clock;
         let o = &mut st.dev_mut(dev).order;
@@ -1244,8 +1242,10 @@ fn walk_victims(st: &State, dev: u32, d: &mut Delta, mut marks: Option<&mut Vec<
 }
 
 /// `walk_victims`' result, from the chunks marked since the last build
-/// (`marks`) and the last build's candidates (`prev`): each marked chunk
-/// read again at its place (`Backing::place`), the rest as they were.
+/// (`marks`): the last build's candidates `(ps, p)` edited in place, each
+/// marked chunk read again at its place (`Backing::place`), the rest as
+/// they were (copying them all into a new list cost RAG ~3,000
+/// instructions a build, for ~10 marks).
 /// False (nothing written) when the marks cannot tell: they overflowed, a
 /// backing came, went or was remapped since the last walk
 /// (`State::structure`), or a mark names no chunk of `dev` with a place.
@@ -1257,8 +1257,9 @@ fn track_victims(
     dev: u32,
     marks: &mut Vec<u64>,
     at: &mut Vec<Marked>,
-    seq: &mut Vec<u32>,
-    cur: &mut Vec<Cand>,
+    edits: &mut Vec<Edit>,
+    ps: &mut Vec<u32>,
+    p: &mut Vec<Cand>,
     gone: &mut Vec<u64>,
     new: &mut Vec<Cand>,
 ) -> bool {
@@ -1287,19 +1288,13 @@ fn track_victims(
         at.push((b.place.get().wrapping_add(i), key, x, busy));
     }
     at.sort_unstable_by_key(|a| a.0);
-    let (ps, p) = (&o.prev_seq, &o.prev);
-    seq.clear();
-    cur.clear();
     gone.clear();
     new.clear();
+    edits.clear();
     let mut j = 0;
     for &(s, _, x, _) in at.iter() {
-        let k = j + ps[j..].partition_point(|&q| q < s);
-        seq.extend_from_slice(&ps[j..k]);
-        cur.extend_from_slice(&p[j..k]);
-        j = k;
+        j += ps[j..].partition_point(|&q| q < s);
         let was = (j < ps.len() && ps[j] == s).then(|| p[j]);
-        j += was.is_some() as usize;
         match (was, x) {
             (Some(w), Some(x)) => {
                 if w != x {
@@ -1307,23 +1302,96 @@ fn track_victims(
                         gone.push(w.key);
                     }
                     new.push(x);
+                    p[j] = x;
                 }
             }
-            (Some(w), None) => gone.push(w.key),
-            (None, Some(x)) => new.push(x),
+            (Some(w), None) => {
+                gone.push(w.key);
+                edits.push((j, None));
+            }
+            (None, Some(x)) => {
+                new.push(x);
+                edits.push((j, Some((s, x))));
+            }
             (None, None) => {}
         }
-        if let Some(x) = x {
-            seq.push(s);
-            cur.push(x);
-        }
+        j += was.is_some() as usize;
     }
-    seq.extend_from_slice(&ps[j..]);
-    cur.extend_from_slice(&p[j..]);
+    apply_edits(ps, p, edits);
     // still pinned or leaving HBM: read again at the next build
     marks.clear();
     marks.extend(at.iter().filter(|a| a.3).map(|a| a.1));
     true
+}
+
+/// A change to the last build's candidates at an index of theirs, in
+/// index order: the entry there removed (`None`), or one put before it.
+pub(super) type Edit = (usize, Option<(u32, Cand)>);
+
+/// Applies `edits` to `(ps, p)` in place: only the runs between them whose
+/// place shifts move, each once (those moving down first, lowest first,
+/// then those moving up, highest first: neither overwrites one not yet
+/// moved).
+pub(super) fn apply_edits(ps: &mut Vec<u32>, p: &mut Vec<Cand>, edits: &[Edit]) {
+    if edits.is_empty() {
+        return;
+    }
+    let n = ps.len();
+    let ins = edits.iter().filter(|e| e.1.is_some()).count();
+    let m = n + ins - (edits.len() - ins);
+    let hole = Cand {
+        key: 0,
+        last: 0,
+        dirty: false,
+    };
+    if m > n {
+        ps.resize(m, 0);
+        p.resize(m, hole);
+    }
+    let mut mv = |a: usize, b: usize, d: isize| {
+        if a < b && d != 0 {
+            let to = (a as isize + d) as usize;
+            ps.copy_within(a..b, to);
+            p.copy_within(a..b, to);
+        }
+    };
+    // the run before each edit shifts by the edits before it
+    let (mut d, mut a) = (0isize, 0);
+    for &(j, e) in edits {
+        if d < 0 {
+            mv(a, j, d);
+        }
+        (d, a) = if e.is_none() {
+            (d - 1, j + 1)
+        } else {
+            (d + 1, j)
+        };
+    }
+    if d < 0 {
+        mv(a, n, d);
+    }
+    let mut b = n;
+    for &(j, e) in edits.iter().rev() {
+        let a = if e.is_none() { j + 1 } else { j };
+        if d > 0 {
+            mv(a, b, d);
+        }
+        d += if e.is_none() { 1 } else { -1 };
+        b = j;
+    }
+    debug_assert_eq!(d, 0);
+    for &(j, e) in edits {
+        match e {
+            None => d -= 1,
+            Some((s, x)) => {
+                let q = (j as isize + d) as usize;
+                (ps[q], p[q]) = (s, x);
+                d += 1;
+            }
+        }
+    }
+    ps.truncate(m);
+    p.truncate(m);
 }
 
 /// A marked chunk as `track_victims` read it: its place, key, standing as
@@ -1333,10 +1401,17 @@ pub(super) type Marked = (u32, u64, Option<Cand>, bool);
 /// Tests' check of `track_victims`: a walk of every chunk gives the same
 /// candidates, and the same changes from the last build's.
 #[cfg(debug_assertions)]
-fn check_tracked(st: &State, dev: u32, seq: &[u32], cur: &[Cand], gone: &[u64], new: &[Cand]) {
-    let o = &st.dev(dev).order;
+fn check_tracked(
+    st: &State,
+    dev: u32,
+    prev: (&[u32], &[Cand]),
+    seq: &[u32],
+    cur: &[Cand],
+    gone: &[u64],
+    new: &[Cand],
+) {
     let (mut ws, mut wc, mut wg, mut wn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut d = Delta::new((&o.prev_seq, &o.prev), &mut ws, &mut wc, &mut wg, &mut wn);
+    let mut d = Delta::new(prev, &mut ws, &mut wc, &mut wg, &mut wn);
     walk_victims(st, dev, &mut d, None);
     assert_eq!(
         (&ws[..], &wc[..]),

@@ -344,7 +344,8 @@ pub(super) struct VictimOrder {
     /// the device's chunks (`evict::walk_victims`), in walk order ...
     pub prev_seq: Vec<u32>,
     pub prev: Vec<Cand>,
-    /// ... and the buffers a build collects into and diffs with.
+    /// ... (edited in place by a build from the marks) and the buffers a
+    /// walk of every chunk collects into and diffs with.
     pub cur_seq: Vec<u32>,
     pub cur: Vec<Cand>,
     pub gone: Vec<u64>,
@@ -360,6 +361,7 @@ pub(super) struct VictimOrder {
     pub marks_over: bool,
     /// (`track_victims`' buffer, reused)
     pub read: Vec<super::evict::Marked>,
+    pub edits: Vec<super::evict::Edit>,
     /// The last build read the marks only (`track_victims`).
     pub from_marks: bool,
     /// Test builds check such a build against a walk (off: a test that
@@ -430,6 +432,7 @@ impl VictimOrder {
             marks: Vec::new(),
             marks_over: false,
             read: Vec::new(),
+            edits: Vec::new(),
             from_marks: false,
             checked: true,
             tracked: 0,

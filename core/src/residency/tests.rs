@@ -4476,6 +4476,63 @@ fn the_scans_memo_resolves_as_the_state() {
     assert!(found > 5_000, "{found} of 20000 keys resolved");
 }
 
+/// `evict::apply_edits` edits the last build's candidates in place as a
+/// copy with the edits made along the way would: random removals and
+/// insertions (several before one index, at either end, none) over lists
+/// of 0 to 40, shifting runs down, up, or both in one edit.
+#[test]
+fn candidates_are_edited_in_place_as_a_copy_would() {
+    use crate::policy::Cand;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| -> u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let cand = |s: u32| Cand {
+        key: s as u64 * 3 + 1,
+        last: s as u64,
+        dirty: s % 2 == 1,
+    };
+    let (mut moved_up, mut moved_down) = (0, 0);
+    for round in 0..4000 {
+        let n = next(41) as usize;
+        // places 10, 20, ...: new ones go between
+        let ps0: Vec<u32> = (1..=n as u32).map(|i| i * 10).collect();
+        let p0: Vec<Cand> = ps0.iter().map(|&s| cand(s)).collect();
+        let mut edits = Vec::new();
+        let mut want: (Vec<u32>, Vec<Cand>) = (Vec::new(), Vec::new());
+        for j in 0..=n {
+            // puts before index j, at places below its own
+            for k in 0..[0, 0, 0, 0, 0, 1, 3][next(7) as usize] {
+                let s = j as u32 * 10 + 1 + k;
+                edits.push((j, Some((s, cand(s)))));
+                want.0.push(s);
+                want.1.push(cand(s));
+            }
+            if j < n {
+                if next([2, 8, 1000][round % 3]) == 0 {
+                    edits.push((j, None));
+                } else {
+                    want.0.push(ps0[j]);
+                    want.1.push(p0[j]);
+                }
+            }
+        }
+        let (mut ps, mut p) = (ps0.clone(), p0.clone());
+        super::evict::apply_edits(&mut ps, &mut p, &edits);
+        assert_eq!((&ps, &p), (&want.0, &want.1), "{ps0:?} edited by {edits:?}");
+        let net = want.0.len() as isize - n as isize;
+        moved_up += (net > 0) as u32;
+        moved_down += (net < 0) as u32;
+    }
+    assert!(
+        moved_up > 500 && moved_down > 500,
+        "{moved_up} up, {moved_down} down"
+    );
+}
+
 /// A victim order's build reads only the chunks marked since the last one
 /// (`evict::track_victims`), and gives what a walk of every chunk gives:
 /// in test builds every such build is checked against the walk
