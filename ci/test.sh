@@ -20,6 +20,11 @@ trap 'rm -f "$log"' EXIT
 set +e
 cargo test --release --workspace --no-fail-fast -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# the residency suite again with debug assertions: each victim order built
+# from the chunks marked since the last one is then checked against a walk
+# of every chunk (evict.rs `check_tracked`), which release builds leave out
+cargo test -p u3m-core --lib --no-fail-fast residency:: -- --test-threads="${U3M_TEST_THREADS:-2}" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 # the bug hunters (docs/reliability.md): loom, bounded fuzzing, the
 # sanitizer build; U3M_SKIP_LOOM / U3M_SKIP_FUZZ / U3M_SKIP_SANITIZERS=1 skip one
 for hunt in loom fuzz sanitizers; do
