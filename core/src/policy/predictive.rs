@@ -1470,6 +1470,21 @@ impl Kept {
                 }
             }};
         }
+        // position i's front as a candidate, the cursor past it there
+        macro_rules! take {
+            ($i:expr) => {{
+                let i: usize = $i;
+                let e = h[i];
+                cur.pos[i] = (e.ord, e.key);
+                cur.started |= 1 << i;
+                pull!(i);
+                Cand {
+                    key: e.key,
+                    last: e.last,
+                    dirty: e.dirty,
+                }
+            }};
+        }
         for i in 0..8 {
             pull!(i);
         }
@@ -1488,15 +1503,7 @@ impl Kept {
                     (f, top) = (i, w[i]);
                 }
             }
-            let e = h[f];
-            let c = Cand {
-                key: e.key,
-                last: e.last,
-                dirty: e.dirty,
-            };
-            cur.pos[f] = (e.ord, e.key);
-            cur.started |= 1 << f;
-            pull!(f);
+            let c = take!(f);
             // almost always a group of one (RAG: all but 0.1 %)
             let mut m = has >> f << f;
             let mut one = true;
@@ -1515,15 +1522,7 @@ impl Kept {
             grp.push(c);
             for i in f..8 {
                 while has & (1 << i) != 0 && w[i] == top {
-                    let e = h[i];
-                    grp.push(Cand {
-                        key: e.key,
-                        last: e.last,
-                        dirty: e.dirty,
-                    });
-                    cur.pos[i] = (e.ord, e.key);
-                    cur.started |= 1 << i;
-                    pull!(i);
+                    grp.push(take!(i));
                 }
             }
             // (stable: a group comes in a few runs, mostly descending ones
