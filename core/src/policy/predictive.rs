@@ -997,8 +997,9 @@ struct KEnt {
     key: u64,
     last: u64,
     dirty: bool,
-    /// Removed: it stays in its place until the next merge or compaction.
-    dead: bool,
+    /// Its slot in the stream's `gone`, which says whether it was removed
+    /// (it stays in its place until the next merge or compaction).
+    slot: u32,
 }
 
 impl KEnt {
@@ -1008,7 +1009,7 @@ impl KEnt {
             key,
             last,
             dirty,
-            dead: false,
+            slot: 0,
         }
     }
 
@@ -1018,7 +1019,7 @@ impl KEnt {
     }
 
     /// (ord, key): orders a stream as `tup` does, a key being in a stream
-    /// once (dead entries aside, which are skipped).
+    /// once (removed entries aside, which are skipped).
     #[inline]
     fn pk(&self) -> u128 {
         pk(self.ord, self.key)
@@ -1096,27 +1097,28 @@ const RADIX_MIN: usize = 64;
 /// Radix passes above which `sort_pk` sorts by comparison.
 const RADIX_PASSES: u32 = 5;
 
-#[cfg(test)]
-fn live(e: &&KEnt) -> bool {
-    !e.dead
-}
-
 /// One stream of a maintained order: its entries in the order a
 /// `BTreeSet` of their tuples gives, for a fraction of the instructions.
 /// A build removes and inserts thousands of candidates (AdamW 8 layers:
 /// ~2,500 of each, most of them chunks gone from HBM and back) anywhere in
 /// their stream, at ~500 instructions each in a tree; here a removal marks
-/// its entry dead (a binary search), insertions wait in `add`, and `flush`
-/// sorts them and merges them in once per build (linear in the stream's
-/// part above the lowest insertion).
+/// its entry dead by the slot its insertion gave (a binary search for it
+/// cost ~200 instructions on the 32 GiB step's ~2,200 removals a build),
+/// insertions wait in `add`, and `flush` sorts them and merges them in
+/// once per build (linear in the stream's part above the lowest insertion).
 #[derive(Default)]
 struct Stream {
     /// Sorted by `pk`, dead entries included (the live ones' `pk` unique).
     v: Vec<KEnt>,
+    /// Dead entries in `v` and `add`.
     dead: usize,
     /// Inserted since the last `flush`, unsorted.
     add: Vec<KEnt>,
     tmp: Vec<KEnt>,
+    /// Per slot: its entry was removed. A slot is free again once its
+    /// entry has left `v` and `add`.
+    gone: Vec<bool>,
+    free: Vec<u32>,
 }
 
 impl Stream {
@@ -1124,41 +1126,58 @@ impl Stream {
         self.v.clear();
         self.add.clear();
         self.dead = 0;
+        self.gone.clear();
+        self.free.clear();
     }
 
-    fn insert(&mut self, e: KEnt) {
-        self.add.push(e);
-    }
-
-    /// Removes the live entry of (`ord`, `key`).
-    fn remove(&mut self, ord: u64, key: u64) {
-        let k = pk(ord, key);
-        let mut i = self.v.partition_point(|x| x.pk() < k);
-        // past the dead entries of the same place
-        while let Some(x) = self.v.get_mut(i).filter(|x| x.pk() == k) {
-            if !x.dead {
-                x.dead = true;
-                self.dead += 1;
-                // dead at the top go at once: a victim is taken from the top
-                // of the streams read from there, whose dead entries every
-                // later read skips again until the stream is compacted
-                if i + 1 == self.v.len() {
-                    while self.v.pop_if(|x| x.dead).is_some() {
-                        self.dead -= 1;
-                    }
-                }
-                return;
+    /// Inserts `e`; its slot, for `remove`.
+    fn insert(&mut self, mut e: KEnt) -> u32 {
+        e.slot = match self.free.pop() {
+            Some(x) => {
+                self.gone[x as usize] = false;
+                x
             }
-            i += 1;
-        }
-        // inserted since the last flush (rare: read again within a build)
-        if let Some(i) = self.add.iter().position(|x| x.pk() == k) {
-            self.add.swap_remove(i);
+            None => {
+                self.gone.push(false);
+                (self.gone.len() - 1) as u32
+            }
+        };
+        self.add.push(e);
+        e.slot
+    }
+
+    #[cfg(test)]
+    fn dead(&self, e: &KEnt) -> bool {
+        self.gone[e.slot as usize]
+    }
+
+    /// Removes the live entry `insert` gave `slot`.
+    fn remove(&mut self, slot: u32) {
+        self.gone[slot as usize] = true;
+        self.dead += 1;
+        // dead at the top go at once: a victim is taken from the top of
+        // the streams read from there, whose dead entries every later read
+        // skips again until the stream is compacted
+        if self.v.last().is_some_and(|x| x.slot == slot) {
+            while let Some(x) = self.v.pop_if(|x| self.gone[x.slot as usize]) {
+                self.free.push(x.slot);
+                self.dead -= 1;
+            }
         }
     }
 
     /// Merges the insertions in; compacts when half the entries are dead.
     fn flush(&mut self) {
+        // removed since inserted (rare: read again within a build)
+        let (gone, free, dead) = (&self.gone, &mut self.free, &mut self.dead);
+        self.add.retain(|x| {
+            let g = gone[x.slot as usize];
+            if g {
+                free.push(x.slot);
+                *dead -= 1;
+            }
+            !g
+        });
         if !self.add.is_empty() {
             sort_pk(&mut self.add, &mut self.tmp);
             let low = self.add[0].pk();
@@ -1167,7 +1186,7 @@ impl Stream {
                 self.insert_in_place(p);
                 return self.compact();
             }
-            let (v, add, tmp) = (&mut self.v, &self.add, &mut self.tmp);
+            let (v, add, tmp, gone) = (&mut self.v, &self.add, &mut self.tmp, &self.gone);
             // the merged part goes to tmp, then back after the entries
             // below it, or tmp takes them and becomes v: whichever copies less
             let swap = p < v.len() - p + add.len();
@@ -1177,7 +1196,8 @@ impl Stream {
             }
             let mut j = 0;
             for x in &v[p..] {
-                if x.dead {
+                if gone[x.slot as usize] {
+                    self.free.push(x.slot);
                     self.dead -= 1;
                     continue;
                 }
@@ -1201,7 +1221,14 @@ impl Stream {
 
     fn compact(&mut self) {
         if self.dead * 2 > self.v.len() {
-            self.v.retain(|x| !x.dead);
+            let (gone, free) = (&self.gone, &mut self.free);
+            self.v.retain(|x| {
+                let g = gone[x.slot as usize];
+                if g {
+                    free.push(x.slot);
+                }
+                !g
+            });
             self.dead = 0;
         }
     }
@@ -1241,7 +1268,8 @@ impl Stream {
 /// Where a candidate stands in a maintained order.
 struct KPlace {
     s: u8,
-    ord: u64,
+    /// Its entry's slot in stream `s`.
+    slot: u32,
     last: u64,
     dirty: bool,
     /// Its reading holds before this tick (u64::MAX: for good).
@@ -1346,7 +1374,7 @@ impl Kept {
 
     fn remove(&mut self, key: u64) {
         if let Some(e) = self.ents.remove(&key) {
-            self.sets[e.s as usize].remove(e.ord, key);
+            self.sets[e.s as usize].remove(e.slot);
         }
     }
 
@@ -1368,17 +1396,17 @@ impl Kept {
     /// Places candidate `c` by its reading, in place of any it had (one
     /// look-up of `ents` for the two).
     fn put(&mut self, c: &Cand, (s, ord, until): (usize, u64, u64)) {
+        let slot = self.sets[s].insert(KEnt::new(ord, c.key, c.last, c.dirty));
         let e = KPlace {
             s: s as u8,
-            ord,
+            slot,
             last: c.last,
             dirty: c.dirty,
             until,
         };
         if let Some(old) = self.ents.insert(c.key, e) {
-            self.sets[old.s as usize].remove(old.ord, c.key);
+            self.sets[old.s as usize].remove(old.slot);
         }
-        self.sets[s].insert(KEnt::new(ord, c.key, c.last, c.dirty));
         if until != u64::MAX {
             if self.cal.len() >= CAL_SLACK * (self.ents.len() + 64) {
                 // mostly stale: the live readings only (this one among them)
@@ -1437,6 +1465,7 @@ impl Kept {
             a6.span(None, at(7)),
         ];
         let mut r: [(usize, usize); 8] = v.map(|s| (0, s.len()));
+        let g: [&[bool]; 8] = [a0, a1, a2, a3, a4, a4, a5, a6].map(|x| &x.gone[..]);
         const UP: u32 = 0b0001_1100;
         let stream = |i: usize| match i {
             5 => S_UNK,
@@ -1452,7 +1481,7 @@ impl Kept {
             ($i:expr) => {{
                 let i: usize = $i;
                 let j = if i == 5 { 4 } else { i };
-                let (s, (lo, hi)) = (v[j], &mut r[j]);
+                let (s, g, (lo, hi)) = (v[j], g[j], &mut r[j]);
                 has &= !(1 << i);
                 while *lo < *hi {
                     let e = if UP & (1 << i) != 0 {
@@ -1462,7 +1491,7 @@ impl Kept {
                         *hi -= 1;
                         s[*hi]
                     };
-                    if !e.dead {
+                    if !g[e.slot as usize] {
                         (h[i], w[i]) = (e, Self::weight(stream(i), &e, now, typ, slack));
                         has |= 1 << i;
                         break;
@@ -2940,8 +2969,8 @@ mod when_tests {
         for seed in 1..=8u64 {
             let mut rnd = crate::test_rng(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(seed) | 1);
             let (mut st, mut model) = (Stream::default(), BTreeSet::<T>::new());
-            // the engine's chunks: at most one entry each
-            let mut at: BTreeMap<u64, T> = BTreeMap::new();
+            // the engine's chunks: at most one entry each (and its slot)
+            let mut at: BTreeMap<u64, (T, u32)> = BTreeMap::new();
             let spread = [4u64, 64, 1 << 20][seed as usize % 3];
             for round in 0..300 {
                 // now and then a build re-reading many (a radix sort), or
@@ -2953,9 +2982,9 @@ mod when_tests {
                 };
                 for _ in 0..ops {
                     let key = rnd(200) << (seed % 4 * 7);
-                    if let Some(t) = at.remove(&key) {
+                    if let Some((t, slot)) = at.remove(&key) {
                         at_top += st.v.last().is_some_and(|x| (x.ord, x.key) == (t.0, t.1)) as u64;
-                        st.remove(t.0, t.1);
+                        st.remove(slot);
                         assert!(model.remove(&t));
                     }
                     if rnd(5) > 0 {
@@ -2966,9 +2995,9 @@ mod when_tests {
                             rnd(round * 8 + 8)
                         };
                         let t = (ord % spread, key, rnd(3), rnd(2) == 0);
-                        st.insert(KEnt::new(t.0, t.1, t.2, t.3));
+                        let slot = st.insert(KEnt::new(t.0, t.1, t.2, t.3));
                         model.insert(t);
-                        at.insert(key, t);
+                        at.insert(key, (t, slot));
                     }
                 }
                 merged += st.add.len() as u64;
@@ -2977,7 +3006,18 @@ mod when_tests {
                     in_place += (st.add.len() * SMALL_MERGE <= st.v.len() - p) as u64;
                 }
                 st.flush();
-                assert!(st.v.last().is_none_or(|x| !x.dead));
+                assert!(st.v.last().is_none_or(|x| !st.dead(x)));
+                let live = |e: &&KEnt| !st.dead(e);
+                // each slot held by one entry or free (and then gone)
+                let mut held = vec![false; st.gone.len()];
+                for x in &st.v {
+                    assert!(!std::mem::replace(&mut held[x.slot as usize], true));
+                }
+                assert!(st
+                    .free
+                    .iter()
+                    .all(|&f| st.gone[f as usize] && !held[f as usize]));
+                assert_eq!(st.free.len() + st.v.len(), st.gone.len());
                 let all: Vec<T> = model.iter().copied().collect();
                 assert_eq!(
                     items(&mut st.span(None, None).iter().filter(live)),
