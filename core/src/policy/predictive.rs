@@ -341,6 +341,7 @@ impl Inner {
             || step_of(period, steps),
             now,
             k,
+            None,
         );
     }
 
@@ -467,16 +468,22 @@ fn step_of(period: (u64, u64), steps: &[(u64, u64); 8]) -> u64 {
         .map_or(0, |e| e.0)
 }
 
+/// `ChunkModel::shift_span_of`'s answer: the prediction, the end of its
+/// span, whether it is a whole write.
+type Shift = (Option<u64>, u64, bool);
+
 /// `expect`'s prediction for chunk `c`, just accessed at `now`, when it is
 /// a firm one (see `Inner::schedule`); `step`: the workload's step, asked
 /// only when needed; `sc`: `c.strict_cycle()` (the access path has it
-/// already: one rounding of the cycle per access, not two).
+/// already: one rounding of the cycle per access, not two); `shift`: the
+/// step shift's answer when read already (`shift_of`, the access path).
 fn firm_next_of(
     c: &ChunkModel,
     sc: Option<u64>,
     cls: &[ClassCal; CLASSES],
     step: impl FnOnce() -> u64,
     now: u64,
+    shift: Option<Shift>,
 ) -> Option<u64> {
     debug_assert_eq!(sc, c.strict_cycle());
     if c.n < 3 || cls[c.class as usize].fallback {
@@ -484,7 +491,7 @@ fn firm_next_of(
     }
     let step = step();
     if step > 0 && sc.is_none_or(|cy| cy < step / 2) {
-        match c.shift_span_of(now, step) {
+        match shift.unwrap_or_else(|| c.shift_span_of(now, step)) {
             // a whole write next: nothing to copy in ahead of it
             (Some(x), _, false) if x != u64::MAX => return (x > now).then_some(x),
             (Some(_), ..) => return None,
@@ -500,6 +507,7 @@ fn firm_next_of(
 /// `Inner::schedule` for chunk `c` (key `k`) already looked up: the
 /// access path files the chunk it just updated without a second and third
 /// look-up of its key.
+#[allow(clippy::too_many_arguments)]
 fn schedule_of(
     c: &mut ChunkModel,
     sc: Option<u64>,
@@ -508,8 +516,9 @@ fn schedule_of(
     step: impl FnOnce() -> u64,
     now: u64,
     k: u64,
+    shift: Option<Shift>,
 ) {
-    let at = firm_next_of(c, sc, cls, step, now)
+    let at = firm_next_of(c, sc, cls, step, now, shift)
         .filter(|&t| t > now.saturating_add(NEAR))
         .unwrap_or(0);
     let old = std::mem::replace(&mut c.sched, at);
@@ -588,9 +597,15 @@ impl Inner {
                     if let Some(v) = sc {
                         note_step(&mut g.steps, v);
                     }
+                    // its form read now, the step shift's answer shared with
+                    // the calendar: the eviction order reads most chunks
+                    // just accessed (RAG: ~9 a build), where the form held
+                    let step = step_of(g.period, &g.steps);
+                    let fb = g.cls[c.class as usize].fallback;
+                    let shift = Inner::shift_of(now, c, sc, step, fb);
+                    c.form = Inner::form_from(now, c, step, fb, shift);
                     // filed now, as `schedule` would (after the step noted)
-                    let (period, steps) = (g.period, &g.steps);
-                    schedule_of(c, sc, &mut g.cal, &g.cls, || step_of(period, steps), now, k);
+                    schedule_of(c, sc, &mut g.cal, &g.cls, || step, now, k, shift);
                 }
                 None => {
                     // memory allocated again where a chunk was freed
@@ -1576,6 +1591,31 @@ impl Inner {
     /// becomes `Late`) or passes its tolerance (`Late` becomes `Recency`).
     /// `step` is `self.step()`, `fallback` the class's.
     fn form(now: u64, c: &ChunkModel, step: u64, fallback: bool) -> Form {
+        let shift = Self::shift_of(now, c, c.strict_cycle(), step, fallback);
+        Self::form_from(now, c, step, fallback, shift)
+    }
+
+    /// The step shift's answer (`ChunkModel::shift_span_of`) when `form`
+    /// reads it, `sc` being `c.strict_cycle()`.
+    fn shift_of(
+        now: u64,
+        c: &ChunkModel,
+        sc: Option<u64>,
+        step: u64,
+        fallback: bool,
+    ) -> Option<Shift> {
+        let read = c.n >= 2 && !fallback && step > 0 && sc.is_none_or(|cy| cy < step / 2);
+        read.then(|| c.shift_span_of(now, step))
+    }
+
+    /// `form` from the step shift's answer `shift_of` gave.
+    fn form_from(
+        now: u64,
+        c: &ChunkModel,
+        step: u64,
+        fallback: bool,
+        shift: Option<Shift>,
+    ) -> Form {
         let mut f = Form {
             kind: FormKind::Unknown,
             at: 0,
@@ -1592,8 +1632,7 @@ impl Inner {
         if fallback {
             return f;
         }
-        if step > 0 && c.strict_cycle().is_none_or(|cy| cy < step / 2) {
-            let (r, until, whole) = c.shift_span_of(now, step);
+        if let Some((r, until, whole)) = shift {
             f.until = until;
             match r {
                 // for eviction, idle for a whole step reads the model on
@@ -2875,7 +2914,13 @@ mod when_tests {
                     for c in &cands {
                         if let Some(m) = g.chunks.get(&c.key) {
                             let fb = g.cls[m.class as usize].fallback;
-                            reused += m.form.holds(now, step, fb) as u64;
+                            if m.form.holds(now, step, fb) {
+                                // kept since a build or the access: as if read now
+                                reused += 1;
+                                let f = Inner::form(now, m, step, fb);
+                                let q = |f: &Form| (f.kind, f.at, f.whole, f.until);
+                                assert_eq!(q(&m.form), q(&f), "seed {seed} now {now} {c:?}");
+                            }
                         }
                         let kept = g.order_weight_kept(now, step, c);
                         let want = g.order_weight(now, c);
