@@ -1010,7 +1010,7 @@ impl Residency {
         let mut k = 0;
         while k < st.free_events.len() {
             if self.rt.event_done(st.free_events[k]).unwrap_or(false) {
-                return Some(st.free_events.remove(k));
+                return st.free_events.remove(k);
             }
             k += 1;
             if k >= 8 {
@@ -1027,7 +1027,7 @@ impl Residency {
     pub(super) fn use_event(&self, st: &mut State, stream: u64) -> Option<u64> {
         let ev = self.pooled_event(st)?;
         if self.rt.record_event(ev, stream).is_err() {
-            st.free_events.push(ev);
+            st.free_events.push_back(ev);
             return None;
         }
         st.event_refs.insert(ev, 1);

@@ -539,7 +539,10 @@ pub(super) struct State {
     pub in_order: IdMap<(u64, u64)>,
     /// The last place given in `in_order`.
     pub in_last: u64,
-    pub free_events: Vec<u64>,
+    /// Complete-or-pending events to reuse, oldest first: taken from near
+    /// the front (`pooled_event`), so a deque (a Vec's `remove` moved the
+    /// whole pool each time: 32 GiB LoRA step ~293 M instructions).
+    pub free_events: VecDeque<u64>,
     /// Logical clock: one tick per call that touched managed memory.
     pub clock: u64,
     pub recently_freed: VecDeque<u64>,
@@ -704,7 +707,7 @@ impl State {
             event_refs: IdMap::default(),
             in_order: IdMap::default(),
             in_last: 0,
-            free_events: Vec::new(),
+            free_events: VecDeque::new(),
             clock: 0,
             recently_freed: VecDeque::new(),
             pending_free: Vec::new(),
@@ -827,7 +830,7 @@ impl State {
                 if !self.in_order.is_empty() {
                     self.in_order.remove(&ev);
                 }
-                self.free_events.push(ev);
+                self.free_events.push_back(ev);
             }
         }
     }

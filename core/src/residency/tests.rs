@@ -4217,7 +4217,7 @@ fn the_event_pool_hands_out_its_oldest_complete_event_first() {
     let s = a.r.shard_of(0);
     let evs: Vec<u64> = (0..4).map(|_| a.f.create_event().unwrap()).collect();
     let mut st = s.st.lock().unwrap();
-    st.free_events = evs.clone();
+    st.free_events = evs.iter().copied().collect();
     let got: Vec<u64> = (0..4).map(|_| s.pooled_event(&mut st).unwrap()).collect();
     assert_eq!(got, evs, "oldest first");
     assert!(st.free_events.is_empty());
