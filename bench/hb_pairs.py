@@ -7,6 +7,12 @@ iterations, unpinned and pinned to CPU 0; T=8 5,000 per thread, pinned to CPU 0.
 /tmp/f5/hb.py, kept here (BENCHMARKS.md `fast7`).
 
   bench/hb_pairs.py PAIRS BIN...     (BIN: libu3m.so and acl-apps/hookbench)
+  bench/hb_pairs.py --t8 PAIRS BIN...
+
+--t8: aclop_4 at T=8 pinned only (the issue's per-call figure), with the
+median and the 10 % trimmed mean per build: builds that differ only in
+libu3m.so, measured in one run, compare without the VM's drift between
+runs (BENCHMARKS.md, thirty-fourth and thirty-fifth sittings).
 """
 import os, random, re, statistics, subprocess, sys, tempfile
 
@@ -30,20 +36,35 @@ def run(b, lib, t, iters, pin, shm):
 
 
 def main():
-    pairs, bins = int(sys.argv[1]), sys.argv[2:]
+    args = sys.argv[1:]
+    t8 = bool(args) and args[0] == "--t8"
+    if t8:
+        args = args[1:]
+    if len(args) < 2:
+        sys.exit(__doc__)
+    global CASES
+    pairs, bins = int(args[0]), args[1:]
+    configs = ((1, 20000, False), (1, 20000, True), (8, 5000, True))
+    if t8:
+        CASES, configs = "aclop_4", ((8, 5000, True),)
     shm = tempfile.mkdtemp(prefix="u3m-hb.")
     res = {}
     for p in range(pairs):
         order = list(bins)
         random.shuffle(order)
         for b in order:
-            for (t, iters, pin) in ((1, 20000, False), (1, 20000, True), (8, 5000, True)):
+            for (t, iters, pin) in configs:
                 arms = [False, True] if p % 2 == 0 else [True, False]
                 got = {lib: run(b, lib, t, iters, pin, shm) for lib in arms}
                 for c in got[True]:
                     res.setdefault((b, t, pin, c), []).append(got[True][c] - got[False][c])
         print("pair %d done, load %.1f" % (p + 1, os.getloadavg()[0]), file=sys.stderr, flush=True)
     for (b, t, pin, c), v in sorted(res.items()):
+        if t8:
+            w, k = sorted(v), len(v) // 10
+            print("%-24s aclop_4 T=8 pinned median %6.1f ns  trimmed10 %6.1f  (n %d)" % (
+                b, statistics.median(w), statistics.mean(w[k:len(w) - k]), len(w)))
+            continue
         print("%-16s T=%d%s %-17s median %6.1f ns  [%s]" % (
             b.rstrip("/").rsplit("/", 1)[-1], t, " pinned" if pin else "", c,
             statistics.median(v), " ".join("%.0f" % x for x in v)))
