@@ -403,8 +403,10 @@ impl Residency {
         let (mut marks, mut read) = (std::mem::take(&mut o.marks), std::mem::take(&mut o.read));
         let (mut ps, mut p) = (std::mem::take(&mut o.prev_seq), std::mem::take(&mut o.prev));
         let mut edits = std::mem::take(&mut o.edits);
+        // (the last build's candidates, for the check below: copied only
+        // when it runs)
         #[cfg(debug_assertions)]
-        let was = (ps.clone(), p.clone());
+        let was = st.dev(dev).order.checked.then(|| (ps.clone(), p.clone()));
         // the chunks marked since the last build only, when they tell all
         // (else every chunk: `walk_victims`; in tests both, compared)
         let tracked = track_victims(
@@ -419,7 +421,7 @@ impl Residency {
             std::mem::swap(&mut p, &mut cur);
         }
         #[cfg(debug_assertions)]
-        if tracked && st.dev(dev).order.checked {
+        if let (true, Some(was)) = (tracked, &was) {
             check_tracked(st, dev, (&was.0, &was.1), &ps, &p, &gone, &new);
         }
         let structure = st.structure;
