@@ -120,6 +120,14 @@ pub trait Runtime: Send + Sync {
     fn elapsed_ns(&self, _start: u64, _end: u64) -> Result<u64, AclError> {
         Err(AclError::RT_FEATURE_NOT_SUPPORT)
     }
+    /// The runtime itself starts a copy into device memory only after the
+    /// work that last used that memory ended (`u3m replay`'s hand-over
+    /// what-ifs, which answer every event as complete): u3m need not order
+    /// its copy-ins after the copy-outs that freed their HBM. A device
+    /// does not (false).
+    fn orders_pages(&self) -> bool {
+        false
+    }
     /// Pinned host memory.
     fn malloc_host(&self, bytes: u64) -> Result<*mut u8, AclError>;
     fn free_host(&self, ptr: *mut u8) -> Result<(), AclError>;

@@ -90,9 +90,13 @@ pub struct Seen {
     pub pending_answers: BTreeMap<u64, u64>,
     /// Queries answered "complete", per stream the event was recorded on.
     pub done_answers: BTreeMap<u64, u64>,
+    /// `stream_wait` calls, per stream made to wait.
+    pub stream_waits: BTreeMap<u64, u64>,
 }
 
 struct State {
+    /// `Runtime::orders_pages`'s answer (`set_orders_pages`).
+    orders_pages: bool,
     cur_dev: u32,
     /// Each thread has its own current device (as the real runtime's
     /// per-thread context), when set: thread -> device (unset: 0).
@@ -447,6 +451,7 @@ impl Fake {
                 pass_h2d: 0,
                 contexts: HashMap::new(),
                 thread_ctx: HashMap::new(),
+                orders_pages: false,
             }),
         }
     }
@@ -458,6 +463,12 @@ impl Fake {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Answer `Runtime::orders_pages` so (as `u3m replay`'s hand-over
+    /// models do; the fake itself orders nothing by memory).
+    pub fn set_orders_pages(&self, on: bool) {
+        self.lock().orders_pages = on;
     }
 
     /// Each thread gets its own current device (0 until it sets one), as
@@ -991,9 +1002,14 @@ impl Runtime for Fake {
         }
     }
 
+    fn orders_pages(&self) -> bool {
+        self.lock().orders_pages
+    }
+
     fn stream_wait(&self, stream: u64, event: u64) -> Result<(), AclError> {
         let mut st = self.lock();
         st.context(stream, "stream_wait")?;
+        *st.seen.stream_waits.entry(stream).or_insert(0) += 1;
         match st.events.get(&event) {
             Some(None) => Ok(()),
             Some(&Some((s, pos))) => st.queue(stream, Op::Wait { stream: s, pos }),

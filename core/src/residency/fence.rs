@@ -602,6 +602,9 @@ impl Runtime for Fenced {
         }
         self.on_stream(stream, || self.rt.stream_wait(stream, event))
     }
+    fn orders_pages(&self) -> bool {
+        self.rt.orders_pages()
+    }
     fn elapsed_ns(&self, start: u64, end: u64) -> Result<u64, AclError> {
         if !self.settle(start) || !self.settle(end) {
             return Err(AclError::RT_PARAM_INVALID);

@@ -564,9 +564,12 @@ impl Residency {
         // The HBM just freed may take a copy-in on u3m's other stream at
         // once; on a device whose event status runs ahead of its clock (the
         // simulator) that copy must still start after the copy-out ended.
+        // (Not where the runtime orders it by its memory: under `u3m
+        // replay`'s hand-over models the wait would hold every later
+        // copy-in, and the calls waiting for them, behind this copy-out.)
         if let Some(ev) = last {
             let stream = st.dev(dev).stream;
-            if stream != 0 {
+            if stream != 0 && !self.rt.orders_pages() {
                 let _ = self.rt.stream_wait(stream, ev);
             }
             st.unref_event(ev);

@@ -1575,6 +1575,36 @@ fn resident(a: &App, va: u64) -> bool {
     st.chunk(id, i).in_hbm()
 }
 
+/// After a copy-out lands, u3m orders its host-to-device stream after it
+/// (the HBM it freed may take a copy-in at once) — unless the runtime
+/// orders copies by the memory they use itself (`Runtime::orders_pages`:
+/// `u3m replay`'s hand-over models, where that wait held every later
+/// copy-in behind the copy-out).
+#[test]
+fn a_landed_copy_out_orders_u3ms_copy_ins_unless_the_runtime_orders_pages() {
+    for orders in [false, true] {
+        let a = App::new(2, &[]);
+        a.f.set_orders_pages(orders);
+        let vas: Vec<u64> = (0..3).map(|_| a.malloc(CHUNK)).collect();
+        for (k, &va) in vas.iter().enumerate() {
+            a.write(va, &pattern(k as u64, CHUNK));
+            a.f.drain();
+        }
+        // the third write evicted a dirty chunk; reading it back harvests
+        // that copy-out first
+        assert_eq!(a.read(vas[0], CHUNK), pattern(0, CHUNK));
+        let u3m = a.r.shard_of(0).st.lock().unwrap().dev(0).stream;
+        assert_ne!(u3m, 0);
+        let waits = a.f.seen().stream_waits.get(&u3m).copied().unwrap_or(0);
+        if orders {
+            assert_eq!(waits, 0, "the runtime orders it");
+        } else {
+            assert!(waits >= 1, "u3m's stream waits for the copy-out");
+        }
+        a.assert_clean();
+    }
+}
+
 /// u3m's copy-ins on its own stream complete in the order they were
 /// recorded: an eviction's scan that finds one pending takes every later
 /// one for pending without asking (the 8-layer LoRA at 1.5 x HBM: 54

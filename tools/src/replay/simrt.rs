@@ -732,6 +732,11 @@ impl SimRuntime {
 }
 
 impl Runtime for SimRuntime {
+    // the hand-over models gate every copy and call by its pages' last use
+    fn orders_pages(&self) -> bool {
+        self.costs.handover != 0
+    }
+
     fn malloc_physical_host(&self, _dev: u32, bytes: u64) -> Result<u64, AclError> {
         SimRuntime::malloc_physical_host(self, bytes)
     }
