@@ -300,3 +300,94 @@ fn held_gap_sets_the_engine_beside_the_optimum() {
     }
     assert_eq!(phases, 3);
 }
+
+/// bench/plan_schedule.py writes the pipeline bound's optimum as a schedule
+/// and `u3m replay --policy plan` runs it through the engine's pipeline
+/// (under the hand-over model, where the engine may evict a chunk once its
+/// last use is ordered): the steady step moves the optimum's bytes, to the
+/// rounding of fractional chunks, and is not faster than the bound. A
+/// schedule misaligned with the trace is refused, not followed in part.
+#[test]
+fn the_bounds_schedule_moves_its_bytes_through_the_replay_and_no_faster() {
+    let dir = scratch("plan-schedule");
+    let (t3, hbm) = small_13b_trace_steps(&dir, "lora", &[], 3);
+    let (t5, _) = small_13b_trace_steps(&dir, "lora", &[], 5);
+    let plan = dir.join("lora.plan");
+    let made = output_ok(
+        Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
+            .args([&hbm, &t5])
+            .arg(&plan),
+    );
+    assert!(
+        String::from_utf8_lossy(&made.stderr).contains("lines for steps 1..4"),
+        "{made:?}"
+    );
+    let out = output_ok(Command::new("python3").arg(pipeline_script()).args([
+        "--json",
+        "--copy-out-at-eviction",
+        &hbm,
+        &t5,
+    ]));
+    let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = |t: &str, plan: &std::path::Path| {
+        Command::new(target_dir().join("u3m"))
+            .args([
+                "replay", t, "--hbm", &hbm, "--json", "--policy", "plan", "--plan",
+            ])
+            .arg(plan)
+            .args(["--link-model", "shared", "--call-us", "0"])
+            .args(["--issue", "acl-replay", "--event-model", "handover"])
+            .output()
+            .unwrap()
+    };
+    let figures = |t: &str| {
+        let o = run(t, &plan);
+        assert!(o.status.success(), "{o:?}");
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let p = &j["traces"][0]["policies"][0];
+        let rt = &p["runtime"];
+        assert!(p["planned_outs"].as_u64().unwrap() > 0, "{p}");
+        (
+            rt["h2d_bytes"].as_u64().unwrap() as f64,
+            rt["d2h_bytes"].as_u64().unwrap() as f64,
+            p["total_ns"].as_u64().unwrap() as f64,
+        )
+    };
+    let ((i3, o3, n3), (i5, o5, n5)) = (figures(&t3), figures(&t5));
+    let gib = (1u64 << 30) as f64;
+    let (step_in, step_out) = ((i5 - i3) / 2.0 / gib, (o5 - o3) / 2.0 / gib);
+    let (lp_in, lp_out) = (
+        b["in_gib"].as_f64().unwrap(),
+        b["out_gib"].as_f64().unwrap(),
+    );
+    // rounding moves at most a chunk per gap: far under 2 %
+    assert!(
+        (step_in - lp_in).abs() <= 0.02 * lp_in && (step_out - lp_out).abs() <= 0.02 * lp_out,
+        "a step moves {step_in:.4} / {step_out:.4} GiB, the optimum {lp_in:.4} / {lp_out:.4}"
+    );
+    let step_ms = (n5 - n3) / 2.0 / 1e6;
+    assert!(
+        step_ms >= b["bound_ms"].as_f64().unwrap(),
+        "{step_ms:.3} ms below the bound {b}"
+    );
+    // the same schedule shifted by a line names chunks its events do not
+    // touch
+    let shifted = dir.join("shifted.plan");
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let moved: String = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (n, rest) = l.split_once(' ').unwrap();
+            format!("{} {rest}\n", n.parse::<u64>().unwrap() + 1)
+        })
+        .collect();
+    std::fs::write(&shifted, moved).unwrap();
+    let o = run(&t5, &shifted);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(1) && err.contains("shifted.plan:"),
+        "{o:?}"
+    );
+}

@@ -12,6 +12,7 @@ pub(crate) mod floor;
 mod held;
 mod recording;
 mod report;
+mod schedule;
 pub(crate) mod simrt;
 
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ pub struct ReplayArgs {
     /// NVMe tier size (a swap file in a temporary directory) [default: none].
     #[arg(long, value_name = "BYTES", value_parser = size, default_value = "0")]
     pub nvme: u64,
-    /// Policies side by side (seed-heat, lru, markov, predictive, belady).
+    /// Policies side by side (seed-heat, lru, markov, predictive, belady; plan, with --plan).
     #[arg(long, value_name = "P,...", value_delimiter = ',', default_values_t = POLICIES.iter().map(|s| s.to_string()).collect::<Vec<_>>())]
     pub policy: Vec<String>,
     /// Prediction windows W, in operator events (logical ticks).
@@ -143,6 +144,9 @@ pub struct ReplayArgs {
     /// List in the JSON (`audit`, per policy) what u3m moved in each phase between `# train step` comments, per allocation tag: bytes copied in (on demand, ahead), evicted, copied out, and of the evicted what came back in later and within the phase — with whether the policy, when it evicted the chunk, predicted that use or took the chunk for dead (docs/replay.md).
     #[arg(long)]
     pub audit: bool,
+    /// A schedule for the `plan` policy (with --policy ...,plan; one trace): lines 'LINE ADDR [DEV]', each a gap the schedule has the chunk at ADDR out of HBM, after its use on trace line LINE. The policy orders victims as belady with those chunks first and has each evicted once that use is complete — what the schedule costs through the engine's pipeline (bench/plan_schedule.py writes bench/pipeline_bound.py's optimum so; docs/replay.md).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
 }
 
 fn wait_ms(s: &str) -> Result<f64, String> {
@@ -244,10 +248,11 @@ pub fn observed(args: &[String]) -> Result<Observation, ObserveError> {
         drive::UNLIMITED,
         Box::new(u3m_core::policy::Lru::new()),
         None,
+        None,
     )
     .map_err(ObserveError::Engine)?;
-    let p = make_policy(&name, &s, &base.log).map_err(ObserveError::Engine)?;
-    let out = drive::run(&trace, &s, a.hbm, p, None).map_err(ObserveError::Engine)?;
+    let (p, arm) = make_policy(&name, &s, &base.log).map_err(ObserveError::Engine)?;
+    let out = drive::run(&trace, &s, a.hbm, p, None, arm.as_ref()).map_err(ObserveError::Engine)?;
     Ok(Observation {
         trace,
         out,
@@ -324,13 +329,35 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         )));
     }
     for p in &a.policy {
-        if !POLICIES.contains(&p.as_str()) {
+        if p == "plan" && a.plan.is_none() {
+            return Err(CliError::Usage(
+                "--policy plan: the plan policy follows a schedule: give it with --plan FILE"
+                    .into(),
+            ));
+        }
+        if !POLICIES.contains(&p.as_str()) && p != "plan" {
             return Err(CliError::Usage(format!(
-                "--policy: unknown policy '{p}' (known: {})",
+                "--policy: unknown policy '{p}' (known: {}; plan, with --plan)",
                 POLICIES.join(", ")
             )));
         }
     }
+    let plan = match &a.plan {
+        None => None,
+        Some(_) if !a.policy.iter().any(|p| p == "plan") => {
+            return Err(CliError::Usage(
+                "--plan FILE: the schedule is for the plan policy: add plan to --policy (e.g. --policy belady,plan)".into(),
+            ))
+        }
+        Some(_) if a.traces.len() > 1 => {
+            return Err(CliError::Usage(
+                "--plan FILE: a schedule names one trace's lines: give one trace".into(),
+            ))
+        }
+        Some(f) => Some(std::sync::Arc::new(
+            schedule::Plan::load(f).map_err(CliError::Usage)?,
+        )),
+    };
     if a.hbm < (2 << 20) {
         return Err(CliError::Usage(format!(
             "--hbm {}: at least one 2 MiB chunk",
@@ -376,6 +403,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         wait_log_ns: a.wait_log.map(|ms| (ms * 1e6) as u64),
         held: a.held,
         audit: a.audit,
+        plan,
     })
 }
 
@@ -462,8 +490,22 @@ pub fn load(path: &PathBuf) -> Result<Trace, String> {
 }
 
 /// A policy by name, built as the library builds U3M_POLICY's (with the
-/// configuration's parameters); Belady gets the baseline's access log.
+/// configuration's parameters); Belady and plan get the baseline's access
+/// log, plan its driver side too (`schedule::Armer`).
 fn make_policy(
+    name: &str,
+    s: &Setup,
+    log: &[(u64, u64, u3m_core::policy::Touch)],
+) -> Result<(Box<dyn Placement>, Option<schedule::Armer>), String> {
+    if name == "plan" {
+        let plan = s.plan.clone().ok_or("the plan policy needs --plan FILE")?;
+        let (p, arm) = schedule::policy(plan, log.to_vec());
+        return Ok((Box::new(p), Some(arm)));
+    }
+    make_plain_policy(name, s, log).map(|p| (p, None))
+}
+
+fn make_plain_policy(
     name: &str,
     s: &Setup,
     log: &[(u64, u64, u3m_core::policy::Touch)],
@@ -506,20 +548,21 @@ fn replay_trace(
         drive::UNLIMITED,
         Box::new(u3m_core::policy::Lru::new()),
         None,
+        None,
     )?;
     let future = Future::new(&base.log);
     let mut rows = Vec::new();
     let mut unavailable = Vec::new();
     for (i, name) in policies.iter().enumerate() {
         crate::progress::stage(format!("{}, {name} ({}/{steps})", trace.name, i + 2));
-        let p = match make_policy(name, s, &base.log) {
+        let (p, arm) = match make_policy(name, s, &base.log) {
             Ok(p) => p,
             Err(why) => {
                 unavailable.push((name.clone(), why));
                 continue;
             }
         };
-        let out = drive::run(trace, s, hbm, p, Some(&future))?;
+        let out = drive::run(trace, s, hbm, p, Some(&future), arm.as_ref())?;
         if !same_accesses(&out.log, &base.log) {
             return Err(format!(
                 "{}: policy {name}: the engine's logical clock diverged from the baseline run ({} vs {} accesses) — precision/recall and belady would be wrong",
@@ -581,8 +624,8 @@ mod tests {
         };
         let s = setup_for("8M");
         let lru = || Box::new(u3m_core::policy::Lru::new());
-        let run = drive::run(&trace, &s, 8 * MIB, lru(), None).unwrap();
-        let base = drive::run(&trace, &s, drive::UNLIMITED, lru(), None).unwrap();
+        let run = drive::run(&trace, &s, 8 * MIB, lru(), None, None).unwrap();
+        let base = drive::run(&trace, &s, drive::UNLIMITED, lru(), None, None).unwrap();
         assert_eq!(wholes(&run.log), [false, true, true, true]);
         assert_eq!(wholes(&base.log), [true; 4]);
         assert!(same_accesses(&run.log, &base.log));
@@ -590,6 +633,79 @@ mod tests {
         other[1].2 = u3m_core::policy::Touch::new(false, false);
         assert!(!same_accesses(&other, &base.log), "a read for a write");
         assert!(!same_accesses(&base.log[1..], &base.log), "an access fewer");
+    }
+
+    /// `--plan`: the plan policy evicts what the schedule names once its
+    /// last use is complete, and takes its victims where Belady would not;
+    /// a schedule the trace does not match is refused with the entry named,
+    /// not followed in part.
+    #[test]
+    fn the_plan_policy_follows_its_schedule_and_refuses_one_that_does_not_fit() {
+        const C: u64 = 0x3000_0000;
+        let events = vec![
+            Event::alloc(A, 2 * MIB),
+            Event::alloc(B, 2 * MIB),
+            Event::alloc(C, 2 * MIB),
+            Event::op("Fill", &[], &[R8::new(A, 2 * MIB)]),
+            Event::op("Fill", &[], &[R8::new(B, 2 * MIB)]),
+            Event::op("Fill", &[], &[R8::new(C, 2 * MIB)]),
+            Event::op("Use", &[R8::new(B, 2 * MIB), R8::new(C, 2 * MIB)], &[]),
+            Event::op("Use", &[R8::new(A, 2 * MIB)], &[]),
+            Event::op("Use", &[R8::new(C, 2 * MIB)], &[]),
+        ];
+        let trace = Trace {
+            name: "hand".into(),
+            lines: (1..=events.len() as u64).collect(),
+            events,
+            devices: 1,
+            frees: Default::default(),
+        };
+        let base_setup = setup_for("4M");
+        let lru = Box::new(u3m_core::policy::Lru::new());
+        let base = drive::run(&trace, &base_setup, drive::UNLIMITED, lru, None, None).unwrap();
+        let run = |plan: &str| {
+            let mut s = setup_for("4M");
+            s.plan = Some(std::sync::Arc::new(schedule::Plan::parse("p", plan)?));
+            let (p, arm) = make_policy("plan", &s, &base.log)?;
+            drive::run(&trace, &s, 4 * MIB, p, None, arm.as_ref())
+        };
+        // Belady: A for C's room (used again at 8, B at 7), B for A's (never
+        // used again, C at 9)
+        let belady = {
+            let s = setup_for("4M");
+            let (p, _) = make_policy("belady", &s, &base.log).unwrap();
+            drive::run(&trace, &s, 4 * MIB, p, None, None).unwrap()
+        };
+        assert_eq!((belady.tier.evictions, belady.tier.planned_outs), (2, 0));
+        // the same victims planned: A leaves once its fill is done (before
+        // C asks), B is the victim for A; entries past the end are ignored
+        let same = run("4 0x10000000\n7 0x20000000\n99 0x10000000\n").unwrap();
+        assert_eq!(
+            (same.tier.evictions, same.tier.planned_outs),
+            (2, 1),
+            "{:?}",
+            same.tier
+        );
+        // C planned out after line 7: the victim for A although used at 9,
+        // so it comes back, for one eviction more
+        let other = run("4 0x10000000\n7 0x30000000\n").unwrap();
+        assert_eq!(other.tier.evictions, 3, "{:?}", other.tier);
+        assert_eq!(other.tier.faults_in, same.tier.faults_in + 1);
+        for (plan, says) in [
+            ("2 0x10000000", "p:1: the chunk at"),
+            (
+                "4 0x40000000",
+                "p:1: 0x40000000 (device 0) is in no allocation live at hand:4",
+            ),
+            (
+                "4 0x10000000\n0 0x10000000",
+                "p:2: trace line 0 holds no event of hand",
+            ),
+            ("4", "p:1: expected 'LINE ADDR [DEV]'"),
+        ] {
+            let e = run(plan).err().unwrap_or_default();
+            assert!(e.starts_with(says), "{plan}: {e}");
+        }
     }
 
     /// `--discard-frees` reads the trace's `# free` comments once: the
@@ -616,12 +732,12 @@ mod tests {
         let mut s = setup_for("2M");
         s.discard_frees = true;
         let lru = || Box::new(u3m_core::policy::Lru::new());
-        let first = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        let first = drive::run(&trace, &s, 2 * MIB, lru(), None, None).unwrap();
         std::fs::remove_file(&path).unwrap();
-        let again = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        let again = drive::run(&trace, &s, 2 * MIB, lru(), None, None).unwrap();
         assert_eq!(first.tier.eviction_bytes, again.tier.eviction_bytes);
         s.discard_frees = false;
-        let unhinted = drive::run(&trace, &s, 2 * MIB, lru(), None).unwrap();
+        let unhinted = drive::run(&trace, &s, 2 * MIB, lru(), None, None).unwrap();
         assert!(
             first.tier.eviction_bytes < unhinted.tier.eviction_bytes,
             "{} vs {}",

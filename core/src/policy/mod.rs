@@ -151,6 +151,14 @@ pub trait Placement: Send + Sync {
         None
     }
 
+    /// An outside schedule has `key` out of HBM from its latest use on
+    /// (that use the last before a gap): `Residency::evict_planned` evicts
+    /// it once the use is complete (residency/planned.rs; `u3m replay
+    /// --policy plan`).
+    fn plan_out(&self, _key: u64) -> bool {
+        false
+    }
+
     /// Appends to `out` the chunks predicted to be accessed in the ticks
     /// (`now`, `now + d`], as (predicted tick, key), in any order. Cost:
     /// O(log n + chunks due), never a scan of every chunk. Policies without

@@ -75,6 +75,9 @@ counters! {
     /// Dirty chunks a call needed again while their asynchronous copy-out
     /// was in flight: they stayed in HBM, the copy was discarded.
     rescued,
+    /// Chunks evicted where an outside schedule has them leave, once their
+    /// last use before the gap was complete (planned.rs).
+    planned_outs,
     /// Calls that waited for fault-ins and their total wait (ns).
     stall_count,
     stall_ns,

@@ -29,6 +29,7 @@
 //! - `evict`: victim choice, demand and watermark eviction;
 //! - `hostmap`: calls larger than HBM: refused, or run with host-mapped chunks;
 //! - `prefetch`: background copy-ins the policy predicts;
+//! - `planned`: evictions an outside schedule names (`u3m replay --plan`);
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
@@ -49,6 +50,7 @@ mod hostmap;
 mod lifecycle;
 mod lost;
 mod migrate;
+mod planned;
 mod prefetch;
 mod probe;
 mod protocol;

@@ -467,6 +467,15 @@ impl Residency {
         self.owner(va)?.discard(va, bytes)
     }
 
+    /// `u3m replay --policy plan`, after each call: `keys` leave HBM in the
+    /// schedule from now; the noted chunks whose uses are complete are
+    /// evicted (planned.rs).
+    pub fn evict_planned(&self, keys: &[u64]) {
+        for s in self.used_shards() {
+            s.evict_planned(keys);
+        }
+    }
+
     /// aclrtMallocPhysical: Some(handle) when u3m hands out its own handle.
     pub fn malloc_physical(
         &self,

@@ -260,6 +260,9 @@ pub(super) struct Dev {
     pub lost: bool,
     /// The look-ahead prefetch's window, pending chunks and depth.
     pub ahead: super::ahead::Ahead,
+    /// Chunks an outside schedule has out, in the order of their last use,
+    /// evicted once that use is complete (planned.rs).
+    pub planned: VecDeque<(u64, u32)>,
     /// The event recorded after the latest copy-ins on `stream` (one
     /// reference; 0: none yet): complete, the link's host-to-device
     /// direction has nothing queued of u3m's.
@@ -284,6 +287,7 @@ impl Dev {
             capacity: 0,
             lost: false,
             ahead: super::ahead::Ahead::new(),
+            planned: VecDeque::new(),
             last_in: 0,
         }
     }

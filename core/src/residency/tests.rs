@@ -1510,6 +1510,8 @@ struct Script {
     /// `order_top` leaves only the first `k` (as the predictive policy
     /// may: the kept order is then not complete).
     top: bool,
+    /// `plan_out`: the keys an outside schedule has out now.
+    planned: Option<&'static Mutex<std::collections::HashSet<u64>>>,
 }
 
 impl Script {
@@ -1522,6 +1524,7 @@ impl Script {
                 listed: None,
                 ttl: 0,
                 top: false,
+                planned: None,
             },
             at,
         )
@@ -1559,6 +1562,10 @@ impl crate::policy::Placement for Script {
             .copied()
             .filter(|&t| t > now)
     }
+    fn plan_out(&self, key: u64) -> bool {
+        self.planned
+            .is_some_and(|p| p.lock().unwrap().contains(&key))
+    }
     fn upcoming(&self, now: u64, d: u64, out: &mut Vec<(u64, u64)>) {
         for (&k, &t) in self.listed.unwrap_or(self.at).lock().unwrap().iter() {
             if t > now && t <= now + d {
@@ -1573,6 +1580,61 @@ fn resident(a: &App, va: u64) -> bool {
     let st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
     st.chunk(id, i).in_hbm()
+}
+
+/// Evictions an outside schedule names (planned.rs): a chunk the policy
+/// has out after a call leaves once that call's work is complete — not
+/// before, so a dirty one's copy holds what the call wrote — and a chunk
+/// it keeps stays, though HBM has room for neither rule to matter.
+#[test]
+fn a_chunk_the_plan_has_out_leaves_once_its_last_use_ends() {
+    let (mut policy, _at) = Script::new();
+    let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
+    policy.planned = Some(planned);
+    let a = App::with_policy(16, Box::new(policy));
+    a.r.set_look_ahead(false);
+    let (x, y, z) = (a.malloc(CHUNK), a.malloc(CHUNK), a.malloc(CHUNK));
+    a.write(z, &pattern(3, CHUNK));
+    a.f.drain();
+    planned.lock().unwrap().extend([x, z]);
+    let s = a.f.app_stream();
+    // x = z + 7 and y = z + 9, queued (the fake's streams are lazy)
+    let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+        let v = m.read(z, CHUNK);
+        m.write(x, &v.iter().map(|b| b.wrapping_add(7)).collect::<Vec<_>>());
+        m.write(y, &v.iter().map(|b| b.wrapping_add(9)).collect::<Vec<_>>());
+    });
+    a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
+    a.r.evict_planned(&[x, z]);
+    // its work is pending: nothing leaves yet
+    assert_eq!(a.r.counters().planned_outs, 0);
+    assert!(resident(&a, x) && resident(&a, z));
+    a.f.drain();
+    // the next call finds the last uses complete: x (dirty, copied out)
+    // and z (its host copy current only if it was written back: dirty
+    // too, from `write`) leave; y stays
+    a.op(s, &[(y, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+    a.r.evict_planned(&[]);
+    assert_eq!(a.r.counters().planned_outs, 2, "{:?}", a.r.counters());
+    let leaving = |va: u64| {
+        let st = a.r.shard_of(0).st.lock().unwrap();
+        let (id, i) = st.resolve(va).expect("managed");
+        let c = st.chunk(id, i);
+        !c.in_hbm() || c.out_ev != 0
+    };
+    assert!(leaving(x) && leaving(z), "x and z give up their HBM");
+    assert!(!leaving(y), "y is not in the plan: kept");
+    let zp = pattern(3, CHUNK);
+    assert_eq!(
+        a.read(x, CHUNK),
+        zp.iter().map(|b| b.wrapping_add(7)).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        a.read(y, CHUNK),
+        zp.iter().map(|b| b.wrapping_add(9)).collect::<Vec<_>>()
+    );
+    assert_eq!(a.read(z, CHUNK), zp);
+    a.assert_clean();
 }
 
 /// After a copy-out lands, u3m orders its host-to-device stream after it

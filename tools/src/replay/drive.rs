@@ -79,6 +79,8 @@ pub struct Setup {
     /// `--audit`: what u3m moved in each phase, and which evictions it
     /// paid for again (`audit::phases`).
     pub audit: bool,
+    /// `--plan FILE`: the `plan` policy's schedule (schedule.rs).
+    pub plan: Option<std::sync::Arc<super::schedule::Plan>>,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -269,6 +271,7 @@ pub fn run(
     hbm: u64,
     policy: Box<dyn Placement>,
     future: Option<&Future>,
+    plan: Option<&super::schedule::Armer>,
 ) -> Result<RunOut, String> {
     // the Tier keeps a &'static runtime (libu3m.so's lives for the process);
     // one small leak per run
@@ -296,6 +299,7 @@ pub fn run(
         policy,
         future,
         hbm == UNLIMITED,
+        plan,
     );
     if let Some(d) = swap {
         let _ = std::fs::remove_dir_all(d);
@@ -303,6 +307,7 @@ pub fn run(
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_in(
     trace: &Trace,
     s: &Setup,
@@ -311,6 +316,7 @@ fn run_in(
     policy: Box<dyn Placement>,
     future: Option<&Future>,
     baseline: bool,
+    plan: Option<&super::schedule::Armer>,
 ) -> Result<RunOut, String> {
     let cfg = config(s, swap)?;
     if s.observe {
@@ -320,7 +326,8 @@ fn run_in(
     let tier = Residency::with_policy(rt, &cfg, Box::new(rec))?;
     // belady is MIN, the demand-paging optimum the others' bytes are
     // measured against: no look-ahead prefetch (it can only add bytes)
-    if tier.policy().name() == "belady" {
+    // (plan: the schedule's evictions and demand paging, as belady's)
+    if matches!(tier.policy().name(), "belady" | "plan") {
         tier.set_look_ahead(false);
     }
     let heat = Arc::new(HeatTable::new(cfg.max_allocs, cfg.max_ranges));
@@ -358,6 +365,7 @@ fn run_in(
         every_whole: baseline,
         held: Vec::new(),
         audit: Vec::new(),
+        plan,
     };
     let r = d.replay();
     d.sample();
@@ -456,6 +464,8 @@ struct Driver<'a> {
     held: Vec<super::held::Held>,
     /// `Setup::audit`: the phases so far, the last one running.
     audit: Vec<super::audit::Logged>,
+    /// The `plan` policy's driver side: arms each event's entries.
+    plan: Option<&'a super::schedule::Armer>,
 }
 
 impl Driver<'_> {
@@ -474,6 +484,24 @@ impl Driver<'_> {
                     .map_err(String::clone)
             })
             .transpose()?;
+        if let Some(a) = self.plan {
+            // every entry on an event's line (lines ascending); past the
+            // last event, ignored (the trace cut short, as bench/phases.py
+            // replays it)
+            let end = self.trace.lines.last().copied().unwrap_or(0);
+            if let Some((&tl, v)) = a
+                .plan
+                .by_line
+                .iter()
+                .filter(|(&tl, _)| tl <= end && self.trace.lines.binary_search(&tl).is_err())
+                .min_by_key(|(_, v)| v[0].0)
+            {
+                return Err(format!(
+                    "{}:{}: trace line {tl} holds no event of {}",
+                    a.plan.name, v[0].0, self.trace.name
+                ));
+            }
+        }
         let next_use = self.s.held.then(|| super::held::NextUse::new(self.trace));
         let marks = if self.s.held || self.s.audit {
             super::held::marks(self.trace)?
@@ -502,8 +530,30 @@ impl Driver<'_> {
                 o.event_ns.push(self.rt.host_ns());
                 o.map_mark.push(self.rt.maps_logged());
             }
+            let mut armed = Vec::new();
+            if let Some(a) = self.plan {
+                for &(n, dev, addr) in a
+                    .plan
+                    .by_line
+                    .get(&self.trace.lines[k])
+                    .map_or(&[][..], |v| &v[..])
+                {
+                    let va = self.chunk_key(dev, addr).ok_or_else(|| {
+                        format!(
+                            "{}:{n}: {addr:#x} (device {dev}) is in no allocation live at {}:{}",
+                            a.plan.name, self.trace.name, self.trace.lines[k]
+                        )
+                    })?;
+                    a.arm(n, va);
+                    armed.push(va);
+                }
+            }
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
+            if let Some(a) = self.plan {
+                a.after_event();
+                self.tier.evict_planned(&armed);
+            }
             for &(dev, addr) in dead.as_ref().map_or(&[][..], |d| &d[k][..]) {
                 if let Some(va) = self.translate(dev, addr) {
                     self.tier.discard(va, CHUNK);
@@ -516,6 +566,12 @@ impl Driver<'_> {
             }
             self.sample_thin();
             self.background();
+        }
+        if let Some((n, va)) = self.plan.and_then(|a| a.stray()) {
+            return Err(format!(
+                "{}:{n}: the chunk at {va:#x} (managed VA) is not touched by the event on the entry's line",
+                self.plan.map_or("", |a| a.plan.name.as_str())
+            ));
         }
         Ok(())
     }
@@ -577,6 +633,14 @@ impl Driver<'_> {
         let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
         a.va.filter(|_| addr - start < a.bytes.max(1))
             .map(|va| va + (addr - start))
+    }
+
+    /// The policy's key of the chunk holding trace address `addr`: its
+    /// managed VA, chunks counted from the allocation's start.
+    fn chunk_key(&self, dev: u32, addr: u64) -> Option<u64> {
+        let (&start, a) = self.allocs.get(dev as usize)?.range(..=addr).next_back()?;
+        a.va.filter(|_| addr - start < a.bytes.max(1))
+            .map(|va| va + (addr - start) / CHUNK * CHUNK)
     }
 
     fn stream(&mut self, dev: u32, stream: u32) -> u64 {

@@ -66,6 +66,10 @@ impl Placement for Recording {
         self.inner.upcoming(now, d, out)
     }
 
+    fn plan_out(&self, key: u64) -> bool {
+        self.inner.plan_out(key)
+    }
+
     fn place(&self, now: u64, key: u64) -> Option<Place> {
         self.inner.place(now, key)
     }

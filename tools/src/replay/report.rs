@@ -26,6 +26,8 @@ pub struct PolicyRow {
     pub clean_drops: u64,
     pub faults: u64,
     pub evictions: u64,
+    /// Of the evictions, those a `--plan` schedule named (planned.rs).
+    pub planned_outs: u64,
     pub overwrites: u64,
     /// Chunks host-mapped for calls larger than HBM, bytes copied into their
     /// host handles, host-mapped chunks brought back into HBM.
@@ -68,6 +70,7 @@ impl PolicyRow {
             clean_drops: t.clean_drops,
             faults: t.faults_in,
             evictions: t.evictions,
+            planned_outs: t.planned_outs,
             overwrites: t.overwrites,
             host_maps: t.host_maps,
             host_map_bytes: t.host_map_bytes,
@@ -411,6 +414,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                         "clean_drops": p.clean_drops,
                         "faults_in": p.faults,
                         "evictions": p.evictions,
+                        "planned_outs": p.planned_outs,
                         "overwrites": p.overwrites,
                         "host_map": {"maps": p.host_maps, "map_bytes": p.host_map_bytes, "unmaps": p.host_unmaps, "stream_maps": p.stream_maps, "stream_reads": p.stream_reads, "probe_verdicts": p.probe_verdicts, "probe_maps": p.probe_maps},
                         "total_ns": p.total_ns,
