@@ -77,12 +77,14 @@ import joint_bound as jb  # noqa: E402
 CH = mb.CH
 
 
-def cycle(calls, a, b):
+def cycle(calls, a, b, keys=None):
     """The step [a, b) of `calls` as a cycle: (n calls, touched per call,
     groups [(count, gaps, generations, calls touching it)]) where a gap is
     (first call out, last call out (may be < first: it wraps), returns at
     (call or None), copy-in on return?, epoch (hashable, or None: nothing to
-    copy out), first gap of its epoch?, the epoch's write (call))."""
+    copy out), first gap of its epoch?, the epoch's write (call)). With a
+    list `keys`, also appends each group's chunk keys to it, in the groups'
+    order (bench/plan_schedule.py names the chunks)."""
     n = b - a
     acc, freed, written_before = {}, {}, set()
     for t in range(a):
@@ -108,7 +110,10 @@ def cycle(calls, a, b):
             sys.exit(f"chunk {key} outlives neither the step nor lives only in it: "
                      "the cycle needs steps that free what they allocate")
         sig = (transient, tuple(lst), freed.get(key), key in written_before)
-        groups.setdefault(sig, []).append(key[1])
+        groups.setdefault(sig, []).append(key)
+    if keys is not None:
+        keys.extend(list(ks) for ks in groups.values())
+    groups = {sig: [k[1] for k in ks] for sig, ks in groups.items()}
     out = []
     for (transient, lst, fr, before), gens in groups.items():
         m = len(gens)

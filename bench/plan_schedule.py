@@ -38,29 +38,6 @@ def call_lines(path):
     return out
 
 
-def group_keys(calls, a, b):
-    """The chunk keys of each of `pb.cycle(calls, a, b)`'s groups, in its
-    order (the same signatures)."""
-    acc, freed, before = {}, {}, set()
-    for t in range(a):
-        kind, c = calls[t]
-        if kind == 'call':
-            before.update(k for k, (w, _wh) in c.items() if w)
-    for t in range(a, b):
-        kind, c = calls[t]
-        if kind == 'free':
-            for key in c:
-                freed[key] = t - a
-        else:
-            for key, (w, whole) in c.items():
-                acc.setdefault(key, []).append((t - a, not whole, w))
-    keys = {}
-    for key, lst in acc.items():
-        sig = (key in freed, tuple(lst), freed.get(key), key in before)
-        keys.setdefault(sig, []).append(key)
-    return list(keys.values())
-
-
 def main(argv):
     step, first, at_ev, pos = 3, 1, True, []
     while argv:
@@ -84,10 +61,8 @@ def main(argv):
     if len(lines) != len(calls):
         sys.exit(f"{path}: {len(lines)} call lines against {len(calls)} calls")
     a, b = jb.window_start(path, step), jb.window_start(path, step + 1)
-    n, touched, groups = pb.cycle(calls, a, b)
-    keys = group_keys(calls, a, b)
-    if len(keys) != len(groups) or any(len(k) != g[0] for k, g in zip(keys, groups)):
-        sys.exit("the chunk groups do not match pipeline_bound.cycle's")
+    keys = []
+    n, touched, groups = pb.cycle(calls, a, b, keys)
     beta = 25.0 * 1e3 / mb.CH
     r = pb.solve(n, touched, groups, times[a:b], hbm // mb.CH, beta, jb.alloc_tags(path), at_ev)
     lp = r["lp"]

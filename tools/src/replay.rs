@@ -595,6 +595,17 @@ mod tests {
         setup(&p.a).unwrap()
     }
 
+    /// A trace of `events`, one per line, on one device.
+    fn hand(events: Vec<Event>) -> Trace {
+        Trace {
+            name: "hand".into(),
+            lines: (1..=events.len() as u64).collect(),
+            events,
+            devices: 1,
+            frees: Default::default(),
+        }
+    }
+
     /// Whether each logged access was known to write its chunk whole.
     fn wholes(log: &[(u64, u64, u3m_core::policy::Touch)]) -> Vec<bool> {
         log.iter().map(|e| e.2.whole()).collect()
@@ -615,13 +626,7 @@ mod tests {
             Event::op("Fill", &[], &[R8::new(B, 4 * MIB)]),
             Event::op("Fill", &[], &[R8::new(A, 2 * MIB)]),
         ];
-        let trace = Trace {
-            name: "hand".into(),
-            lines: (1..=events.len() as u64).collect(),
-            events,
-            devices: 1,
-            frees: Default::default(),
-        };
+        let trace = hand(events);
         let s = setup_for("8M");
         let lru = || Box::new(u3m_core::policy::Lru::new());
         let run = drive::run(&trace, &s, 8 * MIB, lru(), None, None).unwrap();
@@ -653,13 +658,7 @@ mod tests {
             Event::op("Use", &[R8::new(A, 2 * MIB)], &[]),
             Event::op("Use", &[R8::new(C, 2 * MIB)], &[]),
         ];
-        let trace = Trace {
-            name: "hand".into(),
-            lines: (1..=events.len() as u64).collect(),
-            events,
-            devices: 1,
-            frees: Default::default(),
-        };
+        let trace = hand(events);
         let base_setup = setup_for("4M");
         let lru = Box::new(u3m_core::policy::Lru::new());
         let base = drive::run(&trace, &base_setup, drive::UNLIMITED, lru, None, None).unwrap();

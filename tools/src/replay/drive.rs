@@ -630,17 +630,22 @@ impl Driver<'_> {
 
     /// The Tier's VA for a trace range (None: unmanaged memory).
     fn translate(&self, dev: u32, addr: u64) -> Option<u64> {
-        let (&start, a) = self.allocs[dev as usize].range(..=addr).next_back()?;
-        a.va.filter(|_| addr - start < a.bytes.max(1))
-            .map(|va| va + (addr - start))
+        self.managed_at(dev, addr).map(|(va, off)| va + off)
     }
 
     /// The policy's key of the chunk holding trace address `addr`: its
     /// managed VA, chunks counted from the allocation's start.
     fn chunk_key(&self, dev: u32, addr: u64) -> Option<u64> {
+        self.managed_at(dev, addr)
+            .map(|(va, off)| va + off / CHUNK * CHUNK)
+    }
+
+    /// The managed VA of the live allocation holding trace address `addr`,
+    /// and `addr`'s offset in it.
+    fn managed_at(&self, dev: u32, addr: u64) -> Option<(u64, u64)> {
         let (&start, a) = self.allocs.get(dev as usize)?.range(..=addr).next_back()?;
         a.va.filter(|_| addr - start < a.bytes.max(1))
-            .map(|va| va + (addr - start) / CHUNK * CHUNK)
+            .map(|va| (va, addr - start))
     }
 
     fn stream(&mut self, dev: u32, stream: u32) -> u64 {
