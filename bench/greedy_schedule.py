@@ -95,19 +95,9 @@ def schedule(calls, times, cap, step1, n, lin, lout):
             if key in res:
                 continue
             if len(res) >= cap:
-                aside = []
-                while True:
-                    if not heap:
-                        sys.exit(f"call {t} touches more chunks than HBM holds ({cap})")
-                    e = heapq.heappop(heap)
-                    if e[1] not in res or ver.get(e[1]) != e[2]:
-                        continue
-                    if e[1] in c:
-                        aside.append(e)
-                        continue
-                    break
-                for a in aside:
-                    heapq.heappush(heap, a)
+                e = mb.top_victim(heap, res, ver, c)
+                if e is None:
+                    sys.exit(f"call {t} touches more chunks than HBM holds ({cap})")
                 v = e[1]
                 res.discard(v)
                 if v in dirty:

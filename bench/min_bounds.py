@@ -131,6 +131,24 @@ def accesses(calls):
     return acc
 
 
+def top_victim(heap, res, ver, c):
+    """The first valid entry of `heap` (entries (key, chunk, version); valid:
+    the chunk is in `res` and `ver` has that version) whose chunk the call's
+    chunks `c` do not include, or None; the heap is left as it was."""
+    aside, found = [], None
+    while heap:
+        e = heapq.heappop(heap)
+        if e[1] not in res or ver.get(e[1]) != e[2]:
+            continue
+        aside.append(e)
+        if e[1] not in c:
+            found = e
+            break
+    for e in aside:
+        heapq.heappush(heap, e)
+    return found
+
+
 def min_in(calls, cap, bypass):
     """Belady's MIN on copy-in bytes, whole writes known dead; with bypass a
     chunk absent when a call touches it may stay out (read or written over the
@@ -150,20 +168,7 @@ def min_in(calls, cap, bypass):
     res, written, heap, ver, fetched = set(), set(), [], {}, 0
 
     def victim(c):
-        """The valid heap entry of a resident chunk the call does not touch
-        that is needed last, or None; the heap is left as it was."""
-        aside, found = [], None
-        while heap:
-            e = heapq.heappop(heap)
-            if e[1] not in res or ver.get(e[1]) != e[2]:
-                continue
-            aside.append(e)
-            if e[1] not in c:
-                found = e
-                break
-        for e in aside:
-            heapq.heappush(heap, e)
-        return found
+        return top_victim(heap, res, ver, c)
 
     for t, (kind, c) in enumerate(calls):
         if kind == 'free':
