@@ -16,9 +16,10 @@ touch with the highest
 
 leaves: the copy-in priced only if the next access reads it (not a whole
 write) and there is data to read, the copy-out only if it is dirty (u3m
-copies out dirty data even when it is dead: it is not told). A chunk with
-nothing to pay (clean and dead) goes first, then one never used again. The
-device times are `load`'s (the replay's 910B4 cost model). Each eviction
+copies out dirty data even when it is dead: it is not told). First go
+clean chunks never used again, then clean ones whose next access writes
+them whole (nothing to pay either way), then dirty ones never used again
+(their copy-out only), then the rest by the ratio. The device times are `load`'s (the replay's 910B4 cost model). Each eviction
 becomes a plan line `LINE ADDR`: the chunk at ADDR leaves after its last
 use before the eviction, on trace line LINE (as plan_schedule.py's lines;
 the replay evicts it once that use completes). Lines are written for the
