@@ -301,6 +301,19 @@ fn held_gap_sets_the_engine_beside_the_optimum() {
     assert_eq!(phases, 3);
 }
 
+/// `u3m replay TRACE --policy plan --plan PLAN` under the hand-over model,
+/// JSON out: how the schedule tests run a schedule through the pipeline.
+fn plan_replay(trace: impl AsRef<std::ffi::OsStr>, hbm: &str, plan: &std::path::Path) -> Command {
+    let mut c = Command::new(target_dir().join("u3m"));
+    c.arg("replay")
+        .arg(trace)
+        .args(["--hbm", hbm, "--json", "--policy", "plan", "--plan"])
+        .arg(plan)
+        .args(["--link-model", "shared", "--call-us", "0"])
+        .args(["--issue", "acl-replay", "--event-model", "handover"]);
+    c
+}
+
 /// bench/plan_schedule.py writes the pipeline bound's optimum as a schedule
 /// and `u3m replay --policy plan` runs it through the engine's pipeline
 /// (under the hand-over model, where the engine may evict a chunk once its
@@ -330,17 +343,7 @@ fn the_bounds_schedule_moves_its_bytes_through_the_replay_and_no_faster() {
         &t5,
     ]));
     let b: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run = |t: &str, plan: &std::path::Path| {
-        Command::new(target_dir().join("u3m"))
-            .args([
-                "replay", t, "--hbm", &hbm, "--json", "--policy", "plan", "--plan",
-            ])
-            .arg(plan)
-            .args(["--link-model", "shared", "--call-us", "0"])
-            .args(["--issue", "acl-replay", "--event-model", "handover"])
-            .output()
-            .unwrap()
-    };
+    let run = |t: &str, plan: &std::path::Path| plan_replay(t, &hbm, plan).output().unwrap();
     let figures = |t: &str| {
         let o = run(t, &plan);
         assert!(o.status.success(), "{o:?}");
@@ -432,15 +435,7 @@ fn a_greedy_schedule_moves_its_own_bytes_through_the_replay() {
     let head = dir.join("head.trace");
     std::fs::write(&head, &text[..cut]).unwrap();
     let run = |t: &std::path::Path| -> (f64, f64, u64, u64) {
-        let o = output_ok(
-            Command::new(target_dir().join("u3m"))
-                .arg("replay")
-                .arg(t)
-                .args(["--hbm", &hbm, "--json", "--policy", "plan", "--plan"])
-                .arg(&plan)
-                .args(["--link-model", "shared", "--call-us", "0"])
-                .args(["--issue", "acl-replay", "--event-model", "handover"]),
-        );
+        let o = output_ok(&mut plan_replay(t, &hbm, &plan));
         let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let p = &j["traces"][0]["policies"][0];
         (
