@@ -151,7 +151,7 @@ def cycle(calls, a, b, keys=None):
     return n, touched, out
 
 
-def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
+def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False, min_gap_us=0.0):
     """The LP's optimum: {"step_us", "stall_us", "in_gib", "out_gib",
     "by_tag": {tag: [GiB in, GiB out]}, "calls": per call (µs it takes with
     its stall, chunks copied in for it, chunks of copy-outs its write
@@ -160,7 +160,11 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     allocation generation -> tag (a group's bytes shared among its
     members' tags). `at_eviction`: every copy-out starts when its chunk is
     evicted and holds the page until it ends (no write-back ahead of the
-    eviction, as u3m's engine copies out). "lp": what `held_at` reads."""
+    eviction, as u3m's engine copies out). `min_gap_us`: no chunk leaves HBM
+    for a gap before a use that takes less device time than that (a
+    schedule for a host running that far ahead: bench/plan_schedule.py);
+    no longer a bound on every schedule. "lp": what `held_at` reads;
+    "held_gaps": how many gaps `min_gap_us` kept in HBM."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
     if max(touched) > cap:
@@ -244,11 +248,19 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     A_ub = coo_matrix((uv, (ur, uc)), shape=(row[0], nv)).tocsr()
     c = np.zeros(nv)
     c[isg:isg + n] = 1.0
-    bounds = [(0, g[0]) for g in gaps] * 2 + [(None, None)] * n + [(0, None)] * (4 * n)
+    # `min_gap_us`: a gap shorter than that (device time of the calls
+    # between its two uses) keeps its chunks in HBM
+    cum = np.concatenate([[0.0], np.cumsum(d)])
+    held = set(j for j, (m, s, e, ret, *_r) in enumerate(gaps)
+               if ret is not None and min_gap_us > 0
+               and (cum[e + 1] - cum[s] if s <= e else cum[n] - cum[s] + cum[e + 1]) < min_gap_us)
+    bounds = [(0, 0 if j in held else g[0]) for j, g in enumerate(gaps)] + \
+        [(0, g[0]) for g in gaps] + [(None, None)] * n + [(0, None)] * (4 * n)
     r = linprog(c, A_ub=A_ub, b_ub=ub, A_eq=A_eq, b_eq=np.zeros(n), bounds=bounds,
                 method="highs")
     if r.status != 0:
-        sys.exit(f"LP not solved: {r.message}")
+        sys.exit(f"LP not solved: {r.message}" + (
+            f" (--min-gap-us {min_gap_us:g} keeps {len(held)} gaps in HBM)" if held else ""))
     # of the schedules that fast, the fewest bytes (the optimum is not
     # unique: what it moves is otherwise one arbitrary vertex's)
     bounds[isg:isg + n] = [(0, None)] * n
@@ -279,7 +291,7 @@ def solve(n, touched, groups, times, cap, beta, tags=None, at_eviction=False):
     # what `held_at` reads back: the optimum's chunks out per gap, P, B, D
     lp = {"gaps": gaps, "owner": owner, "out": x[ix:ix + ng], "P": x[ip:ip + n],
           "B": x[ib:ib + n], "D": x[idd:idd + n], "groups": groups, "tags": tags,
-          "cap": cap, "touched": touched}
+          "cap": cap, "touched": touched, "held_gaps": len(held)}
     return {"step_us": float(d.sum()) + stall, "stall_us": stall, "in_gib": bin_ * CH / 2**30,
             "out_gib": bout * CH / 2**30, "by_tag": by, "calls": calls, "lp": lp}
 

@@ -459,3 +459,101 @@ fn a_greedy_schedule_moves_its_own_bytes_through_the_replay() {
         "{planned} planned evictions of {lines} lines, {evictions} in all"
     );
 }
+
+/// For each entry of a schedule (LINE ADDR), the device time (min_bounds'
+/// cost model) of the calls between that use of the chunk and its next
+/// one: the least such gap over the entries whose chunk is used again, and
+/// how many those are. Computed from the trace, not from the LP's gaps.
+fn least_gap_us(trace: &str, plan: &std::path::Path) -> (f64, u64) {
+    const CHECK: &str = r##"
+import sys
+sys.path.insert(0, sys.argv[1])
+import min_bounds as mb, plan_schedule as ps
+trace, plan = sys.argv[2], sys.argv[3]
+times = []
+calls = mb.load(trace, times)
+at = {ln: k for k, ln in enumerate(ps.call_lines(trace))}
+least, n = float("inf"), 0
+for line in open(plan):
+    if line.startswith("#"):
+        continue
+    ln, addr = line.split()[:2]
+    k, addr = at[int(ln)], int(addr, 16)
+    key = next(c for c in calls[k][1] if c[0] + c[2] * mb.CH == addr)
+    for j in range(k + 1, len(calls)):
+        if calls[j][0] == "call" and key in calls[j][1]:
+            least = min(least, sum(times[k + 1:j]))
+            n += 1
+            break
+print(least, n)
+"##;
+    let o = output_ok(
+        Command::new("python3")
+            .args(["-c", CHECK])
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench"))
+            .arg(trace)
+            .arg(plan),
+    );
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let (least, n) = text.trim().split_once(' ').unwrap();
+    (least.parse().unwrap(), n.parse().unwrap())
+}
+
+/// bench/plan_schedule.py --min-gap-us G: the LP keeps in HBM every chunk
+/// whose gap before its next use is under G µs of device time (a host that
+/// far ahead could not map it back in time), so no entry of the schedule
+/// has a chunk out for less, where the unconstrained schedule has; and the
+/// constrained schedule is still one the replay follows to its bytes.
+#[test]
+fn a_schedule_kept_from_short_gaps_has_no_chunk_out_for_less() {
+    let dir = scratch("min-gap-schedule");
+    let (t3, hbm) = small_13b_trace_steps(&dir, "lora", &[], 3);
+    let (t5, _) = small_13b_trace_steps(&dir, "lora", &[], 5);
+    let make = |name: &str, gap: &str| {
+        let plan = dir.join(name);
+        let o = output_ok(
+            Command::new("python3")
+                .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
+                .args(["--min-gap-us", gap, &hbm, &t5])
+                .arg(&plan),
+        );
+        (plan, String::from_utf8_lossy(&o.stderr).to_string())
+    };
+    let (free, _) = make("free.plan", "0");
+    let (least0, n0) = least_gap_us(&t5, &free);
+    let gap = 4000.0;
+    assert!(
+        n0 > 100 && least0 < gap,
+        "the unconstrained schedule's least gap {least0:.1} µs over {n0} entries: the test needs one under {gap}"
+    );
+    let (kept, err) = make("kept.plan", &format!("{gap}"));
+    let (least, n) = least_gap_us(&t5, &kept);
+    assert!(
+        n > 100 && least >= gap,
+        "a chunk out for {least:.1} µs of {n} entries under --min-gap-us {gap}: {err}"
+    );
+    assert!(err.contains("gaps kept in HBM"), "{err}");
+    // the LP's bytes ("in A / out B GiB;"), as the replay's steady step moves them
+    let lp = err
+        .split_once("ms, in ")
+        .and_then(|(_, r)| r.split_once(" GiB;"))
+        .map(|(t, _)| t.split_once(" / out ").unwrap())
+        .map(|(a, b)| (a.parse::<f64>().unwrap(), b.parse::<f64>().unwrap()))
+        .unwrap_or_else(|| panic!("{err}"));
+    let bytes = |t: &str| {
+        let o = output_ok(&mut plan_replay(t, &hbm, &kept));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let rt = &j["traces"][0]["policies"][0]["runtime"];
+        (
+            rt["h2d_bytes"].as_u64().unwrap() as f64,
+            rt["d2h_bytes"].as_u64().unwrap() as f64,
+        )
+    };
+    let ((i3, o3), (i5, o5)) = (bytes(&t3), bytes(&t5));
+    let gib = (1u64 << 30) as f64;
+    let (sin, sout) = ((i5 - i3) / 2.0 / gib, (o5 - o3) / 2.0 / gib);
+    assert!(
+        (sin - lp.0).abs() <= 0.02 * lp.0 && (sout - lp.1).abs() <= 0.02 * lp.1,
+        "a step moves {sin:.4} / {sout:.4} GiB, the constrained optimum {lp:?}"
+    );
+}
