@@ -259,8 +259,9 @@ impl<T: Send + 'static, S> Registry<T, S> {
     }
 
     /// [`mine`](Self::mine) with the calling thread's `LAST` looked up
-    /// already (`here`: [`Here::now`] on this thread).
-    #[inline]
+    /// already (`here`: [`Here::now`] on this thread). Always inlined: its
+    /// fast path is a compare (the slow path is out of line).
+    #[inline(always)]
     pub(crate) fn mine_in<R>(
         &self,
         here: Option<Here>,
