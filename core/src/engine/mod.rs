@@ -826,7 +826,7 @@ impl Engine {
         // (heat/pending.rs): applied in batches and before any reader
         self.heat.record_ranges_in(
             ranges,
-            &Access {
+            Access {
                 seq,
                 ns,
                 class,
