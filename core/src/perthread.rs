@@ -207,11 +207,14 @@ impl Here {
         LAST.try_with(|l| Here(std::ptr::NonNull::from(l))).ok()
     }
 
+    /// Slot `slot` (< SLOTS: a registry's, checked when it was made).
     #[inline]
     fn get(self, slot: usize) -> (u64, *const ()) {
+        debug_assert!(slot < SLOTS);
         // SAFETY: the calling thread's `LAST` (`Here` is not `Send`), alive
-        // as long as the thread
-        unsafe { self.0.as_ref()[slot].get() }
+        // as long as the thread; `slot` is in bounds (`Registry::new`
+        // asserts it of every registry's slot)
+        unsafe { self.0.as_ref().get_unchecked(slot).get() }
     }
 }
 
