@@ -212,7 +212,7 @@ impl HeatTable {
     /// buffer, never through a copy in memory (the unbuffered paths, out of
     /// line, get them in registers; `a.write` is not used, as in
     /// `touch_ranges`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn record_ranges_in(
         &self,
         ranges: &[crate::engine::Range],
@@ -281,7 +281,7 @@ impl HeatTable {
     /// Appends the call's raw ranges to the thread's buffer (resolved when
     /// it is applied: `apply`); a buffer that cannot take them is applied
     /// first, a call with more ranges than a buffer holds resolved at once.
-    #[inline]
+    #[inline(always)]
     fn record_in(&self, buf: &Buf, ranges: &[Range], a: Access) {
         let mut p = buf.lock();
         if p.raw.len() == RAW_CALLS || p.raw_ranges.len() + ranges.len() > RAW_RANGES {
