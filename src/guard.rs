@@ -2,14 +2,19 @@
 //! (the runtime calling a hooked name internally, or u3m's own work) takes the
 //! plain pass-through path.
 //!
-//! The glue's per-thread state is one const-initialised thread-local with no
-//! destructor (`THREAD`): the guard flag, the device the thread set, and the
-//! launch range buffers (`hooks/ranges.rs`). A hooked call looks it up once,
-//! in `Guard::enter`, and reaches the rest through the guard (a cdylib's
-//! thread-local costs a `__tls_get_addr` call per lookup: BENCHMARKS.md
-//! `fast4`). Touching it never allocates or registers anything; it stays
-//! usable while the thread exits (other thread-locals' destructors may make
-//! hooked calls), and a call made then is tracked as any other.
+//! The glue's per-thread state is one zero-initialised thread-local block
+//! with no destructor (`Thread`, `this_thread`): the guard flag, the device
+//! the thread set, and the launch range buffers (`hooks/ranges.rs`). A
+//! hooked call looks it up once, in `Guard::enter`, and reaches the rest
+//! through the guard. On x86-64 Linux the block is a TLS symbol of this
+//! library reached with the initial-exec model (the thread pointer plus an
+//! offset the loader put in the GOT: two instructions), where a Rust
+//! thread-local of a cdylib costs a `__tls_get_addr` call per lookup
+//! (BENCHMARKS.md `fast4`); libu3m.so is loaded at start-up (LD_PRELOAD),
+//! so its block is in every thread's static TLS. Touching it never
+//! allocates or registers anything; it stays usable while the thread exits
+//! (other thread-locals' destructors may make hooked calls), and a call
+//! made then is tracked as any other.
 //!
 //! It also holds the thread's row of hook call counts in the stats segment
 //! (`Thread::count_call`): taken on the thread's first hooked call, given
@@ -21,12 +26,15 @@ use std::cell::Cell;
 use u3m_core::engine::{Engine, Here, Range};
 use u3m_core::shm::ThreadCalls;
 
-/// One thread's state in the glue.
+/// One thread's state in the glue. Its initial state is all zero bytes
+/// (every field's zero is a valid value, and the one wanted: see
+/// `a_zeroed_block_is_a_new_threads_state`).
 pub struct Thread {
     /// Inside u3m now.
     inside: Cell<bool>,
-    /// The device this thread set with aclrtSetDevice (-1: none seen yet).
-    device: Cell<i32>,
+    /// The device this thread set with aclrtSetDevice, as its complement
+    /// (`!dev`: 0 is -1, none seen yet).
+    device_not: Cell<i32>,
     /// The launch range buffers (`hooks/ranges.rs`): owned boxes, null when
     /// none is kept (not made yet, taken by a call in progress, or freed at
     /// thread exit).
@@ -46,6 +54,7 @@ pub struct Thread {
     /// The core's per-thread look-up of this thread (`Here`, kept from the
     /// thread's first hooked call: `count_call_first`), handed to
     /// `Engine::run_in` so a launch looks up no thread-local of its own.
+    /// (None is a null word: `Here` is a transparent non-null pointer.)
     here: Cell<Option<Here>>,
 }
 
@@ -66,17 +75,37 @@ pub(crate) struct OpName {
     pub(crate) hash: Cell<u64>,
 }
 
+// The block: zero bytes in this library's TLS segment (.tbss), one per
+// thread, reached through its initial-exec offset (`this_thread`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+std::arch::global_asm!(
+    ".pushsection .tbss.u3m_glue_thread,\"awT\",@nobits",
+    ".p2align {align}",
+    // global for the other objects of this library, hidden from others
+    ".globl u3m_glue_thread",
+    ".hidden u3m_glue_thread",
+    ".type u3m_glue_thread,@object",
+    ".size u3m_glue_thread,{size}",
+    "u3m_glue_thread:",
+    ".zero {size}",
+    ".popsection",
+    size = const std::mem::size_of::<Thread>(),
+    align = const std::mem::align_of::<Thread>().trailing_zeros(),
+);
+
+// Elsewhere a const thread-local with the same (zero) initial state.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 thread_local! {
     static THREAD: Thread = const {
         Thread {
             inside: Cell::new(false),
-            device: Cell::new(-1),
+            device_not: Cell::new(0),
             ranges: [const { Cell::new(std::ptr::null_mut()) }; 2],
             reap: Cell::new(0),
             op_name: OpName {
                 len: Cell::new(0),
                 bytes: Cell::new([0; OP_NAME_BYTES]),
-                class: Cell::new(u3m_core::opclass::OpClass::Other),
+                class: Cell::new(u3m_core::opclass::OpClass::MatMul),
                 hash: Cell::new(0),
             },
             calls: Cell::new(std::ptr::null()),
@@ -84,6 +113,9 @@ thread_local! {
             here: Cell::new(None),
         }
     };
+}
+
+thread_local! {
     /// Registered with the thread's row of call counts: gives it back when
     /// the thread exits.
     static GIVE_BACK: GiveBack = const { GiveBack };
@@ -105,9 +137,31 @@ impl Drop for GiveBack {
     }
 }
 
-/// This thread's state. The block of a const thread-local without a
-/// destructor lives as long as its thread: a reference to it is used on
-/// this thread only (nothing that holds one is `Send`).
+/// This thread's state. A thread's TLS block (no destructor) lives as long
+/// as its thread: a reference to it is used on this thread only (nothing
+/// that holds one is `Send`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn this_thread() -> &'static Thread {
+    let p: usize;
+    // SAFETY: the thread pointer (%fs:0 holds its own address) plus the
+    // block's offset from it, which the loader wrote into the GOT entry
+    // (initial-exec TLS): this thread's `u3m_glue_thread`, sized and
+    // aligned for a `Thread` and zero-initialised, a valid `Thread` (see
+    // the type); `'static` never leaves the thread (Guard is !Send)
+    unsafe {
+        std::arch::asm!(
+            "mov {p}, qword ptr fs:[0]",
+            "add {p}, qword ptr [rip + u3m_glue_thread@GOTTPOFF]",
+            p = out(reg) p,
+            options(pure, readonly, nostack),
+        );
+        &*(p as *const Thread)
+    }
+}
+
+/// This thread's state (see above).
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 #[inline]
 fn this_thread() -> &'static Thread {
     // SAFETY: see above; `'static` never leaves the thread (Guard is !Send)
@@ -150,7 +204,7 @@ impl Thread {
     /// The device this thread set (-1: none seen yet).
     #[inline]
     pub fn device(&self) -> i32 {
-        self.device.get()
+        !self.device_not.get()
     }
 
     /// The thread's row of counts in the stats segment, if it holds one
@@ -222,11 +276,11 @@ pub fn inside() -> bool {
 /// The device this thread set with aclrtSetDevice (-1: none seen yet).
 #[inline]
 pub fn current_device() -> i32 {
-    this_thread().device.get()
+    this_thread().device()
 }
 
 pub fn set_current_device(dev: i32) {
-    this_thread().device.set(dev);
+    this_thread().device_not.set(!dev);
 }
 
 /// This thread's state outside a hooked call (`hooks/ranges.rs`'s exit path).
@@ -238,5 +292,64 @@ impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
         self.thread().inside.set(false);
+    }
+}
+
+// `Option<Here>` is one word, None null (a transparent non-null pointer):
+// the zero bytes of a new thread's block hold None
+const _: () = assert!(std::mem::size_of::<Option<Here>>() == std::mem::size_of::<usize>());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a new thread's block starts as (its zero bytes) is the state
+    /// a thread that has made no hooked call has.
+    #[test]
+    fn a_zeroed_block_is_a_new_threads_state() {
+        // SAFETY: every field of `Thread` is valid all zeros (bool, i32,
+        // raw pointers, u8, byte arrays, u64, `OpClass` 0 = MatMul, and
+        // `Option<Here>`, None by the assertion above)
+        let t: Thread = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+        assert_eq!(t.device(), -1);
+        assert!(!t.inside.get());
+        assert!(t.here().is_none());
+        assert!(t.calls_row().is_none());
+        assert_eq!(
+            (t.calls_state.get(), t.reap.get(), t.op_name.len.get()),
+            (0, 0, 0)
+        );
+        assert!(t.ranges.iter().all(|r| r.get().is_null()));
+    }
+
+    /// Each thread has its own block, starting as a new thread's; it is
+    /// the same block on every look-up of the thread.
+    #[test]
+    fn each_thread_has_its_own_block() {
+        let here = this_thread() as *const Thread as usize;
+        assert_eq!(here, this_thread() as *const Thread as usize);
+        let before = current_device();
+        set_current_device(3);
+        let others: Vec<(usize, i32, i32)> = (0..4)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    let fresh = current_device();
+                    set_current_device(k);
+                    (
+                        this_thread() as *const Thread as usize,
+                        fresh,
+                        current_device(),
+                    )
+                })
+                .join()
+                .unwrap()
+            })
+            .collect();
+        for (k, (at, fresh, set)) in others.into_iter().enumerate() {
+            assert_ne!(at, here);
+            assert_eq!((fresh, set), (-1, k as i32));
+        }
+        assert_eq!(current_device(), 3);
+        set_current_device(before);
     }
 }

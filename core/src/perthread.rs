@@ -194,22 +194,27 @@ thread_local! {
 /// (`LAST` is const, with no destructor), and not `Send` (a raw pointer).
 /// The glue keeps its thread's in its own per-thread state and hands it to
 /// `Engine::run_in` (`engine::Here`).
+/// (Never null, and transparent: `Option<Here>` is one word, None all
+/// zeros, so the glue's zero-initialised per-thread block holds one.)
 #[derive(Clone, Copy)]
-pub struct Here(*const [Cell<(u64, *const ())>; SLOTS]);
+#[repr(transparent)]
+pub struct Here(std::ptr::NonNull<[Cell<(u64, *const ())>; SLOTS]>);
 
 impl Here {
     /// The calling thread's (None: its thread-locals are unavailable).
     #[inline]
     pub fn now() -> Option<Here> {
-        LAST.try_with(|l| Here(l as *const [Cell<(u64, *const ())>; SLOTS]))
-            .ok()
+        LAST.try_with(|l| Here(std::ptr::NonNull::from(l))).ok()
     }
 
+    /// Slot `slot` (< SLOTS: a registry's, checked when it was made).
     #[inline]
     fn get(self, slot: usize) -> (u64, *const ()) {
+        debug_assert!(slot < SLOTS);
         // SAFETY: the calling thread's `LAST` (`Here` is not `Send`), alive
-        // as long as the thread
-        unsafe { (*self.0)[slot].get() }
+        // as long as the thread; `slot` is in bounds (`Registry::new`
+        // asserts it of every registry's slot)
+        unsafe { self.0.as_ref().get_unchecked(slot).get() }
     }
 }
 
@@ -259,8 +264,9 @@ impl<T: Send + 'static, S> Registry<T, S> {
     }
 
     /// [`mine`](Self::mine) with the calling thread's `LAST` looked up
-    /// already (`here`: [`Here::now`] on this thread).
-    #[inline]
+    /// already (`here`: [`Here::now`] on this thread). Always inlined: its
+    /// fast path is a compare (the slow path is out of line).
+    #[inline(always)]
     pub(crate) fn mine_in<R>(
         &self,
         here: Option<Here>,

@@ -820,13 +820,19 @@ impl Engine {
     /// `touch_classified` with the calling thread's `LAST` looked up
     /// already (`here`, perthread.rs).
     fn touch_here(&self, class: OpClass, h: u64, ranges: &[Range], here: Option<Here>) {
+        self.touch_here_inline(class, h, ranges, here)
+    }
+
+    /// `touch_here` inlined into an operator launch's path (`op_here`).
+    #[inline(always)]
+    fn touch_here_inline(&self, class: OpClass, h: u64, ranges: &[Range], here: Option<Here>) {
         let seq = self.seq.fetch_add(1, Relaxed) + 1;
         let ns = coarse_ns();
         // every range at once, merged into this thread's buffer of accesses
         // (heat/pending.rs): applied in batches and before any reader
         self.heat.record_ranges_in(
             ranges,
-            &Access {
+            Access {
                 seq,
                 ns,
                 class,
@@ -861,7 +867,7 @@ impl Engine {
     /// `LAST` looked up already (`here`, perthread.rs), counted in its row
     /// of the stats segment (`row`, `run_in`) when it holds one.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub(crate) fn op_here(
         &self,
         dev: i32,
@@ -873,7 +879,7 @@ impl Engine {
         here: Option<Here>,
         row: Option<&crate::shm::ThreadCalls>,
     ) {
-        self.touch_here(named.0, named.1, ranges, here);
+        self.touch_here_inline(named.0, named.1, ranges, here);
         if self.cfg.debug_panic_at_op != 0 && self.seq.load(Relaxed) >= self.cfg.debug_panic_at_op {
             panic!("U3M_DEBUG_PANIC_AT_OP reached");
         }
@@ -1188,11 +1194,16 @@ impl Engine {
 
     /// While any stream captures, accesses are remembered for the graph.
     /// Outside capture (the common case) this is one relaxed load.
-    #[inline]
+    #[inline(always)]
     fn note_capture(&self, ranges: &[Range]) {
-        if self.capturing.load(Relaxed) == 0 {
-            return;
+        if self.capturing.load(Relaxed) != 0 {
+            self.note_captured(ranges);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_captured(&self, ranges: &[Range]) {
         if let Ok(mut g) = self.graphs.lock() {
             for v in g.capturing.values_mut() {
                 if v.len() < 1 << 16 {

@@ -203,20 +203,24 @@ impl HeatTable {
     /// when the thread's buffers are unavailable (thread exiting).
     #[inline]
     pub fn record_ranges(&self, ranges: &[crate::engine::Range], a: &Access) {
-        self.record_ranges_in(ranges, a, perthread::Here::now())
+        self.record_ranges_in(ranges, *a, perthread::Here::now())
     }
 
     /// [`record_ranges`](Self::record_ranges) with the calling thread's
     /// `LAST` looked up already (perthread.rs: `here` is this thread's).
-    #[inline]
+    /// `a` by value: on the buffered path its fields go straight into the
+    /// buffer, never through a copy in memory (the unbuffered paths, out of
+    /// line, get them in registers; `a.write` is not used, as in
+    /// `touch_ranges`).
+    #[inline(always)]
     pub(crate) fn record_ranges_in(
         &self,
         ranges: &[crate::engine::Range],
-        a: &Access,
+        a: Access,
         here: Option<perthread::Here>,
     ) {
         if self.pending.off.load(Relaxed) {
-            self.touch_ranges(ranges, a);
+            self.touch_ranges_now(ranges, a.seq, a.ns, a.class, a.op_hash);
             return;
         }
         // the thread's buffer found with a closure small enough to inline
@@ -231,23 +235,60 @@ impl HeatTable {
             // while `self` does (perthread.rs): used on this thread, in
             // this call
             Some(b) => self.record_in(unsafe { &*b }, ranges, a),
-            None => {
-                self.touch_ranges(ranges, a);
-            }
+            None => self.touch_ranges_now(ranges, a.seq, a.ns, a.class, a.op_hash),
         }
+    }
+
+    /// `touch_ranges` of an access given by its fields (out of line: the
+    /// unbuffered paths; in registers, so the buffered path never stores
+    /// an `Access` for them). `write` is not used by `touch_ranges`.
+    #[cold]
+    #[inline(never)]
+    fn touch_ranges_now(&self, ranges: &[Range], seq: u64, ns: u64, class: OpClass, h: u64) {
+        let a = Access {
+            seq,
+            ns,
+            class,
+            op_hash: h,
+            write: false,
+        };
+        self.touch_ranges(ranges, &a);
+    }
+
+    /// `resolve_call` of a call wider than a buffer (out of line, as
+    /// `touch_ranges_now`).
+    #[cold]
+    #[inline(never)]
+    fn resolve_call_now(
+        &self,
+        p: &mut Pending,
+        ranges: &[Range],
+        seq: u64,
+        ns: u64,
+        class: OpClass,
+        h: u64,
+    ) {
+        let a = Access {
+            seq,
+            ns,
+            class,
+            op_hash: h,
+            write: false,
+        };
+        self.resolve_call(p, ranges, &a, &mut Memo::default());
     }
 
     /// Appends the call's raw ranges to the thread's buffer (resolved when
     /// it is applied: `apply`); a buffer that cannot take them is applied
     /// first, a call with more ranges than a buffer holds resolved at once.
-    #[inline]
-    fn record_in(&self, buf: &Buf, ranges: &[Range], a: &Access) {
+    #[inline(always)]
+    fn record_in(&self, buf: &Buf, ranges: &[Range], a: Access) {
         let mut p = buf.lock();
         if p.raw.len() == RAW_CALLS || p.raw_ranges.len() + ranges.len() > RAW_RANGES {
             self.apply(&mut p);
         }
         if ranges.len() > RAW_RANGES {
-            self.resolve_call(&mut p, ranges, a, &mut Memo::default());
+            self.resolve_call_now(&mut p, ranges, a.seq, a.ns, a.class, a.op_hash);
         } else {
             push_ranges(&mut p.raw_ranges, ranges);
             let end = p.raw_ranges.len() as u32;

@@ -19,7 +19,7 @@ mod belady;
 mod lru;
 mod markov;
 mod mode;
-mod pending;
+pub(crate) mod pending;
 mod predictive;
 mod predictor;
 mod seed_heat;
@@ -272,6 +272,13 @@ pub trait Placement: Send + Sync {
     /// skip the call, a dynamic call on every call's path (same result).
     /// None: `after_call` is called after every call.
     fn after_call_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
+
+    /// This policy as the per-thread buffering wrapper ([`Buffered`]),
+    /// when it is one: the residency then calls its `on_access_here`
+    /// directly (inlined on every call's path), not through the vtable.
+    fn as_buffered(&self) -> Option<&pending::Buffered> {
         None
     }
 

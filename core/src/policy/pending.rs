@@ -94,7 +94,7 @@ impl Calls {
     }
 
     /// Appends a call (the caller checked `fits`).
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let (a, b) = (self.nk, self.nk + keys.len());
         if let ([key], [write]) = (keys, writes) {
@@ -340,17 +340,12 @@ impl Buffered {
     /// one): applies every buffer first when it does not fit this one.
     /// Inlined into `on_access`'s look-up: one call less per access
     /// (BENCHMARKS.md ninth sitting, `glue10`).
-    #[inline]
+    #[inline(always)]
     fn push(&self, buf: &Buf, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         let mut p = buf.lock();
         if !p.fits(keys.len()) {
-            // full: every thread's calls before this one go first
             drop(p);
-            {
-                let mut r = self.registry();
-                self.apply(&mut r);
-            }
-            p = buf.lock();
+            p = self.make_room(buf);
         }
         p.push(now, class, keys, writes);
         // only this thread sets it, under the buffer's lock (the applier
@@ -362,6 +357,18 @@ impl Buffered {
         if p.n >= DUE_CALLS || p.nk >= DUE_KEYS {
             self.note_due(p.n, p.nk);
         }
+    }
+
+    /// `push` into a full buffer: every thread's calls before this one go
+    /// first; the buffer locked again (out of line: rare).
+    #[cold]
+    #[inline(never)]
+    fn make_room<'b>(&self, buf: &'b Buf) -> perthread::BufGuard<'b, Box<Calls>> {
+        {
+            let mut r = self.registry();
+            self.apply(&mut r);
+        }
+        buf.lock()
     }
 
     /// A buffer holds `n` calls and `nk` keys, at least `DUE_*`: the
@@ -398,6 +405,8 @@ impl Buffered {
     }
 
     /// The call straight to the policy, after everything buffered.
+    #[cold]
+    #[inline(never)]
     fn direct(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
         if self.reg.off.load(Acquire) {
             if self.cut_off.load(Relaxed) {
@@ -487,16 +496,12 @@ fn here_now() -> Option<perthread::Here> {
     perthread::Here::now()
 }
 
-impl Placement for Buffered {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
-        self.on_access_here(None, now, class, keys, writes)
-    }
-
-    fn on_access_here(
+impl Buffered {
+    /// [`Placement::on_access_here`], inlined where the residency calls it
+    /// directly (`Placement::as_buffered`: one call and its frame less on
+    /// every call's path).
+    #[inline(always)]
+    pub(crate) fn access_here(
         &self,
         here: Option<perthread::Here>,
         now: u64,
@@ -525,6 +530,27 @@ impl Placement for Buffered {
             // thread exiting: no buffer
             None => self.direct(now, class, keys, writes),
         }
+    }
+}
+
+impl Placement for Buffered {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn on_access(&self, now: u64, class: u8, keys: &[u64], writes: &[Touch]) {
+        self.on_access_here(None, now, class, keys, writes)
+    }
+
+    fn on_access_here(
+        &self,
+        here: Option<perthread::Here>,
+        now: u64,
+        class: u8,
+        keys: &[u64],
+        writes: &[Touch],
+    ) {
+        self.access_here(here, now, class, keys, writes)
     }
 
     fn on_free(&self, key: u64) {
@@ -646,6 +672,10 @@ impl Placement for Buffered {
 
     fn after_call_flag(&self) -> Option<Arc<AtomicBool>> {
         Some(self.due.clone())
+    }
+
+    fn as_buffered(&self) -> Option<&Buffered> {
+        Some(self)
     }
 
     fn set_applier(&self, t: Thread) {

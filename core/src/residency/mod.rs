@@ -136,6 +136,9 @@ pub struct Shard {
     rt: &'static dyn Runtime,
     fences: &'static fence::Fenced,
     policy: Arc<dyn Placement>,
+    /// `policy` when it is the per-thread buffering wrapper (the usual
+    /// case: `Placement::as_buffered`), called without the vtable.
+    buffered: BufferedRef,
     /// bytes/s the background spill from DRAM to NVMe may write (U3M_SSD_RATE)
     ssd_rate: u64,
     st: state::StLock,
@@ -187,6 +190,29 @@ pub struct Shard {
     /// Set for good once some device's managed memory reached half its HBM
     /// or a chunk was evicted (`whole_writes_matter`).
     crowded: Arc<AtomicBool>,
+}
+
+/// The policy of a `Shard` as [`Buffered`](crate::policy::pending::Buffered),
+/// if it is one: a pointer into the `Arc` the same shard holds (`policy`),
+/// so it lives as long as the shard, and is never moved (an `Arc`'s
+/// contents do not move).
+struct BufferedRef(Option<std::ptr::NonNull<crate::policy::pending::Buffered>>);
+
+// SAFETY: a shared reference to a `Buffered` (Sync: a `Placement`), held
+// alongside the `Arc` that owns it
+unsafe impl Send for BufferedRef {}
+unsafe impl Sync for BufferedRef {}
+
+impl BufferedRef {
+    fn of(policy: &Arc<dyn Placement>) -> BufferedRef {
+        BufferedRef(policy.as_buffered().map(std::ptr::NonNull::from))
+    }
+
+    #[inline(always)]
+    fn get(&self) -> Option<&crate::policy::pending::Buffered> {
+        // SAFETY: see the type: the shard's own `policy` keeps it alive
+        self.0.map(|p| unsafe { p.as_ref() })
+    }
 }
 
 /// What every device's `Shard` shares.
@@ -273,6 +299,7 @@ impl Shard {
             rt: fences,
             fences,
             policy: parts.policy.clone(),
+            buffered: BufferedRef::of(&parts.policy),
             ssd_rate: cfg.ssd_rate.max(1),
             st: state::StLock::new(State::new(parts.dram.clone(), parts.nvme.clone(), first_id)),
             min_bytes: cfg.min_bytes.max(1),

@@ -794,8 +794,12 @@ impl Residency {
         }
         // the policy keys, in the chunks' order (as `tok.writes()`)
         let keys = &keys_of[..all.len()];
-        self.policy
-            .on_access_here(here, clock, class, keys, tok.writes());
+        match self.buffered.get() {
+            Some(b) => b.access_here(here, clock, class, keys, tok.writes()),
+            None => self
+                .policy
+                .on_access_here(here, clock, class, keys, tok.writes()),
+        }
         // the kept victim order re-keys them before its next eviction (evict.rs)
         st.devs[dev_index(dev)].order.note_touched(keys);
         true
