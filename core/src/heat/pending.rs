@@ -245,14 +245,7 @@ impl HeatTable {
     #[cold]
     #[inline(never)]
     fn touch_ranges_now(&self, ranges: &[Range], seq: u64, ns: u64, class: OpClass, h: u64) {
-        let a = Access {
-            seq,
-            ns,
-            class,
-            op_hash: h,
-            write: false,
-        };
-        self.touch_ranges(ranges, &a);
+        self.touch_ranges(ranges, &unbuffered(seq, ns, class, h));
     }
 
     /// `resolve_call` of a call wider than a buffer (out of line, as
@@ -268,13 +261,7 @@ impl HeatTable {
         class: OpClass,
         h: u64,
     ) {
-        let a = Access {
-            seq,
-            ns,
-            class,
-            op_hash: h,
-            write: false,
-        };
+        let a = unbuffered(seq, ns, class, h);
         self.resolve_call(p, ranges, &a, &mut Memo::default());
     }
 
@@ -764,6 +751,20 @@ impl Deferred {
         if let Some(t) = self.thread.get() {
             t.unpark();
         }
+    }
+}
+
+/// The `Access` of an unbuffered path (`touch_ranges_now`,
+/// `resolve_call_now`) from its fields: `write` unused there (each range
+/// carries its own).
+#[inline(always)]
+fn unbuffered(seq: u64, ns: u64, class: OpClass, op_hash: u64) -> Access {
+    Access {
+        seq,
+        ns,
+        class,
+        op_hash,
+        write: false,
     }
 }
 
