@@ -1244,6 +1244,16 @@ impl Engine {
 
     // ---- tier mode ----
 
+    /// A hook is about to queue device work that waits for the host (a
+    /// host function or callback, a value or notify wait): tier mode stops
+    /// ordering its own streams after program work for good
+    /// (`Residency::program_waits_on_host`).
+    pub fn program_waits_on_host(&self) {
+        if let Some(r) = &self.residency {
+            r.program_waits_on_host();
+        }
+    }
+
     pub fn residency(&self) -> Option<&Residency> {
         self.residency.as_ref()
     }
@@ -1494,7 +1504,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"first_touches\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"discards\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"probe_verdicts\": {}, \"probe_maps\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"probe_verdicts\": {}, \"probe_maps\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"handoffs\": {}, \"ordered_outs\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1533,6 +1543,8 @@ impl Engine {
             t.ahead_depth,
             t.prefetch_wasted,
             t.ahead_probes,
+            t.handoffs,
+            t.ordered_outs,
             dram_limit,
             nvme_limit,
             self.lost
