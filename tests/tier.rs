@@ -231,6 +231,42 @@ fn mt_stress_under_constant_eviction_pressure_loses_nothing() {
     );
 }
 
+/// U3M_HANDOFF=on in the library: copy-ins take the HBM of copy-outs still
+/// in flight, ordered after them on the device (core residency/migrate.rs
+/// `take_outgoing`). Training and eight threads under constant eviction
+/// keep every byte, and the hand-off did run.
+#[test]
+fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
+    let args = ["--footprint", "180M", "--steps", "3"];
+    let big = run("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    let (r, s) = tier(
+        "mlp_train",
+        &args,
+        &[("ACLSIM_HBM_BYTES", "128M"), ("U3M_HANDOFF", "on")],
+    );
+    assert_clean(&r, 128 * MIB, "mlp_train");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
+    assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+    let (r, s) = tier(
+        "mt_stress",
+        &["--iters", "120", "--max-bytes", "8M"],
+        &[
+            ("ACLSIM_HBM_BYTES", "48M"),
+            ("U3M_OVERSUB", "4"),
+            ("U3M_HANDOFF", "on"),
+        ],
+    );
+    assert_clean(&r, 48 * MIB, "mt_stress");
+    assert_eq!(
+        r.fact("corrupted_bytes").as_deref(),
+        Some("0"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.fact("verified_bytes").unwrap().parse::<u64>().unwrap() > 0);
+    assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+}
+
 #[test]
 fn meminfo_reports_the_virtual_capacity() {
     let (r, _) = tier(
