@@ -247,6 +247,7 @@ fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
     assert_clean(&r, 128 * MIB, "mlp_train");
     assert_eq!(results(&r.stdout), results(&big.stdout));
     assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["tier"]["host_waits"], false, "{s}");
     let (r, s) = tier(
         "mt_stress",
         &["--iters", "120", "--max-bytes", "8M"],
@@ -265,6 +266,11 @@ fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
     );
     assert!(r.fact("verified_bytes").unwrap().parse::<u64>().unwrap() > 0);
     assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+    // a program that queues a host function: the hook tells the engine
+    // before queuing it (no eviction is then ordered after program work)
+    let (r, s) = tier("rtcheck", &["race"], &[("U3M_HANDOFF", "on")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(s["tier"]["host_waits"], true, "{s}");
 }
 
 #[test]

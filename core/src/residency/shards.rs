@@ -169,6 +169,12 @@ impl Residency {
         }
     }
 
+    /// Whether the program queued work that waits for its host
+    /// (`program_waits_on_host`; U3M_SUMMARY's `tier.host_waits`).
+    pub fn host_waits(&self) -> bool {
+        self.shards[0].host_waits.load(SeqCst)
+    }
+
     /// The policy's `after_call` after a call (engine `resident`), not
     /// called while the policy's flag for it is clear (`after_call_flag`:
     /// it would do nothing).
