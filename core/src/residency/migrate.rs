@@ -504,14 +504,20 @@ impl Residency {
         if let Some(next) = next {
             st.note_move(id, i, MoveKind::Out { dirty: true, next });
         }
-        let dev = st.backings[&id].dev;
+        self.queue_copy_out(st, id, i, out)
+    }
+
+    /// A copy-out started (`start_copy_out`) becomes chunk (id, i)'s
+    /// `Outgoing`, its HBM freed when it lands (`harvest`) — or, with no
+    /// event to know when that is, waited for now.
+    fn queue_copy_out(&self, st: &mut State, id: u64, i: u32, out: CopyOut) -> Result<(), Fail> {
         let Some(ev) = self.use_event(st, out.stream) else {
-            // no event to know when it lands: wait for it now
             self.complete_copy_out(st, out)?;
             self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
             self.release_chunk(st, id, i);
             return Ok(());
         };
+        let dev = st.backings[&id].dev;
         st.chunk_mut(id, i).out_ev = ev;
         st.mark(id, i);
         st.dev_mut(dev).outgoing.push_back(Outgoing {
@@ -559,46 +565,33 @@ impl Residency {
             .map(|u| u.1)
             .filter(|&ev| !self.rt.event_done(ev).unwrap_or(true))
             .collect();
-        for ev in pending {
+        for &ev in &pending {
             self.rt.stream_wait(out, ev)?;
         }
-        self.c.ordered_outs.fetch_add(1, Relaxed);
         if st.chunk(id, i).needs_copy_out() {
             let o = self.start_copy_out(st, id, i)?;
-            let Some(ev) = self.use_event(st, o.stream) else {
-                self.complete_copy_out(st, o)?;
-                self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
-                self.release_chunk(st, id, i);
-                return Ok(());
+            self.queue_copy_out(st, id, i, o)?;
+        } else {
+            // clean: its host copy is current; the mark says when the uses
+            // are done with its HBM
+            let Some(ev) = self.use_event(st, out) else {
+                st.wait_for = pending.first().copied();
+                return Err(Fail::Busy);
             };
+            self.c.clean_drops.fetch_add(1, Relaxed);
             st.chunk_mut(id, i).out_ev = ev;
             st.mark(id, i);
             st.dev_mut(dev).outgoing.push_back(Outgoing {
                 id,
                 i,
-                slot: Some(o.slot),
+                slot: None,
                 ev,
-                staging: o.staging,
-                va: o.scratch.unwrap_or(0),
+                staging: 0,
+                va: 0,
                 taken: 0,
             });
-            return Ok(());
         }
-        let Some(ev) = self.use_event(st, out) else {
-            return Err(Fail::Busy);
-        };
-        self.c.clean_drops.fetch_add(1, Relaxed);
-        st.chunk_mut(id, i).out_ev = ev;
-        st.mark(id, i);
-        st.dev_mut(dev).outgoing.push_back(Outgoing {
-            id,
-            i,
-            slot: None,
-            ev,
-            staging: 0,
-            va: 0,
-            taken: 0,
-        });
+        self.c.ordered_outs.fetch_add(1, Relaxed);
         Ok(())
     }
 
