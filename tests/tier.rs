@@ -212,11 +212,15 @@ fn expandable_segments_and_two_device_allreduce_match() {
 
 #[test]
 fn mt_stress_under_constant_eviction_pressure_loses_nothing() {
-    let (r, s) = tier(
-        "mt_stress",
-        &["--iters", "120", "--max-bytes", "8M"],
-        &[("ACLSIM_HBM_BYTES", "48M"), ("U3M_OVERSUB", "4")],
-    );
+    mt_stress_loses_nothing(&[]);
+}
+
+/// mt_stress (8 threads) on 48 MiB of HBM with `env`: every byte verified,
+/// evictions all along. Returns the summary.
+fn mt_stress_loses_nothing(env: &[(&str, &str)]) -> serde_json::Value {
+    let mut e = vec![("ACLSIM_HBM_BYTES", "48M"), ("U3M_OVERSUB", "4")];
+    e.extend_from_slice(env);
+    let (r, s) = tier("mt_stress", &["--iters", "120", "--max-bytes", "8M"], &e);
     assert_clean(&r, 48 * MIB, "mt_stress");
     assert_eq!(
         r.fact("corrupted_bytes").as_deref(),
@@ -229,6 +233,33 @@ fn mt_stress_under_constant_eviction_pressure_loses_nothing() {
         s["tier"]["evictions"].as_u64().unwrap() > 0,
         "no pressure: {s}"
     );
+    s
+}
+
+/// U3M_HANDOFF=on in the library: copy-ins take the HBM of copy-outs still
+/// in flight, ordered after them on the device (core residency/migrate.rs
+/// `take_outgoing`). Training and eight threads under constant eviction
+/// keep every byte, and the hand-off did run.
+#[test]
+fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
+    let args = ["--footprint", "180M", "--steps", "3"];
+    let big = run("mlp_train", &args, &[("ACLSIM_HBM_BYTES", "2G")]).must_succeed();
+    let (r, s) = tier(
+        "mlp_train",
+        &args,
+        &[("ACLSIM_HBM_BYTES", "128M"), ("U3M_HANDOFF", "on")],
+    );
+    assert_clean(&r, 128 * MIB, "mlp_train");
+    assert_eq!(results(&r.stdout), results(&big.stdout));
+    assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["tier"]["host_waits"], false, "{s}");
+    let s = mt_stress_loses_nothing(&[("U3M_HANDOFF", "on")]);
+    assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{s}");
+    // a program that queues a host function: the hook tells the engine
+    // before queuing it (no eviction is then ordered after program work)
+    let (r, s) = tier("rtcheck", &["race"], &[("U3M_HANDOFF", "on")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(s["tier"]["host_waits"], true, "{s}");
 }
 
 #[test]

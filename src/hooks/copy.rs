@@ -285,7 +285,10 @@ pub unsafe fn value_write(cx: &Cx, real: Real<aclrtValueWrite>, a: aclrtValueWri
 }
 
 /// A stream-ordered wait on an 8-byte device word (a read).
+/// Another thread's later write releases it: work queued after it waits for
+/// the host (`Engine::program_waits_on_host`).
 pub unsafe fn value_wait(cx: &Cx, real: Real<aclrtValueWait>, a: aclrtValueWait) -> aclError {
+    cx.note(|e| e.program_waits_on_host());
     let r = word(a.dev_addr, false);
     cx.run(&stream_op(b"ValueWait", &r, a.stream), || real.call(a))
 }

@@ -20,6 +20,7 @@ mod alloc;
 mod copy;
 mod graph;
 mod hccl;
+mod hostwait;
 mod kernel;
 mod op;
 mod ranges;

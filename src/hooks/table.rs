@@ -7,7 +7,7 @@ use std::os::raw::{c_char, c_int};
 
 use crate::ffi::*;
 
-use super::{aclnn, alloc, copy, graph, hccl, kernel, op, vmm};
+use super::{aclnn, alloc, copy, graph, hccl, hostwait, kernel, op, vmm};
 
 const NS: aclError = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
 const HNS: HcclResult = HCCL_E_NOT_SUPPORT;
@@ -69,6 +69,12 @@ super::hooks! {
     fn aclrtCmoAsync(src: *mut c_void, size: usize, cmo_type: c_int, stream: aclrtStream) -> aclError, NS => copy::cmo_async;
     fn aclrtValueWrite(dev_addr: *mut c_void, value: u64, flag: u32, stream: aclrtStream) -> aclError, NS => copy::value_write;
     fn aclrtValueWait(dev_addr: *mut c_void, value: u64, flag: u32, stream: aclrtStream) -> aclError, NS => copy::value_wait;
+
+    // --- work that waits for the host (hostwait.rs) ---
+    fn aclrtLaunchHostFunc(stream: aclrtStream, func: *mut c_void, args: *mut c_void) -> aclError, NS => hostwait::launch_host_func;
+    fn aclrtLaunchCallback(func: *mut c_void, user_data: *mut c_void, block_type: c_int, stream: aclrtStream) -> aclError, NS => hostwait::launch_callback;
+    fn aclrtWaitAndResetNotify(notify: *mut c_void, stream: aclrtStream, timeout: u32) -> aclError, NS => hostwait::wait_notify;
+    fn aclrtCntNotifyWaitWithTimeout(cnt_notify: *mut c_void, stream: aclrtStream, info: *mut c_void) -> aclError, NS => hostwait::wait_cnt_notify;
 
     // --- operator launches (aclop) ---
     fn aclopExecute(op_type: *const c_char, num_inputs: c_int, input_desc: *const *const c_void, inputs: *const *const c_void, num_outputs: c_int, output_desc: *const *const c_void, outputs: *const *mut c_void, attr: *const c_void, stream: aclrtStream) -> aclError, NS => op::execute;

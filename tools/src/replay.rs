@@ -72,6 +72,9 @@ pub struct ReplayArgs {
     /// U3M_OUT_FIRST (default off, as in the library): on (a dirty chunk whose predicted next use writes it whole goes before clean chunks: its copy-out spares a copy-in), auto (on once u3m's copy-ins have outrun its copy-outs by 1 GiB; off for good if the copy-outs then exceed twice the copy-ins over 8 GiB) or off (it weighs as clean). The predictive policy reads it; the others ignore it.
     #[arg(long, value_name = "off|auto|on", default_value = "off", value_parser = ["off", "auto", "on"])]
     pub out_first: String,
+    /// U3M_HANDOFF (default off, as in the library): on (a copy-in that finds HBM full takes the memory of a copy-out still in flight, ordered after it on the device; a planned eviction of a chunk still in use is ordered after its uses on the device) or off (the host waits for both).
+    #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
+    pub handoff: String,
     /// Background round period in simulated ms (watermarks, spill, policy tick); 0: none.
     #[arg(long, value_name = "MS", default_value_t = 20.0)]
     pub tick_ms: f64,
@@ -397,6 +400,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         host_map: a.host_map.clone(),
         look_ahead: a.look_ahead.clone(),
         out_first: a.out_first.clone(),
+        handoff: a.handoff.clone(),
         acl_replay: a.issue == "acl-replay",
         discard_dead: a.discard_dead,
         discard_frees: a.discard_frees,

@@ -1244,6 +1244,16 @@ impl Engine {
 
     // ---- tier mode ----
 
+    /// A hook is about to queue device work that waits for the host (a
+    /// host function or callback, a value or notify wait): tier mode stops
+    /// ordering its own streams after program work for good
+    /// (`Residency::program_waits_on_host`).
+    pub fn program_waits_on_host(&self) {
+        if let Some(r) = &self.residency {
+            r.program_waits_on_host();
+        }
+    }
+
     pub fn residency(&self) -> Option<&Residency> {
         self.residency.as_ref()
     }
@@ -1486,6 +1496,7 @@ impl Engine {
             .as_ref()
             .map(|t| t.limits())
             .unwrap_or((0, 0));
+        let host_waits = self.residency.as_ref().is_some_and(|t| t.host_waits());
         let totals = self.heat.totals();
         format!(
             concat!(
@@ -1494,7 +1505,7 @@ impl Engine {
                 "  \"heat\": {{\"live_allocs\": {}, \"touches\": {}}},\n",
                 "  \"tier\": {{\"faults_in\": {}, \"first_touches\": {}, \"fault_bytes\": {}, \"evictions\": {}, \"eviction_bytes\": {}, ",
                 "\"clean_drops\": {}, \"discards\": {}, \"to_dram\": {}, \"to_nvme\": {}, \"from_nvme\": {}, \"overwrites\": {}, ",
-                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"probe_verdicts\": {}, \"probe_maps\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
+                "\"spill_errors\": {}, \"prefetches\": {}, \"prefetch_bytes\": {}, \"refused_oversize\": {}, \"host_maps\": {}, \"host_map_bytes\": {}, \"host_unmaps\": {}, \"stream_maps\": {}, \"stream_reads\": {}, \"probe_verdicts\": {}, \"probe_maps\": {}, \"prefetch_hits\": {}, \"rescued\": {}, \"ahead_prefetches\": {}, \"ahead_evictions\": {}, \"ahead_full\": {}, \"ahead_depth\": {}, \"prefetch_wasted\": {}, \"ahead_probes\": {}, \"handoffs\": {}, \"ordered_outs\": {}, \"host_waits\": {}, \"dram_limit\": {}, \"nvme_limit\": {}}},\n  \"lost_devices\": [{}]\n}}\n"
             ),
             self.cfg.mode.name(),
             self.pid,
@@ -1533,6 +1544,9 @@ impl Engine {
             t.ahead_depth,
             t.prefetch_wasted,
             t.ahead_probes,
+            t.handoffs,
+            t.ordered_outs,
+            host_waits,
             dram_limit,
             nvme_limit,
             self.lost

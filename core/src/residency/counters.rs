@@ -78,6 +78,12 @@ counters! {
     /// Chunks evicted where an outside schedule has them leave, once their
     /// last use before the gap was complete (planned.rs).
     planned_outs,
+    /// U3M_HANDOFF: copy-ins given the HBM of a copy-out still in flight,
+    /// ordered after it on the device (migrate.rs `take_outgoing`).
+    handoffs,
+    /// U3M_HANDOFF: chunks evicted while still in use, u3m's device-to-host
+    /// stream ordered after their uses on the device (`evict_ordered`).
+    ordered_outs,
     /// Calls that waited for fault-ins and their total wait (ns).
     stall_count,
     stall_ns,

@@ -281,11 +281,28 @@ impl Residency {
         protect: &Protect<'_>,
         ahead: usize,
     ) -> Result<u64, Fail> {
-        let r = self.alloc_phys_evicting(st, dev, protect, ahead);
-        if !matches!(r, Ok((_, 0))) {
+        let r = self.alloc_phys_evicting(st, dev, protect, ahead, false);
+        if !matches!(r, Ok((_, 0, _))) {
             self.demand.fetch_add(1, Relaxed);
         }
-        r.map(|(h, _)| h)
+        r.map(|(h, _, _)| h)
+    }
+
+    /// `alloc_phys` for a copy-in on u3m's host-to-device stream (or a
+    /// call ordered after it): with U3M_HANDOFF the memory may be a copy-out's
+    /// still in flight (`take_outgoing`; true), which that stream waits for.
+    pub(super) fn alloc_phys_taking(
+        &self,
+        st: &mut State,
+        dev: u32,
+        protect: &Protect<'_>,
+        ahead: usize,
+    ) -> Result<(u64, bool), Fail> {
+        let r = self.alloc_phys_evicting(st, dev, protect, ahead, self.handoff);
+        if !matches!(r, Ok((_, 0, false))) {
+            self.demand.fetch_add(1, Relaxed);
+        }
+        r.map(|(h, _, took)| (h, took))
     }
 
     /// `alloc_phys` with the number of chunks it evicted (or started to).
@@ -301,7 +318,8 @@ impl Residency {
         dev: u32,
         protect: &Protect<'_>,
         ahead: usize,
-    ) -> Result<(u64, u32), Fail> {
+        take: bool,
+    ) -> Result<(u64, u32, bool), Fail> {
         let mut evicted = 0u32;
         let depth = (ahead + 1).min(COPY_OUT_DEPTH);
         loop {
@@ -315,12 +333,22 @@ impl Residency {
                 .unwrap_or(true);
             if room {
                 match self.rt.malloc_physical(dev, CHUNK) {
-                    Ok(h) => return Ok((h, evicted)),
+                    Ok(h) => return Ok((h, evicted, false)),
                     Err(E_ALLOC) => {}
                     Err(e) => return Err(Fail::Acl(e)),
                 }
             }
-            if st.dev(dev).outgoing.len() < depth && self.evict_one(st, dev, protect)? {
+            if take {
+                // the oldest copy-out in flight gives its HBM, the device
+                // ordering the copy-in after it; else a victim starts one
+                if let Some(h) = self.take_outgoing(st, dev) {
+                    return Ok((h, evicted, true));
+                }
+                if self.evict_one(st, dev, protect)? {
+                    evicted += 1;
+                    continue;
+                }
+            } else if st.dev(dev).outgoing.len() < depth && self.evict_one(st, dev, protect)? {
                 evicted += 1;
                 continue;
             }

@@ -60,6 +60,11 @@ impl Residency {
                     c.phys = 0; // gone with the device: never freed or unmapped
                     c.on_host = false;
                     c.dirty = false;
+                } else if c.out_ev != 0 {
+                    // its HBM was taken before its copy-out landed
+                    // (`take_outgoing`): its data went with the device
+                    c.lost = true;
+                    any_lost = true;
                 }
                 c.uses.clear();
                 c.pins = 0;

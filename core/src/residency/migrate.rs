@@ -16,7 +16,7 @@
 //! must not outlive the chunk's memory, `Outgoing::va`). Only when no event
 //! can be had is a copy-out completed at once (a stream synchronisation).
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 
 use super::evict::Protect;
 use super::protocol::{Need, Order};
@@ -290,7 +290,7 @@ impl Residency {
             // copy-outs land in order: `harvest` reaches this one)
             let out = b.chunks[i as usize].out_ev;
             if out != 0
-                && !matches!(b.kind, Kind::Malloc)
+                && (!matches!(b.kind, Kind::Malloc) || b.chunks[i as usize].phys == 0)
                 && self.rt.event_done(out).unwrap_or(false)
             {
                 let bdev = b.dev;
@@ -324,6 +324,13 @@ impl Residency {
                 }
                 continue;
             }
+            if c.out_ev != 0 {
+                // its HBM went to a copy-in while its copy-out is in flight
+                // (`take_outgoing`): the call waits for the copy, unlocked,
+                // and faults the chunk back in
+                st.wait_for = Some(c.out_ev);
+                return Err(Fail::Busy);
+            }
             if !met {
                 met = true;
                 ahead = need[k + 1..]
@@ -343,10 +350,10 @@ impl Residency {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
             let p = protect.get_or_insert_with(|| protect_of(need));
-            let phys = self.alloc_phys(st, bdev, p, ahead)?;
+            let (phys, took) = self.alloc_phys_taking(st, bdev, p, ahead)?;
             let vas = st.backings[&id].vas.clone();
             if let Err(e) = self.map_chunk(&vas, i, phys) {
-                let _ = self.rt.free_physical(phys);
+                self.free_phys(st, bdev, phys);
                 return Err(e.into());
             }
             st.dev_mut(bdev).resident += CHUNK;
@@ -358,6 +365,12 @@ impl Residency {
             c.pins += 1;
             reserved.push((id, i));
             self.c.faults_in.fetch_add(1, Relaxed);
+            if took {
+                // whatever fills it (a copy-in, the call itself) comes after
+                // the copy-out still reading this HBM: the call waits for
+                // u3m's stream, which waits for that copy
+                filled.push((id, i));
+            }
             if whole && c.host.is_some() {
                 // overwritten entirely: no copy-in; the host copy stays the
                 // chunk's contents until the call succeeds (`finish` drops
@@ -398,7 +411,9 @@ impl Residency {
                     }
                     let c = st.chunk_mut(id, i);
                     c.dirty = false;
-                    filled.push((id, i));
+                    if !took {
+                        filled.push((id, i));
+                    }
                     st.note_move(id, i, MoveKind::In { demand: true });
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
                 }
@@ -433,7 +448,9 @@ impl Residency {
                         }
                     }
                     st.chunk_mut(id, i).dirty = false;
-                    filled.push((id, i));
+                    if !took {
+                        filled.push((id, i));
+                    }
                     st.note_move(id, i, MoveKind::In { demand: true });
                     self.c.from_nvme.fetch_add(1, Relaxed);
                     self.c.fault_bytes.fetch_add(CHUNK, Relaxed);
@@ -462,8 +479,13 @@ impl Residency {
             .iter()
             .find(|&&(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
         {
-            st.wait_for = Some(ev);
-            return Err(Fail::Busy);
+            if !self.may_order_after_program() || !matches!(st.backings[&id].kind, Kind::Malloc) {
+                st.wait_for = Some(ev);
+                return Err(Fail::Busy);
+            }
+            // U3M_HANDOFF: u3m's device-to-host stream waits for the uses on
+            // the device; the copy-out (or, clean, a mark) follows there
+            return self.evict_ordered(st, id, i);
         }
         // (the policy's prediction now, for a tool's move log)
         let next = st
@@ -482,25 +504,146 @@ impl Residency {
         if let Some(next) = next {
             st.note_move(id, i, MoveKind::Out { dirty: true, next });
         }
-        let dev = st.backings[&id].dev;
+        self.queue_copy_out(st, id, i, out)
+    }
+
+    /// A copy-out started (`start_copy_out`) becomes chunk (id, i)'s
+    /// `Outgoing`, its HBM freed when it lands (`harvest`) — or, with no
+    /// event to know when that is, waited for now.
+    fn queue_copy_out(&self, st: &mut State, id: u64, i: u32, out: CopyOut) -> Result<(), Fail> {
         let Some(ev) = self.use_event(st, out.stream) else {
-            // no event to know when it lands: wait for it now
             self.complete_copy_out(st, out)?;
             self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
             self.release_chunk(st, id, i);
             return Ok(());
         };
+        let dev = st.backings[&id].dev;
         st.chunk_mut(id, i).out_ev = ev;
         st.mark(id, i);
         st.dev_mut(dev).outgoing.push_back(Outgoing {
             id,
             i,
-            slot: out.slot,
+            slot: Some(out.slot),
             ev,
             staging: out.staging,
             va: out.scratch.unwrap_or(0),
+            taken: 0,
         });
         Ok(())
+    }
+
+    /// Whether u3m's streams may wait on the device for the program's work
+    /// (U3M_HANDOFF's ordered evictions, and the copy-ins ordered after
+    /// them by `take_outgoing`). u3m waits for its own streams with a
+    /// device's lock held in places (`settle_outgoing`, a synchronous
+    /// fault-in, freeing taken memory): such a wait then waits for program
+    /// work too, which must not need this host. It does not as long as the
+    /// program has queued nothing that waits for the host — a host function
+    /// or callback (it may call the runtime, which u3m hooks), a value or
+    /// notify wait (another thread's later write or record releases it):
+    /// the hooks of those set `host_waits` (`program_waits_on_host`) before
+    /// the work is queued, and from then on evictions of chunks in use wait
+    /// for the uses on the host, without the lock, as without U3M_HANDOFF.
+    /// (An event wait orders after the record already made, never a later
+    /// one: no host dependency.)
+    #[inline]
+    pub(super) fn may_order_after_program(&self) -> bool {
+        self.handoff && !self.host_waits.load(SeqCst)
+    }
+
+    /// `evict` of a chunk still in use (U3M_HANDOFF): u3m's device-to-host
+    /// stream waits for its pending uses, then copies it out (dirty) or
+    /// records a mark (clean) — an `Outgoing` either way, its HBM freed
+    /// when that lands or taken before (`take_outgoing`).
+    fn evict_ordered(&self, st: &mut State, id: u64, i: u32) -> Result<(), Fail> {
+        let dev = st.backings[&id].dev;
+        let out = self.out_stream(st, dev)?;
+        let pending: Vec<u64> = st
+            .chunk(id, i)
+            .uses
+            .iter()
+            .map(|u| u.1)
+            .filter(|&ev| !self.rt.event_done(ev).unwrap_or(true))
+            .collect();
+        for &ev in &pending {
+            self.rt.stream_wait(out, ev)?;
+        }
+        if st.chunk(id, i).needs_copy_out() {
+            let o = self.start_copy_out(st, id, i)?;
+            self.queue_copy_out(st, id, i, o)?;
+        } else {
+            // clean: its host copy is current; the mark says when the uses
+            // are done with its HBM
+            let Some(ev) = self.use_event(st, out) else {
+                st.wait_for = pending.first().copied();
+                return Err(Fail::Busy);
+            };
+            self.c.clean_drops.fetch_add(1, Relaxed);
+            st.chunk_mut(id, i).out_ev = ev;
+            st.mark(id, i);
+            st.dev_mut(dev).outgoing.push_back(Outgoing {
+                id,
+                i,
+                slot: None,
+                ev,
+                staging: 0,
+                va: 0,
+                taken: 0,
+            });
+        }
+        self.c.ordered_outs.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// U3M_HANDOFF: the HBM of the oldest copy-out of `dev` still in flight
+    /// (an allocation's chunk landing in DRAM), for a copy-in — instead of
+    /// the host waiting for it to land. u3m's host-to-device stream waits
+    /// for that copy-out on the device, so whatever the copy-ins issued
+    /// after this write lands after it has read the chunk. The chunk leaves
+    /// HBM now (not resident, no rescue: a call that needs it waits for the
+    /// copy and faults it back in), still mapped at its VAs for the copy;
+    /// `harvest` unmaps them when it lands. None: nothing to take.
+    pub(super) fn take_outgoing(&self, st: &mut State, dev: u32) -> Option<u64> {
+        let ok = |o: &Outgoing| {
+            o.taken == 0
+                && o.staging == 0
+                && o.va == 0
+                && st
+                    .backings
+                    .get(&o.id)
+                    .filter(|b| matches!(b.kind, Kind::Malloc))
+                    .and_then(|b| b.chunks.get(o.i as usize))
+                    .is_some_and(|c| c.out_ev == o.ev && c.phys != 0)
+        };
+        let k = st.dev(dev).outgoing.iter().position(ok)?;
+        let (id, i, ev) = {
+            let o = &st.dev(dev).outgoing[k];
+            (o.id, o.i, o.ev)
+        };
+        let stream = self.dev_stream(st, dev).ok()?;
+        self.rt.stream_wait(stream, ev).ok()?;
+        st.mark(id, i);
+        let c = st.chunk_mut(id, i);
+        let phys = std::mem::take(&mut c.phys);
+        st.dev_mut(dev).resident -= CHUNK;
+        st.dev_mut(dev).outgoing[k].taken = phys;
+        self.c.handoffs.fetch_add(1, Relaxed);
+        Some(phys)
+    }
+
+    /// A taken copy-out's chunk (`take_outgoing`) after its copy landed:
+    /// unmapped at its VAs (its HBM is another chunk's), then as
+    /// `release_chunk`.
+    fn release_taken(&self, st: &mut State, id: u64, i: u32) {
+        let vas = st.backings[&id].vas.clone();
+        for va in vas {
+            let _ = self.rt.unmap(va + i as u64 * CHUNK);
+        }
+        let dev = st.backings[&id].dev;
+        let c = st.chunk_mut(id, i);
+        c.dirty = false;
+        c.discarded = false;
+        self.left_hbm(st, dev, id, i);
     }
 
     /// Completes up to `limit` copy-outs of `dev` whose events are done,
@@ -529,7 +672,7 @@ impl Residency {
                 .backings
                 .get(&o.id)
                 .and_then(|b| b.chunks.get(o.i as usize))
-                .map(|c| c.out_ev == ev && c.phys != 0)
+                .map(|c| c.out_ev == ev && (c.phys != 0 || o.taken != 0))
                 .unwrap_or(false);
             if let Some(c) = st
                 .backings
@@ -540,24 +683,43 @@ impl Residency {
                 c.out_ev = 0;
             }
             st.mark(o.id, o.i);
-            let landed = if current && !failed {
-                self.land(st, dev, o.slot, o.staging)
-            } else {
-                st.free_host(o.slot);
-                self.give_staging(st, dev, o.staging);
-                None
+            let clean = o.slot.is_none();
+            let landed = match o.slot {
+                // a clean chunk's host copy is current: nothing lands
+                None => current,
+                Some(slot) if current && !failed => match self.land(st, dev, slot, o.staging) {
+                    Some(host) => {
+                        st.chunk_mut(o.id, o.i).host = Some(host);
+                        true
+                    }
+                    None => false,
+                },
+                Some(slot) => {
+                    st.free_host(slot);
+                    self.give_staging(st, dev, o.staging);
+                    false
+                }
             };
-            if let Some(host) = landed {
-                st.chunk_mut(o.id, o.i).host = Some(host);
-                self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
-                self.release_chunk(st, o.id, o.i);
+            if landed {
+                if !clean {
+                    self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
+                }
+                if o.taken != 0 {
+                    self.release_taken(st, o.id, o.i);
+                } else {
+                    self.release_chunk(st, o.id, o.i);
+                }
                 freed += 1;
                 if let Some(prev) = last.replace(ev) {
                     st.unref_event(prev);
                 }
             } else {
                 // (a copy-out with nowhere to land keeps the chunk in HBM,
-                // dirty: its data is there)
+                // dirty: its data is there — unless its HBM was taken: then
+                // its data is gone, and said so rather than read as zeros)
+                if current && o.taken != 0 {
+                    self.taken_lost(st, o.id, o.i);
+                }
                 st.unref_event(ev);
             }
         }
@@ -599,6 +761,15 @@ impl Residency {
         // what did not complete (a failing device) gives its slots back
         while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
             self.drop_copy_va(st, dev, Some(o.va));
+            if o.taken != 0
+                && st
+                    .backings
+                    .get(&o.id)
+                    .and_then(|b| b.chunks.get(o.i as usize))
+                    .is_some_and(|c| c.out_ev == o.ev)
+            {
+                self.taken_lost(st, o.id, o.i);
+            }
             if let Some(c) = st
                 .backings
                 .get_mut(&o.id)
@@ -608,7 +779,9 @@ impl Residency {
                 c.out_ev = 0;
             }
             st.mark(o.id, o.i);
-            st.free_host(o.slot);
+            if let Some(slot) = o.slot {
+                st.free_host(slot);
+            }
             self.give_staging(st, dev, o.staging);
             st.unref_event(o.ev);
         }
@@ -735,6 +908,29 @@ impl Residency {
                 let _ = self.rt.sync_event(ev);
             }
             self.drop_copy_va(st, dev, Some(va));
+        }
+        // chunks whose HBM a copy-in took (`take_outgoing`) are still mapped
+        // at the allocation's VAs for their copies: unmapped once those are
+        // complete, before the VAs go
+        let taken: Vec<(u64, u32)> = st
+            .dev(dev)
+            .outgoing
+            .iter()
+            .filter(|o| o.id == id && o.taken != 0)
+            .map(|o| (o.ev, o.i))
+            .collect();
+        let vas = st
+            .backings
+            .get(&id)
+            .map(|b| b.vas.clone())
+            .unwrap_or_default();
+        for (ev, i) in taken {
+            if !self.rt.event_done(ev).unwrap_or(true) {
+                let _ = self.rt.sync_event(ev);
+            }
+            for &va in &vas {
+                let _ = self.rt.unmap(va + i as u64 * CHUNK);
+            }
         }
     }
 
@@ -900,12 +1096,30 @@ impl Residency {
             let _ = self.rt.unmap(va + i as u64 * CHUNK);
         }
         st.mark(id, i);
+        let phys = std::mem::take(&mut st.chunk_mut(id, i).phys);
+        self.free_phys(st, dev, phys);
         let c = st.chunk_mut(id, i);
-        let _ = self.rt.free_physical(c.phys);
-        c.phys = 0;
         c.dirty = false;
         c.discarded = false;
         dev
+    }
+
+    /// Frees chunk memory `phys` of `dev` — once no copy-out reads it at
+    /// its former chunk's VAs (`take_outgoing`): that copy is waited for
+    /// with the lock held (u3m's device-to-host stream holds only copies of
+    /// chunks whose uses had completed: the wait needs nothing of the
+    /// host) and harvested, which unmaps those VAs.
+    fn free_phys(&self, st: &mut State, dev: u32, phys: u64) {
+        let taken = st
+            .dev(dev)
+            .outgoing
+            .iter()
+            .find(|o| phys != 0 && o.taken == phys);
+        if let Some(ev) = taken.map(|o| o.ev) {
+            let _ = self.rt.sync_event(ev);
+            self.harvest(st, dev, usize::MAX);
+        }
+        let _ = self.rt.free_physical(phys);
     }
 
     /// A chunk mapped unfilled for a call that failed (`Chunk::unfilled`):
@@ -952,6 +1166,24 @@ impl Residency {
     /// its uses forgotten (all complete: eviction waited for them).
     fn release_chunk(&self, st: &mut State, id: u64, i: u32) {
         let dev = self.drop_hbm(st, id, i);
+        self.left_hbm(st, dev, id, i);
+    }
+
+    /// A taken copy-out's chunk whose copy did not land (a failing
+    /// device): its only data was in the HBM now another chunk's. Marked
+    /// lost (`read_lost` refuses it) and never served as fresh memory.
+    fn taken_lost(&self, st: &mut State, id: u64, i: u32) {
+        let c = st.chunk_mut(id, i);
+        c.out_ev = 0;
+        c.lost = true;
+        c.dirty = false;
+        st.mark(id, i);
+    }
+
+    /// What a chunk's leaving HBM settles: its uses forgotten (all
+    /// complete: eviction waited for them), the counters, the look-ahead's
+    /// books.
+    fn left_hbm(&self, st: &mut State, dev: u32, id: u64, i: u32) {
         let c = st.chunk_mut(id, i);
         let wasted = std::mem::take(&mut c.prefetched);
         let uses: Vec<u64> = c.uses.drain(..).map(|u| u.1).collect();

@@ -171,6 +171,8 @@ pub struct Shard {
     ahead_off: AtomicBool,
     /// U3M_OUT_FIRST (balance.rs).
     out_first: OutFirst,
+    /// U3M_HANDOFF (migrate.rs `take_outgoing`).
+    handoff: bool,
     /// Lowest start and highest end of every VA range ever entered in
     /// `State::vas` (never shrinks): a call whose ranges all lie outside
     /// touches nothing u3m manages, and `prepare` skips the lock
@@ -190,6 +192,9 @@ pub struct Shard {
     /// Set for good once some device's managed memory reached half its HBM
     /// or a chunk was evicted (`whole_writes_matter`).
     crowded: Arc<AtomicBool>,
+    /// Set for good once the program queued work that waits for its host
+    /// (`program_waits_on_host`): U3M_HANDOFF's ordered evictions stop.
+    host_waits: Arc<AtomicBool>,
 }
 
 /// The policy of a `Shard` as [`Buffered`](crate::policy::pending::Buffered),
@@ -227,6 +232,7 @@ pub(super) struct Parts {
     routes: Arc<RwLock<BTreeMap<u64, (u64, u32)>>>,
     excess: Arc<[AtomicU64; MAX_DEVICES]>,
     crowded: Arc<AtomicBool>,
+    host_waits: Arc<AtomicBool>,
     dram_limit: u64,
     nvme_limit: u64,
 }
@@ -279,6 +285,7 @@ impl Parts {
             routes: Arc::new(RwLock::new(BTreeMap::new())),
             excess: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
             crowded: Arc::new(AtomicBool::new(false)),
+            host_waits: Arc::new(AtomicBool::new(false)),
             dram_limit,
             nvme_limit,
         })
@@ -318,12 +325,14 @@ impl Shard {
             read_once: cfg.read_once,
             ahead_off: AtomicBool::new(!cfg.look_ahead),
             out_first: cfg.out_first,
+            handoff: cfg.handoff,
             va_lo: AtomicU64::new(u64::MAX),
             va_hi: AtomicU64::new(0),
             clock: parts.clock.clone(),
             routes: parts.routes.clone(),
             excess: parts.excess.clone(),
             crowded: parts.crowded.clone(),
+            host_waits: parts.host_waits.clone(),
         }
     }
 

@@ -59,7 +59,8 @@ impl Residency {
     }
 
     fn evict_planned_on(&self, st: &mut State, dev: u32) {
-        while st.dev(dev).outgoing.len() < PLANNED_DEPTH {
+        let ordered = self.may_order_after_program();
+        while ordered || st.dev(dev).outgoing.len() < PLANNED_DEPTH {
             let Some(&(id, i)) = st.dev(dev).planned.front() else {
                 break;
             };
@@ -79,9 +80,10 @@ impl Residency {
             }
             // (the list is in last-use order: behind a busy one, the rest
             // are busy too, or nearly)
-            if c.uses
-                .iter()
-                .any(|&(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
+            if !ordered
+                && c.uses
+                    .iter()
+                    .any(|&(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
             {
                 break;
             }

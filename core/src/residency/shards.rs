@@ -21,7 +21,7 @@
 
 use std::sync::atomic::{
     AtomicU32,
-    Ordering::{Acquire, Relaxed},
+    Ordering::{Acquire, Relaxed, SeqCst},
 };
 
 use super::lifecycle::ShardHold;
@@ -145,6 +145,34 @@ impl Residency {
             lost: AtomicU32::new(0),
             after_call_flag,
         })
+    }
+
+    /// The program queued, or is about to queue, device work that waits for
+    /// its host: a host function or callback, a value or notify wait. From
+    /// now on no eviction orders u3m's streams after program work
+    /// (U3M_HANDOFF: `Shard::may_order_after_program`, migrate.rs). Called
+    /// by the hook before the work is queued.
+    pub fn program_waits_on_host(&self) {
+        // (one flag, shared by every device's state)
+        let flag = &self.shards[0].host_waits;
+        if flag.load(SeqCst) {
+            return;
+        }
+        flag.store(true, SeqCst);
+        // An ordered eviction checks the flag and queues its stream's waits
+        // (recording a stream's open use fence) under its device's lock:
+        // passing through every lock here, one at a time, lets one in
+        // progress end before the caller queues its work, so none waits
+        // for that work.
+        for s in self.used_shards() {
+            drop(s.st.lock());
+        }
+    }
+
+    /// Whether the program queued work that waits for its host
+    /// (`program_waits_on_host`; U3M_SUMMARY's `tier.host_waits`).
+    pub fn host_waits(&self) -> bool {
+        self.shards[0].host_waits.load(SeqCst)
     }
 
     /// The policy's `after_call` after a call (engine `resident`), not

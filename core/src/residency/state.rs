@@ -190,7 +190,9 @@ pub(super) struct Outgoing {
     pub id: u64,
     pub i: u32,
     /// The DRAM slot the copy lands in: the chunk's host copy once complete.
-    pub slot: Host,
+    /// None: a clean chunk evicted while still in use (U3M_HANDOFF): no
+    /// copy, `ev` marks where u3m's stream has waited for its uses.
+    pub slot: Option<Host>,
     /// Recorded on the device-to-host stream after the copy (one reference).
     pub ev: u64,
     /// The staging buffer the copy lands in when `slot` is on NVMe (written
@@ -203,6 +205,10 @@ pub(super) struct Outgoing {
     /// allocation's chunk (read at the allocation's VA, mapped until the
     /// copy lands: freeing it settles first).
     pub va: u64,
+    /// The chunk's HBM, given to a copy-in before this copy landed
+    /// (`take_outgoing`); 0: not taken. Still mapped at the chunk's VAs
+    /// for the copy to read until it lands (`harvest` unmaps them then).
+    pub taken: u64,
 }
 
 /// A chunk's move between HBM and a host handle (hostmap.rs) whose copy

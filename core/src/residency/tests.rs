@@ -91,8 +91,16 @@ impl App {
 
     /// With a policy object of the test's.
     fn with_policy(hbm_chunks: u64, policy: Box<dyn crate::policy::Placement>) -> App {
+        App::with_policy_vars(hbm_chunks, policy, &[])
+    }
+
+    fn with_policy_vars(
+        hbm_chunks: u64,
+        policy: Box<dyn crate::policy::Placement>,
+        vars: &[(&str, &str)],
+    ) -> App {
         let f = Fake::leak(1, hbm_chunks * CHUNK);
-        let r = Residency::with_policy(f, &config(&[]), policy).expect("residency");
+        let r = Residency::with_policy(f, &config(vars), policy).expect("residency");
         App { r, f }
     }
 
@@ -243,6 +251,79 @@ fn evict_and_fault_in_cycles(eager: bool) {
     }
     assert_eq!(a.f.held().0, 0, "every physical chunk given back");
     a.assert_clean();
+}
+
+/// U3M_HANDOFF=on: operators in flight on the program's stream (the lazy
+/// fake runs nothing until something synchronises), and a victim's HBM
+/// handed to the next fault-in before its copy-out lands (`take_outgoing`),
+/// that copy-in ordered after it on the device. Every byte survives and
+/// nothing runs on unmapped memory, eager or lazy, and with the program's
+/// host waits noted (`program_waits_on_host`).
+#[test]
+fn a_handoff_keeps_every_byte_with_operators_in_flight() {
+    for (eager, host_waits) in [(false, false), (true, false), (false, true)] {
+        let a = App::new(4, &[("U3M_HANDOFF", "on")]);
+        a.f.set_eager(eager);
+        if host_waits {
+            a.r.program_waits_on_host();
+        }
+        let sizes = [5 * MIB, 2 * MIB, 4 * MIB, 3 * MIB, 6 * MIB];
+        let vas: Vec<u64> = sizes.iter().map(|&s| a.malloc(s)).collect();
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        for (k, (&va, &s)) in vas.iter().zip(&sizes).enumerate() {
+            let p = pattern(k as u64 + 7, s);
+            a.write(va, &p);
+            model.push(p);
+        }
+        let s = a.f.app_stream();
+        for round in 0..4u8 {
+            for k in 0..vas.len() {
+                // each allocation transformed in place, then copied into
+                // the next one: reads and writes of chunks other calls
+                // evict while these are queued
+                let (va, len) = (vas[k], sizes[k]);
+                a.op(s, &[(va, len)], &[(va, len)], add(va, va, len, round + 1));
+                model[k]
+                    .iter_mut()
+                    .for_each(|b| *b = b.wrapping_add(round + 1));
+                let n = (k + 1) % vas.len();
+                let m = len.min(sizes[n]);
+                a.op(s, &[(va, m)], &[(vas[n], m)], add(va, vas[n], m, 3));
+                let v: Vec<u8> = model[k][..m as usize]
+                    .iter()
+                    .map(|b| b.wrapping_add(3))
+                    .collect();
+                model[n][..m as usize].copy_from_slice(&v);
+            }
+        }
+        a.f.sync_stream(s).unwrap();
+        for k in 0..vas.len() {
+            assert_eq!(
+                a.read(vas[k], sizes[k]),
+                model[k],
+                "eager {eager} host_waits {host_waits}: alloc {k}"
+            );
+        }
+        let c = a.r.counters();
+        let what = format!("eager {eager} host_waits {host_waits}: {c:?}");
+        assert!(c.evictions >= 20, "{what}");
+        // (the engine's own victims are never in use: only a plan orders
+        // an eviction after program work, test below)
+        assert_eq!(c.ordered_outs, 0, "{what}");
+        if !eager {
+            assert!(c.handoffs > 0, "{what}");
+        }
+        for va in vas {
+            a.free(va);
+        }
+        a.f.drain();
+        assert_eq!(
+            a.f.held().0,
+            0,
+            "eager {eager}: every physical chunk given back"
+        );
+        a.assert_clean();
+    }
 }
 
 #[test]
@@ -1580,6 +1661,86 @@ fn resident(a: &App, va: u64) -> bool {
     let st = a.r.shard_of(0).st.lock().unwrap();
     let (id, i) = st.resolve(va).expect("managed");
     st.chunk(id, i).in_hbm()
+}
+
+/// U3M_HANDOFF=on (migrate.rs `evict_ordered`, `take_outgoing`): a chunk
+/// the plan has out leaves while its last use is still queued — u3m's
+/// device-to-host stream waits for that use on the device — and its HBM goes
+/// to the next fault-in before the copy-out lands, that copy-in ordered
+/// after it on the device. What the queued operator wrote is what comes
+/// back, and the chunk faulted into the taken HBM holds its own bytes. Once
+/// the program has queued work that waits for its host
+/// (`program_waits_on_host`), the plan waits for the use as without the
+/// hand-off: nothing is ordered after program work.
+#[test]
+fn a_planned_chunk_in_use_leaves_ordered_after_its_use_with_the_handoff() {
+    for host_waits in [false, true] {
+        let (mut policy, _at) = Script::new();
+        policy.lru = true;
+        let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
+        policy.planned = Some(planned);
+        let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
+        a.r.set_look_ahead(false);
+        if host_waits {
+            a.r.program_waits_on_host();
+        }
+        let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
+        a.write(w, &pattern(4, CHUNK));
+        a.write(z, &pattern(3, CHUNK));
+        a.f.drain();
+        planned.lock().unwrap().extend([x, z]);
+        let s = a.f.app_stream();
+        // x = z + 7 and y = z + 9, queued (the fake's streams are lazy); w
+        // leaves for them (three chunks of HBM)
+        let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+            let v = m.read(z, CHUNK);
+            m.write(x, &v.iter().map(|b| b.wrapping_add(7)).collect::<Vec<_>>());
+            m.write(y, &v.iter().map(|b| b.wrapping_add(9)).collect::<Vec<_>>());
+        });
+        a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
+        assert!(!resident(&a, w));
+        a.r.evict_planned(&[x, z]);
+        let c = a.r.counters();
+        if host_waits {
+            // the use is pending: nothing leaves yet
+            assert_eq!((c.ordered_outs, c.planned_outs), (0, 0), "{c:?}");
+            assert!(resident(&a, x) && resident(&a, z));
+        } else {
+            // both leave now, their copies queued after the operator
+            assert_eq!((c.ordered_outs, c.planned_outs), (2, 2), "{c:?}");
+            let st = a.r.shard_of(0).st.lock().unwrap();
+            for va in [x, z] {
+                let (id, i) = st.resolve(va).expect("managed");
+                assert_ne!(st.chunk(id, i).out_ev, 0, "its copy-out queued");
+            }
+        }
+        // w comes back into HBM still being copied out of (hand-off), or
+        // evicts (host_waits)
+        assert_eq!(
+            a.read(w, CHUNK),
+            pattern(4, CHUNK),
+            "host_waits {host_waits}"
+        );
+        if !host_waits {
+            assert!(a.r.counters().handoffs >= 1, "{:?}", a.r.counters());
+        }
+        let zp = pattern(3, CHUNK);
+        let plus = |d: u8| zp.iter().map(|b| b.wrapping_add(d)).collect::<Vec<_>>();
+        assert_eq!(a.read(x, CHUNK), plus(7), "host_waits {host_waits}: x");
+        assert_eq!(a.read(y, CHUNK), plus(9), "host_waits {host_waits}: y");
+        assert_eq!(a.read(z, CHUNK), zp, "host_waits {host_waits}: z");
+        assert_eq!(
+            a.read(w, CHUNK),
+            pattern(4, CHUNK),
+            "host_waits {host_waits}: w"
+        );
+        for va in [x, y, z, w] {
+            a.free(va);
+        }
+        a.f.drain();
+        assert_eq!(a.f.held().0, 0, "every physical chunk given back");
+        a.assert_clean();
+    }
 }
 
 /// Evictions an outside schedule names (planned.rs): a chunk the policy

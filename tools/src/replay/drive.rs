@@ -65,6 +65,8 @@ pub struct Setup {
     pub look_ahead: String,
     /// U3M_OUT_FIRST: auto, on or off.
     pub out_first: String,
+    /// U3M_HANDOFF: on or off.
+    pub handoff: String,
     /// Issue the trace as tests/apps/acl_replay does (`AclReplay`), not as
     /// the recorded program did.
     pub acl_replay: bool,
@@ -251,6 +253,7 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_HOST_MAP".into(), s.host_map.clone()),
         ("U3M_LOOK_AHEAD".into(), s.look_ahead.clone()),
         ("U3M_OUT_FIRST".into(), s.out_first.clone()),
+        ("U3M_HANDOFF".into(), s.handoff.clone()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));

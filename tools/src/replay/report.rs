@@ -28,6 +28,10 @@ pub struct PolicyRow {
     pub evictions: u64,
     /// Of the evictions, those a `--plan` schedule named (planned.rs).
     pub planned_outs: u64,
+    /// `--handoff on`: evictions ordered after the chunk's uses on the
+    /// device, and copy-ins given a copy-out's HBM still in flight.
+    pub ordered_outs: u64,
+    pub handoffs: u64,
     pub overwrites: u64,
     /// Chunks host-mapped for calls larger than HBM, bytes copied into their
     /// host handles, host-mapped chunks brought back into HBM.
@@ -71,6 +75,8 @@ impl PolicyRow {
             faults: t.faults_in,
             evictions: t.evictions,
             planned_outs: t.planned_outs,
+            ordered_outs: t.ordered_outs,
+            handoffs: t.handoffs,
             overwrites: t.overwrites,
             host_maps: t.host_maps,
             host_map_bytes: t.host_map_bytes,
@@ -403,7 +409,7 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                 .rows
                 .iter()
                 .map(|p| {
-                    json!({
+                    let mut row = json!({
                         "policy": p.policy,
                         "fault_in_bytes": {"dram": p.fault_in_dram, "nvme": p.fault_in_nvme, "total": p.fault_in()},
                         "writeback_bytes": {"dram": p.writeback_dram, "nvme": p.writeback_nvme, "total": p.written_back()},
@@ -465,7 +471,11 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                                 "back_in_phase_taken_for_dead": m.back_in_phase_taken_for_dead,
                             }))).collect::<serde_json::Map<_, _>>(),
                         })).collect::<Vec<_>>(),
-                    })
+                    });
+                    // (outside the macro: its recursion limit)
+                    row["ordered_outs"] = json!(p.ordered_outs);
+                    row["handoffs"] = json!(p.handoffs);
+                    row
                 })
                 .collect();
             let mut t = json!({
