@@ -283,3 +283,24 @@ fn the_allocators_frees_as_hints_in_the_library_as_in_the_replay() {
     within("H2D bytes, frees as hints", lib.1, rep.1, BOUND);
     within("D2H bytes, frees as hints", lib.2, rep.2, BOUND);
 }
+
+/// U3M_HANDOFF=on (copy-ins take the HBM of copy-outs in flight, ordered
+/// after them on the device): `u3m replay --handoff on` predicts the
+/// library's time and bytes within BOUND, and the hand-off changes the run
+/// (it is not ignored on either side).
+#[test]
+fn the_handoff_in_the_library_as_in_the_replay() {
+    let dir = scratch("replay-vs-lib-handoff");
+    let (trace, hbm) = small_13b_trace(&dir, "lora");
+    let lib_off = library(&trace, &hbm, 1)[0];
+    let lib_on = library_with(&trace, &hbm, 1, &[("U3M_HANDOFF", "on")])[0];
+    let rep_on = replay_with(&trace, &hbm, &["--handoff", "on"]);
+    eprintln!("library off {lib_off:?} on {lib_on:?}, replay on {rep_on:?}");
+    assert_ne!(
+        lib_on, lib_off,
+        "the hand-off changed nothing in the library"
+    );
+    within("simulated time, hand-off on", lib_on.0, rep_on.0, BOUND);
+    within("H2D bytes, hand-off on", lib_on.1, rep_on.1, BOUND);
+    within("D2H bytes, hand-off on", lib_on.2, rep_on.2, BOUND);
+}

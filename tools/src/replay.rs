@@ -66,7 +66,7 @@ pub struct ReplayArgs {
     /// U3M_HOST_MAP: auto (a call larger than HBM runs with part of its memory host-mapped, read over the link), probe (auto, and read-once streams are host-mapped instead of copied in while the read-once probe times that faster), stream (auto, and read-once streams always host-mapped while HBM is full) or off (a call larger than HBM stops the replay).
     #[arg(long, value_name = "auto|probe|stream|off", default_value = "auto", value_parser = ["auto", "probe", "stream", "off"])]
     pub host_map: String,
-    /// U3M_LOOK_AHEAD (default off, as in the library): on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady always runs without it (MIN, the demand-paging reference).
+    /// U3M_LOOK_AHEAD (default off, as in the library): on (copy-ins of the chunks predicted within an adaptive window start after each call) or off (demand and background prefetch only); belady (MIN, the demand-paging reference) and plan (the schedule's evictions with demand paging) always run without it.
     #[arg(long, value_name = "on|off", default_value = "off", value_parser = ["on", "off"])]
     pub look_ahead: String,
     /// U3M_OUT_FIRST (default off, as in the library): on (a dirty chunk whose predicted next use writes it whole goes before clean chunks: its copy-out spares a copy-in), auto (on once u3m's copy-ins have outrun its copy-outs by 1 GiB; off for good if the copy-outs then exceed twice the copy-ins over 8 GiB) or off (it weighs as clean). The predictive policy reads it; the others ignore it.

@@ -363,7 +363,7 @@ impl Residency {
             let _ = self.rt.unmap(va);
             self.give_move_va(st, dev, va);
         }
-        let _ = self.rt.free_physical(m.old);
+        self.free_phys(st, dev, m.old);
         let d = st.dev_mut(dev);
         if m.host {
             d.host_mapped -= CHUNK;

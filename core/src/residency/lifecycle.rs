@@ -420,7 +420,7 @@ impl Residency {
                 for &va in &b.vas {
                     let _ = self.rt.unmap(va + i as u64 * CHUNK);
                 }
-                let _ = self.rt.free_physical(c.phys);
+                self.free_phys(st, b.dev, c.phys);
                 if std::mem::take(&mut c.on_host) {
                     st.dev_mut(b.dev).host_mapped -= CHUNK;
                 } else {
@@ -1267,6 +1267,7 @@ impl Residency {
         let mut freed = Vec::new();
         let mut unresident = 0;
         let mut unhosted = 0;
+        let mut hbm = Vec::new();
         {
             let b = st.backings.get_mut(&id).expect("backing");
             for (i, c) in b.chunks.iter_mut().enumerate() {
@@ -1274,8 +1275,7 @@ impl Residency {
                     for &v in &vas {
                         let _ = self.rt.unmap(v + i as u64 * CHUNK);
                     }
-                    let _ = self.rt.free_physical(c.phys);
-                    c.phys = 0;
+                    hbm.push(std::mem::take(&mut c.phys));
                     if std::mem::take(&mut c.on_host) {
                         unhosted += CHUNK;
                     } else {
@@ -1287,6 +1287,9 @@ impl Residency {
                 }
                 c.dirty = false;
             }
+        }
+        for phys in hbm {
+            self.free_phys(st, dev, phys);
         }
         st.dev_mut(dev).resident -= unresident;
         st.dev_mut(dev).host_mapped -= unhosted;

@@ -528,6 +528,7 @@ impl Residency {
             staging: out.staging,
             va: out.scratch.unwrap_or(0),
             taken: 0,
+            taken_va: 0,
         });
         Ok(())
     }
@@ -589,6 +590,7 @@ impl Residency {
                 staging: 0,
                 va: 0,
                 taken: 0,
+                taken_va: 0,
             });
         }
         self.c.ordered_outs.fetch_add(1, Relaxed);
@@ -623,10 +625,13 @@ impl Residency {
         let stream = self.dev_stream(st, dev).ok()?;
         self.rt.stream_wait(stream, ev).ok()?;
         st.mark(id, i);
+        let va = st.backings[&id].vas[0] + i as u64 * CHUNK;
         let c = st.chunk_mut(id, i);
         let phys = std::mem::take(&mut c.phys);
         st.dev_mut(dev).resident -= CHUNK;
-        st.dev_mut(dev).outgoing[k].taken = phys;
+        let o = &mut st.dev_mut(dev).outgoing[k];
+        o.taken = phys;
+        o.taken_va = va;
         self.c.handoffs.fetch_add(1, Relaxed);
         Some(phys)
     }
@@ -635,10 +640,6 @@ impl Residency {
     /// unmapped at its VAs (its HBM is another chunk's), then as
     /// `release_chunk`.
     fn release_taken(&self, st: &mut State, id: u64, i: u32) {
-        let vas = st.backings[&id].vas.clone();
-        for va in vas {
-            let _ = self.rt.unmap(va + i as u64 * CHUNK);
-        }
         let dev = st.backings[&id].dev;
         let c = st.chunk_mut(id, i);
         c.dirty = false;
@@ -668,6 +669,7 @@ impl Residency {
             // the copy no longer reads the chunk: its VA goes before the
             // chunk's memory may (`release_chunk`)
             self.drop_copy_va(st, dev, Some(o.va));
+            self.drop_taken_va(&o);
             let current = st
                 .backings
                 .get(&o.id)
@@ -761,6 +763,7 @@ impl Residency {
         // what did not complete (a failing device) gives its slots back
         while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
             self.drop_copy_va(st, dev, Some(o.va));
+            self.drop_taken_va(&o);
             if o.taken != 0
                 && st
                     .backings
@@ -910,27 +913,29 @@ impl Residency {
             self.drop_copy_va(st, dev, Some(va));
         }
         // chunks whose HBM a copy-in took (`take_outgoing`) are still mapped
-        // at the allocation's VAs for their copies: unmapped once those are
-        // complete, before the VAs go
-        let taken: Vec<(u64, u32)> = st
-            .dev(dev)
+        // at the allocation's VA for their copies: unmapped once those are
+        // complete (normally waited for already, `wait_copies_of`), before
+        // the VA goes
+        let taken: Vec<(u64, u64)> = st
+            .dev_mut(dev)
             .outgoing
-            .iter()
-            .filter(|o| o.id == id && o.taken != 0)
-            .map(|o| (o.ev, o.i))
+            .iter_mut()
+            .filter(|o| o.id == id && o.taken_va != 0)
+            .map(|o| (o.ev, std::mem::take(&mut o.taken_va)))
             .collect();
-        let vas = st
-            .backings
-            .get(&id)
-            .map(|b| b.vas.clone())
-            .unwrap_or_default();
-        for (ev, i) in taken {
+        for (ev, va) in taken {
             if !self.rt.event_done(ev).unwrap_or(true) {
                 let _ = self.rt.sync_event(ev);
             }
-            for &va in &vas {
-                let _ = self.rt.unmap(va + i as u64 * CHUNK);
-            }
+            let _ = self.rt.unmap(va);
+        }
+    }
+
+    /// A taken copy-out's old mapping of its HBM (`Outgoing::taken_va`),
+    /// once the copy no longer reads it.
+    fn drop_taken_va(&self, o: &Outgoing) {
+        if o.taken_va != 0 {
+            let _ = self.rt.unmap(o.taken_va);
         }
     }
 
@@ -1104,20 +1109,24 @@ impl Residency {
         dev
     }
 
-    /// Frees chunk memory `phys` of `dev` — once no copy-out reads it at
-    /// its former chunk's VAs (`take_outgoing`): that copy is waited for
-    /// with the lock held (u3m's device-to-host stream holds only copies of
-    /// chunks whose uses had completed: the wait needs nothing of the
-    /// host) and harvested, which unmaps those VAs.
-    fn free_phys(&self, st: &mut State, dev: u32, phys: u64) {
+    /// Frees a chunk's memory `phys` of `dev` — once no copy-out reads it
+    /// at its former chunk's VA (U3M_HANDOFF: `take_outgoing` gave it on
+    /// while that copy was in flight): the copy is waited for, the lock
+    /// held (normally complete already: the program's own work on the chunk
+    /// now holding `phys` came after it), and that mapping goes first.
+    /// Every path that gives a chunk's HBM back goes through here.
+    pub(super) fn free_phys(&self, st: &mut State, dev: u32, phys: u64) {
         let taken = st
-            .dev(dev)
+            .dev_mut(dev)
             .outgoing
-            .iter()
-            .find(|o| phys != 0 && o.taken == phys);
-        if let Some(ev) = taken.map(|o| o.ev) {
-            let _ = self.rt.sync_event(ev);
-            self.harvest(st, dev, usize::MAX);
+            .iter_mut()
+            .find(|o| phys != 0 && o.taken == phys && o.taken_va != 0)
+            .map(|o| (o.ev, std::mem::take(&mut o.taken_va)));
+        if let Some((ev, va)) = taken {
+            if !self.rt.event_done(ev).unwrap_or(true) {
+                let _ = self.rt.sync_event(ev);
+            }
+            let _ = self.rt.unmap(va);
         }
         let _ = self.rt.free_physical(phys);
     }

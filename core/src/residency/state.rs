@@ -206,9 +206,13 @@ pub(super) struct Outgoing {
     /// copy lands: freeing it settles first).
     pub va: u64,
     /// The chunk's HBM, given to a copy-in before this copy landed
-    /// (`take_outgoing`); 0: not taken. Still mapped at the chunk's VAs
-    /// for the copy to read until it lands (`harvest` unmaps them then).
+    /// (`take_outgoing`); 0: not taken.
     pub taken: u64,
+    /// Where that HBM is still mapped for the copy to read (the
+    /// allocation's VA of the chunk), until the copy is complete: `harvest`
+    /// unmaps it then, or freeing the allocation (`drop_copy_vas_of`); 0:
+    /// none.
+    pub taken_va: u64,
 }
 
 /// A chunk's move between HBM and a host handle (hostmap.rs) whose copy

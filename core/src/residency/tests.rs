@@ -1155,6 +1155,105 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
     a.assert_clean();
 }
 
+/// U3M_HANDOFF=on: the program frees a chunk whose HBM went to another
+/// chunk before u3m harvested its copy-out, and that other chunk, in either
+/// order: the old mapping goes before the memory (no misuse), and the
+/// memory is given back once. (Each copy has run: the program's own work
+/// on both is complete before it frees them, as it must be.)
+#[test]
+fn freeing_both_owners_of_handed_on_hbm_gives_it_back_once() {
+    for first in ["old", "new"] {
+        let (mut policy, _at) = Script::new();
+        policy.lru = true;
+        let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
+        policy.planned = Some(planned);
+        let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
+        a.r.set_look_ahead(false);
+        let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
+        a.write(w, &pattern(4, CHUNK));
+        a.write(z, &pattern(3, CHUNK));
+        a.f.drain();
+        planned.lock().unwrap().insert(x);
+        let s = a.f.app_stream();
+        let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+            let v = m.read(z, CHUNK);
+            m.write(x, &v);
+            m.write(y, &v.iter().map(|b| b.wrapping_add(1)).collect::<Vec<_>>());
+        });
+        a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
+        a.r.evict_planned(&[x]);
+        let before = a.r.counters().handoffs;
+        a.op(s, &[(w, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+        assert_eq!(a.r.counters().handoffs, before + 1, "{first}");
+        // the program waits for its work (x's copy-out and w's copy-in run
+        // before it: it waits on them), then frees; u3m has not harvested
+        a.f.sync_stream(s).unwrap();
+        let order = if first == "old" { [x, w] } else { [w, x] };
+        for va in order {
+            a.free(va);
+        }
+        a.f.drain();
+        let zp = pattern(3, CHUNK);
+        assert_eq!(a.read(z, CHUNK), zp, "{first}");
+        assert_eq!(
+            a.read(y, CHUNK),
+            zp.iter().map(|b| b.wrapping_add(1)).collect::<Vec<_>>(),
+            "{first}"
+        );
+        a.free(y);
+        a.free(z);
+        a.f.drain();
+        assert_eq!(a.f.held().0, 0, "{first}: every physical chunk given back");
+        a.assert_clean();
+    }
+}
+
+/// U3M_HANDOFF=on and the device lost with copies queued: a chunk whose
+/// HBM went to another chunk's copy-in before its copy-out ran had its only
+/// data there, so it is reported lost and refused to a read, never served
+/// as zeros; a chunk whose host copy is current stays readable.
+#[test]
+fn a_lost_device_loses_a_chunk_whose_hbm_was_handed_on_before_its_copy_ran() {
+    let (mut policy, _at) = Script::new();
+    policy.lru = true;
+    let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
+    policy.planned = Some(planned);
+    let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
+    a.r.set_look_ahead(false);
+    let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
+    a.write(w, &pattern(4, CHUNK));
+    a.write(z, &pattern(3, CHUNK));
+    a.f.drain();
+    planned.lock().unwrap().insert(x);
+    let s = a.f.app_stream();
+    let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+        let v = m.read(z, CHUNK);
+        m.write(x, &v);
+        m.write(y, &v);
+    });
+    a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
+    a.r.evict_planned(&[x]);
+    assert_eq!(a.r.counters().ordered_outs, 1);
+    // w comes back for an operator queued on the program's stream: into
+    // x's HBM, x's copy-out still queued behind the operator
+    let before = a.r.counters().handoffs;
+    a.op(s, &[(w, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+    assert_eq!(a.r.counters().handoffs, before + 1, "{:?}", a.r.counters());
+    a.f.lose();
+    let (mut lost, kept) = a.r.device_lost(0).expect("first report");
+    lost.sort();
+    let mut want = vec![(x, CHUNK), (y, CHUNK), (z, CHUNK)];
+    want.sort();
+    assert_eq!(lost, want, "x's data was only in the HBM w took");
+    assert_eq!(kept, vec![(w, CHUNK)]);
+    let mut buf = vec![0u8; CHUNK as usize];
+    let r = unsafe { a.r.read_lost(x, buf.as_mut_ptr(), CHUNK) };
+    assert_eq!(r, Some(Err(E_DEVICE_LOST)));
+    let r = unsafe { a.r.read_lost(w, buf.as_mut_ptr(), CHUNK) };
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(buf, pattern(4, CHUNK));
+}
+
 #[test]
 fn an_exported_handle_becomes_real_keeps_its_data_and_never_moves() {
     let a = App::new(5, &[]);
