@@ -1163,28 +1163,7 @@ fn a_lost_device_keeps_what_dram_holds_readable() {
 #[test]
 fn freeing_both_owners_of_handed_on_hbm_gives_it_back_once() {
     for first in ["old", "new"] {
-        let (mut policy, _at) = Script::new();
-        policy.lru = true;
-        let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
-        policy.planned = Some(planned);
-        let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
-        a.r.set_look_ahead(false);
-        let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
-        a.write(w, &pattern(4, CHUNK));
-        a.write(z, &pattern(3, CHUNK));
-        a.f.drain();
-        planned.lock().unwrap().insert(x);
-        let s = a.f.app_stream();
-        let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
-            let v = m.read(z, CHUNK);
-            m.write(x, &v);
-            m.write(y, &v.iter().map(|b| b.wrapping_add(1)).collect::<Vec<_>>());
-        });
-        a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
-        a.r.evict_planned(&[x]);
-        let before = a.r.counters().handoffs;
-        a.op(s, &[(w, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
-        assert_eq!(a.r.counters().handoffs, before + 1, "{first}");
+        let (a, [x, y, z, w], s) = handed_on();
         // the program waits for its work (x's copy-out and w's copy-in run
         // before it: it waits on them), then frees; u3m has not harvested
         a.f.sync_stream(s).unwrap();
@@ -1214,31 +1193,7 @@ fn freeing_both_owners_of_handed_on_hbm_gives_it_back_once() {
 /// as zeros; a chunk whose host copy is current stays readable.
 #[test]
 fn a_lost_device_loses_a_chunk_whose_hbm_was_handed_on_before_its_copy_ran() {
-    let (mut policy, _at) = Script::new();
-    policy.lru = true;
-    let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
-    policy.planned = Some(planned);
-    let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
-    a.r.set_look_ahead(false);
-    let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
-    a.write(w, &pattern(4, CHUNK));
-    a.write(z, &pattern(3, CHUNK));
-    a.f.drain();
-    planned.lock().unwrap().insert(x);
-    let s = a.f.app_stream();
-    let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
-        let v = m.read(z, CHUNK);
-        m.write(x, &v);
-        m.write(y, &v);
-    });
-    a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
-    a.r.evict_planned(&[x]);
-    assert_eq!(a.r.counters().ordered_outs, 1);
-    // w comes back for an operator queued on the program's stream: into
-    // x's HBM, x's copy-out still queued behind the operator
-    let before = a.r.counters().handoffs;
-    a.op(s, &[(w, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
-    assert_eq!(a.r.counters().handoffs, before + 1, "{:?}", a.r.counters());
+    let (a, [x, y, z, w], _) = handed_on();
     a.f.lose();
     let (mut lost, kept) = a.r.device_lost(0).expect("first report");
     lost.sort();
@@ -1762,6 +1717,51 @@ fn resident(a: &App, va: u64) -> bool {
     st.chunk(id, i).in_hbm()
 }
 
+/// A 3-chunk device with U3M_HANDOFF=on, a schedule's policy (`Script`:
+/// `planned` the keys it has out, demand victims least recently used) and
+/// four one-chunk allocations x, y, z, w, w and z written (in that order).
+fn handoff_rig() -> (
+    App,
+    &'static Mutex<std::collections::HashSet<u64>>,
+    [u64; 4],
+) {
+    let (mut policy, _at) = Script::new();
+    policy.lru = true;
+    let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
+    policy.planned = Some(planned);
+    let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
+    a.r.set_look_ahead(false);
+    let v = [0; 4].map(|_| a.malloc(CHUNK));
+    a.write(v[3], &pattern(4, CHUNK));
+    a.write(v[2], &pattern(3, CHUNK));
+    a.f.drain();
+    (a, planned, v)
+}
+
+/// `handoff_rig`, then on the program's stream (lazy: nothing runs) x = z
+/// and y = z + 1 queued (w leaves for them); the plan has x out, so x
+/// leaves ordered after that operator; w comes back for an operator queued
+/// behind it, into x's HBM (a hand-off) with x's copy-out still queued.
+/// Returns the app, [x, y, z, w] and the program's stream.
+fn handed_on() -> (App, [u64; 4], u64) {
+    let (a, planned, v) = handoff_rig();
+    let [x, y, z, w] = v;
+    planned.lock().unwrap().insert(x);
+    let s = a.f.app_stream();
+    let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+        let v = m.read(z, CHUNK);
+        m.write(x, &v);
+        m.write(y, &v.iter().map(|b| b.wrapping_add(1)).collect::<Vec<_>>());
+    });
+    a.op(s, &[(z, CHUNK)], &[(x, CHUNK), (y, CHUNK)], k);
+    a.r.evict_planned(&[x]);
+    assert_eq!(a.r.counters().ordered_outs, 1);
+    let before = a.r.counters().handoffs;
+    a.op(s, &[(w, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+    assert_eq!(a.r.counters().handoffs, before + 1, "{:?}", a.r.counters());
+    (a, v, s)
+}
+
 /// U3M_HANDOFF=on (migrate.rs `evict_ordered`, `take_outgoing`): a chunk
 /// the plan has out leaves while its last use is still queued — u3m's
 /// device-to-host stream waits for that use on the device — and its HBM goes
@@ -1774,19 +1774,10 @@ fn resident(a: &App, va: u64) -> bool {
 #[test]
 fn a_planned_chunk_in_use_leaves_ordered_after_its_use_with_the_handoff() {
     for host_waits in [false, true] {
-        let (mut policy, _at) = Script::new();
-        policy.lru = true;
-        let planned = Box::leak(Box::new(Mutex::new(std::collections::HashSet::new())));
-        policy.planned = Some(planned);
-        let a = App::with_policy_vars(3, Box::new(policy), &[("U3M_HANDOFF", "on")]);
-        a.r.set_look_ahead(false);
+        let (a, planned, [x, y, z, w]) = handoff_rig();
         if host_waits {
             a.r.program_waits_on_host();
         }
-        let [x, y, z, w] = [0; 4].map(|_| a.malloc(CHUNK));
-        a.write(w, &pattern(4, CHUNK));
-        a.write(z, &pattern(3, CHUNK));
-        a.f.drain();
         planned.lock().unwrap().extend([x, z]);
         let s = a.f.app_stream();
         // x = z + 7 and y = z + 9, queued (the fake's streams are lazy); w
