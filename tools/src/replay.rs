@@ -345,6 +345,19 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             )));
         }
     }
+    // (not an error: the look-ahead still runs for the other policies)
+    let demand: Vec<&str> = a
+        .policy
+        .iter()
+        .map(|p| p.as_str())
+        .filter(|p| matches!(*p, "belady" | "plan"))
+        .collect();
+    if a.look_ahead == "on" && !demand.is_empty() {
+        eprintln!(
+            "u3m replay: note: --look-ahead on does not apply to {}: it runs with demand paging only",
+            demand.join(" and ")
+        );
+    }
     let plan = match &a.plan {
         None => None,
         Some(_) if !a.policy.iter().any(|p| p == "plan") => {

@@ -348,6 +348,37 @@ fn bad_arguments_are_usage_errors() {
     );
 }
 
+/// `--look-ahead on` with belady (or plan) in the policies: said on stderr,
+/// since those run with demand paging only; the others still get it.
+#[test]
+fn the_look_ahead_says_which_policies_it_skips() {
+    let o = u3m(&[
+        &trace("loop"),
+        "--hbm",
+        "8M",
+        "--policy",
+        "lru,belady",
+        "--look-ahead",
+        "on",
+    ]);
+    assert!(o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--look-ahead on does not apply to belady"),
+        "{e}"
+    );
+    let o = u3m(&[
+        &trace("loop"),
+        "--hbm",
+        "8M",
+        "--policy",
+        "lru",
+        "--look-ahead",
+        "on",
+    ]);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("does not apply"));
+}
+
 #[test]
 fn nvme_tier_takes_what_dram_cannot() {
     // DRAM of 4 MiB (2 chunks), NVMe beside it: the scan's evictions must
