@@ -603,8 +603,9 @@ impl Residency {
     /// for that copy-out on the device, so whatever the copy-ins issued
     /// after this write lands after it has read the chunk. The chunk leaves
     /// HBM now (not resident, no rescue: a call that needs it waits for the
-    /// copy and faults it back in), still mapped at its VAs for the copy;
-    /// `harvest` unmaps them when it lands. None: nothing to take.
+    /// copy and faults it back in), still mapped at its VA for the copy
+    /// (`Outgoing::taken_va`, dropped when the copy is complete:
+    /// `drop_taken_va`). None: nothing to take.
     pub(super) fn take_outgoing(&self, st: &mut State, dev: u32) -> Option<u64> {
         let ok = |o: &Outgoing| {
             o.taken == 0
@@ -636,9 +637,9 @@ impl Residency {
         Some(phys)
     }
 
-    /// A taken copy-out's chunk (`take_outgoing`) after its copy landed:
-    /// unmapped at its VAs (its HBM is another chunk's), then as
-    /// `release_chunk`.
+    /// A taken copy-out's chunk (`take_outgoing`) after its copy landed
+    /// (its HBM is another chunk's, its old mapping already dropped:
+    /// `drop_taken_va`): as `release_chunk`, without freeing anything.
     fn release_taken(&self, st: &mut State, id: u64, i: u32) {
         let dev = st.backings[&id].dev;
         let c = st.chunk_mut(id, i);
@@ -665,11 +666,11 @@ impl Residency {
                 Ok(false) => break,
                 Err(_) => true,
             };
-            let o = st.dev_mut(dev).outgoing.pop_front().expect("front");
+            let mut o = st.dev_mut(dev).outgoing.pop_front().expect("front");
             // the copy no longer reads the chunk: its VA goes before the
             // chunk's memory may (`release_chunk`)
             self.drop_copy_va(st, dev, Some(o.va));
-            self.drop_taken_va(&o);
+            self.drop_taken_va(&mut o, false);
             let current = st
                 .backings
                 .get(&o.id)
@@ -761,9 +762,9 @@ impl Residency {
         }
         self.harvest(st, dev, usize::MAX);
         // what did not complete (a failing device) gives its slots back
-        while let Some(o) = st.dev_mut(dev).outgoing.pop_front() {
+        while let Some(mut o) = st.dev_mut(dev).outgoing.pop_front() {
             self.drop_copy_va(st, dev, Some(o.va));
-            self.drop_taken_va(&o);
+            self.drop_taken_va(&mut o, false);
             if o.taken != 0
                 && st
                     .backings
@@ -916,26 +917,22 @@ impl Residency {
         // at the allocation's VA for their copies: unmapped once those are
         // complete (normally waited for already, `wait_copies_of`), before
         // the VA goes
-        let taken: Vec<(u64, u64)> = st
-            .dev_mut(dev)
-            .outgoing
-            .iter_mut()
-            .filter(|o| o.id == id && o.taken_va != 0)
-            .map(|o| (o.ev, std::mem::take(&mut o.taken_va)))
-            .collect();
-        for (ev, va) in taken {
-            if !self.rt.event_done(ev).unwrap_or(true) {
-                let _ = self.rt.sync_event(ev);
-            }
-            let _ = self.rt.unmap(va);
+        for o in st.dev_mut(dev).outgoing.iter_mut().filter(|o| o.id == id) {
+            self.drop_taken_va(o, true);
         }
     }
 
-    /// A taken copy-out's old mapping of its HBM (`Outgoing::taken_va`),
-    /// once the copy no longer reads it.
-    fn drop_taken_va(&self, o: &Outgoing) {
-        if o.taken_va != 0 {
-            let _ = self.rt.unmap(o.taken_va);
+    /// Drops a taken copy-out's old mapping of its HBM
+    /// (`Outgoing::taken_va`, if still there) once the copy no longer reads
+    /// it. `wait`: the copy may still run, and is waited for first (lock
+    /// held: see `free_phys`); else it has completed or will not run.
+    fn drop_taken_va(&self, o: &mut Outgoing, wait: bool) {
+        let va = std::mem::take(&mut o.taken_va);
+        if va != 0 {
+            if wait && !self.rt.event_done(o.ev).unwrap_or(true) {
+                let _ = self.rt.sync_event(o.ev);
+            }
+            let _ = self.rt.unmap(va);
         }
     }
 
@@ -1116,17 +1113,9 @@ impl Residency {
     /// now holding `phys` came after it), and that mapping goes first.
     /// Every path that gives a chunk's HBM back goes through here.
     pub(super) fn free_phys(&self, st: &mut State, dev: u32, phys: u64) {
-        let taken = st
-            .dev_mut(dev)
-            .outgoing
-            .iter_mut()
-            .find(|o| phys != 0 && o.taken == phys && o.taken_va != 0)
-            .map(|o| (o.ev, std::mem::take(&mut o.taken_va)));
-        if let Some((ev, va)) = taken {
-            if !self.rt.event_done(ev).unwrap_or(true) {
-                let _ = self.rt.sync_event(ev);
-            }
-            let _ = self.rt.unmap(va);
+        let outgoing = &mut st.dev_mut(dev).outgoing;
+        if let Some(o) = outgoing.iter_mut().find(|o| phys != 0 && o.taken == phys) {
+            self.drop_taken_va(o, true);
         }
         let _ = self.rt.free_physical(phys);
     }
