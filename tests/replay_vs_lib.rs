@@ -6,7 +6,11 @@
 
 mod common;
 
-use common::{scratch, small_13b_trace, small_13b_trace_with, synth_trace, target_dir, tier};
+use common::{
+    output_ok, scratch, small_13b_trace, small_13b_trace_steps, small_13b_trace_with, synth_trace,
+    target_dir, tier,
+};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Bound on |replay / library - 1| for time, H2D and D2H bytes of the whole
@@ -77,12 +81,15 @@ fn replay(trace: &str, hbm: &str) -> Figures {
 
 /// `replay` with more replay options.
 fn replay_with(trace: &str, hbm: &str, args: &[&str]) -> Figures {
+    replay_as(trace, hbm, &[args, &["--policy", "predictive"]].concat())
+}
+
+/// `replay_with` whose options name the policy.
+fn replay_as(trace: &str, hbm: &str, args: &[&str]) -> Figures {
     let out = Command::new(target_dir().join("u3m"))
         .args(["replay", trace, "--hbm", hbm])
         .args(args)
         .args([
-            "--policy",
-            "predictive",
             "--json",
             "--event-model",
             "device",
@@ -303,4 +310,145 @@ fn the_handoff_in_the_library_as_in_the_replay() {
     within("simulated time, hand-off on", lib_on.0, rep_on.0, BOUND);
     within("H2D bytes, hand-off on", lib_on.1, rep_on.1, BOUND);
     within("D2H bytes, hand-off on", lib_on.2, rep_on.2, BOUND);
+}
+
+/// U3M_PLAN: the library follows a schedule in its own terms, exported by
+/// `u3m replay --plan-export` from the pipeline bound's LP schedule
+/// (bench/plan_schedule.py), as `u3m replay --schedule` does. Step 3 of 5
+/// (the runs cut before steps 3 and 4): the library's time and bytes are
+/// the replay's within BOUND, and the plan policy's (the schedule's own
+/// bytes) within 2 %, in a shorter step than the predictive policy alone
+/// makes. The export is a loop's (`repeat`): a longer run of the same
+/// program takes its step 5 as its step 3. A schedule that is not the
+/// run's (every call shifted by one) stops, named, and the run still
+/// completes.
+#[test]
+fn the_library_follows_an_exported_schedule_as_the_replay_does() {
+    let dir = scratch("replay-vs-lib-schedule");
+    let (trace, hbm) = small_13b_trace_steps(&dir, "lora", &[], 5);
+    let (long, _) = small_13b_trace_steps(&dir, "lora", &[], 7);
+    let plan = dir.join("lp.plan");
+    output_ok(
+        Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
+            .args(["--min-gap-us", "4000", &hbm, &trace])
+            .arg(&plan),
+    );
+    let sched = dir.join("lib.sched");
+    let sched_s = sched.to_str().unwrap().to_string();
+    let plan_s = plan.to_str().unwrap().to_string();
+    // trace `t` cut before step k's forward
+    let cut = |t: &str, k: u32| {
+        let text = std::fs::read_to_string(t).unwrap();
+        let mark = format!("# train step {k}: forward");
+        let at = text.find(&mark).unwrap_or_else(|| panic!("no '{mark}'"));
+        let p = dir.join(format!("{}-cut{k}", t.rsplit('/').next().unwrap()));
+        std::fs::write(&p, &text[..at]).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (c3, c4) = (cut(&trace, 3), cut(&trace, 4));
+    let step = |f: &dyn Fn(&str) -> Figures| {
+        let (a, b) = (f(&c3), f(&c4));
+        (b.0 - a.0, b.1 - a.1, b.2 - a.2)
+    };
+    // the plan policy's run, which writes the schedule (of the whole trace)
+    let plan_run = |t: &str, export: bool| {
+        let mut args = vec!["--policy", "plan", "--plan", &plan_s, "--handoff", "on"];
+        if export {
+            args.extend(["--plan-export", &sched_s]);
+        }
+        replay_as(t, &hbm, &args)
+    };
+    plan_run(&trace, true);
+    let exported = std::fs::read_to_string(&sched).unwrap();
+    // "# u3m schedule (U3M_PLAN): N entries of ...", then one step's
+    let entries: u64 = exported
+        .split_once("(U3M_PLAN): ")
+        .and_then(|(_, r)| r.split_once(' '))
+        .map(|(n, _)| n.parse().unwrap())
+        .unwrap_or_else(|| panic!("{exported}"));
+    assert!(
+        entries > 100 && exported.contains("\nrepeat "),
+        "{entries} entries exported, one step's repeated:\n{exported}"
+    );
+    let planned = step(&|t| plan_run(t, false));
+    let rep = step(&|t| replay_with(t, &hbm, &["--schedule", &sched_s, "--handoff", "on"]));
+    let lib_run = |t: &str, env: &[(&str, &str)]| {
+        let mut e = vec![
+            ("ACLSIM_PRESET", "910b4"),
+            ("ACLSIM_PHANTOM", "1"),
+            ("ACLSIM_HBM_BYTES", hbm.as_str()),
+            ("U3M_POLICY", "predictive"),
+            ("U3M_OVERSUB", "64"),
+            ("U3M_DRAM_BYTES", "64G"),
+            ("U3M_HANDOFF", "on"),
+        ];
+        e.extend_from_slice(env);
+        let (r, s) = tier("acl_replay", &["--no-verify", t], &e);
+        let r = r.must_succeed();
+        let f: Figures = (
+            r.stat_u64(&["sim_ns"]) as f64,
+            r.stat_u64(&["copy_bytes", "H2D"]) as f64,
+            r.stat_u64(&["copy_bytes", "D2H"]) as f64,
+        );
+        (f, s, r.stderr.clone())
+    };
+    let lib = step(&|t| lib_run(t, &[("U3M_PLAN", &sched_s)]).0);
+    let plain = step(&|t| lib_run(t, &[]).0);
+    eprintln!(
+        "step 3: library {lib:?}, replay {rep:?}, plan policy {planned:?}, without the schedule {plain:?}"
+    );
+    within("step time, U3M_PLAN", lib.0, rep.0, BOUND);
+    within("step H2D bytes, U3M_PLAN", lib.1, rep.1, BOUND);
+    within("step D2H bytes, U3M_PLAN", lib.2, rep.2, BOUND);
+    within("step time, the schedule's", lib.0, planned.0, 0.02);
+    within("step H2D bytes, the schedule's", lib.1, planned.1, 0.02);
+    within("step D2H bytes, the schedule's", lib.2, planned.2, 0.02);
+    assert!(
+        lib.0 < 0.95 * plain.0,
+        "step 3 with the schedule {lib:?}, without {plain:?}"
+    );
+    // the loop's later steps as its step 3
+    let (c5, c6) = (cut(&long, 5), cut(&long, 6));
+    let (a, b) = (
+        lib_run(&c5, &[("U3M_PLAN", &sched_s)]).0,
+        lib_run(&c6, &[("U3M_PLAN", &sched_s)]).0,
+    );
+    within(
+        "step 5 of 7 against step 3 of 5, U3M_PLAN",
+        lib.0,
+        b.0 - a.0,
+        0.01,
+    );
+    // every entry of the whole trace followed, none stopped
+    let (_, s, _) = lib_run(&trace, &[("U3M_PLAN", &sched_s)]);
+    assert_eq!(
+        (
+            s["tier"]["schedule_entries"].as_u64(),
+            s["tier"]["schedule_stops"].as_u64()
+        ),
+        (Some(entries), Some(0)),
+        "every entry followed: {s}"
+    );
+    // a schedule one call off: stopped, named, and the run completes
+    let shifted = dir.join("shifted.sched");
+    let moved: String = exported
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.split_once(' ').unwrap() {
+            ("repeat", r) => {
+                let (from, period) = r.split_once(' ').unwrap();
+                format!("repeat {} {period}\n", from.parse::<u64>().unwrap() + 1)
+            }
+            (c, rest) => format!("{} {rest}\n", c.parse::<u64>().unwrap() + 1),
+        })
+        .collect();
+    std::fs::write(&shifted, moved).unwrap();
+    let (_, s, err) = lib_run(&trace, &[("U3M_PLAN", shifted.to_str().unwrap())]);
+    assert_eq!(s["tier"]["schedule_stops"].as_u64(), Some(1), "{s}");
+    assert!(
+        err.contains(&format!("U3M_PLAN={}:", shifted.display()))
+            && err.contains("the run left the schedule"),
+        "{err}"
+    );
 }

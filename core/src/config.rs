@@ -176,6 +176,8 @@ pub const VARS: &[VarSpec] = &[
         doc: "tier mode: on: a dirty chunk whose predicted next use writes it whole (its copy-out is all evicting it costs) goes before clean chunks (whose copy-ins would come back), spending the device-to-host direction of the link to spare the host-to-device one: shorter steps where copy-ins load the link, more bytes moved in all; auto: on once u3m's copy-ins have outrun its copy-outs by 1 GiB, off again for good if the copy-outs then come to more than twice the copy-ins over 8 GiB; off: it weighs as a clean chunk does (the default: fewest bytes; docs/tiering.md)" },
     VarSpec { name: "U3M_HANDOFF", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: a copy-in that finds HBM full takes the memory of the oldest copy-out still in flight, ordered after that copy on the device, instead of the host waiting for it to land; and an eviction an outside schedule names (u3m replay --plan) of a chunk still in use is ordered after its uses on the device instead of waiting for them; both stop for good once the program queues work that waits for its host (a host function or callback, a value or notify wait: docs/tiering.md); off: the host waits (the default: it pays only under a plan, BENCHMARKS.md)" },
+    VarSpec { name: "U3M_PLAN", kind: Kind::Path, default: "", empty: Some("no schedule"), zero: None,
+        doc: "tier mode: a schedule of evictions to follow, 'CALL ALLOC CHUNK [DEV]' per line (after u3m's CALL-th call that touches managed memory, chunk CHUNK of the ALLOC-th allocation u3m manages on device DEV leaves HBM as soon as its uses allow; u3m replay --plan-export writes one from a planner's trace-keyed plan); the first entry the run does not match stops it, named at exit (docs/tiering.md)" },
     VarSpec { name: "U3M_TORCH_HINTS", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: in a process running torch_npu of a version whose allocator layout u3m knows (2.14.0), every block its caching allocator frees is a u3m_discard hint (the freed bytes are dead until written again), so chunks holding only freed blocks leave HBM without a copy-out: fewer bytes moved, but not always a shorter step (docs/torch-npu.md); other versions and programs are left alone; off: no hints (the default)" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
@@ -305,6 +307,8 @@ pub struct Config {
     /// copy-out is still in flight, ordered after it on the device
     /// (residency/migrate.rs `take_outgoing`).
     pub handoff: bool,
+    /// U3M_PLAN: a schedule of evictions (residency/schedule.rs).
+    pub plan: Option<PathBuf>,
     /// U3M_TORCH_HINTS=on: torch_npu's freed blocks become discard hints
     /// (src/torch_hints.rs in libu3m.so).
     pub torch_hints: bool,
@@ -628,6 +632,7 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
             _ => OutFirst::Off,
         },
         handoff: word("U3M_HANDOFF") == "on",
+        plan: path("U3M_PLAN"),
         torch_hints: word("U3M_TORCH_HINTS") == "on",
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),

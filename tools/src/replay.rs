@@ -150,6 +150,12 @@ pub struct ReplayArgs {
     /// A schedule for the `plan` policy (with --policy ...,plan; one trace): lines 'LINE ADDR [DEV]', each a gap the schedule has the chunk at ADDR out of HBM, after its use on trace line LINE. The policy orders victims as belady with those chunks first and has each evicted once that use is complete — what the schedule costs through the engine's pipeline (bench/plan_schedule.py writes bench/pipeline_bound.py's optimum so; docs/replay.md).
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
+    /// With --plan: write the entries the plan policy followed as a U3M_PLAN file ('CALL ALLOC CHUNK DEV': u3m's call clock, the allocation's ordinal among those u3m manages on the device, the 2 MiB chunk), for libu3m.so or --schedule to follow on the same program.
+    #[arg(long, value_name = "FILE")]
+    pub plan_export: Option<PathBuf>,
+    /// U3M_PLAN, as in the library: every policy's run (not the baseline) follows the schedule FILE ('CALL ALLOC CHUNK [DEV]' per line, e.g. from --plan-export): after each named call its chunks leave HBM as soon as their uses allow; demand evictions stay the policy's (docs/replay.md).
+    #[arg(long, value_name = "FILE")]
+    pub schedule: Option<PathBuf>,
 }
 
 fn wait_ms(s: &str) -> Result<f64, String> {
@@ -374,6 +380,15 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             schedule::Plan::load(f).map_err(CliError::Usage)?,
         )),
     };
+    if a.plan_export.is_some() && a.plan.is_none() {
+        return Err(CliError::Usage(
+            "--plan-export FILE: it writes the plan policy's schedule: give it with --plan FILE and --policy plan".into(),
+        ));
+    }
+    if let Some(f) = &a.schedule {
+        // read now: a bad file is a usage error, not a failed run
+        u3m_core::residency::Schedule::load(f).map_err(CliError::Usage)?;
+    }
     if a.hbm < (2 << 20) {
         return Err(CliError::Usage(format!(
             "--hbm {}: at least one 2 MiB chunk",
@@ -421,6 +436,8 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         held: a.held,
         audit: a.audit,
         plan,
+        plan_export: a.plan_export.clone(),
+        schedule: a.schedule.clone(),
     })
 }
 
@@ -579,7 +596,14 @@ fn replay_trace(
                 continue;
             }
         };
+        if let (Some(a), Some(_)) = (arm.as_ref(), s.plan_export.as_ref()) {
+            a.start_export();
+        }
         let out = drive::run(trace, s, hbm, p, Some(&future), arm.as_ref())?;
+        if let (Some(a), Some(f)) = (arm.as_ref(), s.plan_export.as_ref()) {
+            std::fs::write(f, a.export_text(&trace.name))
+                .map_err(|e| format!("--plan-export {}: {e}", f.display()))?;
+        }
         if !same_accesses(&out.log, &base.log) {
             return Err(format!(
                 "{}: policy {name}: the engine's logical clock diverged from the baseline run ({} vs {} accesses) — precision/recall and belady would be wrong",

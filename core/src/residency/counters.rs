@@ -78,6 +78,11 @@ counters! {
     /// Chunks evicted where an outside schedule has them leave, once their
     /// last use before the gap was complete (planned.rs).
     planned_outs,
+    /// U3M_PLAN: entries noted (their chunk then leaves as its uses allow,
+    /// unless used again first: planned.rs).
+    schedule_entries,
+    /// U3M_PLAN: 1 once an entry the run did not match stopped it.
+    schedule_stops,
     /// U3M_HANDOFF: copy-ins given the HBM of a copy-out still in flight,
     /// ordered after it on the device (migrate.rs `take_outgoing`).
     handoffs,

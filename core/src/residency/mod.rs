@@ -29,7 +29,9 @@
 //! - `evict`: victim choice, demand and watermark eviction;
 //! - `hostmap`: calls larger than HBM: refused, or run with host-mapped chunks;
 //! - `prefetch`: background copy-ins the policy predicts;
-//! - `planned`: evictions an outside schedule names (`u3m replay --plan`);
+//! - `planned`: evictions an outside schedule names (`u3m replay --plan`,
+//!   U3M_PLAN);
+//! - `schedule`: U3M_PLAN's file, by call;
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
@@ -54,6 +56,7 @@ mod planned;
 mod prefetch;
 mod probe;
 mod protocol;
+mod schedule;
 mod shards;
 mod state;
 
@@ -80,6 +83,7 @@ pub use hostmap::Oversize;
 pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use lost::Allocations;
 pub use protocol::Order;
+pub use schedule::{id_of, ordinal_of, Schedule};
 pub use shards::{ForkHold, Residency, Token};
 use state::State;
 pub use state::{Move, MoveKind};
@@ -173,6 +177,8 @@ pub struct Shard {
     out_first: OutFirst,
     /// U3M_HANDOFF (migrate.rs `take_outgoing`).
     handoff: bool,
+    /// U3M_PLAN (schedule.rs), while it is followed (`Followed`).
+    schedule: Option<Arc<Followed>>,
     /// Lowest start and highest end of every VA range ever entered in
     /// `State::vas` (never shrinks): a call whose ranges all lie outside
     /// touches nothing u3m manages, and `prepare` skips the lock
@@ -233,8 +239,18 @@ pub(super) struct Parts {
     excess: Arc<[AtomicU64; MAX_DEVICES]>,
     crowded: Arc<AtomicBool>,
     host_waits: Arc<AtomicBool>,
+    schedule: Option<Arc<Followed>>,
     dram_limit: u64,
     nvme_limit: u64,
+}
+
+/// U3M_PLAN's schedule and how following it went (every device's).
+pub(super) struct Followed {
+    plan: Schedule,
+    /// Set for good by the first entry the run did not match.
+    off: AtomicBool,
+    /// Why it stopped, for the engine's line at exit.
+    stopped: Mutex<Option<String>>,
 }
 
 /// Host memory for the DRAM store through the runtime (aclrtMallocHost).
@@ -275,6 +291,14 @@ impl Parts {
             _ => None,
         };
         let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
+        let schedule = match &cfg.plan {
+            Some(p) => Some(Arc::new(Followed {
+                plan: Schedule::load(p)?,
+                off: AtomicBool::new(false),
+                stopped: Mutex::new(None),
+            })),
+            None => None,
+        };
         Ok(Parts {
             policy: Arc::from(policy),
             dram: state::Shared::new(dram),
@@ -286,6 +310,7 @@ impl Parts {
             excess: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
             crowded: Arc::new(AtomicBool::new(false)),
             host_waits: Arc::new(AtomicBool::new(false)),
+            schedule,
             dram_limit,
             nvme_limit,
         })
@@ -326,6 +351,7 @@ impl Shard {
             ahead_off: AtomicBool::new(!cfg.look_ahead),
             out_first: cfg.out_first,
             handoff: cfg.handoff,
+            schedule: parts.schedule.clone(),
             va_lo: AtomicU64::new(u64::MAX),
             va_hi: AtomicU64::new(0),
             clock: parts.clock.clone(),

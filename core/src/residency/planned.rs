@@ -1,10 +1,14 @@
-//! Evictions an outside schedule names (`u3m replay --policy plan`): a
-//! policy whose `Placement::plan_out` says a chunk leaves HBM after its
-//! last use before a gap has it evicted as soon as that use is complete,
-//! before any fault-in needs the room — as the schedule's physics have it
-//! (bench/pipeline_bound.py: a chunk out between two uses leaves at the
-//! gap's start). Only `u3m replay`'s driver calls it, after each call
-//! (`evict_planned`): the library's hooks and `finish` know nothing of it.
+//! Evictions an outside schedule names: a chunk the schedule has out of
+//! HBM after its last use before a gap is evicted as soon as that use is
+//! complete, before any fault-in needs the room — as the schedule's
+//! physics have it (bench/pipeline_bound.py: a chunk out between two uses
+//! leaves at the gap's start). Two sources name them:
+//! - `u3m replay --policy plan`: a policy whose `Placement::plan_out` says
+//!   which chunks are out; the replay's driver calls `evict_planned` after
+//!   each call;
+//! - U3M_PLAN (schedule.rs), in the library or the replay: `finish` of the
+//!   call an entry names (`follow_schedule`); a chunk used again since is
+//!   back in (its `last` is later than the call's clock).
 //!
 //! The chunks the schedule has out from that call on are noted in last-use
 //! order (`Dev::planned`); the oldest noted ones whose
@@ -18,7 +22,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::state::State;
-use super::Shard as Residency;
+use super::{schedule::Entry, Followed, Shard as Residency};
 
 /// Copy-outs in flight on a device (any cause) under which a planned one
 /// may start: past a fault-in's own bound (`evict::COPY_OUT_DEPTH`, 16), so
@@ -49,7 +53,8 @@ impl Residency {
                 continue;
             }
             if st.dev(self.shard).planned.len() < PLANNED_MAX {
-                st.dev_mut(self.shard).planned.push_back((id, i));
+                // (0: ask the policy whether it is still out)
+                st.dev_mut(self.shard).planned.push_back((id, i, 0));
             }
         }
         // (this state is one device's: `Shard::shard`)
@@ -58,10 +63,76 @@ impl Residency {
         }
     }
 
+    /// U3M_PLAN, after the call at `clock` is queued on this device (with
+    /// the lock held, from `finish`): the schedule's chunks for it, which the
+    /// call touched (`chunks`), are noted as out and the noted ones leave as
+    /// their uses allow. An entry naming a chunk the call did not touch
+    /// means the schedule is not this run's: it stops for good.
+    // (out of every call's path: only a run with U3M_PLAN comes here)
+    #[inline(never)]
+    pub(super) fn follow_schedule(
+        &self,
+        st: &mut State,
+        f: &Followed,
+        clock: u64,
+        chunks: &[(u64, u32)],
+    ) {
+        let dev = self.shard;
+        let entries = match f.off.load(Relaxed) {
+            // (what was noted before it stopped still leaves)
+            true => &[][..],
+            false => f.plan.at(dev, clock),
+        };
+        for e in entries {
+            if !chunks.contains(&(e.id, e.chunk)) {
+                self.stop_schedule(f, e);
+                break;
+            }
+            let Some(c) = st.backings.get(&e.id).and_then(|b| {
+                (!b.pinned).then_some(())?;
+                b.chunks.get(e.chunk as usize)
+            }) else {
+                continue;
+            };
+            if c.in_hbm() && c.out_ev == 0 && !c.unfilled && st.dev(dev).planned.len() < PLANNED_MAX
+            {
+                st.dev_mut(dev).planned.push_back((e.id, e.chunk, clock));
+                self.c.schedule_entries.fetch_add(1, Relaxed);
+            }
+        }
+        if !st.dev(dev).planned.is_empty() && !st.dev(dev).lost {
+            self.evict_planned_on(st, dev);
+        }
+    }
+
+    /// The first entry the run does not match: the schedule stops (what
+    /// was noted still leaves) and the reason waits for the engine's line.
+    #[cold]
+    fn stop_schedule(&self, f: &Followed, e: &Entry) {
+        if f.off.swap(true, Relaxed) {
+            return;
+        }
+        let (dev, alloc) = super::schedule::ordinal_of(e.id);
+        let why = format!(
+            "U3M_PLAN={}:{}: call {} does not touch chunk {} of allocation {alloc} on device {dev}: \
+             the run left the schedule (the schedule is not this run's, or its loop ended); \
+             followed up to there ({} entries), not after",
+            f.plan.name,
+            e.line,
+            e.clock,
+            e.chunk,
+            self.c.schedule_entries.load(Relaxed)
+        );
+        if let Ok(mut s) = f.stopped.lock() {
+            *s = Some(why);
+        }
+        self.c.schedule_stops.fetch_add(1, Relaxed);
+    }
+
     fn evict_planned_on(&self, st: &mut State, dev: u32) {
         let ordered = self.may_order_after_program();
         while ordered || st.dev(dev).outgoing.len() < PLANNED_DEPTH {
-            let Some(&(id, i)) = st.dev(dev).planned.front() else {
+            let Some(&(id, i, armed)) = st.dev(dev).planned.front() else {
                 break;
             };
             let Some(b) = st
@@ -88,9 +159,14 @@ impl Residency {
                 break;
             }
             let key = b.key(id, i);
+            let used_since = c.last > armed;
             st.dev_mut(dev).planned.pop_front();
             // (a later call may have brought it back into the plan's HBM)
-            if !self.policy.plan_out(key) {
+            let out = match armed {
+                0 => self.policy.plan_out(key),
+                _ => !used_since,
+            };
+            if !out {
                 continue;
             }
             if self.evict(st, id, i).is_err() {

@@ -38,6 +38,9 @@ pub struct Token {
     /// same id means the same chunk vector, alive.
     one_at: usize,
     one_dev: u32,
+    /// The logical clock `prepare` gave the call (U3M_PLAN's entries are
+    /// by it: schedule.rs).
+    clock: u64,
     list: Vec<(u64, u32)>,
     list_writes: Vec<Touch>,
 }
@@ -581,6 +584,7 @@ impl Residency {
         let touches = st.touches;
         st.touches += tok.list.len() as u64;
         let clock = st.clock;
+        tok.clock = clock;
         st.call_need = need;
         let mut keys = std::mem::take(&mut st.call_keys);
         keys.clear();
@@ -779,6 +783,7 @@ impl Residency {
         let touches = st.touches;
         st.touches += all.len() as u64;
         let clock = st.clock;
+        tok.clock = clock;
         let hbm_chunks = st.devs[dev_index(dev)].capacity / CHUNK;
         let mut hits = 0;
         for (k, &(_, _, _, write)) in all.iter().enumerate() {
@@ -892,6 +897,9 @@ impl Residency {
         // the call is queued: start the copy-ins the next calls will need
         if ok {
             self.look_ahead_after(&mut st, tok.chunks());
+            if let Some(f) = &self.schedule {
+                self.follow_schedule(&mut st, f, tok.clock, tok.chunks());
+            }
         }
         if tok.one {
             tok.one = false;

@@ -816,6 +816,25 @@ impl Residency {
         self.used_shards().map(|s| s.host_demand()).sum()
     }
 
+    /// U3M_PLAN: why the schedule stopped being followed (the first entry
+    /// the run did not match), if it did.
+    pub fn schedule_stopped(&self) -> Option<String> {
+        let f = self.shards[0].schedule.as_ref()?;
+        f.stopped.lock().ok()?.clone()
+    }
+
+    /// The chunk a policy key names, in U3M_PLAN's terms: (device, the
+    /// allocation's ordinal among the device's managed ones, chunk index)
+    /// (`u3m replay --plan-export`). None: no live chunk.
+    pub fn schedule_ordinal(&self, key: u64) -> Option<(u32, u64, u32)> {
+        self.used_shards().find_map(|s| {
+            let st = s.st.lock().ok()?;
+            let (id, i) = st.resolve(key)?;
+            let (dev, alloc) = super::schedule::ordinal_of(id);
+            Some((dev, alloc, i))
+        })
+    }
+
     /// The figures of the allocation `malloc` last refused, once.
     pub fn take_refusal(&self) -> Option<Refusal> {
         self.used_shards().find_map(|s| s.take_refusal())

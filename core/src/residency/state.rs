@@ -271,8 +271,10 @@ pub(super) struct Dev {
     /// The look-ahead prefetch's window, pending chunks and depth.
     pub ahead: super::ahead::Ahead,
     /// Chunks an outside schedule has out, in the order of their last use,
-    /// evicted once that use is complete (planned.rs).
-    pub planned: VecDeque<(u64, u32)>,
+    /// evicted once that use is complete (planned.rs): (backing id, index,
+    /// the clock of the call U3M_PLAN named it after; 0: `u3m replay
+    /// --policy plan`'s, whose policy says whether it is still out).
+    pub planned: VecDeque<(u64, u32, u64)>,
     /// The event recorded after the latest copy-ins on `stream` (one
     /// reference; 0: none yet): complete, the link's host-to-device
     /// direction has nothing queued of u3m's.

@@ -1762,6 +1762,123 @@ fn handed_on() -> (App, [u64; 4], u64) {
     (a, v, s)
 }
 
+/// U3M_PLAN (schedule.rs, planned.rs `follow_schedule`): after the call
+/// an entry names, its chunk leaves HBM — ordered after the call on the
+/// device with U3M_HANDOFF, once the call is complete without — and reads
+/// back exactly. A chunk used again before it could leave stays. The
+/// first entry whose chunk its call does not touch stops the schedule,
+/// named; later entries are not followed. A malformed file stops the
+/// manager's start, naming the line.
+#[test]
+fn the_library_follows_a_schedule_by_call_and_stops_at_one_not_its_own() {
+    let dir = SwapDir::new("schedule");
+    let path = dir.0.join("plan");
+    // x, y, z: allocations 0, 1, 2 (calls: 1 writes x, 2 writes y, 3 is
+    // z = x + 1 queued, 4 reads y, 5 and 6 queue reads of y, 7 reads z, 8 z)
+    std::fs::write(
+        &path,
+        "# CALL ALLOC CHUNK\n3 0 0\n5 1 0\n7 0 0 # call 7 reads z only\n8 2 0\n",
+    )
+    .unwrap();
+    let p = path.display().to_string();
+    for handoff in ["off", "on"] {
+        let a = App::new(3, &[("U3M_PLAN", p.as_str()), ("U3M_HANDOFF", handoff)]);
+        a.r.set_look_ahead(false);
+        let [x, y, z] = [0; 3].map(|_| a.malloc(CHUNK));
+        a.write(x, &pattern(1, CHUNK));
+        a.write(y, &pattern(2, CHUNK));
+        let s = a.f.app_stream();
+        let k: Kernel = Box::new(move |m: &mut Mem<'_>| {
+            let v = m.read(x, CHUNK);
+            m.write(z, &v.iter().map(|b| b.wrapping_add(1)).collect::<Vec<_>>());
+        });
+        a.op(s, &[(x, CHUNK)], &[(z, CHUNK)], k);
+        assert_eq!(a.r.now(), 3);
+        let c = a.r.counters();
+        assert_eq!(c.schedule_entries, 1, "{c:?}");
+        if handoff == "on" {
+            // ordered after the queued operator on the device
+            assert_eq!((c.planned_outs, c.ordered_outs), (1, 1), "{c:?}");
+        } else {
+            // its use is queued: it waits
+            assert_eq!(c.planned_outs, 0, "{c:?}");
+            assert!(resident(&a, x));
+        }
+        a.f.drain();
+        assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+        assert_eq!(a.r.counters().planned_outs, 1, "handoff {handoff}");
+        {
+            // gone, or its copy-out queued (harvested later)
+            let st = a.r.shard_of(0).st.lock().unwrap();
+            let (id, i) = st.resolve(x).expect("managed");
+            let c = st.chunk(id, i);
+            assert!(
+                !c.in_hbm() || c.out_ev != 0,
+                "handoff {handoff}: x out after call 3"
+            );
+        }
+        // calls 5 and 6 queue reads of y; y is out after 5 but used by 6
+        // before it could leave (without the hand-off: the use is queued)
+        for _ in 0..2 {
+            a.op(s, &[(y, CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+        }
+        assert_eq!(a.r.now(), 6);
+        a.f.drain();
+        assert_eq!(
+            a.read(z, CHUNK),
+            pattern(1, CHUNK)
+                .iter()
+                .map(|b| b.wrapping_add(1))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(a.r.now(), 7);
+        let c = a.r.counters();
+        if handoff == "off" {
+            assert!(
+                resident(&a, y),
+                "used again by call 6: back in the plan's HBM"
+            );
+            assert_eq!(c.planned_outs, 1, "{c:?}");
+        }
+        // call 7 does not touch x: stopped there, named
+        assert_eq!(c.schedule_stops, 1, "{c:?}");
+        let why = a.r.schedule_stopped().expect("stopped");
+        assert!(
+            why.starts_with(&format!(
+                "U3M_PLAN={p}:4: call 7 does not touch chunk 0 of allocation 0 on device 0"
+            )),
+            "{why}"
+        );
+        // entry 8 is not followed
+        let before = a.r.counters();
+        assert_eq!(a.read(z, CHUNK)[0], pattern(1, CHUNK)[0].wrapping_add(1));
+        let c = a.r.counters();
+        assert_eq!(
+            (c.schedule_entries, c.planned_outs),
+            (before.schedule_entries, before.planned_outs)
+        );
+        assert!(resident(&a, z));
+        assert_eq!(
+            a.read(x, CHUNK),
+            pattern(1, CHUNK),
+            "handoff {handoff}: x back exactly"
+        );
+        for va in [x, y, z] {
+            a.free(va);
+        }
+        a.f.drain();
+    }
+    std::fs::write(&path, "3 0 0\n4 zero 0\n").unwrap();
+    let f = Fake::leak(1, 3 * CHUNK);
+    let e = Residency::new(f, &config(&[("U3M_PLAN", p.as_str())]))
+        .err()
+        .expect("refused");
+    assert!(
+        e.starts_with(&format!("U3M_PLAN={p}:2: not a number")),
+        "{e}"
+    );
+}
+
 /// U3M_HANDOFF=on (migrate.rs `evict_ordered`, `take_outgoing`): a chunk
 /// the plan has out leaves while its last use is still queued — u3m's
 /// device-to-host stream waits for that use on the device — and its HBM goes

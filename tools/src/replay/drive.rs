@@ -83,6 +83,11 @@ pub struct Setup {
     pub audit: bool,
     /// `--plan FILE`: the `plan` policy's schedule (schedule.rs).
     pub plan: Option<std::sync::Arc<super::schedule::Plan>>,
+    /// `--plan-export FILE`: the plan run's entries written as U3M_PLAN's.
+    pub plan_export: Option<PathBuf>,
+    /// `--schedule FILE`: U3M_PLAN for every policy's run (not the
+    /// baseline's), as in the library.
+    pub schedule: Option<PathBuf>,
 }
 
 /// What an observed run saw over time (simulated ns throughout).
@@ -321,7 +326,11 @@ fn run_in(
     baseline: bool,
     plan: Option<&super::schedule::Armer>,
 ) -> Result<RunOut, String> {
-    let cfg = config(s, swap)?;
+    let mut cfg = config(s, swap)?;
+    // (the baseline is the trace's truth: no schedule)
+    if !baseline {
+        cfg.plan = s.schedule.clone();
+    }
     if s.observe {
         rt.log_maps();
     }
@@ -371,6 +380,10 @@ fn run_in(
         plan,
     };
     let r = d.replay();
+    if let Some(why) = tier.schedule_stopped() {
+        // (as the library says it at exit; the counters are in the JSON)
+        eprintln!("u3m replay: {}: {why}", tier.policy().name());
+    }
     d.sample();
     let held = std::mem::take(&mut d.held);
     let audit = if s.audit {
@@ -534,6 +547,7 @@ impl Driver<'_> {
                 o.map_mark.push(self.rt.maps_logged());
             }
             let mut armed = Vec::new();
+            let mut ordinals = Vec::new();
             if let Some(a) = self.plan {
                 for &(n, dev, addr) in a
                     .plan
@@ -549,12 +563,18 @@ impl Driver<'_> {
                     })?;
                     a.arm(n, va);
                     armed.push(va);
+                    if a.exporting() {
+                        ordinals.push(self.tier.schedule_ordinal(va));
+                    }
                 }
             }
             self.event(ev)
                 .map_err(|e| format!("{}:{}: {e}", self.trace.name, self.trace.lines[k]))?;
             if let Some(a) = self.plan {
                 a.after_event();
+                if !ordinals.is_empty() {
+                    a.exported(self.tier.now(), &ordinals);
+                }
                 self.tier.evict_planned(&armed);
             }
             for &(dev, addr) in dead.as_ref().map_or(&[][..], |d| &d[k][..]) {

@@ -32,6 +32,10 @@ pub struct PolicyRow {
     /// device, and copy-ins given a copy-out's HBM still in flight.
     pub ordered_outs: u64,
     pub handoffs: u64,
+    /// `--schedule`: entries followed, and 1 once one the run did not
+    /// match stopped it (U3M_PLAN's counters).
+    pub schedule_entries: u64,
+    pub schedule_stops: u64,
     pub overwrites: u64,
     /// Chunks host-mapped for calls larger than HBM, bytes copied into their
     /// host handles, host-mapped chunks brought back into HBM.
@@ -77,6 +81,8 @@ impl PolicyRow {
             planned_outs: t.planned_outs,
             ordered_outs: t.ordered_outs,
             handoffs: t.handoffs,
+            schedule_entries: t.schedule_entries,
+            schedule_stops: t.schedule_stops,
             overwrites: t.overwrites,
             host_maps: t.host_maps,
             host_map_bytes: t.host_map_bytes,
@@ -475,6 +481,8 @@ pub fn json(s: &Setup, hbm: u64, reports: &[TraceReport]) -> String {
                     // (outside the macro: its recursion limit)
                     row["ordered_outs"] = json!(p.ordered_outs);
                     row["handoffs"] = json!(p.handoffs);
+                    row["schedule_entries"] = json!(p.schedule_entries);
+                    row["schedule_stops"] = json!(p.schedule_stops);
                     row
                 })
                 .collect();

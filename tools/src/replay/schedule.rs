@@ -86,6 +86,9 @@ struct State {
     out: HashSet<u64>,
     /// The first armed entry the event did not touch: (plan line, key).
     stray: Option<(u64, u64)>,
+    /// `--plan-export`: the entries followed, in U3M_PLAN's terms (call
+    /// clock, device, allocation ordinal, chunk); None: not exporting.
+    export: Option<Vec<(u64, u32, u64, u32)>>,
 }
 
 /// The driver's side: arms the entries of each event before it runs.
@@ -116,9 +119,79 @@ impl Armer {
         self.lock().stray
     }
 
+    /// `--plan-export`: keep the entries followed (`exported`).
+    pub fn start_export(&self) {
+        self.lock().export = Some(Vec::new());
+    }
+
+    pub fn exporting(&self) -> bool {
+        self.lock().export.is_some()
+    }
+
+    /// The entries of the event just run, each resolved before it to
+    /// (device, allocation ordinal, chunk), at the engine's clock `clock`
+    /// (the event's call: it touched them).
+    pub fn exported(&self, clock: u64, chunks: &[Option<(u32, u64, u32)>]) {
+        if let Some(v) = self.lock().export.as_mut() {
+            v.extend(chunks.iter().flatten().map(|&(d, a, c)| (clock, d, a, c)));
+        }
+    }
+
+    /// The U3M_PLAN file of the entries followed (`u3m replay
+    /// --plan-export`; core residency/schedule.rs reads it): when they
+    /// repeat (`period_of`), one period and its `repeat` line, so that the
+    /// library follows it for every later step too.
+    pub fn export_text(&self, trace: &str) -> String {
+        let s = self.lock();
+        let v = s.export.as_deref().unwrap_or(&[]);
+        let mut out = format!(
+            "# u3m schedule (U3M_PLAN): {} entries of {} followed on {trace}\n",
+            v.len(),
+            self.plan.name
+        );
+        let end = match period_of(v) {
+            Some((from, period)) => {
+                let seen = (v[v.len() - 1].0 - from) / period + 1;
+                out.push_str(&format!(
+                    "# they repeat every {period} calls from call {from} ({seen} periods seen)\nrepeat {from} {period}\n"
+                ));
+                from + period
+            }
+            None => u64::MAX,
+        };
+        out.push_str("# CALL ALLOC CHUNK DEV\n");
+        for &(clock, d, a, c) in v.iter().take_while(|e| e.0 < end) {
+            out.push_str(&format!("{clock} {a} {c} {d}\n"));
+        }
+        out
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The least period under which the exported entries `v` (call clock,
+/// device, allocation, chunk; in call order) repeat, with the first
+/// entry's call: every entry a period or more in has its twin a period
+/// back, every entry a period or more before the last one its twin a
+/// period on, and the entries reach into a third period (a twin seen
+/// once may be chance). Candidates are the calls
+/// at which the first entry's chunk is named again.
+pub fn period_of(v: &[(u64, u32, u64, u32)]) -> Option<(u64, u64)> {
+    let (first, last) = (v.first()?, v.last()?);
+    let all: HashSet<(u64, u32, u64, u32)> = v.iter().copied().collect();
+    let twin = |e: &(u64, u32, u64, u32), c: u64| all.contains(&(c, e.1, e.2, e.3));
+    v.iter()
+        .filter(|e| (e.1, e.2, e.3) == (first.1, first.2, first.3) && e.0 > first.0)
+        .map(|e| e.0 - first.0)
+        .take_while(|&p| last.0 >= first.0 + 2 * p)
+        .find(|&p| {
+            v.iter().all(|e| {
+                (e.0 < first.0 + p || twin(e, e.0 - p)) && (e.0 + p > last.0 || twin(e, e.0 + p))
+            })
+        })
+        .map(|p| (first.0, p))
 }
 
 /// The `plan` policy (see the module doc).
@@ -221,6 +294,29 @@ mod tests {
         assert!(Plan::parse("p", "# none\n")
             .unwrap_err()
             .contains("no entries"));
+    }
+
+    /// Exported entries that repeat are found to; ones that do not, or
+    /// never repeat, are not.
+    #[test]
+    fn an_exported_schedule_repeats_when_its_steps_do() {
+        let step = |k: u64| {
+            vec![
+                (5 + 10 * k, 0, 1, 0),
+                (5 + 10 * k, 0, 2, 3),
+                (9 + 10 * k, 0, 1, 0),
+            ]
+        };
+        let v: Vec<_> = (0..4).flat_map(step).collect();
+        // (1, 0) is named again at 9: not a period; at 15 it is
+        assert_eq!(period_of(&v), Some((5, 10)));
+        let mut odd = v.clone();
+        odd[4].3 = 7;
+        assert_eq!(period_of(&odd), None);
+        assert_eq!(period_of(&step(0)), None, "one step: nothing repeats");
+        // a last step cut short (between two calls: a call's entries are
+        // exported together) still repeats
+        assert_eq!(period_of(&v[..11]), Some((5, 10)));
     }
 
     /// The schedule's chunks go first, the one used longest ago first;
