@@ -30,6 +30,10 @@ use std::path::Path;
 
 use super::MAX_DEVICES;
 
+/// The largest schedule file read (a larger one is a mistake, and would
+/// hold the program's memory for nothing).
+const MAX_FILE: u64 = 256 << 20;
+
 /// One entry: after the call at `clock`, chunk `chunk` of backing `id`
 /// leaves; `line` is its line in the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +72,14 @@ pub fn ordinal_of(id: u64) -> (u32, u64) {
 impl Schedule {
     pub fn load(path: &Path) -> Result<Schedule, String> {
         let name = path.display().to_string();
+        let len = std::fs::metadata(path)
+            .map_err(|e| format!("U3M_PLAN={name}: {e}"))?
+            .len();
+        if len > MAX_FILE {
+            return Err(format!(
+                "U3M_PLAN={name}: {len} bytes, more than the {MAX_FILE} a schedule may have (about 20 million entries)"
+            ));
+        }
         let text = std::fs::read_to_string(path).map_err(|e| format!("U3M_PLAN={name}: {e}"))?;
         Schedule::parse(&name, &text)
     }
