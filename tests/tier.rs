@@ -262,6 +262,65 @@ fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
     assert_eq!(s["tier"]["host_waits"], true, "{s}");
 }
 
+/// acl_replay (not phantom: every byte of every allocation read back and
+/// hashed) of a 13B-shaped LoRA trace at 1.4 × HBM: with the hand-off, and
+/// with the hand-off following the pipeline bound's LP schedule exported by
+/// `u3m replay --plan-export` (U3M_PLAN, ordered evictions), the checksum
+/// is the unconstrained run's. It caught a first touch handed HBM whose
+/// copy-out was still reading it: the rest of the chunk held another
+/// allocation's bytes (core residency/migrate.rs `fault_in_chunks`).
+#[test]
+fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
+    let dir = common::scratch("handoff-replay");
+    let (t, _) = common::small_13b_trace_steps(&dir, "lora", &["--scale", "4"], 5);
+    let plan = dir.join("lp.plan");
+    let sched = dir.join("lib.sched");
+    common::output_ok(
+        std::process::Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
+            .args(["150M", &t])
+            .arg(&plan),
+    );
+    common::output_ok(
+        std::process::Command::new(common::target_dir().join("u3m"))
+            .args([
+                "replay",
+                &t,
+                "--hbm",
+                "150M",
+                "--policy",
+                "plan",
+                "--handoff",
+                "on",
+            ])
+            .args(["--event-model", "device", "--issue", "acl-replay", "--plan"])
+            .arg(&plan)
+            .arg("--plan-export")
+            .arg(&sched),
+    );
+    let reference = run("acl_replay", &[&t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let sched = sched.to_str().unwrap();
+    for env in [
+        &[("U3M_HANDOFF", "on")][..],
+        &[("U3M_HANDOFF", "on"), ("U3M_PLAN", sched)][..],
+    ] {
+        let mut e = vec![("ACLSIM_HBM_BYTES", "150M"), ("U3M_OVERSUB", "2")];
+        e.extend_from_slice(env);
+        let (r, s) = tier("acl_replay", &[&t], &e);
+        let r = r.must_succeed();
+        assert_eq!(
+            r.fact("checksum"),
+            reference.fact("checksum"),
+            "{env:?}: {s}"
+        );
+        assert!(s["tier"]["handoffs"].as_u64().unwrap() > 0, "{env:?}: {s}");
+        if env.len() > 1 {
+            assert!(s["tier"]["schedule_entries"].as_u64().unwrap() > 100, "{s}");
+            assert!(s["tier"]["ordered_outs"].as_u64().unwrap() > 0, "{s}");
+        }
+    }
+}
+
 #[test]
 fn meminfo_reports_the_virtual_capacity() {
     let (r, _) = tier(

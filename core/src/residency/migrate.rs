@@ -350,7 +350,17 @@ impl Residency {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
             let p = protect.get_or_insert_with(|| protect_of(need));
-            let (phys, took) = self.alloc_phys_taking(st, bdev, p, ahead)?;
+            // U3M_HANDOFF: HBM a copy-out still reads holds that chunk's
+            // bytes. Only a chunk whose every byte comes from its host copy
+            // may take it (its copy-in, or a whole write that falls back to
+            // that copy if the call fails); a first touch reads as fresh
+            // memory — the runtime's, zeros on the simulator — so it gets
+            // memory of its own.
+            let (phys, took) = if c.host.is_some() {
+                self.alloc_phys_taking(st, bdev, p, ahead)?
+            } else {
+                (self.alloc_phys(st, bdev, p, ahead)?, false)
+            };
             let vas = st.backings[&id].vas.clone();
             if let Err(e) = self.map_chunk(&vas, i, phys) {
                 self.free_phys(st, bdev, phys);

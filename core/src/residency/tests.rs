@@ -1762,6 +1762,40 @@ fn handed_on() -> (App, [u64; 4], u64) {
     (a, v, s)
 }
 
+/// U3M_HANDOFF=on: a first touch reads as fresh memory (the runtime's:
+/// zeros on the simulator and the fake), never as the bytes of a chunk
+/// whose copy-out still reads the HBM it would take — only a chunk filled
+/// from its host copy takes such memory (migrate.rs `fault_in_chunks`).
+/// acl_replay's read-back on the simulator found it: an operator writing
+/// part of a new chunk left another allocation's bytes in the rest.
+#[test]
+fn a_first_touch_with_copy_outs_in_flight_reads_as_fresh_memory() {
+    let a = App::new(2, &[("U3M_HANDOFF", "on")]);
+    let [x, y, z] = [0; 3].map(|_| a.malloc(CHUNK));
+    a.write(x, &pattern(1, CHUNK));
+    a.write(y, &pattern(2, CHUNK));
+    let s = a.f.app_stream();
+    let half = (CHUNK / 2) as usize;
+    // half of z written (queued on the lazy stream): x or y leaves for it,
+    // its copy-out not yet run
+    let k: Kernel = Box::new(move |m: &mut Mem<'_>| m.write(z, &vec![9u8; half]));
+    a.op(s, &[], &[(z, CHUNK / 2)], k);
+    a.f.sync_stream(s).unwrap();
+    let mut fresh = vec![9u8; half];
+    fresh.resize(2 * half, 0);
+    assert_eq!(
+        a.read(z, CHUNK),
+        fresh,
+        "z's unwritten half reads as fresh memory"
+    );
+    assert_eq!(a.read(x, CHUNK), pattern(1, CHUNK));
+    assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
+    for va in [x, y, z] {
+        a.free(va);
+    }
+    a.f.drain();
+}
+
 /// U3M_PLAN (schedule.rs, planned.rs `follow_schedule`): after the call
 /// an entry names, its chunk leaves HBM — ordered after the call on the
 /// device with U3M_HANDOFF, once the call is complete without — and reads
