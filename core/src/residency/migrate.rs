@@ -351,12 +351,14 @@ impl Residency {
             }
             let p = protect.get_or_insert_with(|| protect_of(need));
             // U3M_HANDOFF: HBM a copy-out still reads holds that chunk's
-            // bytes. Only a chunk whose every byte comes from its host copy
-            // may take it (its copy-in, or a whole write that falls back to
-            // that copy if the call fails); a first touch reads as fresh
-            // memory — the runtime's, zeros on the simulator — so it gets
-            // memory of its own.
-            let (phys, took) = if c.host.is_some() {
+            // bytes. Only a chunk whose every byte is written before anyone
+            // reads it may take it: its copy-in, or a call that writes it
+            // whole (if that call fails, the chunk goes back to its host
+            // copy or, with none, to no memory: `unfilled`). A first touch
+            // the call does not write whole reads as fresh memory — the
+            // runtime's, zeros on the simulator — so it gets memory of its
+            // own.
+            let (phys, took) = if c.host.is_some() || whole {
                 self.alloc_phys_taking(st, bdev, p, ahead)?
             } else {
                 (self.alloc_phys(st, bdev, p, ahead)?, false)
@@ -408,6 +410,9 @@ impl Residency {
                 None => {
                     // fresh memory: nothing to copy
                     c.dirty = true;
+                    // (taken, so written whole: until the call succeeds
+                    // the memory holds another chunk's bytes)
+                    c.unfilled = took;
                     self.c.first_touches.fetch_add(1, Relaxed);
                 }
                 Some(Host::Dram(slot)) => {
@@ -1131,11 +1136,13 @@ impl Residency {
     }
 
     /// A chunk mapped unfilled for a call that failed (`Chunk::unfilled`):
-    /// its memory, which holds nothing, is given back and its host copy is
-    /// again its only copy, as before the call.
+    /// its memory, which holds nothing of it, is given back and its host
+    /// copy is again its only copy, as before the call — or, with none (a
+    /// first touch given a copy-out's HBM: `fault_in_chunks`), it has no
+    /// memory anywhere again and reads as fresh memory.
     pub(super) fn unfilled_back(&self, st: &mut State, id: u64, i: u32) {
         let c = st.chunk(id, i);
-        if c.phys == 0 || c.host.is_none() {
+        if c.phys == 0 {
             return;
         }
         if c.on_host {

@@ -55,9 +55,11 @@ pub(super) struct Chunk {
     /// distance; 0 before it has one).
     pub reuse: u64,
     /// Mapped for a call that writes it whole, without its copy-in: its
-    /// memory holds nothing yet, and its host copy is kept until a call
-    /// using it succeeds (`finish`) — a call that fails writes nothing,
-    /// so the chunk goes back to its host copy (`unfilled_back`).
+    /// memory holds nothing of it yet, and its host copy is kept until a
+    /// call using it succeeds (`finish`) — a call that fails writes
+    /// nothing, so the chunk goes back to its host copy (`unfilled_back`),
+    /// or with none (a first touch given another chunk's HBM under
+    /// U3M_HANDOFF) to no memory at all.
     pub unfilled: bool,
     /// Its contents were discarded (`Residency::discard`) since it was last
     /// written: evicting it needs no copy-out, and with no host copy its

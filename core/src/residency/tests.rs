@@ -1790,10 +1790,40 @@ fn a_first_touch_with_copy_outs_in_flight_reads_as_fresh_memory() {
     );
     assert_eq!(a.read(x, CHUNK), pattern(1, CHUNK));
     assert_eq!(a.read(y, CHUNK), pattern(2, CHUNK));
-    for va in [x, y, z] {
+    // a first touch written whole may take such HBM; if its call fails
+    // (writing nothing), the chunk has no memory again and reads as fresh
+    let w = a.malloc(CHUNK);
+    a.write(x, &pattern(3, CHUNK));
+    a.write(y, &pattern(4, CHUNK));
+    let before = a.r.counters().handoffs;
+    let rs = [Range {
+        addr: w,
+        len: CHUNK,
+        write: true,
+        whole: true,
+    }];
+    let tok =
+        a.r.prepare(0, OpClass::Elementwise as u8, &rs, false, Order::Stream(s))
+            .expect("prepared");
+    assert_eq!(
+        a.r.counters().handoffs,
+        before + 1,
+        "w took a copy-out's HBM"
+    );
+    a.r.finish(tok, Some(s), false);
+    a.f.sync_stream(s).unwrap();
+    assert_eq!(
+        a.read(w, CHUNK),
+        vec![0u8; CHUNK as usize],
+        "the failed call wrote nothing"
+    );
+    assert_eq!(a.read(x, CHUNK), pattern(3, CHUNK));
+    assert_eq!(a.read(y, CHUNK), pattern(4, CHUNK));
+    for va in [x, y, z, w] {
         a.free(va);
     }
     a.f.drain();
+    a.assert_clean();
 }
 
 /// U3M_PLAN (schedule.rs, planned.rs `follow_schedule`): after the call
