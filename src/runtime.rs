@@ -303,6 +303,18 @@ impl Runtime for Real {
         )
     }
 
+    fn memset_async(&self, dst: u64, bytes: u64, value: u8, stream: u64) -> Result<(), AclError> {
+        call!(
+            real::aclrtMemsetAsync,
+            unsafe extern "C" fn(*mut c_void, usize, i32, usize, aclrtStream) -> i32,
+            dst as *mut c_void,
+            bytes as usize,
+            value as i32,
+            bytes as usize,
+            stream as aclrtStream
+        )
+    }
+
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         call!(
             SYNC_STREAM,

@@ -107,6 +107,10 @@ pub trait Runtime: Send + Sync {
         kind: MemcpyKind,
         stream: u64,
     ) -> Result<(), AclError>;
+    /// aclrtMemsetAsync of u3m's own: `bytes` at device address `dst` set
+    /// to `value`, in order on `stream` (fresh memory for a first touch
+    /// given HBM that still holds another chunk's bytes: migrate.rs).
+    fn memset_async(&self, dst: u64, bytes: u64, value: u8, stream: u64) -> Result<(), AclError>;
     fn sync_stream(&self, stream: u64) -> Result<(), AclError>;
     fn create_event(&self) -> Result<u64, AclError>;
     fn record_event(&self, event: u64, stream: u64) -> Result<(), AclError>;

@@ -553,6 +553,9 @@ impl Runtime for Unwatched {
     ) -> Result<(), AclError> {
         unwatched(|| self.0.memcpy_async(dst, src, bytes, kind, stream))
     }
+    fn memset_async(&self, dst: u64, bytes: u64, value: u8, stream: u64) -> Result<(), AclError> {
+        unwatched(|| self.0.memset_async(dst, bytes, value, stream))
+    }
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         unwatched(|| self.0.sync_stream(stream))
     }

@@ -86,6 +86,9 @@ counters! {
     /// U3M_HANDOFF: copy-ins given the HBM of a copy-out still in flight,
     /// ordered after it on the device (migrate.rs `take_outgoing`).
     handoffs,
+    /// U3M_HANDOFF: first touches given a copy-out's HBM, zeroed on u3m's
+    /// stream (fresh memory reads as the runtime's).
+    zeroed,
     /// U3M_HANDOFF: chunks evicted while still in use, u3m's device-to-host
     /// stream ordered after their uses on the device (`evict_ordered`).
     ordered_outs,

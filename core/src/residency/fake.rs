@@ -933,6 +933,19 @@ impl Runtime for Fake {
         )
     }
 
+    fn memset_async(&self, dst: u64, bytes: u64, value: u8, stream: u64) -> Result<(), AclError> {
+        let mut st = self.lock();
+        st.context(stream, "memset_async")?;
+        st.queue(
+            stream,
+            Op::Launch {
+                what: "memset_async",
+                ranges: vec![(dst, bytes)],
+                f: Box::new(move |m: &mut Mem<'_>| m.write(dst, &vec![value; bytes as usize])),
+            },
+        )
+    }
+
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         self.wait_gate();
         let mut st = self.lock();

@@ -575,6 +575,9 @@ impl Runtime for Fenced {
             self.rt.memcpy_async(dst, src, bytes, kind, stream)
         })
     }
+    fn memset_async(&self, dst: u64, bytes: u64, value: u8, stream: u64) -> Result<(), AclError> {
+        self.on_stream(stream, || self.rt.memset_async(dst, bytes, value, stream))
+    }
     fn sync_stream(&self, stream: u64) -> Result<(), AclError> {
         self.on_stream(stream, || self.rt.sync_stream(stream))
     }
@@ -679,6 +682,9 @@ mod tests {
             _kind: MemcpyKind,
             _stream: u64,
         ) -> Result<(), AclError> {
+            unused()
+        }
+        fn memset_async(&self, _: u64, _: u64, _: u8, _: u64) -> Result<(), AclError> {
             unused()
         }
         fn sync_stream(&self, _stream: u64) -> Result<(), AclError> {

@@ -350,19 +350,7 @@ impl Residency {
                 st.stall_from = Some(crate::shm::mono_ns());
             }
             let p = protect.get_or_insert_with(|| protect_of(need));
-            // U3M_HANDOFF: HBM a copy-out still reads holds that chunk's
-            // bytes. Only a chunk whose every byte is written before anyone
-            // reads it may take it: its copy-in, or a call that writes it
-            // whole (if that call fails, the chunk goes back to its host
-            // copy or, with none, to no memory: `unfilled`). A first touch
-            // the call does not write whole reads as fresh memory — the
-            // runtime's, zeros on the simulator — so it gets memory of its
-            // own.
-            let (phys, took) = if c.host.is_some() || whole {
-                self.alloc_phys_taking(st, bdev, p, ahead)?
-            } else {
-                (self.alloc_phys(st, bdev, p, ahead)?, false)
-            };
+            let (phys, took) = self.alloc_phys_taking(st, bdev, p, ahead)?;
             let vas = st.backings[&id].vas.clone();
             if let Err(e) = self.map_chunk(&vas, i, phys) {
                 self.free_phys(st, bdev, phys);
@@ -410,10 +398,23 @@ impl Residency {
                 None => {
                     // fresh memory: nothing to copy
                     c.dirty = true;
-                    // (taken, so written whole: until the call succeeds
-                    // the memory holds another chunk's bytes)
-                    c.unfilled = took;
                     self.c.first_touches.fetch_add(1, Relaxed);
+                    // U3M_HANDOFF: taken HBM holds the bytes of the chunk
+                    // whose copy-out reads it, where a first touch reads
+                    // fresh memory (the runtime's; zeros on the simulator).
+                    // A call that writes it whole overwrites them (if it
+                    // fails, the chunk goes back to no memory: `unfilled`);
+                    // else u3m zeroes it on its stream, after that copy-out
+                    // and before the call (`filled`).
+                    if took && whole {
+                        c.unfilled = true;
+                    } else if took {
+                        if let Err(e) = self.rt.memset_async(target, CHUNK, 0, stream) {
+                            self.undo_fault_in(st, id, i, reserved);
+                            return Err(e.into());
+                        }
+                        self.c.zeroed.fetch_add(1, Relaxed);
+                    }
                 }
                 Some(Host::Dram(slot)) => {
                     let src = slot.ptr as u64;

@@ -1764,10 +1764,11 @@ fn handed_on() -> (App, [u64; 4], u64) {
 
 /// U3M_HANDOFF=on: a first touch reads as fresh memory (the runtime's:
 /// zeros on the simulator and the fake), never as the bytes of a chunk
-/// whose copy-out still reads the HBM it would take — only a chunk filled
-/// from its host copy takes such memory (migrate.rs `fault_in_chunks`).
-/// acl_replay's read-back on the simulator found it: an operator writing
-/// part of a new chunk left another allocation's bytes in the rest.
+/// whose copy-out still reads the HBM it takes: u3m zeroes it on its
+/// stream after that copy-out, or, for a call that writes it whole and
+/// fails, gives it back (migrate.rs `fault_in_chunks`). acl_replay's
+/// read-back on the simulator found it: an operator writing part of a new
+/// chunk left another allocation's bytes in the rest.
 #[test]
 fn a_first_touch_with_copy_outs_in_flight_reads_as_fresh_memory() {
     let a = App::new(2, &[("U3M_HANDOFF", "on")]);
@@ -1780,6 +1781,12 @@ fn a_first_touch_with_copy_outs_in_flight_reads_as_fresh_memory() {
     // its copy-out not yet run
     let k: Kernel = Box::new(move |m: &mut Mem<'_>| m.write(z, &vec![9u8; half]));
     a.op(s, &[], &[(z, CHUNK / 2)], k);
+    let c = a.r.counters();
+    assert_eq!(
+        (c.handoffs, c.zeroed),
+        (1, 1),
+        "z took a copy-out's HBM, zeroed: {c:?}"
+    );
     a.f.sync_stream(s).unwrap();
     let mut fresh = vec![9u8; half];
     fresh.resize(2 * half, 0);

@@ -895,6 +895,12 @@ impl Runtime for SimRuntime {
         Ok(st.streams.len() as u64)
     }
 
+    /// Costed as a copy within HBM of the same bytes (the replay carries
+    /// no data).
+    fn memset_async(&self, dst: u64, bytes: u64, _value: u8, stream: u64) -> Result<(), AclError> {
+        self.memcpy_async(dst, dst, bytes, MemcpyKind::DEVICE_TO_DEVICE, stream)
+    }
+
     fn memcpy_async(
         &self,
         dst: u64,
