@@ -298,7 +298,19 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
             .arg("--plan-export")
             .arg(&sched),
     );
-    let reference = run("acl_replay", &[&t], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    // (--sums: a hash per 2 MiB of every allocation read back, so that a
+    // difference names its chunks)
+    let sums = |stderr: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("sum alloc="))
+            .map(String::from)
+            .collect()
+    };
+    let reference =
+        run("acl_replay", &[&t, "--sums"], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let want = sums(&reference.stderr);
+    assert!(want.len() > 100, "{}", reference.stderr);
     let sched = sched.to_str().unwrap();
     for env in [
         &[("U3M_HANDOFF", "on")][..],
@@ -306,8 +318,14 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
     ] {
         let mut e = vec![("ACLSIM_HBM_BYTES", "150M"), ("U3M_OVERSUB", "2")];
         e.extend_from_slice(env);
-        let (r, s) = tier("acl_replay", &[&t], &e);
+        let (r, s) = tier("acl_replay", &[&t, "--sums"], &e);
         let r = r.must_succeed();
+        let got = sums(&r.stderr);
+        let differ: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+        assert!(
+            differ.is_empty() && got.len() == want.len(),
+            "{env:?}: chunks that differ from the unconstrained run: {differ:?}"
+        );
         assert_eq!(
             r.fact("checksum"),
             reference.fact("checksum"),

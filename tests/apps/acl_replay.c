@@ -1,4 +1,4 @@
-/* acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees]
+/* acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees] [--sums]
  *
  * Executes a u3m access trace (docs: trace-format.md) through the ACL API, so a
  * recorded workload can be re-run on the runtime (and under libu3m.so).
@@ -50,6 +50,13 @@
  * `# free ADDR BYTES` comment (`u3m synth --frees`) it calls u3m_discard on
  * those bytes, if libu3m.so provides it. Without the flag such comments are
  * comments; with it, one naming bytes outside a live allocation is an error.
+ *
+ * --sums: also write to stderr, for each allocation read back (at its free or
+ * at the end; not in phantom mode), "sum alloc=K off=O fnv=H" per 2 MiB of it
+ * (K: the trace's allocation index from 0; O: the byte offset) and each
+ * allocation's address as "alloc=K ptr=P" when it is made: which chunk of
+ * which allocation differs between two runs whose checksums differ (the
+ * forty-first sitting found u3m's hand-off bug so).
  *
  * Errors: malformed trace -> "acl_replay: FILE:LINE: what", exit 3, nothing run
  * (the whole trace is validated before aclInit); ACL error -> "acl_replay:
@@ -596,6 +603,7 @@ typedef struct hostbuf_st {
 
 static int g_base_dev;
 static int g_verify = 1;
+static int g_sums = 0;   /* --sums */
 static int g_phantom;
 static stream_st *g_st;
 static alloc_st *g_al;
@@ -736,6 +744,11 @@ static void read_back(int a, int s) {
         touch_after(s, &ac, 1);
         sync_stream(s);
         if (!g_phantom) g_hash = app_fnv(g_hash, g_stage, n);   /* phantom copies carry no data */
+        for (uint64_t c = 0; g_sums && !g_phantom && c < n; c += 2u << 20) {
+            uint64_t m = n - c < (2u << 20) ? n - c : (2u << 20);
+            fprintf(stderr, "sum alloc=%d off=%llu fnv=%016llx\n", a, (unsigned long long)(off + c),
+                (unsigned long long)app_fnv(APP_FNV_INIT, (unsigned char *)g_stage + c, m));
+        }
     }
 }
 
@@ -748,6 +761,7 @@ static void exec_event(event *ev) {
         void *p = NULL;
         RC(aclrtMalloc(&p, span(ev->bytes), ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc");
         g_al[ev->alloc].ptr = p;
+        if (g_sums) fprintf(stderr, "alloc=%d ptr=%p\n", ev->alloc, p);
         g_al[ev->alloc].live = 1;
         g_al[ev->alloc].tr.wr_s = -1;
         break;
@@ -967,7 +981,7 @@ static void exec_and_discard(event *ev) {
 }
 
 static void usage(void) {
-    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees]");
+    app_die(3, "usage: acl_replay TRACE [--no-verify] [--device N] [--discard] [--frees] [--sums]");
 }
 
 int main(int argc, char **argv) {
@@ -977,6 +991,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--no-verify")) g_verify = 0;
         else if (!strcmp(argv[i], "--discard")) g_discard = 1;
         else if (!strcmp(argv[i], "--frees")) g_frees = 1;
+        else if (!strcmp(argv[i], "--sums")) g_sums = 1;
         else if ((v = app_opt(argc, argv, &i, "--device"))) {
             long long d = app_parse_int(v, "--device");
             if (d > 0x7fffffff) app_die(3, "--device %lld out of range", d);
