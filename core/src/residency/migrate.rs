@@ -664,9 +664,12 @@ impl Residency {
         self.left_hbm(st, dev, id, i);
     }
 
-    /// Completes up to `limit` copy-outs of `dev` whose events are done,
-    /// oldest first: the slot becomes the chunk's host copy and the chunk's
-    /// HBM is unmapped and freed. Never waits. A copy-out whose chunk was
+    /// Completes copy-outs of `dev` whose events are done, oldest first,
+    /// until `limit` of them freed HBM: the slot becomes the chunk's host
+    /// copy and the chunk's HBM is unmapped and freed (one whose HBM a
+    /// copy-in took, `take_outgoing`, frees none and does not count: a
+    /// caller that wants one chunk of HBM would otherwise give up behind
+    /// it). Never waits. A copy-out whose chunk was
     /// taken back (`rescue`) or freed meanwhile only gives its slot back.
     pub(super) fn harvest(&self, st: &mut State, dev: u32, limit: usize) {
         let mut last = None;
@@ -724,11 +727,12 @@ impl Residency {
                     self.c.eviction_bytes.fetch_add(CHUNK, Relaxed);
                 }
                 if o.taken != 0 {
+                    // (its HBM is another chunk's: nothing freed)
                     self.release_taken(st, o.id, o.i);
                 } else {
                     self.release_chunk(st, o.id, o.i);
+                    freed += 1;
                 }
-                freed += 1;
                 if let Some(prev) = last.replace(ev) {
                     st.unref_event(prev);
                 }
