@@ -85,7 +85,7 @@ impl Residency {
         };
         for e in entries {
             if !chunks.contains(&(e.id, e.chunk)) {
-                self.stop_schedule(f, e);
+                self.stop_schedule(f, e, clock);
                 break;
             }
             let Some(c) = st.backings.get(&e.id).and_then(|b| {
@@ -105,21 +105,25 @@ impl Residency {
         }
     }
 
-    /// The first entry the run does not match: the schedule stops (what
+    /// The first entry the run does not match (at the call `clock`; the
+    /// entry's own call differs under `repeat`): the schedule stops (what
     /// was noted still leaves) and the reason waits for the engine's line.
     #[cold]
-    fn stop_schedule(&self, f: &Followed, e: &Entry) {
+    fn stop_schedule(&self, f: &Followed, e: &Entry, clock: u64) {
         if f.off.swap(true, Relaxed) {
             return;
         }
         let (dev, alloc) = super::schedule::ordinal_of(e.id);
+        let repeated = match e.clock == clock {
+            true => String::new(),
+            false => format!(" (the entry's call {}, repeated)", e.clock),
+        };
         let why = format!(
-            "U3M_PLAN={}:{}: call {} does not touch chunk {} of allocation {alloc} on device {dev}: \
+            "U3M_PLAN={}:{}: call {clock}{repeated} does not touch chunk {} of allocation {alloc} on device {dev}: \
              the run left the schedule (the schedule is not this run's, or its loop ended); \
              followed up to there ({} entries), not after",
             f.plan.name,
             e.line,
-            e.clock,
             e.chunk,
             self.c.schedule_entries.load(Relaxed)
         );
