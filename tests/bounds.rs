@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{output_ok, scratch, small_13b_trace, small_13b_trace_steps, target_dir};
+use common::{
+    output_ok, plan_schedule, scratch, small_13b_trace, small_13b_trace_steps, target_dir,
+};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -336,12 +338,7 @@ fn the_bounds_schedule_moves_its_bytes_through_the_replay_and_no_faster() {
     let (t3, hbm) = small_13b_trace_steps(&dir, "lora", &[], 3);
     let (t5, _) = small_13b_trace_steps(&dir, "lora", &[], 5);
     let plan = dir.join("lora.plan");
-    let made = output_ok(
-        Command::new("python3")
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
-            .args([&hbm, &t5])
-            .arg(&plan),
-    );
+    let made = plan_schedule(&[&hbm, &t5], &plan);
     assert!(
         String::from_utf8_lossy(&made.stderr).contains("lines for steps 1..4"),
         "{made:?}"
@@ -523,12 +520,7 @@ fn a_schedule_kept_from_short_gaps_has_no_chunk_out_for_less() {
     let (t5, _) = small_13b_trace_steps(&dir, "lora", &[], 5);
     let make = |name: &str, gap: &str| {
         let plan = dir.join(name);
-        let o = output_ok(
-            Command::new("python3")
-                .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
-                .args(["--min-gap-us", gap, &hbm, &t5])
-                .arg(&plan),
-        );
+        let o = plan_schedule(&["--min-gap-us", gap, &hbm, &t5], &plan);
         (plan, String::from_utf8_lossy(&o.stderr).to_string())
     };
     let (free, _) = make("free.plan", "0");

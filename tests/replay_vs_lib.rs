@@ -7,10 +7,9 @@
 mod common;
 
 use common::{
-    output_ok, scratch, small_13b_trace, small_13b_trace_steps, small_13b_trace_with, synth_trace,
-    target_dir, tier,
+    plan_schedule, scratch, small_13b_trace, small_13b_trace_steps, small_13b_trace_with,
+    synth_trace, target_dir, tier,
 };
-use std::path::PathBuf;
 use std::process::Command;
 
 /// Bound on |replay / library - 1| for time, H2D and D2H bytes of the whole
@@ -328,12 +327,7 @@ fn the_library_follows_an_exported_schedule_as_the_replay_does() {
     let (trace, hbm) = small_13b_trace_steps(&dir, "lora", &[], 5);
     let (long, _) = small_13b_trace_steps(&dir, "lora", &[], 7);
     let plan = dir.join("lp.plan");
-    output_ok(
-        Command::new("python3")
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
-            .args(["--min-gap-us", "4000", &hbm, &trace])
-            .arg(&plan),
-    );
+    plan_schedule(&["--min-gap-us", "4000", &hbm, &trace], &plan);
     let sched = dir.join("lib.sched");
     let sched_s = sched.to_str().unwrap().to_string();
     let plan_s = plan.to_str().unwrap().to_string();

@@ -275,12 +275,7 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
     let (t, _) = common::small_13b_trace_steps(&dir, "lora", &["--scale", "4"], 5);
     let plan = dir.join("lp.plan");
     let sched = dir.join("lib.sched");
-    common::output_ok(
-        std::process::Command::new("python3")
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
-            .args(["150M", &t])
-            .arg(&plan),
-    );
+    common::plan_schedule(&["150M", &t], &plan);
     common::output_ok(
         std::process::Command::new(common::target_dir().join("u3m"))
             .args([

@@ -147,6 +147,18 @@ pub fn tier(prog: &str, args: &[&str], env: &[(&str, &str)]) -> (Run, serde_json
     (r, s)
 }
 
+/// `python3 bench/plan_schedule.py ARGS... OUT` (the pipeline bound's LP
+/// schedule; needs scipy), its output; panics if it failed.
+#[allow(dead_code)] // (not every test binary plans)
+pub fn plan_schedule(args: &[&str], out: &Path) -> std::process::Output {
+    output_ok(
+        Command::new("python3")
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("bench/plan_schedule.py"))
+            .args(args)
+            .arg(out),
+    )
+}
+
 /// Runs `cmd` and returns its output; panics with its stderr if it failed.
 pub fn output_ok(cmd: &mut Command) -> std::process::Output {
     let out = cmd.output().unwrap();

@@ -47,9 +47,7 @@ impl Residency {
             let Some((id, i)) = st.resolve(k) else {
                 continue;
             };
-            let b = &st.backings[&id];
-            let c = &b.chunks[i as usize];
-            if b.pinned || !c.in_hbm() || c.out_ev != 0 || c.unfilled {
+            if !st.may_plan_out(id, i) {
                 continue;
             }
             if st.dev(self.shard).planned.len() < PLANNED_MAX {
@@ -88,14 +86,7 @@ impl Residency {
                 self.stop_schedule(f, e, clock);
                 break;
             }
-            let Some(c) = st.backings.get(&e.id).and_then(|b| {
-                (!b.pinned).then_some(())?;
-                b.chunks.get(e.chunk as usize)
-            }) else {
-                continue;
-            };
-            if c.in_hbm() && c.out_ev == 0 && !c.unfilled && st.dev(dev).planned.len() < PLANNED_MAX
-            {
+            if st.may_plan_out(e.id, e.chunk) && st.dev(dev).planned.len() < PLANNED_MAX {
                 st.dev_mut(dev).planned.push_back((e.id, e.chunk, clock));
                 self.c.schedule_entries.fetch_add(1, Relaxed);
             }

@@ -49,7 +49,6 @@ pub struct Entry {
 pub struct Schedule {
     pub name: String,
     pub by_dev: Vec<Vec<Entry>>,
-    pub entries: usize,
     /// `repeat FROM PERIOD`: (FROM, PERIOD).
     pub repeat: Option<(u64, u64)>,
 }
@@ -86,7 +85,6 @@ impl Schedule {
 
     pub fn parse(name: &str, text: &str) -> Result<Schedule, String> {
         let mut by_dev: Vec<Vec<Entry>> = Vec::new();
-        let mut entries = 0;
         let mut repeat = None;
         for (n, raw) in text.lines().enumerate() {
             let line = n as u64 + 1;
@@ -107,20 +105,16 @@ impl Schedule {
             };
             let num = |s: &str| s.parse::<u64>().map_err(|_| bad("not a number"));
             if f[0] == "repeat" {
-                let why = "expected 'repeat FROM PERIOD', FROM and PERIOD from 1, once";
-                if f.len() != 3 || repeat.is_some() {
+                let nums = match (f.len(), repeat) {
+                    (3, None) => (f[1].parse::<u64>(), f[2].parse::<u64>()),
+                    _ => (Ok(0), Ok(0)),
+                };
+                let (Ok(from @ 1..), Ok(period @ 1..)) = nums else {
                     return Err(format!(
-                        "U3M_PLAN={name}:{line}: {why}, got '{}'",
+                        "U3M_PLAN={name}:{line}: expected 'repeat FROM PERIOD', FROM and PERIOD from 1, once, got '{}'",
                         raw.trim()
                     ));
-                }
-                let (from, period) = (num(f[1])?, num(f[2])?);
-                if from == 0 || period == 0 {
-                    return Err(format!(
-                        "U3M_PLAN={name}:{line}: {why}, got '{}'",
-                        raw.trim()
-                    ));
-                }
+                };
                 repeat = Some((from, period));
                 continue;
             }
@@ -152,9 +146,8 @@ impl Schedule {
                 chunk,
                 line,
             });
-            entries += 1;
         }
-        if entries == 0 {
+        if by_dev.iter().all(|v| v.is_empty()) {
             return Err(format!("U3M_PLAN={name}: no entries"));
         }
         for v in &mut by_dev {
@@ -179,7 +172,6 @@ impl Schedule {
         Ok(Schedule {
             name: name.to_string(),
             by_dev,
-            entries,
             repeat,
         })
     }
@@ -206,7 +198,7 @@ mod tests {
     #[test]
     fn a_schedule_file_is_read_by_call_and_names_its_bad_lines() {
         let s = Schedule::parse("p", "# c\n12 0 3\n9 2 0 1 # x\n12 1 7\n\n").unwrap();
-        assert_eq!(s.entries, 3);
+        assert_eq!(s.by_dev.iter().map(Vec::len).sum::<usize>(), 3);
         let e = |clock, dev, alloc, chunk, line| Entry {
             clock,
             id: id_of(dev, alloc).unwrap(),

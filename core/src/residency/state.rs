@@ -881,6 +881,18 @@ impl State {
         }
     }
 
+    /// Whether a schedule may note chunk (id, i) as out (planned.rs):
+    /// in HBM, no copy-out of it in flight, not mapped unfilled for a
+    /// call, its backing not pinned. Not live: false.
+    pub fn may_plan_out(&self, id: u64, i: u32) -> bool {
+        self.backings.get(&id).is_some_and(|b| {
+            !b.pinned
+                && b.chunks
+                    .get(i as usize)
+                    .is_some_and(|c| c.in_hbm() && c.out_ev == 0 && !c.unfilled)
+        })
+    }
+
     /// Chunk (backing id, index) of a policy key (`Backing::key`'s inverse).
     pub fn resolve(&self, key: u64) -> Option<(u64, u32)> {
         if key & (1 << 63) != 0 {

@@ -549,6 +549,7 @@ impl Driver<'_> {
             let mut armed = Vec::new();
             let mut ordinals = Vec::new();
             if let Some(a) = self.plan {
+                let export = a.exporting();
                 for &(n, dev, addr) in a
                     .plan
                     .by_line
@@ -563,7 +564,7 @@ impl Driver<'_> {
                     })?;
                     a.arm(n, va);
                     armed.push(va);
-                    if a.exporting() {
+                    if export {
                         ordinals.push(self.tier.schedule_ordinal(va));
                     }
                 }
