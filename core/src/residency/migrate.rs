@@ -887,6 +887,32 @@ impl Residency {
         }
     }
 
+    /// A call's reservations dropped without the call going ahead (it waits
+    /// unlocked for other work, or fails): a chunk mapped unfilled for it
+    /// (`Chunk::unfilled`) and now unpinned goes back at once, as a failed
+    /// call's does (`unfilled_back`). Its memory holds nothing of it, so no
+    /// other call may read it, nor an eviction copy it out, as its data.
+    pub(super) fn release_reserved(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>) {
+        for (id, i) in reserved.drain(..) {
+            let mut back = false;
+            if let Some(c) = st
+                .backings
+                .get_mut(&id)
+                .and_then(|b| b.chunks.get_mut(i as usize))
+            {
+                c.pins = c.pins.saturating_sub(1);
+                back = c.pins == 0 && c.unfilled;
+                if back {
+                    c.unfilled = false;
+                }
+            }
+            st.mark(id, i);
+            if back {
+                self.unfilled_back(st, id, i);
+            }
+        }
+    }
+
     /// Whether `ev` marks one of u3m's copy-outs (it completes without any
     /// work of the host's).
     pub(super) fn is_copy_out(&self, st: &State, ev: u64) -> bool {

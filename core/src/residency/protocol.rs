@@ -513,15 +513,19 @@ impl Residency {
                         match r {
                             Ok(s) => settled = s,
                             Err(e) => {
-                                self.unreserve(&mut st, &mut reserved);
+                                self.release_reserved(&mut st, &mut reserved);
                                 return Err(e);
                             }
                         }
                     }
-                    self.unreserve(&mut st, &mut reserved);
                     if !settled {
-                        self.after_copy_ins(&mut st, &need, order, t0)?;
+                        if let Err(e) = self.after_copy_ins(&mut st, &need, order, t0) {
+                            self.release_reserved(&mut st, &mut reserved);
+                            return Err(e);
+                        }
                     }
+                    // the call goes ahead: `note_use` pins its chunks
+                    self.unreserve(&mut st, &mut reserved);
                     break;
                 }
                 Err(Fail::Busy) if tries < max_tries => {
@@ -534,7 +538,7 @@ impl Residency {
                     // event may need another thread's call, which may need
                     // this HBM
                     if !wait.map(|ev| self.is_copy_out(&st, ev)).unwrap_or(false) {
-                        self.unreserve(&mut st, &mut reserved);
+                        self.release_reserved(&mut st, &mut reserved);
                     }
                     // a reference while unlocked: the event cannot go back to
                     // the pool and be recorded again for other work meanwhile
@@ -564,7 +568,7 @@ impl Residency {
                     if stream != 0 {
                         st = self.settle_failed_copy_ins(st, dev, stream, &reserved);
                     }
-                    self.unreserve(&mut st, &mut reserved);
+                    self.release_reserved(&mut st, &mut reserved);
                     return Err(e.acl());
                 }
             }

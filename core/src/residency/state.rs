@@ -59,7 +59,9 @@ pub(super) struct Chunk {
     /// call using it succeeds (`finish`) — a call that fails writes
     /// nothing, so the chunk goes back to its host copy (`unfilled_back`),
     /// or with none (a first touch given another chunk's HBM under
-    /// U3M_HANDOFF) to no memory at all.
+    /// U3M_HANDOFF) to no memory at all. Never resident unpinned: a call
+    /// that waits unlocked or fails before it runs gives it back too
+    /// (`release_reserved`).
     pub unfilled: bool,
     /// Its contents were discarded (`Residency::discard`) since it was last
     /// written: evicting it needs no copy-out, and with no host copy its

@@ -5185,3 +5185,140 @@ fn a_victim_order_that_lost_its_candidates_still_finds_them() {
     drop(st);
     a.assert_clean();
 }
+
+/// A chunk a call writes whole is mapped `unfilled`: no copy-in, its memory
+/// holds nothing of it until the call runs. When that call's fault-in must
+/// wait unlocked for another call's work (Busy, a use), its reservations
+/// go — and the chunk, resident and unpinned, went with them on the old
+/// code: another thread read the memory's bytes (fresh zeros here) as the
+/// chunk's, and an eviction would have copied them out over its host
+/// copy. It goes back to its host copy for the wait instead; the call,
+/// retried, then writes it.
+#[test]
+fn an_unfilled_chunk_goes_back_while_its_call_waits_unlocked() {
+    let (f, r) = lazy_rig(2, &[]);
+    let call = |va: u64, data: Option<&[u8]>| -> Vec<u8> {
+        sync_call(r, f, 0, va, CHUNK, data).expect("call")
+    };
+    let (free, total) = f.mem_info().unwrap();
+    let m = || r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+    let (x, y, z) = (m(), m(), m());
+    call(x, Some(&pattern(1, CHUNK)));
+    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x out: its host copy");
+    f.drain();
+    call(y, Some(&pattern(2, CHUNK)));
+    // an operator reading y, queued (the lazy fake): y's use not complete
+    let s = f.app_stream();
+    let rd = |va: u64| Range {
+        addr: va,
+        len: CHUNK,
+        write: false,
+        whole: false,
+    };
+    let tok = r
+        .prepare(
+            0,
+            OpClass::Elementwise as u8,
+            &[rd(y)],
+            false,
+            Order::Stream(s),
+        )
+        .expect("prepare");
+    f.app_launch(
+        s,
+        "read y",
+        vec![(y, CHUNK)],
+        Box::new(|_: &mut Mem<'_>| {}),
+    )
+    .unwrap();
+    r.finish(tok, Some(s), true);
+    f.hold_waits(1);
+    // x written whole (the free chunk, unfilled) and z's first touch: z's
+    // room is y's, whose use is queued — the writer waits for it unlocked
+    let writer = std::thread::spawn(move || {
+        let wr = |va: u64| Range {
+            addr: va,
+            len: CHUNK,
+            write: true,
+            whole: true,
+        };
+        let tok = r
+            .prepare(
+                0,
+                OpClass::Elementwise as u8,
+                &[wr(x), wr(z)],
+                false,
+                Order::Host,
+            )
+            .expect("prepare");
+        f.app_write(x, &pattern(3, CHUNK)).unwrap();
+        f.app_write(z, &pattern(4, CHUNK)).unwrap();
+        r.finish(tok, None, true);
+    });
+    assert_eq!(f.waits_held(10_000), 1, "the writer waits for y's use");
+    {
+        let st = r.shard_of(0).st.lock().unwrap();
+        let (id, i) = st.resolve(x).unwrap();
+        let c = st.chunk(id, i);
+        assert!(
+            !(c.unfilled && c.pins == 0 && c.phys != 0),
+            "x mapped unfilled and unpinned while its call waits"
+        );
+    }
+    // meanwhile another thread reads x: its bytes
+    let other = std::thread::spawn(move || assert_eq!(call(x, None), pattern(1, CHUNK)));
+    other.join().expect("the other thread");
+    f.release_waits();
+    writer.join().expect("writer");
+    for (va, seed) in [(x, 3), (y, 2), (z, 4), (x, 3)] {
+        assert_eq!(call(va, None), pattern(seed, CHUNK), "{va:#x}");
+    }
+    assert_no_misuse_or_fault(&f.seen());
+    for va in [x, y, z] {
+        assert_eq!(r.free(va), Some(Ok(())));
+    }
+    f.drain();
+    assert_eq!(r.usage(0), (0, 0, 0));
+}
+
+/// A call whose fault-in fails after it mapped a chunk it writes whole
+/// (`unfilled`) does not run: that chunk goes back to its host copy with
+/// the failure. On the old code it stayed mapped, holding nothing of it,
+/// and the next read got the memory's bytes.
+#[test]
+fn a_failed_fault_in_gives_back_the_chunk_it_mapped_unfilled() {
+    let a = App::new(2, &[]);
+    let [x, w] = [0; 2].map(|_| a.malloc(CHUNK));
+    a.write(x, &pattern(1, CHUNK));
+    a.write(w, &pattern(2, CHUNK));
+    assert!(a.r.make_room(0, 2 * CHUNK).is_some(), "x and w out");
+    a.f.drain();
+    // x written whole (mapped unfilled, first), w read: its copy-in fails
+    a.f.fail_h2d(1);
+    let rs = [
+        Range {
+            addr: x,
+            len: CHUNK,
+            write: true,
+            whole: true,
+        },
+        Range {
+            addr: w,
+            len: CHUNK,
+            write: false,
+            whole: false,
+        },
+    ];
+    let s = a.f.app_stream();
+    let r =
+        a.r.prepare(0, OpClass::Elementwise as u8, &rs, false, Order::Stream(s));
+    assert!(r.is_err(), "the copy-in failed: the call is refused");
+    assert!(!resident(&a, x), "x back to its host copy");
+    assert_eq!(a.read(x, CHUNK), pattern(1, CHUNK));
+    assert_eq!(a.read(w, CHUNK), pattern(2, CHUNK));
+    for va in [x, w] {
+        a.free(va);
+    }
+    a.f.drain();
+    a.assert_clean();
+}
