@@ -300,6 +300,23 @@ impl Residency {
                 continue;
             };
             let c = &b.chunks[i as usize];
+            if c.unfilled && !whole {
+                // mapped for another call that writes it whole: its memory
+                // holds nothing of it. That call in flight: wait for it;
+                // else (it waits unlocked for other work) the chunk goes
+                // back to its host copy and is faulted in from there
+                if c.pins != 0 {
+                    st.wait_for = None;
+                    return Err(Fail::Busy);
+                }
+                debug_assert!(c.out_ev == 0, "an unfilled chunk never leaves (evict)");
+                st.chunk_mut(id, i).unfilled = false;
+                self.unfilled_back(st, id, i);
+            }
+            let Some(b) = st.backings.get(&id) else {
+                continue;
+            };
+            let c = &b.chunks[i as usize];
             if c.phys != 0 {
                 if c.on_host {
                     // host-mapped: back into HBM (hostmap.rs); the HBM it
@@ -495,7 +512,12 @@ impl Residency {
             .iter()
             .find(|&&(_, ev)| !self.rt.event_done(ev).unwrap_or(true))
         {
-            if !self.may_order_after_program() || !matches!(st.backings[&id].kind, Kind::Malloc) {
+            // (nor a chunk mapped unfilled: it leaves only by a drop, below
+            // or through `fault_in` — never with a copy-out in flight)
+            if !self.may_order_after_program()
+                || !matches!(st.backings[&id].kind, Kind::Malloc)
+                || st.chunk(id, i).unfilled
+            {
                 st.wait_for = Some(ev);
                 return Err(Fail::Busy);
             }
@@ -887,11 +909,9 @@ impl Residency {
         }
     }
 
-    /// A call's reservations dropped without the call going ahead (it waits
-    /// unlocked for other work, or fails): a chunk mapped unfilled for it
-    /// (`Chunk::unfilled`) and now unpinned goes back at once, as a failed
-    /// call's does (`unfilled_back`). Its memory holds nothing of it, so no
-    /// other call may read it, nor an eviction copy it out, as its data.
+    /// A call's reservations dropped because it fails before it runs: a
+    /// chunk mapped unfilled for it (`Chunk::unfilled`) and now unpinned
+    /// goes back at once, as a failed call's does (`unfilled_back`).
     pub(super) fn release_reserved(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>) {
         for (id, i) in reserved.drain(..) {
             let mut back = false;
@@ -1149,6 +1169,7 @@ impl Residency {
         let c = st.chunk_mut(id, i);
         c.dirty = false;
         c.discarded = false;
+        c.unfilled = false;
         dev
     }
 

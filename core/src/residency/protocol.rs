@@ -400,7 +400,7 @@ impl Residency {
             let c = &b.chunks[n.1 as usize];
             let own = st.dev(b.dev).stream;
             copy_ins |= own != 0 && c.uses.iter().any(|u| u.0 == own);
-            c.in_hbm() && c.out_ev == 0
+            c.in_hbm() && c.out_ev == 0 && (!c.unfilled || n.2)
         });
         // the read-once probe may move chunks: look again after it
         let copy_ins = copy_ins || self.read_once == ReadOnce::Probe;
@@ -537,8 +537,11 @@ impl Residency {
                     // of u3m's copy-outs (done without the host); a use
                     // event may need another thread's call, which may need
                     // this HBM
+                    // (a chunk mapped unfilled for it stays mapped: another
+                    // call reading it gives it back first, an eviction drops
+                    // it without a copy-out — `Chunk::unfilled`)
                     if !wait.map(|ev| self.is_copy_out(&st, ev)).unwrap_or(false) {
-                        self.release_reserved(&mut st, &mut reserved);
+                        self.unreserve(&mut st, &mut reserved);
                     }
                     // a reference while unlocked: the event cannot go back to
                     // the pool and be recorded again for other work meanwhile
@@ -723,7 +726,7 @@ impl Residency {
         let mut found = [std::ptr::null_mut::<Chunk>(); MAX];
         let mut keys_of = [0u64; MAX];
         let mut dev0 = 0;
-        for (k, &(id, i, _, _)) in all.iter().enumerate() {
+        for (k, &(id, i, whole, _)) in all.iter().enumerate() {
             let (bdev, key, c) = match at {
                 // `prepare_one`: the first (only) chunk's backing is the
                 // kept entry's, read when it was kept (state.rs `KeptAt`)
@@ -763,7 +766,11 @@ impl Residency {
             }
             let own = st.devs[dev_index(bdev)].stream;
             keys_of[k] = key;
-            if !c.in_hbm() || c.out_ev != 0 || (own != 0 && c.uses.iter().any(|u| u.0 == own)) {
+            if !c.in_hbm()
+                || c.out_ev != 0
+                || (c.unfilled && !whole)
+                || (own != 0 && c.uses.iter().any(|u| u.0 == own))
+            {
                 return false;
             }
             found[k] = c;

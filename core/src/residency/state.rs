@@ -59,9 +59,11 @@ pub(super) struct Chunk {
     /// call using it succeeds (`finish`) — a call that fails writes
     /// nothing, so the chunk goes back to its host copy (`unfilled_back`),
     /// or with none (a first touch given another chunk's HBM under
-    /// U3M_HANDOFF) to no memory at all. Never resident unpinned: a call
-    /// that waits unlocked or fails before it runs gives it back too
-    /// (`release_reserved`).
+    /// U3M_HANDOFF) to no memory at all; so too when its call fails before
+    /// it runs (`release_reserved`). While that call waits unlocked for
+    /// other work the chunk stays mapped, unpinned: a call reading it gives
+    /// it back first (`fault_in`; one in flight: it waits), and an eviction
+    /// drops it with no copy-out (`needs_copy_out`).
     pub unfilled: bool,
     /// Its contents were discarded (`Residency::discard`) since it was last
     /// written: evicting it needs no copy-out, and with no host copy its
@@ -73,7 +75,7 @@ impl Chunk {
     /// Evicting it needs a copy-out (no current host copy, not discarded).
     #[inline]
     pub fn needs_copy_out(&self) -> bool {
-        self.dirty || (self.host.is_none() && !self.discarded)
+        !self.unfilled && (self.dirty || (self.host.is_none() && !self.discarded))
     }
 
     /// In HBM (mapped at its VAs with device memory).

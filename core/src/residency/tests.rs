@@ -5188,97 +5188,118 @@ fn a_victim_order_that_lost_its_candidates_still_finds_them() {
 
 /// A chunk a call writes whole is mapped `unfilled`: no copy-in, its memory
 /// holds nothing of it until the call runs. When that call's fault-in must
-/// wait unlocked for another call's work (Busy, a use), its reservations
-/// go — and the chunk, resident and unpinned, went with them on the old
-/// code: another thread read the memory's bytes (fresh zeros here) as the
-/// chunk's, and an eviction would have copied them out over its host
-/// copy. It goes back to its host copy for the wait instead; the call,
-/// retried, then writes it.
+/// wait unlocked for other work (Busy: here its room is held by a call in
+/// flight), its reservations go and the chunk stays mapped, unpinned. On
+/// the old code another thread then read the memory's bytes (fresh zeros
+/// here) as the chunk's, and an eviction copied them out over its host
+/// copy, which the call, failing, left as the chunk's contents. Now the
+/// reader gives the chunk back to its host copy first, and the eviction
+/// drops it without a copy-out.
 #[test]
-fn an_unfilled_chunk_goes_back_while_its_call_waits_unlocked() {
-    let (f, r) = lazy_rig(2, &[]);
-    let call = |va: u64, data: Option<&[u8]>| -> Vec<u8> {
-        sync_call(r, f, 0, va, CHUNK, data).expect("call")
-    };
-    let (free, total) = f.mem_info().unwrap();
-    let m = || r.malloc(0, CHUNK, free, total).unwrap().unwrap();
-    let (x, y, z) = (m(), m(), m());
-    call(x, Some(&pattern(1, CHUNK)));
-    assert!(r.make_room(0, 2 * CHUNK).is_some(), "x out: its host copy");
-    f.drain();
-    call(y, Some(&pattern(2, CHUNK)));
-    // an operator reading y, queued (the lazy fake): y's use not complete
-    let s = f.app_stream();
-    let rd = |va: u64| Range {
-        addr: va,
-        len: CHUNK,
-        write: false,
-        whole: false,
-    };
-    let tok = r
-        .prepare(
-            0,
-            OpClass::Elementwise as u8,
-            &[rd(y)],
-            false,
-            Order::Stream(s),
-        )
-        .expect("prepare");
-    f.app_launch(
-        s,
-        "read y",
-        vec![(y, CHUNK)],
-        Box::new(|_: &mut Mem<'_>| {}),
-    )
-    .unwrap();
-    r.finish(tok, Some(s), true);
-    f.hold_waits(1);
-    // x written whole (the free chunk, unfilled) and z's first touch: z's
-    // room is y's, whose use is queued — the writer waits for it unlocked
-    let writer = std::thread::spawn(move || {
-        let wr = |va: u64| Range {
+fn an_unfilled_chunk_is_not_data_while_its_call_waits_unlocked() {
+    for meanwhile in ["read", "evict"] {
+        let (f, r) = lazy_rig(2, &[]);
+        let call = |va: u64, data: Option<&[u8]>| -> Vec<u8> {
+            sync_call(r, f, 0, va, CHUNK, data).expect("call")
+        };
+        let (free, total) = f.mem_info().unwrap();
+        let m = || r.malloc(0, CHUNK, free, total).unwrap().unwrap();
+        let (x, y, z, w) = (m(), m(), m(), m());
+        call(x, Some(&pattern(1, CHUNK)));
+        call(w, Some(&pattern(5, CHUNK)));
+        assert!(r.make_room(0, 2 * CHUNK).is_some(), "x, w out: host copies");
+        f.drain();
+        call(y, Some(&pattern(2, CHUNK)));
+        // a call in flight on y (prepared, not finished): y is pinned
+        let s = f.app_stream();
+        let rd = |va: u64| Range {
             addr: va,
             len: CHUNK,
-            write: true,
-            whole: true,
+            write: false,
+            whole: false,
         };
-        let tok = r
+        let ytok = r
             .prepare(
                 0,
                 OpClass::Elementwise as u8,
-                &[wr(x), wr(z)],
+                &[rd(y)],
                 false,
-                Order::Host,
+                Order::Stream(s),
             )
             .expect("prepare");
-        f.app_write(x, &pattern(3, CHUNK)).unwrap();
-        f.app_write(z, &pattern(4, CHUNK)).unwrap();
-        r.finish(tok, None, true);
-    });
-    assert_eq!(f.waits_held(10_000), 1, "the writer waits for y's use");
-    {
-        let st = r.shard_of(0).st.lock().unwrap();
-        let (id, i) = st.resolve(x).unwrap();
-        let c = st.chunk(id, i);
-        assert!(
-            !(c.unfilled && c.pins == 0 && c.phys != 0),
-            "x mapped unfilled and unpinned while its call waits"
-        );
+        // x written whole (the free chunk, unfilled) and z's first touch:
+        // no room for z while y is pinned — the writer retries, unlocked
+        // between tries. With an eviction meanwhile its call fails
+        // (writes nothing): x must keep its bytes.
+        let ok = meanwhile == "read";
+        let writer = std::thread::spawn(move || {
+            let wr = |va: u64| Range {
+                addr: va,
+                len: CHUNK,
+                write: true,
+                whole: true,
+            };
+            let tok = r
+                .prepare(
+                    0,
+                    OpClass::Elementwise as u8,
+                    &[wr(x), wr(z)],
+                    false,
+                    Order::Host,
+                )
+                .expect("prepare");
+            if ok {
+                f.app_write(x, &pattern(3, CHUNK)).unwrap();
+                f.app_write(z, &pattern(4, CHUNK)).unwrap();
+            }
+            r.finish(tok, None, ok);
+        });
+        let unfilled = |va: u64| {
+            let st = r.shard_of(0).st.lock().unwrap();
+            let (id, i) = st.resolve(va).unwrap();
+            let c = st.chunk(id, i);
+            c.unfilled && c.in_hbm() && c.pins == 0
+        };
+        let t = std::time::Instant::now();
+        while !unfilled(x) {
+            assert!(
+                t.elapsed().as_secs() < 10,
+                "{meanwhile}: x never mapped unfilled"
+            );
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let other = std::thread::spawn(move || {
+            if ok {
+                assert_eq!(call(x, None), pattern(1, CHUNK), "x read meanwhile");
+            } else {
+                // w's room: x's (y is pinned)
+                assert_eq!(call(w, None), pattern(5, CHUNK));
+            }
+        });
+        other.join().expect("the other thread");
+        f.app_launch(
+            s,
+            "read y",
+            vec![(y, CHUNK)],
+            Box::new(|_: &mut Mem<'_>| {}),
+        )
+        .unwrap();
+        r.finish(ytok, Some(s), true);
+        writer.join().expect("writer");
+        let x_now = if ok { 3 } else { 1 };
+        for (va, seed) in [(x, x_now), (y, 2), (w, 5), (x, x_now)] {
+            assert_eq!(call(va, None), pattern(seed, CHUNK), "{meanwhile}: {va:#x}");
+        }
+        if ok {
+            assert_eq!(call(z, None), pattern(4, CHUNK));
+        }
+        assert_no_misuse_or_fault(&f.seen());
+        for va in [x, y, z, w] {
+            assert_eq!(r.free(va), Some(Ok(())));
+        }
+        f.drain();
+        assert_eq!(r.usage(0), (0, 0, 0));
     }
-    // meanwhile another thread reads x: its bytes
-    let other = std::thread::spawn(move || assert_eq!(call(x, None), pattern(1, CHUNK)));
-    other.join().expect("the other thread");
-    f.release_waits();
-    writer.join().expect("writer");
-    for (va, seed) in [(x, 3), (y, 2), (z, 4), (x, 3)] {
-        assert_eq!(call(va, None), pattern(seed, CHUNK), "{va:#x}");
-    }
-    assert_no_misuse_or_fault(&f.seen());
-    for va in [x, y, z] {
-        assert_eq!(r.free(va), Some(Ok(())));
-    }
-    f.drain();
-    assert_eq!(r.usage(0), (0, 0, 0));
 }
 
 /// A call whose fault-in fails after it mapped a chunk it writes whole
