@@ -106,10 +106,12 @@ impl VarSpec {
             Kind::Size { .. } if self.name == "U3M_SSD_RATE" => "BYTES_PER_S",
             Kind::Size { .. } => "BYTES",
             Kind::Count { .. } if self.name.starts_with("U3M_MAX_") => "COUNT",
+            Kind::Count { .. } if self.name.ends_with("_US") => "MICROSECONDS",
             Kind::Count { .. } => "N",
             Kind::Millis { .. } => "MS",
             Kind::Number { .. } if self.name.starts_with("U3M_HBM_") => "FRACTION",
             Kind::Number { .. } if self.name == "U3M_OVERSUB" => "RATIO",
+            Kind::Number { .. } if self.name == "U3M_LINK_GBPS" => "GBPS",
             Kind::Number { .. } => "SECONDS",
         }
     }
@@ -177,7 +179,11 @@ pub const VARS: &[VarSpec] = &[
     VarSpec { name: "U3M_HANDOFF", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: a copy-in that finds HBM full takes the memory of the oldest copy-out still in flight, ordered after that copy on the device, instead of the host waiting for it to land; and an eviction an outside schedule names (u3m replay --plan) of a chunk still in use is ordered after its uses on the device instead of waiting for them; both stop for good once the program queues work that waits for its host (a host function or callback, a value or notify wait: docs/tiering.md); off: the host waits (the default: it pays only under a plan, BENCHMARKS.md)" },
     VarSpec { name: "U3M_PLAN", kind: Kind::Path, default: "", empty: Some("no schedule"), zero: None,
-        doc: "tier mode: a schedule of evictions to follow, 'CALL ALLOC CHUNK [DEV]' per line (after u3m's CALL-th call that touches managed memory, chunk CHUNK of the ALLOC-th allocation u3m manages on device DEV leaves HBM as soon as its uses allow; u3m replay --plan-export writes one from a planner's trace-keyed plan); the first entry the run does not match stops it, named at exit (docs/tiering.md)" },
+        doc: "tier mode: a schedule of evictions to follow, 'CALL ALLOC CHUNK [DEV]' per line (after u3m's CALL-th call that touches managed memory, chunk CHUNK of the ALLOC-th allocation u3m manages on device DEV leaves HBM as soon as its uses allow; u3m replay --plan-export writes one from a planner's trace-keyed plan); auto: u3m finds the program's step, records one and plans the schedule itself (pays with U3M_HANDOFF=on); the first entry the run does not match stops it, named at exit (docs/tiering.md)" },
+    VarSpec { name: "U3M_PLAN_MIN_GAP_US", kind: Kind::Count { min: 0, max: 3_600_000_000 }, default: "30000", empty: None, zero: Some("any gap"),
+        doc: "tier mode, U3M_PLAN=auto: the planner keeps in HBM every chunk whose next use comes less than this much device time (µs) after its last: a host running that far ahead of the device would find it still on its way out (docs/tiering.md)" },
+    VarSpec { name: "U3M_LINK_GBPS", kind: Kind::Number { min: 0.1, max: 10000.0 }, default: "25", empty: None, zero: None,
+        doc: "tier mode, U3M_PLAN=auto: the host link's rate each way, GB/s, as the planner counts it" },
     VarSpec { name: "U3M_TORCH_HINTS", kind: Kind::Choice(&["on", "off"]), default: "off", empty: None, zero: None,
         doc: "tier mode: on: in a process running torch_npu of a version whose allocator layout u3m knows (2.14.0), every block its caching allocator frees is a u3m_discard hint (the freed bytes are dead until written again), so chunks holding only freed blocks leave HBM without a copy-out: fewer bytes moved, but not always a shorter step (docs/torch-npu.md); other versions and programs are left alone; off: no hints (the default)" },
     VarSpec { name: "U3M_POLICY", kind: Kind::Choice(crate::policy::LIBRARY_POLICIES), default: "predictive", empty: None, zero: None,
@@ -307,8 +313,12 @@ pub struct Config {
     /// copy-out is still in flight, ordered after it on the device
     /// (residency/migrate.rs `take_outgoing`).
     pub handoff: bool,
-    /// U3M_PLAN: a schedule of evictions (residency/schedule.rs).
+    /// U3M_PLAN: a schedule of evictions (residency/schedule.rs), or
+    /// "auto": planned by u3m (residency/autoplan.rs).
     pub plan: Option<PathBuf>,
+    /// U3M_PLAN_MIN_GAP_US, U3M_LINK_GBPS: U3M_PLAN=auto's planner.
+    pub plan_min_gap_us: f64,
+    pub link_gbps: f64,
     /// U3M_TORCH_HINTS=on: torch_npu's freed blocks become discard hints
     /// (src/torch_hints.rs in libu3m.so).
     pub torch_hints: bool,
@@ -633,6 +643,8 @@ pub fn parse<I: IntoIterator<Item = (String, String)>>(vars: I) -> Parsed {
         },
         handoff: word("U3M_HANDOFF") == "on",
         plan: path("U3M_PLAN"),
+        plan_min_gap_us: int("U3M_PLAN_MIN_GAP_US") as f64,
+        link_gbps: num("U3M_LINK_GBPS"),
         torch_hints: word("U3M_TORCH_HINTS") == "on",
         policy: word("U3M_POLICY").to_string(),
         calib_s: num("U3M_CALIB_S"),

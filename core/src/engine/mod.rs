@@ -345,6 +345,21 @@ impl Engine {
                 eprintln!("u3m: {why}");
             }
         }
+        if let Some(p) = self.residency.as_ref().and_then(|t| t.auto_plan()) {
+            match &p.failed {
+                Some(why) if self.cfg.log >= LogLevel::Warn => {
+                    eprintln!("u3m: U3M_PLAN=auto: no schedule: {why}")
+                }
+                None if self.cfg.log >= LogLevel::Info => eprintln!(
+                    "u3m: U3M_PLAN=auto: step of {} calls, recorded from call {} ({:.1} ms of device time), {} chunk-gaps out a step",
+                    p.period,
+                    p.from,
+                    p.step_us / 1e3,
+                    p.entries
+                ),
+                _ => {}
+            }
+        }
         if self.cfg.log >= LogLevel::Info {
             eprintln!("u3m: {}", self.exit_summary());
         }

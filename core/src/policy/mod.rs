@@ -21,7 +21,7 @@ mod markov;
 mod mode;
 pub(crate) mod pending;
 mod predictive;
-mod predictor;
+pub(crate) mod predictor;
 mod seed_heat;
 
 pub use belady::Belady;

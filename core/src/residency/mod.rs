@@ -32,6 +32,8 @@
 //! - `planned`: evictions an outside schedule names (`u3m replay --plan`,
 //!   U3M_PLAN);
 //! - `schedule`: U3M_PLAN's file, by call;
+//! - `autoplan`: U3M_PLAN=auto: the step found, recorded and planned by u3m;
+//! - `planner`: the greedy planner of a recorded step (autoplan, `u3m replay`);
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
@@ -44,6 +46,7 @@
 //! half: not done).
 
 mod ahead;
+mod autoplan;
 mod balance;
 mod counters;
 mod evict;
@@ -53,6 +56,7 @@ mod lifecycle;
 mod lost;
 mod migrate;
 mod planned;
+mod planner;
 mod prefetch;
 mod probe;
 mod protocol;
@@ -83,6 +87,7 @@ pub use hostmap::Oversize;
 pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use lost::Allocations;
 pub use protocol::Order;
+pub use autoplan::{AutoParams, AutoState};
 pub use schedule::{id_of, ordinal_of, Schedule};
 pub use shards::{ForkHold, Residency, Token};
 use state::State;
@@ -246,7 +251,10 @@ pub(super) struct Parts {
 
 /// U3M_PLAN's schedule and how following it went (every device's).
 pub(super) struct Followed {
-    plan: Schedule,
+    /// A file's, read at start; U3M_PLAN=auto's, once planned.
+    plan: std::sync::OnceLock<Schedule>,
+    /// U3M_PLAN=auto (autoplan.rs).
+    auto: Option<autoplan::Auto>,
     /// Set for good by the first entry the run did not match.
     off: AtomicBool,
     /// Why it stopped, for the engine's line at exit.
@@ -292,11 +300,24 @@ impl Parts {
         };
         let nvme_limit = if nvme.is_some() { nvme_bytes } else { 0 };
         let schedule = match &cfg.plan {
-            Some(p) => Some(Arc::new(Followed {
-                plan: Schedule::load(p)?,
-                off: AtomicBool::new(false),
-                stopped: Mutex::new(None),
-            })),
+            Some(p) => {
+                let (plan, auto) = match p.to_str() {
+                    Some("auto") => (
+                        std::sync::OnceLock::new(),
+                        Some(autoplan::Auto::new(autoplan::AutoParams {
+                            min_gap_us: cfg.plan_min_gap_us,
+                            link_gbps: cfg.link_gbps,
+                        })),
+                    ),
+                    _ => (std::sync::OnceLock::from(Schedule::load(p)?), None),
+                };
+                Some(Arc::new(Followed {
+                    plan,
+                    auto,
+                    off: AtomicBool::new(false),
+                    stopped: Mutex::new(None),
+                }))
+            }
             None => None,
         };
         Ok(Parts {

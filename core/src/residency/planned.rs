@@ -20,8 +20,10 @@
 //! back (`rescue`).
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use super::state::State;
+use crate::policy::Touch;
 use super::{schedule::Entry, Followed, Shard as Residency};
 
 /// Copy-outs in flight on a device (any cause) under which a planned one
@@ -71,15 +73,19 @@ impl Residency {
     pub(super) fn follow_schedule(
         &self,
         st: &mut State,
-        f: &Followed,
+        f: &Arc<Followed>,
         clock: u64,
-        chunks: &[(u64, u32)],
+        (chunks, touches): (&[(u64, u32)], &[Touch]),
+        stream: Option<u64>,
     ) {
         let dev = self.shard;
-        let entries = match f.off.load(Relaxed) {
+        if let (Some(auto), None) = (&f.auto, f.plan.get()) {
+            self.auto_note(st, f, auto, clock, (chunks, touches), stream);
+        }
+        let entries = match (f.off.load(Relaxed), f.plan.get()) {
             // (what was noted before it stopped still leaves)
-            true => &[][..],
-            false => f.plan.at(dev, clock),
+            (false, Some(plan)) => plan.at(dev, clock),
+            _ => &[][..],
         };
         for e in entries {
             if !chunks.contains(&(e.id, e.chunk)) {
@@ -109,11 +115,12 @@ impl Residency {
             true => String::new(),
             false => format!(" (the entry's call {}, repeated)", e.clock),
         };
+        let name = f.plan.get().map_or("", |p| p.name.as_str());
         let why = format!(
             "U3M_PLAN={}:{}: call {clock}{repeated} does not touch chunk {} of allocation {alloc} on device {dev}: \
              the run left the schedule (the schedule is not this run's, or its loop ended); \
              followed up to there ({} entries), not after",
-            f.plan.name,
+            name,
             e.line,
             e.chunk,
             self.c.schedule_entries.load(Relaxed)
@@ -122,6 +129,29 @@ impl Residency {
             *s = Some(why);
         }
         self.c.schedule_stops.fetch_add(1, Relaxed);
+    }
+
+    /// U3M_PLAN=auto, before a plan: the call is detected and recorded
+    /// (autoplan.rs); a recorded, timed step goes to the planning thread.
+    #[cold]
+    fn auto_note(
+        &self,
+        st: &mut State,
+        f: &Arc<Followed>,
+        auto: &super::autoplan::Auto,
+        clock: u64,
+        (chunks, touches): (&[(u64, u32)], &[Touch]),
+        stream: Option<u64>,
+    ) {
+        let dev = self.shard;
+        let rec = st
+            .auto_rec
+            .get_or_insert_with(|| Box::new(super::autoplan::Recorder::new()));
+        let rt: &dyn crate::engine::runtime::Runtime = self.rt;
+        if let Some(r) = super::autoplan::note_call(rec, auto, rt, clock, (chunks, touches), stream) {
+            let cap = st.dev(dev).capacity / crate::engine::runtime::CHUNK;
+            super::autoplan::spawn(f.clone(), dev, cap, r);
+        }
     }
 
     fn evict_planned_on(&self, st: &mut State, dev: u32) {

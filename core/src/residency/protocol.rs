@@ -909,7 +909,7 @@ impl Residency {
         if ok {
             self.look_ahead_after(&mut st, tok.chunks());
             if let Some(f) = &self.schedule {
-                self.follow_schedule(&mut st, f, tok.clock, tok.chunks());
+                self.follow_schedule(&mut st, f, tok.clock, (tok.chunks(), tok.writes()), stream);
             }
         }
         if tok.one {

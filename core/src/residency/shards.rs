@@ -823,6 +823,12 @@ impl Residency {
         f.stopped.lock().ok()?.clone()
     }
 
+    /// U3M_PLAN=auto: what its planning has done so far (None: not auto).
+    pub fn auto_plan(&self) -> Option<super::autoplan::AutoState> {
+        let f = self.shards[0].schedule.as_ref()?;
+        f.auto.as_ref()?.state.lock().ok().map(|s| s.clone())
+    }
+
     /// The chunk a policy key names, in U3M_PLAN's terms: (device, the
     /// allocation's ordinal among the device's managed ones, chunk index)
     /// (`u3m replay --plan-export`). None: no live chunk.

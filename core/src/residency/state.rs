@@ -588,6 +588,9 @@ pub(super) struct State {
     pub call_chunks: Vec<(u64, u32, bool, bool)>,
     pub call_need: Vec<Need>,
     pub call_keys: Vec<u64>,
+    /// U3M_PLAN=auto's detection and recording on this device (made by the
+    /// first call that follows the schedule: autoplan.rs).
+    pub auto_rec: Option<Box<super::autoplan::Recorder>>,
     pub tokens: Vec<Token>,
     /// Chunks touched by calls so far, summed over calls (with `clock`: how
     /// many calls HBM holds, `hostmap::map_streams`).
@@ -739,6 +742,7 @@ impl State {
             call_chunks: Vec::new(),
             call_need: Vec::new(),
             call_keys: Vec::new(),
+            auto_rec: None,
             tokens: Vec::new(),
             touches: 0,
             closed_fences: Vec::new(),

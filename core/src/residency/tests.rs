@@ -5343,3 +5343,104 @@ fn a_failed_fault_in_gives_back_the_chunk_it_mapped_unfilled() {
     a.f.drain();
     a.assert_clean();
 }
+
+/// A kernel of the auto-plan test: dst = a + b (+ c), byte by byte.
+fn sum(a: u64, b: u64, dst: u64, c: u8) -> Kernel {
+    Box::new(move |m: &mut Mem<'_>| {
+        let (x, y) = (m.read(a, CHUNK), m.read(b, CHUNK));
+        let v: Vec<u8> = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| p.wrapping_add(*q).wrapping_add(c))
+            .collect();
+        m.write(dst, &v);
+    })
+}
+
+/// U3M_PLAN=auto (autoplan.rs): u3m finds the program's step (six calls on
+/// five one-chunk allocations, on a 3-chunk device), records one, plans a
+/// schedule on its own thread and follows it from then on, every byte as
+/// the host's reference computes it; a step that differs stops the
+/// schedule, named, and the run goes on right. With and without the
+/// hand-off.
+#[test]
+fn auto_plan_finds_the_step_plans_it_and_follows_its_schedule() {
+    for handoff in ["off", "on"] {
+        let a = App::new(
+            3,
+            &[
+                ("U3M_PLAN", "auto"),
+                ("U3M_HANDOFF", handoff),
+                ("U3M_PLAN_MIN_GAP_US", "0"),
+            ],
+        );
+        a.r.set_look_ahead(false);
+        let v: Vec<u64> = (0..5).map(|_| a.malloc(CHUNK)).collect();
+        let mut want: Vec<Vec<u8>> = (0..5).map(|k| pattern(60 + k, CHUNK)).collect();
+        for k in 0..5 {
+            a.write(v[k], &want[k]);
+        }
+        let s = a.f.app_stream();
+        // one step: (a, b, dst, c) each dst = a + b + c
+        let step = [(0, 1, 2, 0), (2, 2, 3, 1), (3, 0, 4, 0), (4, 4, 0, 1), (1, 2, 1, 0)];
+        let run = |a: &App, want: &mut Vec<Vec<u8>>, skip: Option<usize>| {
+            for (n, &(x, y, d, c)) in step.iter().enumerate() {
+                if Some(n) == skip {
+                    continue;
+                }
+                let ins: Vec<(u64, u64)> = [x, y].iter().map(|&k| (v[k], CHUNK)).collect();
+                a.op(s, &ins, &[(v[d], CHUNK)], sum(v[x], v[y], v[d], c));
+                let w: Vec<u8> = want[x]
+                    .iter()
+                    .zip(&want[y])
+                    .map(|(p, q)| p.wrapping_add(*q).wrapping_add(c))
+                    .collect();
+                want[d] = w;
+            }
+            // the sixth call: a read of v[3]
+            a.op(s, &[(v[3], CHUNK)], &[], Box::new(|_: &mut Mem<'_>| {}));
+        };
+        let mut steps = 0;
+        let t = std::time::Instant::now();
+        while a.r.auto_plan().is_some_and(|p| p.entries == 0 && p.failed.is_none()) {
+            run(&a, &mut want, None);
+            a.f.sync_stream(s).unwrap();
+            steps += 1;
+            assert!(
+                t.elapsed().as_secs() < 20 && steps < 10_000,
+                "{handoff}: no plan after {steps} steps: {:?}",
+                a.r.auto_plan()
+            );
+        }
+        let p = a.r.auto_plan().unwrap();
+        assert_eq!(p.period, 6, "{handoff}: {p:?}");
+        assert!(p.failed.is_none() && p.from > 0, "{handoff}: {p:?}");
+        let before = a.r.counters().schedule_entries;
+        for _ in 0..4 {
+            run(&a, &mut want, None);
+        }
+        a.f.drain();
+        let c = a.r.counters();
+        assert!(c.schedule_entries > before, "{handoff}: not followed: {c:?}");
+        assert_eq!(c.schedule_stops, 0, "{handoff}: {:?}", a.r.schedule_stopped());
+        for k in 0..5 {
+            assert_eq!(a.read(v[k], CHUNK), want[k], "{handoff}: v{k}");
+        }
+        // a step that differs (its second call left out): the schedule
+        // stops, named, and every byte stays right
+        run(&a, &mut want, Some(1));
+        run(&a, &mut want, None);
+        a.f.drain();
+        assert_eq!(a.r.counters().schedule_stops, 1, "{handoff}");
+        let why = a.r.schedule_stopped().expect("named");
+        assert!(why.contains("U3M_PLAN=auto"), "{why}");
+        for k in 0..5 {
+            assert_eq!(a.read(v[k], CHUNK), want[k], "{handoff}: v{k} after the stop");
+        }
+        for va in v {
+            a.free(va);
+        }
+        a.f.drain();
+        a.assert_clean();
+    }
+}

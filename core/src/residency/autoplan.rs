@@ -1,0 +1,365 @@
+//! U3M_PLAN=auto: the library plans its own schedule of evictions from the
+//! program it watches, where U3M_PLAN=FILE follows one planned offline.
+//!
+//! A training or serving loop repeats its steps call for call (the same
+//! operators on the same caching-allocator blocks). So, per device:
+//! 1. *Detect.* Each call that touches managed memory gets a signature (a
+//!    hash of its chunks and how it touches them). The step is found when
+//!    the last P signatures equal the P before them (P at least
+//!    `MIN_PERIOD`, at most `MAX_PERIOD` calls).
+//! 2. *Record.* The next P calls are recorded — their chunks and touches —
+//!    each checked against its signature one period back (a mismatch: back
+//!    to detecting). An event on the call's stream at each end of the
+//!    recorded step gives its device time (`Runtime::elapsed_ns`, read by a
+//!    later call once the closing event is complete; a runtime that cannot
+//!    time events: 1 µs per call).
+//! 3. *Plan,* on a thread of its own (nothing waits for it): the recorded
+//!    step as a cycle goes to `planner::plan`, each call taking the step's
+//!    mean device time (u3m cannot see one operator's time; the planner's
+//!    schedule barely depends on it: BENCHMARKS.md, forty-second sitting),
+//!    HBM the device's capacity, the link U3M_LINK_GBPS each way.
+//! 4. *Follow.* The plan becomes a `Schedule` that repeats every step from
+//!    the recorded one on (`repeat`), and `follow_schedule` follows it as a
+//!    file's; the first entry the run does not match stops it, as a file's.
+//!
+//! Only the first device that finds its step plans (the clock the schedule
+//! counts is every device's: schedule.rs).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use super::planner::{self, Key, Params, Step};
+use super::schedule::{Entry, Schedule};
+use super::Followed;
+use crate::engine::runtime::{Runtime, CHUNK};
+use crate::policy::predictor::KeyMap;
+use crate::policy::Touch;
+
+/// The shortest step that is planned (shorter loops fit no useful plan).
+const MIN_PERIOD: usize = 4;
+/// The longest step looked for, in calls (the signature ring's length is
+/// twice that).
+const MAX_PERIOD: usize = 1 << 16;
+/// The most chunk touches a recorded step may hold (a bound on memory:
+/// 24 bytes each).
+const MAX_TOUCHES: usize = 1 << 24;
+
+/// What auto planning has done so far (`Residency::auto_plan`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AutoState {
+    /// The step found, in calls (0: none yet).
+    pub period: u64,
+    /// The clock of the recorded step's first call (0: not recorded).
+    pub from: u64,
+    /// Its device time, µs (0: not timed; the call count when the runtime
+    /// cannot time events).
+    pub step_us: f64,
+    /// Chunk-gaps out per step in the plan (0: not planned yet).
+    pub entries: u64,
+    /// Why there is no plan, when planning failed.
+    pub failed: Option<String>,
+}
+
+/// Settings of the planner (U3M_PLAN_MIN_GAP_US, U3M_LINK_GBPS).
+#[derive(Clone, Copy, Debug)]
+pub struct AutoParams {
+    pub min_gap_us: f64,
+    pub link_gbps: f64,
+}
+
+enum Phase {
+    Detect,
+    Record,
+    /// Recorded: waiting for the step's closing event, to time it.
+    Timing,
+    /// Handed to the planning thread (or given up): nothing more to do.
+    Planning,
+}
+
+/// One device's detection and recording (behind the device's lock).
+pub(super) struct Recorder {
+    phase: Phase,
+    /// Signatures of the last `2 * MAX_PERIOD` calls, by call count.
+    sigs: Vec<u64>,
+    /// Calls seen.
+    t: usize,
+    /// Where each signature was last seen (call count).
+    seen: KeyMap<usize>,
+    /// The candidate period and how many calls in a row matched it.
+    cand: usize,
+    run: usize,
+    /// Recording: the first call's count, the clocks of the recorded calls,
+    /// their touches (call offset, chunk, touch).
+    start_t: usize,
+    clocks: Vec<u64>,
+    touches: Vec<(u32, (u64, u32), Touch)>,
+    /// Events at the recorded step's two ends (0: none), and the stream.
+    ev: (u64, u64),
+    stream: u64,
+    /// The recorded step, while it is timed.
+    recorded: Option<Recorded>,
+}
+
+impl Recorder {
+    pub(super) fn new() -> Recorder {
+        Recorder {
+            phase: Phase::Detect,
+            sigs: vec![0; 2 * MAX_PERIOD],
+            t: 0,
+            seen: KeyMap::default(),
+            cand: 0,
+            run: 0,
+            start_t: 0,
+            clocks: Vec::new(),
+            touches: Vec::new(),
+            ev: (0, 0),
+            stream: 0,
+            recorded: None,
+        }
+    }
+
+    /// Done with detecting: its memory goes.
+    fn forget(&mut self) {
+        self.sigs = Vec::new();
+        self.seen = KeyMap::default();
+    }
+}
+
+/// U3M_PLAN=auto's state, shared by every device (`Followed::auto`).
+pub(super) struct Auto {
+    pub(super) params: AutoParams,
+    pub(super) state: Mutex<AutoState>,
+    /// Set by the first device to record a step: the others stop looking.
+    claimed: AtomicBool,
+}
+
+impl Auto {
+    pub(super) fn new(params: AutoParams) -> Auto {
+        Auto {
+            params,
+            state: Mutex::new(AutoState::default()),
+            claimed: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A call's signature: its chunks and how it touches each.
+fn signature(chunks: &[(u64, u32)], touches: &[Touch]) -> u64 {
+    // (a multiply-rotate mix per chunk: collisions only cost a failed
+    // detection, which the recording's checks catch)
+    let mix = |h: u64, x: u64| (h ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    let mut h = mix(0, chunks.len() as u64);
+    for (&(id, i), t) in chunks.iter().zip(touches) {
+        let how = t.writes() as u64 | (t.whole() as u64) << 1;
+        h = mix(h, id);
+        h = mix(h, (i as u64) << 2 | how);
+    }
+    h
+}
+
+/// A call just queued at `clock` (`finish`, the device's lock held):
+/// detection and recording. Returns a recorded, timed step to plan once
+/// there is one.
+pub(super) fn note_call(
+    rec: &mut Recorder,
+    auto: &Auto,
+    rt: &dyn Runtime,
+    clock: u64,
+    (chunks, touches): (&[(u64, u32)], &[Touch]),
+    stream: Option<u64>,
+) -> Option<Recorded> {
+    match rec.phase {
+        Phase::Planning => return None,
+        Phase::Timing => {
+            let b = rec.ev.1;
+            if b != 0 && rt.event_done(b) == Ok(false) {
+                return None;
+            }
+            let mut r = rec.recorded.take()?;
+            let n = r.clocks.len();
+            r.step_us = match rec.ev {
+                (a @ 1.., b @ 1..) => rt.elapsed_ns(a, b).ok().filter(|&ns| ns > 0),
+                _ => None,
+            }
+            .map_or(n as f64, |ns| ns as f64 / 1e3);
+            rec.phase = Phase::Planning;
+            return Some(r);
+        }
+        Phase::Detect | Phase::Record => {}
+    }
+    let sig = signature(chunks, touches);
+    let t = rec.t;
+    rec.t += 1;
+    let ring = rec.sigs.len();
+    let back = |rec: &Recorder, p: usize| (p > 0 && t >= p).then(|| rec.sigs[(t - p) % ring]);
+    if matches!(rec.phase, Phase::Detect) {
+        if back(rec, rec.cand) == Some(sig) {
+            rec.run += 1;
+        } else {
+            // the distance to this signature's last call is the new guess
+            rec.cand = match rec.seen.get(&sig) {
+                Some(&q) if t - q <= MAX_PERIOD => t - q,
+                _ => 0,
+            };
+            rec.run = (rec.cand > 0) as usize;
+        }
+        if rec.cand >= MIN_PERIOD && rec.run >= rec.cand && !auto.claimed.swap(true, Relaxed) {
+            // a whole period matched: record the next one
+            rec.phase = Phase::Record;
+            rec.start_t = t + 1;
+            rec.stream = stream.unwrap_or(0);
+            rec.ev.0 = mark(rt, rec.stream);
+            if let Ok(mut s) = auto.state.lock() {
+                s.period = rec.cand as u64;
+            }
+        }
+    } else if back(rec, rec.cand) != Some(sig) {
+        // not the step after all: look again
+        rec.phase = Phase::Detect;
+        rec.run = 0;
+        rec.clocks.clear();
+        rec.touches.clear();
+        auto.claimed.store(false, Relaxed);
+    } else {
+        let off = (t - rec.start_t) as u32;
+        rec.clocks.push(clock);
+        for (&c, &w) in chunks.iter().zip(touches) {
+            rec.touches.push((off, c, w));
+        }
+        if rec.touches.len() > MAX_TOUCHES {
+            // too large to plan: given up, for good
+            rec.phase = Phase::Planning;
+            rec.forget();
+            rec.clocks = Vec::new();
+            rec.touches = Vec::new();
+            if let Ok(mut s) = auto.state.lock() {
+                s.failed = Some(format!(
+                    "the step touches more than {MAX_TOUCHES} chunks"
+                ));
+            }
+            return None;
+        }
+        if rec.clocks.len() == rec.cand {
+            rec.ev.1 = mark(rt, rec.stream);
+            rec.phase = Phase::Timing;
+            rec.recorded = Some(Recorded {
+                clocks: std::mem::take(&mut rec.clocks),
+                touches: std::mem::take(&mut rec.touches),
+                step_us: 0.0,
+            });
+            rec.forget();
+            return None;
+        }
+    }
+    rec.sigs[t % ring] = sig;
+    rec.seen.insert(sig, t);
+    None
+}
+
+/// An event recorded now on `stream` (0: none could be).
+fn mark(rt: &dyn Runtime, stream: u64) -> u64 {
+    // (two events for the run: not returned to the runtime)
+    let Ok(ev) = rt.create_event() else { return 0 };
+    match rt.record_event(ev, stream) {
+        Ok(()) => ev,
+        Err(_) => 0,
+    }
+}
+
+/// A recorded step, to plan: each call's clock and touches, and the step's
+/// device time (µs; 1 per call when it could not be timed).
+pub(super) struct Recorded {
+    clocks: Vec<u64>,
+    touches: Vec<(u32, (u64, u32), Touch)>,
+    step_us: f64,
+}
+
+/// Plans `r` (on the planning thread) for device `dev` of `cap` chunks of
+/// HBM and installs the schedule in `f`.
+fn plan_and_install(f: &Followed, auto: &Auto, dev: u32, cap: u64, r: Recorded) {
+    let n = r.clocks.len();
+    let res = plan_step(&r, cap, &auto.params);
+    let mut s = auto.state.lock().unwrap_or_else(|p| p.into_inner());
+    s.from = r.clocks[0];
+    s.step_us = r.step_us;
+    match res {
+        Ok(entries) => {
+            s.entries = entries.len() as u64;
+            let mut by_dev = vec![Vec::new(); dev as usize + 1];
+            by_dev[dev as usize] = entries;
+            // (the clock counts every device's calls: one step of it)
+            let from = r.clocks[0];
+            let period = r.clocks[n - 1] - from + 1;
+            let _ = f.plan.set(Schedule {
+                name: format!("auto (planned on calls {from}..{})", from + period),
+                by_dev,
+                repeat: Some((from, period)),
+            });
+        }
+        Err(e) => s.failed = Some(e),
+    }
+}
+
+/// The schedule's entries for the recorded step (uniform device times).
+fn plan_step(r: &Recorded, cap: u64, p: &AutoParams) -> Result<Vec<Entry>, String> {
+    let n = r.clocks.len();
+    let step_us = r.step_us;
+    let mut keys: HashMap<(u64, u32), u32> = HashMap::new();
+    let mut names: Vec<(u64, u32)> = Vec::new();
+    let mut touches = Vec::with_capacity(r.touches.len());
+    for &(off, c, w) in &r.touches {
+        let k = *keys.entry(c).or_insert_with(|| {
+            names.push(c);
+            names.len() as u32 - 1
+        });
+        touches.push((off, k, w));
+    }
+    touches.sort_unstable_by_key(|&(off, k, _)| (off, k));
+    touches.dedup_by_key(|&mut (off, k, _)| (off, k));
+    let step = Step {
+        calls: n as u32,
+        touches,
+        keys: names.len() as u32,
+        dev_us: vec![step_us / n as f64; n],
+    };
+    let params = Params {
+        cap_chunks: cap,
+        link_chunks_per_us: p.link_gbps * 1e3 / CHUNK as f64,
+        min_gap_us: p.min_gap_us,
+        key: Key::Cost,
+    };
+    let plan = planner::plan(&step, &params)?;
+    let mut out: Vec<Entry> = plan
+        .out
+        .iter()
+        .enumerate()
+        .map(|(line, &(call, key))| {
+            let (id, chunk) = names[key as usize];
+            Entry {
+                clock: r.clocks[call as usize],
+                id,
+                chunk,
+                line: line as u64 + 1,
+            }
+        })
+        .collect();
+    out.sort_by_key(|e| e.clock);
+    Ok(out)
+}
+
+/// Starts the planning thread for a recorded step (nothing waits for it).
+pub(super) fn spawn(f: Arc<Followed>, dev: u32, cap: u64, r: Recorded) {
+    let run = move || {
+        if let Some(auto) = &f.auto {
+            plan_and_install(&f, auto, dev, cap, r);
+        }
+    };
+    if std::thread::Builder::new()
+        .name("u3m-plan".into())
+        .spawn(run)
+        .is_err()
+    {
+        // no thread: no plan (the run goes on as without one)
+    }
+}
