@@ -32,6 +32,8 @@
 //! - `planned`: evictions an outside schedule names (`u3m replay --plan`,
 //!   U3M_PLAN);
 //! - `schedule`: U3M_PLAN's file, by call;
+//! - `planner`: a schedule computed from one step (a greedy link-budget
+//!   planner; pure, `u3m replay --greedy-plan` runs it);
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
@@ -53,6 +55,7 @@ mod lifecycle;
 mod lost;
 mod migrate;
 mod planned;
+pub mod planner;
 mod prefetch;
 mod probe;
 mod protocol;
