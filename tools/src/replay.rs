@@ -9,6 +9,7 @@ mod cost;
 mod dead;
 pub(crate) mod drive;
 pub(crate) mod floor;
+mod greedy;
 mod held;
 mod recording;
 mod report;
@@ -156,6 +157,21 @@ pub struct ReplayArgs {
     /// U3M_PLAN, as in the library: every policy's run (not the baseline) follows the schedule FILE ('CALL ALLOC CHUNK [DEV]' per line, e.g. from --plan-export): after each named call its chunks leave HBM as soon as their uses allow; demand evictions stay the policy's (docs/replay.md).
     #[arg(long, value_name = "FILE")]
     pub schedule: Option<PathBuf>,
+    /// Instead of replaying: run the library's greedy planner (core residency/planner.rs) on step --greedy-step of the trace as a cycle, with --hbm and --link-gbps, and write its schedule to FILE for --policy plan --plan FILE (every step of the cycle's call count from 1 on); what it planned goes to stderr.
+    #[arg(long, value_name = "FILE")]
+    pub greedy_plan: Option<PathBuf>,
+    /// With --greedy-plan: the step planned (from its `# train step K:` comment to the next).
+    #[arg(long, value_name = "K", default_value_t = 3)]
+    pub greedy_step: u64,
+    /// With --greedy-plan: gaps whose next use is less than US µs of device time away stay in HBM.
+    #[arg(long, value_name = "US", default_value_t = 0.0)]
+    pub min_gap_us: f64,
+    /// With --greedy-plan: which chunk-gap goes first: cost (fewest copies, then longest out) or far (longest out).
+    #[arg(long, value_name = "cost|far", default_value = "cost", value_parser = ["cost", "far"])]
+    pub greedy_key: String,
+    /// With --greedy-plan: every call takes the step's mean device time, as the library plans (it cannot know each call's).
+    #[arg(long)]
+    pub greedy_uniform: bool,
 }
 
 fn wait_ms(s: &str) -> Result<f64, String> {
@@ -173,6 +189,9 @@ fn size(s: &str) -> Result<u64, String> {
 
 pub fn main(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let setup = setup(&a)?;
+    if a.greedy_plan.is_some() {
+        return greedy::run(&a, &setup.costs);
+    }
     let mut reports = Vec::new();
     crate::progress::start("u3m replay");
     for path in &a.traces {

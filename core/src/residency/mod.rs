@@ -32,8 +32,9 @@
 //! - `planned`: evictions an outside schedule names (`u3m replay --plan`,
 //!   U3M_PLAN);
 //! - `schedule`: U3M_PLAN's file, by call;
+//! - `planner`: a schedule computed from one step (a greedy link-budget
+//!   planner; pure: U3M_PLAN=auto and `u3m replay --greedy-plan` run it);
 //! - `autoplan`: U3M_PLAN=auto: the step found, recorded and planned by u3m;
-//! - `planner`: the greedy planner of a recorded step (autoplan, `u3m replay`);
 //! - `lost`: a device that disappeared, reads served from host copies;
 //! - `counters`: what moved.
 //!
@@ -56,7 +57,7 @@ mod lifecycle;
 mod lost;
 mod migrate;
 mod planned;
-mod planner;
+pub mod planner;
 mod prefetch;
 mod probe;
 mod protocol;
