@@ -13,13 +13,16 @@
 //!    recorded step gives its device time (`Runtime::elapsed_ns`, read by a
 //!    later call once the closing event is complete; a runtime that cannot
 //!    time events: 1 µs per call).
-//! 3. *Plan,* on a thread of its own (nothing waits for it): the recorded
+//! 3. *Plan,* on a thread of its own: the recorded
 //!    step as a cycle goes to `planner::plan`, each call taking the step's
 //!    mean device time (u3m cannot see one operator's time; the planner's
 //!    schedule barely depends on it: BENCHMARKS.md, forty-second sitting),
 //!    HBM the device's capacity, the link U3M_LINK_GBPS each way.
 //! 4. *Follow.* The plan becomes a `Schedule` that repeats every step from
-//!    the recorded one on (`repeat`), and `follow_schedule` follows it as a
+//!    the recorded one on (`repeat`), installed by the first call of the
+//!    third step after the recorded one (a set call: a run plans and
+//!    follows the same way every time; that call waits for the planning
+//!    thread if it is not done), and `follow_schedule` follows it as a
 //!    file's; the first entry the run does not match stops it, as a file's.
 //!
 //! Only the first device that finds its step plans (the clock the schedule
@@ -73,8 +76,10 @@ enum Phase {
     Record,
     /// Recorded: waiting for the step's closing event, to time it.
     Timing,
-    /// Handed to the planning thread (or given up): nothing more to do.
+    /// On the planning thread, installed at a set call.
     Planning,
+    /// Installed, or given up: nothing more to do.
+    Done,
 }
 
 /// One device's detection and recording (behind the device's lock).
@@ -99,6 +104,11 @@ pub(super) struct Recorder {
     stream: u64,
     /// The recorded step, while it is timed.
     recorded: Option<Recorded>,
+    /// The recorded step's first clock and its length in clock ticks.
+    from: u64,
+    period: u64,
+    /// The planning thread.
+    planning: Option<std::thread::JoinHandle<Planned>>,
 }
 
 impl Recorder {
@@ -116,6 +126,9 @@ impl Recorder {
             ev: (0, 0),
             stream: 0,
             recorded: None,
+            from: 0,
+            period: 0,
+            planning: None,
         }
     }
 
@@ -158,33 +171,85 @@ fn signature(chunks: &[(u64, u32)], touches: &[Touch]) -> u64 {
     h
 }
 
-/// A call just queued at `clock` (`finish`, the device's lock held):
-/// detection and recording. Returns a recorded, timed step to plan once
-/// there is one.
+/// A call just queued at `clock` on device `dev` of `cap` chunks of HBM
+/// (`finish`, the device's lock held): detection, recording, timing; the
+/// plan starts on its thread once the recorded step is timed (by the end
+/// of the step after it), and is installed in `f` by the first call of the
+/// third step after the recorded one — a set call, so that a run is the
+/// same run every time (that call waits for the planning thread if it has
+/// not finished).
 pub(super) fn note_call(
     rec: &mut Recorder,
-    auto: &Auto,
+    f: &Arc<Followed>,
     rt: &dyn Runtime,
-    clock: u64,
+    (dev, cap, clock): (u32, u64, u64),
     (chunks, touches): (&[(u64, u32)], &[Touch]),
     stream: Option<u64>,
-) -> Option<Recorded> {
+) {
+    let Some(auto) = &f.auto else { return };
     match rec.phase {
-        Phase::Planning => return None,
+        Phase::Done => return,
         Phase::Timing => {
             let b = rec.ev.1;
-            if b != 0 && rt.event_done(b) == Ok(false) {
-                return None;
+            // (the recorded step has run by the next step's end)
+            let due = clock >= rec.from + 2 * rec.period;
+            if b != 0 && !due && rt.event_done(b) == Ok(false) {
+                return;
             }
-            let mut r = rec.recorded.take()?;
+            if b != 0 && due {
+                let _ = rt.sync_event(b);
+            }
+            let Some(mut r) = rec.recorded.take() else {
+                rec.phase = Phase::Done;
+                return;
+            };
             let n = r.clocks.len();
             r.step_us = match rec.ev {
                 (a @ 1.., b @ 1..) => rt.elapsed_ns(a, b).ok().filter(|&ns| ns > 0),
                 _ => None,
             }
             .map_or(n as f64, |ns| ns as f64 / 1e3);
+            let params = auto.params;
+            let (from, period) = (rec.from, rec.period);
+            let run = move || plan(r, dev, cap, from, period, params);
             rec.phase = Phase::Planning;
-            return Some(r);
+            match std::thread::Builder::new()
+                .name("u3m-plan".into())
+                .spawn(run)
+            {
+                Ok(h) => rec.planning = Some(h),
+                Err(_) => {
+                    // no thread: no plan (the run goes on as without one)
+                    rec.phase = Phase::Done;
+                    if let Ok(mut s) = auto.state.lock() {
+                        s.failed = Some("no thread to plan on".into());
+                    }
+                }
+            }
+            return;
+        }
+        Phase::Planning => {
+            if clock < rec.from + 3 * rec.period {
+                return;
+            }
+            rec.phase = Phase::Done;
+            let planned = match rec.planning.take().map(|h| h.join()) {
+                Some(Ok(p)) => p,
+                _ => Planned {
+                    step_us: 0.0,
+                    res: Err("the planning thread failed".into()),
+                },
+            };
+            let mut s = auto.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.step_us = planned.step_us;
+            match planned.res {
+                Ok(sched) => {
+                    s.entries = sched.by_dev.iter().map(|v| v.len() as u64).sum();
+                    let _ = f.plan.set(sched);
+                }
+                Err(e) => s.failed = Some(e),
+            }
+            return;
         }
         Phase::Detect | Phase::Record => {}
     }
@@ -229,32 +294,35 @@ pub(super) fn note_call(
         }
         if rec.touches.len() > MAX_TOUCHES {
             // too large to plan: given up, for good
-            rec.phase = Phase::Planning;
+            rec.phase = Phase::Done;
             rec.forget();
             rec.clocks = Vec::new();
             rec.touches = Vec::new();
             if let Ok(mut s) = auto.state.lock() {
-                s.failed = Some(format!(
-                    "the step touches more than {MAX_TOUCHES} chunks"
-                ));
+                s.failed = Some(format!("the step touches more than {MAX_TOUCHES} chunks"));
             }
-            return None;
+            return;
         }
         if rec.clocks.len() == rec.cand {
             rec.ev.1 = mark(rt, rec.stream);
             rec.phase = Phase::Timing;
+            // (the clock counts every device's calls: one step of it)
+            rec.from = rec.clocks[0];
+            rec.period = clock - rec.from + 1;
+            if let Ok(mut s) = auto.state.lock() {
+                s.from = rec.from;
+            }
             rec.recorded = Some(Recorded {
                 clocks: std::mem::take(&mut rec.clocks),
                 touches: std::mem::take(&mut rec.touches),
                 step_us: 0.0,
             });
             rec.forget();
-            return None;
+            return;
         }
     }
     rec.sigs[t % ring] = sig;
     rec.seen.insert(sig, t);
-    None
 }
 
 /// An event recorded now on `stream` (0: none could be).
@@ -275,29 +343,28 @@ pub(super) struct Recorded {
     step_us: f64,
 }
 
-/// Plans `r` (on the planning thread) for device `dev` of `cap` chunks of
-/// HBM and installs the schedule in `f`.
-fn plan_and_install(f: &Followed, auto: &Auto, dev: u32, cap: u64, r: Recorded) {
-    let n = r.clocks.len();
-    let res = plan_step(&r, cap, &auto.params);
-    let mut s = auto.state.lock().unwrap_or_else(|p| p.into_inner());
-    s.from = r.clocks[0];
-    s.step_us = r.step_us;
-    match res {
-        Ok(entries) => {
-            s.entries = entries.len() as u64;
-            let mut by_dev = vec![Vec::new(); dev as usize + 1];
-            by_dev[dev as usize] = entries;
-            // (the clock counts every device's calls: one step of it)
-            let from = r.clocks[0];
-            let period = r.clocks[n - 1] - from + 1;
-            let _ = f.plan.set(Schedule {
-                name: format!("auto (planned on calls {from}..{})", from + period),
-                by_dev,
-                repeat: Some((from, period)),
-            });
+/// What the planning thread hands back.
+pub(super) struct Planned {
+    step_us: f64,
+    res: Result<Schedule, String>,
+}
+
+/// The planning thread: the recorded step `r` of device `dev` (`cap`
+/// chunks of HBM), whose first call is at clock `from` and which lasts
+/// `period` ticks, as a schedule repeating every step from it on.
+fn plan(r: Recorded, dev: u32, cap: u64, from: u64, period: u64, p: AutoParams) -> Planned {
+    let res = plan_step(&r, cap, &p).map(|entries| {
+        let mut by_dev = vec![Vec::new(); dev as usize + 1];
+        by_dev[dev as usize] = entries;
+        Schedule {
+            name: format!("auto (planned on calls {from}..{})", from + period),
+            by_dev,
+            repeat: Some((from, period)),
         }
-        Err(e) => s.failed = Some(e),
+    });
+    Planned {
+        step_us: r.step_us,
+        res,
     }
 }
 
@@ -346,20 +413,4 @@ fn plan_step(r: &Recorded, cap: u64, p: &AutoParams) -> Result<Vec<Entry>, Strin
         .collect();
     out.sort_by_key(|e| e.clock);
     Ok(out)
-}
-
-/// Starts the planning thread for a recorded step (nothing waits for it).
-pub(super) fn spawn(f: Arc<Followed>, dev: u32, cap: u64, r: Recorded) {
-    let run = move || {
-        if let Some(auto) = &f.auto {
-            plan_and_install(&f, auto, dev, cap, r);
-        }
-    };
-    if std::thread::Builder::new()
-        .name("u3m-plan".into())
-        .spawn(run)
-        .is_err()
-    {
-        // no thread: no plan (the run goes on as without one)
-    }
 }

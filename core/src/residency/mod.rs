@@ -82,13 +82,13 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod tests;
 
+pub use autoplan::{AutoParams, AutoState};
 pub use counters::Counters;
 pub use evict::Room;
 pub use hostmap::Oversize;
 pub use lifecycle::{malloc_policy_known, malloc_room};
 pub use lost::Allocations;
 pub use protocol::Order;
-pub use autoplan::{AutoParams, AutoState};
 pub use schedule::{id_of, ordinal_of, Schedule};
 pub use shards::{ForkHold, Residency, Token};
 use state::State;

@@ -23,8 +23,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::state::State;
-use crate::policy::Touch;
 use super::{schedule::Entry, Followed, Shard as Residency};
+use crate::policy::Touch;
 
 /// Copy-outs in flight on a device (any cause) under which a planned one
 /// may start: past a fault-in's own bound (`evict::COPY_OUT_DEPTH`, 16), so
@@ -79,8 +79,8 @@ impl Residency {
         stream: Option<u64>,
     ) {
         let dev = self.shard;
-        if let (Some(auto), None) = (&f.auto, f.plan.get()) {
-            self.auto_note(st, f, auto, clock, (chunks, touches), stream);
+        if f.auto.is_some() && f.plan.get().is_none() {
+            self.auto_note(st, f, clock, (chunks, touches), stream);
         }
         let entries = match (f.off.load(Relaxed), f.plan.get()) {
             // (what was noted before it stopped still leaves)
@@ -138,20 +138,17 @@ impl Residency {
         &self,
         st: &mut State,
         f: &Arc<Followed>,
-        auto: &super::autoplan::Auto,
         clock: u64,
         (chunks, touches): (&[(u64, u32)], &[Touch]),
         stream: Option<u64>,
     ) {
         let dev = self.shard;
+        let cap = st.dev(dev).capacity / crate::engine::runtime::CHUNK;
         let rec = st
             .auto_rec
             .get_or_insert_with(|| Box::new(super::autoplan::Recorder::new()));
         let rt: &dyn crate::engine::runtime::Runtime = self.rt;
-        if let Some(r) = super::autoplan::note_call(rec, auto, rt, clock, (chunks, touches), stream) {
-            let cap = st.dev(dev).capacity / crate::engine::runtime::CHUNK;
-            super::autoplan::spawn(f.clone(), dev, cap, r);
-        }
+        super::autoplan::note_call(rec, f, rt, (dev, cap, clock), (chunks, touches), stream);
     }
 
     fn evict_planned_on(&self, st: &mut State, dev: u32) {

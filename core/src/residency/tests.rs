@@ -5382,7 +5382,13 @@ fn auto_plan_finds_the_step_plans_it_and_follows_its_schedule() {
         }
         let s = a.f.app_stream();
         // one step: (a, b, dst, c) each dst = a + b + c
-        let step = [(0, 1, 2, 0), (2, 2, 3, 1), (3, 0, 4, 0), (4, 4, 0, 1), (1, 2, 1, 0)];
+        let step = [
+            (0, 1, 2, 0),
+            (2, 2, 3, 1),
+            (3, 0, 4, 0),
+            (4, 4, 0, 1),
+            (1, 2, 1, 0),
+        ];
         let run = |a: &App, want: &mut Vec<Vec<u8>>, skip: Option<usize>| {
             for (n, &(x, y, d, c)) in step.iter().enumerate() {
                 if Some(n) == skip {
@@ -5402,7 +5408,11 @@ fn auto_plan_finds_the_step_plans_it_and_follows_its_schedule() {
         };
         let mut steps = 0;
         let t = std::time::Instant::now();
-        while a.r.auto_plan().is_some_and(|p| p.entries == 0 && p.failed.is_none()) {
+        while a
+            .r
+            .auto_plan()
+            .is_some_and(|p| p.entries == 0 && p.failed.is_none())
+        {
             run(&a, &mut want, None);
             a.f.sync_stream(s).unwrap();
             steps += 1;
@@ -5421,8 +5431,16 @@ fn auto_plan_finds_the_step_plans_it_and_follows_its_schedule() {
         }
         a.f.drain();
         let c = a.r.counters();
-        assert!(c.schedule_entries > before, "{handoff}: not followed: {c:?}");
-        assert_eq!(c.schedule_stops, 0, "{handoff}: {:?}", a.r.schedule_stopped());
+        assert!(
+            c.schedule_entries > before,
+            "{handoff}: not followed: {c:?}"
+        );
+        assert_eq!(
+            c.schedule_stops,
+            0,
+            "{handoff}: {:?}",
+            a.r.schedule_stopped()
+        );
         for k in 0..5 {
             assert_eq!(a.read(v[k], CHUNK), want[k], "{handoff}: v{k}");
         }
@@ -5435,7 +5453,11 @@ fn auto_plan_finds_the_step_plans_it_and_follows_its_schedule() {
         let why = a.r.schedule_stopped().expect("named");
         assert!(why.contains("U3M_PLAN=auto"), "{why}");
         for k in 0..5 {
-            assert_eq!(a.read(v[k], CHUNK), want[k], "{handoff}: v{k} after the stop");
+            assert_eq!(
+                a.read(v[k], CHUNK),
+                want[k],
+                "{handoff}: v{k} after the stop"
+            );
         }
         for va in v {
             a.free(va);
