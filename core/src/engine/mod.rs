@@ -351,11 +351,16 @@ impl Engine {
                     eprintln!("u3m: U3M_PLAN=auto: no schedule: {why}")
                 }
                 None if self.cfg.log >= LogLevel::Info => eprintln!(
-                    "u3m: U3M_PLAN=auto: step of {} calls, recorded from call {} ({:.1} ms of device time), {} chunk-gaps out a step",
+                    "u3m: U3M_PLAN=auto: step of {} calls, recorded from call {} ({:.1} ms of device time), {} chunk-gaps out a step; a step under it: {}",
                     p.period,
                     p.from,
                     p.step_us / 1e3,
-                    p.entries
+                    p.entries,
+                    match (p.planned_us > 0.0, p.dropped) {
+                        (false, _) => "not timed".to_string(),
+                        (true, false) => format!("{:.1} ms, kept", p.planned_us / 1e3),
+                        (true, true) => format!("{:.1} ms, dropped", p.planned_us / 1e3),
+                    }
                 ),
                 _ => {}
             }

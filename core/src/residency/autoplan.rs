@@ -62,6 +62,11 @@ pub struct AutoState {
     pub entries: u64,
     /// Why there is no plan, when planning failed.
     pub failed: Option<String>,
+    /// The device time of the first step followed, µs (0: not judged yet).
+    pub planned_us: f64,
+    /// The schedule was dropped: that step took longer than the recorded
+    /// one (it is not followed from then on).
+    pub dropped: bool,
 }
 
 /// Settings of the planner (U3M_PLAN_MIN_GAP_US, U3M_LINK_GBPS).
@@ -78,7 +83,10 @@ enum Phase {
     Timing,
     /// On the planning thread, installed at a set call.
     Planning,
-    /// Installed, or given up: nothing more to do.
+    /// Installed: the first step it runs is timed and judged against the
+    /// recorded one.
+    Judging,
+    /// Judged, or given up: nothing more to do.
     Done,
 }
 
@@ -233,6 +241,8 @@ pub(super) fn note_call(
                 return;
             }
             rec.phase = Phase::Done;
+            rec.from = clock;
+            rec.ev = (0, 0);
             let planned = match rec.planning.take().map(|h| h.join()) {
                 Some(Ok(p)) => p,
                 _ => Planned {
@@ -246,8 +256,47 @@ pub(super) fn note_call(
                 Ok(sched) => {
                     s.entries = sched.by_dev.iter().map(|v| v.len() as u64).sum();
                     let _ = f.plan.set(sched);
+                    rec.phase = Phase::Judging;
                 }
                 Err(e) => s.failed = Some(e),
+            }
+            return;
+        }
+        Phase::Judging => {
+            // the first step under the schedule, from `rec.from` (the
+            // install), judged by the end of the next
+            // (`NONE`: a mark that could not be made)
+            const NONE: u64 = u64::MAX;
+            let at = |k: u64| rec.from + k * rec.period;
+            let marked = |ev: u64| if ev == 0 { NONE } else { ev };
+            if rec.ev.0 == 0 {
+                rec.ev.0 = marked(mark(rt, stream.unwrap_or(0)));
+            } else if rec.ev.1 == 0 && clock >= at(1) {
+                rec.ev.1 = marked(mark(rt, stream.unwrap_or(0)));
+            } else if rec.ev.1 != 0 && clock >= at(2) {
+                rec.phase = Phase::Done;
+                let (a, b) = rec.ev;
+                let planned = match a != NONE && b != NONE && rt.sync_event(b).is_ok() {
+                    true => rt.elapsed_ns(a, b).ok(),
+                    false => None,
+                };
+                let mut s = auto.state.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(ns) = planned else { return };
+                s.planned_us = ns as f64 / 1e3;
+                if s.planned_us > s.step_us {
+                    // the schedule made it slower: not followed from here
+                    s.dropped = true;
+                    let why = format!(
+                        "U3M_PLAN=auto: a step under the schedule took {:.1} ms of device time, the recorded one {:.1} ms without it: dropped at call {clock}",
+                        s.planned_us / 1e3,
+                        s.step_us / 1e3
+                    );
+                    if !f.off.swap(true, Relaxed) {
+                        if let Ok(mut w) = f.stopped.lock() {
+                            *w = Some(why);
+                        }
+                    }
+                }
             }
             return;
         }

@@ -79,7 +79,7 @@ impl Residency {
         stream: Option<u64>,
     ) {
         let dev = self.shard;
-        if f.auto.is_some() && f.plan.get().is_none() {
+        if f.auto.is_some() {
             self.auto_note(st, f, clock, (chunks, touches), stream);
         }
         let entries = match (f.off.load(Relaxed), f.plan.get()) {
