@@ -334,6 +334,60 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
     }
 }
 
+/// U3M_PLAN=auto: libu3m.so finds the step of a 9-step LoRA, records one,
+/// plans and follows its own schedule (with the hand-off), and every chunk
+/// of every allocation reads back as in the unconstrained run.
+#[test]
+fn acl_replay_keeps_every_byte_when_u3m_plans_its_own_schedule() {
+    let dir = common::scratch("auto-plan");
+    let (t, _) = common::small_13b_trace_steps(&dir, "lora", &["--scale", "4"], 9);
+    let sums = |stderr: &str| -> Vec<String> {
+        stderr
+            .lines()
+            .filter(|l| l.starts_with("sum alloc="))
+            .map(String::from)
+            .collect()
+    };
+    let reference =
+        run("acl_replay", &[&t, "--sums"], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let want = sums(&reference.stderr);
+    assert!(want.len() > 100, "{}", reference.stderr);
+    let e = [
+        ("ACLSIM_HBM_BYTES", "150M"),
+        ("U3M_OVERSUB", "2"),
+        ("U3M_HANDOFF", "on"),
+        ("U3M_PLAN", "auto"),
+        ("U3M_PLAN_MIN_GAP_US", "4000"),
+        ("U3M_LOG", "info"),
+    ];
+    let (r, s) = tier("acl_replay", &[&t, "--sums"], &e);
+    let r = r.must_succeed();
+    let got = sums(&r.stderr);
+    let differ: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+    assert!(
+        differ.is_empty() && got.len() == want.len(),
+        "chunks that differ from the unconstrained run: {differ:?}"
+    );
+    assert_eq!(r.fact("checksum"), reference.fact("checksum"), "{s}");
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("U3M_PLAN=auto: step of"))
+        .unwrap_or_else(|| panic!("no plan line: {}", r.stderr));
+    let per_step: u64 = line
+        .split(" chunk-gaps")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(per_step > 10 && line.contains(", kept"), "{line}");
+    // followed for the steps after its install (the sixth of nine on);
+    // the calls after the loop (the read-back) leave it, named
+    let followed = s["tier"]["schedule_entries"].as_u64().unwrap();
+    assert!(followed >= 3 * per_step, "{followed} entries: {line}: {s}");
+    assert!(s["tier"]["schedule_stops"].as_u64() <= Some(1), "{}", r.stderr);
+}
+
 #[test]
 fn meminfo_reports_the_virtual_capacity() {
     let (r, _) = tier(

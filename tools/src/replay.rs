@@ -154,7 +154,7 @@ pub struct ReplayArgs {
     /// With --plan: write the entries the plan policy followed as a U3M_PLAN file ('CALL ALLOC CHUNK DEV': u3m's call clock, the allocation's ordinal among those u3m manages on the device, the 2 MiB chunk), for libu3m.so or --schedule to follow on the same program.
     #[arg(long, value_name = "FILE")]
     pub plan_export: Option<PathBuf>,
-    /// U3M_PLAN, as in the library: every policy's run (not the baseline) follows the schedule FILE ('CALL ALLOC CHUNK [DEV]' per line, e.g. from --plan-export): after each named call its chunks leave HBM as soon as their uses allow; demand evictions stay the policy's (docs/replay.md).
+    /// U3M_PLAN, as in the library: every policy's run (not the baseline) follows the schedule FILE ('CALL ALLOC CHUNK [DEV]' per line, e.g. from --plan-export): after each named call its chunks leave HBM as soon as their uses allow; demand evictions stay the policy's; `auto`: the run plans its own, as the library does (docs/replay.md).
     #[arg(long, value_name = "FILE")]
     pub schedule: Option<PathBuf>,
     /// Instead of replaying: run the library's greedy planner (core residency/planner.rs) on step --greedy-step of the trace as a cycle, with --hbm and --link-gbps, and write its schedule to FILE for --policy plan --plan FILE (every step of the cycle's call count from 1 on); what it planned goes to stderr.
@@ -404,7 +404,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
             "--plan-export FILE: it writes the plan policy's schedule: give it with --plan FILE and --policy plan".into(),
         ));
     }
-    if let Some(f) = &a.schedule {
+    if let Some(f) = a.schedule.as_ref().filter(|f| f.to_str() != Some("auto")) {
         // read now: a bad file is a usage error, not a failed run
         u3m_core::residency::Schedule::load(f).map_err(CliError::Usage)?;
     }
