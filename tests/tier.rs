@@ -269,6 +269,34 @@ fn the_handoff_keeps_every_byte_in_training_and_under_threads() {
 /// is the unconstrained run's. It caught a first touch handed HBM whose
 /// copy-out was still reading it: the rest of the chunk held another
 /// allocation's bytes (core residency/migrate.rs `fault_in_chunks`).
+/// `acl_replay --sums` lines of a run's stderr: a hash per 2 MiB of every
+/// allocation read back, so that a difference names its chunks.
+fn sums(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("sum alloc="))
+        .map(String::from)
+        .collect()
+}
+
+/// The unconstrained run of trace `t` (1 GiB of HBM, no u3m) and its sums.
+fn unconstrained_sums(t: &str) -> (Run, Vec<String>) {
+    let reference = run("acl_replay", &[t, "--sums"], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
+    let want = sums(&reference.stderr);
+    assert!(want.len() > 100, "{}", reference.stderr);
+    (reference, want)
+}
+
+/// Every chunk of run `r` reads back as in the unconstrained run (`want`).
+fn assert_same_sums(r: &Run, want: &[String], what: &str) {
+    let got = sums(&r.stderr);
+    let differ: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+    assert!(
+        differ.is_empty() && got.len() == want.len(),
+        "{what}: chunks that differ from the unconstrained run: {differ:?}"
+    );
+}
+
 #[test]
 fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
     let dir = common::scratch("handoff-replay");
@@ -293,19 +321,7 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
             .arg("--plan-export")
             .arg(&sched),
     );
-    // (--sums: a hash per 2 MiB of every allocation read back, so that a
-    // difference names its chunks)
-    let sums = |stderr: &str| -> Vec<String> {
-        stderr
-            .lines()
-            .filter(|l| l.starts_with("sum alloc="))
-            .map(String::from)
-            .collect()
-    };
-    let reference =
-        run("acl_replay", &[&t, "--sums"], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
-    let want = sums(&reference.stderr);
-    assert!(want.len() > 100, "{}", reference.stderr);
+    let (reference, want) = unconstrained_sums(&t);
     let sched = sched.to_str().unwrap();
     for env in [
         &[("U3M_HANDOFF", "on")][..],
@@ -315,12 +331,7 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
         e.extend_from_slice(env);
         let (r, s) = tier("acl_replay", &[&t, "--sums"], &e);
         let r = r.must_succeed();
-        let got = sums(&r.stderr);
-        let differ: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
-        assert!(
-            differ.is_empty() && got.len() == want.len(),
-            "{env:?}: chunks that differ from the unconstrained run: {differ:?}"
-        );
+        assert_same_sums(&r, &want, &format!("{env:?}"));
         assert_eq!(
             r.fact("checksum"),
             reference.fact("checksum"),
@@ -341,17 +352,7 @@ fn acl_replay_keeps_every_byte_with_the_handoff_and_a_schedule() {
 fn acl_replay_keeps_every_byte_when_u3m_plans_its_own_schedule() {
     let dir = common::scratch("auto-plan");
     let (t, _) = common::small_13b_trace_steps(&dir, "lora", &["--scale", "4"], 9);
-    let sums = |stderr: &str| -> Vec<String> {
-        stderr
-            .lines()
-            .filter(|l| l.starts_with("sum alloc="))
-            .map(String::from)
-            .collect()
-    };
-    let reference =
-        run("acl_replay", &[&t, "--sums"], &[("ACLSIM_HBM_BYTES", "1G")]).must_succeed();
-    let want = sums(&reference.stderr);
-    assert!(want.len() > 100, "{}", reference.stderr);
+    let (reference, want) = unconstrained_sums(&t);
     let e = [
         ("ACLSIM_HBM_BYTES", "150M"),
         ("U3M_OVERSUB", "2"),
@@ -362,12 +363,7 @@ fn acl_replay_keeps_every_byte_when_u3m_plans_its_own_schedule() {
     ];
     let (r, s) = tier("acl_replay", &[&t, "--sums"], &e);
     let r = r.must_succeed();
-    let got = sums(&r.stderr);
-    let differ: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
-    assert!(
-        differ.is_empty() && got.len() == want.len(),
-        "chunks that differ from the unconstrained run: {differ:?}"
-    );
+    assert_same_sums(&r, &want, "U3M_PLAN=auto");
     assert_eq!(r.fact("checksum"), reference.fact("checksum"), "{s}");
     let line = r
         .stderr
@@ -385,7 +381,11 @@ fn acl_replay_keeps_every_byte_when_u3m_plans_its_own_schedule() {
     // the calls after the loop (the read-back) leave it, named
     let followed = s["tier"]["schedule_entries"].as_u64().unwrap();
     assert!(followed >= 3 * per_step, "{followed} entries: {line}: {s}");
-    assert!(s["tier"]["schedule_stops"].as_u64() <= Some(1), "{}", r.stderr);
+    assert!(
+        s["tier"]["schedule_stops"].as_u64() <= Some(1),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -155,7 +155,7 @@ pub fn plan(step: &Step, p: &Params) -> Result<Plan, String> {
                 step.keys
             ));
         }
-        if prev.map_or(false, |q| q >= (c, k)) {
+        if prev.is_some_and(|q| q >= (c, k)) {
             return Err(format!("touch ({c}, {k}) out of order or repeated"));
         }
         prev = Some((c, k));
@@ -404,7 +404,7 @@ fn budget(
                 // the best this gap can score (its chunks out until e): no
                 // better than the best so far, it cannot be picked
                 let bound = rank(p.key, copies, -span_len(n, k, g.e));
-                if best.as_ref().map_or(false, |b| bound >= b.0) {
+                if best.as_ref().is_some_and(|b| bound >= b.0) {
                     continue;
                 }
                 let es = if co > 0 {
@@ -431,7 +431,7 @@ fn budget(
                     continue;
                 }
                 let kk = rank(p.key, copies, -span_len(n, k, ee));
-                if best.as_ref().map_or(true, |b| kk < b.0) {
+                if best.as_ref().is_none_or(|b| kk < b.0) {
                     best = Some((kk, j, a, co, ci, es, ee));
                 }
             }
@@ -444,9 +444,9 @@ fn budget(
                     if held[j] || x[j] >= g.m {
                         continue;
                     }
-                    let co = g.epoch.map_or(false, |ep| paid[ep] <= x[j]);
+                    let co = g.epoch.is_some_and(|ep| paid[ep] <= x[j]);
                     let kk = (g.cin as i64 + co as i64, -span_len(n, k, g.e));
-                    if pick.map_or(true, |b| kk < b.0) {
+                    if pick.is_none_or(|b| kk < b.0) {
                         pick = Some((kk, j));
                     }
                 }
