@@ -446,3 +446,75 @@ fn the_library_follows_an_exported_schedule_as_the_replay_does() {
         "{err}"
     );
 }
+
+/// U3M_PLAN=auto (residency/autoplan.rs, planner.rs): the replay planning
+/// its own schedule (`--schedule auto`) as the library does gives the
+/// library's figures (a 9-step small LoRA: the schedule installed from the
+/// sixth step on), and both beat the run without it; `--greedy-plan`
+/// writes the same planner's schedule as a trace-keyed plan that the
+/// `plan` policy follows.
+#[test]
+fn the_replay_plans_its_own_schedule_as_the_library_does() {
+    let dir = scratch("replay-vs-lib-auto");
+    let (trace, hbm) = small_13b_trace_steps(&dir, "lora", &[], 9);
+    let env = [
+        ("U3M_HANDOFF", "on"),
+        ("U3M_PLAN", "auto"),
+        ("U3M_PLAN_MIN_GAP_US", "4000"),
+    ];
+    let lib = library_with(&trace, &hbm, 1, &env)[0];
+    let args = [
+        "--schedule",
+        "auto",
+        "--handoff",
+        "on",
+        "--min-gap-us",
+        "4000",
+    ];
+    let rep = replay_with(&trace, &hbm, &args);
+    within("simulated time", lib.0, rep.0, BOUND);
+    within("H2D bytes", lib.1, rep.1, BOUND);
+    within("D2H bytes", lib.2, rep.2, BOUND);
+    let none = library_with(&trace, &hbm, 1, &[("U3M_HANDOFF", "on")])[0];
+    assert!(
+        lib.0 < none.0,
+        "with its own schedule {:.1} ms, without {:.1}",
+        lib.0 / 1e6,
+        none.0 / 1e6
+    );
+    // the same planner on the trace, keyed by trace line for --plan
+    let plan = dir.join("greedy.plan");
+    let out = Command::new(target_dir().join("u3m"))
+        .args([
+            "replay",
+            &trace,
+            "--hbm",
+            &hbm,
+            "--min-gap-us",
+            "4000",
+            "--greedy-uniform",
+        ])
+        .arg("--greedy-plan")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let lines = std::fs::read_to_string(&trace).unwrap().lines().count() as u64;
+    assert!(text.lines().count() > 100, "{text}");
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let line: u64 = l.split_whitespace().next().unwrap().parse().unwrap();
+        assert!((1..=lines).contains(&line), "{l}");
+    }
+    let p = plan.to_str().unwrap();
+    let planned = replay_as(
+        &trace,
+        &hbm,
+        &["--policy", "plan", "--plan", p, "--handoff", "on"],
+    );
+    assert!(planned.0 > 0.0 && planned.1 > 0.0, "{planned:?}");
+}

@@ -163,8 +163,8 @@ pub struct ReplayArgs {
     /// With --greedy-plan: the step planned (from its `# train step K:` comment to the next).
     #[arg(long, value_name = "K", default_value_t = 3)]
     pub greedy_step: u64,
-    /// With --greedy-plan: gaps whose next use is less than US µs of device time away stay in HBM.
-    #[arg(long, value_name = "US", default_value_t = 0.0)]
+    /// U3M_PLAN_MIN_GAP_US, as in the library (--greedy-plan, --schedule auto): gaps whose next use is less than US µs of device time away stay in HBM.
+    #[arg(long, value_name = "US", default_value_t = 30000.0)]
     pub min_gap_us: f64,
     /// With --greedy-plan: which chunk-gap goes first: cost (fewest copies, then longest out) or far (longest out).
     #[arg(long, value_name = "cost|far", default_value = "cost", value_parser = ["cost", "far"])]
@@ -448,6 +448,7 @@ fn setup(a: &ReplayArgs) -> Result<Setup, CliError> {
         look_ahead: a.look_ahead.clone(),
         out_first: a.out_first.clone(),
         handoff: a.handoff.clone(),
+        min_gap_us: a.min_gap_us,
         acl_replay: a.issue == "acl-replay",
         discard_dead: a.discard_dead,
         discard_frees: a.discard_frees,

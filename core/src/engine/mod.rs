@@ -341,7 +341,12 @@ impl Engine {
         self.applier.stop();
         self.note_spill_errors();
         if let Some(why) = self.residency.as_ref().and_then(|t| t.schedule_stopped()) {
-            if self.cfg.log >= LogLevel::Warn {
+            // (U3M_PLAN=auto's is expected: a program's loop ends)
+            let auto = self
+                .residency
+                .as_ref()
+                .is_some_and(|t| t.auto_plan().is_some());
+            if self.cfg.log >= if auto { LogLevel::Info } else { LogLevel::Warn } {
                 eprintln!("u3m: {why}");
             }
         }

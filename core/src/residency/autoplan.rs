@@ -302,6 +302,13 @@ pub(super) fn note_call(
         }
         Phase::Detect | Phase::Record => {}
     }
+    if matches!(rec.phase, Phase::Detect) && auto.claimed.load(Relaxed) {
+        // another device found the step first: it plans, this one stops
+        // looking
+        rec.phase = Phase::Done;
+        rec.forget();
+        return;
+    }
     let sig = signature(chunks, touches);
     let t = rec.t;
     rec.t += 1;

@@ -67,6 +67,8 @@ pub struct Setup {
     pub out_first: String,
     /// U3M_HANDOFF: on or off.
     pub handoff: String,
+    /// `--min-gap-us`: U3M_PLAN_MIN_GAP_US.
+    pub min_gap_us: f64,
     /// Issue the trace as tests/apps/acl_replay does (`AclReplay`), not as
     /// the recorded program did.
     pub acl_replay: bool,
@@ -259,6 +261,12 @@ pub fn config(s: &Setup, swap: Option<&PathBuf>) -> Result<Config, String> {
         ("U3M_LOOK_AHEAD".into(), s.look_ahead.clone()),
         ("U3M_OUT_FIRST".into(), s.out_first.clone()),
         ("U3M_HANDOFF".into(), s.handoff.clone()),
+        // (U3M_PLAN=auto's planner, for `--schedule auto`)
+        (
+            "U3M_PLAN_MIN_GAP_US".into(),
+            (s.min_gap_us as u64).to_string(),
+        ),
+        ("U3M_LINK_GBPS".into(), s.costs.link_gbps.to_string()),
     ];
     if let Some(d) = swap {
         v.push(("U3M_SWAP_DIR".into(), d.display().to_string()));
