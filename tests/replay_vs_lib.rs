@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    plan_schedule, scratch, small_13b_trace, small_13b_trace_steps, small_13b_trace_with,
-    synth_trace, target_dir, tier,
+    output_ok, plan_schedule, scratch, small_13b_trace, small_13b_trace_steps,
+    small_13b_trace_with, synth_trace, target_dir, tier,
 };
 use std::process::Command;
 
@@ -484,24 +484,19 @@ fn the_replay_plans_its_own_schedule_as_the_library_does() {
     );
     // the same planner on the trace, keyed by trace line for --plan
     let plan = dir.join("greedy.plan");
-    let out = Command::new(target_dir().join("u3m"))
-        .args([
-            "replay",
-            &trace,
-            "--hbm",
-            &hbm,
-            "--min-gap-us",
-            "4000",
-            "--greedy-uniform",
-        ])
-        .arg("--greedy-plan")
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    output_ok(
+        Command::new(target_dir().join("u3m"))
+            .args([
+                "replay",
+                &trace,
+                "--hbm",
+                &hbm,
+                "--min-gap-us",
+                "4000",
+                "--greedy-uniform",
+            ])
+            .arg("--greedy-plan")
+            .arg(&plan),
     );
     let text = std::fs::read_to_string(&plan).unwrap();
     let lines = std::fs::read_to_string(&trace).unwrap().lines().count() as u64;

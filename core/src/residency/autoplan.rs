@@ -217,6 +217,9 @@ pub(super) fn note_call(
                 _ => None,
             }
             .map_or(n as f64, |ns| ns as f64 / 1e3);
+            if let Ok(mut s) = auto.state.lock() {
+                s.step_us = r.step_us;
+            }
             let params = auto.params;
             let (from, period) = (rec.from, rec.period);
             let run = move || plan(r, dev, cap, from, period, params);
@@ -245,14 +248,10 @@ pub(super) fn note_call(
             rec.ev = (0, 0);
             let planned = match rec.planning.take().map(|h| h.join()) {
                 Some(Ok(p)) => p,
-                _ => Planned {
-                    step_us: 0.0,
-                    res: Err("the planning thread failed".into()),
-                },
+                _ => Err("the planning thread failed".into()),
             };
             let mut s = auto.state.lock().unwrap_or_else(|p| p.into_inner());
-            s.step_us = planned.step_us;
-            match planned.res {
+            match planned {
                 Ok(sched) => {
                     s.entries = sched.by_dev.iter().map(|v| v.len() as u64).sum();
                     let _ = f.plan.set(sched);
@@ -400,16 +399,13 @@ pub(super) struct Recorded {
 }
 
 /// What the planning thread hands back.
-pub(super) struct Planned {
-    step_us: f64,
-    res: Result<Schedule, String>,
-}
+type Planned = Result<Schedule, String>;
 
 /// The planning thread: the recorded step `r` of device `dev` (`cap`
 /// chunks of HBM), whose first call is at clock `from` and which lasts
 /// `period` ticks, as a schedule repeating every step from it on.
 fn plan(r: Recorded, dev: u32, cap: u64, from: u64, period: u64, p: AutoParams) -> Planned {
-    let res = plan_step(&r, cap, &p).map(|entries| {
+    plan_step(&r, cap, &p).map(|entries| {
         let mut by_dev = vec![Vec::new(); dev as usize + 1];
         by_dev[dev as usize] = entries;
         Schedule {
@@ -417,11 +413,7 @@ fn plan(r: Recorded, dev: u32, cap: u64, from: u64, period: u64, p: AutoParams) 
             by_dev,
             repeat: Some((from, period)),
         }
-    });
-    Planned {
-        step_us: r.step_us,
-        res,
-    }
+    })
 }
 
 /// The schedule's entries for the recorded step (uniform device times).

@@ -897,22 +897,19 @@ impl Residency {
 
     /// Unpins the chunks `fault_in` reserved.
     pub(super) fn unreserve(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>) {
-        for (id, i) in reserved.drain(..) {
-            if let Some(c) = st
-                .backings
-                .get_mut(&id)
-                .and_then(|b| b.chunks.get_mut(i as usize))
-            {
-                c.pins = c.pins.saturating_sub(1);
-            }
-            st.mark(id, i);
-        }
+        self.unpin_reserved(st, reserved, false);
     }
 
     /// A call's reservations dropped because it fails before it runs: a
     /// chunk mapped unfilled for it (`Chunk::unfilled`) and now unpinned
     /// goes back at once, as a failed call's does (`unfilled_back`).
     pub(super) fn release_reserved(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>) {
+        self.unpin_reserved(st, reserved, true);
+    }
+
+    /// `unreserve`, and with `give_back` `release_reserved`.
+    #[inline(always)]
+    fn unpin_reserved(&self, st: &mut State, reserved: &mut Vec<(u64, u32)>, give_back: bool) {
         for (id, i) in reserved.drain(..) {
             let mut back = false;
             if let Some(c) = st
@@ -921,7 +918,7 @@ impl Residency {
                 .and_then(|b| b.chunks.get_mut(i as usize))
             {
                 c.pins = c.pins.saturating_sub(1);
-                back = c.pins == 0 && c.unfilled;
+                back = give_back && c.pins == 0 && c.unfilled;
                 if back {
                     c.unfilled = false;
                 }
